@@ -1,0 +1,32 @@
+"""duograph: one IR for define-then-run graphs and define-by-run eager tensors.
+
+    import duograph as dg
+    g = dg.Graph("mlp")
+    with g:
+        x = dg.placeholder("x", shape=("N", 4))
+        w = dg.placeholder("w", shape=(4, 3))
+        loss = dg.mean(dg.relu(x @ w) ** 2)
+        gw, = dg.grad(loss, [w])
+    exe = g.compile(outputs=[loss, gw])
+    loss_v, gw_v = exe(x=x_np, w=w_np)
+"""
+from . import graphlib, passes, runtime  # noqa: F401
+from .graphlib import dtypes  # noqa: F401
+from .graphlib.autodiff import grad
+from .graphlib.builder import assign, placeholder, variable
+from .graphlib.errors import (DTypeError, DuographError, FeedError, GraphError, KernelError,
+                              ShapeError)
+from .graphlib.functional import *  # noqa: F401,F403
+from .graphlib.functional import max, min, pow, sum, abs  # noqa: F401  (shadow builtins here)
+from .graphlib.ir import Graph, Node, Value
+from .graphlib.source import set_capture_source
+from .graphlib.types import TensorType
+from .runtime import Executable, compile_graph
+
+graphlib.set_compiler(compile_graph)
+
+float16, float32, float64 = "float16", "float32", "float64"
+int32, int64, uint8 = "int32", "int64", "uint8"
+bool_ = "bool"
+
+__version__ = "0.1.0"

@@ -1,0 +1,1 @@
+"""duograph.eager: eager tensors with an autograd tape that records the same IR."""

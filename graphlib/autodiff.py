@@ -1,0 +1,128 @@
+"""Reverse-mode autodiff over IR nodes, using each op's vjp rule.
+
+``backward_pass`` is the one engine: it walks nodes in reverse topological order and applies
+the registry's rules, which are written with the public op functions. On symbolic Values the
+rules add gradient nodes to the graph (``grad``); on eager tensors they execute. Undoing
+broadcasting (``sum_to``) and dtype changes happens here, once, not in every rule.
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Sequence
+
+from . import dtypes
+from .errors import GraphError
+from .ir import Value
+
+
+def fit_to(ct, x):
+    """Sum a cotangent down to the shape of ``x`` and cast it to ``x``'s dtype."""
+    from .ops.elementwise import cast
+    from .ops.shape import sum_to
+    if tuple(ct.shape) != tuple(x.shape):
+        ct = sum_to(ct, tuple(x.shape))
+    if ct.dtype != x.dtype:
+        ct = cast(ct, x.dtype)
+    return ct
+
+
+def relevant_values(nodes: Sequence, wrt: Sequence) -> set:
+    """ids of the values that depend on any of ``wrt`` (forward sweep over ``nodes``)."""
+    relevant = {id(w) for w in wrt}
+    for n in nodes:
+        for i in n.inputs:
+            if id(i) in relevant:
+                relevant.update(id(o) for o in n.outputs)
+                break
+    return relevant
+
+
+def backward_pass(nodes: Sequence, seeds: Dict[int, object], wrt: Sequence,
+                  relevant: Optional[set] = None) -> Dict[int, object]:
+    """Propagate cotangents from ``seeds`` (id(value) -> cotangent) back through ``nodes``.
+
+    ``nodes`` must be in topological order. Returns id(value) -> accumulated cotangent for
+    every value reached (the ``wrt`` values among them).
+    """
+    from .ops.creation import zeros_like
+    if relevant is None:
+        relevant = relevant_values(nodes, wrt)
+    cts: Dict[int, object] = dict(seeds)
+    for node in reversed(nodes):
+        out_cts = [cts.get(id(o)) for o in node.outputs]
+        if all(c is None for c in out_cts):
+            continue
+        targets = [i for i, x in enumerate(node.inputs)
+                   if id(x) in relevant and i not in node.op.nondiff_inputs
+                   and dtypes.is_float(x.dtype)]
+        if not targets:
+            continue
+        if node.op.vjp is None:
+            where = f"\n  in: {node.source}" if node.source else ""
+            raise GraphError(f"{node.op.name}: this op has no gradient rule, but a gradient "
+                             f"must flow through it{where}")
+        out_cts = [c if c is not None else zeros_like(o)
+                   for c, o in zip(out_cts, node.outputs)]
+        needs = tuple(i in targets for i in range(len(node.inputs)))
+        in_cts = node.op.vjp(out_cts, node.inputs, node.outputs, node.attrs, needs)
+        for i in targets:
+            ct = in_cts[i]
+            if ct is None:
+                continue
+            x = node.inputs[i]
+            ct = fit_to(ct, x)
+            prev = cts.get(id(x))
+            cts[id(x)] = ct if prev is None else prev + ct
+    return cts
+
+
+def _nodes_of(values: Sequence[Value]) -> List:
+    graph = values[0].graph
+    for v in values:
+        if not isinstance(v, Value):
+            raise TypeError(f"grad: expected symbolic Values, found {type(v).__name__}")
+        if v.graph is not graph:
+            raise GraphError("grad: all values must belong to the same graph")
+    return list(graph.nodes)
+
+
+def grad(output, wrt, cotangent=None) -> List[Value]:
+    """Symbolic gradients of ``output`` with respect to each Value in ``wrt``.
+
+    Gradient nodes are appended to the graph being built. ``output`` must be a scalar unless
+    ``cotangent`` (same shape as ``output``) is given. ``wrt`` may mix placeholders, state
+    and intermediate Values; a Value ``output`` does not depend on gets zeros.
+    """
+    from .ops.creation import ones_like, zeros_like
+    single = isinstance(wrt, Value)
+    wrt = [wrt] if single else list(wrt)
+    if not isinstance(output, Value):
+        raise TypeError(f"grad: expected a symbolic Value as output, found "
+                        f"{type(output).__name__} (eager tensors use .backward())")
+    if not wrt:
+        raise ValueError("grad: wrt is empty")
+    for w in wrt:
+        if not isinstance(w, Value):
+            raise TypeError(f"grad: wrt must hold symbolic Values, found {type(w).__name__}")
+        if not dtypes.is_float(w.dtype):
+            raise GraphError(f"grad: cannot differentiate with respect to a {w.dtype} value "
+                             f"{w!r}; only floating-point values have gradients")
+    if not dtypes.is_float(output.dtype):
+        raise GraphError(f"grad: output must be floating point, found {output.dtype}")
+    nodes = _nodes_of([output] + wrt)
+    if cotangent is None:
+        if output.shape != ():
+            raise GraphError(f"grad: output has shape {list(output.shape)}; pass a cotangent "
+                             "of that shape for a non-scalar output (or reduce it first)")
+        cotangent = ones_like(output)
+    elif not isinstance(cotangent, Value):
+        from .dispatch import as_value
+        cotangent = as_value(cotangent, output.graph, output.dtype)
+    if tuple(cotangent.shape) != tuple(output.shape):
+        raise GraphError(f"grad: cotangent shape {list(cotangent.shape)} does not match the "
+                         f"output shape {list(output.shape)}")
+    cts = backward_pass(nodes, {id(output): cotangent}, wrt)
+    result = []
+    for w in wrt:
+        g = cts.get(id(w))
+        result.append(g if g is not None else zeros_like(w))
+    return result

@@ -1,0 +1,42 @@
+"""Graph-mode entry points: placeholders, variables (state) and symbolic gradients."""
+from __future__ import annotations
+
+from typing import Optional
+
+from . import dtypes
+from .errors import GraphError
+from .ir import Graph, Value, current_graph
+from .types import TensorType
+
+
+def _graph(name: str, what: str) -> Graph:
+    g = current_graph()
+    if g is None:
+        raise GraphError(f"{what} {name!r}: no graph is being built; create it inside "
+                         "`with dg.Graph('name'):`")
+    return g
+
+
+def placeholder(name: str, shape=(), dtype="float32") -> Value:
+    """A named graph input of the given shape (ints or symbol names) and dtype."""
+    return _graph(name, "placeholder").add_input(name, TensorType(shape, dtype))
+
+
+def variable(name: str, value, dtype: Optional[str] = None) -> Value:
+    """A state input with an initial value; the executable keeps it between runs.
+
+    Bind its new value with ``graph.update(var, new_value)`` (or ``dg.assign``).
+    """
+    import numpy as np
+    if dtype is not None:
+        value = np.asarray(value, dtype=dtypes.as_dtype(dtype))
+    elif not isinstance(value, np.ndarray):
+        value = np.asarray(value, dtype=dtypes.infer_data_dtype(value))
+    return _graph(name, "variable").add_state(name, value)
+
+
+def assign(var: Value, new_value) -> None:
+    """Make ``new_value`` the value of state ``var`` after each run (``graph.update``)."""
+    if not isinstance(var, Value) or var.graph is None:
+        raise GraphError(f"assign: expected a state Value made by dg.variable, found {var!r}")
+    var.graph.update(var, new_value)

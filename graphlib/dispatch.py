@@ -1,0 +1,209 @@
+"""Op functions dispatch on their operands.
+
+``apply(op, inputs, attrs)`` decides who runs an op:
+
+1. any symbolic ``Value`` among the inputs: a node is added to that Value's graph;
+2. otherwise, inside ``with graph:``: a node is added to that graph (other tensors among the
+   inputs are captured by the hook registered for their type, e.g. eager Parameters become
+   state inputs);
+3. otherwise the handler registered for the operands' tensor type runs it (eager mode);
+4. otherwise the default handler (eager mode, for ops without tensor operands such as
+   ``zeros``), when one is installed.
+
+Python numbers among the inputs are weak scalars (see ``dtypes``): they become ``Scalar``
+markers carrying the dtype they must take, which each mode materialises its own way.
+"""
+from __future__ import annotations
+
+from typing import Callable, Dict, Optional
+
+import numpy as np
+
+from . import dtypes
+from .errors import DTypeError, DuographError, GraphError, ShapeError
+from .ir import ConstArray, Graph, Node, Value, current_graph
+from .source import user_source
+
+_handlers: Dict[type, Callable] = {}
+_capture: Dict[type, Callable] = {}
+_default_handler: Optional[Callable] = None
+
+
+class Scalar:
+    """A Python number operand, with the dtype weak promotion gave it."""
+
+    __slots__ = ("value", "dtype")
+
+    def __init__(self, value, dtype: str):
+        self.value = value
+        self.dtype = dtype
+
+    def __repr__(self):
+        return f"Scalar({self.value!r}, {self.dtype})"
+
+
+def register_handler(cls: type, handler: Callable, capture: Optional[Callable] = None):
+    """Let ``cls`` operands (e.g. eager tensors) run ops through ``handler(op, inputs, attrs)``;
+    ``capture(graph, obj) -> Value`` turns one into a graph input when mixed with Values."""
+    _handlers[cls] = handler
+    if capture is not None:
+        _capture[cls] = capture
+
+
+def set_default_handler(handler: Optional[Callable]) -> None:
+    global _default_handler
+    _default_handler = handler
+
+
+def _is_number(x) -> bool:
+    return isinstance(x, (bool, int, float, np.bool_, np.integer, np.floating)) and not (
+        isinstance(x, np.ndarray))
+
+
+def operand_dtype(x) -> Optional[str]:
+    """dtype of a tensor-like operand; None for Python numbers."""
+    if _is_number(x) and not isinstance(x, np.generic):
+        return None
+    d = getattr(x, "dtype", None)
+    if d is not None:
+        return d if isinstance(d, str) else dtypes.as_dtype(d)
+    if isinstance(x, (list, tuple)):
+        return dtypes.infer_data_dtype(x)
+    return None
+
+
+def _coerce_scalars(op, inputs):
+    promote = op.promote
+    if not any(_is_number(x) and not isinstance(x, np.generic) for x in inputs):
+        return inputs
+    if promote:
+        idx = range(len(inputs)) if promote is True else promote
+        tensor_dt = None
+        for i in idx:
+            d = operand_dtype(inputs[i])
+            if d is not None:
+                tensor_dt = d if tensor_dt is None else dtypes.result_dtype(tensor_dt, d)
+        if tensor_dt is None:   # only numbers: promote them among themselves, strongly
+            for i in idx:
+                d = dtypes.default_dtype_for(inputs[i])
+                tensor_dt = d if tensor_dt is None else dtypes.result_dtype(tensor_dt, d)
+        out = list(inputs)
+        for i in idx:
+            x = inputs[i]
+            if _is_number(x) and not isinstance(x, np.generic):
+                out[i] = Scalar(x, dtypes.weak_result_dtype(tensor_dt, x))
+        for i, x in enumerate(out):
+            if _is_number(x) and not isinstance(x, np.generic):
+                out[i] = Scalar(x, dtypes.default_dtype_for(x))
+        return tuple(out)
+    return tuple(Scalar(x, dtypes.default_dtype_for(x))
+                 if _is_number(x) and not isinstance(x, np.generic) else x for x in inputs)
+
+
+def _handler_for(x) -> Optional[Callable]:
+    h = _handlers.get(type(x))
+    if h is None and _handlers:
+        for cls in type(x).__mro__[1:]:
+            h = _handlers.get(cls)
+            if h is not None:
+                break
+    return h
+
+
+def apply(op, inputs, attrs):
+    """Run or record ``op`` on ``inputs``; see the module docstring for who does it."""
+    graph: Optional[Graph] = None
+    handler = None
+    for x in inputs:
+        if isinstance(x, Value):
+            if graph is None:
+                graph = x.graph
+            elif x.graph is not graph:
+                other = x.graph.name if x.graph is not None else None
+                raise GraphError(
+                    f"{op.name}: operands belong to different graphs "
+                    f"({graph.name!r} and {other!r})\n  in: {user_source()}")
+        elif handler is None and not isinstance(x, (int, float, np.ndarray, np.generic)):
+            handler = _handler_for(x)
+    inputs = _coerce_scalars(op, inputs)
+    if graph is None:
+        graph = current_graph()
+    if graph is not None:
+        return build(graph, op, inputs, attrs)
+    if handler is not None:
+        return handler(op, inputs, attrs)
+    if _default_handler is not None:
+        return _default_handler(op, inputs, attrs)
+    raise GraphError(f"{op.name}: no graph is being built and eager mode is not available; "
+                     f"build ops inside `with dg.Graph(...):`\n  in: {user_source()}")
+
+
+# -- graph building ----------------------------------------------------------------------------
+
+def constant_value(graph: Graph, value, dtype: Optional[str] = None) -> Value:
+    """A constant node holding ``value`` (a number or an array) in ``graph``."""
+    from .ops.creation import constant_op
+    if isinstance(value, np.ndarray) or isinstance(value, np.generic):
+        arr = np.asarray(value)
+        dt = dtype or dtypes.infer_data_dtype(arr)
+        arr = arr.astype(dt, copy=False)
+        key = ("array", ConstArray(arr))
+        attrs = {"value": key[1], "dtype": dt}
+    else:
+        dt = dtype or dtypes.default_dtype_for(value)
+        py = bool(value) if dt == "bool" else (float(value) if dtypes.is_float(dt)
+                                               else int(value))
+        key = ("scalar", type(py), py, dt)
+        attrs = {"value": py, "dtype": dt}
+    cached = graph._const_cache.get(key)
+    if cached is not None:
+        return cached
+    v = build(graph, constant_op, (), attrs)
+    graph._const_cache[key] = v
+    return v
+
+
+def as_value(x, graph: Graph, dtype: Optional[str] = None) -> Value:
+    """Turn one operand into a Value of ``graph``."""
+    if isinstance(x, Value):
+        if x.graph is not graph:
+            raise GraphError(f"a Value of graph {x.graph.name!r} was used in graph "
+                             f"{graph.name!r}")
+        return x
+    if isinstance(x, Scalar):
+        return constant_value(graph, x.value, x.dtype)
+    if isinstance(x, (np.ndarray, np.generic)):
+        return constant_value(graph, x, dtype)
+    if _is_number(x):
+        return constant_value(graph, x, dtype)
+    for cls in type(x).__mro__:
+        cap = _capture.get(cls)
+        if cap is not None:
+            return cap(graph, x)
+    if isinstance(x, (list, tuple)):
+        return constant_value(graph, np.asarray(x), dtype or dtypes.infer_data_dtype(x))
+    raise TypeError(f"expected a Value, tensor, array or number as an operand, found "
+                    f"{type(x).__name__}")
+
+
+def build(graph: Graph, op, inputs, attrs) -> Value:
+    """Add ``op(*inputs, **attrs)`` to ``graph`` (shape/dtype inference runs here)."""
+    source = user_source()
+    vals = tuple(as_value(x, graph) for x in inputs)
+    if op.random and "stream" not in attrs:
+        attrs = dict(attrs, stream=graph.next_random_stream())
+    try:
+        out_types = op.infer([v.type for v in vals], attrs)
+    except (DuographError, TypeError, ValueError) as e:
+        cls = type(e) if isinstance(e, DuographError) else (
+            DTypeError if isinstance(e, TypeError) else ShapeError)
+        msg = str(e)
+        if not msg.startswith(op.name):
+            msg = f"{op.name}: {msg}"
+        raise cls(f"{msg}\n  in: {source}") from None
+    node = Node(op, vals, attrs, (), source)
+    node.outputs = tuple(Value(t, node, i, graph) for i, t in enumerate(out_types))
+    graph.append(node)
+    if op.multi_output:
+        return node.outputs
+    return node.outputs[0]

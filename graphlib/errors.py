@@ -1,0 +1,33 @@
+"""Errors raised at the user, each naming what was expected, what was found and where."""
+from __future__ import annotations
+
+
+class DuographError(Exception):
+    """Base class of every error duograph raises on purpose."""
+
+
+class ShapeError(DuographError, ValueError):
+    """An op received operands whose shapes it cannot accept."""
+
+
+class DTypeError(DuographError, TypeError):
+    """An op received operands whose dtypes it cannot accept."""
+
+
+class GraphError(DuographError):
+    """The IR is malformed, or a Value was used outside the graph that owns it."""
+
+
+class FeedError(DuographError, ValueError):
+    """A feed given to an executable is missing, extra, or of the wrong type or shape."""
+
+
+class KernelError(DuographError, RuntimeError):
+    """A kernel failed while running; the message names the op and its source line."""
+
+
+def op_error(cls, op: str, message: str, source=None, detail: str = ""):
+    """Build an error for `op` that points at the user's line."""
+    where = f"\n  in: {source}" if source else ""
+    extra = f"\n  {detail}" if detail else ""
+    return cls(f"{op}: {message}{extra}{where}")

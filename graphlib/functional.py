@@ -1,0 +1,41 @@
+"""Every public op function in one namespace (re-exported as ``dg.*``)."""
+from __future__ import annotations
+
+from collections import namedtuple
+
+from .ops.creation import (arange, bernoulli, constant, eye, full, full_like, linspace,  # noqa
+                           normal, ones, ones_like, rand, randint, randn, uniform, zeros,
+                           zeros_like)
+from .ops.elementwise import (abs, add, cast, clamp, clip, cos, div, eq, erf, exp, ge,  # noqa
+                              gelu, gt, le, leaky_relu, log, logical_and, logical_not,
+                              logical_or, lt, maximum, minimum, mul, ne, neg, pow, reciprocal,
+                              relu, rsqrt, sigmoid, sign, sin, softplus, sqrt, square, sub,
+                              tanh, where)
+from .ops.linalg import matmul, mm  # noqa: F401
+from .ops.nn import log_softmax, one_hot, softmax  # noqa: F401
+from .ops.reduction import (amax, amin, argmax, argmin, logsumexp, mean, numel,  # noqa
+                            prod, std, sum, var)
+from .ops.shape import (broadcast_to, cat, chunk, concatenate, expand, flatten,  # noqa
+                        gather, getitem, index_add, index_select, pad, permute, reshape,
+                        scatter_add, split, squeeze, stack, sum_to, transpose, unsqueeze)
+
+MaxMin = namedtuple("MaxMin", ["values", "indices"])
+
+
+def max(x, dim=None, keepdim: bool = False):
+    """``max(x)`` is the largest element; ``max(x, dim)`` gives (values, indices) as PyTorch."""
+    if dim is None:
+        return amax(x)
+    return MaxMin(amax(x, dim, keepdim), argmax(x, dim, keepdim))
+
+
+def min(x, dim=None, keepdim: bool = False):
+    """``min(x)`` is the smallest element; ``min(x, dim)`` gives (values, indices)."""
+    if dim is None:
+        return amin(x)
+    return MaxMin(amin(x, dim, keepdim), argmin(x, dim, keepdim))
+
+
+subtract, multiply, divide, true_divide = sub, mul, div, div
+negative, absolute = neg, abs
+concat = cat

@@ -1,0 +1,264 @@
+"""The IR: Value, Node, Graph.
+
+A ``Graph`` is an ordered list of ``Node``s (always a valid topological order) with named
+``inputs`` (placeholders), ``state`` inputs (values that persist between runs), ``outputs``
+and ``updates`` (state -> its new value). SSA: every Value has exactly one producer, a node or
+the graph's input list. Nodes and Values do not need a graph: the eager tape creates them
+standalone, and ``record()`` gathers them into one.
+"""
+from __future__ import annotations
+
+import itertools
+import threading
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+
+from . import dtypes
+from .errors import GraphError
+from .methods import TensorMethods
+from .types import TensorType, format_shape
+
+
+class Value(TensorMethods):
+    """A symbolic tensor: the output of a node or an input of a graph."""
+
+    __slots__ = ("type", "node", "index", "graph", "name", "__weakref__")
+
+    def __init__(self, type: TensorType, node: "Optional[Node]" = None, index: int = 0,
+                 graph: "Optional[Graph]" = None, name: Optional[str] = None):
+        self.type = type
+        self.node = node
+        self.index = index
+        self.graph = graph
+        self.name = name
+
+    # -- the tensor protocol shared with eager tensors ---------------------------------------
+    @property
+    def shape(self):
+        return self.type.shape
+
+    @property
+    def dtype(self) -> str:
+        return self.type.dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self.type.shape)
+
+    def size(self, dim=None):
+        return self.type.shape if dim is None else self.type.shape[dim]
+
+    def __hash__(self):
+        return object.__hash__(self)
+
+    def __bool__(self):
+        raise GraphError(
+            "a symbolic Value has no truth value while the graph is being built: use "
+            "dg.where(cond, a, b) for a data-dependent choice")
+
+    def __len__(self):
+        if not self.type.shape:
+            raise TypeError("len() of a 0-d Value")
+        d = self.type.shape[0]
+        if not isinstance(d, int):
+            raise TypeError(f"len() of a Value whose first dim is the symbol {d!r}")
+        return d
+
+    def __iter__(self):
+        for i in range(len(self)):
+            yield self[i]
+
+    def __array__(self, *args, **kwargs):
+        raise GraphError("a symbolic Value has no data yet: compile the graph and run it "
+                         "to get numpy arrays")
+
+    def __repr__(self):
+        label = self.name or (self.node.op.name if self.node is not None else "input")
+        return f"Value({label}: {self.type!r})"
+
+
+class Node:
+    """One op application: ``outputs = op(*inputs, **attrs)``, created at ``source``."""
+
+    __slots__ = ("op", "inputs", "attrs", "outputs", "source", "__weakref__")
+
+    def __init__(self, op, inputs: Sequence, attrs: dict, outputs: Sequence = (),
+                 source=None):
+        self.op = op
+        self.inputs = tuple(inputs)
+        self.attrs = attrs
+        self.outputs = tuple(outputs)
+        self.source = source
+
+    def attr_key(self):
+        """A hashable key of the attributes (for CSE and caches)."""
+        return tuple(sorted(self.attrs.items()))
+
+    def __repr__(self):
+        return f"Node({self.op.name}, {len(self.inputs)} inputs, {len(self.outputs)} outputs)"
+
+
+class ConstArray:
+    """A numpy array held in an attribute: immutable, hashable by content."""
+
+    __slots__ = ("array", "_hash")
+
+    def __init__(self, array):
+        arr = np.array(array, copy=True)
+        arr.flags.writeable = False
+        self.array = arr
+        self._hash = hash((arr.shape, arr.dtype.str, arr.tobytes()))
+
+    def __hash__(self):
+        return self._hash
+
+    def __eq__(self, other):
+        return (isinstance(other, ConstArray) and self._hash == other._hash
+                and self.array.shape == other.array.shape
+                and self.array.dtype == other.array.dtype
+                and bool(np.array_equal(self.array, other.array, equal_nan=False)))
+
+    def __repr__(self):
+        if self.array.size <= 6:
+            return np.array2string(self.array, separator=",").replace("\n", "")
+        return f"<{self.array.dtype}{list(self.array.shape)}>"
+
+
+_local = threading.local()
+_graph_ids = itertools.count()
+
+
+def _stack() -> list:
+    s = getattr(_local, "graphs", None)
+    if s is None:
+        s = _local.graphs = []
+    return s
+
+
+def current_graph() -> "Optional[Graph]":
+    """The graph being built by the innermost ``with graph:`` block, or None."""
+    s = _stack()
+    return s[-1] if s else None
+
+
+_compiler = None
+
+
+def set_compiler(fn) -> None:
+    """Installed by the ``duograph`` package: graphlib itself never imports the runtime."""
+    global _compiler
+    _compiler = fn
+
+
+class Graph:
+    """A define-then-run program: build it inside ``with graph:``, then ``compile`` and run."""
+
+    def __init__(self, name: str = "graph"):
+        self.name = name
+        self.nodes: List[Node] = []
+        self.inputs: List[Value] = []
+        self.state: List[Value] = []
+        self.state_init: Dict[int, np.ndarray] = {}   # id(state value) -> initial array
+        self.outputs: List[Value] = []
+        self.updates: Dict[int, tuple] = {}           # id(state) -> (state, new value)
+        self._names: Dict[str, Value] = {}
+        self._random_streams = itertools.count()
+        self._const_cache: Dict[tuple, Value] = {}
+        self.id = next(_graph_ids)
+
+    # -- building ------------------------------------------------------------------------------
+    def __enter__(self) -> "Graph":
+        _stack().append(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        s = _stack()
+        if not s or s[-1] is not self:
+            raise GraphError(f"graph {self.name!r}: `with` blocks closed out of order")
+        s.pop()
+
+    def _check_name(self, name: str) -> None:
+        if not isinstance(name, str) or not name.isidentifier():
+            raise ValueError(f"graph {self.name!r}: input names must be identifiers, "
+                             f"found {name!r}")
+        if name in self._names:
+            raise GraphError(f"graph {self.name!r}: an input named {name!r} already exists")
+
+    def add_input(self, name: str, type: TensorType) -> Value:
+        self._check_name(name)
+        v = Value(type, None, 0, self, name)
+        self.inputs.append(v)
+        self._names[name] = v
+        return v
+
+    def add_state(self, name: str, value) -> Value:
+        arr = np.asarray(value)
+        if arr.dtype.name not in dtypes.DTYPE_NAMES:
+            arr = arr.astype(dtypes.infer_data_dtype(value))
+        self._check_name(name)
+        v = Value(TensorType(arr.shape, arr.dtype.name), None, 0, self, name)
+        self.state.append(v)
+        self.state_init[id(v)] = np.array(arr, copy=True)
+        self._names[name] = v
+        return v
+
+    def append(self, node: Node) -> None:
+        for v in node.outputs:
+            v.graph = self
+        self.nodes.append(node)
+
+    def next_random_stream(self) -> int:
+        return next(self._random_streams)
+
+    def update(self, state: Value, new_value) -> None:
+        """Bind ``new_value`` as the value ``state`` holds after each run of the graph."""
+        if not isinstance(state, Value) or id(state) not in self.state_init:
+            raise GraphError(f"graph {self.name!r}: update() expects a state Value made by "
+                             f"dg.variable(), found {state!r}")
+        if not isinstance(new_value, Value):
+            from .dispatch import as_value
+            new_value = as_value(new_value, self, state.dtype)
+        if new_value.graph is not self:
+            raise GraphError(f"graph {self.name!r}: the new value of state {state.name!r} "
+                             "belongs to another graph")
+        if new_value.type != state.type:
+            raise GraphError(f"graph {self.name!r}: update of state {state.name!r} expects "
+                             f"{state.type!r}, found {new_value.type!r}")
+        self.updates[id(state)] = (state, new_value)
+
+    def __getitem__(self, name: str) -> Value:
+        try:
+            return self._names[name]
+        except KeyError:
+            raise KeyError(f"graph {self.name!r} has no input or state named {name!r}; "
+                           f"it has {sorted(self._names)}") from None
+
+    # -- running -------------------------------------------------------------------------------
+    def compile(self, outputs=None, **options):
+        """Build an executable returning ``outputs`` (default: ``graph.outputs``)."""
+        if _compiler is None:
+            raise GraphError("no runtime is installed: import duograph (not only "
+                             "duograph.graphlib) to compile graphs")
+        return _compiler(self, outputs, **options)
+
+    # -- inspecting ----------------------------------------------------------------------------
+    def verify(self) -> None:
+        from .verify import verify
+        verify(self)
+
+    def to_text(self, source: bool = False, outputs=None) -> str:
+        from .printer import graph_to_text
+        return graph_to_text(self, source=source, outputs=outputs)
+
+    def __str__(self) -> str:
+        return self.to_text()
+
+    def __repr__(self) -> str:
+        return (f"<Graph {self.name!r}: {len(self.inputs)} inputs, {len(self.state)} state, "
+                f"{len(self.nodes)} nodes>")
+
+
+def describe(value: Value) -> str:
+    """One-line description of a Value for error messages."""
+    return f"{dtypes.SHORT_NAMES[value.dtype]}{format_shape(value.shape)}"

@@ -1,0 +1,288 @@
+"""The one method surface shared by symbolic Values and eager tensors.
+
+Operators and methods call the public op functions, which dispatch on the operands, so the
+same ``x.sum(dim=1) @ w + 1`` builds a node for a Value and runs at once for a tensor.
+"""
+from __future__ import annotations
+
+F = None  # the functional module; bound by graphlib/__init__ once every op is registered
+
+
+class TensorMethods:
+    __slots__ = ()
+    __array_priority__ = 1000   # numpy defers `ndarray + tensor` to our __radd__
+
+    # arithmetic ----------------------------------------------------------------------------
+    def __add__(self, other):
+        return F.add(self, other)
+
+    def __radd__(self, other):
+        return F.add(other, self)
+
+    def __sub__(self, other):
+        return F.sub(self, other)
+
+    def __rsub__(self, other):
+        return F.sub(other, self)
+
+    def __mul__(self, other):
+        return F.mul(self, other)
+
+    def __rmul__(self, other):
+        return F.mul(other, self)
+
+    def __truediv__(self, other):
+        return F.div(self, other)
+
+    def __rtruediv__(self, other):
+        return F.div(other, self)
+
+    def __pow__(self, other):
+        return F.pow(self, other)
+
+    def __rpow__(self, other):
+        return F.pow(other, self)
+
+    def __matmul__(self, other):
+        return F.matmul(self, other)
+
+    def __rmatmul__(self, other):
+        return F.matmul(other, self)
+
+    def __neg__(self):
+        return F.neg(self)
+
+    def __pos__(self):
+        return self
+
+    def __abs__(self):
+        return F.abs(self)
+
+    # comparisons and logic (elementwise, returning bool tensors) ------------------------------
+    def __eq__(self, other):
+        return F.eq(self, other)
+
+    def __ne__(self, other):
+        return F.ne(self, other)
+
+    def __lt__(self, other):
+        return F.lt(self, other)
+
+    def __le__(self, other):
+        return F.le(self, other)
+
+    def __gt__(self, other):
+        return F.gt(self, other)
+
+    def __ge__(self, other):
+        return F.ge(self, other)
+
+    def __and__(self, other):
+        return F.logical_and(self, other)
+
+    def __rand__(self, other):
+        return F.logical_and(other, self)
+
+    def __or__(self, other):
+        return F.logical_or(self, other)
+
+    def __ror__(self, other):
+        return F.logical_or(other, self)
+
+    def __invert__(self):
+        return F.logical_not(self)
+
+    __hash__ = object.__hash__
+
+    # indexing and shape ------------------------------------------------------------------------
+    def __getitem__(self, index):
+        return F.getitem(self, index)
+
+    def reshape(self, *shape):
+        return F.reshape(self, *shape)
+
+    def view(self, *shape):
+        return F.reshape(self, *shape)
+
+    def permute(self, *dims):
+        return F.permute(self, *dims)
+
+    def transpose(self, dim0, dim1):
+        return F.transpose(self, dim0, dim1)
+
+    def t(self):
+        return F.transpose(self, 0, 1) if self.ndim == 2 else self
+
+    @property
+    def T(self):
+        return F.permute(self, *reversed(range(self.ndim)))
+
+    def expand(self, *sizes):
+        return F.expand(self, *sizes)
+
+    def expand_as(self, other):
+        return F.expand(self, *other.shape)
+
+    def squeeze(self, dim=None):
+        return F.squeeze(self, dim)
+
+    def unsqueeze(self, dim):
+        return F.unsqueeze(self, dim)
+
+    def flatten(self, start_dim=0, end_dim=-1):
+        return F.flatten(self, start_dim, end_dim)
+
+    def split(self, split_size_or_sections, dim=0):
+        return F.split(self, split_size_or_sections, dim)
+
+    def gather(self, dim, index):
+        return F.gather(self, dim, index)
+
+    def index_select(self, dim, index):
+        return F.index_select(self, dim, index)
+
+    # reductions ------------------------------------------------------------------------------
+    def sum(self, dim=None, keepdim=False, dtype=None):
+        return F.sum(self, dim, keepdim, dtype=dtype)
+
+    def mean(self, dim=None, keepdim=False):
+        return F.mean(self, dim, keepdim)
+
+    def amax(self, dim=None, keepdim=False):
+        return F.amax(self, dim, keepdim)
+
+    def amin(self, dim=None, keepdim=False):
+        return F.amin(self, dim, keepdim)
+
+    def max(self, dim=None, keepdim=False):
+        return F.amax(self, dim, keepdim)
+
+    def min(self, dim=None, keepdim=False):
+        return F.amin(self, dim, keepdim)
+
+    def prod(self, dim=None, keepdim=False):
+        return F.prod(self, dim, keepdim)
+
+    def var(self, dim=None, keepdim=False, *, correction=1):
+        return F.var(self, dim, keepdim=keepdim, correction=correction)
+
+    def std(self, dim=None, keepdim=False, *, correction=1):
+        return F.std(self, dim, keepdim=keepdim, correction=correction)
+
+    def argmax(self, dim=None, keepdim=False):
+        return F.argmax(self, dim, keepdim)
+
+    def argmin(self, dim=None, keepdim=False):
+        return F.argmin(self, dim, keepdim)
+
+    def logsumexp(self, dim, keepdim=False):
+        return F.logsumexp(self, dim, keepdim)
+
+    def softmax(self, dim):
+        return F.softmax(self, dim)
+
+    def log_softmax(self, dim):
+        return F.log_softmax(self, dim)
+
+    # elementwise -----------------------------------------------------------------------------
+    def exp(self):
+        return F.exp(self)
+
+    def log(self):
+        return F.log(self)
+
+    def sqrt(self):
+        return F.sqrt(self)
+
+    def rsqrt(self):
+        return F.rsqrt(self)
+
+    def square(self):
+        return F.square(self)
+
+    def reciprocal(self):
+        return F.reciprocal(self)
+
+    def sin(self):
+        return F.sin(self)
+
+    def cos(self):
+        return F.cos(self)
+
+    def tanh(self):
+        return F.tanh(self)
+
+    def sigmoid(self):
+        return F.sigmoid(self)
+
+    def relu(self):
+        return F.relu(self)
+
+    def abs(self):
+        return F.abs(self)
+
+    def neg(self):
+        return F.neg(self)
+
+    def sign(self):
+        return F.sign(self)
+
+    def erf(self):
+        return F.erf(self)
+
+    def clamp(self, min=None, max=None):
+        return F.clamp(self, min, max)
+
+    def clip(self, min=None, max=None):
+        return F.clamp(self, min, max)
+
+    def pow(self, exponent):
+        return F.pow(self, exponent)
+
+    def add(self, other):
+        return F.add(self, other)
+
+    def sub(self, other):
+        return F.sub(self, other)
+
+    def mul(self, other):
+        return F.mul(self, other)
+
+    def div(self, other):
+        return F.div(self, other)
+
+    def matmul(self, other):
+        return F.matmul(self, other)
+
+    def maximum(self, other):
+        return F.maximum(self, other)
+
+    def minimum(self, other):
+        return F.minimum(self, other)
+
+    def eq(self, other):
+        return F.eq(self, other)
+
+    def ne(self, other):
+        return F.ne(self, other)
+
+    def lt(self, other):
+        return F.lt(self, other)
+
+    def le(self, other):
+        return F.le(self, other)
+
+    def gt(self, other):
+        return F.gt(self, other)
+
+    def ge(self, other):
+        return F.ge(self, other)
+
+    def logical_not(self):
+        return F.logical_not(self)
+
+    def cast(self, dtype):
+        return F.cast(self, dtype)
+
+    def type_as(self, other):
+        return F.cast(self, other.dtype)

@@ -1,0 +1,79 @@
+"""Small builders shared by the op files: unary and binary elementwise ops."""
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+from .. import dtypes
+from ..errors import DTypeError
+from ..registry import OpDef, register
+from ..types import TensorType, broadcast_shapes
+
+
+def unary_infer(float_out: bool = False, out_dtype: Optional[str] = None,
+                allowed: Optional[tuple] = None, name: str = ""):
+    def infer(types, attrs):
+        (t,) = types
+        if allowed is not None and t.dtype not in allowed:
+            raise DTypeError(f"{name}: expected a tensor of dtype {' or '.join(allowed)}, "
+                             f"found {t.dtype}")
+        dt = t.dtype
+        if out_dtype is not None:
+            dt = out_dtype
+        elif float_out and not dtypes.is_float(dt):
+            dt = dtypes.DEFAULT_FLOAT
+        return [TensorType(t.shape, dt)]
+    return infer
+
+
+def unary(name: str, kernel: Callable, vjp: Optional[Callable] = None, *,
+          expr: Optional[str] = None, float_out: bool = False,
+          out_dtype: Optional[str] = None, allowed: Optional[tuple] = None,
+          doc: str = "") -> OpDef:
+    """Register an elementwise unary op. ``vjp(ct, x, y, **attrs)`` returns the input cotangent."""
+    rule = None
+    if vjp is not None:
+        def rule(cts, ins, outs, attrs, needs):
+            return [vjp(cts[0], ins[0], outs[0], **attrs)]
+    return register(OpDef(name, unary_infer(float_out, out_dtype, allowed, name), kernel,
+                          rule, expr=expr, elementwise=True, doc=doc))
+
+
+def binary_infer(name: str, out_dtype: Optional[str] = None, float_out: bool = False,
+                 allowed_kinds: Optional[str] = None):
+    def infer(types, attrs):
+        a, b = types
+        if allowed_kinds is not None:
+            for t in (a, b):
+                if dtypes.kind(t.dtype) not in allowed_kinds:
+                    raise DTypeError(f"{name}: unsupported dtype {t.dtype}")
+        shape = broadcast_shapes(a.shape, b.shape, op=name)
+        if out_dtype is not None:
+            dt = out_dtype
+        else:
+            dt = dtypes.result_dtype(a.dtype, b.dtype)
+            if float_out and not dtypes.is_float(dt):
+                dt = dtypes.DEFAULT_FLOAT
+        return [TensorType(shape, dt)]
+    return infer
+
+
+def binary(name: str, kernel: Callable, vjp: Optional[Callable] = None, *,
+           expr: Optional[str] = None, out_dtype: Optional[str] = None,
+           float_out: bool = False, allowed_kinds: Optional[str] = None,
+           doc: str = "") -> OpDef:
+    """Register an elementwise binary op with broadcasting and weak-scalar promotion.
+
+    ``vjp`` is a pair of rules ``(for_a, for_b)``, each ``rule(ct, a, b, y)`` giving that
+    operand's cotangent in the broadcast shape (``autodiff`` sums it back to the operand's
+    shape); only the rules for operands that need a gradient run.
+    """
+    rule = None
+    if vjp is not None:
+        rule_a, rule_b = vjp
+
+        def rule(cts, ins, outs, attrs, needs):
+            g, (a, b), y = cts[0], ins, outs[0]
+            return [rule_a(g, a, b, y) if needs[0] else None,
+                    rule_b(g, a, b, y) if needs[1] else None]
+    return register(OpDef(name, binary_infer(name, out_dtype, float_out, allowed_kinds),
+                          kernel, rule, expr=expr, elementwise=True, promote=True, doc=doc))

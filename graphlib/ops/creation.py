@@ -1,0 +1,279 @@
+"""Creation ops: constants, filled tensors, ranges, and seeded random numbers.
+
+Random ops take their randomness as an explicit ``seed`` input (an int64 scalar), so a graph
+is a deterministic function of its inputs. Each random node also gets a ``stream`` number,
+distinct per node of a graph, so two calls with the same seed draw independent numbers while
+running the same graph twice with the same seed gives the same numbers.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable, Optional
+
+from .. import dtypes
+from .. import xp as xpu
+from ..errors import DTypeError, GraphError, ShapeError
+from ..ir import ConstArray, current_graph
+from ..registry import OpDef, register
+from ..types import TensorType, as_shape
+
+
+def _constant_infer(types, attrs):
+    v = attrs["value"]
+    shape = v.array.shape if isinstance(v, ConstArray) else ()
+    return [TensorType(shape, attrs["dtype"])]
+
+
+def _constant_kernel(xp, value, dtype):
+    if isinstance(value, ConstArray):
+        return xp.asarray(value.array, dtype=dtype)
+    return xp.asarray(value, dtype=dtype)
+
+
+constant_op = register(OpDef("constant", _constant_infer, _constant_kernel))
+
+
+def _filled_infer(types, attrs):
+    return [TensorType(attrs["shape"], attrs["dtype"])]
+
+
+full_op = register(OpDef(
+    "full", _filled_infer,
+    lambda xp, shape, fill_value, dtype: xp.full(shape, fill_value, dtype=dtype)))
+
+
+def _like_infer(types, attrs):
+    (t,) = types
+    return [TensorType(t.shape, attrs["dtype"] or t.dtype)]
+
+
+full_like_op = register(OpDef(
+    "full_like", _like_infer,
+    lambda xp, x, fill_value, dtype: xp.full(x.shape, fill_value, dtype=dtype or x.dtype),
+    nondiff_inputs=(0,)))
+
+
+def _arange_infer(types, attrs):
+    n = max(0, math.ceil((attrs["end"] - attrs["start"]) / attrs["step"]))
+    return [TensorType((n,), attrs["dtype"])]
+
+
+arange_op = register(OpDef(
+    "arange", _arange_infer,
+    lambda xp, start, end, step, dtype: xp.arange(start, end, step, dtype=dtype)))
+
+
+def _eye_infer(types, attrs):
+    return [TensorType((attrs["n"], attrs["m"]), attrs["dtype"])]
+
+
+eye_op = register(OpDef("eye", _eye_infer,
+                        lambda xp, n, m, dtype: xp.eye(n, m, dtype=dtype)))
+
+
+def _linspace_infer(types, attrs):
+    return [TensorType((attrs["steps"],), attrs["dtype"])]
+
+
+linspace_op = register(OpDef(
+    "linspace", _linspace_infer,
+    lambda xp, start, end, steps, dtype: xp.linspace(start, end, steps, dtype=dtype)))
+
+
+def _random_infer(types, attrs):
+    (seed,) = types
+    _check_seed(seed)
+    return [TensorType(attrs["shape"], attrs["dtype"])]
+
+
+def _check_seed(t):
+    if t.ndim != 0 or dtypes.kind(t.dtype) != "i":
+        raise DTypeError(f"expected an integer scalar seed, found {t!r}")
+
+
+def _uniform_kernel(xp, seed, shape, low, high, dtype, stream):
+    rng = xpu.rng(xp, seed, stream)
+    u = rng.random(shape, dtype=xp.float64 if dtype == "float16" else dtype)
+    return (u * (high - low) + low).astype(dtype, copy=False)
+
+
+def _normal_kernel(xp, seed, shape, mean, std, dtype, stream):
+    rng = xpu.rng(xp, seed, stream)
+    z = rng.standard_normal(shape, dtype=xp.float64 if dtype == "float16" else dtype)
+    return (z * std + mean).astype(dtype, copy=False)
+
+
+uniform_op = register(OpDef("uniform", _random_infer, _uniform_kernel, random=True,
+                            nondiff_inputs=(0,)))
+normal_op = register(OpDef("normal", _random_infer, _normal_kernel, random=True,
+                           nondiff_inputs=(0,)))
+
+
+def _bernoulli_infer(types, attrs):
+    p, seed = types
+    _check_seed(seed)
+    if not dtypes.is_float(p.dtype):
+        raise DTypeError(f"bernoulli: expected floating-point probabilities, found {p.dtype}")
+    return [TensorType(p.shape, p.dtype)]
+
+
+def _bernoulli_kernel(xp, p, seed, stream):
+    rng = xpu.rng(xp, seed, stream)
+    return (rng.random(p.shape) < p).astype(p.dtype)
+
+
+bernoulli_op = register(OpDef("bernoulli", _bernoulli_infer, _bernoulli_kernel, random=True,
+                              nondiff_inputs=(0, 1)))
+
+
+def _randint_infer(types, attrs):
+    (seed,) = types
+    _check_seed(seed)
+    if attrs["high"] <= attrs["low"]:
+        raise ValueError(f"randint: high ({attrs['high']}) must exceed low ({attrs['low']})")
+    return [TensorType(attrs["shape"], attrs["dtype"])]
+
+
+def _randint_kernel(xp, seed, shape, low, high, dtype, stream):
+    rng = xpu.rng(xp, seed, stream)
+    return rng.integers(low, high, size=shape).astype(dtype, copy=False)
+
+
+randint_op = register(OpDef("randint", _randint_infer, _randint_kernel, random=True,
+                            nondiff_inputs=(0,)))
+
+# -- public functions --------------------------------------------------------------------------
+_default_seed: Optional[Callable[[], int]] = None
+
+
+def set_default_seed_source(fn: Optional[Callable[[], int]]) -> None:
+    """Eager mode installs its global generator here: random ops without a seed draw one."""
+    global _default_seed
+    _default_seed = fn
+
+
+def _seed_operand(seed, name):
+    if seed is not None:
+        return seed
+    if current_graph() is None and _default_seed is not None:
+        return _default_seed()
+    raise GraphError(f"{name}: graph-mode random ops need an explicit seed, e.g. "
+                     f"seed = dg.placeholder('seed', (), 'int64'); {name}(..., seed=seed)")
+
+
+def _size(shape, name):
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+        shape = tuple(shape[0])
+    try:
+        return as_shape(shape)
+    except (TypeError, ValueError) as e:
+        raise ShapeError(f"{name}: {e}") from None
+
+
+def _float_dtype(dtype):
+    return dtypes.as_dtype(dtype) if dtype is not None else dtypes.DEFAULT_FLOAT
+
+
+def constant(value, dtype=None):
+    """A tensor holding ``value`` (a number, nested list or array)."""
+    import numpy as np
+    from ..dispatch import apply
+    if isinstance(value, (bool, int, float)) and not isinstance(value, np.ndarray):
+        dt = dtypes.as_dtype(dtype) if dtype is not None else dtypes.default_dtype_for(value)
+        py = bool(value) if dt == "bool" else (float(value) if dtypes.is_float(dt)
+                                               else int(value))
+        return apply(constant_op, (), {"value": py, "dtype": dt})
+    arr = np.asarray(value)
+    dt = dtypes.as_dtype(dtype) if dtype is not None else dtypes.infer_data_dtype(value)
+    return apply(constant_op, (), {"value": ConstArray(arr.astype(dt)), "dtype": dt})
+
+
+def full(size, fill_value, dtype=None):
+    """A tensor of shape ``size`` filled with ``fill_value``."""
+    dt = dtypes.as_dtype(dtype) if dtype is not None else dtypes.default_dtype_for(fill_value)
+    return full_op(shape=_size((size,) if isinstance(size, (int, str)) else size, "full"),
+                   fill_value=fill_value, dtype=dt)
+
+
+def zeros(*size, dtype=None):
+    """A tensor of zeros (float32 unless ``dtype`` says otherwise)."""
+    return full_op(shape=_size(size, "zeros"), fill_value=0, dtype=_float_dtype(dtype))
+
+
+def ones(*size, dtype=None):
+    """A tensor of ones (float32 unless ``dtype`` says otherwise)."""
+    return full_op(shape=_size(size, "ones"), fill_value=1, dtype=_float_dtype(dtype))
+
+
+def full_like(x, fill_value, dtype=None):
+    return full_like_op(x, fill_value=fill_value,
+                        dtype=dtypes.as_dtype(dtype) if dtype is not None else None)
+
+
+def zeros_like(x, dtype=None):
+    return full_like(x, 0, dtype)
+
+
+def ones_like(x, dtype=None):
+    return full_like(x, 1, dtype)
+
+
+def arange(start, end=None, step=1, dtype=None):
+    """Values from ``start`` (inclusive) to ``end`` (exclusive) by ``step``."""
+    if end is None:
+        start, end = 0, start
+    if step == 0:
+        raise ValueError("arange: step must not be 0")
+    if dtype is None:
+        dtype = (dtypes.DEFAULT_FLOAT if any(isinstance(v, float) for v in (start, end, step))
+                 else dtypes.DEFAULT_INT)
+    return arange_op(start=start, end=end, step=step, dtype=dtypes.as_dtype(dtype))
+
+
+def eye(n: int, m: Optional[int] = None, dtype=None):
+    """Identity matrix of shape (n, m)."""
+    return eye_op(n=int(n), m=int(n if m is None else m), dtype=_float_dtype(dtype))
+
+
+def linspace(start, end, steps: int, dtype=None):
+    """``steps`` evenly spaced values from ``start`` to ``end`` inclusive."""
+    if steps < 0:
+        raise ValueError(f"linspace: steps must be non-negative, found {steps}")
+    return linspace_op(start=float(start), end=float(end), steps=int(steps),
+                       dtype=_float_dtype(dtype))
+
+
+def uniform(*size, seed=None, low: float = 0.0, high: float = 1.0, dtype=None):
+    """Uniform samples in [low, high) drawn from ``seed``."""
+    return uniform_op(_seed_operand(seed, "uniform"), shape=_size(size, "uniform"),
+                      low=float(low), high=float(high), dtype=_float_dtype(dtype))
+
+
+def rand(*size, seed=None, dtype=None):
+    """Uniform samples in [0, 1)."""
+    return uniform(*size, seed=seed, dtype=dtype)
+
+
+def normal(*size, seed=None, mean: float = 0.0, std: float = 1.0, dtype=None):
+    """Normal samples N(mean, std**2) drawn from ``seed``."""
+    return normal_op(_seed_operand(seed, "normal"), shape=_size(size, "normal"),
+                     mean=float(mean), std=float(std), dtype=_float_dtype(dtype))
+
+
+def randn(*size, seed=None, dtype=None):
+    """Standard normal samples."""
+    return normal(*size, seed=seed, dtype=dtype)
+
+
+def bernoulli(p, seed=None):
+    """1 with probability ``p`` (elementwise), else 0, in the dtype of ``p``."""
+    return bernoulli_op(p, _seed_operand(seed, "bernoulli"))
+
+
+def randint(low, high=None, size=(), seed=None, dtype=None):
+    """Integers uniformly drawn from [low, high)."""
+    if high is None:
+        low, high = 0, low
+    return randint_op(_seed_operand(seed, "randint"), shape=_size((size,) if isinstance(
+        size, (int, str)) else size, "randint"), low=int(low), high=int(high),
+        dtype=dtypes.as_dtype(dtype) if dtype is not None else dtypes.DEFAULT_INT)

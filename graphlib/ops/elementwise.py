@@ -1,0 +1,414 @@
+"""Elementwise ops: definition, kernel and gradient side by side, then the public function."""
+from __future__ import annotations
+
+import math
+
+from .. import dtypes
+from .. import xp as xpu
+from ..errors import DTypeError
+from ..registry import OpDef, register
+from ..types import TensorType, broadcast_shapes
+from ._common import binary, unary
+
+_SQRT2 = math.sqrt(2.0)
+_INV_SQRT2PI = 1.0 / math.sqrt(2.0 * math.pi)
+_TWO_OVER_SQRTPI = 2.0 / math.sqrt(math.pi)
+_GELU_C = math.sqrt(2.0 / math.pi)
+
+NUMERIC = ("uint8", "int32", "int64", "float16", "float32", "float64")
+
+# -- unary -------------------------------------------------------------------------------------
+neg_op = unary("neg", lambda xp, x: xp.negative(x), lambda g, x, y: -g, expr="(-{0})",
+               allowed=NUMERIC)
+abs_op = unary("abs", lambda xp, x: xp.abs(x), lambda g, x, y: g * sign(x), expr="abs({0})",
+               allowed=NUMERIC)
+exp_op = unary("exp", lambda xp, x: xp.exp(x), lambda g, x, y: g * y, expr="exp({0})",
+               float_out=True)
+log_op = unary("log", lambda xp, x: xp.log(x), lambda g, x, y: g / x, expr="log({0})",
+               float_out=True)
+sqrt_op = unary("sqrt", lambda xp, x: xp.sqrt(x), lambda g, x, y: g * 0.5 / y,
+                expr="sqrt({0})", float_out=True)
+rsqrt_op = unary("rsqrt", lambda xp, x: xp.reciprocal(xp.sqrt(x)),
+                 lambda g, x, y: g * -0.5 * y / x, expr="(1 / sqrt({0}))", float_out=True)
+square_op = unary("square", lambda xp, x: xp.multiply(x, x), lambda g, x, y: g * 2.0 * x,
+                  expr="({0} * {0})", allowed=NUMERIC)
+reciprocal_op = unary("reciprocal", lambda xp, x: xp.reciprocal(x.astype(float, copy=False))
+                      if x.dtype.kind != "f" else xp.reciprocal(x),
+                      lambda g, x, y: -g * y * y, expr="(1 / {0})", float_out=True)
+sin_op = unary("sin", lambda xp, x: xp.sin(x), lambda g, x, y: g * cos(x), expr="sin({0})",
+               float_out=True)
+cos_op = unary("cos", lambda xp, x: xp.cos(x), lambda g, x, y: -g * sin(x), expr="cos({0})",
+               float_out=True)
+tanh_op = unary("tanh", lambda xp, x: xp.tanh(x), lambda g, x, y: g * (1.0 - y * y),
+                expr="tanh({0})", float_out=True)
+
+
+def _sigmoid_kernel(xp, x):
+    # 0.5 * (1 + tanh(x / 2)) never overflows, unlike 1 / (1 + exp(-x)).
+    half = x.dtype.type(0.5) if x.dtype.kind == "f" else 0.5
+    return half * (xp.tanh(x * half) + 1)
+
+
+sigmoid_op = unary("sigmoid", _sigmoid_kernel, lambda g, x, y: g * y * (1.0 - y),
+                   expr="(0.5 * (tanh(0.5 * {0}) + 1))", float_out=True)
+relu_op = unary("relu", lambda xp, x: xp.maximum(x, 0), lambda g, x, y: where(x > 0, g, 0.0),
+                expr="max({0}, 0)", allowed=NUMERIC)
+leaky_relu_op = unary(
+    "leaky_relu",
+    lambda xp, x, negative_slope: xp.where(x > 0, x, x * negative_slope),
+    lambda g, x, y, negative_slope: where(x > 0, g, g * negative_slope),
+    expr="({0} > 0 ? {0} : {0} * {negative_slope})", float_out=True)
+
+
+def _gelu_kernel(xp, x, approximate):
+    if approximate == "tanh":
+        inner = _GELU_C * (x + 0.044715 * x * x * x)
+        return 0.5 * x * (1.0 + xp.tanh(inner))
+    return 0.5 * x * (1.0 + xpu.erf(xp, x / _SQRT2))
+
+
+def _gelu_vjp(g, x, y, approximate):
+    if approximate == "tanh":
+        t = tanh(_GELU_C * (x + 0.044715 * x * x * x))
+        dinner = _GELU_C * (1.0 + 3 * 0.044715 * x * x)
+        return g * (0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * dinner)
+    cdf = 0.5 * (1.0 + erf(x * (1.0 / _SQRT2)))
+    pdf = exp(-0.5 * x * x) * _INV_SQRT2PI
+    return g * (cdf + x * pdf)
+
+
+gelu_op = unary("gelu", _gelu_kernel, _gelu_vjp, float_out=True,
+                expr="gelu_{approximate}({0})")
+
+
+def _softplus_kernel(xp, x, beta, threshold):
+    bx = x * beta
+    # log1p(exp(bx)) computed stably: max(bx, 0) + log1p(exp(-|bx|)).
+    soft = (xp.maximum(bx, 0) + xp.log1p(xp.exp(-xp.abs(bx)))) / beta
+    return xp.where(bx > threshold, x, soft)
+
+
+softplus_op = unary(
+    "softplus", _softplus_kernel,
+    lambda g, x, y, beta, threshold: where(x * beta > threshold, g, g * sigmoid(x * beta)),
+    float_out=True)
+erf_op = unary("erf", lambda xp, x: xpu.erf(xp, x),
+               lambda g, x, y: g * _TWO_OVER_SQRTPI * exp(-(x * x)), expr="erf({0})",
+               float_out=True)
+sign_op = unary("sign", lambda xp, x: xp.sign(x), None, expr="sign({0})", allowed=NUMERIC)
+logical_not_op = unary("logical_not", lambda xp, x: xp.logical_not(x), None, out_dtype="bool",
+                       expr="(!{0})")
+
+
+def _clamp_kernel(xp, x, min, max):
+    if min is not None and max is not None:
+        return xp.clip(x, min, max)
+    if min is not None:
+        return xp.maximum(x, min)
+    return xp.minimum(x, max)
+
+
+def _clamp_vjp(g, x, y, min, max):
+    keep = None
+    if min is not None:
+        keep = x >= min
+    if max is not None:
+        keep = (x <= max) if keep is None else logical_and(keep, x <= max)
+    return where(keep, g, 0.0)
+
+
+clamp_op = unary("clamp", _clamp_kernel, _clamp_vjp, allowed=NUMERIC)
+
+
+def _pow_scalar_infer(types, attrs):
+    (t,) = types
+    return [TensorType(t.shape, dtypes.weak_result_dtype(t.dtype, attrs["exponent"]))]
+
+
+def _pow_scalar_kernel(xp, x, exponent):
+    if x.dtype.kind in "iub" and isinstance(exponent, int) and exponent < 0:
+        return xp.power(x.astype(float), exponent)
+    return xp.power(x, exponent)
+
+
+def _pow_scalar_vjp(cts, ins, outs, attrs, needs):
+    e = attrs["exponent"]
+    (g,), (x,) = cts, ins
+    if e == 0:
+        return [None]
+    if e == 1:
+        return [g]
+    if e == 2:
+        return [g * 2.0 * x]
+    return [g * e * pow(x, e - 1)]
+
+
+pow_scalar_op = register(OpDef("pow_scalar", _pow_scalar_infer, _pow_scalar_kernel,
+                               _pow_scalar_vjp, expr="pow({0}, {exponent})", elementwise=True))
+
+
+def _cast_infer(types, attrs):
+    return [TensorType(types[0].shape, attrs["dtype"])]
+
+
+cast_op = register(OpDef("cast", _cast_infer,
+                         lambda xp, x, dtype: x.astype(dtype, copy=False),
+                         lambda cts, ins, outs, attrs, needs: [cts[0]],
+                         expr="(({dtype}){0})", elementwise=True))
+
+# -- binary ------------------------------------------------------------------------------------
+add_op = binary("add", lambda xp, a, b: xp.add(a, b),
+                (lambda g, a, b, y: g, lambda g, a, b, y: g), expr="({0} + {1})")
+sub_op = binary("sub", lambda xp, a, b: xp.subtract(a, b),
+                (lambda g, a, b, y: g, lambda g, a, b, y: -g), expr="({0} - {1})")
+mul_op = binary("mul", lambda xp, a, b: xp.multiply(a, b),
+                (lambda g, a, b, y: g * b, lambda g, a, b, y: g * a), expr="({0} * {1})")
+div_op = binary("div", lambda xp, a, b: xp.true_divide(a, b),
+                (lambda g, a, b, y: g / b, lambda g, a, b, y: -g * y / b), expr="({0} / {1})",
+                float_out=True)
+
+
+def _pow_kernel(xp, a, b):
+    if a.dtype.kind in "iub" and b.dtype.kind in "iub":
+        return xp.power(a, b, dtype=a.dtype if a.dtype == b.dtype else None)
+    return xp.power(a, b)
+
+
+# d/da a**b = b * a**(b-1); d/db a**b = a**b * log(a), taken as 0 where a <= 0.
+pow_op = binary("pow", _pow_kernel,
+                (lambda g, a, b, y: g * b * pow(a, b - 1.0),
+                 lambda g, a, b, y: g * where(a > 0, y * log(where(a > 0, a, 1.0)), 0.0)),
+                expr="pow({0}, {1})")
+
+
+def _winner(g, mine, theirs, wins):
+    """g where ``mine`` wins; ties share the gradient equally, as PyTorch does."""
+    return g * (cast(wins(mine, theirs), g.dtype) + cast(mine == theirs, g.dtype) * 0.5)
+
+
+maximum_op = binary("maximum", lambda xp, a, b: xp.maximum(a, b),
+                    (lambda g, a, b, y: _winner(g, a, b, gt),
+                     lambda g, a, b, y: _winner(g, b, a, gt)), expr="max({0}, {1})")
+minimum_op = binary("minimum", lambda xp, a, b: xp.minimum(a, b),
+                    (lambda g, a, b, y: _winner(g, a, b, lt),
+                     lambda g, a, b, y: _winner(g, b, a, lt)), expr="min({0}, {1})")
+
+eq_op = binary("eq", lambda xp, a, b: xp.equal(a, b), out_dtype="bool", expr="({0} == {1})")
+ne_op = binary("ne", lambda xp, a, b: xp.not_equal(a, b), out_dtype="bool", expr="({0} != {1})")
+lt_op = binary("lt", lambda xp, a, b: xp.less(a, b), out_dtype="bool", expr="({0} < {1})")
+le_op = binary("le", lambda xp, a, b: xp.less_equal(a, b), out_dtype="bool",
+               expr="({0} <= {1})")
+gt_op = binary("gt", lambda xp, a, b: xp.greater(a, b), out_dtype="bool", expr="({0} > {1})")
+ge_op = binary("ge", lambda xp, a, b: xp.greater_equal(a, b), out_dtype="bool",
+               expr="({0} >= {1})")
+logical_and_op = binary("logical_and", lambda xp, a, b: xp.logical_and(a, b), out_dtype="bool",
+                        expr="({0} && {1})")
+logical_or_op = binary("logical_or", lambda xp, a, b: xp.logical_or(a, b), out_dtype="bool",
+                       expr="({0} || {1})")
+
+
+def _where_infer(types, attrs):
+    c, a, b = types
+    if c.dtype != "bool":
+        raise DTypeError(f"where: expected a bool condition, found {c.dtype}")
+    shape = broadcast_shapes(c.shape, a.shape, b.shape, op="where")
+    return [TensorType(shape, dtypes.result_dtype(a.dtype, b.dtype))]
+
+
+def _where_vjp(cts, ins, outs, attrs, needs):
+    g, c = cts[0], ins[0]
+    return [None, where(c, g, 0.0) if needs[1] else None,
+            where(c, 0.0, g) if needs[2] else None]
+
+
+where_op = register(OpDef("where", _where_infer, lambda xp, c, a, b: xp.where(c, a, b),
+                          _where_vjp, expr="({0} ? {1} : {2})", elementwise=True,
+                          promote=(1, 2), nondiff_inputs=(0,)))
+
+
+# -- public functions --------------------------------------------------------------------------
+def neg(x):
+    """-x."""
+    return neg_op(x)
+
+
+def abs(x):
+    """|x|."""
+    return abs_op(x)
+
+
+def exp(x):
+    """e**x."""
+    return exp_op(x)
+
+
+def log(x):
+    """Natural logarithm."""
+    return log_op(x)
+
+
+def sqrt(x):
+    """Square root."""
+    return sqrt_op(x)
+
+
+def rsqrt(x):
+    """1 / sqrt(x)."""
+    return rsqrt_op(x)
+
+
+def square(x):
+    """x * x."""
+    return square_op(x)
+
+
+def reciprocal(x):
+    """1 / x (integers give the default float dtype)."""
+    return reciprocal_op(x)
+
+
+def sin(x):
+    return sin_op(x)
+
+
+def cos(x):
+    return cos_op(x)
+
+
+def tanh(x):
+    return tanh_op(x)
+
+
+def sigmoid(x):
+    """1 / (1 + exp(-x)), computed without overflow."""
+    return sigmoid_op(x)
+
+
+def relu(x):
+    """max(x, 0)."""
+    return relu_op(x)
+
+
+def leaky_relu(x, negative_slope: float = 0.01):
+    """x where x > 0, else negative_slope * x."""
+    return leaky_relu_op(x, negative_slope=float(negative_slope))
+
+
+def gelu(x, approximate: str = "none"):
+    """Gaussian error linear unit: exact (erf) by default, or approximate="tanh"."""
+    if approximate not in ("none", "tanh"):
+        raise ValueError(f"gelu: approximate must be 'none' or 'tanh', found {approximate!r}")
+    return gelu_op(x, approximate=approximate)
+
+
+def softplus(x, beta: float = 1.0, threshold: float = 20.0):
+    """log(1 + exp(beta * x)) / beta, linear where beta * x > threshold (as PyTorch)."""
+    return softplus_op(x, beta=float(beta), threshold=float(threshold))
+
+
+def erf(x):
+    """Error function."""
+    return erf_op(x)
+
+
+def sign(x):
+    """-1, 0 or 1 (no gradient)."""
+    return sign_op(x)
+
+
+def logical_not(x):
+    return logical_not_op(x)
+
+
+def _scalar_attr(v, name):
+    if v is None:
+        return None
+    if hasattr(v, "shape") and not isinstance(v, (int, float)):
+        raise TypeError(f"clamp: {name} must be a Python number, found {type(v).__name__}; "
+                        "use dg.minimum/dg.maximum for tensor bounds")
+    return float(v) if isinstance(v, float) else v
+
+
+def clamp(x, min=None, max=None):
+    """Clamp every element into [min, max] (either bound may be None)."""
+    if min is None and max is None:
+        raise ValueError("clamp: at least one of min and max must be given")
+    return clamp_op(x, min=_scalar_attr(min, "min"), max=_scalar_attr(max, "max"))
+
+
+clip = clamp
+
+
+def pow(x, exponent):
+    """x ** exponent; a Python number exponent becomes an attribute (``pow_scalar``)."""
+    if isinstance(exponent, (int, float)) and not isinstance(exponent, bool) and (
+            hasattr(x, "dtype") and not isinstance(x, (int, float))):
+        return pow_scalar_op(x, exponent=exponent)
+    return pow_op(x, exponent)
+
+
+def cast(x, dtype):
+    """Convert to ``dtype`` (numpy casting: floats to ints truncate toward zero)."""
+    return cast_op(x, dtype=dtypes.as_dtype(dtype))
+
+
+def add(a, b):
+    return add_op(a, b)
+
+
+def sub(a, b):
+    return sub_op(a, b)
+
+
+def mul(a, b):
+    return mul_op(a, b)
+
+
+def div(a, b):
+    """True division (integer operands give the default float dtype)."""
+    return div_op(a, b)
+
+
+def maximum(a, b):
+    return maximum_op(a, b)
+
+
+def minimum(a, b):
+    return minimum_op(a, b)
+
+
+def eq(a, b):
+    return eq_op(a, b)
+
+
+def ne(a, b):
+    return ne_op(a, b)
+
+
+def lt(a, b):
+    return lt_op(a, b)
+
+
+def le(a, b):
+    return le_op(a, b)
+
+
+def gt(a, b):
+    return gt_op(a, b)
+
+
+def ge(a, b):
+    return ge_op(a, b)
+
+
+def logical_and(a, b):
+    return logical_and_op(a, b)
+
+
+def logical_or(a, b):
+    return logical_or_op(a, b)
+
+
+def where(condition, a, b):
+    """``a`` where ``condition`` holds, else ``b`` (broadcast together)."""
+    return where_op(condition, a, b)

@@ -1,0 +1,69 @@
+"""Linear algebra: matmul with numpy semantics (1-D operands, batching, broadcasting)."""
+from __future__ import annotations
+
+from .. import dtypes
+from ..errors import DTypeError, ShapeError
+from ..registry import OpDef, register
+from ..types import TensorType, broadcast_shapes, format_shape
+from .shape import reshape, sum_to, transpose, unsqueeze
+
+
+def _matmul_infer(types, attrs):
+    a, b = types
+    if a.ndim == 0 or b.ndim == 0:
+        raise ShapeError(f"matmul: both operands need at least 1 dim, found "
+                         f"{format_shape(a.shape)} and {format_shape(b.shape)}; use mul")
+    if a.dtype == "bool" or b.dtype == "bool":
+        raise DTypeError("matmul: bool operands are not supported; cast them first")
+    ash = a.shape if a.ndim > 1 else (1,) + a.shape
+    bsh = b.shape if b.ndim > 1 else b.shape + (1,)
+    k1, k2 = ash[-1], bsh[-2]
+    if k1 != k2 and isinstance(k1, int) and isinstance(k2, int):
+        raise ShapeError(f"matmul: inner dims do not match: {format_shape(a.shape)} @ "
+                         f"{format_shape(b.shape)} ({k1} != {k2})")
+    if k1 != k2 and isinstance(k1, str) and isinstance(k2, str):
+        raise ShapeError(f"matmul: inner dims {k1!r} and {k2!r} are different symbols in "
+                         f"{format_shape(a.shape)} @ {format_shape(b.shape)}")
+    batch = broadcast_shapes(ash[:-2], bsh[:-2], op="matmul")
+    shape = batch + (ash[-2], bsh[-1])
+    if a.ndim == 1:
+        shape = shape[:-2] + shape[-1:]
+    if b.ndim == 1:
+        shape = shape[:-1]
+    return [TensorType(shape, dtypes.result_dtype(a.dtype, b.dtype))]
+
+
+def _matmul_vjp(cts, ins, outs, attrs, needs):
+    (g,), (a, b) = cts, ins
+    a2 = unsqueeze(a, 0) if a.ndim == 1 else a
+    b2 = unsqueeze(b, -1) if b.ndim == 1 else b
+    if a.ndim == 1:
+        g = unsqueeze(g, -2)
+    if b.ndim == 1:
+        g = unsqueeze(g, -1)
+    ga = matmul(g, transpose(b2, -1, -2)) if needs[0] else None
+    gb = matmul(transpose(a2, -1, -2), g) if needs[1] else None
+    if ga is not None and a.ndim == 1:
+        ga = sum_to(ga, (1,) + tuple(a.shape)) if ga.ndim > 2 else ga
+        ga = reshape(ga, *a.shape)
+    if gb is not None and b.ndim == 1:
+        gb = sum_to(gb, tuple(b.shape) + (1,)) if gb.ndim > 2 else gb
+        gb = reshape(gb, *b.shape)
+    return [ga, gb]
+
+
+matmul_op = register(OpDef("matmul", _matmul_infer, lambda xp, a, b: xp.matmul(a, b),
+                           _matmul_vjp, promote=True))
+
+
+def matmul(a, b):
+    """Matrix product with numpy's rules: 1-D operands are vectors, leading dims broadcast."""
+    return matmul_op(a, b)
+
+
+def mm(a, b):
+    """2-D matrix product."""
+    if a.ndim != 2 or b.ndim != 2:
+        raise ShapeError(f"mm: expected 2-D operands, found {format_shape(a.shape)} and "
+                         f"{format_shape(b.shape)}")
+    return matmul_op(a, b)

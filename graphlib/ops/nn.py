@@ -1,0 +1,95 @@
+"""Neural-network ops: softmax, log_softmax (numerically stable), one_hot."""
+from __future__ import annotations
+
+from .. import dtypes
+from ..errors import DTypeError, ShapeError
+from ..registry import OpDef, register
+from ..types import TensorType, normalize_dim
+from .elementwise import exp
+from .reduction import sum
+
+
+def _softmax_infer(name):
+    def infer(types, attrs):
+        (t,) = types
+        normalize_dim(attrs["dim"], max(t.ndim, 1), name)
+        dt = t.dtype if dtypes.is_float(t.dtype) else dtypes.DEFAULT_FLOAT
+        return [TensorType(t.shape, dt)]
+    return infer
+
+
+def _softmax_kernel(xp, x, dim):
+    if x.ndim == 0:
+        return xp.ones_like(x, dtype=x.dtype if x.dtype.kind == "f" else xp.float32)
+    m = xp.amax(x, axis=dim, keepdims=True)
+    m = xp.where(xp.isfinite(m), m, 0)
+    e = xp.exp(x - m)
+    return e / xp.sum(e, axis=dim, keepdims=True)
+
+
+def _log_softmax_kernel(xp, x, dim):
+    if x.ndim == 0:
+        return xp.zeros_like(x, dtype=x.dtype if x.dtype.kind == "f" else xp.float32)
+    m = xp.amax(x, axis=dim, keepdims=True)
+    m = xp.where(xp.isfinite(m), m, 0)
+    shifted = x - m
+    return shifted - xp.log(xp.sum(xp.exp(shifted), axis=dim, keepdims=True))
+
+
+def _softmax_vjp(cts, ins, outs, a, needs):
+    (g,), (y,) = cts, outs
+    return [y * (g - sum(g * y, a["dim"], keepdim=True))]
+
+
+def _log_softmax_vjp(cts, ins, outs, a, needs):
+    (g,), (y,) = cts, outs
+    return [g - exp(y) * sum(g, a["dim"], keepdim=True)]
+
+
+softmax_op = register(OpDef("softmax", _softmax_infer("softmax"), _softmax_kernel,
+                            _softmax_vjp))
+log_softmax_op = register(OpDef("log_softmax", _softmax_infer("log_softmax"),
+                                _log_softmax_kernel, _log_softmax_vjp))
+
+
+def _one_hot_infer(types, attrs):
+    (t,) = types
+    if t.dtype not in ("int32", "int64", "uint8"):
+        raise DTypeError(f"one_hot: expected integer class indices, found {t.dtype}")
+    return [TensorType(t.shape + (attrs["num_classes"],), "int64")]
+
+
+def _one_hot_kernel(xp, x, num_classes):
+    if x.size and (int(x.min()) < 0 or int(x.max()) >= num_classes):
+        raise ValueError(f"one_hot: class values must lie in [0, {num_classes}), found "
+                         f"[{int(x.min())}, {int(x.max())}]")
+    return (x[..., None] == xp.arange(num_classes)).astype(xp.int64)
+
+
+one_hot_op = register(OpDef("one_hot", _one_hot_infer, _one_hot_kernel))
+
+
+def softmax(x, dim: int):
+    """exp(x) / sum(exp(x), dim), shifted by the max for stability."""
+    return softmax_op(x, dim=normalize_dim(dim, max(x.ndim, 1), "softmax") if x.ndim else 0)
+
+
+def log_softmax(x, dim: int):
+    """x - logsumexp(x, dim), computed stably."""
+    return log_softmax_op(x, dim=normalize_dim(dim, max(x.ndim, 1), "log_softmax")
+                          if x.ndim else 0)
+
+
+def one_hot(indices, num_classes: int = -1):
+    """int64 one-hot encoding with a trailing dim of ``num_classes``.
+
+    In graph mode ``num_classes`` must be given (the output shape cannot depend on data); on
+    eager tensors -1 means ``indices.max() + 1``, as in PyTorch.
+    """
+    if num_classes is None or num_classes < 0:
+        if hasattr(indices, "item") and hasattr(indices, "numpy"):
+            num_classes = int(indices.amax().item()) + 1
+        else:
+            raise ShapeError("one_hot: num_classes must be given when building a graph "
+                             "(the output shape cannot depend on the data)")
+    return one_hot_op(indices, num_classes=int(num_classes))

@@ -1,0 +1,297 @@
+"""Reductions over one, several or all dims, with ``keepdim`` (PyTorch names and defaults)."""
+from __future__ import annotations
+
+from .. import dtypes
+from ..errors import DTypeError, ShapeError
+from ..registry import OpDef, register
+from ..types import TensorType, normalize_dims
+from .elementwise import cast, exp, logical_and, where
+from .shape import expand, reshape
+
+
+def _reduced_shape(shape, dims, keepdim):
+    if keepdim:
+        return tuple(1 if i in dims else d for i, d in enumerate(shape))
+    return tuple(d for i, d in enumerate(shape) if i not in dims)
+
+
+def _check_dims(name, t, dims):
+    for d in dims:
+        if d >= max(t.ndim, 1) and not (t.ndim == 0 and d == 0):
+            raise ShapeError(f"{name}: dim {d} out of range for {t!r}")
+
+
+def _reduce_infer(name, out_dtype=None, float_only=False):
+    def infer(types, attrs):
+        (t,) = types
+        dims = attrs["dim"]
+        _check_dims(name, t, dims)
+        if float_only and not dtypes.is_float(t.dtype):
+            raise DTypeError(f"{name}: expected a floating-point tensor, found {t.dtype}; "
+                             f"cast it first (x.cast('float32'))")
+        dt = out_dtype(t.dtype, attrs) if out_dtype else t.dtype
+        return [TensorType(_reduced_shape(t.shape, dims, attrs["keepdim"]), dt)]
+    return infer
+
+
+def _acc(xp, x):
+    """Accumulate float16 in float32, as PyTorch does."""
+    return xp.float32 if x.dtype == xp.float16 else None
+
+
+def _axis(dims, ndim):
+    return tuple(dims) if ndim else None
+
+
+def expand_back(g, x, dims, keepdim):
+    """Broadcast a reduced tensor ``g`` back to the shape of ``x``."""
+    if not keepdim:
+        g = reshape(g, _reduced_shape(x.shape, dims, True))
+    return expand(g, *x.shape)
+
+
+def _count(x, dims):
+    n = 1
+    for d in dims:
+        size = x.shape[d]
+        if not isinstance(size, int):
+            return numel(x, dims)
+        n *= size
+    return n
+
+
+# -- sum ---------------------------------------------------------------------------------------
+def _sum_dtype(dt, attrs):
+    if attrs.get("dtype"):
+        return attrs["dtype"]
+    return dt if dtypes.is_float(dt) else "int64"
+
+
+def _sum_kernel(xp, x, dim, keepdim, dtype=None):
+    acc = _acc(xp, x) or (dtype if dtype else (None if x.dtype.kind == "f" else xp.int64))
+    return xp.sum(x, axis=_axis(dim, x.ndim), keepdims=keepdim, dtype=acc)
+
+
+sum_op = register(OpDef(
+    "sum", _reduce_infer("sum", _sum_dtype), _sum_kernel,
+    lambda cts, ins, outs, a, needs: [
+        expand_back(cts[0], ins[0], a["dim"], a["keepdim"])]))
+
+
+def _mean_kernel(xp, x, dim, keepdim):
+    return xp.mean(x, axis=_axis(dim, x.ndim), keepdims=keepdim, dtype=_acc(xp, x))
+
+
+mean_op = register(OpDef(
+    "mean", _reduce_infer("mean", float_only=True), _mean_kernel,
+    lambda cts, ins, outs, a, needs: [
+        expand_back(cts[0], ins[0], a["dim"], a["keepdim"]) / _count(ins[0], a["dim"])]))
+
+
+def _extreme_vjp(cts, ins, outs, a, needs):
+    (g,), (x,), (y,) = cts, ins, outs
+    dims, keepdim = a["dim"], a["keepdim"]
+    mask = cast(x == expand_back(y, x, dims, keepdim), g.dtype)
+    ties = sum(mask, dims, keepdim=True)
+    return [mask * expand_back(g, x, dims, keepdim) / ties]
+
+
+amax_op = register(OpDef(
+    "amax", _reduce_infer("amax"),
+    lambda xp, x, dim, keepdim: xp.amax(x, axis=_axis(dim, x.ndim), keepdims=keepdim),
+    _extreme_vjp))
+amin_op = register(OpDef(
+    "amin", _reduce_infer("amin"),
+    lambda xp, x, dim, keepdim: xp.amin(x, axis=_axis(dim, x.ndim), keepdims=keepdim),
+    _extreme_vjp))
+
+
+def _prod_kernel(xp, x, dim, keepdim):
+    acc = _acc(xp, x) or (None if x.dtype.kind == "f" else xp.int64)
+    return xp.prod(x, axis=_axis(dim, x.ndim), keepdims=keepdim, dtype=acc)
+
+
+def _prod_vjp(cts, ins, outs, a, needs):
+    # d prod / d x_i = product of the others, computed without dividing by zero:
+    # no zero in the slice -> prod / x_i; exactly one zero -> the product of the non-zeros at
+    # the zero's position and 0 elsewhere; two or more zeros -> 0.
+    (g,), (x,) = cts, ins
+    dims, keepdim = a["dim"], a["keepdim"]
+    is_zero = x == 0
+    zeros = sum(cast(is_zero, "int64"), dims, keepdim=True)
+    safe = where(is_zero, 1.0, x)
+    prod_nonzero = prod(safe, dims, keepdim=True)
+    no_zero = expand(zeros == 0, *x.shape)
+    one_zero = logical_and(expand(zeros == 1, *x.shape), is_zero)
+    others = where(no_zero, prod_nonzero / safe, where(one_zero, prod_nonzero, 0.0))
+    return [expand_back(g, x, dims, keepdim) * others]
+
+
+prod_op = register(OpDef("prod", _reduce_infer("prod", _sum_dtype), _prod_kernel, _prod_vjp))
+
+
+def _var_kernel(xp, x, dim, keepdim, correction):
+    return xp.var(x, axis=_axis(dim, x.ndim), keepdims=keepdim, ddof=correction,
+                  dtype=_acc(xp, x))
+
+
+def _std_kernel(xp, x, dim, keepdim, correction):
+    return xp.std(x, axis=_axis(dim, x.ndim), keepdims=keepdim, ddof=correction,
+                  dtype=_acc(xp, x))
+
+
+def _var_vjp(cts, ins, outs, a, needs):
+    (g,), (x,) = cts, ins
+    dims, keepdim, c = a["dim"], a["keepdim"], a["correction"]
+    centered = x - mean(x, dims, keepdim=True)
+    return [expand_back(g, x, dims, keepdim) * centered * (2.0 / (_count(x, dims) - c))]
+
+
+def _std_vjp(cts, ins, outs, a, needs):
+    (g,), (x,), (y,) = cts, ins, outs
+    dims, keepdim, c = a["dim"], a["keepdim"], a["correction"]
+    centered = x - mean(x, dims, keepdim=True)
+    scale = expand_back(g / y, x, dims, keepdim) / (_count(x, dims) - c)
+    return [centered * scale]
+
+
+var_op = register(OpDef("var", _reduce_infer("var", float_only=True), _var_kernel, _var_vjp))
+std_op = register(OpDef("std", _reduce_infer("std", float_only=True), _std_kernel, _std_vjp))
+
+
+def _arg_infer(name):
+    def infer(types, attrs):
+        (t,) = types
+        dim, keepdim = attrs["dim"], attrs["keepdim"]
+        if dim is None:
+            shape = tuple(1 for _ in t.shape) if keepdim else ()
+        else:
+            _check_dims(name, t, (dim,))
+            shape = _reduced_shape(t.shape, (dim,), keepdim) if t.ndim else ()
+        return [TensorType(shape, "int64")]
+    return infer
+
+
+def _arg_kernel(fn_name):
+    def kernel(xp, x, dim, keepdim):
+        fn = getattr(xp, fn_name)
+        if dim is None:
+            r = fn(x.reshape(-1))
+            return r.reshape((1,) * x.ndim) if keepdim else r
+        if x.ndim == 0:
+            return xp.zeros((), dtype=xp.int64)
+        return fn(x, axis=dim, keepdims=keepdim)
+    return kernel
+
+
+argmax_op = register(OpDef("argmax", _arg_infer("argmax"), _arg_kernel("argmax")))
+argmin_op = register(OpDef("argmin", _arg_infer("argmin"), _arg_kernel("argmin")))
+
+
+def _logsumexp_kernel(xp, x, dim, keepdim):
+    axis = _axis(dim, x.ndim)
+    m = xp.amax(x, axis=axis, keepdims=True)
+    m = xp.where(xp.isfinite(m), m, 0)
+    s = xp.sum(xp.exp(x - m), axis=axis, keepdims=True, dtype=_acc(xp, x))
+    out = xp.log(s) + m
+    return out if keepdim else xp.squeeze(out, axis=axis)
+
+
+def _logsumexp_vjp(cts, ins, outs, a, needs):
+    (g,), (x,), (y,) = cts, ins, outs
+    dims, keepdim = a["dim"], a["keepdim"]
+    return [expand_back(g, x, dims, keepdim) * exp(x - expand_back(y, x, dims, keepdim))]
+
+
+def _lse_dtype(dt, attrs):
+    return dt if dtypes.is_float(dt) else dtypes.DEFAULT_FLOAT
+
+
+logsumexp_op = register(OpDef("logsumexp", _reduce_infer("logsumexp", _lse_dtype),
+                              _logsumexp_kernel, _logsumexp_vjp))
+
+
+def _numel_infer(types, attrs):
+    _check_dims("numel", types[0], attrs["dim"])
+    return [TensorType((), attrs["dtype"])]
+
+
+def _numel_kernel(xp, x, dim, dtype):
+    n = 1
+    for d in dim:
+        n *= x.shape[d]
+    return xp.asarray(n, dtype=dtype)
+
+
+numel_op = register(OpDef("numel", _numel_infer, _numel_kernel, nondiff_inputs=(0,)))
+
+
+# -- public functions --------------------------------------------------------------------------
+def _dims(x, dim, name):
+    return normalize_dims(dim, x.ndim, name)
+
+
+def sum(x, dim=None, keepdim: bool = False, *, dtype=None):
+    """Sum over ``dim`` (an int, a tuple, or None for all). Integers and bools sum to int64."""
+    return sum_op(x, dim=_dims(x, dim, "sum"), keepdim=bool(keepdim),
+                  dtype=dtypes.as_dtype(dtype) if dtype is not None else None)
+
+
+def mean(x, dim=None, keepdim: bool = False):
+    """Arithmetic mean over ``dim`` (floating-point tensors only, as in PyTorch)."""
+    return mean_op(x, dim=_dims(x, dim, "mean"), keepdim=bool(keepdim))
+
+
+def amax(x, dim=None, keepdim: bool = False):
+    """Maximum over ``dim``; ties share the gradient evenly."""
+    return amax_op(x, dim=_dims(x, dim, "amax"), keepdim=bool(keepdim))
+
+
+def amin(x, dim=None, keepdim: bool = False):
+    """Minimum over ``dim``; ties share the gradient evenly."""
+    return amin_op(x, dim=_dims(x, dim, "amin"), keepdim=bool(keepdim))
+
+
+def prod(x, dim=None, keepdim: bool = False):
+    """Product over ``dim``."""
+    return prod_op(x, dim=_dims(x, dim, "prod"), keepdim=bool(keepdim))
+
+
+def var(x, dim=None, *, correction: int = 1, keepdim: bool = False, unbiased=None):
+    """Variance over ``dim`` with Bessel's ``correction`` (1 = unbiased, the default)."""
+    if unbiased is not None:
+        correction = 1 if unbiased else 0
+    return var_op(x, dim=_dims(x, dim, "var"), keepdim=bool(keepdim), correction=int(correction))
+
+
+def std(x, dim=None, *, correction: int = 1, keepdim: bool = False, unbiased=None):
+    """Standard deviation over ``dim`` with Bessel's ``correction`` (default 1)."""
+    if unbiased is not None:
+        correction = 1 if unbiased else 0
+    return std_op(x, dim=_dims(x, dim, "std"), keepdim=bool(keepdim), correction=int(correction))
+
+
+def argmax(x, dim=None, keepdim: bool = False):
+    """Index of the maximum along ``dim`` (over the flattened tensor when dim is None)."""
+    if dim is not None:
+        dim = normalize_dims(dim, x.ndim, "argmax")
+        dim = dim[0] if dim else 0
+    return argmax_op(x, dim=dim, keepdim=bool(keepdim))
+
+
+def argmin(x, dim=None, keepdim: bool = False):
+    """Index of the minimum along ``dim`` (over the flattened tensor when dim is None)."""
+    if dim is not None:
+        dim = normalize_dims(dim, x.ndim, "argmin")
+        dim = dim[0] if dim else 0
+    return argmin_op(x, dim=dim, keepdim=bool(keepdim))
+
+
+def logsumexp(x, dim, keepdim: bool = False):
+    """log(sum(exp(x), dim)), computed stably."""
+    return logsumexp_op(x, dim=_dims(x, dim, "logsumexp"), keepdim=bool(keepdim))
+
+
+def numel(x, dim=None, dtype="float32"):
+    """Number of elements of ``x`` over ``dim`` as a 0-d tensor (works for symbolic dims)."""
+    return numel_op(x, dim=_dims(x, dim, "numel"), dtype=dtypes.as_dtype(dtype))

@@ -1,0 +1,659 @@
+"""Shape ops: reshape, permute, expand, cat, split, indexing, gather, pad, and ``sum_to``.
+
+Shape attributes may hold symbolic dims (names such as ``"N"``); the runtime binds them from
+the feeds before a kernel sees them.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+from .. import dtypes
+from .. import xp as xpu
+from ..errors import DTypeError, ShapeError
+from ..registry import OpDef, register
+from ..types import TensorType, as_shape, dims_product, format_shape, normalize_dim
+
+# -- reshape -----------------------------------------------------------------------------------
+
+
+def _resolve_reshape(src, target, name="reshape"):
+    """Replace one -1 in ``target`` by the size that keeps the element count."""
+    target = tuple(target)
+    holes = [i for i, d in enumerate(target) if isinstance(d, int) and d == -1]
+    if len(holes) > 1:
+        raise ShapeError(f"{name}: only one dim may be -1, found {format_shape(target)}")
+    for d in target:
+        if isinstance(d, int) and d < -1:
+            raise ShapeError(f"{name}: invalid size {d} in {format_shape(target)}")
+    sc, ssyms = dims_product(src)
+    known = [d for d in target if not (isinstance(d, int) and d == -1)]
+    tc, tsyms = dims_product(known)
+    if holes:
+        rest = list(ssyms)
+        for s in tsyms:
+            if s in rest:
+                rest.remove(s)
+            else:
+                rest = None
+                break
+        if rest is None or tc == 0 or sc % tc != 0 or (rest and sc // tc != 1) or len(rest) > 1:
+            raise ShapeError(f"{name}: cannot infer the -1 in {format_shape(target)} from "
+                             f"shape {format_shape(src)}")
+        fill = rest[0] if rest else sc // tc
+        target = target[:holes[0]] + (fill,) + target[holes[0] + 1:]
+    elif (sc, ssyms) != (tc, tsyms):
+        raise ShapeError(f"{name}: cannot reshape {format_shape(src)} "
+                         f"into {format_shape(target)} (element counts differ)")
+    return as_shape(target)
+
+
+def _reshape_infer(types, attrs):
+    (t,) = types
+    return [TensorType(_resolve_reshape(t.shape, attrs["shape"]), t.dtype)]
+
+
+reshape_op = register(OpDef(
+    "reshape", _reshape_infer, lambda xp, x, shape: xp.reshape(x, shape),
+    lambda cts, ins, outs, a, needs: [reshape(cts[0], ins[0].shape)]))
+
+# -- permute -----------------------------------------------------------------------------------
+
+
+def _permute_infer(types, attrs):
+    (t,) = types
+    dims = attrs["dims"]
+    if sorted(dims) != list(range(t.ndim)):
+        raise ShapeError(f"permute: dims {dims} are not a permutation of the {t.ndim} dims "
+                         f"of {t!r}")
+    return [TensorType(tuple(t.shape[d] for d in dims), t.dtype)]
+
+
+def _permute_vjp(cts, ins, outs, a, needs):
+    inverse = [0] * len(a["dims"])
+    for i, d in enumerate(a["dims"]):
+        inverse[d] = i
+    return [permute(cts[0], *inverse)]
+
+
+permute_op = register(OpDef("permute", _permute_infer,
+                            lambda xp, x, dims: xp.transpose(x, dims), _permute_vjp))
+
+# -- expand and sum_to (its adjoint) -----------------------------------------------------------
+
+
+def _expand_infer(types, attrs):
+    (t,) = types
+    shape = attrs["shape"]
+    if len(shape) < t.ndim:
+        raise ShapeError(f"expand: target {format_shape(shape)} has fewer dims than "
+                         f"{format_shape(t.shape)}")
+    out = list(shape)
+    lead = len(shape) - t.ndim
+    for i, d in enumerate(t.shape):
+        want = shape[lead + i]
+        if want == -1 or want == d:
+            out[lead + i] = d
+        elif d != 1:
+            raise ShapeError(f"expand: cannot expand {format_shape(t.shape)} to "
+                             f"{format_shape(shape)} (dim {i} has size {d}, not 1)")
+    for i in range(lead):
+        if out[i] == -1:
+            raise ShapeError("expand: -1 is not allowed for new leading dims")
+    return [TensorType(tuple(out), t.dtype)]
+
+
+def _expand_kernel(xp, x, shape):
+    lead = len(shape) - x.ndim
+    full = tuple(x.shape[i - lead] if d == -1 else d for i, d in enumerate(shape))
+    return xp.broadcast_to(x, full)
+
+
+expand_op = register(OpDef(
+    "expand", _expand_infer, _expand_kernel,
+    lambda cts, ins, outs, a, needs: [sum_to(cts[0], ins[0].shape)]))
+
+
+def _sum_to_axes(src_shape, shape):
+    lead = len(src_shape) - len(shape)
+    axes = list(range(lead))
+    for i, d in enumerate(shape):
+        if d == 1 and src_shape[lead + i] != 1:
+            axes.append(lead + i)
+    return tuple(axes), lead
+
+
+def _sum_to_infer(types, attrs):
+    (t,) = types
+    shape = attrs["shape"]
+    if len(shape) > t.ndim:
+        raise ShapeError(f"sum_to: cannot sum {format_shape(t.shape)} to the larger "
+                         f"{format_shape(shape)}")
+    lead = t.ndim - len(shape)
+    for i, d in enumerate(shape):
+        s = t.shape[lead + i]
+        if d != s and d != 1 and not isinstance(d, str) and not isinstance(s, str):
+            raise ShapeError(f"sum_to: {format_shape(t.shape)} does not broadcast from "
+                             f"{format_shape(shape)}")
+    return [TensorType(shape, t.dtype)]
+
+
+def _sum_to_kernel(xp, x, shape):
+    axes, lead = _sum_to_axes(x.shape, shape)
+    if not axes:
+        return x
+    out = xp.sum(x, axis=axes, keepdims=True)
+    return out.reshape(shape) if lead else out
+
+
+sum_to_op = register(OpDef(
+    "sum_to", _sum_to_infer, _sum_to_kernel,
+    lambda cts, ins, outs, a, needs: [expand(cts[0], *ins[0].shape)]))
+
+# -- cat and split -----------------------------------------------------------------------------
+
+
+def _cat_infer(types, attrs):
+    dim = attrs["dim"]
+    first = types[0]
+    total = 0
+    dt = first.dtype
+    for t in types:
+        if t.ndim != first.ndim:
+            raise ShapeError(f"cat: all tensors need {first.ndim} dims, found "
+                             f"{format_shape(first.shape)} and {format_shape(t.shape)}")
+        for i, (a, b) in enumerate(zip(t.shape, first.shape)):
+            if i != dim and a != b:
+                raise ShapeError(f"cat: sizes must match except in dim {dim}, found "
+                                 f"{format_shape(first.shape)} and {format_shape(t.shape)}")
+        d = t.shape[dim]
+        total = d if total == 0 else (total + d if isinstance(total, int) and isinstance(d, int)
+                                      else f"{total}+{d}")
+        dt = dtypes.result_dtype(dt, t.dtype)
+    shape = first.shape[:dim] + (total,) + first.shape[dim + 1:]
+    return [TensorType(shape, dt)]
+
+
+def _cat_vjp(cts, ins, outs, a, needs):
+    dim = a["dim"]
+    sizes = [x.shape[dim] for x in ins]
+    if not all(isinstance(s, int) for s in sizes):
+        raise ShapeError(f"cat: the gradient needs static sizes along dim {dim}, "
+                         f"found {sizes}")
+    return list(split(cts[0], sizes, dim))
+
+
+cat_op = register(OpDef("cat", _cat_infer,
+                        lambda xp, *xs, dim: xp.concatenate(xs, axis=dim), _cat_vjp))
+
+
+def _split_infer(types, attrs):
+    (t,) = types
+    dim, sizes = attrs["dim"], attrs["sizes"]
+    size = t.shape[dim]
+    if isinstance(size, int) and builtin_sum(sizes) != size:
+        raise ShapeError(f"split: sizes {list(sizes)} do not add up to {size}, the size of "
+                         f"dim {dim} of {format_shape(t.shape)}")
+    return [TensorType(t.shape[:dim] + (s,) + t.shape[dim + 1:], t.dtype) for s in sizes]
+
+
+def _split_kernel(xp, x, dim, sizes):
+    outs, start = [], 0
+    index = [slice(None)] * x.ndim
+    for s in sizes:
+        index[dim] = slice(start, start + s)
+        outs.append(x[tuple(index)])
+        start += s
+    return tuple(outs)
+
+
+def _split_vjp(cts, ins, outs, a, needs):
+    return [cat(list(cts), a["dim"])]
+
+
+split_op = register(OpDef("split", _split_infer, _split_kernel, _split_vjp, multi_output=True))
+
+# -- basic indexing ----------------------------------------------------------------------------
+
+
+def _normalize_index(index, shape, name="getitem"):
+    """Turn a Python index into a hashable tuple of ('i', k), ('s', start, stop, step),
+    ('n',) for None; Ellipsis is expanded. Returns (items, result shape)."""
+    if not isinstance(index, tuple):
+        index = (index,)
+    consumed = sum(1 for i in index if i is not None and i is not Ellipsis)
+    if consumed > len(shape):
+        raise ShapeError(f"{name}: too many indices ({consumed}) for a tensor with "
+                         f"{len(shape)} dims")
+    items, out_shape, axis = [], [], 0
+    seen_ellipsis = False
+    for it in index:
+        if it is Ellipsis:
+            if seen_ellipsis:
+                raise ShapeError(f"{name}: an index can only have one Ellipsis")
+            seen_ellipsis = True
+            for _ in range(len(shape) - consumed):
+                items.append(("s", None, None, None))
+                out_shape.append(shape[axis])
+                axis += 1
+        elif it is None:
+            items.append(("n",))
+            out_shape.append(1)
+        elif isinstance(it, slice):
+            start, stop, step = (_index_int(v, name) for v in (it.start, it.stop, it.step))
+            if step is not None and step <= 0:
+                raise ShapeError(f"{name}: slice step must be positive, found {step}")
+            size = shape[axis]
+            if isinstance(size, int):
+                n = len(range(*slice(start, stop, step).indices(size)))
+            elif start is None and stop is None and step in (None, 1):
+                n = size
+            elif (start or 0) >= 0 and stop is not None and stop >= 0:
+                n = max(0, -(-(stop - (start or 0)) // (step or 1)))
+            else:
+                n = f"{size}[{start if start is not None else ''}:" \
+                    f"{stop if stop is not None else ''}" \
+                    f"{':' + str(step) if step not in (None, 1) else ''}]"
+            items.append(("s", start, stop, step))
+            out_shape.append(n)
+            axis += 1
+        elif hasattr(it, "__index__") and not isinstance(it, bool):
+            k = int(it.__index__())
+            size = shape[axis]
+            if isinstance(size, int) and not -size <= k < size:
+                raise ShapeError(f"{name}: index {k} is out of bounds for dim {axis} with "
+                                 f"size {size}")
+            items.append(("i", k))
+            axis += 1
+        else:
+            raise TypeError(f"{name}: unsupported index {it!r}; basic indexing takes ints, "
+                            "slices, None and ...; use index_select or gather for tensors")
+    out_shape.extend(shape[axis:])
+    return tuple(items), tuple(out_shape)
+
+
+def _index_int(v, name):
+    if v is None:
+        return None
+    if hasattr(v, "__index__") and not isinstance(v, bool):
+        return int(v.__index__())
+    raise TypeError(f"{name}: slice bounds must be ints, found {v!r}")
+
+
+def _python_index(items):
+    out = []
+    for it in items:
+        if it[0] == "i":
+            out.append(it[1])
+        elif it[0] == "s":
+            out.append(slice(it[1], it[2], it[3]))
+        else:
+            out.append(None)
+    return tuple(out)
+
+
+def _getitem_infer(types, attrs):
+    (t,) = types
+    _, shape = _normalize_index(_python_index(attrs["index"]), t.shape)
+    return [TensorType(shape, t.dtype)]
+
+
+getitem_op = register(OpDef(
+    "getitem", _getitem_infer, lambda xp, x, index: x[_python_index(index)],
+    lambda cts, ins, outs, a, needs: [getitem_grad_op(cts[0], ins[0], index=a["index"])]))
+
+
+def _getitem_grad_infer(types, attrs):
+    g, x = types
+    return [TensorType(x.shape, g.dtype)]
+
+
+def _getitem_grad_kernel(xp, g, x, index):
+    out = xp.zeros(x.shape, dtype=g.dtype)
+    out[_python_index(index)] = g
+    return out
+
+
+getitem_grad_op = register(OpDef(
+    "getitem_grad", _getitem_grad_infer, _getitem_grad_kernel,
+    lambda cts, ins, outs, a, needs: [getitem(cts[0], _python_index(a["index"])), None],
+    nondiff_inputs=(1,)))
+
+# -- gather / scatter_add / index_select / index_add -------------------------------------------
+
+
+def _check_index_dtype(name, t):
+    if t.dtype not in ("int32", "int64", "uint8"):
+        raise DTypeError(f"{name}: expected an integer index tensor, found {t.dtype}")
+
+
+def _gather_infer(types, attrs):
+    x, idx = types
+    _check_index_dtype("gather", idx)
+    dim = attrs["dim"]
+    if idx.ndim != x.ndim:
+        raise ShapeError(f"gather: index needs as many dims as the input ({x.ndim}), "
+                         f"found {format_shape(idx.shape)}")
+    for i, (a, b) in enumerate(zip(idx.shape, x.shape)):
+        if i != dim and isinstance(a, int) and isinstance(b, int) and a > b:
+            raise ShapeError(f"gather: index {format_shape(idx.shape)} is larger than input "
+                             f"{format_shape(x.shape)} in dim {i}")
+    return [TensorType(idx.shape, x.dtype)]
+
+
+def _gather_kernel(xp, x, index, dim):
+    if index.shape != x.shape[:dim] + index.shape[dim:dim + 1] + x.shape[dim + 1:]:
+        x = x[tuple(slice(0, s) if i != dim else slice(None)
+                    for i, s in enumerate(index.shape))]
+    return xp.take_along_axis(x, index.astype(xp.int64, copy=False), axis=dim)
+
+
+gather_op = register(OpDef(
+    "gather", _gather_infer, _gather_kernel,
+    lambda cts, ins, outs, a, needs: [
+        scatter_add(zeros_like_for_grad(ins[0], cts[0]), a["dim"], ins[1], cts[0]), None],
+    nondiff_inputs=(1,)))
+
+
+def _scatter_add_infer(types, attrs):
+    x, idx, src = types
+    _check_index_dtype("scatter_add", idx)
+    if idx.shape != src.shape:
+        raise ShapeError(f"scatter_add: index {format_shape(idx.shape)} and src "
+                         f"{format_shape(src.shape)} must have the same shape")
+    return [TensorType(x.shape, dtypes.result_dtype(x.dtype, src.dtype))]
+
+
+def _scatter_add_kernel(xp, x, index, src, dim):
+    out = x.astype(xp.result_type(x, src), copy=True)
+    grids = list(xp.indices(index.shape, sparse=True))
+    grids[dim] = index.astype(xp.int64, copy=False)
+    xpu.add_at(xp, out, tuple(grids), src)
+    return out
+
+
+scatter_add_op = register(OpDef(
+    "scatter_add", _scatter_add_infer, _scatter_add_kernel,
+    lambda cts, ins, outs, a, needs: [
+        cts[0], None, gather(cts[0], a["dim"], ins[1]) if needs[2] else None],
+    nondiff_inputs=(1,)))
+
+
+def _index_select_infer(types, attrs):
+    x, idx = types
+    _check_index_dtype("index_select", idx)
+    if idx.ndim != 1:
+        raise ShapeError(f"index_select: expected a 1-D index, found {format_shape(idx.shape)}")
+    dim = attrs["dim"]
+    return [TensorType(x.shape[:dim] + idx.shape + x.shape[dim + 1:], x.dtype)]
+
+
+index_select_op = register(OpDef(
+    "index_select", _index_select_infer,
+    lambda xp, x, index, dim: xp.take(x, index.astype(xp.int64, copy=False), axis=dim),
+    lambda cts, ins, outs, a, needs: [
+        index_add(zeros_like_for_grad(ins[0], cts[0]), a["dim"], ins[1], cts[0]), None],
+    nondiff_inputs=(1,)))
+
+
+def _index_add_infer(types, attrs):
+    x, idx, src = types
+    _check_index_dtype("index_add", idx)
+    dim = attrs["dim"]
+    want = x.shape[:dim] + idx.shape + x.shape[dim + 1:]
+    if idx.ndim != 1 or src.ndim != x.ndim or any(
+            isinstance(a, int) and isinstance(b, int) and a != b
+            for a, b in zip(src.shape, want)):
+        raise ShapeError(f"index_add: expected src of shape {format_shape(want)}, found "
+                         f"{format_shape(src.shape)}")
+    return [TensorType(x.shape, dtypes.result_dtype(x.dtype, src.dtype))]
+
+
+def _index_add_kernel(xp, x, index, src, dim):
+    out = x.astype(xp.result_type(x, src), copy=True)
+    where = (slice(None),) * dim + (index.astype(xp.int64, copy=False),)
+    xpu.add_at(xp, out, where, src)
+    return out
+
+
+index_add_op = register(OpDef(
+    "index_add", _index_add_infer, _index_add_kernel,
+    lambda cts, ins, outs, a, needs: [
+        cts[0], None, index_select(cts[0], a["dim"], ins[1]) if needs[2] else None],
+    nondiff_inputs=(1,)))
+
+# -- pad ---------------------------------------------------------------------------------------
+
+
+def _pad_infer(types, attrs):
+    (t,) = types
+    pad = attrs["pad"]
+    if len(pad) % 2 or len(pad) // 2 > t.ndim:
+        raise ShapeError(f"pad: expected pairs (before, after) for at most {t.ndim} dims, "
+                         f"found {list(pad)}")
+    shape = list(t.shape)
+    for k in range(len(pad) // 2):
+        axis = t.ndim - 1 - k
+        lo, hi = pad[2 * k], pad[2 * k + 1]
+        if lo < 0 or hi < 0:
+            raise ShapeError(f"pad: negative padding {list(pad)} is not supported")
+        d = shape[axis]
+        shape[axis] = d + lo + hi if isinstance(d, int) else (
+            d if lo + hi == 0 else f"{d}+{lo + hi}")
+    return [TensorType(tuple(shape), t.dtype)]
+
+
+def _pad_width(ndim, pad):
+    width = [(0, 0)] * ndim
+    for k in range(len(pad) // 2):
+        width[ndim - 1 - k] = (pad[2 * k], pad[2 * k + 1])
+    return width
+
+
+def _pad_vjp(cts, ins, outs, a, needs):
+    x = ins[0]
+    index = []
+    for lo, hi in _pad_width(x.ndim, a["pad"]):
+        index.append(slice(lo, -hi if hi else None))
+    return [getitem(cts[0], tuple(index))]
+
+
+pad_op = register(OpDef(
+    "pad", _pad_infer,
+    lambda xp, x, pad, value: xp.pad(x, _pad_width(x.ndim, pad), mode="constant",
+                                     constant_values=value),
+    _pad_vjp))
+
+# -- public functions --------------------------------------------------------------------------
+builtin_sum = sum
+
+
+def _shape_args(shape, name):
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+        shape = tuple(shape[0])
+    out = []
+    for d in shape:
+        if isinstance(d, str):
+            out.append(d)
+        elif hasattr(d, "__index__") and not isinstance(d, bool):
+            out.append(int(d.__index__()))
+        else:
+            raise TypeError(f"{name}: expected ints (or symbol names) as sizes, found {d!r}")
+    return tuple(out)
+
+
+def reshape(x, *shape):
+    """View ``x`` with a new shape; one dim may be -1."""
+    return reshape_op(x, shape=_shape_args(shape, "reshape"))
+
+
+def permute(x, *dims):
+    """Reorder dims: ``permute(x, 2, 0, 1)``."""
+    dims = _shape_args(dims, "permute")
+    return permute_op(x, dims=tuple(normalize_dim(d, x.ndim, "permute") for d in dims))
+
+
+def transpose(x, dim0: int, dim1: int):
+    """Swap two dims."""
+    dims = list(range(x.ndim))
+    a, b = normalize_dim(dim0, x.ndim, "transpose"), normalize_dim(dim1, x.ndim, "transpose")
+    dims[a], dims[b] = dims[b], dims[a]
+    return permute_op(x, dims=tuple(dims))
+
+
+def expand(x, *sizes):
+    """Broadcast ``x`` to ``sizes`` without copying (-1 keeps a dim)."""
+    sizes = _shape_args(sizes, "expand")
+    if tuple(sizes) == tuple(x.shape):
+        return x
+    return expand_op(x, shape=sizes)
+
+
+def broadcast_to(x, shape):
+    return expand(x, *shape)
+
+
+def sum_to(x, shape):
+    """Sum ``x`` down to ``shape`` (the adjoint of broadcasting to it)."""
+    shape = as_shape(shape)
+    if tuple(x.shape) == shape:
+        return x
+    return sum_to_op(x, shape=shape)
+
+
+def squeeze(x, dim=None):
+    """Remove size-1 dims (all static ones, or only ``dim``; a no-op when it is not 1)."""
+    if dim is None:
+        shape = tuple(d for d in x.shape if d != 1)
+    else:
+        dims = (dim,) if isinstance(dim, int) else tuple(dim)
+        dims = {normalize_dim(d, x.ndim, "squeeze") for d in dims}
+        shape = tuple(d for i, d in enumerate(x.shape) if not (i in dims and d == 1))
+    if shape == tuple(x.shape):
+        return x
+    return reshape_op(x, shape=shape)
+
+
+def unsqueeze(x, dim: int):
+    """Insert a size-1 dim at ``dim``."""
+    d = normalize_dim(dim, x.ndim, "unsqueeze", allow_end=True)
+    shape = tuple(x.shape)
+    return reshape_op(x, shape=shape[:d] + (1,) + shape[d:])
+
+
+def flatten(x, start_dim: int = 0, end_dim: int = -1):
+    """Merge dims ``start_dim..end_dim`` into one."""
+    if x.ndim == 0:
+        return reshape_op(x, shape=(1,))
+    s = normalize_dim(start_dim, x.ndim, "flatten")
+    e = normalize_dim(end_dim, x.ndim, "flatten")
+    if s > e:
+        raise ShapeError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim}")
+    if s == e:
+        return x
+    shape = tuple(x.shape)
+    merged = shape[s:e + 1]
+    c, syms = dims_product(merged)
+    if not syms:
+        mid = c
+    elif len(syms) == 1 and c == 1:
+        mid = syms[0]
+    else:
+        mid = -1
+        if any(isinstance(d, str) for d in shape[:s] + shape[e + 1:]):
+            mid = "*".join(str(d) for d in merged)
+    return reshape_op(x, shape=shape[:s] + (mid,) + shape[e + 1:])
+
+
+def cat(tensors: Sequence, dim: int = 0):
+    """Concatenate along an existing dim."""
+    tensors = list(tensors)
+    if not tensors:
+        raise ValueError("cat: expected a non-empty sequence of tensors")
+    d = normalize_dim(dim, tensors[0].ndim, "cat")
+    if len(tensors) == 1:
+        return tensors[0]
+    return cat_op(*tensors, dim=d)
+
+
+concatenate = cat
+
+
+def stack(tensors: Sequence, dim: int = 0):
+    """Join tensors of equal shape along a new dim."""
+    tensors = list(tensors)
+    if not tensors:
+        raise ValueError("stack: expected a non-empty sequence of tensors")
+    shapes = {tuple(t.shape) for t in tensors}
+    if len(shapes) > 1:
+        raise ShapeError(f"stack: all tensors need the same shape, found "
+                         f"{', '.join(format_shape(s) for s in shapes)}")
+    d = normalize_dim(dim, tensors[0].ndim, "stack", allow_end=True)
+    parts = [unsqueeze(t, d) for t in tensors]
+    return parts[0] if len(parts) == 1 else cat_op(*parts, dim=d)
+
+
+def split(x, split_size_or_sections, dim: int = 0):
+    """Split into chunks of a given size (the last may be smaller) or of given sizes."""
+    d = normalize_dim(dim, x.ndim, "split")
+    size = x.shape[d]
+    if isinstance(split_size_or_sections, int):
+        step = split_size_or_sections
+        if step <= 0:
+            raise ValueError(f"split: chunk size must be positive, found {step}")
+        if not isinstance(size, int):
+            raise ShapeError(f"split: cannot split symbolic dim {size!r} into chunks of {step}")
+        sizes = tuple(min(step, size - i) for i in range(0, size, step)) or (0,)
+    else:
+        sizes = tuple(int(s) for s in split_size_or_sections)
+    return split_op(x, dim=d, sizes=sizes)
+
+
+def chunk(x, chunks: int, dim: int = 0):
+    """Split into ``chunks`` nearly equal pieces (as torch.chunk)."""
+    size = x.shape[normalize_dim(dim, x.ndim, "chunk")]
+    return split(x, -(-size // chunks), dim)
+
+
+def getitem(x, index):
+    """Basic indexing: ints, slices (positive steps), None and ... ; a 1-D integer tensor
+    index selects along the first dim (index_select)."""
+    if hasattr(index, "dtype") and hasattr(index, "shape") and not isinstance(index, int):
+        dt = index.dtype if isinstance(index.dtype, str) else dtypes.as_dtype(index.dtype)
+        if dt == "bool":
+            raise TypeError("getitem: boolean mask indexing gives a data-dependent shape; use "
+                            "dg.where(mask, x, 0) instead")
+        return index_select(x, 0, index)
+    items, _ = _normalize_index(index, tuple(x.shape))
+    return getitem_op(x, index=items)
+
+
+def gather(x, dim: int, index):
+    """out[i][j] = x[index[i][j]][j] for dim=0 (torch.gather)."""
+    return gather_op(x, index, dim=normalize_dim(dim, x.ndim, "gather"))
+
+
+def scatter_add(x, dim: int, index, src):
+    """out = x; out[index[i][j]][j] += src[i][j] for dim=0 (torch.scatter_add)."""
+    return scatter_add_op(x, index, src, dim=normalize_dim(dim, x.ndim, "scatter_add"))
+
+
+def index_select(x, dim: int, index):
+    """Pick entries ``index`` (1-D integers) along ``dim``."""
+    return index_select_op(x, index, dim=normalize_dim(dim, x.ndim, "index_select"))
+
+
+def index_add(x, dim: int, index, src):
+    """out = x; out[..., index[i], ...] += src[..., i, ...] along ``dim``."""
+    return index_add_op(x, index, src, dim=normalize_dim(dim, x.ndim, "index_add"))
+
+
+def pad(x, pad: Sequence[int], value: float = 0.0):
+    """Constant padding; ``pad`` lists (before, after) pairs from the last dim backwards."""
+    pad = tuple(int(p) for p in pad)
+    return pad_op(x, pad=pad, value=value)
+
+
+def zeros_like_for_grad(x, g):
+    """Zeros shaped like ``x`` with the dtype of ``g`` (used by scatter-style vjps)."""
+    from .creation import zeros_like
+    return zeros_like(x, dtype=g.dtype)

@@ -1,0 +1,78 @@
+"""The text form of a graph: one line per node, readable like a jaxpr or MLIR.
+
+    graph mlp(%x: f32[N,4], %w: f32[4,3]) {
+      %0: f32[N,3] = matmul(%x, %w)
+      %1: f32[N,3] = relu(%0)
+      ...
+      return (%4, %9)
+    }
+"""
+from __future__ import annotations
+
+from typing import Dict, Optional
+
+from .ir import ConstArray
+
+
+def _fmt_attr(v) -> str:
+    if isinstance(v, float):
+        return repr(v)
+    if isinstance(v, tuple):
+        return "(" + ", ".join(_fmt_attr(x) for x in v) + ("," if len(v) == 1 else "") + ")"
+    if isinstance(v, ConstArray):
+        return repr(v)
+    return repr(v) if isinstance(v, str) else str(v)
+
+
+def format_attrs(attrs: dict) -> str:
+    if not attrs:
+        return ""
+    return "{" + ", ".join(f"{k}={_fmt_attr(v)}" for k, v in attrs.items()) + "}"
+
+
+class Namer:
+    """Stable names at print time: inputs by their name, everything else %0, %1, ..."""
+
+    def __init__(self):
+        self.names: Dict[int, str] = {}
+        self.count = 0
+
+    def name(self, v) -> str:
+        n = self.names.get(id(v))
+        if n is None:
+            if getattr(v, "name", None):
+                n = f"%{v.name}"
+            else:
+                n = f"%{self.count}"
+                self.count += 1
+            self.names[id(v)] = n
+        return n
+
+
+def node_to_text(node, namer: Namer, source: bool = False, indent: str = "  ") -> str:
+    outs = ", ".join(f"{namer.name(o)}: {o.type!r}" for o in node.outputs)
+    ins = ", ".join(namer.name(i) for i in node.inputs)
+    line = f"{indent}{outs} = {node.op.name}({ins}){format_attrs(node.attrs)}"
+    sub = getattr(node, "subgraph_text", None)
+    if sub is not None:
+        line += "\n" + sub(indent + "  ")
+    if source and node.source is not None:
+        line = f"{line:<72}  # {node.source.short()}"
+    return line
+
+
+def graph_to_text(graph, source: bool = False, outputs=None, namer: Optional[Namer] = None,
+                  indent: str = "") -> str:
+    namer = namer or Namer()
+    sig = ", ".join(f"{namer.name(v)}: {v.type!r}" for v in graph.inputs)
+    lines = [f"{indent}graph {graph.name}({sig})"
+             + (" state(" + ", ".join(f"{namer.name(v)}: {v.type!r}" for v in graph.state)
+                + ")" if graph.state else "") + " {"]
+    for node in graph.nodes:
+        lines.append(node_to_text(node, namer, source, indent + "  "))
+    outs = list(outputs) if outputs is not None else list(graph.outputs)
+    for state, new in graph.updates.values():
+        lines.append(f"{indent}  {namer.name(state)} <- {namer.name(new)}")
+    lines.append(f"{indent}  return (" + ", ".join(namer.name(o) for o in outs) + ")")
+    lines.append(indent + "}")
+    return "\n".join(lines)

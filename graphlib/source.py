@@ -1,0 +1,60 @@
+"""Where in the user's code a node was created.
+
+Graph building always records the user's ``file:line`` (the first frame outside duograph).
+Eager execution skips the stack walk on its hot path unless ``set_capture_source(True)`` asks
+for it (``DUOGRAPH_SOURCE=1`` in the environment does the same).
+"""
+from __future__ import annotations
+
+import os
+import sys
+from typing import NamedTuple, Optional
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+# Every engine folder and the face package sit side by side under one root.
+_ROOT = os.path.dirname(_HERE)
+_PACKAGE_DIRS = tuple(
+    os.path.join(_ROOT, name) + os.sep
+    for name in ("graphlib", "eager", "passes", "runtime", "duograph")
+)
+if os.path.basename(_ROOT) == "duograph":  # installed from a wheel: all under duograph/
+    _PACKAGE_DIRS = (_ROOT + os.sep,)
+
+_capture_eager = os.environ.get("DUOGRAPH_SOURCE", "") not in ("", "0")
+
+
+class SourceLocation(NamedTuple):
+    filename: str
+    lineno: int
+    function: str
+
+    def __str__(self) -> str:
+        return f"{self.filename}:{self.lineno} ({self.function})"
+
+    def short(self) -> str:
+        return f"{os.path.basename(self.filename)}:{self.lineno}"
+
+
+def _is_internal(filename: str) -> bool:
+    return filename.startswith(_PACKAGE_DIRS)
+
+
+def user_source(skip: int = 1) -> Optional[SourceLocation]:
+    """The innermost frame outside duograph (None when there is none)."""
+    frame = sys._getframe(skip)
+    while frame is not None:
+        code = frame.f_code
+        if not _is_internal(code.co_filename):
+            return SourceLocation(code.co_filename, frame.f_lineno, code.co_name)
+        frame = frame.f_back
+    return None
+
+
+def set_capture_source(enabled: bool) -> None:
+    """Record source locations for eagerly executed ops too (slower; for debugging)."""
+    global _capture_eager
+    _capture_eager = bool(enabled)
+
+
+def capture_source_eagerly() -> bool:
+    return _capture_eager

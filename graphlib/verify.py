@@ -1,0 +1,55 @@
+"""``graph.verify()``: SSA, topological order and types, with the nodes around a failure."""
+from __future__ import annotations
+
+from .errors import GraphError
+from .printer import Namer, node_to_text
+
+
+def _context(graph, index: int, namer: Namer) -> str:
+    lo, hi = max(0, index - 2), min(len(graph.nodes), index + 3)
+    lines = []
+    for i in range(lo, hi):
+        mark = "-> " if i == index else "   "
+        lines.append(mark + node_to_text(graph.nodes[i], namer, source=True, indent=""))
+    return "\n".join(lines)
+
+
+def verify(graph) -> None:
+    """Raise GraphError when the graph breaks an IR invariant; return None when it holds."""
+    namer = Namer()
+    for v in list(graph.inputs) + list(graph.state):
+        namer.name(v)
+    defined = {id(v) for v in graph.inputs} | {id(v) for v in graph.state}
+    if len(defined) != len(graph.inputs) + len(graph.state):
+        raise GraphError(f"graph {graph.name!r}: an input is listed twice")
+    for index, node in enumerate(graph.nodes):
+        def fail(msg):
+            raise GraphError(f"graph {graph.name!r}, node {index} ({node.op.name}): {msg}\n"
+                             + _context(graph, index, namer))
+        for i, x in enumerate(node.inputs):
+            if id(x) not in defined:
+                fail(f"input {i} is used before it is defined (or is not in the graph)")
+        for i, o in enumerate(node.outputs):
+            if id(o) in defined:
+                fail(f"output {i} is defined twice (SSA broken)")
+            if o.node is not node or o.index != i:
+                fail(f"output {i} does not point back to its producer")
+        try:
+            types = node.op.infer([x.type for x in node.inputs], node.attrs)
+        except Exception as e:  # noqa: BLE001 - reported with context
+            fail(f"type inference fails: {e}")
+        if [t for t in types] != [o.type for o in node.outputs]:
+            fail(f"stored output types {[o.type for o in node.outputs]} differ from the "
+                 f"inferred {list(types)}")
+        for o in node.outputs:
+            defined.add(id(o))
+    for o in graph.outputs:
+        if id(o) not in defined:
+            raise GraphError(f"graph {graph.name!r}: an output is not defined in the graph")
+    for state, new in graph.updates.values():
+        if id(new) not in defined:
+            raise GraphError(f"graph {graph.name!r}: the update of {state.name!r} is not "
+                             "defined in the graph")
+        if new.type != state.type:
+            raise GraphError(f"graph {graph.name!r}: the update of {state.name!r} has type "
+                             f"{new.type!r}, expected {state.type!r}")

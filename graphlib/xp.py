@@ -1,0 +1,39 @@
+"""Array-module helpers for kernels: one kernel body serves numpy and cupy.
+
+Kernels receive ``xp`` (numpy or cupy) and call ``xp.<fn>`` only for what both modules share.
+What they do not share (special functions, scatter-add) is bridged here, with cupy imported
+lazily so CPU users never need it.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+def is_numpy(xp) -> bool:
+    return xp is np
+
+
+def erf(xp, x):
+    """Elementwise error function (scipy on CPU, cupyx on GPU)."""
+    if xp is np:
+        from scipy.special import erf as _erf
+        return _erf(x)
+    from cupyx.scipy.special import erf as _erf   # pragma: no cover - GPU only
+    return _erf(x)
+
+
+def add_at(xp, target, index, values) -> None:
+    """Unbuffered ``target[index] += values`` (repeated indices accumulate)."""
+    if xp is np:
+        np.add.at(target, index, values)
+    else:  # pragma: no cover - GPU only
+        import cupyx
+        cupyx.scatter_add(target, index, values)
+
+
+def rng(xp, seed, stream: int):
+    """A generator for (seed, stream): same pair, same numbers; streams are independent."""
+    seed_int = int(np.asarray(seed.get() if hasattr(seed, "get") else seed).reshape(()))
+    state = np.random.SeedSequence([seed_int & 0xFFFFFFFFFFFFFFFF, stream]).generate_state(2)
+    combined = int(state[0]) | (int(state[1]) << 32)
+    return xp.random.default_rng(combined)
