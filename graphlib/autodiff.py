@@ -7,7 +7,7 @@ broadcasting (``sum_to``) and dtype changes happens here, once, not in every rul
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 from . import dtypes
 from .errors import GraphError
@@ -25,34 +25,51 @@ def fit_to(ct, x):
     return ct
 
 
+def value_key(v):
+    """The key a value's cotangent is stored under: (id(producer), output index), or id(v)
+    for a value no node produced (an input, a leaf tensor)."""
+    node = v.node
+    return (id(node), v.index) if node is not None else id(v)
+
+
+def input_keys(node) -> Sequence:
+    """Keys of a node's inputs. Eager nodes capture them when recorded (``node.input_keys``),
+    so a tensor later modified in place still routes gradients to its old producer."""
+    keys = getattr(node, "input_keys", None)
+    return keys if keys is not None else [value_key(x) for x in node.inputs]
+
+
 def relevant_values(nodes: Sequence, wrt: Sequence) -> set:
-    """ids of the values that depend on any of ``wrt`` (forward sweep over ``nodes``)."""
-    relevant = {id(w) for w in wrt}
+    """Keys of the values that depend on any of ``wrt`` (forward sweep over ``nodes``)."""
+    relevant = {value_key(w) for w in wrt}
     for n in nodes:
-        for i in n.inputs:
-            if id(i) in relevant:
-                relevant.update(id(o) for o in n.outputs)
-                break
+        if any(k in relevant for k in input_keys(n)):
+            relevant.update((id(n), i) for i in range(len(n.outputs)))
     return relevant
 
 
-def backward_pass(nodes: Sequence, seeds: Dict[int, object], wrt: Sequence,
-                  relevant: Optional[set] = None) -> Dict[int, object]:
-    """Propagate cotangents from ``seeds`` (id(value) -> cotangent) back through ``nodes``.
+def backward_pass(nodes: Sequence, seeds: Dict[object, object], wrt: Sequence = (),
+                  relevant: Optional[set] = None,
+                  on_grad: Optional[Callable] = None) -> Dict[object, object]:
+    """Propagate cotangents from ``seeds`` (value key -> cotangent) back through ``nodes``.
 
-    ``nodes`` must be in topological order. Returns id(value) -> accumulated cotangent for
-    every value reached (the ``wrt`` values among them).
+    ``nodes`` must be in topological order; ``relevant`` holds the keys of values that want a
+    gradient (default: those depending on ``wrt``). ``on_grad(node, index, ct)`` may replace
+    an output's cotangent once it is complete (tensor hooks). Returns key -> accumulated
+    cotangent for every value reached.
     """
     from .ops.creation import zeros_like
     if relevant is None:
         relevant = relevant_values(nodes, wrt)
-    cts: Dict[int, object] = dict(seeds)
+    cts: Dict[object, object] = dict(seeds)
     for node in reversed(nodes):
-        out_cts = [cts.get(id(o)) for o in node.outputs]
+        nid = id(node)
+        out_cts = [cts.get((nid, i)) for i in range(len(node.outputs))]
         if all(c is None for c in out_cts):
             continue
+        keys = input_keys(node)
         targets = [i for i, x in enumerate(node.inputs)
-                   if id(x) in relevant and i not in node.op.nondiff_inputs
+                   if keys[i] in relevant and i not in node.op.nondiff_inputs
                    and dtypes.is_float(x.dtype)]
         if not targets:
             continue
@@ -60,18 +77,20 @@ def backward_pass(nodes: Sequence, seeds: Dict[int, object], wrt: Sequence,
             where = f"\n  in: {node.source}" if node.source else ""
             raise GraphError(f"{node.op.name}: this op has no gradient rule, but a gradient "
                              f"must flow through it{where}")
-        out_cts = [c if c is not None else zeros_like(o)
-                   for c, o in zip(out_cts, node.outputs)]
+        outputs = node.outputs
+        if on_grad is not None:
+            out_cts = [on_grad(node, i, c) if c is not None else None
+                       for i, c in enumerate(out_cts)]
+        out_cts = [c if c is not None else zeros_like(o) for c, o in zip(out_cts, outputs)]
         needs = tuple(i in targets for i in range(len(node.inputs)))
-        in_cts = node.op.vjp(out_cts, node.inputs, node.outputs, node.attrs, needs)
+        in_cts = node.op.vjp(out_cts, node.inputs, outputs, node.attrs, needs)
         for i in targets:
             ct = in_cts[i]
             if ct is None:
                 continue
-            x = node.inputs[i]
-            ct = fit_to(ct, x)
-            prev = cts.get(id(x))
-            cts[id(x)] = ct if prev is None else prev + ct
+            ct = fit_to(ct, node.inputs[i])
+            prev = cts.get(keys[i])
+            cts[keys[i]] = ct if prev is None else prev + ct
     return cts
 
 
@@ -120,9 +139,9 @@ def grad(output, wrt, cotangent=None) -> List[Value]:
     if tuple(cotangent.shape) != tuple(output.shape):
         raise GraphError(f"grad: cotangent shape {list(cotangent.shape)} does not match the "
                          f"output shape {list(output.shape)}")
-    cts = backward_pass(nodes, {id(output): cotangent}, wrt)
+    cts = backward_pass(nodes, {value_key(output): cotangent}, wrt)
     result = []
     for w in wrt:
-        g = cts.get(id(w))
+        g = cts.get(value_key(w))
         result.append(g if g is not None else zeros_like(w))
     return result

@@ -277,3 +277,27 @@ def randint(low, high=None, size=(), seed=None, dtype=None):
     return randint_op(_seed_operand(seed, "randint"), shape=_size((size,) if isinstance(
         size, (int, str)) else size, "randint"), low=int(low), high=int(high),
         dtype=dtypes.as_dtype(dtype) if dtype is not None else dtypes.DEFAULT_INT)
+
+
+# -- device transfer ---------------------------------------------------------------------------
+def _to_device_infer(types, attrs):
+    if attrs["device"] not in ("cpu", "cuda"):
+        raise ValueError(f"to_device: unknown device {attrs['device']!r}")
+    return [types[0]]
+
+
+def _to_device_kernel(xp, x, device):
+    if device == "cpu":
+        return x.get() if hasattr(x, "get") else x
+    import cupy   # pragma: no cover - GPU only
+    return cupy.asarray(x)
+
+
+to_device_op = register(OpDef(
+    "to_device", _to_device_infer, _to_device_kernel,
+    lambda cts, ins, outs, a, needs: [to_device(cts[0], getattr(ins[0], "device", "cpu"))]))
+
+
+def to_device(x, device: str):
+    """Copy ``x`` to ``device`` ('cpu' or 'cuda'); differentiable."""
+    return to_device_op(x, device=device)

@@ -1,0 +1,374 @@
+"""Eager autograd: ``backward``, ``grad``, custom ``Function`` and ``gradcheck``.
+
+The walk itself is graphlib's ``backward_pass`` (the same engine and the same vjp rules that
+graph mode uses); this module gathers the recorded nodes, checks them (freed graphs, tensors
+modified in place after being saved), runs hooks, and accumulates into leaves' ``.grad``.
+"""
+from __future__ import annotations
+
+from typing import List, Optional, Sequence
+
+import numpy as np
+
+from ..graphlib import dtypes
+from ..graphlib.autodiff import backward_pass, value_key
+from ..graphlib.registry import OpDef
+from ..graphlib.types import TensorType
+from . import grad_mode
+from . import tensors as tensor_mod
+from .tensors import EagerNode, Tensor, eager_apply
+
+
+def _collect(roots: Sequence[Tensor]) -> List[EagerNode]:
+    """Nodes reachable from the roots, in topological order (iterative DFS, no recursion)."""
+    order: List[EagerNode] = []
+    seen = set()
+    stack = []
+    for r in roots:
+        if r.grad_fn is not None and id(r.grad_fn) not in seen:
+            seen.add(id(r.grad_fn))
+            stack.append((r.grad_fn, 0))
+    while stack:
+        node, i = stack.pop()
+        nexts = node.next_nodes
+        while i < len(nexts):
+            nxt = nexts[i]
+            i += 1
+            if nxt is not None and id(nxt) not in seen:
+                seen.add(id(nxt))
+                stack.append((node, i))
+                stack.append((nxt, 0))
+                break
+        else:
+            order.append(node)
+    return order
+
+
+def _check(nodes: Sequence[EagerNode]) -> None:
+    for node in nodes:
+        where = f"\n  in: {node.source}" if node.source else ""
+        if node.freed:
+            raise RuntimeError(
+                f"backward through the graph a second time: the saved tensors of "
+                f"{node.op.name} were freed by the previous backward; pass "
+                f"retain_graph=True to the first backward if you need to go through it "
+                f"again{where}")
+        if node.saved_versions is not None:
+            tensors = list(node.inputs) + [node.output_tensor(i) for i in
+                                           range(len(node._out_refs))]
+            for k, (t, v) in enumerate(zip(tensors, node.saved_versions)):
+                if t is not None and t._version[0] != v:
+                    role = (f"input {k}" if k < len(node.inputs)
+                            else f"output {k - len(node.inputs)}")
+                    raise RuntimeError(
+                        f"a tensor needed to compute the gradient of {node.op.name} "
+                        f"({role}, shape {list(t.shape)}) was modified by an in-place "
+                        f"operation: it is at version {t._version[0]}, the gradient needs "
+                        f"version {v}. Use the out-of-place form, or .clone() before "
+                        f"modifying{where}")
+
+
+def _ones_like(t: Tensor) -> Tensor:
+    from ..graphlib.functional import ones_like
+    with grad_mode.no_grad():
+        return ones_like(t)
+
+
+def _grad_seed(root: Tensor, g, create_graph: bool) -> Tensor:
+    if g is None:
+        if root.data.size != 1:
+            raise RuntimeError(f"backward: grad can be created implicitly only for scalar "
+                               f"outputs; this output has shape {list(root.shape)}: pass "
+                               f"gradient= of that shape")
+        return _ones_like(root)
+    if not isinstance(g, Tensor):
+        from .tensors import tensor_from_data
+        g = tensor_from_data(g, root.dtype, root.device)
+    if tuple(g.shape) != tuple(root.shape):
+        raise RuntimeError(f"backward: gradient has shape {list(g.shape)}, expected the "
+                           f"output's shape {list(root.shape)}")
+    return g if create_graph else g.detach()
+
+
+def _run(roots, grad_roots, retain_graph, create_graph, wanted=None):
+    """The shared core of backward() and grad(): returns (cotangents by key, nodes)."""
+    roots = list(roots)
+    if grad_roots is None:
+        grad_roots = [None] * len(roots)
+    if len(grad_roots) != len(roots):
+        raise RuntimeError(f"got {len(grad_roots)} gradients for {len(roots)} outputs")
+    for r in roots:
+        if not isinstance(r, Tensor):
+            raise TypeError(f"backward: expected tensors, found {type(r).__name__}")
+        if not r.requires_grad:
+            raise RuntimeError("element 0 of tensors does not require grad and does not have "
+                               "a grad_fn: nothing to differentiate (did you call it inside "
+                               "dg.no_grad(), or forget requires_grad=True?)")
+    if retain_graph is None:
+        retain_graph = create_graph
+    nodes = _collect(roots)
+    _check(nodes)
+    relevant = set()
+    leaves = {}
+    for node in nodes:
+        relevant.update((id(node), i) for i in range(len(node._out_refs)))
+        for x, k in zip(node.inputs, node.input_keys):
+            if x.requires_grad and x.grad_fn is None and isinstance(k, int):
+                relevant.add(k)
+                leaves[k] = x
+    seeds = {}
+    for r, g in zip(roots, grad_roots):
+        k = value_key(r)
+        seed = _grad_seed(r, g, create_graph)
+        seeds[k] = seed if k not in seeds else seeds[k] + seed
+        if r.grad_fn is None:
+            relevant.add(k)
+            leaves[k] = r
+
+    def on_grad(node, i, ct):
+        t = node.output_tensor(i)
+        if t is None:
+            return ct
+        if t._hooks:
+            for hook in list(t._hooks):
+                new = hook(ct)
+                if new is not None:
+                    ct = new
+        if t._retains_grad:
+            _accumulate(t, ct, create_graph)
+        if wanted is not None and id(t) in wanted:
+            wanted[id(t)] = ct
+        return ct
+
+    with grad_mode.set_grad_enabled(create_graph):
+        cts = backward_pass(nodes, seeds, relevant=relevant, on_grad=on_grad)
+    if not retain_graph:
+        for node in nodes:
+            node.release()
+    return cts, leaves
+
+
+def _accumulate(t: Tensor, ct: Tensor, create_graph: bool) -> None:
+    if tensor_mod._recorders and not create_graph:
+        # inside record(): accumulate with ops so the graph holds `.grad` as a value
+        with grad_mode.no_grad():
+            t.grad = ct + 0 if t.grad is None else t.grad + ct
+        return
+    if not create_graph:
+        ct = Tensor(ct.data.copy() if t.grad is None else ct.data)
+    if t.grad is None:
+        t.grad = ct
+    elif create_graph:
+        t.grad = t.grad + ct
+    else:
+        t.grad = Tensor(t.grad.data + ct.data)
+
+
+def _leaf_hooks(t: Tensor, ct):
+    if t._hooks:
+        for hook in list(t._hooks):
+            new = hook(ct)
+            if new is not None:
+                ct = new
+    return ct
+
+
+def backward(tensors, grad_tensors=None, retain_graph=None, create_graph: bool = False,
+             inputs=None) -> None:
+    """Accumulate the gradients of ``tensors`` into the ``.grad`` of every leaf (or only of
+    ``inputs`` when given)."""
+    if isinstance(tensors, Tensor):
+        tensors = [tensors]
+    if isinstance(grad_tensors, Tensor):
+        grad_tensors = [grad_tensors]
+    cts, leaves = _run(tensors, grad_tensors, retain_graph, create_graph)
+    only = None if inputs is None else {id(t) for t in (
+        [inputs] if isinstance(inputs, Tensor) else inputs)}
+    for k, t in leaves.items():
+        ct = cts.get(k)
+        if ct is None or (only is not None and id(t) not in only):
+            continue
+        with grad_mode.set_grad_enabled(create_graph):
+            ct = _leaf_hooks(t, ct)
+        _accumulate(t, ct, create_graph)
+
+
+def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph: bool = False,
+         allow_unused: bool = False) -> tuple:
+    """Gradients of ``outputs`` with respect to ``inputs``, returned (not accumulated)."""
+    if isinstance(outputs, Tensor):
+        outputs = [outputs]
+    single = isinstance(inputs, Tensor)
+    inputs = [inputs] if single else list(inputs)
+    if isinstance(grad_outputs, Tensor):
+        grad_outputs = [grad_outputs]
+    for t in inputs:
+        if not isinstance(t, Tensor) or not t.requires_grad:
+            raise RuntimeError("grad: every input must be a tensor that requires grad")
+    wanted = {id(t): None for t in inputs if t.grad_fn is not None}
+    cts, leaves = _run(outputs, grad_outputs, retain_graph, create_graph, wanted)
+    result = []
+    for i, t in enumerate(inputs):
+        if t.grad_fn is None:
+            ct = cts.get(id(t))
+            if ct is not None:
+                with grad_mode.set_grad_enabled(create_graph):
+                    ct = _leaf_hooks(t, ct)
+        else:
+            ct = wanted.get(id(t))
+            if ct is None:
+                ct = cts.get(value_key(t))
+        if ct is None and not allow_unused:
+            raise RuntimeError(f"grad: input {i} was not used to compute the outputs; pass "
+                               "allow_unused=True to get None for it")
+        if ct is not None and not create_graph:
+            ct = ct.detach()
+        result.append(ct)
+    return tuple(result)
+
+
+# -- custom functions ------------------------------------------------------------------------
+class FunctionCtx:
+    """What ``forward`` hands to ``backward``: saved tensors and anything set on it."""
+
+    def __init__(self):
+        self.saved_tensors = ()
+        self.needs_input_grad = ()
+
+    def save_for_backward(self, *tensors) -> None:
+        self.saved_tensors = tuple(tensors)
+
+
+class Function:
+    """A custom op with its own gradient, as in PyTorch:
+
+        class Exp(dg.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                y = x.exp()
+                ctx.save_for_backward(y)
+                return y
+            @staticmethod
+            def backward(ctx, grad):
+                y, = ctx.saved_tensors
+                return grad * y
+        y = Exp.apply(x)
+    """
+
+    @staticmethod
+    def forward(ctx, *args, **kwargs):
+        raise NotImplementedError("a Function subclass must define forward(ctx, ...)")
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise NotImplementedError("a Function subclass must define backward(ctx, ...)")
+
+    @classmethod
+    def apply(cls, *args):
+        ctx = FunctionCtx()
+        tensor_pos = [i for i, a in enumerate(args) if isinstance(a, Tensor)]
+        ctx.needs_input_grad = tuple(isinstance(a, Tensor) and a.requires_grad for a in args)
+        with grad_mode.no_grad():
+            out = cls.forward(ctx, *args)
+        single = not isinstance(out, tuple)
+        outs = (out,) if single else out
+        if not (grad_mode.is_grad_enabled() and any(ctx.needs_input_grad)):
+            return out
+        op = _custom_op(cls, ctx, args, tensor_pos, outs)
+        results = eager_apply(op, tuple(args[i] for i in tensor_pos), {})
+        results = results if isinstance(results, tuple) else (results,)
+        return results[0] if single else results
+
+
+def _custom_op(cls, ctx, args, tensor_pos, outs) -> OpDef:
+    """A one-off op whose kernel hands back the forward's results and whose vjp calls
+    ``cls.backward``."""
+    n_out = len(outs)
+    for o in outs:
+        if not isinstance(o, Tensor):
+            raise TypeError(f"{cls.__name__}.forward must return tensors, found "
+                            f"{type(o).__name__}")
+
+    def infer(types, attrs):
+        return [TensorType(o.shape, o.dtype) for o in outs]
+
+    def kernel(xp, *arrays):
+        return outs[0].data if n_out == 1 else tuple(o.data for o in outs)
+
+    def vjp(cts, ins, outs, attrs, needs):
+        grads = cls.backward(ctx, *cts)
+        grads = grads if isinstance(grads, tuple) else (grads,)
+        if len(grads) != len(args):
+            raise RuntimeError(f"{cls.__name__}.backward returned {len(grads)} gradients, "
+                               f"expected {len(args)} (one per forward argument)")
+        return [grads[i] for i in tensor_pos]
+
+    return OpDef(f"{cls.__name__}", infer, kernel, vjp, multi_output=n_out > 1)
+
+
+# -- gradcheck -------------------------------------------------------------------------------
+class GradcheckError(RuntimeError):
+    """Analytical and numerical gradients disagree."""
+
+
+def gradcheck(fn, inputs, eps: float = 1e-6, atol: float = 1e-5, rtol: float = 1e-3,
+              raise_exception: bool = True) -> bool:
+    """Compare autograd's Jacobian of ``fn`` with central finite differences (float64)."""
+    inputs = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
+    diff = [t for t in inputs if isinstance(t, Tensor) and t.requires_grad]
+    for t in diff:
+        if t.dtype != "float64":
+            raise ValueError(f"gradcheck: inputs must be float64 for accurate finite "
+                             f"differences, found {t.dtype}")
+    if not diff:
+        raise ValueError("gradcheck: no input requires grad")
+
+    def outputs_flat():
+        out = fn(*inputs)
+        outs = out if isinstance(out, (tuple, list)) else (out,)
+        return [o for o in outs if isinstance(o, Tensor)]
+
+    outs = outputs_flat()
+    for oi, out in enumerate(outs):
+        n_out = out.numel()
+        for k, t in enumerate(diff):
+            analytic = np.zeros((n_out, t.numel()))
+            for j in range(n_out):
+                cot = np.zeros(n_out)
+                cot[j] = 1.0
+                g, = grad(fn_out(fn, inputs, oi), [t],
+                          [Tensor(cot.reshape(out.shape).astype(out.dtype))],
+                          allow_unused=True)
+                if g is not None:
+                    analytic[j] = np.asarray(g.data, dtype=np.float64).reshape(-1)
+            numeric = np.zeros_like(analytic)
+            flat = t.data.reshape(-1)
+            for i in range(flat.size):
+                orig = flat[i]
+                flat[i] = orig + eps
+                with grad_mode.no_grad():
+                    plus = np.asarray(fn_out(fn, inputs, oi).data, dtype=np.float64)
+                flat[i] = orig - eps
+                with grad_mode.no_grad():
+                    minus = np.asarray(fn_out(fn, inputs, oi).data, dtype=np.float64)
+                flat[i] = orig
+                numeric[:, i] = ((plus - minus) / (2 * eps)).reshape(-1)
+            if not np.allclose(analytic, numeric, atol=atol, rtol=rtol):
+                if not raise_exception:
+                    return False
+                worst = np.unravel_index(np.argmax(np.abs(analytic - numeric)), analytic.shape)
+                raise GradcheckError(
+                    f"gradcheck: Jacobian of output {oi} w.r.t. input {k} differs: analytical "
+                    f"{analytic[worst]:.6g} vs numerical {numeric[worst]:.6g} at "
+                    f"(output {worst[0]}, input {worst[1]})\nanalytical:\n{analytic}\n"
+                    f"numerical:\n{numeric}")
+    return True
+
+
+def fn_out(fn, inputs, index: int) -> Tensor:
+    out = fn(*inputs)
+    outs = out if isinstance(out, (tuple, list)) else (out,)
+    return [o for o in outs if isinstance(o, Tensor)][index]
+
+
+_ = dtypes

@@ -1,0 +1,186 @@
+"""Creating eager tensors: ``tensor``, ``from_numpy``, filled tensors, ranges and random
+numbers from a seedable global generator (``manual_seed``).
+
+The filled/range/random creators work in both modes: inside ``with graph:`` they add a node,
+outside they return a tensor (on ``device``, with ``requires_grad`` when asked).
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+
+import numpy as np
+
+from ..graphlib import dtypes
+from ..graphlib import functional as F
+from ..graphlib.ops import creation as graph_creation
+from .tensors import Tensor, _default_device, _xp_for, tensor_from_data
+
+_rng_state = threading.local()
+
+
+def _generator() -> np.random.Generator:
+    g = getattr(_rng_state, "gen", None)
+    if g is None:
+        g = _rng_state.gen = np.random.default_rng()
+    return g
+
+
+def manual_seed(seed: int) -> None:
+    """Make eager random numbers reproducible: same seed, same sequence."""
+    _rng_state.gen = np.random.default_rng(int(seed))
+
+
+def _next_seed() -> int:
+    return int(_generator().integers(0, 2**62))
+
+
+graph_creation.set_default_seed_source(_next_seed)
+
+
+def _check_device(device):
+    if device is None:
+        return None
+    name = str(device).split(":")[0]
+    if name not in ("cpu", "cuda"):
+        raise ValueError(f"unknown device {device!r}: expected 'cpu' or 'cuda'")
+    return name
+
+
+@contextlib.contextmanager
+def _on(device):
+    device = _check_device(device)
+    if device is None:
+        yield
+        return
+    if device != "cpu":
+        _xp_for(device)   # raises a clear error without cupy
+    _default_device.append(device)
+    try:
+        yield
+    finally:
+        _default_device.pop()
+
+
+def _finish(t, requires_grad: bool):
+    if requires_grad:
+        if not isinstance(t, Tensor):
+            raise TypeError("requires_grad=True applies to eager tensors; in a graph use "
+                            "dg.grad on the value instead")
+        t.requires_grad_(True)
+    return t
+
+
+def tensor(data, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    """A new tensor holding a copy of ``data``; Python floats become float32."""
+    t = tensor_from_data(data, dtype, _check_device(device))
+    return _finish(t, requires_grad)
+
+
+def as_tensor(data, dtype=None, device=None) -> Tensor:
+    """Like ``tensor`` but shares memory with a numpy array when no conversion is needed."""
+    if isinstance(data, Tensor):
+        return data.to(dtype=dtype, device=device) if (dtype or device) else data
+    if isinstance(data, np.ndarray) and (device in (None, "cpu")) and (
+            dtype is None or dtypes.as_dtype(dtype) == data.dtype.name) and \
+            data.dtype.name in dtypes.DTYPE_NAMES:
+        return Tensor(data)
+    return tensor(data, dtype, device)
+
+
+def from_numpy(array: np.ndarray) -> Tensor:
+    """A tensor sharing memory with ``array`` (changes to one show in the other)."""
+    if not isinstance(array, np.ndarray):
+        raise TypeError(f"from_numpy: expected a numpy array, found {type(array).__name__}")
+    if array.dtype.name not in dtypes.DTYPE_NAMES:
+        raise TypeError(f"from_numpy: unsupported dtype {array.dtype}; supported: "
+                        f"{', '.join(dtypes.DTYPE_NAMES)}")
+    return Tensor(array)
+
+
+def to_device(t: Tensor, device: str) -> Tensor:
+    """Copy ``t`` to ``device`` (the copy stays in the autograd graph)."""
+    if device == t.device:
+        return t
+    return graph_creation.to_device(t, device)
+
+
+def zeros(*size, dtype=None, device=None, requires_grad: bool = False):
+    with _on(device):
+        return _finish(F.zeros(*size, dtype=dtype), requires_grad)
+
+
+def ones(*size, dtype=None, device=None, requires_grad: bool = False):
+    with _on(device):
+        return _finish(F.ones(*size, dtype=dtype), requires_grad)
+
+
+def empty(*size, dtype=None, device=None, requires_grad: bool = False):
+    """Uninitialised in PyTorch; zeros here (numpy's empty gives no speed-up worth the
+    nondeterminism)."""
+    return zeros(*size, dtype=dtype, device=device, requires_grad=requires_grad)
+
+
+def full(size, fill_value, dtype=None, device=None, requires_grad: bool = False):
+    with _on(device):
+        return _finish(F.full(size, fill_value, dtype=dtype), requires_grad)
+
+
+def arange(start, end=None, step=1, dtype=None, device=None, requires_grad: bool = False):
+    with _on(device):
+        return _finish(F.arange(start, end, step, dtype=dtype), requires_grad)
+
+
+def linspace(start, end, steps, dtype=None, device=None, requires_grad: bool = False):
+    with _on(device):
+        return _finish(F.linspace(start, end, steps, dtype=dtype), requires_grad)
+
+
+def eye(n, m=None, dtype=None, device=None, requires_grad: bool = False):
+    with _on(device):
+        return _finish(F.eye(n, m, dtype=dtype), requires_grad)
+
+
+def rand(*size, seed=None, dtype=None, device=None, requires_grad: bool = False):
+    with _on(device):
+        return _finish(F.rand(*size, seed=seed, dtype=dtype), requires_grad)
+
+
+def randn(*size, seed=None, dtype=None, device=None, requires_grad: bool = False):
+    with _on(device):
+        return _finish(F.randn(*size, seed=seed, dtype=dtype), requires_grad)
+
+
+def randint(low, high=None, size=(), seed=None, dtype=None, device=None):
+    with _on(device):
+        return F.randint(low, high, size, seed=seed, dtype=dtype)
+
+
+def _like(fn, x, dtype, device, requires_grad):
+    device = device or getattr(x, "device", None)
+    with _on(device if isinstance(x, Tensor) else None):
+        return _finish(fn(), requires_grad)
+
+
+def zeros_like(x, dtype=None, device=None, requires_grad: bool = False):
+    return _like(lambda: F.zeros_like(x, dtype), x, dtype, device, requires_grad)
+
+
+def ones_like(x, dtype=None, device=None, requires_grad: bool = False):
+    return _like(lambda: F.ones_like(x, dtype), x, dtype, device, requires_grad)
+
+
+def full_like(x, fill_value, dtype=None, device=None, requires_grad: bool = False):
+    return _like(lambda: F.full_like(x, fill_value, dtype), x, dtype, device, requires_grad)
+
+
+def empty_like(x, dtype=None, device=None, requires_grad: bool = False):
+    return zeros_like(x, dtype, device, requires_grad)
+
+
+def rand_like(x, dtype=None, seed=None):
+    return F.rand(*x.shape, seed=seed, dtype=dtype or x.dtype)
+
+
+def randn_like(x, dtype=None, seed=None):
+    return F.randn(*x.shape, seed=seed, dtype=dtype or x.dtype)

@@ -1,0 +1,70 @@
+"""Grad mode: ``no_grad``, ``enable_grad``, ``set_grad_enabled`` (thread-local, nestable)."""
+from __future__ import annotations
+
+import functools
+import threading
+
+_state = threading.local()
+
+
+def is_grad_enabled() -> bool:
+    return getattr(_state, "enabled", True)
+
+
+def _set(enabled: bool) -> None:
+    _state.enabled = bool(enabled)
+
+
+class _GradModeContext:
+    """Base for the grad-mode contexts; each also works as a function decorator."""
+
+    _target = True
+
+    def __enter__(self):
+        self._prev = is_grad_enabled()
+        _set(self._target)
+        return self
+
+    def __exit__(self, *exc):
+        _set(self._prev)
+
+    def __call__(self, fn):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            with self.__class__():
+                return fn(*args, **kwargs)
+        return wrapper
+
+
+class no_grad(_GradModeContext):
+    """Inside, ops are not recorded for autograd (results have requires_grad=False)."""
+
+    _target = False
+
+
+class enable_grad(_GradModeContext):
+    """Re-enable gradient recording inside a ``no_grad`` block."""
+
+    _target = True
+
+
+class set_grad_enabled(_GradModeContext):
+    """Set grad mode to ``mode`` (takes effect at once; also usable as a context manager)."""
+
+    def __init__(self, mode: bool):
+        self._prev = is_grad_enabled()
+        self._target = bool(mode)
+        _set(self._target)
+
+    def __enter__(self):
+        return self
+
+    def __call__(self, fn):
+        mode = self._target
+        _set(self._prev)
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            with set_grad_enabled(mode):
+                return fn(*args, **kwargs)
+        return wrapper

@@ -1,0 +1,39 @@
+"""Python decisions taken from tensor values (``bool(t)``, ``t.item()``), noted while
+``compile`` records a function so that replays can check them (guards)."""
+from __future__ import annotations
+
+import threading
+
+_state = threading.local()
+
+
+def _stack() -> list:
+    s = getattr(_state, "tracers", None)
+    if s is None:
+        s = _state.tracers = []
+    return s
+
+
+def note_decision(tensor, kind: str, value) -> None:
+    """Called by Tensor.__bool__/item(): every open tracer records the decision."""
+    s = getattr(_state, "tracers", None)
+    if s:
+        for tracer in s:
+            tracer.note(tensor, kind, value)
+
+
+class DecisionTracer:
+    """Collects (tensor, kind, value) for every decision made while it is open."""
+
+    def __init__(self):
+        self.decisions = []
+
+    def note(self, tensor, kind, value):
+        self.decisions.append((tensor, kind, value))
+
+    def __enter__(self):
+        _stack().append(self)
+        return self
+
+    def __exit__(self, *exc):
+        _stack().remove(self)

@@ -1,0 +1,649 @@
+"""The eager Tensor and the handler that executes ops on it at once.
+
+Every op executed on tensors goes through ``eager_apply``: types are inferred by the op's
+``infer`` (cached per signature), the op's ``kernel`` runs on the tensors' arrays, and, when a
+gradient is wanted or a ``record()`` block is open, an ``EagerNode`` is created: an IR
+``Node`` whose inputs are the tensors themselves, so the registry's vjp rules run on them
+unchanged and ``record()`` can turn the nodes into a ``Graph``.
+"""
+from __future__ import annotations
+
+import weakref
+from typing import Optional
+
+import numpy as np
+
+from ..graphlib import dtypes
+from ..graphlib.dispatch import Scalar, register_handler, set_default_handler
+from ..graphlib.errors import DTypeError, DuographError, ShapeError
+from ..graphlib.ir import ConstArray, Node
+from ..graphlib.methods import TensorMethods
+from ..graphlib.registry import REGISTRY
+from ..graphlib.source import capture_source_eagerly, user_source
+from ..graphlib.types import TensorType
+from . import grad_mode
+
+# Ops whose output may be a view of input 0: they share its version counter.
+VIEW_OPS = frozenset({"reshape", "permute", "expand", "getitem", "split"})
+# Ops whose vjp reads no input or output *data* (only shapes/dtypes): in-place changes to
+# their operands after the fact cannot corrupt their gradient.
+NO_SAVED_DATA = frozenset({"add", "sub", "neg", "sum", "mean", "expand", "reshape", "permute",
+                           "cat", "split", "getitem", "pad", "sum_to", "cast", "full_like",
+                           "getitem_grad"})
+
+
+def _device_of(arr) -> str:
+    return "cpu" if isinstance(arr, np.ndarray) else "cuda"
+
+
+def _xp_for(device: str):
+    if device == "cpu":
+        return np
+    from ..runtime.backends import get_backend
+    return get_backend("cupy")
+
+
+class Tensor(TensorMethods):
+    """An eager tensor: an array (numpy on "cpu", cupy on "cuda") plus autograd state."""
+
+    __slots__ = ("data", "requires_grad", "grad", "grad_fn", "_index", "_version", "_hooks",
+                 "_retains_grad", "__weakref__")
+
+    def __init__(self, data, requires_grad: bool = False):
+        self.data = data
+        self.requires_grad = requires_grad
+        self.grad: Optional[Tensor] = None
+        self.grad_fn: Optional[EagerNode] = None
+        self._index = 0
+        self._version = [0]
+        self._hooks = None
+        self._retains_grad = False
+
+    # -- the value protocol shared with graph Values (see graphlib.autodiff) ------------------
+    @property
+    def node(self):
+        return self.grad_fn
+
+    @property
+    def index(self) -> int:
+        return self._index
+
+    @property
+    def type(self) -> TensorType:
+        return TensorType(self.data.shape, self.dtype)
+
+    # -- attributes ----------------------------------------------------------------------------
+    @property
+    def shape(self) -> tuple:
+        return self.data.shape
+
+    @property
+    def dtype(self) -> str:
+        return self.data.dtype.name
+
+    @property
+    def ndim(self) -> int:
+        return self.data.ndim
+
+    @property
+    def device(self) -> str:
+        return _device_of(self.data)
+
+    @property
+    def is_leaf(self) -> bool:
+        return self.grad_fn is None
+
+    @property
+    def is_cuda(self) -> bool:
+        return self.device == "cuda"
+
+    def dim(self) -> int:
+        return self.data.ndim
+
+    def size(self, dim: Optional[int] = None):
+        return self.data.shape if dim is None else self.data.shape[dim]
+
+    def numel(self) -> int:
+        return int(self.data.size)
+
+    def element_size(self) -> int:
+        return self.data.itemsize
+
+    # -- conversions ---------------------------------------------------------------------------
+    def numpy(self) -> np.ndarray:
+        """The data as a numpy array (shares memory on the CPU)."""
+        if self.requires_grad:
+            raise RuntimeError("numpy(): this tensor requires grad; call .detach().numpy() "
+                               "to get its data without the autograd history")
+        if self.device != "cpu":
+            raise RuntimeError("numpy(): the tensor is on cuda; call .cpu() first")
+        return self.data
+
+    def __array__(self, dtype=None, copy=None):
+        arr = self.data if self.device == "cpu" else self.data.get()
+        return arr if dtype is None else arr.astype(dtype, copy=False)
+
+    def item(self):
+        """The value of a one-element tensor as a Python number."""
+        if self.data.size != 1:
+            raise ValueError(f"item(): only one-element tensors can be converted to a Python "
+                             f"number, this one has shape {list(self.shape)}")
+        from .guards import note_decision
+        value = self.data.reshape(()).item()
+        note_decision(self, "item", value)
+        return value
+
+    def tolist(self):
+        return np.asarray(self.__array__()).tolist()
+
+    def __bool__(self):
+        if self.data.size != 1:
+            raise RuntimeError(f"the truth value of a tensor with {self.data.size} elements "
+                               "is ambiguous; use .any() or .all()")
+        from .guards import note_decision
+        value = bool(self.data.reshape(()).item())
+        note_decision(self, "bool", value)
+        return value
+
+    def __float__(self):
+        return float(self.item())
+
+    def __int__(self):
+        return int(self.item())
+
+    def __index__(self):
+        if dtypes.kind(self.dtype) != "i" or self.data.size != 1:
+            raise TypeError("only integer tensors of a single element can be used as an index")
+        return int(self.item())
+
+    def __len__(self):
+        if self.data.ndim == 0:
+            raise TypeError("len() of a 0-d tensor")
+        return self.data.shape[0]
+
+    def __iter__(self):
+        for i in range(len(self)):
+            yield self[i]
+
+    def __repr__(self):
+        arr = np.asarray(self.__array__())
+        body = np.array2string(arr, separator=", ", prefix="tensor(", threshold=1000,
+                               precision=4)
+        extra = []
+        if arr.dtype.name not in ("float32", "int64", "bool"):
+            extra.append(f"dtype={arr.dtype.name}")
+        if self.device != "cpu":
+            extra.append(f"device='{self.device}'")
+        if self.grad_fn is not None:
+            extra.append(f"grad_fn=<{self.grad_fn.op.name}>")
+        elif self.requires_grad:
+            extra.append("requires_grad=True")
+        return "tensor(" + ", ".join([body] + extra) + ")"
+
+    def to(self, *args, dtype=None, device=None, copy: bool = False) -> "Tensor":
+        """Convert dtype and/or device: ``t.to("float64")``, ``t.to("cuda")``."""
+        for a in args:
+            if isinstance(a, str) and a.split(":")[0] in ("cpu", "cuda"):
+                device = a
+            elif isinstance(a, Tensor):
+                dtype, device = a.dtype, a.device
+            else:
+                dtype = a
+        out = self
+        if dtype is not None and dtypes.as_dtype(dtype) != self.dtype:
+            out = out.cast(dtype)
+        if device is not None and device.split(":")[0] != out.device:
+            from .creation import to_device
+            out = to_device(out, device.split(":")[0])
+        if copy and out is self:
+            out = self.clone()
+        return out
+
+    def cpu(self) -> "Tensor":
+        return self.to(device="cpu")
+
+    def cuda(self) -> "Tensor":
+        return self.to(device="cuda")
+
+    def float(self) -> "Tensor":
+        return self.to("float32")
+
+    def double(self) -> "Tensor":
+        return self.to("float64")
+
+    def half(self) -> "Tensor":
+        return self.to("float16")
+
+    def long(self) -> "Tensor":
+        return self.to("int64")
+
+    def int(self) -> "Tensor":
+        return self.to("int32")
+
+    def bool(self) -> "Tensor":
+        return self.to("bool")
+
+    def clone(self) -> "Tensor":
+        """A copy that stays in the autograd graph."""
+        from ..graphlib.functional import add
+        return add(self, 0) if dtypes.kind(self.dtype) != "b" else self.detach()._copy()
+
+    def _copy(self) -> "Tensor":
+        t = Tensor(self.data.copy())
+        return t
+
+    def contiguous(self) -> "Tensor":
+        return self
+
+    # -- autograd ------------------------------------------------------------------------------
+    def detach(self) -> "Tensor":
+        """The same data, cut from the autograd graph (shares memory and version counter)."""
+        t = Tensor(self.data)
+        t._version = self._version
+        return t
+
+    def detach_(self) -> "Tensor":
+        self.grad_fn = None
+        self.requires_grad = False
+        return self
+
+    def requires_grad_(self, requires_grad: bool = True) -> "Tensor":
+        if not self.is_leaf and not requires_grad:
+            raise RuntimeError("requires_grad_(False) on a non-leaf tensor: use detach()")
+        if requires_grad and not dtypes.is_float(self.dtype):
+            raise RuntimeError(f"only floating-point tensors can require gradients, this one "
+                               f"is {self.dtype}")
+        self.requires_grad = bool(requires_grad)
+        return self
+
+    def retain_grad(self) -> None:
+        """Keep ``.grad`` of this non-leaf tensor after backward."""
+        if not self.requires_grad:
+            raise RuntimeError("retain_grad() on a tensor that does not require grad")
+        self._retains_grad = True
+
+    @property
+    def retains_grad(self) -> bool:
+        return self._retains_grad
+
+    def register_hook(self, fn):
+        """Call ``fn(grad)`` when this tensor's gradient is computed; a returned tensor
+        replaces the gradient. Returns a handle with ``remove()``."""
+        if not self.requires_grad:
+            raise RuntimeError("register_hook() on a tensor that does not require grad")
+        if self._hooks is None:
+            self._hooks = []
+        self._hooks.append(fn)
+        return _HookHandle(self._hooks, fn)
+
+    def backward(self, gradient=None, retain_graph=None, create_graph: bool = False,
+                 inputs=None) -> None:
+        """Accumulate d(self)/d(leaf) into every leaf's ``.grad``."""
+        from .autograd import backward
+        backward([self], None if gradient is None else [gradient], retain_graph,
+                 create_graph, inputs)
+
+    @property
+    def version(self) -> int:
+        return self._version[0]
+
+    # -- in-place ops --------------------------------------------------------------------------
+    def _inplace(self, result: "Tensor", name: str) -> "Tensor":
+        """Write ``result`` into this tensor's buffer and take over its autograd history."""
+        if grad_mode.is_grad_enabled() and self.requires_grad and self.is_leaf:
+            raise RuntimeError(f"{name}: a leaf tensor that requires grad is being used in an "
+                               "in-place operation; wrap it in dg.no_grad() or use the "
+                               "out-of-place form")
+        if tuple(result.shape) != tuple(self.shape):
+            raise ShapeError(f"{name}: the result has shape {list(result.shape)}, which does "
+                             f"not fit this tensor's shape {list(self.shape)}")
+        xp = _xp_for(self.device)
+        xp.copyto(self.data, result.data, casting="unsafe")
+        self._version[0] += 1
+        if result.grad_fn is not None:
+            result.grad_fn._rebind(result._index, self)
+            self.grad_fn, self._index = result.grad_fn, result._index
+            self.requires_grad = True
+        return self
+
+    def add_(self, other, alpha=1):
+        from ..graphlib.functional import add
+        return self._inplace(add(self, other if alpha == 1 else other * alpha), "add_")
+
+    def sub_(self, other, alpha=1):
+        from ..graphlib.functional import sub
+        return self._inplace(sub(self, other if alpha == 1 else other * alpha), "sub_")
+
+    def mul_(self, other):
+        from ..graphlib.functional import mul
+        return self._inplace(mul(self, other), "mul_")
+
+    def div_(self, other):
+        from ..graphlib.functional import div
+        return self._inplace(div(self, other), "div_")
+
+    def pow_(self, exponent):
+        from ..graphlib.functional import pow
+        return self._inplace(pow(self, exponent), "pow_")
+
+    def clamp_(self, min=None, max=None):
+        from ..graphlib.functional import clamp
+        return self._inplace(clamp(self, min, max), "clamp_")
+
+    clip_ = clamp_
+
+    def neg_(self):
+        return self._inplace(-self, "neg_")
+
+    def relu_(self):
+        from ..graphlib.functional import relu
+        return self._inplace(relu(self), "relu_")
+
+    def exp_(self):
+        from ..graphlib.functional import exp
+        return self._inplace(exp(self), "exp_")
+
+    def sqrt_(self):
+        from ..graphlib.functional import sqrt
+        return self._inplace(sqrt(self), "sqrt_")
+
+    def zero_(self):
+        return self.fill_(0)
+
+    def fill_(self, value):
+        from ..graphlib.functional import full_like
+        if isinstance(value, Tensor):
+            value = value.item()
+        with grad_mode.no_grad():
+            filled = full_like(self, value)
+        return self._inplace(filled, "fill_")
+
+    def copy_(self, src):
+        from ..graphlib.functional import add, cast, expand
+        src = src if isinstance(src, Tensor) else tensor_from_data(src, self.dtype, self.device)
+        if src.device != self.device:
+            src = src.to(device=self.device)
+        moved = expand(cast(src, self.dtype), *self.shape) if src.dtype != self.dtype or \
+            tuple(src.shape) != tuple(self.shape) else add(src, 0) if src.requires_grad else src
+        return self._inplace(moved, "copy_")
+
+    def __iadd__(self, other):
+        return self.add_(other)
+
+    def __isub__(self, other):
+        return self.sub_(other)
+
+    def __imul__(self, other):
+        return self.mul_(other)
+
+    def __itruediv__(self, other):
+        return self.div_(other)
+
+    def __setitem__(self, index, value):
+        if grad_mode.is_grad_enabled() and self.requires_grad:
+            raise RuntimeError("__setitem__ on a tensor that requires grad is not supported "
+                               "yet; use dg.where or build a new tensor")
+        value = value.data if isinstance(value, Tensor) else value
+        self.data[index] = value
+        self._version[0] += 1
+
+    # reductions with torch's (values, indices) form
+    def max(self, dim=None, keepdim=False):
+        from ..graphlib.functional import max
+        return max(self, dim, keepdim)
+
+    def min(self, dim=None, keepdim=False):
+        from ..graphlib.functional import min
+        return min(self, dim, keepdim)
+
+    def any(self):
+        return Tensor(self.data.any())
+
+    def all(self):
+        return Tensor(self.data.all())
+
+
+class _HookHandle:
+    def __init__(self, hooks, fn):
+        self._hooks, self._fn = hooks, fn
+
+    def remove(self):
+        if self._fn in self._hooks:
+            self._hooks.remove(self._fn)
+
+
+class EagerNode(Node):
+    """An IR node recorded by eager execution.
+
+    Its inputs are the tensors themselves (saved for backward). Outputs are held weakly (a
+    node referencing its outputs strongly would make every result a reference cycle); a dead
+    output is rebuilt from its saved array when a vjp rule needs it. ``input_keys`` and
+    ``next_nodes`` capture where each input came from when the node was made, so a later
+    in-place op on an input does not reroute gradients.
+    """
+
+    __slots__ = ("_out_refs", "_out_data", "input_keys", "next_nodes", "saved_versions",
+                 "freed", "for_grad")
+
+    def __init__(self, op, inputs, attrs, outputs, source, for_grad):
+        self.op = op
+        self.inputs = inputs
+        self.attrs = attrs
+        self.source = source
+        self.for_grad = for_grad
+        self.freed = False
+        self._out_refs = tuple(weakref.ref(o) for o in outputs)
+        self._out_data = tuple(o.data for o in outputs)
+        keys, nexts = [], []
+        for x in inputs:
+            fn = x.grad_fn
+            if fn is not None:
+                keys.append((id(fn), x._index))
+                nexts.append(fn)
+            else:
+                keys.append(id(x))
+                nexts.append(None)
+        self.input_keys = tuple(keys)
+        self.next_nodes = tuple(nexts)
+        if for_grad and op.name not in NO_SAVED_DATA:
+            self.saved_versions = tuple(x._version[0] for x in inputs) + tuple(
+                o._version[0] for o in outputs)
+        else:
+            self.saved_versions = None
+
+    @property
+    def outputs(self):
+        outs = []
+        for i, ref in enumerate(self._out_refs):
+            t = ref()
+            if t is None:
+                t = Tensor(self._out_data[i], True)
+                t.grad_fn, t._index = self, i
+            outs.append(t)
+        return tuple(outs)
+
+    @outputs.setter
+    def outputs(self, value):
+        raise AttributeError("the outputs of an eager node are fixed when it is recorded")
+
+    def output_tensor(self, i: int):
+        """The live output tensor ``i`` (None when the user dropped it)."""
+        return self._out_refs[i]()
+
+    def _rebind(self, i: int, tensor: "Tensor") -> None:
+        refs = list(self._out_refs)
+        refs[i] = weakref.ref(tensor)
+        self._out_refs = tuple(refs)
+        data = list(self._out_data)
+        data[i] = tensor.data
+        self._out_data = tuple(data)
+
+    def release(self) -> None:
+        """Free the saved tensors (after a backward without retain_graph)."""
+        self.freed = True
+        self.inputs = ()
+        self._out_data = ()
+
+    def __repr__(self):
+        return f"<EagerNode {self.op.name}>"
+
+
+# -- execution -------------------------------------------------------------------------------
+_infer_cache: dict = {}
+_INFER_CACHE_LIMIT = 8192
+
+
+def _infer(op, in_types, attrs):
+    key = (op, in_types, tuple(attrs.items()))
+    try:
+        hit = _infer_cache.get(key)
+    except TypeError:        # an unhashable attribute: infer without caching
+        hit, key = None, None
+    if hit is None and REGISTRY.get(op.name) is not op:
+        key = None           # one-off ops (custom Functions) are never cached
+    if hit is not None:
+        return hit
+    try:
+        out = tuple(op.infer([TensorType(s, d) for s, d in in_types], attrs))
+    except (DuographError, TypeError, ValueError) as e:
+        cls = type(e) if isinstance(e, DuographError) else (
+            DTypeError if isinstance(e, TypeError) else ShapeError)
+        msg = str(e)
+        if not msg.startswith(op.name):
+            msg = f"{op.name}: {msg}"
+        raise cls(f"{msg}\n  in: {user_source()}") from None
+    if key is not None:
+        if len(_infer_cache) > _INFER_CACHE_LIMIT:
+            _infer_cache.clear()
+        _infer_cache[key] = out
+    return out
+
+
+_recorders: list = []   # open record() blocks (innermost last)
+_TO_DEVICE = REGISTRY["to_device"]
+
+
+def _as_tensor(x, device: str) -> Tensor:
+    if isinstance(x, Tensor):
+        return x
+    if isinstance(x, Scalar):
+        return Tensor(_xp_for(device).asarray(x.value, dtype=x.dtype))
+    if isinstance(x, (np.ndarray, np.generic)):
+        arr = np.asarray(x)
+        if arr.dtype.name not in dtypes.DTYPE_NAMES:
+            arr = arr.astype(dtypes.infer_data_dtype(arr))
+        return Tensor(_xp_for(device).asarray(arr))
+    if isinstance(x, (list, tuple)):
+        return Tensor(_xp_for(device).asarray(np.asarray(x, dtype=dtypes.infer_data_dtype(x))))
+    raise TypeError(f"expected a tensor, array or number as an operand, found "
+                    f"{type(x).__name__}")
+
+
+_default_device = ["cpu"]
+
+
+def eager_apply(op, inputs, attrs):
+    """Run ``op`` at once on tensors; record a node when autograd or record() needs one."""
+    device = None
+    tensors = []
+    for x in inputs:
+        if type(x) is not Tensor:
+            x = _as_tensor(x, device or _device_of_inputs(inputs))
+        d = _device_of(x.data)
+        if device is None:
+            device = d
+        elif d != device:
+            raise RuntimeError(f"{op.name}: expected all tensors on one device, found {device} "
+                               f"and {d}\n  in: {user_source()}")
+        tensors.append(x)
+    if device is None:
+        device = _default_device[-1]
+    if op.random and "stream" not in attrs:
+        attrs = dict(attrs, stream=0)    # eager seeds are fresh per call
+    out_types = _infer(op, tuple((x.data.shape, x.data.dtype.name) for x in tensors), attrs)
+    xp = np if device == "cpu" else _xp_for(device)
+    arrays = [x.data for x in tensors]
+    try:
+        with np.errstate(all="ignore"):
+            res = op.kernel(xp, *arrays, **attrs)
+    except DuographError:
+        raise
+    except Exception as e:
+        from ..graphlib.errors import KernelError
+        shapes = ", ".join(f"{a.dtype}{list(a.shape)}" for a in arrays)
+        raise KernelError(f"{op.name} failed: {type(e).__name__}: {e}\n  inputs: ({shapes})"
+                          f"\n  in: {user_source()}") from e
+    if len(out_types) == 1 and not op.multi_output:
+        res = (res,)
+    if op is _TO_DEVICE:
+        xp = _xp_for(attrs["device"])
+    outs = []
+    ndarray = xp.ndarray
+    for r, t in zip(res, out_types):
+        if type(r) is not ndarray:
+            r = xp.asarray(r)
+        if r.dtype.name != t.dtype:
+            r = r.astype(t.dtype)
+        outs.append(Tensor(r))
+    grad = False
+    if grad_mode.is_grad_enabled() and op.vjp is not None:
+        nondiff = op.nondiff_inputs
+        for i, x in enumerate(tensors):
+            if x.requires_grad and i not in nondiff:
+                grad = True
+                break
+    if op.name in VIEW_OPS:
+        shared = tensors[0]._version
+        for o in outs:
+            o._version = shared
+    if grad or _recorders:
+        source = user_source() if (capture_source_eagerly() or _recorders) else None
+        if grad:
+            for o in outs:
+                if dtypes.is_float(o.data.dtype.name):
+                    o.requires_grad = True
+        node = EagerNode(op, tuple(tensors), attrs, outs, source, grad)
+        for i, o in enumerate(outs):
+            if o.requires_grad:
+                o.grad_fn, o._index = node, i
+        for rec in _recorders:
+            rec._add(node, outs, inputs)
+    if op.multi_output:
+        return tuple(outs)
+    return outs[0]
+
+
+def _device_of_inputs(inputs) -> str:
+    for x in inputs:
+        if isinstance(x, Tensor):
+            return x.device
+    return _default_device[-1]
+
+
+def tensor_from_data(data, dtype=None, device=None) -> Tensor:
+    """A new tensor holding a copy of ``data`` (list, number, array or tensor)."""
+    if isinstance(data, Tensor):
+        data = data.__array__()
+    dt = dtypes.as_dtype(dtype) if dtype is not None else dtypes.infer_data_dtype(data)
+    arr = np.array(data, dtype=dt)
+    device = device or _default_device[-1]
+    return Tensor(arr if device == "cpu" else _xp_for(device).asarray(arr))
+
+
+def _capture_into_graph(graph, t: Tensor):
+    """A tensor met while building a graph becomes a state input (it requires grad, like a
+    Parameter) or a constant."""
+    from ..graphlib.dispatch import constant_value
+    if t.requires_grad:
+        for v in graph.state:
+            if graph.state_init.get(id(v)) is not None and getattr(v, "_source", None) is t:
+                return v
+        name = f"param{len(graph.state)}"
+        v = graph.add_state(name, t.__array__())
+        return v
+    return constant_value(graph, np.asarray(t.__array__()))
+
+
+register_handler(Tensor, eager_apply, _capture_into_graph)
+set_default_handler(eager_apply)
+_ = ConstArray  # re-exported type used by record()
