@@ -23,7 +23,7 @@ from .graphlib.source import set_capture_source
 from .graphlib.types import TensorType
 from .runtime import Executable, compile_graph
 from . import eager  # noqa: E402  (after the graph API: eager builds on it)
-from .eager import autograd  # noqa: F401
+from .eager import autograd, compile  # noqa: F401
 from .eager import (Tensor, arange, as_tensor, empty, empty_like, enable_grad, eye,  # noqa
                     from_numpy, full, full_like, is_grad_enabled, linspace, manual_seed,
                     no_grad, ones, ones_like, rand, rand_like, randint, randn, randn_like,

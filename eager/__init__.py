@@ -6,6 +6,7 @@ with the registry's vjp rules through graphlib's one autodiff engine. ``record()
 executed nodes into a ``Graph``; ``compile()`` records, compiles and replays under guards.
 """
 from . import autograd
+from .compile import CompiledFunction, compile
 from .creation import (arange, as_tensor, empty, empty_like, eye, from_numpy, full,
                        full_like, linspace, manual_seed, ones, ones_like, rand, rand_like,
                        randint, randn, randn_like, tensor, zeros, zeros_like)
@@ -18,5 +19,5 @@ __all__ = [
     "full", "arange", "linspace", "eye", "rand", "randn", "randint", "zeros_like",
     "ones_like", "full_like", "empty_like", "rand_like", "randn_like", "manual_seed",
     "no_grad", "enable_grad", "set_grad_enabled", "is_grad_enabled", "record", "Recorder",
-    "autograd",
+    "autograd", "compile", "CompiledFunction",
 ]

@@ -18,8 +18,10 @@ def note_decision(tensor, kind: str, value) -> None:
     """Called by Tensor.__bool__/item(): every open tracer records the decision."""
     s = getattr(_state, "tracers", None)
     if s:
+        from ..graphlib.source import user_source
+        source = user_source()
         for tracer in s:
-            tracer.note(tensor, kind, value)
+            tracer.note(tensor, kind, value, source)
 
 
 class DecisionTracer:
@@ -28,8 +30,8 @@ class DecisionTracer:
     def __init__(self):
         self.decisions = []
 
-    def note(self, tensor, kind, value):
-        self.decisions.append((tensor, kind, value))
+    def note(self, tensor, kind, value, source=None):
+        self.decisions.append((tensor, kind, value, source))
 
     def __enter__(self):
         _stack().append(self)

@@ -115,6 +115,14 @@ class Recorder:
                              "inside the block nor used by it")
         return v
 
+    def value_or_input(self, t: Tensor) -> Value:
+        """Like ``value``, but a tensor the block never touched becomes a new input."""
+        v = self._values.get(id(t))
+        if v is None:
+            v = self._external(self.graph, t)
+            self._values[id(t)] = v
+        return v
+
     def feeds(self) -> Dict[str, np.ndarray]:
         """Current data of the placeholder inputs, by name (state lives in the graph)."""
         placeholders = {id(v) for v in self.graph.inputs}

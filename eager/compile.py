@@ -1,0 +1,296 @@
+"""``dg.compile(fn)``: record eager code once, replay it through the graph runtime.
+
+The first call runs ``fn`` eagerly inside ``record()`` (so it returns exactly what eager
+returns) and builds a *specialisation*: a forward executable and, when inputs require grad,
+a backward executable made by symbolic autodiff of the recorded graph. Later calls reuse it
+while its guards hold:
+
+- the input signature: shapes, dtypes, devices, requires_grad of tensor arguments, grad mode
+  and the non-tensor arguments (which must be hashable);
+- every Python decision taken from a tensor's value while recording (``bool(t)``,
+  ``t.item()``, ``if t > 0``, ``while t.sum() < 100``): the forward executable also computes
+  the tensors those decisions read, and if any now gives another answer the result is thrown
+  away and ``fn`` is recorded again for the new path.
+
+So a compiled function never returns what the recorded path computes when Python would have
+taken another path. Tensors that ``fn`` reads from outside (module parameters, closures) are
+fed from the live objects on every call. ``fast.specializations`` lists what was built and
+why; at most ``max_specializations`` are kept (least recently used dropped first).
+"""
+from __future__ import annotations
+
+import functools
+from collections import OrderedDict
+from typing import Any, List, Optional
+
+import numpy as np
+
+from ..graphlib import dtypes
+from ..graphlib.autodiff import backward_pass, value_key
+from ..graphlib.ops.shape import reshape_op
+from ..graphlib.registry import OpDef
+from ..graphlib.transform import extract
+from . import grad_mode
+from .guards import DecisionTracer
+from .record import Recorder
+from .tensors import EagerNode, Tensor
+
+_LEAF = object()
+
+
+def _flatten(obj, leaves: list):
+    """Nested tuples/lists/dicts of tensors -> (structure, tensors appended to leaves)."""
+    if isinstance(obj, Tensor):
+        leaves.append(obj)
+        return _LEAF
+    if isinstance(obj, (tuple, list)):
+        return (type(obj), tuple(_flatten(o, leaves) for o in obj))
+    if isinstance(obj, dict):
+        return (dict, tuple((k, _flatten(v, leaves)) for k, v in obj.items()))
+    return ("const", obj)
+
+
+def _unflatten(spec, leaves_iter):
+    if spec is _LEAF:
+        return next(leaves_iter)
+    kind, body = spec
+    if kind == "const":
+        return body
+    if kind is dict:
+        return {k: _unflatten(v, leaves_iter) for k, v in body}
+    items = [_unflatten(s, leaves_iter) for s in body]
+    return kind(items) if kind is list else tuple(items)
+
+
+def _hashable(spec):
+    try:
+        hash(spec)
+    except TypeError as e:
+        raise TypeError(f"compile: non-tensor arguments must be hashable to be guarded on "
+                        f"({e})") from None
+    return spec
+
+
+class Specialization:
+    """One recorded path: executables, guards, and how to rebuild the outputs."""
+
+    def __init__(self, reason: str, key):
+        self.reason = reason
+        self.key = key
+        self.forward = None
+        self.backward = None
+        self.decisions: List[tuple] = []      # (kind, value, source)
+        self.externals: List[Tensor] = []
+        self.out_spec = None
+        self.n_out = 0
+        self.n_dec = 0
+        self.saved_sources: List[tuple] = []  # for each backward input: ("fwd", i) / ("ct", i)
+        self.grad_inputs: List[int] = []      # positions (in args + externals) with gradients
+        self.op: Optional[OpDef] = None
+        self.calls = 0
+
+    def describe(self) -> str:
+        return f"{self.reason} [{len(self.decisions)} guards, {self.calls} calls]"
+
+
+class CompiledFunction:
+    """The callable ``dg.compile`` returns."""
+
+    def __init__(self, fn, max_specializations: int = 16, passes=None):
+        if passes not in (None, "O0"):
+            raise ValueError(f"compile: pass pipeline {passes!r} is not available yet; "
+                             "use passes=None")
+        self.fn = fn
+        self.max_specializations = int(max_specializations)
+        self._cache: "OrderedDict[Any, List[Specialization]]" = OrderedDict()
+        self._history: List[str] = []
+        functools.update_wrapper(self, fn, updated=())
+
+    # -- introspection -------------------------------------------------------------------------
+    @property
+    def specializations(self) -> List[str]:
+        """Descriptions of the specialisations currently cached, oldest first."""
+        return [s.describe() for specs in self._cache.values() for s in specs]
+
+    @property
+    def recompile_reasons(self) -> List[str]:
+        """Why each specialisation (including evicted ones) was recorded, in order."""
+        return list(self._history)
+
+    def __len__(self) -> int:
+        return sum(len(s) for s in self._cache.values())
+
+    # -- calling -------------------------------------------------------------------------------
+    def __call__(self, *args, **kwargs):
+        leaves: list = []
+        spec = _flatten((args, kwargs), leaves)
+        key = (grad_mode.is_grad_enabled(), _hashable(spec),
+               tuple((t.shape, t.dtype, t.device, t.requires_grad) for t in leaves))
+        reason = None
+        specs = self._cache.get(key)
+        if specs:
+            self._cache.move_to_end(key)
+            for s in specs:
+                result, failed = self._replay(s, leaves)
+                if failed is None:
+                    return result
+                reason = failed
+        if reason is None:
+            reason = self._signature_reason(key)
+        return self._record(key, spec, leaves, args, kwargs, reason)
+
+    def _signature_reason(self, key) -> str:
+        if not self._cache:
+            return "first call"
+        old = next(reversed(self._cache))
+        if old[0] != key[0]:
+            return f"grad mode changed to {key[0]}"
+        if len(old[2]) != len(key[2]):
+            return f"number of tensor arguments changed ({len(old[2])} -> {len(key[2])})"
+        for i, (a, b) in enumerate(zip(old[2], key[2])):
+            for what, x, y in zip(("shape", "dtype", "device", "requires_grad"), a, b):
+                if x != y:
+                    return f"tensor argument {i}: {what} {x} -> {y}"
+        return "non-tensor arguments changed"
+
+    def _record(self, key, spec, leaves, args, kwargs, reason):
+        s = Specialization(reason, key)
+        names = {}
+        for i, t in enumerate(leaves):
+            names.setdefault(id(t), f"arg{i}")
+        rec = Recorder(getattr(self.fn, "__name__", "compiled"),
+                       {n: t for t, n in ((t, names[id(t)]) for t in leaves)},
+                       params_as_state=False)
+        with DecisionTracer() as tracer, rec:
+            result = self.fn(*args, **kwargs)
+        out_leaves: list = []
+        s.out_spec = _flatten(result, out_leaves)
+        self._build(s, rec, leaves, out_leaves, tracer.decisions)
+        specs = self._cache.setdefault(key, [])
+        specs.insert(0, s)
+        self._cache.move_to_end(key)
+        self._history.append(reason)
+        while len(self) > self.max_specializations:
+            oldest = next(iter(self._cache))
+            self._cache[oldest].pop()
+            if not self._cache[oldest]:
+                del self._cache[oldest]
+        s.calls = 1
+        return result
+
+    def _build(self, s: Specialization, rec: Recorder, leaves, out_leaves, decisions):
+        g = rec.graph
+        arg_values = []
+        for i, t in enumerate(leaves):
+            arg_values.append(rec.value_or_input(t))
+        outs = [rec.value_or_input(t) for t in out_leaves]
+        dec_values = []
+        for t, kind, value, source in decisions:
+            dec_values.append(rec.value_or_input(t))
+            s.decisions.append((kind, value, source))
+        ext = [(v, t) for v, t in rec.external if not any(v is a for a in arg_values)]
+        s.externals = [t for _, t in ext]
+        inputs = arg_values + [v for v, _ in ext]
+        input_tensors = list(leaves) + s.externals
+        s.input_names = [v.name for v in inputs]
+        s.n_out, s.n_dec = len(outs), len(dec_values)
+        wants_grad = grad_mode.is_grad_enabled() and any(
+            t.requires_grad for t in input_tensors)
+        diff_outs = [i for i, o in enumerate(outs) if dtypes.is_float(o.dtype)]
+        saved: List = []
+        if wants_grad and diff_outs:
+            s.grad_inputs = [i for i, t in enumerate(input_tensors)
+                             if t.requires_grad and dtypes.is_float(t.dtype)]
+            n_forward = len(g.nodes)
+            with g:
+                cts = {}
+                ct_vals = []
+                for i in diff_outs:
+                    ct = g.add_input(f"ct{i}", outs[i].type)
+                    ct_vals.append(ct)
+                    k = value_key(outs[i])
+                    cts[k] = ct if k not in cts else cts[k] + ct
+                wrt = [inputs[i] for i in s.grad_inputs]
+                got = backward_pass(g.nodes[:n_forward], cts, wrt)
+                from ..graphlib.functional import zeros_like
+                grads = [got.get(value_key(w)) for w in wrt]
+                grads = [gv if gv is not None else zeros_like(w) for gv, w in zip(grads, wrt)]
+                made = {id(o) for n in g.nodes[n_forward:] for o in n.outputs}
+                # a gradient that is an input as it is (y = x: dx = ct) gets a node of its own
+                grads = [gv if id(gv) in made else reshape_op(gv, shape=tuple(gv.shape))
+                         for gv in grads]
+            bwd_nodes = g.nodes[n_forward:]
+            bg, boundary, mapping = extract(bwd_nodes, f"{g.name}_backward")
+            bg.outputs = [mapping[id(gv)] for gv in grads]
+            ct_ids = {id(c): diff_outs[j] for j, c in enumerate(ct_vals)}
+            for b in boundary:
+                if id(b) in ct_ids:
+                    s.saved_sources.append(("ct", ct_ids[id(b)]))
+                else:
+                    s.saved_sources.append(("fwd", len(saved)))
+                    saved.append(b)
+            s.backward = bg.compile(outputs=bg.outputs)
+            s.op = self._make_op(s)
+        s.forward = g.compile(outputs=outs + dec_values + saved)
+        s.n_saved = len(saved)
+
+    def _make_op(self, s: Specialization) -> OpDef:
+        def vjp(cts, ins, outs, attrs, needs):
+            saved = attrs["saved"]
+            feeds = {}
+            for (kind, j), name in zip(s.saved_sources, s.backward.graph.inputs):
+                arr = cts[j].data if kind == "ct" else saved[j]
+                feeds[name.name] = arr
+            results = s.backward.run(feeds)
+            grads = [None] * len(ins)
+            for slot, arr in enumerate(results):
+                grads[s.grad_inputs[slot]] = Tensor(arr)
+            return grads
+
+        def no_kernel(*a, **k):
+            raise RuntimeError("a compiled function node runs through its executables")
+
+        def no_infer(types, attrs):
+            raise RuntimeError("a compiled function node has no IR form")
+
+        name = f"compiled:{getattr(self.fn, '__name__', 'fn')}"
+        return OpDef(name, no_infer, no_kernel, vjp, nondiff_inputs=())
+
+    def _replay(self, s: Specialization, leaves):
+        feeds = {}
+        inputs = list(leaves) + s.externals
+        for name, t in zip(s.input_names, inputs):
+            feeds[name] = t.data
+        res = s.forward.run(feeds)
+        outs = res[:s.n_out]
+        for (kind, value, source), arr in zip(s.decisions, res[s.n_out:s.n_out + s.n_dec]):
+            now = bool(arr) if kind == "bool" else np.asarray(arr).reshape(()).item()
+            if now != value:
+                where = f" at {source}" if source else ""
+                return None, (f"guard failed: {kind}() of a tensor{where} was {value!r}, "
+                              f"now {now!r}")
+        saved = res[s.n_out + s.n_dec:]
+        tensors = [Tensor(a) for a in outs]
+        if s.op is not None:
+            for t in tensors:
+                if dtypes.is_float(t.dtype):
+                    t.requires_grad = True
+            node = EagerNode(s.op, tuple(inputs), {"saved": saved}, tensors, None, True)
+            for i, t in enumerate(tensors):
+                if t.requires_grad:
+                    t.grad_fn, t._index = node, i
+        s.calls += 1
+        result = _unflatten(s.out_spec, iter(tensors))
+        return result, None
+
+
+def compile(fn=None, *, max_specializations: int = 16, passes=None):
+    """Compile ``fn`` (or a module: its ``__call__``) to replay through the graph runtime.
+
+    Usable as ``fast = dg.compile(fn)`` or as a decorator ``@dg.compile``.
+    """
+    if fn is None:
+        return lambda f: compile(f, max_specializations=max_specializations, passes=passes)
+    if not callable(fn):
+        raise TypeError(f"compile: expected a function or module, found {type(fn).__name__}")
+    return CompiledFunction(fn, max_specializations, passes)
