@@ -25,6 +25,9 @@ from . import grad_mode
 
 # Ops whose output may be a view of input 0: they share its version counter.
 VIEW_OPS = frozenset({"reshape", "permute", "expand", "getitem", "split"})
+# Ops whose vjp reads their output's data (y = exp(x): dx = g * y).
+READS_OUTPUT = frozenset({"exp", "sqrt", "rsqrt", "reciprocal", "tanh", "sigmoid", "div", "pow",
+                          "std", "amax", "amin", "logsumexp", "softmax", "log_softmax"})
 # Ops whose vjp reads no input or output *data* (only shapes/dtypes): in-place changes to
 # their operands after the fact cannot corrupt their gradient.
 NO_SAVED_DATA = frozenset({"add", "sub", "neg", "sum", "mean", "expand", "reshape", "permute",
@@ -79,7 +82,7 @@ class Tensor(TensorMethods):
 
     @property
     def dtype(self) -> str:
-        return self.data.dtype.name
+        return dtype_name(self.data.dtype)
 
     @property
     def ndim(self) -> int:
@@ -287,13 +290,25 @@ class Tensor(TensorMethods):
     def version(self) -> int:
         return self._version[0]
 
-    # -- in-place ops --------------------------------------------------------------------------
-    def _inplace(self, result: "Tensor", name: str) -> "Tensor":
-        """Write ``result`` into this tensor's buffer and take over its autograd history."""
-        if grad_mode.is_grad_enabled() and self.requires_grad and self.is_leaf:
+    # -- in-place ops ----------------------------------------------------------------------------
+    def _inplace(self, fn, name: str, *others) -> "Tensor":
+        """Compute ``fn(self)`` out of place, write it into this tensor's buffer, and take over
+        its autograd history.
+
+        When autograd records the op, it computes from a snapshot of the old data that keeps
+        this tensor's place in the graph, so the node never reads the overwritten buffer.
+        """
+        tracked = grad_mode.is_grad_enabled() and (self.requires_grad or any(
+            isinstance(o, Tensor) and o.requires_grad for o in others))
+        if tracked and self.requires_grad and self.is_leaf:
             raise RuntimeError(f"{name}: a leaf tensor that requires grad is being used in an "
                                "in-place operation; wrap it in dg.no_grad() or use the "
                                "out-of-place form")
+        src = self
+        if tracked:
+            src = Tensor(self.data.copy(), self.requires_grad)
+            src.grad_fn, src._index = self.grad_fn, self._index
+        result = fn(src)
         if tuple(result.shape) != tuple(self.shape):
             raise ShapeError(f"{name}: the result has shape {list(result.shape)}, which does "
                              f"not fit this tensor's shape {list(self.shape)}")
@@ -308,44 +323,46 @@ class Tensor(TensorMethods):
 
     def add_(self, other, alpha=1):
         from ..graphlib.functional import add
-        return self._inplace(add(self, other if alpha == 1 else other * alpha), "add_")
+        other = other if alpha == 1 else other * alpha
+        return self._inplace(lambda s: add(s, other), "add_", other)
 
     def sub_(self, other, alpha=1):
         from ..graphlib.functional import sub
-        return self._inplace(sub(self, other if alpha == 1 else other * alpha), "sub_")
+        other = other if alpha == 1 else other * alpha
+        return self._inplace(lambda s: sub(s, other), "sub_", other)
 
     def mul_(self, other):
         from ..graphlib.functional import mul
-        return self._inplace(mul(self, other), "mul_")
+        return self._inplace(lambda s: mul(s, other), "mul_", other)
 
     def div_(self, other):
         from ..graphlib.functional import div
-        return self._inplace(div(self, other), "div_")
+        return self._inplace(lambda s: div(s, other), "div_", other)
 
     def pow_(self, exponent):
         from ..graphlib.functional import pow
-        return self._inplace(pow(self, exponent), "pow_")
+        return self._inplace(lambda s: pow(s, exponent), "pow_", exponent)
 
     def clamp_(self, min=None, max=None):
         from ..graphlib.functional import clamp
-        return self._inplace(clamp(self, min, max), "clamp_")
+        return self._inplace(lambda s: clamp(s, min, max), "clamp_")
 
     clip_ = clamp_
 
     def neg_(self):
-        return self._inplace(-self, "neg_")
+        return self._inplace(lambda s: -s, "neg_")
 
     def relu_(self):
         from ..graphlib.functional import relu
-        return self._inplace(relu(self), "relu_")
+        return self._inplace(relu, "relu_")
 
     def exp_(self):
         from ..graphlib.functional import exp
-        return self._inplace(exp(self), "exp_")
+        return self._inplace(exp, "exp_")
 
     def sqrt_(self):
         from ..graphlib.functional import sqrt
-        return self._inplace(sqrt(self), "sqrt_")
+        return self._inplace(sqrt, "sqrt_")
 
     def zero_(self):
         return self.fill_(0)
@@ -356,16 +373,25 @@ class Tensor(TensorMethods):
             value = value.item()
         with grad_mode.no_grad():
             filled = full_like(self, value)
-        return self._inplace(filled, "fill_")
+        return self._inplace(lambda s: filled, "fill_")
 
     def copy_(self, src):
-        from ..graphlib.functional import add, cast, expand
-        src = src if isinstance(src, Tensor) else tensor_from_data(src, self.dtype, self.device)
+        from ..graphlib.functional import cast, expand
+        if not isinstance(src, Tensor):
+            src = tensor_from_data(src, self.dtype, self.device)
         if src.device != self.device:
             src = src.to(device=self.device)
-        moved = expand(cast(src, self.dtype), *self.shape) if src.dtype != self.dtype or \
-            tuple(src.shape) != tuple(self.shape) else add(src, 0) if src.requires_grad else src
-        return self._inplace(moved, "copy_")
+
+        def moved(_):
+            out = src
+            if out.dtype != self.dtype:
+                out = cast(out, self.dtype)
+            if tuple(out.shape) != tuple(self.shape):
+                out = expand(out, *self.shape)
+            if out is src and src.requires_grad:
+                out = src + 0      # a node of its own, so this tensor gets its history
+            return out
+        return self._inplace(moved, "copy_", src)
 
     def __iadd__(self, other):
         return self.add_(other)
@@ -446,8 +472,8 @@ class EagerNode(Node):
         self.input_keys = tuple(keys)
         self.next_nodes = tuple(nexts)
         if for_grad and op.name not in NO_SAVED_DATA:
-            self.saved_versions = tuple(x._version[0] for x in inputs) + tuple(
-                o._version[0] for o in outputs)
+            self.saved_versions = tuple(x._version[0] for x in inputs) + (tuple(
+                o._version[0] for o in outputs) if op.name in READS_OUTPUT else ())
         else:
             self.saved_versions = None
 
@@ -493,18 +519,29 @@ _infer_cache: dict = {}
 _INFER_CACHE_LIMIT = 8192
 
 
-def _infer(op, in_types, attrs):
-    key = (op, in_types, tuple(attrs.items()))
+_DTYPE_NAMES = {np.dtype(n): n for n in dtypes.DTYPE_NAMES}
+
+
+def dtype_name(dt) -> str:
+    """duograph name of a numpy (or cupy) dtype, without numpy's slow ``dtype.name``."""
+    name = _DTYPE_NAMES.get(dt)
+    return name if name is not None else dt.name
+
+
+def _infer(op, in_sig, attrs):
+    """(output types, their numpy dtypes) for ``op`` on inputs ``in_sig`` ((shape, dtype)
+    pairs), cached per signature."""
+    key = (op, in_sig, tuple(attrs.items()))
     try:
         hit = _infer_cache.get(key)
     except TypeError:        # an unhashable attribute: infer without caching
         hit, key = None, None
-    if hit is None and REGISTRY.get(op.name) is not op:
-        key = None           # one-off ops (custom Functions) are never cached
     if hit is not None:
         return hit
+    if REGISTRY.get(op.name) is not op:
+        key = None           # one-off ops (custom Functions) are never cached
     try:
-        out = tuple(op.infer([TensorType(s, d) for s, d in in_types], attrs))
+        out = tuple(op.infer([TensorType(s, dtype_name(d)) for s, d in in_sig], attrs))
     except (DuographError, TypeError, ValueError) as e:
         cls = type(e) if isinstance(e, DuographError) else (
             DTypeError if isinstance(e, TypeError) else ShapeError)
@@ -512,22 +549,36 @@ def _infer(op, in_types, attrs):
         if not msg.startswith(op.name):
             msg = f"{op.name}: {msg}"
         raise cls(f"{msg}\n  in: {user_source()}") from None
+    hit = (out, tuple(np.dtype(t.dtype) for t in out))
     if key is not None:
         if len(_infer_cache) > _INFER_CACHE_LIMIT:
             _infer_cache.clear()
-        _infer_cache[key] = out
-    return out
+        _infer_cache[key] = hit
+    return hit
 
 
 _recorders: list = []   # open record() blocks (innermost last)
 _TO_DEVICE = REGISTRY["to_device"]
 
 
+_scalar_cache: dict = {}
+
+
 def _as_tensor(x, device: str) -> Tensor:
     if isinstance(x, Tensor):
         return x
     if isinstance(x, Scalar):
-        return Tensor(_xp_for(device).asarray(x.value, dtype=x.dtype))
+        key = (type(x.value), x.value, x.dtype, device)
+        t = _scalar_cache.get(key)
+        if t is None:
+            arr = _xp_for(device).asarray(x.value, dtype=x.dtype)
+            if device == "cpu":
+                arr.flags.writeable = False
+            t = Tensor(arr)
+            if len(_scalar_cache) > 4096:
+                _scalar_cache.clear()
+            _scalar_cache[key] = t
+        return t
     if isinstance(x, (np.ndarray, np.generic)):
         arr = np.asarray(x)
         if arr.dtype.name not in dtypes.DTYPE_NAMES:
@@ -560,7 +611,8 @@ def eager_apply(op, inputs, attrs):
         device = _default_device[-1]
     if op.random and "stream" not in attrs:
         attrs = dict(attrs, stream=0)    # eager seeds are fresh per call
-    out_types = _infer(op, tuple((x.data.shape, x.data.dtype.name) for x in tensors), attrs)
+    out_types, out_dtypes = _infer(op, tuple((x.data.shape, x.data.dtype) for x in tensors),
+                                   attrs)
     xp = np if device == "cpu" else _xp_for(device)
     arrays = [x.data for x in tensors]
     try:
@@ -579,11 +631,11 @@ def eager_apply(op, inputs, attrs):
         xp = _xp_for(attrs["device"])
     outs = []
     ndarray = xp.ndarray
-    for r, t in zip(res, out_types):
+    for r, dt in zip(res, out_dtypes):
         if type(r) is not ndarray:
             r = xp.asarray(r)
-        if r.dtype.name != t.dtype:
-            r = r.astype(t.dtype)
+        if r.dtype != dt:
+            r = r.astype(dt)
         outs.append(Tensor(r))
     grad = False
     if grad_mode.is_grad_enabled() and op.vjp is not None:
@@ -600,7 +652,7 @@ def eager_apply(op, inputs, attrs):
         source = user_source() if (capture_source_eagerly() or _recorders) else None
         if grad:
             for o in outs:
-                if dtypes.is_float(o.data.dtype.name):
+                if o.data.dtype.kind == "f":
                     o.requires_grad = True
         node = EagerNode(op, tuple(tensors), attrs, outs, source, grad)
         for i, o in enumerate(outs):

@@ -29,6 +29,9 @@ _capture: Dict[type, Callable] = {}
 _default_handler: Optional[Callable] = None
 
 
+_NUMBER_TYPES = frozenset({bool, int, float})
+
+
 class Scalar:
     """A Python number operand, with the dtype weak promotion gave it."""
 
@@ -72,32 +75,36 @@ def operand_dtype(x) -> Optional[str]:
     return None
 
 
+def _is_py_number(x) -> bool:
+    return type(x) in _NUMBER_TYPES or (
+        isinstance(x, (bool, int, float)) and not isinstance(x, np.generic))
+
+
 def _coerce_scalars(op, inputs):
+    """Replace Python numbers by Scalar markers carrying their (weakly promoted) dtype."""
     promote = op.promote
-    if not any(_is_number(x) and not isinstance(x, np.generic) for x in inputs):
-        return inputs
-    if promote:
-        idx = range(len(inputs)) if promote is True else promote
-        tensor_dt = None
-        for i in idx:
-            d = operand_dtype(inputs[i])
+    if not promote:
+        return tuple(Scalar(x, dtypes.default_dtype_for(x)) if _is_py_number(x) else x
+                     for x in inputs)
+    idx = range(len(inputs)) if promote is True else promote
+    tensor_dt = None
+    for i in idx:
+        x = inputs[i]
+        if not _is_py_number(x):
+            d = operand_dtype(x)
             if d is not None:
                 tensor_dt = d if tensor_dt is None else dtypes.result_dtype(tensor_dt, d)
-        if tensor_dt is None:   # only numbers: promote them among themselves, strongly
-            for i in idx:
-                d = dtypes.default_dtype_for(inputs[i])
-                tensor_dt = d if tensor_dt is None else dtypes.result_dtype(tensor_dt, d)
-        out = list(inputs)
+    if tensor_dt is None:   # only numbers: promote them among themselves, strongly
         for i in idx:
-            x = inputs[i]
-            if _is_number(x) and not isinstance(x, np.generic):
-                out[i] = Scalar(x, dtypes.weak_result_dtype(tensor_dt, x))
-        for i, x in enumerate(out):
-            if _is_number(x) and not isinstance(x, np.generic):
-                out[i] = Scalar(x, dtypes.default_dtype_for(x))
-        return tuple(out)
-    return tuple(Scalar(x, dtypes.default_dtype_for(x))
-                 if _is_number(x) and not isinstance(x, np.generic) else x for x in inputs)
+            d = dtypes.default_dtype_for(inputs[i])
+            tensor_dt = d if tensor_dt is None else dtypes.result_dtype(tensor_dt, d)
+    out = list(inputs)
+    for i, x in enumerate(inputs):
+        if _is_py_number(x):
+            dt = dtypes.weak_result_dtype(tensor_dt, x) if i in idx else \
+                dtypes.default_dtype_for(x)
+            out[i] = Scalar(x, dt)
+    return tuple(out)
 
 
 def _handler_for(x) -> Optional[Callable]:
@@ -114,8 +121,10 @@ def apply(op, inputs, attrs):
     """Run or record ``op`` on ``inputs``; see the module docstring for who does it."""
     graph: Optional[Graph] = None
     handler = None
+    numbers = False
     for x in inputs:
-        if isinstance(x, Value):
+        t = type(x)
+        if t is Value:
             if graph is None:
                 graph = x.graph
             elif x.graph is not graph:
@@ -123,9 +132,14 @@ def apply(op, inputs, attrs):
                 raise GraphError(
                     f"{op.name}: operands belong to different graphs "
                     f"({graph.name!r} and {other!r})\n  in: {user_source()}")
-        elif handler is None and not isinstance(x, (int, float, np.ndarray, np.generic)):
-            handler = _handler_for(x)
-    inputs = _coerce_scalars(op, inputs)
+        elif t in _NUMBER_TYPES:
+            numbers = True
+        elif handler is None:
+            handler = _handlers.get(t)
+            if handler is None and not isinstance(x, (np.ndarray, np.generic, list, tuple)):
+                handler = _handler_for(x)
+    if numbers:
+        inputs = _coerce_scalars(op, inputs)
     if graph is None:
         graph = current_graph()
     if graph is not None:

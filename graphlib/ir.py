@@ -138,7 +138,7 @@ def _stack() -> list:
 
 def current_graph() -> "Optional[Graph]":
     """The graph being built by the innermost ``with graph:`` block, or None."""
-    s = _stack()
+    s = getattr(_local, "graphs", None)
     return s[-1] if s else None
 
 

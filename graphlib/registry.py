@@ -42,11 +42,18 @@ class OpDef:
         self.doc = doc
 
     def __call__(self, *inputs, **attrs):
-        from .dispatch import apply
-        return apply(self, inputs, attrs)
+        return _apply(self, inputs, attrs)
 
     def __repr__(self):
         return f"<op {self.name}>"
+
+
+def _apply(op, inputs, attrs):
+    """Bound to ``dispatch.apply`` on first use (dispatch imports this module)."""
+    global _apply
+    from .dispatch import apply
+    _apply = apply
+    return apply(op, inputs, attrs)
 
 
 def register(op: OpDef) -> OpDef:
