@@ -1,0 +1,192 @@
+"""record() captures eager code as the same IR; compile() replays it under guards."""
+import numpy as np
+import pytest
+
+import duograph as dg
+
+
+def _mlp_params(seed=0):
+    rng = np.random.default_rng(seed)
+    x = dg.tensor(rng.standard_normal((8, 4)).astype(np.float32))
+    w1 = dg.tensor(rng.standard_normal((4, 16)).astype(np.float32), requires_grad=True)
+    b1 = dg.tensor(np.zeros(16, np.float32), requires_grad=True)
+    w2 = dg.tensor(rng.standard_normal((16, 1)).astype(np.float32), requires_grad=True)
+    return x, w1, b1, w2
+
+
+def _mlp_loss(x, w1, b1, w2):
+    h = dg.tanh(x @ w1 + b1)
+    return ((h @ w2) ** 2).mean()
+
+
+def test_record_mlp_forward_backward_matches_eager():
+    x, w1, b1, w2 = _mlp_params()
+    with dg.record(names={"x": x, "w1": w1, "b1": b1, "w2": w2}) as rec:
+        loss = _mlp_loss(x, w1, b1, w2)
+        loss.backward()
+    g = rec.graph
+    g.verify()
+    assert [v.name for v in g.inputs] == ["x"]
+    assert sorted(v.name for v in g.state) == ["b1", "w1", "w2"]
+    text = str(g)
+    assert "matmul(%x, %w1)" in text and "tanh" in text
+    assert "test_record_compile.py" in g.to_text(source=True)
+    exe = g.compile(outputs=[rec.value(loss), rec.value(w1.grad), rec.value(b1.grad),
+                             rec.value(w2.grad)])
+    lv, g1, gb, g2 = exe(**rec.feeds())
+    np.testing.assert_allclose(lv, loss.item(), rtol=1e-6)
+    np.testing.assert_allclose(g1, w1.grad.numpy(), rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(gb, b1.grad.numpy(), rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(g2, w2.grad.numpy(), rtol=1e-5, atol=1e-7)
+
+
+def test_recorded_graph_runs_on_new_inputs_like_eager():
+    x, w1, b1, w2 = _mlp_params()
+    with dg.record(names={"x": x}) as rec:
+        out = dg.softmax(x @ w1 + b1, dim=1)
+    exe = rec.graph.compile(outputs=[rec.value(out)])
+    x2 = np.random.default_rng(5).standard_normal((8, 4)).astype(np.float32)
+    (got,) = exe(x=x2)
+    want = dg.softmax(dg.tensor(x2) @ w1 + b1, dim=1)
+    np.testing.assert_allclose(got, want.detach().numpy(), rtol=1e-6)
+
+
+def test_record_outputs_default_to_unconsumed_values():
+    a = dg.tensor([1.0, 2.0])
+    with dg.record() as rec:
+        b = a * 2
+        c = b + 1
+    assert len(rec.graph.outputs) == 1
+    assert rec.graph.outputs[0] is rec.value(c)
+    with pytest.raises(dg.GraphError, match="neither made inside"):
+        rec.value(dg.tensor([0.0]))
+
+
+def test_compile_matches_eager_values_and_gradients():
+    x, w1, b1, w2 = _mlp_params()
+    fast = dg.compile(_mlp_loss)
+    for _ in range(3):
+        for p in (w1, b1, w2):
+            p.grad = None
+        loss = fast(x, w1, b1, w2)
+        loss.backward()
+        got = [p.grad.numpy().copy() for p in (w1, b1, w2)]
+        for p in (w1, b1, w2):
+            p.grad = None
+        ref = _mlp_loss(x, w1, b1, w2)
+        ref.backward()
+        np.testing.assert_allclose(loss.item(), ref.item(), rtol=1e-6)
+        for a, b, p in zip(got, (w1.grad, b1.grad, w2.grad), (w1, b1, w2)):
+            np.testing.assert_allclose(a, b.numpy(), rtol=1e-5, atol=1e-7)
+        with dg.no_grad():      # a training step changes parameters: compile must see it
+            for p in (w1, b1, w2):
+                p.sub_(p.grad * 0.1)
+    assert len(fast) == 1
+
+
+def test_compile_reads_closure_parameters_live():
+    w = dg.tensor([1.0, 2.0], requires_grad=True)
+    fast = dg.compile(lambda x: (x * w).sum())
+    x = dg.tensor([3.0, 4.0])
+    assert fast(x).item() == 11.0
+    with dg.no_grad():
+        w.mul_(10)
+    assert fast(x).item() == 110.0
+
+
+def test_compile_guards_on_value_dependent_branch():
+    def f(x):
+        if x.sum() > 0:
+            return x * 2
+        return x * -3
+
+    fast = dg.compile(f)
+    pos, neg = dg.tensor([1.0, 2.0]), dg.tensor([-1.0, -2.0])
+    assert fast(pos).tolist() == [2.0, 4.0]
+    assert fast(neg).tolist() == [3.0, 6.0]     # would be [-2, -4] if the trace were reused
+    assert fast(pos).tolist() == [2.0, 4.0]
+    assert fast(neg).tolist() == [3.0, 6.0]
+    assert len(fast) == 2
+    assert fast.recompile_reasons[0] == "first call"
+    assert "guard failed: bool()" in fast.recompile_reasons[1]
+    assert "test_record_compile.py" in fast.recompile_reasons[1]
+
+
+def test_compile_guards_on_while_loop_and_item():
+    def grow(x):
+        while x.sum() < 100:
+            x = x * 2
+        return x
+
+    fast = dg.compile(grow)
+    assert fast(dg.tensor([1.0, 2.0])).tolist() == [64.0, 128.0]
+    assert fast(dg.tensor([1.0, 2.0])).tolist() == [64.0, 128.0]
+    assert fast(dg.tensor([30.0, 40.0])).tolist() == [60.0, 80.0]
+    assert fast(dg.tensor([3.0, 4.0])).tolist() == [48.0, 64.0]   # 4 doublings, not 6
+
+    def scale(x):
+        return x * int(x.amax().item())
+
+    fs = dg.compile(scale)
+    assert fs(dg.tensor([1.0, 3.0])).tolist() == [3.0, 9.0]
+    assert fs(dg.tensor([1.0, 2.0])).tolist() == [2.0, 4.0]
+
+
+def test_compile_respecializes_on_shape_dtype_and_grad_mode():
+    fast = dg.compile(lambda x: (x * x).sum())
+    fast(dg.ones(2, 3))
+    fast(dg.ones(2, 3))
+    fast(dg.ones(4, 3))
+    fast(dg.ones(4, 3, dtype="float64"))
+    with dg.no_grad():
+        fast(dg.ones(4, 3, dtype="float64"))
+    reasons = fast.recompile_reasons
+    assert reasons[0] == "first call"
+    assert "shape (2, 3) -> (4, 3)" in reasons[1]
+    assert "dtype float32 -> float64" in reasons[2]
+    assert "grad mode" in reasons[3]
+    assert len(fast.specializations) == 4
+
+
+def test_compile_cache_is_bounded():
+    fast = dg.compile(lambda x: x + 1, max_specializations=3)
+    for n in range(1, 7):
+        fast(dg.ones(n))
+    assert len(fast) == 3
+    assert len(fast.recompile_reasons) == 6
+
+
+def test_compile_multiple_outputs_and_containers():
+    def f(x, y, scale=2.0):
+        return {"sum": (x + y) * scale, "parts": [x * scale, y.exp()]}
+
+    fast = dg.compile(f)
+    x = dg.tensor([1.0, 2.0], requires_grad=True)
+    y = dg.tensor([0.5, 0.0], requires_grad=True)
+    for _ in range(2):
+        x.grad = y.grad = None
+        out = fast(x, y, scale=3.0)
+        total = out["sum"].sum() + out["parts"][0].sum() + out["parts"][1].sum()
+        total.backward()
+        np.testing.assert_allclose(x.grad.numpy(), [6.0, 6.0])
+        np.testing.assert_allclose(y.grad.numpy(), 3.0 + np.exp([0.5, 0.0]), rtol=1e-6)
+    fast(x, y, scale=4.0)
+    assert "non-tensor arguments changed" in fast.recompile_reasons[-1]
+
+
+def test_compile_identity_gradient():
+    fast = dg.compile(lambda x: x)
+    x = dg.tensor([1.0, 2.0], requires_grad=True)
+    for _ in range(2):
+        x.grad = None
+        (fast(x) * 3).sum().backward()
+        np.testing.assert_allclose(x.grad.numpy(), [3.0, 3.0])
+
+
+def test_compile_as_decorator():
+    @dg.compile
+    def f(x):
+        return x * 2
+
+    assert f(dg.tensor([1.0])).tolist() == [2.0]
+    assert f.__name__ == "f"
