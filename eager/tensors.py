@@ -593,31 +593,61 @@ def _as_tensor(x, device: str) -> Tensor:
 _default_device = ["cpu"]
 
 
+def _prepare(op, inputs):
+    """Slow path of eager_apply: convert numbers/arrays, check devices."""
+    device = None
+    for x in inputs:
+        if type(x) is Tensor or isinstance(x, Tensor):
+            d = _device_of(x.data)
+            if device is None:
+                device = d
+            elif d != device:
+                raise RuntimeError(f"{op.name}: expected all tensors on one device, found "
+                                   f"{device} and {d}\n  in: {user_source()}")
+    device = device or _default_device[-1]
+    return tuple(_as_tensor(x, device) for x in inputs), device
+
+
 def eager_apply(op, inputs, attrs):
     """Run ``op`` at once on tensors; record a node when autograd or record() needs one."""
-    device = None
-    tensors = []
+    tensors = inputs
+    arrays = []
+    cpu = True
     for x in inputs:
         if type(x) is not Tensor:
-            x = _as_tensor(x, device or _device_of_inputs(inputs))
-        d = _device_of(x.data)
-        if device is None:
-            device = d
-        elif d != device:
-            raise RuntimeError(f"{op.name}: expected all tensors on one device, found {device} "
-                               f"and {d}\n  in: {user_source()}")
-        tensors.append(x)
-    if device is None:
-        device = _default_device[-1]
+            if type(x) is Scalar and tensors is inputs:
+                t = _scalar_cache.get((type(x.value), x.value, x.dtype, "cpu"))
+                if t is not None:        # a cached CPU scalar: stay on the fast path
+                    arrays.append(t.data)
+                    continue
+            tensors = None
+            break
+        a = x.data
+        if type(a) is not _ndarray:
+            cpu = False
+        arrays.append(a)
+    if tensors is not None and len(arrays) == len(inputs) and any(
+            type(x) is Scalar for x in inputs):
+        tensors = tuple(x if type(x) is Tensor else _as_tensor(x, "cpu") for x in inputs)
+    if tensors is None or not cpu:
+        tensors, device = _prepare(op, inputs)
+        arrays = [x.data for x in tensors]
+        cpu = device == "cpu"
     if op.random and "stream" not in attrs:
         attrs = dict(attrs, stream=0)    # eager seeds are fresh per call
-    out_types, out_dtypes = _infer(op, tuple((x.data.shape, x.data.dtype) for x in tensors),
-                                   attrs)
-    xp = np if device == "cpu" else _xp_for(device)
-    arrays = [x.data for x in tensors]
+    key = (op, tuple([(a.shape, a.dtype) for a in arrays]), tuple(attrs.items()))
     try:
-        with np.errstate(all="ignore"):
-            res = op.kernel(xp, *arrays, **attrs)
+        hit = _infer_cache.get(key)
+    except TypeError:
+        hit = None
+    if hit is None:
+        hit = _infer(op, key[1], attrs)
+    out_types, out_dtypes = hit
+    xp = np if cpu else _xp_for(_device_of(arrays[0]) if arrays else _default_device[-1])
+    try:
+        # No np.errstate here: it costs ~1 us per op. Like numpy, a division by zero gives
+        # inf with a RuntimeWarning (PyTorch gives the same inf silently).
+        res = op.kernel(xp, *arrays, **attrs)
     except DuographError:
         raise
     except Exception as e:
@@ -625,7 +655,7 @@ def eager_apply(op, inputs, attrs):
         shapes = ", ".join(f"{a.dtype}{list(a.shape)}" for a in arrays)
         raise KernelError(f"{op.name} failed: {type(e).__name__}: {e}\n  inputs: ({shapes})"
                           f"\n  in: {user_source()}") from e
-    if len(out_types) == 1 and not op.multi_output:
+    if not op.multi_output:
         res = (res,)
     if op is _TO_DEVICE:
         xp = _xp_for(attrs["device"])
@@ -638,7 +668,7 @@ def eager_apply(op, inputs, attrs):
             r = r.astype(dt)
         outs.append(Tensor(r))
     grad = False
-    if grad_mode.is_grad_enabled() and op.vjp is not None:
+    if op.vjp is not None and _grad_enabled():
         nondiff = op.nondiff_inputs
         for i, x in enumerate(tensors):
             if x.requires_grad and i not in nondiff:
@@ -663,6 +693,10 @@ def eager_apply(op, inputs, attrs):
     if op.multi_output:
         return tuple(outs)
     return outs[0]
+
+
+_ndarray = np.ndarray
+_grad_enabled = grad_mode.is_grad_enabled
 
 
 def _device_of_inputs(inputs) -> str:

@@ -83,6 +83,16 @@ def _is_py_number(x) -> bool:
 def _coerce_scalars(op, inputs):
     """Replace Python numbers by Scalar markers carrying their (weakly promoted) dtype."""
     promote = op.promote
+    if promote is True and len(inputs) == 2:     # the common `tensor <op> number` case
+        a, b = inputs
+        if type(b) in _NUMBER_TYPES and type(a) not in _NUMBER_TYPES:
+            d = operand_dtype(a)
+            if d is not None:
+                return a, Scalar(b, dtypes.weak_result_dtype(d, b))
+        elif type(a) in _NUMBER_TYPES and type(b) not in _NUMBER_TYPES:
+            d = operand_dtype(b)
+            if d is not None:
+                return Scalar(a, dtypes.weak_result_dtype(d, a)), b
     if not promote:
         return tuple(Scalar(x, dtypes.default_dtype_for(x)) if _is_py_number(x) else x
                      for x in inputs)
