@@ -36,3 +36,4 @@ int32, int64, uint8 = "int32", "int64", "uint8"
 bool_ = "bool"
 
 __version__ = "0.1.0"
+from . import nn, optim  # noqa: E402

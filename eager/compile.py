@@ -159,8 +159,7 @@ class CompiledFunction:
         for i, t in enumerate(leaves):
             names.setdefault(id(t), f"arg{i}")
         rec = Recorder(getattr(self.fn, "__name__", "compiled"),
-                       {n: t for t, n in ((t, names[id(t)]) for t in leaves)},
-                       params_as_state=False)
+                       {n: t for t, n in ((t, names[id(t)]) for t in leaves)}, bind=True)
         with DecisionTracer() as tracer, rec:
             result = self.fn(*args, **kwargs)
         out_leaves: list = []
@@ -189,10 +188,10 @@ class CompiledFunction:
             dec_values.append(rec.value_or_input(t))
             s.decisions.append((kind, value, source))
         ext = [(v, t) for v, t in rec.external if not any(v is a for a in arg_values)]
-        s.externals = [t for _, t in ext]
+        s.externals = [t for _, t in ext]        # bound state: read live by the executable
         inputs = arg_values + [v for v, _ in ext]
         input_tensors = list(leaves) + s.externals
-        s.input_names = [v.name for v in inputs]
+        s.input_names = [v.name for v in arg_values]
         s.n_out, s.n_dec = len(outs), len(dec_values)
         wants_grad = grad_mode.is_grad_enabled() and any(
             t.requires_grad for t in input_tensors)
@@ -257,10 +256,8 @@ class CompiledFunction:
         return OpDef(name, no_infer, no_kernel, vjp, nondiff_inputs=())
 
     def _replay(self, s: Specialization, leaves):
-        feeds = {}
+        feeds = {name: t.data for name, t in zip(s.input_names, leaves)}
         inputs = list(leaves) + s.externals
-        for name, t in zip(s.input_names, inputs):
-            feeds[name] = t.data
         res = s.forward.run(feeds)
         outs = res[:s.n_out]
         for (kind, value, source), arr in zip(s.decisions, res[s.n_out:s.n_out + s.n_dec]):

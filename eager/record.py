@@ -10,6 +10,9 @@
 Tensors created outside the block become graph inputs: leaves that require grad become state
 inputs (their values at record time are the initial state), the others placeholders. Name
 them with ``record(names={"x": x})``; unnamed ones are called ``input0``, ``param0``...
+With ``bind=True`` (what ``compile`` uses) every outside tensor that is not named in
+``names`` becomes a state input *bound* to the live tensor instead: running the graph reads
+its current data and writes back what the block assigned to it in place (running statistics).
 """
 from __future__ import annotations
 
@@ -17,67 +20,105 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-from ..graphlib import dtypes
 from ..graphlib.dispatch import Scalar, constant_value
 from ..graphlib.errors import GraphError
 from ..graphlib.ir import Graph, Node, Value
 from ..graphlib.registry import REGISTRY
+from ..graphlib.types import TensorType
 from . import tensors as tensor_mod
 from .tensors import Tensor
 
 
 class Recorder:
-    """The handle ``record()`` yields: ``graph``, ``value(t)``, ``feeds()``, ``inputs``."""
+    """The handle ``record()`` yields: ``graph``, ``value(t)``, ``feeds()``, ``external``."""
 
     def __init__(self, name: str = "recorded", names: Optional[Dict[str, Tensor]] = None,
-                 params_as_state: bool = True):
+                 bind: bool = False):
         self.name = name
-        self.params_as_state = params_as_state
+        self.bind = bind
         self._names = {id(t): n for n, t in (names or {}).items()}
-        self._entries: List[tuple] = []      # (node, outputs, raw inputs)
+        self._entries: List[tuple] = []      # ("op", node, outs, raw, tensors) or ("inplace",)
         self._graph: Optional[Graph] = None
         self._values: Dict[int, Value] = {}
-        self._keep: List[Tensor] = []        # outputs kept alive so ids stay unique
-        self.external: List[tuple] = []      # (Value, Tensor) for inputs from outside
-        self._open = False
+        self._keep: List[Tensor] = []        # tensors kept alive so ids stay unique
+        self.external: List[tuple] = []      # (Value, Tensor) for tensors from outside
 
     # called by eager_apply for every op executed while the block is open
     def _add(self, node, outs, raw_inputs) -> None:
         if REGISTRY.get(node.op.name) is not node.op:
             raise GraphError(f"record: {node.op.name} is a custom autograd.Function; it has "
                              "no IR form and cannot be recorded")
-        self._entries.append((node, tuple(outs), tuple(raw_inputs), tuple(node.inputs)))
+        self._entries.append(("op", node, tuple(outs), tuple(raw_inputs), tuple(node.inputs)))
         self._keep.extend(outs)
+
+    # called by Tensor._inplace: `target` now holds the value of `result`
+    def _note_inplace(self, target: Tensor, result: Tensor) -> None:
+        self._entries.append(("inplace", target, result))
+        self._keep.extend((target, result))
+
+    # called by Tensor._inplace: `alias` is a snapshot standing for `source`'s current value
+    def _note_alias(self, alias: Tensor, source: Tensor) -> None:
+        self._entries.append(("alias", alias, source))
+        self._keep.extend((alias, source))
 
     def __enter__(self) -> "Recorder":
         tensor_mod._recorders.append(self)
-        self._open = True
         return self
 
     def __exit__(self, *exc) -> None:
         tensor_mod._recorders.remove(self)
-        self._open = False
         if exc[0] is None:
             self._build()
 
     # -- building the graph ----------------------------------------------------------------
     def _external(self, g: Graph, t: Tensor) -> Value:
         name = self._names.get(id(t))
-        arr = np.asarray(t.__array__())
-        as_state = self.params_as_state and t.requires_grad and t.grad_fn is None
-        if name is None:
-            prefix = "param" if as_state else "input"
-            name = f"{prefix}{sum(1 for v, _ in self.external if v.name.startswith(prefix))}"
-        v = g.add_state(name, arr) if as_state else g.add_input(
-            name, _tensor_type(t))
+        if self.bind and name is None:
+            v = g.bind_state(t, f"ext{len(self.external)}")
+        else:
+            as_state = t.requires_grad and t.grad_fn is None and not self.bind
+            if name is None:
+                prefix = "param" if as_state else "input"
+                name = f"{prefix}{sum(1 for v, _ in self.external if v.name.startswith(prefix))}"
+            if as_state:
+                v = g.add_state(name, np.asarray(t.__array__()))
+            else:
+                v = g.add_input(name, TensorType(t.shape, t.dtype))
         self.external.append((v, t))
+        return v
+
+    def _lookup(self, g: Graph, t: Tensor) -> Value:
+        v = self._values.get(id(t))
+        if v is None:
+            v = self._values[id(t)] = self._external(g, t)
         return v
 
     def _build(self) -> None:
         g = Graph(self.name)
         values = self._values
-        produced = set()
-        for node, outs, raw, tensors in self._entries:
+        consumed = set()
+        made: List[Tensor] = []
+        for entry in self._entries:
+            if entry[0] == "alias":
+                _, alias, source = entry
+                values[id(alias)] = self._lookup(g, source)
+                continue
+            if entry[0] == "inplace":
+                _, target, result = entry
+                old = self._lookup(g, target)
+                new = values[id(result)] if id(result) in values else self._lookup(g, result)
+                values[id(target)] = new
+                if old.node is None:            # an input from outside: write it back
+                    if id(old) in g.state_init or id(old) in g.bindings:
+                        g.update(old, new)
+                    else:
+                        raise GraphError(
+                            f"record: {old.name!r} is an input from outside the block and "
+                            "was modified in place inside it; that cannot be expressed as "
+                            "a graph input (make it a state input with requires_grad, or "
+                            "record with bind=True)")
+                continue
+            _, node, outs, raw, tensors = entry
             in_vals = []
             for x_raw, t in zip(raw, tensors):
                 if isinstance(x_raw, Scalar):
@@ -85,20 +126,18 @@ class Recorder:
                 elif not isinstance(x_raw, Tensor):
                     v = constant_value(g, np.asarray(t.__array__()))
                 else:
-                    v = values.get(id(t))
-                    if v is None:
-                        v = self._external(g, t)
-                        values[id(t)] = v
+                    v = self._lookup(g, t)
+                    consumed.add(id(v))
                 in_vals.append(v)
             new = Node(node.op, in_vals, dict(node.attrs), (), node.source)
-            new.outputs = tuple(Value(_tensor_type(o), new, i, g) for i, o in enumerate(outs))
+            new.outputs = tuple(Value(TensorType(o.shape, o.dtype), new, i, g)
+                                for i, o in enumerate(outs))
             g.append(new)
             for o, v in zip(outs, new.outputs):
                 values[id(o)] = v
-                produced.add(id(o))
-        consumed = {id(t) for _, _, _, tensors in self._entries for t in tensors}
-        g.outputs = [values[id(o)] for _, outs, _, _ in self._entries for o in outs
-                     if id(o) not in consumed]
+                made.append(o)
+        g.outputs = [values[id(o)] for o in made if id(values[id(o)]) not in consumed
+                     and values[id(o)].node is not None]
         self._graph = g
 
     @property
@@ -117,11 +156,7 @@ class Recorder:
 
     def value_or_input(self, t: Tensor) -> Value:
         """Like ``value``, but a tensor the block never touched becomes a new input."""
-        v = self._values.get(id(t))
-        if v is None:
-            v = self._external(self.graph, t)
-            self._values[id(t)] = v
-        return v
+        return self._lookup(self.graph, t)
 
     def feeds(self) -> Dict[str, np.ndarray]:
         """Current data of the placeholder inputs, by name (state lives in the graph)."""
@@ -131,18 +166,10 @@ class Recorder:
 
     @property
     def nodes(self) -> list:
-        return [e[0] for e in self._entries]
-
-
-def _tensor_type(t: Tensor):
-    from ..graphlib.types import TensorType
-    return TensorType(t.shape, t.dtype)
+        return [e[1] for e in self._entries if e[0] == "op"]
 
 
 def record(name: str = "recorded", names: Optional[Dict[str, Tensor]] = None,
-           params_as_state: bool = True) -> Recorder:
+           bind: bool = False) -> Recorder:
     """Capture every op executed inside the ``with`` block as ``rec.graph``."""
-    return Recorder(name, names, params_as_state)
-
-
-_ = dtypes
+    return Recorder(name, names, bind)

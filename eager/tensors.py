@@ -243,6 +243,8 @@ class Tensor(TensorMethods):
         """The same data, cut from the autograd graph (shares memory and version counter)."""
         t = Tensor(self.data)
         t._version = self._version
+        for rec in _recorders:
+            rec._note_alias(t, self)
         return t
 
     def detach_(self) -> "Tensor":
@@ -308,6 +310,8 @@ class Tensor(TensorMethods):
         if tracked:
             src = Tensor(self.data.copy(), self.requires_grad)
             src.grad_fn, src._index = self.grad_fn, self._index
+            for rec in _recorders:
+                rec._note_alias(src, self)
         result = fn(src)
         if tuple(result.shape) != tuple(self.shape):
             raise ShapeError(f"{name}: the result has shape {list(result.shape)}, which does "
@@ -315,6 +319,8 @@ class Tensor(TensorMethods):
         xp = _xp_for(self.device)
         xp.copyto(self.data, result.data, casting="unsafe")
         self._version[0] += 1
+        for rec in _recorders:
+            rec._note_inplace(self, result)
         if result.grad_fn is not None:
             result.grad_fn._rebind(result._index, self)
             self.grad_fn, self._index = result.grad_fn, result._index
@@ -427,6 +433,30 @@ class Tensor(TensorMethods):
 
     def all(self):
         return Tensor(self.data.all())
+
+
+class Parameter(Tensor):
+    """A tensor that is a module's learnable parameter (requires grad by default).
+
+    Assigning one to a Module attribute registers it; in graph mode it becomes a state input
+    bound to this very object, so running the graph updates it in place.
+    """
+
+    __slots__ = ()
+
+    def __init__(self, data=None, requires_grad: bool = True):
+        if data is None:
+            data = np.zeros((0,), dtype=np.float32)
+        if isinstance(data, Tensor):
+            data = data.data
+        elif not hasattr(data, "dtype"):
+            data = np.asarray(data, dtype=dtypes.infer_data_dtype(data))
+        super().__init__(data, False)
+        if requires_grad:
+            self.requires_grad_(True)
+
+    def __repr__(self):
+        return "Parameter containing:\n" + super().__repr__()
 
 
 class _HookHandle:
@@ -614,7 +644,7 @@ def eager_apply(op, inputs, attrs):
     arrays = []
     cpu = True
     for x in inputs:
-        if type(x) is not Tensor:
+        if type(x) is not Tensor and type(x) is not Parameter:
             if type(x) is Scalar and tensors is inputs:
                 t = _scalar_cache.get((type(x.value), x.value, x.dtype, "cpu"))
                 if t is not None:        # a cached CPU scalar: stay on the fast path
@@ -628,7 +658,7 @@ def eager_apply(op, inputs, attrs):
         arrays.append(a)
     if tensors is not None and len(arrays) == len(inputs) and any(
             type(x) is Scalar for x in inputs):
-        tensors = tuple(x if type(x) is Tensor else _as_tensor(x, "cpu") for x in inputs)
+        tensors = tuple(x if isinstance(x, Tensor) else _as_tensor(x, "cpu") for x in inputs)
     if tensors is None or not cpu:
         tensors, device = _prepare(op, inputs)
         arrays = [x.data for x in tensors]
@@ -717,19 +747,15 @@ def tensor_from_data(data, dtype=None, device=None) -> Tensor:
 
 
 def _capture_into_graph(graph, t: Tensor):
-    """A tensor met while building a graph becomes a state input (it requires grad, like a
-    Parameter) or a constant."""
-    from ..graphlib.dispatch import constant_value
-    if t.requires_grad:
-        for v in graph.state:
-            if graph.state_init.get(id(v)) is not None and getattr(v, "_source", None) is t:
-                return v
-        name = f"param{len(graph.state)}"
-        v = graph.add_state(name, t.__array__())
-        return v
-    return constant_value(graph, np.asarray(t.__array__()))
+    """A tensor met while building a graph becomes a state input bound to it: each run reads
+    its current data, and ``graph.update`` writes new values back into it (parameters,
+    buffers, optimizer slots)."""
+    if t.device != "cpu":
+        raise NotImplementedError("graph mode reads CPU tensors only for now")
+    return graph.bind_state(t)
 
 
 register_handler(Tensor, eager_apply, _capture_into_graph)
+register_handler(Parameter, eager_apply, _capture_into_graph)
 set_default_handler(eager_apply)
 _ = ConstArray  # re-exported type used by record()

@@ -224,7 +224,9 @@ def build(graph: Graph, op, inputs, attrs) -> Value:
         msg = str(e)
         if not msg.startswith(op.name):
             msg = f"{op.name}: {msg}"
-        raise cls(f"{msg}\n  in: {source}") from None
+        if "\n  in: " not in msg:
+            msg = f"{msg}\n  in: {source}"
+        raise cls(msg) from None
     node = Node(op, vals, attrs, (), source)
     node.outputs = tuple(Value(t, node, i, graph) for i, t in enumerate(out_types))
     graph.append(node)

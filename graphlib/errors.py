@@ -26,6 +26,16 @@ class KernelError(DuographError, RuntimeError):
     """A kernel failed while running; the message names the op and its source line."""
 
 
+def located(message: str) -> str:
+    """``message`` followed by the user's line (once): for errors an op function raises while
+    checking its arguments, before graph building or eager dispatch would add the line."""
+    if "\n  in: " in message:
+        return message
+    from .source import user_source
+    source = user_source()
+    return f"{message}\n  in: {source}" if source else message
+
+
 def op_error(cls, op: str, message: str, source=None, detail: str = ""):
     """Build an error for `op` that points at the user's line."""
     where = f"\n  in: {source}" if source else ""

@@ -163,6 +163,8 @@ class Graph:
         self.outputs: List[Value] = []
         self.updates: Dict[int, tuple] = {}           # id(state) -> (state, new value)
         self._names: Dict[str, Value] = {}
+        self.bindings: Dict[int, object] = {}       # id(state value) -> live holder (.data)
+        self._bound: Dict[int, Value] = {}          # id(holder) -> its state value
         self._random_streams = itertools.count()
         self._const_cache: Dict[tuple, Value] = {}
         self.id = next(_graph_ids)
@@ -203,6 +205,45 @@ class Graph:
         self._names[name] = v
         return v
 
+    def bind_state(self, holder, name: Optional[str] = None) -> Value:
+        """A state input bound to a live object with an array in ``holder.data`` (an eager
+        tensor or Parameter): each run reads its current data, and an ``update`` of it is
+        written back into that array in place. Binding the same object twice gives the same
+        Value."""
+        v = self._bound.get(id(holder))
+        if v is not None:
+            return v
+        arr = holder.data
+        base = name or f"state{len(self.state)}"
+        name, k = base, 1
+        while name in self._names:
+            name, k = f"{base}_{k}", k + 1
+        dt = dtypes.as_dtype(arr.dtype)
+        v = Value(TensorType(tuple(arr.shape), dt), None, 0, self, name)
+        self.state.append(v)
+        self._names[name] = v
+        self.bindings[id(v)] = holder
+        self._bound[id(holder)] = v
+        return v
+
+    def bound_value(self, holder) -> Optional[Value]:
+        """The state Value bound to ``holder``, or None."""
+        return self._bound.get(id(holder))
+
+    def seed_state(self) -> Value:
+        """An int64 state input that advances by one each run: the default seed of random
+        ops that need fresh numbers every run (dropout in graph mode)."""
+        v = self._names.get("rng_seed")
+        if v is None:
+            from .ops import creation
+            # drawn from eager mode's generator when installed, so dg.manual_seed() makes
+            # graph-mode dropout reproducible too
+            start = creation._default_seed() if creation._default_seed is not None else 0
+            v = self.add_state("rng_seed", np.asarray(int(start), dtype=np.int64))
+            with self:
+                self.update(v, v + 1)
+        return v
+
     def append(self, node: Node) -> None:
         for v in node.outputs:
             v.graph = self
@@ -213,7 +254,8 @@ class Graph:
 
     def update(self, state: Value, new_value) -> None:
         """Bind ``new_value`` as the value ``state`` holds after each run of the graph."""
-        if not isinstance(state, Value) or id(state) not in self.state_init:
+        if not isinstance(state, Value) or (id(state) not in self.state_init
+                                             and id(state) not in self.bindings):
             raise GraphError(f"graph {self.name!r}: update() expects a state Value made by "
                              f"dg.variable(), found {state!r}")
         if not isinstance(new_value, Value):

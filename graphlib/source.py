@@ -10,15 +10,24 @@ import os
 import sys
 from typing import NamedTuple, Optional
 
+_ENGINE_FOLDERS = ("graphlib", "eager", "passes", "runtime", "duograph")
+
+
+def package_dirs(root: str) -> tuple:
+    """The folders whose frames count as duograph's own, given the folder above graphlib/.
+
+    Installed from a wheel, ``root`` is the ``duograph`` package itself (it has an
+    ``__init__.py``) and everything under it is internal. In a source checkout (an editable
+    install) the engine folders and the face package sit side by side in the repository,
+    whatever the clone is called: tests/ and examples/ there are user code.
+    """
+    if os.path.isfile(os.path.join(root, "__init__.py")):
+        return (root + os.sep,)
+    return tuple(os.path.join(root, name) + os.sep for name in _ENGINE_FOLDERS)
+
+
 _HERE = os.path.dirname(os.path.abspath(__file__))
-# Every engine folder and the face package sit side by side under one root.
-_ROOT = os.path.dirname(_HERE)
-_PACKAGE_DIRS = tuple(
-    os.path.join(_ROOT, name) + os.sep
-    for name in ("graphlib", "eager", "passes", "runtime", "duograph")
-)
-if os.path.basename(_ROOT) == "duograph":  # installed from a wheel: all under duograph/
-    _PACKAGE_DIRS = (_ROOT + os.sep,)
+_PACKAGE_DIRS = package_dirs(os.path.dirname(_HERE))
 
 _capture_eager = os.environ.get("DUOGRAPH_SOURCE", "") not in ("", "0")
 

@@ -17,8 +17,14 @@ def _context(graph, index: int, namer: Namer) -> str:
 def verify(graph) -> None:
     """Raise GraphError when the graph breaks an IR invariant; return None when it holds."""
     namer = Namer()
+    # Name every value as ``print(graph)`` does, so the context below matches the full text.
     for v in list(graph.inputs) + list(graph.state):
         namer.name(v)
+    for node in graph.nodes:
+        for v in node.outputs:
+            namer.name(v)
+        for v in node.inputs:
+            namer.name(v)
     defined = {id(v) for v in graph.inputs} | {id(v) for v in graph.state}
     if len(defined) != len(graph.inputs) + len(graph.state):
         raise GraphError(f"graph {graph.name!r}: an input is listed twice")
@@ -28,10 +34,11 @@ def verify(graph) -> None:
                              + _context(graph, index, namer))
         for i, x in enumerate(node.inputs):
             if id(x) not in defined:
-                fail(f"input {i} is used before it is defined (or is not in the graph)")
+                fail(f"input {i} ({namer.name(x)}) is used before it is defined (or is not "
+                     "in the graph)")
         for i, o in enumerate(node.outputs):
             if id(o) in defined:
-                fail(f"output {i} is defined twice (SSA broken)")
+                fail(f"output {i} ({namer.name(o)}) is defined twice (SSA broken)")
             if o.node is not node or o.index != i:
                 fail(f"output {i} does not point back to its producer")
         try:
@@ -43,9 +50,10 @@ def verify(graph) -> None:
                  f"inferred {list(types)}")
         for o in node.outputs:
             defined.add(id(o))
-    for o in graph.outputs:
+    for i, o in enumerate(graph.outputs):
         if id(o) not in defined:
-            raise GraphError(f"graph {graph.name!r}: an output is not defined in the graph")
+            raise GraphError(f"graph {graph.name!r}: output {i} ({o!r}) is not defined in the "
+                             "graph")
     for state, new in graph.updates.values():
         if id(new) not in defined:
             raise GraphError(f"graph {graph.name!r}: the update of {state.name!r} is not "

@@ -11,6 +11,7 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
+from ..graphlib import dtypes
 from ..graphlib.errors import FeedError, GraphError, KernelError
 from ..graphlib.ir import Graph, Value
 from ..graphlib.types import format_shape
@@ -22,7 +23,10 @@ def _has_symbol(v) -> bool:
 
 
 class Instruction:
-    __slots__ = ("node", "kernel", "ins", "outs", "attrs", "symbolic", "types", "frees")
+    """One prepared kernel call: input slots -> output slots, then the slots to free."""
+
+    __slots__ = ("node", "kernel", "ins", "outs", "attrs", "symbolic", "types", "frees",
+                 "multi")
 
     def __init__(self, node, ins, outs, frees):
         self.node = node
@@ -31,10 +35,25 @@ class Instruction:
         self.outs = outs
         self.attrs = dict(node.attrs)
         self.symbolic = tuple(k for k, v in self.attrs.items() if k == "shape" and _has_symbol(v))
-        self.types = tuple((np.dtype(o.dtype), o.shape if all(isinstance(d, int)
-                                                                for d in o.shape) else None)
-                           for o in node.outputs)
+        # (dtype, shape): a shape with symbols is resolved against the feeds' bindings per run
+        self.types = tuple((np.dtype(o.dtype), tuple(o.shape)) for o in node.outputs)
         self.frees = frees
+        # A multi-output op's kernel returns a tuple, even when it holds a single array.
+        self.multi = bool(node.op.multi_output) or len(node.outputs) != 1
+
+
+def _shape_matches(actual: tuple, inferred: tuple, bindings: Dict[str, int]) -> bool:
+    """Whether a kernel's result shape agrees with the inferred one: same rank, equal static
+    dims, and each symbol equal to the size the feeds bound it to. A derived dim the runtime
+    cannot evaluate (an expression such as ``N+2``) is not checked."""
+    if len(actual) != len(inferred):
+        return False
+    for a, d in zip(actual, inferred):
+        if isinstance(d, str):
+            d = bindings.get(d)
+        if d is not None and a != d:
+            return False
+    return True
 
 
 def needed_nodes(graph: Graph, targets: Sequence[Value]) -> List:
@@ -76,8 +95,14 @@ class Executable:
         targets = outputs + [new for _, new in self.updates]
         self.nodes = needed_nodes(graph, targets)
         self._build(targets)
-        self.state: Dict[str, np.ndarray] = {
-            v.name: self.xp.asarray(graph.state_init[id(v)]).copy() for v in graph.state}
+        # state owned by the executable (dg.variable) and state bound to live objects
+        # (eager parameters, buffers, optimizer slots: read and written in place each run)
+        self._owned: Dict[str, np.ndarray] = {
+            v.name: self.xp.asarray(graph.state_init[id(v)]).copy() for v in graph.state
+            if id(v) not in graph.bindings}
+        self._bound = {v.name: (v, graph.bindings[id(v)]) for v in graph.state
+                       if id(v) in graph.bindings}
+        self.state = StateView(self)
 
     # -- preparation ---------------------------------------------------------------------------
     def _build(self, targets):
@@ -134,8 +159,9 @@ class Executable:
                 raise FeedError(f"{self.graph.name}: missing feed for placeholder {v.name!r} "
                                 f"(expected {v.type!r})")
             arr = feeds[v.name]
-            if isinstance(arr, (bool, int, float, list, tuple, np.generic)):
-                arr = np.asarray(arr, dtype=v.dtype)
+            if isinstance(arr, (bool, int, float, list, tuple)) and \
+                    not isinstance(arr, np.generic):   # np.float64 subclasses float
+                arr = self._python_feed(v, arr)
             elif not hasattr(arr, "dtype") or not hasattr(arr, "shape"):
                 raise FeedError(f"{self.graph.name}: feed {v.name!r} must be an array or a "
                                 f"number, found {type(arr).__name__}")
@@ -166,6 +192,38 @@ class Executable:
             env[s] = arr
         return bindings
 
+    def _python_feed(self, v: Value, data) -> np.ndarray:
+        """A Python number or (nested) list fed to placeholder ``v``, as an array of its dtype.
+
+        Python data is weakly typed, as Python numbers among op operands are: it takes the
+        placeholder's dtype when its kind fits (bool < int < float), so ``lr=0.1`` feeds an
+        f32[] placeholder. A float for an integer placeholder, or an int outside the dtype's
+        range, is a FeedError instead of a silent truncation or wrap-around. numpy arrays and
+        numpy scalars carry a dtype of their own and must match exactly.
+        """
+        where = f"{self.graph.name}: feed {v.name!r}"
+        try:
+            found = np.asarray(data)
+        except ValueError as e:   # ragged nested lists
+            raise FeedError(f"{where} cannot be converted to {v.type!r}: {e}") from None
+        if found.dtype.kind not in "biuf":
+            raise FeedError(f"{where} holds {type(data).__name__} data of numpy dtype "
+                            f"{found.dtype}, expected numbers for {v.type!r}")
+        order = {"b": 0, "i": 1, "u": 1, "f": 2}
+        want = dtypes.kind(v.dtype)
+        if found.size and order[found.dtype.kind] > order[want]:
+            what = {"i": "int", "u": "int", "f": "float"}[found.dtype.kind]
+            raise FeedError(f"{where} is Python {what} data, expected {v.type!r}: "
+                            f"converting it to {v.dtype} could lose information, so convert "
+                            "it explicitly")
+        if found.size and want == "i" and found.dtype.kind in "iu":
+            info = np.iinfo(v.dtype)
+            lo, hi = found.min(), found.max()
+            if lo < info.min or hi > info.max:
+                raise FeedError(f"{where} holds values in [{lo}, {hi}], outside the range "
+                                f"[{info.min}, {info.max}] of {v.type!r}")
+        return found.astype(v.dtype)
+
     def _resolve(self, ins: Instruction, bindings: Dict[str, int]) -> dict:
         attrs = dict(ins.attrs)
         for k in ins.symbolic:
@@ -187,7 +245,7 @@ class Executable:
         env: list = [None] * self.num_slots
         bindings = self._bind_feeds(feeds, env)
         for v, s in self.state_slots:
-            env[s] = self.state[v.name]
+            env[s] = self._state_array(v)
         xp = self.xp
         ndarray = xp.ndarray
         with np.errstate(all="ignore"):
@@ -198,32 +256,65 @@ class Executable:
                     res = ins.kernel(xp, *args, **attrs)
                 except Exception as e:
                     raise self._kernel_error(ins, args, e) from e
-                if len(ins.outs) == 1:
+                if not ins.multi:
                     res = (res,)
+                elif not isinstance(res, (tuple, list)) or len(res) != len(ins.outs):
+                    raise self._kernel_error(ins, args, ValueError(
+                        f"kernel returned {type(res).__name__}, expected a tuple of "
+                        f"{len(ins.outs)} arrays"))
                 for s, r, (dt, shape) in zip(ins.outs, res, ins.types):
                     if type(r) is not ndarray:
                         r = xp.asarray(r)
                     if r.dtype != dt:
                         r = r.astype(dt)
-                    if shape is not None and r.shape != shape:
+                    if r.shape != shape and not _shape_matches(r.shape, shape, bindings):
                         raise self._kernel_error(ins, args, ValueError(
-                            f"kernel returned shape {list(r.shape)}, inferred {list(shape)}"))
+                            f"kernel returned shape {list(r.shape)}, inferred "
+                            f"{format_shape(shape)}"))
                     env[s] = r
                 for s in ins.frees:
                     env[s] = None
+        # Every state buffer and every returned array is its own: none aliases another, a
+        # feed, or a view, so a caller writing into an output never changes the state.
+        held = {id(a) for a in self._owned.values()}
+        held.update(id(h.data) for _, h in self._bound.values())
         outs = [env[s] for s in self.output_slots]
+        outs = [o.copy() if id(o) in held else o for o in outs]
+        held.update(id(o) for o in outs)
+        held.update(id(env[fs]) for _, fs in self.feeds)
         for name, s in self.update_slots:
             new = env[s]
-            if new is self.state[name] or not getattr(new, "flags", None) or \
-                    not new.flags.owndata or any(new is env[fs] for _, fs in self.feeds):
+            bound = self._bound.get(name)
+            if bound is not None:         # written into the live object's own array
+                target = bound[1].data
+                if target is not new:
+                    target[...] = new
+                bump = getattr(bound[1], "_version", None)
+                if bump is not None:
+                    bump[0] += 1
+                continue
+            if id(new) in held or not getattr(new, "flags", None) or not new.flags.owndata:
                 new = new.copy()
-            self.state[name] = new
+            held.add(id(new))
+            self._owned[name] = new
         if xp is not np:
             outs = [xp.asnumpy(o) for o in outs]
         return outs
 
     def __call__(self, **feeds) -> list:
         return self.run(feeds)
+
+    def _state_array(self, v: Value):
+        owned = self._owned.get(v.name)
+        if owned is not None:
+            return owned
+        _, holder = self._bound[v.name]
+        arr = holder.data
+        if tuple(arr.shape) != tuple(v.shape) or dtypes.as_dtype(arr.dtype) != v.dtype:
+            raise FeedError(f"{self.graph.name}: state {v.name!r} was built as {v.type!r}, but "
+                            f"the object bound to it now holds {arr.dtype}{list(arr.shape)}; "
+                            "rebuild the graph after changing parameter shapes or dtypes")
+        return arr
 
     def _kernel_error(self, ins: Instruction, args, e: Exception) -> KernelError:
         node = ins.node
@@ -234,8 +325,58 @@ class Executable:
                            f"  inputs: ({shapes})  attrs: {node.attrs}{where}")
 
     def __repr__(self):
+        n = len(self.outputs)
         return (f"<Executable {self.graph.name!r}: {self.kernel_count} kernels, "
-                f"{len(self.outputs)} outputs, backend={self.backend}>")
+                f"{n} output{'' if n == 1 else 's'}, backend={self.backend}>")
+
+
+class StateView:
+    """``exe.state``: the current state arrays by name (owned or bound), read-only mapping."""
+
+    def __init__(self, exe: "Executable"):
+        self._exe = exe
+
+    def __getitem__(self, name: str):
+        exe = self._exe
+        if name in exe._owned:
+            return exe._owned[name]
+        if name in exe._bound:
+            return exe._bound[name][1].data
+        raise KeyError(f"{exe.graph.name}: no state named {name!r}; it has "
+                       f"{sorted(list(exe._owned) + list(exe._bound))}")
+
+    def __contains__(self, name) -> bool:
+        return name in self._exe._owned or name in self._exe._bound
+
+    def keys(self):
+        return list(self._exe._owned) + list(self._exe._bound)
+
+    def __iter__(self):
+        return iter(self.keys())
+
+    def __len__(self) -> int:
+        return len(self.keys())
+
+    def items(self):
+        return [(k, self[k]) for k in self.keys()]
+
+    def values(self):
+        return [self[k] for k in self.keys()]
+
+    def __setitem__(self, name: str, value) -> None:
+        """Replace an owned state array (same shape and dtype)."""
+        exe = self._exe
+        if name not in exe._owned:
+            raise KeyError(f"{exe.graph.name}: {name!r} is not state owned by this executable")
+        old = exe._owned[name]
+        arr = exe.xp.asarray(value, dtype=old.dtype)
+        if arr.shape != old.shape:
+            raise FeedError(f"{exe.graph.name}: state {name!r} has shape {list(old.shape)}, "
+                            f"found {list(arr.shape)}")
+        exe._owned[name] = arr.copy()
+
+    def __repr__(self):
+        return "StateView(" + ", ".join(self.keys()) + ")"
 
 
 def compile_graph(graph: Graph, outputs=None, backend: str = "numpy", device=None,

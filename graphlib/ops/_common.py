@@ -25,6 +25,31 @@ def unary_infer(float_out: bool = False, out_dtype: Optional[str] = None,
     return infer
 
 
+def float_kernel(kernel: Callable) -> Callable:
+    """``kernel`` run on non-float inputs cast to the default float first, so it computes in
+    (and returns) the dtype inference gives, not numpy's float64."""
+    def run(xp, *arrays, **attrs):
+        arrays = [a if a.dtype.kind == "f" else a.astype(dtypes.DEFAULT_FLOAT)
+                  for a in arrays]
+        return kernel(xp, *arrays, **attrs)
+    return run
+
+
+def promoting_kernel(kernel: Callable, float_out: bool = False) -> Callable:
+    """``kernel(xp, a, b)`` run on operands cast to their promoted dtype (``result_dtype``),
+    so ``i32 + f32`` computes in float32 as inference says, where numpy would use float64."""
+    def run(xp, a, b, **attrs):
+        if a.dtype != b.dtype:
+            dt = dtypes.result_dtype(a.dtype.name, b.dtype.name)
+            if float_out and not dtypes.is_float(dt):
+                dt = dtypes.DEFAULT_FLOAT
+            a, b = a.astype(dt, copy=False), b.astype(dt, copy=False)
+        elif float_out and a.dtype.kind != "f":
+            a, b = a.astype(dtypes.DEFAULT_FLOAT), b.astype(dtypes.DEFAULT_FLOAT)
+        return kernel(xp, a, b, **attrs)
+    return run
+
+
 def unary(name: str, kernel: Callable, vjp: Optional[Callable] = None, *,
           expr: Optional[str] = None, float_out: bool = False,
           out_dtype: Optional[str] = None, allowed: Optional[tuple] = None,
@@ -34,6 +59,8 @@ def unary(name: str, kernel: Callable, vjp: Optional[Callable] = None, *,
     if vjp is not None:
         def rule(cts, ins, outs, attrs, needs):
             return [vjp(cts[0], ins[0], outs[0], **attrs)]
+    if float_out:
+        kernel = float_kernel(kernel)
     return register(OpDef(name, unary_infer(float_out, out_dtype, allowed, name), kernel,
                           rule, expr=expr, elementwise=True, doc=doc))
 
@@ -75,5 +102,7 @@ def binary(name: str, kernel: Callable, vjp: Optional[Callable] = None, *,
             g, (a, b), y = cts[0], ins, outs[0]
             return [rule_a(g, a, b, y) if needs[0] else None,
                     rule_b(g, a, b, y) if needs[1] else None]
+    if out_dtype is None:   # comparisons and logic compare mixed dtypes exactly as they are
+        kernel = promoting_kernel(kernel, float_out)
     return register(OpDef(name, binary_infer(name, out_dtype, float_out, allowed_kinds),
                           kernel, rule, expr=expr, elementwise=True, promote=True, doc=doc))

@@ -12,7 +12,7 @@ from typing import Callable, Optional
 
 from .. import dtypes
 from .. import xp as xpu
-from ..errors import DTypeError, GraphError, ShapeError
+from ..errors import DTypeError, GraphError, ShapeError, located
 from ..ir import ConstArray, current_graph
 from ..registry import OpDef, register
 from ..types import TensorType, as_shape
@@ -157,8 +157,9 @@ def _seed_operand(seed, name):
         return seed
     if current_graph() is None and _default_seed is not None:
         return _default_seed()
-    raise GraphError(f"{name}: graph-mode random ops need an explicit seed, e.g. "
-                     f"seed = dg.placeholder('seed', (), 'int64'); {name}(..., seed=seed)")
+    raise GraphError(located(f"{name}: graph-mode random ops need an explicit seed, e.g. "
+                             f"seed = dg.placeholder('seed', (), 'int64'); "
+                             f"{name}(..., seed=seed)"))
 
 
 def _size(shape, name):
@@ -167,7 +168,7 @@ def _size(shape, name):
     try:
         return as_shape(shape)
     except (TypeError, ValueError) as e:
-        raise ShapeError(f"{name}: {e}") from None
+        raise ShapeError(located(f"{name}: {e}")) from None
 
 
 def _float_dtype(dtype):
@@ -223,7 +224,7 @@ def arange(start, end=None, step=1, dtype=None):
     if end is None:
         start, end = 0, start
     if step == 0:
-        raise ValueError("arange: step must not be 0")
+        raise ValueError(located("arange: step must not be 0"))
     if dtype is None:
         dtype = (dtypes.DEFAULT_FLOAT if any(isinstance(v, float) for v in (start, end, step))
                  else dtypes.DEFAULT_INT)
@@ -238,7 +239,7 @@ def eye(n: int, m: Optional[int] = None, dtype=None):
 def linspace(start, end, steps: int, dtype=None):
     """``steps`` evenly spaced values from ``start`` to ``end`` inclusive."""
     if steps < 0:
-        raise ValueError(f"linspace: steps must be non-negative, found {steps}")
+        raise ValueError(located(f"linspace: steps must be non-negative, found {steps}"))
     return linspace_op(start=float(start), end=float(end), steps=int(steps),
                        dtype=_float_dtype(dtype))
 

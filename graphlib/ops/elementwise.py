@@ -5,7 +5,7 @@ import math
 
 from .. import dtypes
 from .. import xp as xpu
-from ..errors import DTypeError
+from ..errors import DTypeError, located
 from ..registry import OpDef, register
 from ..types import TensorType, broadcast_shapes
 from ._common import binary, unary
@@ -32,9 +32,8 @@ rsqrt_op = unary("rsqrt", lambda xp, x: xp.reciprocal(xp.sqrt(x)),
                  lambda g, x, y: g * -0.5 * y / x, expr="(1 / sqrt({0}))", float_out=True)
 square_op = unary("square", lambda xp, x: xp.multiply(x, x), lambda g, x, y: g * 2.0 * x,
                   expr="({0} * {0})", allowed=NUMERIC)
-reciprocal_op = unary("reciprocal", lambda xp, x: xp.reciprocal(x.astype(float, copy=False))
-                      if x.dtype.kind != "f" else xp.reciprocal(x),
-                      lambda g, x, y: -g * y * y, expr="(1 / {0})", float_out=True)
+reciprocal_op = unary("reciprocal", lambda xp, x: xp.reciprocal(x), lambda g, x, y: -g * y * y,
+                      expr="(1 / {0})", float_out=True)
 sin_op = unary("sin", lambda xp, x: xp.sin(x), lambda g, x, y: g * cos(x), expr="sin({0})",
                float_out=True)
 cos_op = unary("cos", lambda xp, x: xp.cos(x), lambda g, x, y: -g * sin(x), expr="cos({0})",
@@ -120,15 +119,23 @@ def _clamp_vjp(g, x, y, min, max):
 clamp_op = unary("clamp", _clamp_kernel, _clamp_vjp, allowed=NUMERIC)
 
 
+def _pow_scalar_dtype(dtype: str, exponent) -> str:
+    """Weak-scalar promotion, except that integers to a negative power give the default
+    float (as ``reciprocal`` does) instead of truncating to 0."""
+    dt = dtypes.weak_result_dtype(dtype, exponent)
+    if not dtypes.is_float(dt) and exponent < 0:
+        return dtypes.DEFAULT_FLOAT
+    return dt
+
+
 def _pow_scalar_infer(types, attrs):
     (t,) = types
-    return [TensorType(t.shape, dtypes.weak_result_dtype(t.dtype, attrs["exponent"]))]
+    return [TensorType(t.shape, _pow_scalar_dtype(t.dtype, attrs["exponent"]))]
 
 
 def _pow_scalar_kernel(xp, x, exponent):
-    if x.dtype.kind in "iub" and isinstance(exponent, int) and exponent < 0:
-        return xp.power(x.astype(float), exponent)
-    return xp.power(x, exponent)
+    dt = _pow_scalar_dtype(x.dtype.name, exponent)
+    return xp.power(x if x.dtype.name == dt else x.astype(dt), exponent)
 
 
 def _pow_scalar_vjp(cts, ins, outs, attrs, needs):
@@ -168,14 +175,8 @@ div_op = binary("div", lambda xp, a, b: xp.true_divide(a, b),
                 float_out=True)
 
 
-def _pow_kernel(xp, a, b):
-    if a.dtype.kind in "iub" and b.dtype.kind in "iub":
-        return xp.power(a, b, dtype=a.dtype if a.dtype == b.dtype else None)
-    return xp.power(a, b)
-
-
 # d/da a**b = b * a**(b-1); d/db a**b = a**b * log(a), taken as 0 where a <= 0.
-pow_op = binary("pow", _pow_kernel,
+pow_op = binary("pow", lambda xp, a, b: xp.power(a, b),
                 (lambda g, a, b, y: g * b * pow(a, b - 1.0),
                  lambda g, a, b, y: g * where(a > 0, y * log(where(a > 0, a, 1.0)), 0.0)),
                 expr="pow({0}, {1})")
@@ -221,7 +222,14 @@ def _where_vjp(cts, ins, outs, attrs, needs):
             where(c, 0.0, g) if needs[2] else None]
 
 
-where_op = register(OpDef("where", _where_infer, lambda xp, c, a, b: xp.where(c, a, b),
+def _where_kernel(xp, c, a, b):
+    if a.dtype != b.dtype:
+        dt = dtypes.result_dtype(a.dtype.name, b.dtype.name)
+        a, b = a.astype(dt, copy=False), b.astype(dt, copy=False)
+    return xp.where(c, a, b)
+
+
+where_op = register(OpDef("where", _where_infer, _where_kernel,
                           _where_vjp, expr="({0} ? {1} : {2})", elementwise=True,
                           promote=(1, 2), nondiff_inputs=(0,)))
 
@@ -297,7 +305,8 @@ def leaky_relu(x, negative_slope: float = 0.01):
 def gelu(x, approximate: str = "none"):
     """Gaussian error linear unit: exact (erf) by default, or approximate="tanh"."""
     if approximate not in ("none", "tanh"):
-        raise ValueError(f"gelu: approximate must be 'none' or 'tanh', found {approximate!r}")
+        raise ValueError(located(f"gelu: approximate must be 'none' or 'tanh', found "
+                                 f"{approximate!r}"))
     return gelu_op(x, approximate=approximate)
 
 
@@ -324,15 +333,16 @@ def _scalar_attr(v, name):
     if v is None:
         return None
     if hasattr(v, "shape") and not isinstance(v, (int, float)):
-        raise TypeError(f"clamp: {name} must be a Python number, found {type(v).__name__}; "
-                        "use dg.minimum/dg.maximum for tensor bounds")
+        raise TypeError(located(f"clamp: {name} must be a Python number, found "
+                                f"{type(v).__name__}; use dg.minimum/dg.maximum for tensor "
+                                "bounds"))
     return float(v) if isinstance(v, float) else v
 
 
 def clamp(x, min=None, max=None):
     """Clamp every element into [min, max] (either bound may be None)."""
     if min is None and max is None:
-        raise ValueError("clamp: at least one of min and max must be given")
+        raise ValueError(located("clamp: at least one of min and max must be given"))
     return clamp_op(x, min=_scalar_attr(min, "min"), max=_scalar_attr(max, "max"))
 
 

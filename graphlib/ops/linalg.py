@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 from .. import dtypes
-from ..errors import DTypeError, ShapeError
+from ..errors import DTypeError, ShapeError, located
 from ..registry import OpDef, register
 from ..types import TensorType, broadcast_shapes, format_shape
+from ._common import promoting_kernel
 from .shape import reshape, sum_to, transpose, unsqueeze
 
 
@@ -35,6 +36,8 @@ def _matmul_infer(types, attrs):
 
 def _matmul_vjp(cts, ins, outs, attrs, needs):
     (g,), (a, b) = cts, ins
+    if a.ndim == 1 and b.ndim == 1:   # a dot product: g is 0-d
+        return [g * b if needs[0] else None, g * a if needs[1] else None]
     a2 = unsqueeze(a, 0) if a.ndim == 1 else a
     b2 = unsqueeze(b, -1) if b.ndim == 1 else b
     if a.ndim == 1:
@@ -52,7 +55,8 @@ def _matmul_vjp(cts, ins, outs, attrs, needs):
     return [ga, gb]
 
 
-matmul_op = register(OpDef("matmul", _matmul_infer, lambda xp, a, b: xp.matmul(a, b),
+matmul_op = register(OpDef("matmul", _matmul_infer,
+                           promoting_kernel(lambda xp, a, b: xp.matmul(a, b)),
                            _matmul_vjp, promote=True))
 
 
@@ -64,6 +68,6 @@ def matmul(a, b):
 def mm(a, b):
     """2-D matrix product."""
     if a.ndim != 2 or b.ndim != 2:
-        raise ShapeError(f"mm: expected 2-D operands, found {format_shape(a.shape)} and "
-                         f"{format_shape(b.shape)}")
+        raise ShapeError(located(f"mm: expected 2-D operands, found {format_shape(a.shape)} "
+                                 f"and {format_shape(b.shape)}"))
     return matmul_op(a, b)

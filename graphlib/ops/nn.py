@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from .. import dtypes
-from ..errors import DTypeError, ShapeError
+from ..errors import DTypeError, ShapeError, located
 from ..registry import OpDef, register
 from ..types import TensorType, normalize_dim
 from .elementwise import exp
@@ -19,8 +19,10 @@ def _softmax_infer(name):
 
 
 def _softmax_kernel(xp, x, dim):
+    if x.dtype.kind != "f":
+        x = x.astype(dtypes.DEFAULT_FLOAT)
     if x.ndim == 0:
-        return xp.ones_like(x, dtype=x.dtype if x.dtype.kind == "f" else xp.float32)
+        return xp.ones_like(x)
     m = xp.amax(x, axis=dim, keepdims=True)
     m = xp.where(xp.isfinite(m), m, 0)
     e = xp.exp(x - m)
@@ -28,8 +30,10 @@ def _softmax_kernel(xp, x, dim):
 
 
 def _log_softmax_kernel(xp, x, dim):
+    if x.dtype.kind != "f":
+        x = x.astype(dtypes.DEFAULT_FLOAT)
     if x.ndim == 0:
-        return xp.zeros_like(x, dtype=x.dtype if x.dtype.kind == "f" else xp.float32)
+        return xp.zeros_like(x)
     m = xp.amax(x, axis=dim, keepdims=True)
     m = xp.where(xp.isfinite(m), m, 0)
     shifted = x - m
@@ -90,6 +94,16 @@ def one_hot(indices, num_classes: int = -1):
         if hasattr(indices, "item") and hasattr(indices, "numpy"):
             num_classes = int(indices.amax().item()) + 1
         else:
-            raise ShapeError("one_hot: num_classes must be given when building a graph "
-                             "(the output shape cannot depend on the data)")
+            raise ShapeError(located("one_hot: num_classes must be given when building a "
+                                     "graph (the output shape cannot depend on the data)"))
     return one_hot_op(indices, num_classes=int(num_classes))
+
+
+stop_gradient_op = register(OpDef(
+    "stop_gradient", lambda types, attrs: [types[0]], lambda xp, x: x,
+    lambda cts, ins, outs, a, needs: [None], elementwise=True, expr="{0}"))
+
+
+def stop_gradient(x):
+    """``x`` itself, with no gradient flowing back through it (``detach`` inside graphs)."""
+    return stop_gradient_op(x)

@@ -189,6 +189,8 @@ argmin_op = register(OpDef("argmin", _arg_infer("argmin"), _arg_kernel("argmin")
 
 
 def _logsumexp_kernel(xp, x, dim, keepdim):
+    if x.dtype.kind != "f":
+        x = x.astype(dtypes.DEFAULT_FLOAT)
     axis = _axis(dim, x.ndim)
     m = xp.amax(x, axis=axis, keepdims=True)
     m = xp.where(xp.isfinite(m), m, 0)

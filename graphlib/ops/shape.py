@@ -9,7 +9,7 @@ from typing import Sequence
 
 from .. import dtypes
 from .. import xp as xpu
-from ..errors import DTypeError, ShapeError
+from ..errors import DTypeError, ShapeError, located
 from ..registry import OpDef, register
 from ..types import TensorType, as_shape, dims_product, format_shape, normalize_dim
 
@@ -477,7 +477,8 @@ def _shape_args(shape, name):
         elif hasattr(d, "__index__") and not isinstance(d, bool):
             out.append(int(d.__index__()))
         else:
-            raise TypeError(f"{name}: expected ints (or symbol names) as sizes, found {d!r}")
+            raise TypeError(located(f"{name}: expected ints (or symbol names) as sizes, "
+                                    f"found {d!r}"))
     return tuple(out)
 
 
@@ -547,7 +548,8 @@ def flatten(x, start_dim: int = 0, end_dim: int = -1):
     s = normalize_dim(start_dim, x.ndim, "flatten")
     e = normalize_dim(end_dim, x.ndim, "flatten")
     if s > e:
-        raise ShapeError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim}")
+        raise ShapeError(located(f"flatten: start_dim {start_dim} comes after end_dim "
+                                 f"{end_dim}"))
     if s == e:
         return x
     shape = tuple(x.shape)
@@ -568,7 +570,7 @@ def cat(tensors: Sequence, dim: int = 0):
     """Concatenate along an existing dim."""
     tensors = list(tensors)
     if not tensors:
-        raise ValueError("cat: expected a non-empty sequence of tensors")
+        raise ValueError(located("cat: expected a non-empty sequence of tensors"))
     d = normalize_dim(dim, tensors[0].ndim, "cat")
     if len(tensors) == 1:
         return tensors[0]
@@ -582,11 +584,11 @@ def stack(tensors: Sequence, dim: int = 0):
     """Join tensors of equal shape along a new dim."""
     tensors = list(tensors)
     if not tensors:
-        raise ValueError("stack: expected a non-empty sequence of tensors")
+        raise ValueError(located("stack: expected a non-empty sequence of tensors"))
     shapes = {tuple(t.shape) for t in tensors}
     if len(shapes) > 1:
-        raise ShapeError(f"stack: all tensors need the same shape, found "
-                         f"{', '.join(format_shape(s) for s in shapes)}")
+        raise ShapeError(located(f"stack: all tensors need the same shape, found "
+                                 f"{', '.join(format_shape(s) for s in shapes)}"))
     d = normalize_dim(dim, tensors[0].ndim, "stack", allow_end=True)
     parts = [unsqueeze(t, d) for t in tensors]
     return parts[0] if len(parts) == 1 else cat_op(*parts, dim=d)
@@ -599,9 +601,10 @@ def split(x, split_size_or_sections, dim: int = 0):
     if isinstance(split_size_or_sections, int):
         step = split_size_or_sections
         if step <= 0:
-            raise ValueError(f"split: chunk size must be positive, found {step}")
+            raise ValueError(located(f"split: chunk size must be positive, found {step}"))
         if not isinstance(size, int):
-            raise ShapeError(f"split: cannot split symbolic dim {size!r} into chunks of {step}")
+            raise ShapeError(located(f"split: cannot split symbolic dim {size!r} into chunks "
+                                     f"of {step}"))
         sizes = tuple(min(step, size - i) for i in range(0, size, step)) or (0,)
     else:
         sizes = tuple(int(s) for s in split_size_or_sections)
@@ -620,10 +623,13 @@ def getitem(x, index):
     if hasattr(index, "dtype") and hasattr(index, "shape") and not isinstance(index, int):
         dt = index.dtype if isinstance(index.dtype, str) else dtypes.as_dtype(index.dtype)
         if dt == "bool":
-            raise TypeError("getitem: boolean mask indexing gives a data-dependent shape; use "
-                            "dg.where(mask, x, 0) instead")
+            raise TypeError(located("getitem: boolean mask indexing gives a data-dependent "
+                                    "shape; use dg.where(mask, x, 0) instead"))
         return index_select(x, 0, index)
-    items, _ = _normalize_index(index, tuple(x.shape))
+    try:
+        items, _ = _normalize_index(index, tuple(x.shape))
+    except (ShapeError, TypeError) as e:
+        raise type(e)(located(str(e))) from None
     return getitem_op(x, index=items)
 
 

@@ -1,0 +1,309 @@
+"""``duograph.nn.functional``: the functional forms of layers and losses.
+
+Everything here is written with duograph's op functions, so it runs eagerly on tensors and
+builds graph nodes on symbolic Values, with gradients from the registry's vjp rules.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+
+from ..graphlib import functional as F
+from ..graphlib.errors import DTypeError, ShapeError
+from ..graphlib.functional import (gelu, leaky_relu, log_softmax, one_hot, relu,  # noqa
+                                    sigmoid, softmax, softplus, tanh)
+from ..graphlib.ir import Value
+
+try:  # the convolution ops (graphlib/ops/conv.py)
+    from ..graphlib.functional import (adaptive_avg_pool2d, avg_pool2d, conv2d,  # noqa
+                                        max_pool2d)
+except ImportError:  # pragma: no cover - while conv.py is not there
+    pass
+
+
+def _where(x) -> str:
+    from ..graphlib.source import user_source
+    return f"\n  in: {user_source()}"
+
+
+def _is_symbolic(x) -> bool:
+    return isinstance(x, Value)
+
+
+def linear(input, weight, bias=None):
+    """input @ weight.T + bias (weight has shape (out_features, in_features))."""
+    if input.shape[-1] != weight.shape[1] and isinstance(input.shape[-1], int):
+        raise ShapeError(f"linear: expected input with {weight.shape[1]} features in its "
+                         f"last dim, found shape {list(input.shape)}{_where(input)}")
+    out = F.matmul(input, F.transpose(weight, 0, 1))
+    return out + bias if bias is not None else out
+
+
+def dropout(input, p: float = 0.5, training: bool = True, seed=None):
+    """Zero each element with probability ``p`` and scale the rest by 1/(1-p) (train only).
+
+    Eagerly the mask comes from the global generator (``dg.manual_seed``); in graph mode from
+    ``seed`` or else the graph's own seed state, which advances every run.
+    """
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"dropout: p must lie in [0, 1], found {p}")
+    if not training or p == 0.0:
+        return input
+    if p == 1.0:
+        return input * 0.0
+    if seed is None and _is_symbolic(input):
+        seed = input.graph.seed_state()
+    keep = F.bernoulli(F.full_like(input, 1.0 - p), seed=seed)
+    return input * keep * (1.0 / (1.0 - p))
+
+
+def embedding(input, weight, padding_idx: Optional[int] = None):
+    """Rows of ``weight`` picked by the integer ``input`` (any shape)."""
+    if input.dtype not in ("int32", "int64", "uint8"):
+        raise DTypeError(f"embedding: expected integer indices, found {input.dtype}"
+                         f"{_where(input)}")
+    flat = F.reshape(input, -1)
+    rows = F.index_select(weight, 0, flat)
+    if padding_idx is not None:   # the padding row's value, but no gradient into it
+        keep = F.unsqueeze(flat != padding_idx, 1)
+        rows = F.where(keep, rows, F.stop_gradient(rows))
+    return F.reshape(rows, *tuple(input.shape), weight.shape[1])
+
+
+def layer_norm(input, normalized_shape, weight=None, bias=None, eps: float = 1e-5):
+    """Normalise over the last ``len(normalized_shape)`` dims (biased variance)."""
+    shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(
+        normalized_shape)
+    if tuple(input.shape[-len(shape):]) != shape:
+        raise ShapeError(f"layer_norm: expected input ending in {list(shape)}, found "
+                         f"{list(input.shape)}{_where(input)}")
+    dims = tuple(range(input.ndim - len(shape), input.ndim))
+    mean = F.mean(input, dims, keepdim=True)
+    centered = input - mean
+    var = F.mean(centered * centered, dims, keepdim=True)
+    out = centered * F.rsqrt(var + eps)
+    if weight is not None:
+        out = out * weight
+    if bias is not None:
+        out = out + bias
+    return out
+
+
+def batch_norm(input, running_mean, running_var, weight=None, bias=None,
+               training: bool = False, momentum: float = 0.1, eps: float = 1e-5,
+               num_batches_tracked=None):
+    """Batch normalisation over all dims but the channel dim (1).
+
+    In training the batch statistics normalise and the running statistics are updated
+    (unbiased variance, as PyTorch): in place on eager tensors, through ``graph.update`` when
+    building a graph.
+    """
+    if input.ndim < 2:
+        raise ShapeError(f"batch_norm: expected at least 2 dims (N, C, ...), found "
+                         f"{list(input.shape)}{_where(input)}")
+    c = input.shape[1]
+    dims = (0,) + tuple(range(2, input.ndim))
+    bshape = (1, c) + (1,) * (input.ndim - 2)
+    if training:
+        mean = F.mean(input, dims, keepdim=True)
+        centered = input - mean
+        var = F.mean(centered * centered, dims, keepdim=True)
+        if running_mean is not None:
+            n = 1
+            for d in dims:
+                n = n * input.shape[d] if isinstance(input.shape[d], int) else None
+                if n is None:
+                    break
+            count = n if n is not None else F.numel(input, dims, dtype=input.dtype)
+            unbiased = F.reshape(var, c) * (count / (count - 1)) if n is None else \
+                F.reshape(var, c) * (n / max(n - 1, 1))
+            m = momentum
+            _assign(running_mean, F.reshape(mean, c) * m + running_mean * (1.0 - m))
+            _assign(running_var, unbiased * m + running_var * (1.0 - m))
+            if num_batches_tracked is not None:
+                _assign(num_batches_tracked, num_batches_tracked + 1)
+        out = centered * F.rsqrt(var + eps)
+    else:
+        if running_mean is None:
+            raise ValueError("batch_norm: running statistics are needed in eval mode")
+        out = (input - F.reshape(running_mean, *bshape)) * F.rsqrt(
+            F.reshape(running_var, *bshape) + eps)
+    if weight is not None:
+        out = out * F.reshape(weight, *bshape)
+    if bias is not None:
+        out = out + F.reshape(bias, *bshape)
+    return out
+
+
+def _assign(target, new) -> None:
+    """Give a buffer its new value: eagerly in place, or as a state update in a graph."""
+    if isinstance(new, Value):
+        g = new.graph
+        state = g.bind_state(target)
+        g.update(state, F.cast(new, state.dtype) if new.dtype != state.dtype else new)
+        return
+    from ..eager import grad_mode
+    with grad_mode.no_grad():
+        target.copy_(new.detach() if hasattr(new, "detach") else new)
+
+
+# -- losses ------------------------------------------------------------------------------------
+def _reduce(loss, reduction: str, name: str):
+    if reduction == "mean":
+        return F.mean(loss)
+    if reduction == "sum":
+        return F.sum(loss)
+    if reduction == "none":
+        return loss
+    raise ValueError(f"{name}: reduction must be 'mean', 'sum' or 'none', found {reduction!r}")
+
+
+def _check_same(name, input, target):
+    if tuple(input.shape) != tuple(target.shape):
+        raise ShapeError(f"{name}: input {list(input.shape)} and target "
+                         f"{list(target.shape)} must have the same shape{_where(input)}")
+
+
+def mse_loss(input, target, reduction: str = "mean"):
+    _check_same("mse_loss", input, target)
+    d = input - target
+    return _reduce(d * d, reduction, "mse_loss")
+
+
+def l1_loss(input, target, reduction: str = "mean"):
+    _check_same("l1_loss", input, target)
+    return _reduce(F.abs(input - target), reduction, "l1_loss")
+
+
+def _class_last(x):
+    """(N, C, d1, ...) -> (N*d1*..., C); (N, C) unchanged."""
+    if x.ndim == 2:
+        return x
+    perm = (0,) + tuple(range(2, x.ndim)) + (1,)
+    return F.reshape(F.permute(x, *perm), -1, x.shape[1])
+
+
+def nll_loss(input, target, weight=None, ignore_index: int = -100, reduction: str = "mean"):
+    """Negative log-likelihood of class indices ``target`` under log-probabilities
+    ``input`` (N, C) or (N, C, d1, ...)."""
+    _check_class_target("nll_loss", input, target)
+    logp = _class_last(input)
+    tgt = F.reshape(target, -1)
+    valid = tgt != ignore_index
+    safe = F.where(valid, tgt, 0)
+    picked = F.reshape(F.gather(logp, 1, F.unsqueeze(safe, 1)), -1)
+    w = F.cast(valid, input.dtype)
+    if weight is not None:
+        w = w * F.index_select(weight, 0, safe)
+    loss = -picked * w
+    if reduction == "mean":
+        return F.sum(loss) / F.sum(w)
+    if reduction == "none":
+        return F.reshape(loss, *tuple(target.shape))
+    return _reduce(loss, reduction, "nll_loss")
+
+
+def _check_class_target(name, input, target):
+    if input.ndim < 2:
+        raise ShapeError(f"{name}: expected input of shape (N, C) or (N, C, d1, ...), found "
+                         f"{list(input.shape)}{_where(input)}")
+    if target.dtype not in ("int32", "int64", "uint8"):
+        raise DTypeError(f"{name}: expected integer class indices as target, found "
+                         f"{target.dtype}; probabilities are not supported as targets yet"
+                         f"{_where(input)}")
+    want = (input.shape[0],) + tuple(input.shape[2:])
+    if tuple(target.shape) != want:
+        raise ShapeError(f"{name}: expected target of shape {list(want)} for input "
+                         f"{list(input.shape)}, found {list(target.shape)}{_where(input)}")
+
+
+def cross_entropy(input, target, weight=None, ignore_index: int = -100,
+                  reduction: str = "mean", label_smoothing: float = 0.0):
+    """log_softmax + nll_loss, with PyTorch's class ``weight``, ``ignore_index`` and
+    ``label_smoothing`` semantics."""
+    _check_class_target("cross_entropy", input, target)
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise ValueError(f"cross_entropy: label_smoothing must lie in [0, 1], found "
+                         f"{label_smoothing}")
+    logp = F.log_softmax(input, 1)
+    nll = nll_loss(logp, target, weight, ignore_index, reduction)
+    if label_smoothing == 0.0:
+        return nll
+    c = input.shape[1]
+    lp = _class_last(logp)
+    tgt = F.reshape(target, -1)
+    valid = F.cast(tgt != ignore_index, input.dtype)
+    per_class = lp if weight is None else lp * weight
+    smooth = -F.sum(per_class, 1) * valid
+    if reduction == "mean":
+        if weight is None:
+            denom = F.sum(valid)
+        else:
+            denom = F.sum(F.index_select(weight, 0, F.where(tgt != ignore_index, tgt, 0))
+                          * valid)
+        smooth = F.sum(smooth) / denom
+    elif reduction == "sum":
+        smooth = F.sum(smooth)
+    else:
+        smooth = F.reshape(smooth, *tuple(target.shape))
+    return nll * (1.0 - label_smoothing) + smooth * (label_smoothing / c)
+
+
+def binary_cross_entropy(input, target, weight=None, reduction: str = "mean"):
+    """-(y log p + (1-y) log(1-p)), logs clamped at -100 as PyTorch."""
+    _check_same("binary_cross_entropy", input, target)
+    logp = F.clamp(F.log(input), min=-100.0)
+    log1mp = F.clamp(F.log(1.0 - input), min=-100.0)
+    loss = -(target * logp + (1.0 - target) * log1mp)
+    if weight is not None:
+        loss = loss * weight
+    return _reduce(loss, reduction, "binary_cross_entropy")
+
+
+def binary_cross_entropy_with_logits(input, target, weight=None, reduction: str = "mean",
+                                     pos_weight=None):
+    """Sigmoid + binary cross-entropy in one numerically stable formula."""
+    _check_same("binary_cross_entropy_with_logits", input, target)
+    # log(1 + exp(-|x|)) + max(-x, 0) = -log(sigmoid(x)), never overflowing
+    log_sig_neg = F.softplus(-input, 1.0, 1e9)     # -log(sigmoid(x))
+    if pos_weight is None:
+        loss = (1.0 - target) * input + log_sig_neg
+    else:
+        lw = 1.0 + (pos_weight - 1.0) * target
+        loss = (1.0 - target) * input + lw * log_sig_neg
+    if weight is not None:
+        loss = loss * weight
+    return _reduce(loss, reduction, "binary_cross_entropy_with_logits")
+
+
+def kl_div(input, target, reduction: str = "mean", log_target: bool = False):
+    """KL divergence with ``input`` as log-probabilities (PyTorch's argument order)."""
+    _check_same("kl_div", input, target)
+    if log_target:
+        loss = F.exp(target) * (target - input)
+    else:
+        safe = F.where(target > 0, target, 1.0)
+        loss = F.where(target > 0, target * (F.log(safe) - input), 0.0)
+    if reduction == "batchmean":
+        return F.sum(loss) / input.shape[0] if isinstance(input.shape[0], int) else \
+            F.sum(loss) / F.numel(input, 0, dtype=input.dtype)
+    return _reduce(loss, reduction, "kl_div")
+
+
+def scaled_dot_product_attention(q, k, v, attn_mask=None, is_causal: bool = False,
+                                  dropout_p: float = 0.0, training: bool = True):
+    """softmax(q k^T / sqrt(d) + mask) v over the last two dims."""
+    d = q.shape[-1]
+    scores = F.matmul(q, F.transpose(k, -2, -1)) * (1.0 / float(d) ** 0.5)
+    if is_causal:
+        lq, lk = q.shape[-2], k.shape[-2]
+        causal = F.constant(np.tril(np.ones((lq, lk), dtype=bool)))
+        scores = F.where(causal, scores, -1e9)
+    if attn_mask is not None:
+        scores = F.where(attn_mask, scores, -1e9) if attn_mask.dtype == "bool" \
+            else scores + attn_mask
+    attn = F.softmax(scores, -1)
+    if dropout_p > 0.0:
+        attn = dropout(attn, dropout_p, training)
+    return F.matmul(attn, v)

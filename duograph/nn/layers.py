@@ -1,0 +1,598 @@
+"""Layers and containers. Defaults and initialisations follow PyTorch's documentation."""
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from typing import Iterable, Optional
+
+import numpy as np
+
+from ..eager.tensors import Parameter, Tensor
+from ..graphlib import functional as F
+from ..graphlib.errors import ShapeError
+from . import functional as NF
+from . import init
+from .module import Module
+
+
+def _pair(v, name="value"):
+    if isinstance(v, int):
+        return (v, v)
+    v = tuple(v)
+    if len(v) != 2:
+        raise ValueError(f"expected an int or a pair for {name}, found {v}")
+    return v
+
+
+def _empty(*shape) -> np.ndarray:
+    return np.zeros(shape, dtype=np.float32)
+
+
+def _check_input(layer: Module, x, ndims: Iterable[int], what: str):
+    if x.ndim not in tuple(ndims):
+        from ..graphlib.source import user_source
+        raise ShapeError(f"{type(layer).__name__}: expected {what}, found an input of shape "
+                         f"{list(x.shape)}\n  layer: {layer!r}\n  in: {user_source()}")
+
+
+# -- containers --------------------------------------------------------------------------------
+class Sequential(Module):
+    """Modules applied in order; built from arguments or an OrderedDict."""
+
+    def __init__(self, *modules):
+        super().__init__()
+        if len(modules) == 1 and isinstance(modules[0], OrderedDict):
+            for k, m in modules[0].items():
+                self.add_module(k, m)
+        else:
+            for i, m in enumerate(modules):
+                self.add_module(str(i), m)
+
+    def __getitem__(self, i):
+        items = list(self._modules.values())
+        if isinstance(i, slice):
+            return Sequential(*items[i])
+        return items[i]
+
+    def __len__(self):
+        return len(self._modules)
+
+    def __iter__(self):
+        return iter(self._modules.values())
+
+    def append(self, module: Module) -> "Sequential":
+        self.add_module(str(len(self._modules)), module)
+        return self
+
+    def forward(self, x):
+        for m in self._modules.values():
+            x = m(x)
+        return x
+
+
+class ModuleList(Module):
+    """A list whose modules are registered (a plain Python list is not)."""
+
+    def __init__(self, modules: Optional[Iterable[Module]] = None):
+        super().__init__()
+        for m in modules or ():
+            self.append(m)
+
+    def append(self, module: Module) -> "ModuleList":
+        self.add_module(str(len(self._modules)), module)
+        return self
+
+    def extend(self, modules: Iterable[Module]) -> "ModuleList":
+        for m in modules:
+            self.append(m)
+        return self
+
+    def __getitem__(self, i):
+        items = list(self._modules.values())
+        return ModuleList(items[i]) if isinstance(i, slice) else items[i]
+
+    def __len__(self):
+        return len(self._modules)
+
+    def __iter__(self):
+        return iter(self._modules.values())
+
+
+class ModuleDict(Module):
+    """A dict whose modules are registered."""
+
+    def __init__(self, modules=None):
+        super().__init__()
+        for k, m in (modules or {}).items():
+            self.add_module(k, m)
+
+    def __getitem__(self, key: str) -> Module:
+        return self._modules[key]
+
+    def __setitem__(self, key: str, module: Module) -> None:
+        self.add_module(key, module)
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._modules
+
+    def __len__(self):
+        return len(self._modules)
+
+    def __iter__(self):
+        return iter(self._modules)
+
+    def keys(self):
+        return self._modules.keys()
+
+    def values(self):
+        return self._modules.values()
+
+    def items(self):
+        return self._modules.items()
+
+
+# -- basic layers ------------------------------------------------------------------------------
+class Identity(Module):
+    def __init__(self, *args, **kwargs):
+        super().__init__()
+
+    def forward(self, x):
+        return x
+
+
+class Linear(Module):
+    """y = x @ W.T + b; W, b ~ U(-1/sqrt(in_features), 1/sqrt(in_features))."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True):
+        super().__init__()
+        self.in_features, self.out_features = in_features, out_features
+        self.weight = Parameter(_empty(out_features, in_features))
+        self.bias = Parameter(_empty(out_features)) if bias else None
+        if not bias:
+            self.register_parameter("bias", None)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        init.kaiming_uniform_(self.weight, a=math.sqrt(5))
+        if self.bias is not None:
+            bound = 1.0 / math.sqrt(self.in_features) if self.in_features else 0.0
+            init.uniform_(self.bias, -bound, bound)
+
+    def forward(self, x):
+        _check_input(self, x, range(1, 64), "at least 1 dim")
+        if x.shape[-1] != self.in_features and isinstance(x.shape[-1], int):
+            from ..graphlib.source import user_source
+            raise ShapeError(f"Linear: expected input with {self.in_features} features in "
+                             f"its last dim, found shape {list(x.shape)}\n  layer: {self!r}"
+                             f"\n  in: {user_source()}")
+        return NF.linear(x, self.weight, self.bias)
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, "
+                f"bias={self.bias is not None}")
+
+
+class Conv2d(Module):
+    """2-D convolution over NCHW input (stride, padding, dilation, groups)."""
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1,
+                 padding=0, dilation=1, groups: int = 1, bias: bool = True):
+        super().__init__()
+        if in_channels % groups or out_channels % groups:
+            raise ValueError(f"Conv2d: in_channels ({in_channels}) and out_channels "
+                             f"({out_channels}) must be divisible by groups ({groups})")
+        self.in_channels, self.out_channels = in_channels, out_channels
+        self.kernel_size = _pair(kernel_size, "kernel_size")
+        self.stride = _pair(stride, "stride")
+        self.padding = padding if isinstance(padding, str) else _pair(padding, "padding")
+        self.dilation = _pair(dilation, "dilation")
+        self.groups = groups
+        kh, kw = self.kernel_size
+        self.weight = Parameter(_empty(out_channels, in_channels // groups, kh, kw))
+        if bias:
+            self.bias = Parameter(_empty(out_channels))
+        else:
+            self.register_parameter("bias", None)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        init.kaiming_uniform_(self.weight, a=math.sqrt(5))
+        if self.bias is not None:
+            fan_in = self.weight.shape[1] * self.kernel_size[0] * self.kernel_size[1]
+            bound = 1.0 / math.sqrt(fan_in)
+            init.uniform_(self.bias, -bound, bound)
+
+    def forward(self, x):
+        _check_input(self, x, (4,), "a 4-D input (N, C, H, W)")
+        if isinstance(x.shape[1], int) and x.shape[1] != self.in_channels:
+            from ..graphlib.source import user_source
+            raise ShapeError(f"Conv2d: expected {self.in_channels} input channels, found "
+                             f"input of shape {list(x.shape)}\n  layer: {self!r}"
+                             f"\n  in: {user_source()}")
+        return NF.conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation,
+                         self.groups)
+
+    def extra_repr(self) -> str:
+        s = (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
+             f"stride={self.stride}")
+        if self.padding not in ((0, 0), "valid"):
+            s += f", padding={self.padding}"
+        if self.dilation != (1, 1):
+            s += f", dilation={self.dilation}"
+        if self.groups != 1:
+            s += f", groups={self.groups}"
+        if self.bias is None:
+            s += ", bias=False"
+        return s
+
+
+class _Pool(Module):
+    def __init__(self, kernel_size, stride=None, padding=0):
+        super().__init__()
+        self.kernel_size = kernel_size
+        self.stride = stride if stride is not None else kernel_size
+        self.padding = padding
+
+    def extra_repr(self) -> str:
+        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+
+
+class MaxPool2d(_Pool):
+    def __init__(self, kernel_size, stride=None, padding=0, dilation=1,
+                 ceil_mode: bool = False):
+        super().__init__(kernel_size, stride, padding)
+        self.dilation, self.ceil_mode = dilation, ceil_mode
+
+    def forward(self, x):
+        _check_input(self, x, (4,), "a 4-D input (N, C, H, W)")
+        return NF.max_pool2d(x, self.kernel_size, self.stride, self.padding, self.dilation,
+                             self.ceil_mode)
+
+
+class AvgPool2d(_Pool):
+    def __init__(self, kernel_size, stride=None, padding=0, ceil_mode: bool = False,
+                 count_include_pad: bool = True):
+        super().__init__(kernel_size, stride, padding)
+        self.ceil_mode, self.count_include_pad = ceil_mode, count_include_pad
+
+    def forward(self, x):
+        _check_input(self, x, (4,), "a 4-D input (N, C, H, W)")
+        return NF.avg_pool2d(x, self.kernel_size, self.stride, self.padding, self.ceil_mode,
+                             self.count_include_pad)
+
+
+class AdaptiveAvgPool2d(Module):
+    def __init__(self, output_size):
+        super().__init__()
+        self.output_size = output_size
+
+    def forward(self, x):
+        _check_input(self, x, (4,), "a 4-D input (N, C, H, W)")
+        return NF.adaptive_avg_pool2d(x, self.output_size)
+
+    def extra_repr(self) -> str:
+        return f"output_size={self.output_size}"
+
+
+class _BatchNorm(Module):
+    _dims = (2,)
+    _what = ""
+
+    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.1,
+                 affine: bool = True, track_running_stats: bool = True):
+        super().__init__()
+        self.num_features, self.eps, self.momentum = num_features, eps, momentum
+        self.affine, self.track_running_stats = affine, track_running_stats
+        if affine:
+            self.weight = Parameter(np.ones(num_features, np.float32))
+            self.bias = Parameter(np.zeros(num_features, np.float32))
+        else:
+            self.register_parameter("weight", None)
+            self.register_parameter("bias", None)
+        if track_running_stats:
+            self.register_buffer("running_mean", Tensor(np.zeros(num_features, np.float32)))
+            self.register_buffer("running_var", Tensor(np.ones(num_features, np.float32)))
+            self.register_buffer("num_batches_tracked", Tensor(np.zeros((), np.int64)))
+        else:
+            self.register_buffer("running_mean", None)
+            self.register_buffer("running_var", None)
+            self.register_buffer("num_batches_tracked", None)
+
+    def forward(self, x):
+        _check_input(self, x, self._dims, self._what)
+        if isinstance(x.shape[1], int) and x.shape[1] != self.num_features:
+            from ..graphlib.source import user_source
+            raise ShapeError(f"{type(self).__name__}: expected {self.num_features} channels "
+                             f"in dim 1, found input of shape {list(x.shape)}"
+                             f"\n  in: {user_source()}")
+        use_batch = self.training or self.running_mean is None
+        return NF.batch_norm(
+            x, self.running_mean if self.training or not use_batch else None,
+            self.running_var if self.training or not use_batch else None,
+            self.weight, self.bias, use_batch, self.momentum, self.eps,
+            self.num_batches_tracked if self.training else None)
+
+    def extra_repr(self) -> str:
+        return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, "
+                f"affine={self.affine}, track_running_stats={self.track_running_stats}")
+
+
+class BatchNorm1d(_BatchNorm):
+    _dims = (2, 3)
+    _what = "a 2-D (N, C) or 3-D (N, C, L) input"
+
+
+class BatchNorm2d(_BatchNorm):
+    _dims = (4,)
+    _what = "a 4-D input (N, C, H, W)"
+
+
+class LayerNorm(Module):
+    def __init__(self, normalized_shape, eps: float = 1e-5, elementwise_affine: bool = True,
+                 bias: bool = True):
+        super().__init__()
+        shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(
+            normalized_shape)
+        self.normalized_shape, self.eps = shape, eps
+        if elementwise_affine:
+            self.weight = Parameter(np.ones(shape, np.float32))
+            if bias:
+                self.bias = Parameter(np.zeros(shape, np.float32))
+            else:
+                self.register_parameter("bias", None)
+        else:
+            self.register_parameter("weight", None)
+            self.register_parameter("bias", None)
+
+    def forward(self, x):
+        return NF.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+
+    def extra_repr(self) -> str:
+        return f"{self.normalized_shape}, eps={self.eps}"
+
+
+class Dropout(Module):
+    def __init__(self, p: float = 0.5):
+        super().__init__()
+        if not 0.0 <= p <= 1.0:
+            raise ValueError(f"Dropout: p must lie in [0, 1], found {p}")
+        self.p = p
+
+    def forward(self, x):
+        return NF.dropout(x, self.p, self.training)
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}"
+
+
+class Embedding(Module):
+    """A lookup table of ``num_embeddings`` vectors; weight ~ N(0, 1)."""
+
+    def __init__(self, num_embeddings: int, embedding_dim: int,
+                 padding_idx: Optional[int] = None):
+        super().__init__()
+        self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
+        if padding_idx is not None and padding_idx < 0:
+            padding_idx += num_embeddings
+        self.padding_idx = padding_idx
+        self.weight = Parameter(_empty(num_embeddings, embedding_dim))
+        init.normal_(self.weight)
+        if padding_idx is not None:
+            self.weight.data[padding_idx] = 0.0
+
+    def forward(self, idx):
+        return NF.embedding(idx, self.weight, self.padding_idx)
+
+    def extra_repr(self) -> str:
+        return f"{self.num_embeddings}, {self.embedding_dim}"
+
+
+class Flatten(Module):
+    def __init__(self, start_dim: int = 1, end_dim: int = -1):
+        super().__init__()
+        self.start_dim, self.end_dim = start_dim, end_dim
+
+    def forward(self, x):
+        return F.flatten(x, self.start_dim, self.end_dim)
+
+    def extra_repr(self) -> str:
+        return f"start_dim={self.start_dim}, end_dim={self.end_dim}"
+
+
+# -- activations -------------------------------------------------------------------------------
+class ReLU(Module):
+    def __init__(self, inplace: bool = False):
+        super().__init__()
+
+    def forward(self, x):
+        return F.relu(x)
+
+
+class LeakyReLU(Module):
+    def __init__(self, negative_slope: float = 0.01, inplace: bool = False):
+        super().__init__()
+        self.negative_slope = negative_slope
+
+    def forward(self, x):
+        return F.leaky_relu(x, self.negative_slope)
+
+    def extra_repr(self) -> str:
+        return f"negative_slope={self.negative_slope}"
+
+
+class GELU(Module):
+    def __init__(self, approximate: str = "none"):
+        super().__init__()
+        self.approximate = approximate
+
+    def forward(self, x):
+        return F.gelu(x, self.approximate)
+
+    def extra_repr(self) -> str:
+        return f"approximate={self.approximate!r}"
+
+
+class Sigmoid(Module):
+    def forward(self, x):
+        return F.sigmoid(x)
+
+
+class Tanh(Module):
+    def forward(self, x):
+        return F.tanh(x)
+
+
+class Softmax(Module):
+    def __init__(self, dim: int = -1):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x):
+        return F.softmax(x, self.dim)
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}"
+
+
+class LogSoftmax(Softmax):
+    def forward(self, x):
+        return F.log_softmax(x, self.dim)
+
+
+# -- attention ---------------------------------------------------------------------------------
+class MultiheadAttention(Module):
+    """Multi-head self/cross attention on (batch, seq, embed) inputs (batch_first=True)."""
+
+    def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0,
+                 bias: bool = True, batch_first: bool = True):
+        super().__init__()
+        if embed_dim % num_heads:
+            raise ValueError(f"MultiheadAttention: embed_dim ({embed_dim}) must be divisible "
+                             f"by num_heads ({num_heads})")
+        if not batch_first:
+            raise NotImplementedError("MultiheadAttention: only batch_first=True is supported")
+        self.embed_dim, self.num_heads, self.dropout = embed_dim, num_heads, dropout
+        self.head_dim = embed_dim // num_heads
+        self.in_proj_weight = Parameter(_empty(3 * embed_dim, embed_dim))
+        init.xavier_uniform_(self.in_proj_weight)
+        if bias:
+            self.in_proj_bias = Parameter(np.zeros(3 * embed_dim, np.float32))
+        else:
+            self.register_parameter("in_proj_bias", None)
+        self.out_proj = Linear(embed_dim, embed_dim, bias=bias)
+        if bias:
+            init.zeros_(self.out_proj.bias)
+
+    def _heads(self, t, b, s):
+        return F.transpose(F.reshape(t, b, s, self.num_heads, self.head_dim), 1, 2)
+
+    def forward(self, query, key=None, value=None, attn_mask=None, is_causal: bool = False,
+                need_weights: bool = False):
+        key = query if key is None else key
+        value = key if value is None else value
+        _check_input(self, query, (3,), "a 3-D input (batch, seq, embed)")
+        e = self.embed_dim
+        w, bias = self.in_proj_weight, self.in_proj_bias
+        wq, wk, wv = F.split(w, e, 0)
+        bq, bk, bv = F.split(bias, e, 0) if bias is not None else (None, None, None)
+        b, sq = query.shape[0], query.shape[1]
+        sk = key.shape[1]
+        q = self._heads(NF.linear(query, wq, bq), b, sq)
+        k = self._heads(NF.linear(key, wk, bk), b, sk)
+        v = self._heads(NF.linear(value, wv, bv), b, sk)
+        out = NF.scaled_dot_product_attention(q, k, v, attn_mask, is_causal,
+                                              self.dropout, self.training)
+        out = F.reshape(F.transpose(out, 1, 2), b, sq, e)
+        return self.out_proj(out)
+
+    def extra_repr(self) -> str:
+        return f"embed_dim={self.embed_dim}, num_heads={self.num_heads}"
+
+
+class TransformerBlock(Module):
+    """Pre-norm transformer encoder block: x + attn(ln(x)); x + mlp(ln(x))."""
+
+    def __init__(self, embed_dim: int, num_heads: int, mlp_ratio: float = 4.0,
+                 dropout: float = 0.0):
+        super().__init__()
+        hidden = int(embed_dim * mlp_ratio)
+        self.ln1 = LayerNorm(embed_dim)
+        self.attn = MultiheadAttention(embed_dim, num_heads, dropout)
+        self.ln2 = LayerNorm(embed_dim)
+        self.mlp = Sequential(Linear(embed_dim, hidden), GELU(), Linear(hidden, embed_dim),
+                              Dropout(dropout))
+
+    def forward(self, x, attn_mask=None, is_causal: bool = False):
+        x = x + self.attn(self.ln1(x), attn_mask=attn_mask, is_causal=is_causal)
+        return x + self.mlp(self.ln2(x))
+
+
+# -- losses ------------------------------------------------------------------------------------
+class _Loss(Module):
+    def __init__(self, reduction: str = "mean"):
+        super().__init__()
+        if reduction not in ("mean", "sum", "none", "batchmean"):
+            raise ValueError(f"{type(self).__name__}: unknown reduction {reduction!r}")
+        self.reduction = reduction
+
+    def extra_repr(self) -> str:
+        return f"reduction={self.reduction!r}" if self.reduction != "mean" else ""
+
+
+class MSELoss(_Loss):
+    def forward(self, input, target):
+        return NF.mse_loss(input, target, self.reduction)
+
+
+class L1Loss(_Loss):
+    def forward(self, input, target):
+        return NF.l1_loss(input, target, self.reduction)
+
+
+class CrossEntropyLoss(_Loss):
+    def __init__(self, weight=None, ignore_index: int = -100, reduction: str = "mean",
+                 label_smoothing: float = 0.0):
+        super().__init__(reduction)
+        self.weight = weight
+        self.ignore_index, self.label_smoothing = ignore_index, label_smoothing
+
+    def forward(self, input, target):
+        return NF.cross_entropy(input, target, self.weight, self.ignore_index,
+                                self.reduction, self.label_smoothing)
+
+
+class NLLLoss(_Loss):
+    def __init__(self, weight=None, ignore_index: int = -100, reduction: str = "mean"):
+        super().__init__(reduction)
+        self.weight, self.ignore_index = weight, ignore_index
+
+    def forward(self, input, target):
+        return NF.nll_loss(input, target, self.weight, self.ignore_index, self.reduction)
+
+
+class BCELoss(_Loss):
+    def __init__(self, weight=None, reduction: str = "mean"):
+        super().__init__(reduction)
+        self.weight = weight
+
+    def forward(self, input, target):
+        return NF.binary_cross_entropy(input, target, self.weight, self.reduction)
+
+
+class BCEWithLogitsLoss(_Loss):
+    def __init__(self, weight=None, reduction: str = "mean", pos_weight=None):
+        super().__init__(reduction)
+        self.weight, self.pos_weight = weight, pos_weight
+
+    def forward(self, input, target):
+        return NF.binary_cross_entropy_with_logits(input, target, self.weight, self.reduction,
+                                                   self.pos_weight)
+
+
+class KLDivLoss(_Loss):
+    def __init__(self, reduction: str = "mean", log_target: bool = False):
+        super().__init__(reduction)
+        self.log_target = log_target
+
+    def forward(self, input, target):
+        return NF.kl_div(input, target, self.reduction, self.log_target)

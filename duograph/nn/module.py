@@ -1,0 +1,360 @@
+"""``Module``: the container of parameters, buffers and sub-modules, as in PyTorch.
+
+Forward code is written once with duograph's op functions. Called on eager tensors it runs
+eagerly; called on symbolic Values it builds the graph of the Value's graph, and every
+parameter and buffer it touches becomes a state input bound to the live tensor (named after
+its place in the module tree), so running the compiled graph updates the module in place.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Callable, Dict, Iterator, List, Optional, Tuple
+
+import numpy as np
+
+from ..eager.tensors import Parameter, Tensor
+from ..graphlib.errors import DuographError
+from ..graphlib.ir import Value, current_graph
+
+
+class StateDictError(DuographError, KeyError):
+    """load_state_dict found missing or unexpected keys, or a shape mismatch."""
+
+    def __str__(self):
+        return self.args[0] if self.args else ""
+
+
+class _Handle:
+    def __init__(self, store: dict, key: int):
+        self._store, self._key = store, key
+
+    def remove(self) -> None:
+        self._store.pop(self._key, None)
+
+
+class Module:
+    """Base class of every layer and model."""
+
+    _hook_ids = 0
+
+    def __init__(self):
+        object.__setattr__(self, "_parameters", OrderedDict())
+        object.__setattr__(self, "_buffers", OrderedDict())
+        object.__setattr__(self, "_non_persistent", set())
+        object.__setattr__(self, "_modules", OrderedDict())
+        object.__setattr__(self, "_forward_pre_hooks", OrderedDict())
+        object.__setattr__(self, "_forward_hooks", OrderedDict())
+        object.__setattr__(self, "training", True)
+
+    # -- registration through attribute assignment ------------------------------------------
+    def __setattr__(self, name: str, value) -> None:
+        if "_parameters" not in self.__dict__:
+            raise AttributeError(f"{type(self).__name__}: call super().__init__() before "
+                                 f"assigning attributes (while setting {name!r})")
+        params, buffers, modules = self._parameters, self._buffers, self._modules
+        for store in (params, buffers, modules):
+            if name in store and not isinstance(value, (Parameter, Module, Tensor)) \
+                    and value is not None:
+                del store[name]
+        if isinstance(value, Parameter):
+            self.__dict__.pop(name, None)
+            buffers.pop(name, None)
+            modules.pop(name, None)
+            params[name] = value
+        elif isinstance(value, Module):
+            self.__dict__.pop(name, None)
+            params.pop(name, None)
+            buffers.pop(name, None)
+            modules[name] = value
+        elif name in buffers:
+            if value is not None and not isinstance(value, Tensor):
+                raise TypeError(f"cannot assign {type(value).__name__} to buffer {name!r} "
+                                "(a tensor or None expected)")
+            buffers[name] = value
+        elif name in params and value is None:
+            params[name] = None
+        else:
+            object.__setattr__(self, name, value)
+
+    def __getattr__(self, name: str):
+        d = self.__dict__
+        for store in ("_parameters", "_buffers", "_modules"):
+            s = d.get(store)
+            if s is not None and name in s:
+                return s[name]
+        raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
+
+    def __delattr__(self, name: str) -> None:
+        for store in (self._parameters, self._buffers, self._modules):
+            if name in store:
+                del store[name]
+                return
+        object.__delattr__(self, name)
+
+    def register_parameter(self, name: str, param: Optional[Parameter]) -> None:
+        if param is not None and not isinstance(param, Parameter):
+            raise TypeError(f"register_parameter: {name!r} must be a Parameter or None, "
+                            f"found {type(param).__name__}")
+        self._parameters[name] = param
+
+    def register_buffer(self, name: str, tensor: Optional[Tensor],
+                        persistent: bool = True) -> None:
+        """A tensor that belongs to the module's state but is not trained (e.g. running
+        statistics); saved in ``state_dict`` unless ``persistent=False``."""
+        if tensor is not None and not isinstance(tensor, Tensor):
+            raise TypeError(f"register_buffer: {name!r} must be a tensor or None, found "
+                            f"{type(tensor).__name__}")
+        if "." in name or not name:
+            raise KeyError(f"register_buffer: invalid name {name!r}")
+        self._buffers[name] = tensor
+        if not persistent:
+            self._non_persistent.add(name)
+
+    def add_module(self, name: str, module: Optional["Module"]) -> None:
+        if module is not None and not isinstance(module, Module):
+            raise TypeError(f"add_module: {name!r} must be a Module, found "
+                            f"{type(module).__name__}")
+        self._modules[name] = module
+
+    register_module = add_module
+
+    # -- traversal ----------------------------------------------------------------------------
+    def named_modules(self, memo=None, prefix: str = "") -> Iterator[Tuple[str, "Module"]]:
+        memo = set() if memo is None else memo
+        stack = [(prefix, self)]
+        while stack:
+            name, mod = stack.pop()
+            if id(mod) in memo:
+                continue
+            memo.add(id(mod))
+            yield name, mod
+            children = [(f"{name}.{k}" if name else k, m) for k, m in mod._modules.items()
+                        if m is not None]
+            stack.extend(reversed(children))
+
+    def modules(self) -> Iterator["Module"]:
+        for _, m in self.named_modules():
+            yield m
+
+    def named_children(self) -> Iterator[Tuple[str, "Module"]]:
+        for k, m in self._modules.items():
+            if m is not None:
+                yield k, m
+
+    def children(self) -> Iterator["Module"]:
+        for _, m in self.named_children():
+            yield m
+
+    def _named(self, store: str, prefix: str, recurse: bool):
+        seen = set()
+        mods = self.named_modules(prefix=prefix) if recurse else [(prefix, self)]
+        for mname, mod in mods:
+            for k, t in getattr(mod, store).items():
+                if t is None or id(t) in seen:
+                    continue
+                seen.add(id(t))
+                yield (f"{mname}.{k}" if mname else k), t
+
+    def named_parameters(self, prefix: str = "", recurse: bool = True):
+        return self._named("_parameters", prefix, recurse)
+
+    def parameters(self, recurse: bool = True) -> Iterator[Parameter]:
+        for _, p in self.named_parameters(recurse=recurse):
+            yield p
+
+    def named_buffers(self, prefix: str = "", recurse: bool = True):
+        return self._named("_buffers", prefix, recurse)
+
+    def buffers(self, recurse: bool = True) -> Iterator[Tensor]:
+        for _, b in self.named_buffers(recurse=recurse):
+            yield b
+
+    # -- modes and housekeeping ---------------------------------------------------------------
+    def train(self, mode: bool = True) -> "Module":
+        for m in self.modules():
+            object.__setattr__(m, "training", bool(mode))
+        return self
+
+    def eval(self) -> "Module":
+        return self.train(False)
+
+    def requires_grad_(self, requires_grad: bool = True) -> "Module":
+        for p in self.parameters():
+            p.requires_grad_(requires_grad)
+        return self
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for p in self.parameters():
+            if p.grad is None:
+                continue
+            if set_to_none:
+                p.grad = None
+            else:
+                p.grad = Tensor(np.zeros_like(p.grad.data) if p.device == "cpu"
+                                else p.grad.data * 0)
+
+    def apply(self, fn: Callable[["Module"], None]) -> "Module":
+        for m in list(self.modules())[::-1]:
+            fn(m)
+        return self
+
+    def to(self, *args, dtype=None, device=None) -> "Module":
+        """Move/convert parameters and buffers in place (floating-point ones for dtype)."""
+        for a in args:
+            if isinstance(a, str) and a.split(":")[0] in ("cpu", "cuda"):
+                device = a
+            else:
+                dtype = a
+        for m in self.modules():
+            for store in (m._parameters, m._buffers):
+                for k, t in store.items():
+                    if t is None:
+                        continue
+                    new = t
+                    if dtype is not None and t.data.dtype.kind == "f":
+                        new = new.detach().to(dtype)
+                    if device is not None:
+                        new = new.detach().to(device=device)
+                    if new is not t:
+                        t.data = new.data
+                        t._version[0] += 1
+                        if t.grad is not None:
+                            t.grad = None
+        return self
+
+    def cpu(self) -> "Module":
+        return self.to(device="cpu")
+
+    def cuda(self) -> "Module":
+        return self.to(device="cuda")
+
+    def float(self) -> "Module":
+        return self.to("float32")
+
+    def double(self) -> "Module":
+        return self.to("float64")
+
+    def half(self) -> "Module":
+        return self.to("float16")
+
+    # -- state dicts --------------------------------------------------------------------------
+    def state_dict(self, prefix: str = "", keep_vars: bool = False) -> "OrderedDict[str, Tensor]":
+        """Parameters and persistent buffers by dotted name (detached tensors sharing data)."""
+        out: "OrderedDict[str, Tensor]" = OrderedDict()
+        for mname, mod in self.named_modules(prefix=prefix.rstrip(".")):
+            for k, p in mod._parameters.items():
+                if p is not None:
+                    out[f"{mname}.{k}" if mname else k] = p if keep_vars else p.detach()
+            for k, b in mod._buffers.items():
+                if b is not None and k not in mod._non_persistent:
+                    out[f"{mname}.{k}" if mname else k] = b if keep_vars else b.detach()
+        return out
+
+    def load_state_dict(self, state_dict: Dict, strict: bool = True):
+        """Copy values into the parameters and buffers (shapes must match).
+
+        Returns (missing_keys, unexpected_keys); with ``strict`` either raises StateDictError.
+        """
+        own = self.state_dict(keep_vars=True)
+        missing = [k for k in own if k not in state_dict]
+        unexpected = [k for k in state_dict if k not in own]
+        errors = []
+        for k, t in own.items():
+            if k not in state_dict:
+                continue
+            src = state_dict[k]
+            arr = src.__array__() if isinstance(src, Tensor) else np.asarray(src)
+            if tuple(arr.shape) != tuple(t.shape):
+                errors.append(f"size mismatch for {k}: the checkpoint has shape "
+                              f"{list(arr.shape)}, the model has {list(t.shape)}")
+        if strict and (missing or unexpected):
+            if missing:
+                errors.append("missing keys: " + ", ".join(missing))
+            if unexpected:
+                errors.append("unexpected keys: " + ", ".join(unexpected))
+        if errors:
+            raise StateDictError(f"load_state_dict for {type(self).__name__}:\n  "
+                                 + "\n  ".join(errors))
+        from ..eager import grad_mode
+        with grad_mode.no_grad():
+            for k, t in own.items():
+                if k in state_dict:
+                    src = state_dict[k]
+                    arr = src.__array__() if isinstance(src, Tensor) else np.asarray(src)
+                    t.copy_(Tensor(np.asarray(arr)) if t.device == "cpu" else
+                            Tensor(np.asarray(arr)).to(device=t.device))
+        return missing, unexpected
+
+    # -- hooks and calling --------------------------------------------------------------------
+    def register_forward_pre_hook(self, hook: Callable) -> _Handle:
+        """``hook(module, args)`` runs before forward; it may return replacement args."""
+        Module._hook_ids += 1
+        self._forward_pre_hooks[Module._hook_ids] = hook
+        return _Handle(self._forward_pre_hooks, Module._hook_ids)
+
+    def register_forward_hook(self, hook: Callable) -> _Handle:
+        """``hook(module, args, output)`` runs after forward; it may return a new output."""
+        Module._hook_ids += 1
+        self._forward_hooks[Module._hook_ids] = hook
+        return _Handle(self._forward_hooks, Module._hook_ids)
+
+    def forward(self, *args, **kwargs):
+        raise NotImplementedError(f"{type(self).__name__} must define forward()")
+
+    def __call__(self, *args, **kwargs):
+        for hook in list(self._forward_pre_hooks.values()):
+            new = hook(self, args)
+            if new is not None:
+                args = new if isinstance(new, tuple) else (new,)
+        graph = _graph_of(args, kwargs)
+        if graph is not None and current_graph() is not graph:
+            with graph:
+                _bind_names(self, graph)
+                out = self.forward(*args, **kwargs)
+        else:
+            if graph is not None:
+                _bind_names(self, graph)
+            out = self.forward(*args, **kwargs)
+        for hook in list(self._forward_hooks.values()):
+            new = hook(self, args, out)
+            if new is not None:
+                out = new
+        return out
+
+    # -- printing -----------------------------------------------------------------------------
+    def extra_repr(self) -> str:
+        return ""
+
+    def __repr__(self) -> str:
+        lines = []
+        extra = self.extra_repr()
+        if extra:
+            lines = extra.split("\n")
+        for name, m in self._modules.items():
+            text = repr(m).replace("\n", "\n  ")
+            lines.append(f"({name}): {text}")
+        main = type(self).__name__ + "("
+        if not lines:
+            return main + ")"
+        if len(lines) == 1 and not self._modules:
+            return main + lines[0] + ")"
+        return main + "\n  " + "\n  ".join(lines) + "\n)"
+
+    def __dir__(self) -> List[str]:
+        return sorted(set(super().__dir__()) | set(self._parameters) | set(self._buffers)
+                      | set(self._modules))
+
+
+def _graph_of(args, kwargs):
+    for a in list(args) + list(kwargs.values()):
+        if isinstance(a, Value):
+            return a.graph
+    return current_graph()
+
+
+def _bind_names(module: Module, graph) -> None:
+    """Give the module's parameters and buffers their dotted names in the graph (first
+    binding wins, so a shared parameter keeps one state input)."""
+    for name, t in list(module.named_parameters()) + list(module.named_buffers()):
+        if graph.bound_value(t) is None:
+            graph.bind_state(t, name)

@@ -1,0 +1,354 @@
+"""Optimizers whose update rules are written once with op functions.
+
+``step()`` runs a rule eagerly on each parameter and its ``.grad``; ``minimize(loss)`` inside
+a graph adds the gradient nodes and the same rule's nodes, binding parameters, optimizer
+slots and the learning rate as state inputs, so one graph holds the whole training step. The
+learning rate is read from ``param_groups`` on every run, so schedulers work in graph mode
+without rebuilding; other hyperparameters are fixed when the graph is built.
+"""
+from __future__ import annotations
+
+import math
+from typing import Dict, Iterable, List
+
+import numpy as np
+
+from ..eager import grad_mode
+from ..eager.tensors import Tensor
+from ..graphlib import functional as F
+from ..graphlib.autodiff import grad as symbolic_grad
+from ..graphlib.errors import GraphError
+from ..graphlib.ir import Value
+
+
+class _LearningRate:
+    """Holder binding a param group's learning rate as a graph state input."""
+
+    def __init__(self, group: dict, dtype: str):
+        self.group, self.dtype = group, dtype
+
+    @property
+    def data(self) -> np.ndarray:
+        return np.asarray(self.group["lr"], dtype=self.dtype)
+
+
+class Optimizer:
+    """Base class: parameter groups, state, zero_grad, step, minimize, state dicts."""
+
+    slots: tuple = ()          # names of per-parameter state tensors, created at first step
+
+    def __init__(self, params, defaults: dict):
+        self.defaults = dict(defaults)
+        self.param_groups: List[dict] = []
+        self.state: Dict[int, Dict[str, Tensor]] = {}   # id(param) -> slots
+        params = list(params)
+        if not params:
+            raise ValueError(f"{type(self).__name__}: got an empty parameter list")
+        if not isinstance(params[0], dict):
+            params = [{"params": params}]
+        for group in params:
+            self.add_param_group(group)
+        self._lr_holders: Dict[int, _LearningRate] = {}
+
+    def add_param_group(self, group: dict) -> None:
+        group = dict(group)
+        ps = group["params"]
+        group["params"] = [ps] if isinstance(ps, Tensor) else list(ps)
+        for p in group["params"]:
+            if not isinstance(p, Tensor) or not p.is_leaf:
+                raise TypeError(f"{type(self).__name__}: can only optimise leaf tensors, "
+                                f"found {type(p).__name__}")
+        seen = {id(p) for g in self.param_groups for p in g["params"]}
+        if any(id(p) in seen for p in group["params"]):
+            raise ValueError("some parameters appear in more than one parameter group")
+        for k, v in self.defaults.items():
+            group.setdefault(k, v)
+        if group.get("lr") is None or group["lr"] < 0:
+            raise ValueError(f"{type(self).__name__}: invalid learning rate {group.get('lr')}")
+        self.param_groups.append(group)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                if set_to_none:
+                    p.grad = None
+                else:
+                    p.grad = Tensor(p.grad.data * 0)
+
+    # -- the rule (written once, with op functions) ---------------------------------------------
+    def _init_slots(self, p: Tensor, group: dict) -> Dict[str, Tensor]:
+        state = {"step": Tensor(np.zeros((), dtype=np.float32))}
+        for name in self.slots:
+            state[name] = Tensor(np.zeros(p.shape, dtype=p.data.dtype))
+        return state
+
+    def rule(self, p, g, state: dict, group: dict, lr):
+        """Return (new parameter, {slot: new value}) from parameter, gradient and slots."""
+        raise NotImplementedError
+
+    def _slots_of(self, p: Tensor, group: dict) -> Dict[str, Tensor]:
+        state = self.state.get(id(p))
+        if state is None:
+            state = self.state[id(p)] = self._init_slots(p, group)
+        return state
+
+    # -- eager ------------------------------------------------------------------------------
+    def step(self, closure=None):
+        """Update every parameter that has a gradient; returns ``closure()`` if given."""
+        loss = None
+        if closure is not None:
+            with grad_mode.enable_grad():
+                loss = closure()
+        with grad_mode.no_grad():
+            for group in self.param_groups:
+                for p in group["params"]:
+                    if p.grad is None:
+                        continue
+                    if p.grad.shape != p.shape:
+                        raise ValueError(f"{type(self).__name__}: gradient shape "
+                                         f"{list(p.grad.shape)} does not match parameter "
+                                         f"shape {list(p.shape)}")
+                    state = self._slots_of(p, group)
+                    new_p, new_state = self.rule(p.detach(), p.grad.detach(), state, group,
+                                                 float(group["lr"]))
+                    _write(p, new_p)
+                    for k, v in new_state.items():
+                        _write(state[k], v)
+        return loss
+
+    # -- graph mode -----------------------------------------------------------------------------
+    def minimize(self, loss: Value) -> None:
+        """Add gradient and update nodes for ``loss`` (a scalar Value) to its graph."""
+        if not isinstance(loss, Value):
+            raise GraphError(f"{type(self).__name__}.minimize: expected a symbolic loss "
+                             f"Value, found {type(loss).__name__}; eagerly call "
+                             "loss.backward() and step()")
+        g = loss.graph
+        pairs = []
+        for gi, group in enumerate(self.param_groups):
+            for p in group["params"]:
+                if p.requires_grad:
+                    pairs.append((gi, group, p, g.bind_state(p)))
+        grads = symbolic_grad(loss, [v for _, _, _, v in pairs])
+        names = {id(v): v.name for _, _, _, v in pairs}
+        with g:
+            for (gi, group, p, pv), gv in zip(pairs, grads):
+                state = self._slots_of(p, group)
+                svals = {k: g.bind_state(t, f"{names[id(pv)]}.{k}") for k, t in state.items()}
+                holder = self._lr_holders.get(id(group))
+                if holder is None:
+                    holder = self._lr_holders[id(group)] = _LearningRate(group, pv.dtype)
+                lr = g.bind_state(holder, f"lr{gi}" if len(self.param_groups) > 1 else "lr")
+                new_p, new_state = self.rule(pv, gv, svals, group, lr)
+                g.update(pv, _as_type(new_p, pv))
+                for k, v in new_state.items():
+                    g.update(svals[k], _as_type(v, svals[k]))
+
+    # -- state dicts --------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """{"state": {index: {slot: tensor}}, "param_groups": [...]} as PyTorch."""
+        index = {}
+        groups = []
+        for group in self.param_groups:
+            ids = []
+            for p in group["params"]:
+                index.setdefault(id(p), len(index))
+                ids.append(index[id(p)])
+            groups.append({**{k: v for k, v in group.items() if k != "params"},
+                           "params": ids})
+        state = {index[pid]: {k: t.detach() for k, t in s.items()}
+                 for pid, s in self.state.items() if pid in index}
+        return {"state": state, "param_groups": groups}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        groups = state_dict["param_groups"]
+        if len(groups) != len(self.param_groups):
+            raise ValueError(f"load_state_dict: the checkpoint has {len(groups)} parameter "
+                             f"groups, this optimizer {len(self.param_groups)}")
+        params = []
+        for mine, theirs in zip(self.param_groups, groups):
+            if len(mine["params"]) != len(theirs["params"]):
+                raise ValueError("load_state_dict: parameter group sizes differ")
+            for k, v in theirs.items():
+                if k != "params":
+                    mine[k] = v
+            params.extend(zip(theirs["params"], mine["params"]))
+        saved = {int(k): v for k, v in state_dict["state"].items()}
+        for idx, p in params:
+            if idx in saved:
+                slots = self._slots_of(p, None)
+                for k, v in saved[idx].items():
+                    arr = v.__array__() if isinstance(v, Tensor) else np.asarray(v)
+                    if k in slots:
+                        _write(slots[k], Tensor(np.array(arr, dtype=slots[k].data.dtype)))
+                    else:
+                        slots[k] = Tensor(np.array(arr))
+
+    def __repr__(self) -> str:
+        lines = [f"{type(self).__name__} ("]
+        for i, group in enumerate(self.param_groups):
+            lines.append(f"Parameter Group {i}")
+            for k in sorted(group):
+                if k != "params":
+                    lines.append(f"    {k}: {group[k]}")
+        return "\n".join(lines) + "\n)"
+
+
+def _write(target: Tensor, new) -> None:
+    data = new.data if isinstance(new, Tensor) else new
+    target.data[...] = data
+    target._version[0] += 1
+
+
+def _as_type(v, like):
+    return F.cast(v, like.dtype) if v.dtype != like.dtype else v
+
+
+# -- the optimizers ---------------------------------------------------------------------------
+class SGD(Optimizer):
+    """Stochastic gradient descent with momentum, dampening, Nesterov and weight decay."""
+
+    slots = ("momentum_buffer",)
+
+    def __init__(self, params, lr: float = 1e-3, momentum: float = 0.0, dampening: float = 0.0,
+                 weight_decay: float = 0.0, nesterov: bool = False, maximize: bool = False):
+        if nesterov and (momentum <= 0 or dampening != 0):
+            raise ValueError("SGD: Nesterov momentum needs momentum > 0 and dampening 0")
+        super().__init__(params, dict(lr=lr, momentum=momentum, dampening=dampening,
+                                      weight_decay=weight_decay, nesterov=nesterov,
+                                      maximize=maximize))
+
+    def rule(self, p, g, state, group, lr):
+        if group["maximize"]:
+            g = -g
+        if group["weight_decay"]:
+            g = g + group["weight_decay"] * p
+        new = {}
+        m = group["momentum"]
+        if m:
+            step = state["step"]
+            buf = F.where(step == 0, g, state["momentum_buffer"] * m
+                          + g * (1.0 - group["dampening"]))
+            new["momentum_buffer"] = buf
+            new["step"] = step + 1.0
+            g = g + buf * m if group["nesterov"] else buf
+        return p - g * lr, new
+
+
+class Adam(Optimizer):
+    """Adam (Kingma & Ba), with L2 weight decay folded into the gradient; amsgrad optional."""
+
+    slots = ("exp_avg", "exp_avg_sq")
+    decoupled = False
+
+    def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 0.0, amsgrad: bool = False, maximize: bool = False):
+        if not 0.0 <= betas[0] < 1.0 or not 0.0 <= betas[1] < 1.0:
+            raise ValueError(f"{type(self).__name__}: invalid betas {betas}")
+        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps,
+                                      weight_decay=weight_decay, amsgrad=amsgrad,
+                                      maximize=maximize))
+
+    def _init_slots(self, p, group):
+        state = super()._init_slots(p, group)
+        if group is not None and group.get("amsgrad"):
+            state["max_exp_avg_sq"] = Tensor(np.zeros(p.shape, dtype=p.data.dtype))
+        return state
+
+    def rule(self, p, g, state, group, lr):
+        b1, b2 = group["betas"]
+        wd = group["weight_decay"]
+        if group["maximize"]:
+            g = -g
+        if wd and self.decoupled:
+            p = p * (1.0 - lr * wd)
+        elif wd:
+            g = g + wd * p
+        step = state["step"] + 1.0
+        m = state["exp_avg"] * b1 + g * (1.0 - b1)
+        v = state["exp_avg_sq"] * b2 + g * g * (1.0 - b2)
+        new = {"step": step, "exp_avg": m, "exp_avg_sq": v}
+        if group["amsgrad"]:
+            v = F.maximum(state["max_exp_avg_sq"], v)
+            new["max_exp_avg_sq"] = v
+        bc1 = 1.0 - F.pow(b1, step)
+        bc2 = 1.0 - F.pow(b2, step)
+        denom = F.sqrt(v) / F.sqrt(bc2) + group["eps"]
+        return p - (m / denom) * (lr / bc1), new
+
+
+class AdamW(Adam):
+    """Adam with decoupled weight decay (Loshchilov & Hutter); default weight_decay 0.01."""
+
+    decoupled = True
+
+    def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 1e-2, amsgrad: bool = False, maximize: bool = False):
+        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, maximize)
+
+
+class RMSprop(Optimizer):
+    """RMSprop with optional momentum and centering (PyTorch's formulation)."""
+
+    def __init__(self, params, lr: float = 1e-2, alpha: float = 0.99, eps: float = 1e-8,
+                 weight_decay: float = 0.0, momentum: float = 0.0, centered: bool = False):
+        super().__init__(params, dict(lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay,
+                                      momentum=momentum, centered=centered))
+
+    def _init_slots(self, p, group):
+        state = super()._init_slots(p, group)
+        zeros = lambda: Tensor(np.zeros(p.shape, dtype=p.data.dtype))  # noqa: E731
+        state["square_avg"] = zeros()
+        if group is None or group.get("momentum", 0):
+            state["momentum_buffer"] = zeros()
+        if group is None or group.get("centered"):
+            state["grad_avg"] = zeros()
+        return state
+
+    def rule(self, p, g, state, group, lr):
+        a = group["alpha"]
+        if group["weight_decay"]:
+            g = g + group["weight_decay"] * p
+        sq = state["square_avg"] * a + g * g * (1.0 - a)
+        new = {"step": state["step"] + 1.0, "square_avg": sq}
+        if group["centered"]:
+            ga = state["grad_avg"] * a + g * (1.0 - a)
+            new["grad_avg"] = ga
+            avg = F.sqrt(sq - ga * ga) + group["eps"]
+        else:
+            avg = F.sqrt(sq) + group["eps"]
+        if group["momentum"]:
+            buf = state["momentum_buffer"] * group["momentum"] + g / avg
+            new["momentum_buffer"] = buf
+            return p - buf * lr, new
+        return p - (g / avg) * lr, new
+
+
+class Adagrad(Optimizer):
+    """Adagrad with learning-rate decay and an initial accumulator value."""
+
+    def __init__(self, params, lr: float = 1e-2, lr_decay: float = 0.0,
+                 weight_decay: float = 0.0, initial_accumulator_value: float = 0.0,
+                 eps: float = 1e-10):
+        super().__init__(params, dict(lr=lr, lr_decay=lr_decay, weight_decay=weight_decay,
+                                      initial_accumulator_value=initial_accumulator_value,
+                                      eps=eps))
+
+    def _init_slots(self, p, group):
+        state = super()._init_slots(p, group)
+        init = group["initial_accumulator_value"] if group is not None else 0.0
+        state["sum"] = Tensor(np.full(p.shape, init, dtype=p.data.dtype))
+        return state
+
+    def rule(self, p, g, state, group, lr):
+        if group["weight_decay"]:
+            g = g + group["weight_decay"] * p
+        step = state["step"] + 1.0
+        clr = lr / ((step - 1.0) * group["lr_decay"] + 1.0)
+        total = state["sum"] + g * g
+        return p - (g / (F.sqrt(total) + group["eps"])) * clr, {"step": step, "sum": total}
+
+
+_ = (math, Iterable)
