@@ -29,7 +29,9 @@ from .eager import (Tensor, arange, as_tensor, empty, empty_like, enable_grad, e
                     no_grad, ones, ones_like, rand, rand_like, randint, randn, randn_like,
                     record, set_grad_enabled, tensor, zeros, zeros_like)
 
-graphlib.set_compiler(compile_graph)
+from .compiler import compile as _compile_with_passes  # noqa: E402
+
+graphlib.set_compiler(_compile_with_passes)
 
 float16, float32, float64 = "float16", "float32", "float64"
 int32, int64, uint8 = "int32", "int64", "uint8"

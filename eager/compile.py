@@ -97,9 +97,7 @@ class CompiledFunction:
     """The callable ``dg.compile`` returns."""
 
     def __init__(self, fn, max_specializations: int = 16, passes=None):
-        if passes not in (None, "O0"):
-            raise ValueError(f"compile: pass pipeline {passes!r} is not available yet; "
-                             "use passes=None")
+        self.passes = passes
         self.fn = fn
         self.max_specializations = int(max_specializations)
         self._cache: "OrderedDict[Any, List[Specialization]]" = OrderedDict()
@@ -228,9 +226,9 @@ class CompiledFunction:
                 else:
                     s.saved_sources.append(("fwd", len(saved)))
                     saved.append(b)
-            s.backward = bg.compile(outputs=bg.outputs)
+            s.backward = bg.compile(outputs=bg.outputs, passes=self.passes)
             s.op = self._make_op(s)
-        s.forward = g.compile(outputs=outs + dec_values + saved)
+        s.forward = g.compile(outputs=outs + dec_values + saved, passes=self.passes)
         s.n_saved = len(saved)
 
     def _make_op(self, s: Specialization) -> OpDef:

@@ -1,0 +1,98 @@
+"""In-place graph surgery for passes: cloning a graph, replacing uses, adding nodes.
+
+Passes run on a private clone (``clone``) that the compiler owns, so the user's graph is
+never changed; ``replace_uses`` redirects every use of a value (node inputs, outputs, state
+updates) to another, and ``make_node`` builds a node for a rewrite, copying the source
+location of the node it replaces (PyTensor's ``copy_stack_trace``).
+"""
+from __future__ import annotations
+
+from typing import Dict, Iterable, List, Sequence, Tuple
+
+from .ir import Graph, Node, Value
+
+
+def clone(graph: Graph, outputs: Sequence[Value] = None) -> Tuple[Graph, Dict[int, Value]]:
+    """A copy of ``graph`` sharing no Value or Node with it; ``outputs`` (default
+    ``graph.outputs``) become the copy's outputs. Returns (copy, id(old value) -> new)."""
+    g = Graph(graph.name)
+    m: Dict[int, Value] = {}
+    for v in graph.inputs:
+        m[id(v)] = g.add_input(v.name, v.type)
+    for v in graph.state:
+        holder = graph.bindings.get(id(v))
+        if holder is not None:
+            m[id(v)] = g.bind_state(holder, v.name)
+        else:
+            m[id(v)] = g.add_state(v.name, graph.state_init[id(v)])
+    for node in graph.nodes:
+        new = Node(node.op, [m[id(x)] for x in node.inputs], dict(node.attrs), (), node.source)
+        new.outputs = tuple(Value(o.type, new, i, g) for i, o in enumerate(node.outputs))
+        g.nodes.append(new)
+        for o, n in zip(node.outputs, new.outputs):
+            m[id(o)] = n
+    outs = graph.outputs if outputs is None else outputs
+    g.outputs = [m[id(o)] for o in outs]
+    for state, new_value in graph.updates.values():
+        g.updates[id(m[id(state)])] = (m[id(state)], m[id(new_value)])
+    g._random_streams = graph._random_streams
+    return g, m
+
+
+def make_node(op, inputs: Sequence[Value], attrs: dict, like: Node, graph: Graph) -> Node:
+    """A new node of ``graph`` (not yet placed) with inferred outputs and ``like``'s source."""
+    types = op.infer([x.type for x in inputs], attrs)
+    node = Node(op, inputs, attrs, (), like.source)
+    node.outputs = tuple(Value(t, node, i, graph) for i, t in enumerate(types))
+    return node
+
+
+def replace_uses(graph: Graph, old: Value, new: Value) -> None:
+    """Make every user of ``old`` read ``new`` instead (nodes, outputs, state updates)."""
+    if old is new:
+        return
+    for node in graph.nodes:
+        if any(x is old for x in node.inputs):
+            node.inputs = tuple(new if x is old else x for x in node.inputs)
+    graph.outputs = [new if o is old else o for o in graph.outputs]
+    for key, (state, value) in list(graph.updates.items()):
+        if value is old:
+            graph.updates[key] = (state, new)
+
+
+def replace_all(graph: Graph, mapping: Dict[int, Value]) -> None:
+    """``replace_uses`` for many values at once (id(old) -> new), in one sweep."""
+    if not mapping:
+        return
+
+    def sub(v):
+        seen = set()
+        while id(v) in mapping and id(v) not in seen:
+            seen.add(id(v))
+            v = mapping[id(v)]
+        return v
+
+    for node in graph.nodes:
+        if any(id(x) in mapping for x in node.inputs):
+            node.inputs = tuple(sub(x) for x in node.inputs)
+    graph.outputs = [sub(o) for o in graph.outputs]
+    for key, (state, value) in list(graph.updates.items()):
+        graph.updates[key] = (state, sub(value))
+
+
+def users(graph: Graph) -> Dict[int, List[Node]]:
+    """id(value) -> the nodes reading it, in graph order."""
+    out: Dict[int, List[Node]] = {}
+    for node in graph.nodes:
+        for x in node.inputs:
+            lst = out.setdefault(id(x), [])
+            if not lst or lst[-1] is not node:
+                lst.append(node)
+    return out
+
+
+def live_roots(graph: Graph) -> Iterable[Value]:
+    """The values a graph must compute: its outputs and its state updates."""
+    yield from graph.outputs
+    for _, value in graph.updates.values():
+        yield value

@@ -1,0 +1,153 @@
+"""The pass manager and the one explicit pipeline table.
+
+A pass is a plain function ``pass(graph) -> (graph, changed)`` (or returning just the graph)
+that may rewrite the graph in place. ``PassManager`` runs a named pipeline, verifies the IR
+after every pass, records per-pass statistics, and can print or save the IR after each pass.
+
+    pm = PassManager("O1", debug=True)
+    graph = pm.run(graph)
+    print(pm.report())
+
+Users add passes by name (``register_pass``) or by passing functions in the list.
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Optional, Sequence, Union
+
+from ..graphlib.errors import GraphError
+from ..graphlib.ir import Graph
+from .cleanup import (algebraic_simplification, common_subexpression_elimination,
+                      constant_folding, dead_code_elimination)
+
+PassFn = Callable[[Graph], object]
+
+PASSES: Dict[str, PassFn] = {
+    "dce": dead_code_elimination,
+    "cse": common_subexpression_elimination,
+    "fold": constant_folding,
+    "simplify": algebraic_simplification,
+}
+
+# The pipelines, in order. O2 grows with fusion and memory planning.
+PIPELINES: Dict[str, List[str]] = {
+    "O0": [],
+    "O1": ["dce", "fold", "simplify", "cse", "dce"],
+    "O2": ["dce", "fold", "simplify", "cse", "simplify", "dce"],
+}
+
+
+def register_pass(name: str, fn: PassFn) -> None:
+    """Make ``fn`` selectable by ``name`` in pass lists."""
+    if not callable(fn):
+        raise TypeError(f"register_pass: {name!r} must be callable")
+    PASSES[name] = fn
+
+
+@dataclass
+class PassStat:
+    name: str
+    nodes_before: int
+    nodes_after: int
+    kernels_before: int
+    kernels_after: int
+    seconds: float
+    changed: bool
+
+    def row(self) -> str:
+        return (f"{self.name:<12}{self.nodes_before:>8}{self.nodes_after:>8}"
+                f"{self.kernels_before:>9}{self.kernels_after:>9}"
+                f"{self.seconds * 1e3:>10.2f}  {'yes' if self.changed else 'no'}")
+
+
+def kernel_count(graph: Graph) -> int:
+    """Kernels a run launches: every node but constants (prepared once)."""
+    return sum(1 for n in graph.nodes if n.op.name != "constant")
+
+
+def _resolve(passes) -> List[tuple]:
+    if passes is None:
+        passes = "O0"
+    if isinstance(passes, str):
+        if passes not in PIPELINES:
+            raise ValueError(f"unknown pass pipeline {passes!r}: expected one of "
+                             f"{sorted(PIPELINES)} or a list of pass names/functions")
+        passes = PIPELINES[passes]
+    out = []
+    for p in passes:
+        if isinstance(p, str):
+            if p not in PASSES:
+                raise ValueError(f"unknown pass {p!r}: known passes are {sorted(PASSES)}")
+            out.append((p, PASSES[p]))
+        elif callable(p):
+            out.append((getattr(p, "__name__", "custom"), p))
+        else:
+            raise TypeError(f"a pass must be a name or a function, found {p!r}")
+    return out
+
+
+class PassManager:
+    """Run a pipeline (a name such as "O2", or a list of pass names/functions)."""
+
+    def __init__(self, passes: Union[str, Sequence] = "O1", verify: bool = True,
+                 debug: Union[bool, str] = False):
+        self.passes = _resolve(passes)
+        self.verify = verify
+        self.debug = debug            # True: print the IR after each pass; a folder: save it
+        self.stats: List[PassStat] = []
+
+    def run(self, graph: Graph) -> Graph:
+        self.stats = []
+        for i, (name, fn) in enumerate(self.passes):
+            nb, kb = len(graph.nodes), kernel_count(graph)
+            t0 = time.perf_counter()
+            result = fn(graph)
+            seconds = time.perf_counter() - t0
+            changed = True
+            if isinstance(result, tuple):
+                result, changed = result
+            if not isinstance(result, Graph):
+                raise GraphError(f"pass {name!r} returned {type(result).__name__}, "
+                                 "expected a Graph or (Graph, changed)")
+            graph = result
+            if self.verify:
+                try:
+                    graph.verify()
+                except GraphError as e:
+                    raise GraphError(f"the IR is broken after pass {name!r}:\n{e}") from None
+            self.stats.append(PassStat(name, nb, len(graph.nodes), kb, kernel_count(graph),
+                                       seconds, bool(changed)))
+            self._dump(graph, i, name)
+        return graph
+
+    def _dump(self, graph: Graph, index: int, name: str) -> None:
+        if not self.debug:
+            return
+        text = graph.to_text(source=True)
+        if isinstance(self.debug, str):
+            os.makedirs(self.debug, exist_ok=True)
+            path = os.path.join(self.debug, f"{index:02d}_{name}.txt")
+            with open(path, "w") as f:
+                f.write(text + "\n")
+        else:
+            print(f"--- after {name} ---\n{text}")
+
+    def report(self) -> str:
+        """A table of the last run: nodes and kernels before/after and time per pass."""
+        head = (f"{'pass':<12}{'nodes':>8}{'->':>8}{'kernels':>9}{'->':>9}"
+                f"{'ms':>10}  changed")
+        return "\n".join([head] + [s.row() for s in self.stats])
+
+
+def optimize(graph: Graph, passes="O1", outputs=None, verify: bool = True,
+             debug: Union[bool, str] = False) -> Graph:
+    """Run ``passes`` on a clone of ``graph`` (the original is never changed); returns the
+    optimised clone, whose ``outputs`` correspond to ``outputs`` (default graph.outputs)."""
+    from ..graphlib.rewrite import clone
+    g, _ = clone(graph, outputs)
+    return PassManager(passes, verify, debug).run(g)
+
+
+_ = Optional
