@@ -45,7 +45,7 @@ def common_subexpression_elimination(graph: Graph) -> Tuple[Graph, bool]:
     keep: List[Node] = []
     for node in graph.nodes:
         ins = tuple(mapping.get(id(x), x) for x in node.inputs)
-        if ins != node.inputs:
+        if any(a is not b for a, b in zip(ins, node.inputs)):   # never `!=` on Values
             node.inputs = ins
         if node.op.random:
             keep.append(node)
