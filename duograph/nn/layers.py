@@ -147,8 +147,9 @@ class Linear(Module):
         super().__init__()
         self.in_features, self.out_features = in_features, out_features
         self.weight = Parameter(_empty(out_features, in_features))
-        self.bias = Parameter(_empty(out_features)) if bias else None
-        if not bias:
+        if bias:
+            self.bias = Parameter(_empty(out_features))
+        else:
             self.register_parameter("bias", None)
         self.reset_parameters()
 

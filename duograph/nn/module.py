@@ -52,29 +52,49 @@ class Module:
             raise AttributeError(f"{type(self).__name__}: call super().__init__() before "
                                  f"assigning attributes (while setting {name!r})")
         params, buffers, modules = self._parameters, self._buffers, self._modules
-        for store in (params, buffers, modules):
-            if name in store and not isinstance(value, (Parameter, Module, Tensor)) \
-                    and value is not None:
-                del store[name]
         if isinstance(value, Parameter):
-            self.__dict__.pop(name, None)
-            buffers.pop(name, None)
-            modules.pop(name, None)
+            self._forget(name)
             params[name] = value
+        elif name in params:
+            if value is not None:
+                raise TypeError(f"{type(self).__name__}: cannot assign "
+                                f"{type(value).__name__} as parameter {name!r} (a Parameter "
+                                "or None expected; wrap a tensor in nn.Parameter)")
+            params[name] = None
         elif isinstance(value, Module):
-            self.__dict__.pop(name, None)
-            params.pop(name, None)
-            buffers.pop(name, None)
+            self._forget(name)
             modules[name] = value
+        elif name in modules:
+            if value is not None:
+                raise TypeError(f"{type(self).__name__}: cannot assign "
+                                f"{type(value).__name__} as child module {name!r} (a Module "
+                                "or None expected; del the attribute first)")
+            modules[name] = None
         elif name in buffers:
             if value is not None and not isinstance(value, Tensor):
-                raise TypeError(f"cannot assign {type(value).__name__} to buffer {name!r} "
-                                "(a tensor or None expected)")
+                raise TypeError(f"{type(self).__name__}: cannot assign "
+                                f"{type(value).__name__} to buffer {name!r} (a tensor or "
+                                "None expected)")
             buffers[name] = value
-        elif name in params and value is None:
-            params[name] = None
         else:
             object.__setattr__(self, name, value)
+
+    def _forget(self, name: str) -> None:
+        """Drop ``name`` from every store (before it is registered again elsewhere)."""
+        self.__dict__.pop(name, None)
+        for store in (self._parameters, self._buffers, self._modules):
+            store.pop(name, None)
+        self._non_persistent.discard(name)
+
+    def _check_new_name(self, name: str, store: dict, what: str) -> None:
+        if not isinstance(name, str) or not name or "." in name:
+            raise KeyError(f"{type(self).__name__}: invalid {what} name {name!r} (a non-empty "
+                           "string without '.' expected)")
+        if name not in store and (name in self.__dict__ or hasattr(type(self), name)
+                                  or any(name in s for s in (self._parameters, self._buffers,
+                                                             self._modules))):
+            raise KeyError(f"{type(self).__name__}: cannot register {what} {name!r}: an "
+                           "attribute of that name already exists")
 
     def __getattr__(self, name: str):
         d = self.__dict__
@@ -88,13 +108,16 @@ class Module:
         for store in (self._parameters, self._buffers, self._modules):
             if name in store:
                 del store[name]
+                self._non_persistent.discard(name)
                 return
         object.__delattr__(self, name)
 
     def register_parameter(self, name: str, param: Optional[Parameter]) -> None:
+        """Add a parameter (or a None placeholder, e.g. a missing bias) under ``name``."""
         if param is not None and not isinstance(param, Parameter):
             raise TypeError(f"register_parameter: {name!r} must be a Parameter or None, "
                             f"found {type(param).__name__}")
+        self._check_new_name(name, self._parameters, "parameter")
         self._parameters[name] = param
 
     def register_buffer(self, name: str, tensor: Optional[Tensor],
@@ -104,16 +127,19 @@ class Module:
         if tensor is not None and not isinstance(tensor, Tensor):
             raise TypeError(f"register_buffer: {name!r} must be a tensor or None, found "
                             f"{type(tensor).__name__}")
-        if "." in name or not name:
-            raise KeyError(f"register_buffer: invalid name {name!r}")
+        self._check_new_name(name, self._buffers, "buffer")
         self._buffers[name] = tensor
-        if not persistent:
+        if persistent:
+            self._non_persistent.discard(name)
+        else:
             self._non_persistent.add(name)
 
     def add_module(self, name: str, module: Optional["Module"]) -> None:
+        """Add a child module under ``name`` (what attribute assignment does)."""
         if module is not None and not isinstance(module, Module):
             raise TypeError(f"add_module: {name!r} must be a Module, found "
                             f"{type(module).__name__}")
+        self._check_new_name(name, self._modules, "module")
         self._modules[name] = module
 
     register_module = add_module

@@ -1,0 +1,1132 @@
+"""The op-sample table (like PyTorch's OpInfo, JAX's ``LAX_GRAD_OPS``).
+
+One ``OpInfo`` per public op function: the function, a few ``Sample``s (numpy arrays for the
+tensor operands, Python values for everything else), a numpy reference, tolerances, whether
+it is differentiable, and ``ErrorCase``s that must raise a clear duograph error at build time.
+Generic tests (``test_ops.py``, ``test_ops_torch.py``) loop over ``OPS``.
+
+Conventions:
+
+- Every ``np.ndarray`` among a sample's arguments (top level, inside a list/tuple argument, or
+  a keyword value) is a tensor operand: the tests turn it into a placeholder (graph mode).
+  Everything else (numbers, dims, shapes, index tuples, dtype names) is passed as is.
+- ``ref(*args, **kwargs)`` takes the same arguments with numpy arrays and returns the expected
+  array (or a tuple of arrays for multi-output ops). The expected dtype is ``Sample.dtype``
+  when given (where duograph's promotion differs from numpy's), else the reference's.
+- Gradients are checked in float64 against central finite differences of ``ref`` with respect
+  to the float64 operands (``OpInfo.grad_args`` narrows them); samples keep away from kinks
+  (relu and abs at 0, clamp bounds, max/min ties) unless ``Sample.fd`` is False.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
+
+import numpy as np
+from scipy import special
+
+import duograph as dg
+from duograph.graphlib import functional as F
+
+F64, F32, F16, I64, I32, U8, B8 = ("float64", "float32", "float16", "int64", "int32", "uint8",
+                                   "bool")
+
+# rtol, atol per result dtype; integer and bool results must match exactly.
+DEFAULT_TOL = {F16: (1e-2, 1e-3), F32: (1e-5, 1e-6), F64: (1e-10, 1e-12)}
+LOOSE_TOL = {F16: (2e-2, 2e-3), F32: (1e-4, 1e-5), F64: (1e-9, 1e-11)}
+
+
+@dataclass
+class Sample:
+    """One call: ``fn(*args, **kwargs)``; arrays are tensor operands."""
+    name: str
+    args: tuple
+    kwargs: Dict[str, Any] = field(default_factory=dict)
+    dtype: Optional[str] = None      # expected result dtype when numpy promotes differently
+    fd: bool = True                  # False: no finite-difference check (a kink or a tie)
+
+
+@dataclass
+class ErrorCase:
+    """A call that must raise ``exc`` at build time with ``match`` in the message."""
+    name: str
+    args: tuple
+    kwargs: Dict[str, Any]
+    exc: type
+    match: str
+
+
+@dataclass
+class OpInfo:
+    name: str
+    fn: Callable
+    samples: List[Sample]
+    ref: Optional[Callable]
+    tol: Dict[str, Tuple[float, float]] = field(default_factory=lambda: dict(DEFAULT_TOL))
+    differentiable: bool = False
+    grad_args: Optional[Sequence[int]] = None   # tensor-leaf indices to differentiate
+    errors: List[ErrorCase] = field(default_factory=list)
+    binary: bool = False             # elementwise binary op (hypothesis broadcasting test)
+    make_input: Optional[Callable] = None       # (rng, shape) -> operand, for binary ops
+    random: bool = False             # seeded random op: ``check`` replaces the reference
+    check: Optional[Callable] = None  # check(out, *args, **kwargs) for random ops
+
+    @property
+    def op_name(self) -> str:
+        """The name error messages must carry."""
+        return self.fn.__name__
+
+
+# -- tensor leaves -----------------------------------------------------------------------------
+def map_leaves(args: tuple, kwargs: dict, fn: Callable) -> Tuple[tuple, dict]:
+    """Replace every array operand (see the module docstring) by ``fn(array)``, in a fixed
+    order: positional arguments first (list/tuple arguments item by item), then keywords."""
+    def one(a):
+        if isinstance(a, np.ndarray):
+            return fn(a)
+        if isinstance(a, list) or (isinstance(a, tuple) and any(
+                isinstance(x, np.ndarray) for x in a)):
+            return type(a)(one(x) if isinstance(x, np.ndarray) else x for x in a)
+        return a
+    new_args = tuple(one(a) for a in args)
+    new_kwargs = {k: one(v) for k, v in kwargs.items()}
+    return new_args, new_kwargs
+
+
+def leaves(args: tuple, kwargs: dict) -> List[np.ndarray]:
+    """The array operands of a call, in ``map_leaves`` order."""
+    found: List[np.ndarray] = []
+    map_leaves(args, kwargs, lambda a: found.append(a) or a)
+    return found
+
+
+def replace_leaves(args: tuple, kwargs: dict, new: Sequence) -> Tuple[tuple, dict]:
+    """``args``/``kwargs`` with the array operands replaced by ``new`` (same order)."""
+    it = iter(new)
+    return map_leaves(args, kwargs, lambda a: next(it))
+
+
+def as_tuple(out) -> tuple:
+    return tuple(out) if isinstance(out, (tuple, list)) else (out,)
+
+
+# -- running samples (shared by the generic tests) ---------------------------------------------
+class Built(NamedTuple):
+    graph: dg.Graph
+    inputs: List[dg.Value]       # one placeholder per array operand, in leaf order
+    feeds: dict
+    outputs: List[dg.Value]
+
+
+def build(op: OpInfo, sample: Sample) -> Built:
+    """``op.fn(*sample.args, **sample.kwargs)`` in a fresh graph, arrays as placeholders."""
+    graph = dg.Graph(f"{op.name}_{sample.name}")
+    inputs: List[dg.Value] = []
+    feeds = {}
+
+    def placeholder(array):
+        name = f"in{len(inputs)}"
+        feeds[name] = array
+        inputs.append(dg.placeholder(name, array.shape, array.dtype.name))
+        return inputs[-1]
+
+    with graph:
+        args, kwargs = map_leaves(sample.args, sample.kwargs, placeholder)
+        out = op.fn(*args, **kwargs)
+    return Built(graph, inputs, feeds, list(as_tuple(out)))
+
+
+def reference(op: OpInfo, sample: Sample, arrays=None) -> List[np.ndarray]:
+    """The reference outputs, cast to the dtype duograph must give."""
+    args, kwargs = sample.args, sample.kwargs
+    if arrays is not None:
+        args, kwargs = replace_leaves(args, kwargs, arrays)
+    with np.errstate(all="ignore"):
+        outs = [np.asarray(o) for o in as_tuple(op.ref(*args, **kwargs))]
+    if sample.dtype is not None:
+        outs[0] = outs[0].astype(sample.dtype)
+    return outs
+
+
+def assert_matches(got, want, tol, what=""):
+    """Same dtype and shape, values within ``tol[dtype]`` (exact for ints and bools)."""
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.dtype == want.dtype, f"{what}dtype {got.dtype}, expected {want.dtype}"
+    assert got.shape == want.shape, f"{what}shape {got.shape}, expected {want.shape}"
+    if want.dtype.kind == "f":
+        rtol, atol = tol[want.dtype.name]
+        np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, equal_nan=True,
+                                   err_msg=what)
+    else:
+        np.testing.assert_array_equal(got, want, err_msg=what)
+
+
+def finite_difference(f: Callable, arrays: Sequence[np.ndarray], i: int,
+                      h: float = 1e-6) -> np.ndarray:
+    """Central differences of the scalar ``f(arrays)`` with respect to ``arrays[i]``."""
+    base = list(arrays)
+    x = np.array(arrays[i], dtype=np.float64)
+    grad = np.zeros_like(x)
+    for k in range(x.size):
+        plus, minus = x.copy(), x.copy()
+        plus.flat[k] += h
+        minus.flat[k] -= h
+        base[i] = plus
+        f_plus = f(base)
+        base[i] = minus
+        f_minus = f(base)
+        grad.flat[k] = (f_plus - f_minus) / (2 * h)
+    return grad
+
+
+def grad_targets(op: OpInfo, sample: Sample, at_kinks: bool = False) -> List[int]:
+    """Indices of the float64 leaves whose gradient is checked (none: no gradient test);
+    ``at_kinks`` keeps the samples finite differences cannot check (``Sample.fd``)."""
+    if not op.differentiable or not (sample.fd or at_kinks) or op.ref is None:
+        return []
+    outs = reference(op, sample)
+    if any(o.dtype.kind == "f" and o.dtype != np.float64 for o in outs) or not any(
+            o.dtype.kind == "f" for o in outs):
+        return []
+    return [i for i, a in enumerate(leaves(sample.args, sample.kwargs))
+            if a.dtype == np.float64 and (op.grad_args is None or i in op.grad_args)]
+
+
+# -- input makers (one seeded generator: the table is the same on every run) -------------------
+_rng = np.random.default_rng(20240601)
+
+
+def rand(*shape, dtype=F64, low=-1.0, high=1.0, rng=None) -> np.ndarray:
+    rng = rng or _rng
+    return np.asarray(rng.uniform(low, high, size=shape)).astype(dtype)
+
+
+def pos(*shape, dtype=F64, low=0.5, high=2.0, rng=None) -> np.ndarray:
+    return rand(*shape, dtype=dtype, low=low, high=high, rng=rng)
+
+
+def away(*shape, dtype=F64, margin=0.2, rng=None) -> np.ndarray:
+    """Values in +-[margin, 1]: away from 0 (the kink of abs, relu, sign)."""
+    rng = rng or _rng
+    mag = rng.uniform(margin, 1.0, size=shape)
+    sgn = np.where(rng.uniform(size=shape) < 0.5, -1.0, 1.0)
+    return np.asarray(mag * sgn).astype(dtype)
+
+
+def distinct(*shape, dtype=F64, gap=0.05, rng=None) -> np.ndarray:
+    """Values at least ``gap`` apart from each other (no max/min ties), in random order."""
+    rng = rng or _rng
+    n = int(np.prod(shape, dtype=np.int64))
+    vals = (np.arange(n) - n / 2) * gap * 2 + rng.uniform(0, gap / 2, size=n)
+    return rng.permutation(vals).reshape(shape).astype(dtype)
+
+
+def ints(*shape, low=-5, high=6, dtype=I64) -> np.ndarray:
+    return np.asarray(_rng.integers(low, high, size=shape)).astype(dtype)
+
+
+def bools(*shape) -> np.ndarray:
+    return np.asarray(_rng.uniform(size=shape) < 0.5)
+
+
+def idx(values, dtype=I64) -> np.ndarray:
+    return np.asarray(values, dtype=dtype)
+
+
+def seed(value: int = 7) -> np.ndarray:
+    return np.asarray(value, dtype=I64)
+
+
+def zero_d(value, dtype=F64) -> np.ndarray:
+    return np.asarray(value, dtype=dtype)
+
+
+# -- elementwise -------------------------------------------------------------------------------
+def _unary_float_samples(make=rand, ints_ok=True):
+    out = [Sample("f64", (make(2, 3),)), Sample("f64_0d", (make(),)),
+           Sample("f32", (make(4, dtype=F32),))]
+    if ints_ok:
+        out.append(Sample("i64_to_f32", (pos(2, 2, low=1, high=4).round().astype(I64),),
+                          dtype=F32))
+    return out
+
+
+def _numeric_unary_samples(make=away):
+    return [Sample("f64", (make(2, 3),)), Sample("f64_0d", (make(),)),
+            Sample("f32", (make(4, dtype=F32),)), Sample("i32", (ints(2, 3, dtype=I32),)),
+            Sample("i64", (ints(3,),))]
+
+
+def _at_zero():
+    """A sample on the kink at 0: only the PyTorch oracle checks its gradient convention."""
+    return Sample("at_zero", (np.array([-1.0, 0.0, 0.5]),), fd=False)
+
+
+def _bool_error(name):
+    return [ErrorCase("bool", (bools(2, 2),), {}, dg.DTypeError, "found bool")]
+
+
+def _gelu_ref(x, approximate="none"):
+    if approximate == "tanh":
+        inner = math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)
+        return 0.5 * x * (1.0 + np.tanh(inner))
+    return 0.5 * x * (1.0 + special.erf(x / math.sqrt(2.0)))
+
+
+def _softplus_ref(x, beta=1.0, threshold=20.0):
+    return np.where(x * beta > threshold, x, np.logaddexp(0, x * beta) / beta).astype(x.dtype)
+
+
+def _clamp_ref(x, min=None, max=None):
+    if min is None:
+        return np.minimum(x, max)
+    if max is None:
+        return np.maximum(x, min)
+    return np.clip(x, min, max)
+
+
+def _pow_ref(x, exponent):
+    if isinstance(exponent, int) and exponent < 0 and np.asarray(x).dtype.kind in "iu":
+        return np.power(x.astype(F32), exponent)
+    return np.power(x, exponent)
+
+
+def _elementwise_unary() -> List[OpInfo]:
+    ops = [
+        OpInfo("neg", dg.neg, _numeric_unary_samples(rand), np.negative, differentiable=True,
+               errors=_bool_error("neg")),
+        OpInfo("abs", dg.abs, _numeric_unary_samples(away) + [_at_zero()], np.abs,
+               differentiable=True, errors=_bool_error("abs")),
+        OpInfo("exp", dg.exp, _unary_float_samples(), np.exp, differentiable=True),
+        OpInfo("log", dg.log, _unary_float_samples(pos), np.log, differentiable=True),
+        OpInfo("sqrt", dg.sqrt, _unary_float_samples(pos), np.sqrt, differentiable=True),
+        OpInfo("rsqrt", dg.rsqrt, _unary_float_samples(pos), lambda x: 1 / np.sqrt(x),
+               differentiable=True),
+        OpInfo("square", dg.square, _numeric_unary_samples(rand), np.square,
+               differentiable=True, errors=_bool_error("square")),
+        OpInfo("reciprocal", dg.reciprocal, _unary_float_samples(away),
+               lambda x: np.reciprocal(x.astype(F32) if x.dtype.kind == "i" else x),
+               differentiable=True),
+        OpInfo("sin", dg.sin, _unary_float_samples(lambda *s, **k: rand(*s, low=-3, high=3,
+                                                                         **k)),
+               np.sin, differentiable=True),
+        OpInfo("cos", dg.cos, _unary_float_samples(lambda *s, **k: rand(*s, low=-3, high=3,
+                                                                         **k)),
+               np.cos, differentiable=True),
+        OpInfo("tanh", dg.tanh, _unary_float_samples(), np.tanh, differentiable=True),
+        OpInfo("sigmoid", dg.sigmoid, _unary_float_samples() + [
+            Sample("f64_extreme", (np.array([-800.0, -30.0, 30.0, 800.0]),))],
+            special.expit, differentiable=True),
+        OpInfo("relu", dg.relu, _numeric_unary_samples(away) + [_at_zero()],
+               lambda x: np.maximum(x, 0),
+               differentiable=True, errors=_bool_error("relu")),
+        OpInfo("leaky_relu", dg.leaky_relu, [
+            Sample("f64", (away(2, 3),)),
+            Sample("f64_slope", (away(3, 2),), {"negative_slope": 0.2}),
+            Sample("f32_0d", (away(dtype=F32),), {"negative_slope": 0.1}), _at_zero()],
+            lambda x, negative_slope=0.01: np.where(x > 0, x, x * negative_slope),
+            differentiable=True),
+        OpInfo("gelu", dg.gelu, [
+            Sample("f64", (rand(2, 3, low=-3, high=3),)),
+            Sample("f64_0d", (zero_d(0.7),)),
+            Sample("f32", (rand(5, dtype=F32, low=-3, high=3),))],
+            _gelu_ref, differentiable=True, errors=[
+                ErrorCase("approximate", (rand(2),), {"approximate": "erf"}, ValueError,
+                          "approximate must be")]),
+        OpInfo("gelu_tanh", dg.gelu, [
+            Sample("f64", (rand(2, 3, low=-3, high=3),), {"approximate": "tanh"}),
+            Sample("f32", (rand(5, dtype=F32, low=-3, high=3),), {"approximate": "tanh"})],
+            _gelu_ref, differentiable=True),
+        OpInfo("softplus", dg.softplus, [
+            Sample("f64", (rand(2, 3, low=-3, high=3),)),
+            Sample("f64_beta", (rand(3, low=-3, high=3),), {"beta": 2.0}),
+            Sample("f64_linear", (np.array([-30.0, 25.0, 30.0]),), {"threshold": 20.0}),
+            Sample("f32", (rand(4, dtype=F32, low=-3, high=3),))],
+            _softplus_ref, differentiable=True),
+        OpInfo("erf", dg.erf, _unary_float_samples(), special.erf, differentiable=True),
+        OpInfo("sign", dg.sign, [
+            Sample("f64", (np.array([-1.5, 0.0, 2.0, -0.0]),)),
+            Sample("i64", (ints(2, 3),)), Sample("f32_0d", (zero_d(-2.0, F32),))],
+            np.sign, errors=_bool_error("sign")),
+        OpInfo("clamp", dg.clamp, [
+            Sample("f64_both", (np.array([[-2.0, -0.3, 0.1], [0.45, 0.8, 3.0]]),),
+                   {"min": -0.5, "max": 0.5}),
+            Sample("f64_min", (away(2, 3),), {"min": 0.1}),
+            Sample("f64_max", (away(4,),), {"max": -0.1}),
+            Sample("i64", (ints(2, 3),), {"min": -2, "max": 3}),
+            Sample("f32_0d", (zero_d(2.5, F32),), {"min": 0.0, "max": 1.0}),
+            Sample("at_bounds", (np.array([-0.5, 0.0, 0.5]),), {"min": -0.5, "max": 0.5},
+                   fd=False)],
+            _clamp_ref, differentiable=True, errors=[
+                ErrorCase("bool", (bools(2),), {"min": 0}, dg.DTypeError, "found bool"),
+                ErrorCase("no_bounds", (rand(2),), {}, ValueError, "at least one of"),
+                ErrorCase("tensor_bound", (rand(2),), {"min": rand(2)}, TypeError,
+                          "must be a Python number")]),
+        OpInfo("pow_scalar", dg.pow, [
+            Sample("square", (rand(2, 3),), {"exponent": 2}),
+            Sample("cube", (rand(3,),), {"exponent": 3}),
+            Sample("sqrt", (pos(2, 2),), {"exponent": 0.5}),
+            Sample("inverse", (away(3,),), {"exponent": -1}),
+            Sample("zero", (rand(3,),), {"exponent": 0}),
+            Sample("one", (rand(3,),), {"exponent": 1}),
+            Sample("f32", (pos(3, dtype=F32),), {"exponent": 1.5}),
+            Sample("i64", (ints(2, 3),), {"exponent": 2}),
+            Sample("bool", (bools(2, 2),), {"exponent": 2}, dtype=I64),
+            Sample("i64_float", (ints(3, low=1, high=4),), {"exponent": 0.5}, dtype=F32),
+            Sample("i64_neg", (ints(3, low=1, high=4),), {"exponent": -2}, dtype=F32)],
+            _pow_ref, differentiable=True),
+    ]
+    return ops
+
+
+def _binary_samples(make=rand, int_ok=True, scalar=2.5):
+    out = [
+        Sample("f64", (make(2, 3), make(2, 3))),
+        Sample("f64_bcast", (make(2, 1, 3), make(4, 3))),
+        Sample("f64_0d", (make(), make(3,))),
+        Sample("f64_scalar_right", (make(2, 2), scalar)),
+        Sample("f64_scalar_left", (scalar, make(3,))),
+        Sample("f32", (make(3, dtype=F32), make(3, dtype=F32))),
+        Sample("f32_scalar", (make(3, dtype=F32), scalar)),
+        Sample("i32_f32", (ints(2, 2, low=1, high=4, dtype=I32), make(2, 2, dtype=F32)),
+               dtype=F32),
+        Sample("f16_f32", (make(3, dtype=F16), make(3, dtype=F32))),
+    ]
+    if int_ok:
+        out += [Sample("i64", (ints(2, 3, low=1, high=5), ints(3, low=1, high=5))),
+                Sample("u8_i32", (ints(3, low=1, high=5, dtype=U8), ints(3, low=1, high=5,
+                                                                          dtype=I32))),
+                Sample("i32_i64", (ints(3, low=1, high=5, dtype=I32), ints(3, low=1,
+                                                                           high=5)))]
+    return out
+
+
+def _bcast_error():
+    return [ErrorCase("bcast", (rand(2, 3), rand(4)), {}, dg.ShapeError, "cannot be broadcast")]
+
+
+def _binary(name, fn, ref, make=rand, differentiable=True, samples=None, **kw) -> OpInfo:
+    return OpInfo(name, fn, samples if samples is not None else _binary_samples(make), ref,
+                  differentiable=differentiable, errors=_bcast_error(), binary=True,
+                  make_input=lambda rng, shape: make(*shape, rng=rng), **kw)
+
+
+def _tie_samples():
+    a = distinct(2, 3)
+    b = distinct(2, 3)
+    b[0, 1] = a[0, 1]
+    b[1, 2] = a[1, 2]
+    return _binary_samples(distinct) + [Sample("f64_ties", (a, b), fd=False)]
+
+
+def _div_samples():
+    s = _binary_samples(away)
+    s.append(Sample("i64_i64", (ints(2, 3), ints(3, low=1, high=4)), dtype=F32))
+    return [x for x in s if x.name not in ("i64", "i32_i64", "u8_i32")] + [
+        Sample("i64_scalar", (ints(3,), 2), dtype=F32)]
+
+
+def _pow_samples():
+    return [
+        Sample("f64", (pos(2, 3), rand(2, 3, low=-2, high=2))),
+        Sample("f64_bcast", (pos(2, 1, 3), rand(4, 3))),
+        Sample("f64_0d_base", (pos(), rand(3,))),
+        Sample("scalar_base", (2.0, rand(2, 2))),
+        Sample("f32", (pos(3, dtype=F32), rand(3, dtype=F32))),
+        Sample("i64", (ints(2, 3, low=0, high=4), ints(3, low=0, high=3))),
+    ]
+
+
+def _compare_samples():
+    a = rand(2, 3)
+    b = a.copy()
+    b[0, 1] += 0.5
+    b[1, 2] -= 0.5
+    return [
+        Sample("f64_ties", (a, b)),
+        Sample("f64_bcast", (rand(2, 1, 3), rand(4, 3))),
+        Sample("f64_scalar", (np.array([-1.0, 0.0, 0.5, 1.0]), 0.5)),
+        Sample("i64_bcast", (ints(2, 3, low=0, high=3), ints(3, low=0, high=3))),
+        Sample("i64_f32", (ints(4, low=0, high=3), np.array([0.0, 1.0, 1.5, 2.0], F32))),
+        Sample("bool", (bools(3,), bools(3,))),
+    ]
+
+
+def _logic_samples():
+    return [
+        Sample("bool", (bools(2, 3), bools(2, 3))),
+        Sample("bool_bcast", (bools(2, 1), bools(3,))),
+        Sample("f64_truthy", (np.array([0.0, 1.5, 0.0, -2.0]), np.array([0.0, 0.0, 3.0, 1.0]))),
+        Sample("scalar", (bools(3,), True)),
+    ]
+
+
+def _where_samples():
+    return [
+        Sample("f64", (bools(2, 3), rand(2, 3), rand(2, 3))),
+        Sample("f64_bcast", (bools(2, 1), rand(3,), rand(2, 3))),
+        Sample("scalar_branch", (bools(2, 2), rand(2, 2), 0.0)),
+        Sample("f32_f64", (bools(3,), rand(3, dtype=F32), rand(3))),
+        Sample("i64", (bools(3,), ints(3,), ints(3,))),
+    ]
+
+
+def _elementwise_binary() -> List[OpInfo]:
+    return [
+        _binary("add", dg.add, np.add),
+        _binary("sub", dg.sub, np.subtract),
+        _binary("mul", dg.mul, np.multiply),
+        _binary("div", dg.div, lambda a, b: np.true_divide(a, b), make=away,
+                samples=_div_samples()),
+        _binary("maximum", dg.maximum, np.maximum, make=distinct, samples=_tie_samples()),
+        _binary("minimum", dg.minimum, np.minimum, make=distinct, samples=_tie_samples()),
+        OpInfo("pow", dg.pow, _pow_samples(), _pow_ref, differentiable=True,
+               errors=_bcast_error(), binary=True,
+               make_input=lambda rng, shape: np.asarray(rng.uniform(0.5, 2.0, size=shape))),
+    ] + [
+        _binary(name, getattr(dg, name), getattr(np, np_name), differentiable=False,
+                samples=_compare_samples())
+        for name, np_name in (("eq", "equal"), ("ne", "not_equal"), ("lt", "less"),
+                              ("le", "less_equal"), ("gt", "greater"),
+                              ("ge", "greater_equal"))
+    ] + [
+        OpInfo("logical_and", dg.logical_and, _logic_samples(), np.logical_and,
+               errors=_bcast_error(), binary=True,
+               make_input=lambda rng, shape: np.asarray(rng.uniform(size=shape) < 0.5)),
+        OpInfo("logical_or", dg.logical_or, _logic_samples(), np.logical_or,
+               errors=_bcast_error(), binary=True,
+               make_input=lambda rng, shape: np.asarray(rng.uniform(size=shape) < 0.5)),
+        OpInfo("logical_not", dg.logical_not, [
+            Sample("bool", (bools(2, 3),)),
+            Sample("f64", (np.array([0.0, 1.0, -2.0]),)),
+            Sample("bool_0d", (np.asarray(True),))], np.logical_not),
+        OpInfo("where", dg.where, _where_samples(), np.where, differentiable=True, errors=[
+            ErrorCase("float_cond", (rand(2), rand(2), rand(2)), {}, dg.DTypeError,
+                      "bool condition"),
+            ErrorCase("bcast", (bools(2, 3), rand(4), rand(2, 3)), {}, dg.ShapeError,
+                      "cannot be broadcast")]),
+    ] + ([
+        OpInfo("stop_gradient", F.stop_gradient, [   # differentiable, but its gradient is 0
+            Sample("f64", (rand(2, 3),)), Sample("i64_0d", (ints(),))], lambda x: x),
+    ] if hasattr(F, "stop_gradient") else []) + [
+        OpInfo("cast", dg.cast, [
+            Sample("f64_to_f32", (rand(2, 3),), {"dtype": F32}),
+            Sample("f64_to_f64", (rand(2, 3),), {"dtype": F64}),
+            Sample("f64_to_i64", (rand(2, 3, low=-3, high=3),), {"dtype": I64}),
+            Sample("f64_to_bool", (np.array([0.0, 0.5, -1.0]),), {"dtype": B8}),
+            Sample("i64_to_f64", (ints(4,),), {"dtype": F64}),
+            Sample("bool_to_f32", (bools(3,),), {"dtype": "float"}),
+            Sample("f32_to_f16_0d", (zero_d(1.25, F32),), {"dtype": F16})],
+            lambda x, dtype: x.astype(dg.dtypes.as_dtype(dtype)), differentiable=True),
+    ]
+
+
+# -- reductions --------------------------------------------------------------------------------
+def _reduce_ref(np_fn, float_only=False, int_to=None):
+    def ref(x, dim=None, keepdim=False, **kw):
+        axis = dim if not isinstance(dim, list) else tuple(dim)
+        if x.ndim == 0:
+            axis = None
+        out = np_fn(x, axis=axis, keepdims=keepdim, **kw)
+        if int_to and x.dtype.kind in "biu":
+            out = np.asarray(out).astype(int_to)
+        return np.asarray(out, dtype=np.asarray(out).dtype)
+    return ref
+
+
+def _reduce_samples(make=rand, int_sample=True):
+    out = [
+        Sample("all", (make(2, 3, 4),)),
+        Sample("dim1", (make(2, 3, 4),), {"dim": 1}),
+        Sample("dims_0_2", (make(2, 3, 4),), {"dim": (0, 2)}),
+        Sample("neg_keepdim", (make(3, 4),), {"dim": -1, "keepdim": True}),
+        Sample("all_keepdim", (make(2, 3),), {"keepdim": True}),
+        Sample("f64_0d", (make(),)),
+        Sample("f32", (make(3, 4, dtype=F32),), {"dim": 0}),
+        Sample("f16", (make(2, 3, dtype=F16),), {"dim": 1}),
+    ]
+    if int_sample:
+        out.append(Sample("i32", (ints(2, 3, dtype=I32),), {"dim": 1}))
+    return out
+
+
+def _reduce_errors(name, float_only=False):
+    errs = [ErrorCase("dim_range", (rand(2, 3),), {"dim": 2}, dg.ShapeError, "out of range")]
+    if float_only:
+        errs.append(ErrorCase("int", (ints(2, 3),), {"dim": 0}, dg.DTypeError,
+                              "floating-point"))
+    return errs
+
+
+def _var_ref(np_fn):
+    def ref(x, dim=None, correction=1, keepdim=False):
+        axis = None if dim is None or x.ndim == 0 else dim
+        return np.asarray(np_fn(x, axis=axis, ddof=correction, keepdims=keepdim))
+    return ref
+
+
+def _var_samples():
+    return [
+        Sample("all", (rand(2, 3),)),
+        Sample("dim1", (rand(2, 3, 4),), {"dim": 1}),
+        Sample("dims_keepdim", (rand(2, 3, 4),), {"dim": (0, 2), "keepdim": True}),
+        Sample("correction0", (rand(3, 4),), {"dim": -1, "correction": 0}),
+        Sample("correction2", (rand(5,),), {"correction": 2}),
+        Sample("f32", (rand(3, 4, dtype=F32),), {"dim": 0}),
+        Sample("f16", (rand(2, 3, dtype=F16),), {"dim": 1}),
+    ]
+
+
+def _arg_ref(np_fn):
+    def ref(x, dim=None, keepdim=False):
+        if dim is None:
+            r = np.asarray(np_fn(x.reshape(-1)))
+            return r.reshape((1,) * x.ndim) if keepdim else r
+        return np.asarray(np_fn(x, axis=dim, keepdims=keepdim))
+    return ref
+
+
+def _arg_samples():
+    return [
+        Sample("all", (distinct(2, 3, 4),)),
+        Sample("dim1", (distinct(2, 3, 4),), {"dim": 1}),
+        Sample("neg_keepdim", (distinct(3, 4),), {"dim": -1, "keepdim": True}),
+        Sample("all_keepdim", (distinct(2, 3),), {"keepdim": True}),
+        Sample("i64_ties", (np.array([[1, 3, 3], [2, 2, 0]]),), {"dim": 1}),
+        Sample("f32_0d", (zero_d(1.0, F32),)),
+    ]
+
+
+def _lse_ref(x, dim, keepdim=False):
+    return special.logsumexp(x, axis=dim, keepdims=keepdim)
+
+
+def _extreme_samples(make=distinct):
+    s = _reduce_samples(make)
+    ties = np.array([[1.0, 3.0, 3.0], [2.0, 2.0, 0.5]])
+    return s + [Sample("f64_ties", (ties,), {"dim": 1}, fd=False)]
+
+
+def _prod_samples():
+    zero = rand(2, 3)
+    zero[0, 1] = 0.0
+    zeros = rand(2, 3)
+    zeros[1, 0] = zeros[1, 2] = 0.0
+    three = rand(2, 4)
+    three[0, :3] = 0.0
+    return [
+        Sample("all", (rand(2, 3),)),
+        Sample("dim1", (rand(2, 3, 4),), {"dim": 1}),
+        Sample("neg_keepdim", (rand(3, 4),), {"dim": -1, "keepdim": True}),
+        Sample("one_zero", (zero,), {"dim": 1}),
+        Sample("two_zeros", (zeros,), {"dim": 1}),
+        Sample("three_zeros", (three,), {"dim": 1}),
+        Sample("zeros_all_dims", (zeros,)),
+        Sample("f64_0d", (rand(),)),
+        Sample("i64", (ints(2, 3, low=1, high=4),), {"dim": 0}),
+    ]
+
+
+def _reductions() -> List[OpInfo]:
+    def sum_ref(x, dim=None, keepdim=False, dtype=None):
+        out = np.sum(x, axis=None if x.ndim == 0 else dim, keepdims=keepdim,
+                     dtype=dtype or (I64 if x.dtype.kind in "biu" else None))
+        return np.asarray(out)
+
+    return [
+        OpInfo("sum", dg.sum, _reduce_samples() + [
+            Sample("bool", (bools(2, 3),), {"dim": 0}),
+            Sample("u8", (ints(2, 3, low=0, high=200, dtype=U8),)),
+            Sample("f32_dtype_f64", (rand(3, dtype=F32),), {"dtype": F64})],
+            sum_ref, differentiable=True, errors=_reduce_errors("sum")),
+        OpInfo("mean", dg.mean, _reduce_samples(int_sample=False),
+               _reduce_ref(np.mean), differentiable=True,
+               errors=_reduce_errors("mean", float_only=True)),
+        OpInfo("amax", dg.amax, _extreme_samples(), _reduce_ref(np.amax), differentiable=True,
+               errors=_reduce_errors("amax")),
+        OpInfo("amin", dg.amin, _extreme_samples(), _reduce_ref(np.amin), differentiable=True,
+               errors=_reduce_errors("amin")),
+        OpInfo("prod", dg.prod, _prod_samples(), _reduce_ref(np.prod, int_to=I64),
+               differentiable=True, errors=_reduce_errors("prod")),
+        OpInfo("var", dg.var, _var_samples(), _var_ref(np.var), differentiable=True,
+               tol=dict(LOOSE_TOL), errors=_reduce_errors("var", float_only=True)),
+        OpInfo("std", dg.std, _var_samples(), _var_ref(np.std), differentiable=True,
+               tol=dict(LOOSE_TOL), errors=_reduce_errors("std", float_only=True)),
+        OpInfo("argmax", dg.argmax, _arg_samples(), _arg_ref(np.argmax),
+               errors=_reduce_errors("argmax")),
+        OpInfo("argmin", dg.argmin, _arg_samples(), _arg_ref(np.argmin),
+               errors=_reduce_errors("argmin")),
+        OpInfo("logsumexp", dg.logsumexp, [
+            Sample("dim1", (rand(2, 3, 4),), {"dim": 1}),
+            Sample("dims", (rand(2, 3, 4),), {"dim": (0, 2)}),
+            Sample("keepdim", (rand(3, 4),), {"dim": -1, "keepdim": True}),
+            Sample("large", (np.array([[1000.0, 1001.0], [-1000.0, -1002.0]]),), {"dim": 1}),
+            Sample("f32", (rand(3, 4, dtype=F32),), {"dim": 0}),
+            Sample("i64", (ints(2, 3),), {"dim": 1}, dtype=F32)],
+            _lse_ref, differentiable=True, errors=_reduce_errors("logsumexp")),
+        OpInfo("max", dg.max, [
+            Sample("all", (distinct(2, 3),)),
+            Sample("dim", (distinct(2, 3),), {"dim": 1}),
+            Sample("dim_keepdim", (distinct(3, 2),), {"dim": 0, "keepdim": True})],
+            lambda x, dim=None, keepdim=False: np.amax(x) if dim is None else (
+                np.amax(x, dim, keepdims=keepdim), np.argmax(x, dim, keepdims=keepdim)),
+            differentiable=True),
+        OpInfo("min", dg.min, [
+            Sample("all", (distinct(2, 3),)),
+            Sample("dim", (distinct(2, 3),), {"dim": -1})],
+            lambda x, dim=None, keepdim=False: np.amin(x) if dim is None else (
+                np.amin(x, dim, keepdims=keepdim), np.argmin(x, dim, keepdims=keepdim)),
+            differentiable=True),
+        OpInfo("numel", dg.numel, [
+            Sample("all", (rand(2, 3),)),
+            Sample("dims", (rand(2, 3, 4),), {"dim": (0, 2), "dtype": I64})],
+            lambda x, dim=None, dtype=F32: np.asarray(
+                np.prod([x.shape[d] for d in (range(x.ndim) if dim is None else dim)]),
+                dtype=dtype)),
+    ]
+
+
+# -- linear algebra ----------------------------------------------------------------------------
+def _linalg() -> List[OpInfo]:
+    return [
+        OpInfo("matmul", dg.matmul, [
+            Sample("mm", (rand(2, 3), rand(3, 4))),
+            Sample("batched", (rand(2, 2, 3), rand(2, 3, 2))),
+            Sample("bcast_batch", (rand(2, 1, 2, 3), rand(3, 3, 2))),
+            Sample("mat_batch", (rand(2, 3), rand(2, 3, 2))),
+            Sample("vec_vec", (rand(3), rand(3))),
+            Sample("vec_mat", (rand(3), rand(3, 4))),
+            Sample("mat_vec", (rand(2, 3), rand(3))),
+            Sample("batch_vec", (rand(2, 2, 3), rand(3))),
+            Sample("vec_batch", (rand(3), rand(2, 3, 2))),
+            Sample("f32", (rand(2, 3, dtype=F32), rand(3, 2, dtype=F32))),
+            Sample("i64", (ints(2, 3), ints(3, 2))),
+            Sample("i32_f32", (ints(2, 3, dtype=I32), rand(3, 2, dtype=F32)), dtype=F32)],
+            np.matmul, tol=dict(LOOSE_TOL), differentiable=True, errors=[
+                ErrorCase("inner", (rand(2, 3), rand(4, 2)), {}, dg.ShapeError,
+                          "inner dims do not match"),
+                ErrorCase("0d", (rand(), rand(3)), {}, dg.ShapeError, "at least 1 dim"),
+                ErrorCase("batch", (rand(2, 2, 3), rand(3, 3, 2)), {}, dg.ShapeError,
+                          "cannot be broadcast"),
+                ErrorCase("bool", (bools(2, 2), bools(2, 2)), {}, dg.DTypeError, "bool")]),
+        OpInfo("mm", dg.mm, [Sample("mm", (rand(2, 3), rand(3, 4)))], np.matmul,
+               tol=dict(LOOSE_TOL), differentiable=True, errors=[
+                   ErrorCase("3d", (rand(2, 2, 3), rand(3, 2)), {}, dg.ShapeError,
+                             "expected 2-D operands")]),
+    ]
+
+
+# -- shape ops ---------------------------------------------------------------------------------
+def _sum_to_ref(x, shape):
+    lead = x.ndim - len(shape)
+    axes = tuple(range(lead)) + tuple(lead + i for i, d in enumerate(shape)
+                                      if d == 1 and x.shape[lead + i] != 1)
+    return np.sum(x, axis=axes, keepdims=True).reshape(shape)
+
+
+def _squeeze_ref(x, dim=None):
+    if dim is None:
+        return np.squeeze(x)
+    dims = (dim,) if isinstance(dim, int) else tuple(dim)
+    dims = tuple(d % x.ndim for d in dims if x.shape[d] == 1)
+    return np.squeeze(x, axis=dims) if dims else x
+
+
+def _flatten_ref(x, start_dim=0, end_dim=-1):
+    if x.ndim == 0:
+        return x.reshape(1)
+    s, e = start_dim % x.ndim, end_dim % x.ndim
+    return x.reshape(x.shape[:s] + (-1,) + x.shape[e + 1:])
+
+
+def _split_ref(x, split_size_or_sections, dim=0):
+    if isinstance(split_size_or_sections, int):
+        bounds = list(range(split_size_or_sections, x.shape[dim], split_size_or_sections))
+    else:
+        bounds = list(np.cumsum(split_size_or_sections)[:-1])
+    return tuple(np.split(x, bounds, axis=dim))
+
+
+def _chunk_ref(x, chunks, dim=0):
+    size = -(-x.shape[dim] // chunks)
+    return _split_ref(x, size, dim)
+
+
+def _gather_ref(x, dim, index):
+    dim %= x.ndim
+    sl = tuple(slice(0, s) if i != dim else slice(None) for i, s in enumerate(index.shape))
+    return np.take_along_axis(x[sl], index, axis=dim)
+
+
+def _scatter_add_ref(x, dim, index, src):
+    out = x.astype(np.result_type(x, src), copy=True)
+    grids = list(np.indices(index.shape, sparse=True))
+    grids[dim] = index
+    np.add.at(out, tuple(grids), src)
+    return out
+
+
+def _index_add_ref(x, dim, index, src):
+    out = x.astype(np.result_type(x, src), copy=True)
+    np.add.at(out, (slice(None),) * dim + (index,), src)
+    return out
+
+
+def _pad_ref(x, pad, value=0.0):
+    width = [(0, 0)] * x.ndim
+    for k in range(len(pad) // 2):
+        width[x.ndim - 1 - k] = (pad[2 * k], pad[2 * k + 1])
+    return np.pad(x, width, constant_values=value)
+
+
+def _getitem_ref(x, index):
+    if isinstance(index, np.ndarray):
+        return np.take(x, index, axis=0)
+    return x[index]
+
+
+def _shape_ops() -> List[OpInfo]:
+    x234 = rand(2, 3, 4)
+    return [
+        OpInfo("reshape", dg.reshape, [
+            Sample("merge", (rand(2, 3, 4), 6, 4)),
+            Sample("flat", (rand(2, 3), -1)),
+            Sample("hole", (rand(2, 3, 4), 4, -1, 2)),
+            Sample("tuple_arg", (rand(2, 3), (3, 2))),
+            Sample("0d_to_1", (rand(), 1)),
+            Sample("1_to_0d", (rand(1), ())),
+            Sample("i64", (ints(2, 3), 3, 2))],
+            lambda x, *shape: x.reshape(shape[0] if len(shape) == 1 and isinstance(
+                shape[0], tuple) else shape), differentiable=True, errors=[
+                ErrorCase("count", (rand(2, 3), 4), {}, dg.ShapeError, "element counts"),
+                ErrorCase("two_holes", (rand(2, 3), -1, -1), {}, dg.ShapeError,
+                          "only one dim may be -1")]),
+        OpInfo("permute", dg.permute, [
+            Sample("3d", (rand(2, 3, 4), 2, 0, 1)),
+            Sample("neg", (rand(2, 3, 4), -1, 0, 1)),
+            Sample("tuple_arg", (rand(2, 3), (1, 0))),
+            Sample("b8", (bools(2, 3), 1, 0))],
+            lambda x, *dims: np.transpose(x, dims[0] if len(dims) == 1 and isinstance(
+                dims[0], tuple) else dims), differentiable=True, errors=[
+                ErrorCase("repeat", (rand(2, 3, 4), 0, 0, 1), {}, dg.ShapeError,
+                          "not a permutation"),
+                ErrorCase("range", (rand(2, 3), 0, 2), {}, dg.ShapeError, "out of range")]),
+        OpInfo("transpose", dg.transpose, [
+            Sample("02", (rand(2, 3, 4), 0, 2)),
+            Sample("neg", (rand(2, 3, 4), -1, -2)),
+            Sample("same", (rand(2, 3), 1, 1))],
+            lambda x, a, b: np.swapaxes(x, a, b), differentiable=True, errors=[
+                ErrorCase("range", (rand(2, 3), 0, 2), {}, dg.ShapeError, "out of range")]),
+        OpInfo("expand", dg.expand, [
+            Sample("new_dims", (rand(3, 1), 2, 3, 4)),
+            Sample("keep", (rand(3, 1), -1, 4)),
+            Sample("from_0d", (rand(), 2, 3)),
+            Sample("tuple_arg", (rand(1, 3), (2, 3))),
+            Sample("same", (rand(2, 3), 2, 3))],
+            lambda x, *sizes: np.broadcast_to(x, tuple(
+                (x.shape[i - (len(s) - x.ndim)] if d == -1 else d)
+                for s in [sizes[0] if len(sizes) == 1 and isinstance(sizes[0], tuple)
+                          else sizes] for i, d in enumerate(s))),
+            differentiable=True, errors=[
+                ErrorCase("not_one", (rand(3, 2), 3, 4), {}, dg.ShapeError, "cannot expand"),
+                ErrorCase("fewer", (rand(2, 3), 3), {}, dg.ShapeError, "fewer dims")]),
+        OpInfo("broadcast_to", dg.broadcast_to, [
+            Sample("bcast", (rand(3,), (2, 3)))],
+            np.broadcast_to, differentiable=True),
+        OpInfo("sum_to", dg.sum_to, [
+            Sample("lead", (rand(2, 3, 4), (3, 4))),
+            Sample("ones", (rand(2, 3, 4), (3, 1))),
+            Sample("keep", (rand(2, 3), (1, 3)))],
+            _sum_to_ref, differentiable=True, errors=[
+                ErrorCase("bigger", (rand(3,), (2, 3)), {}, dg.ShapeError, "larger")]),
+        OpInfo("squeeze", dg.squeeze, [
+            Sample("all", (rand(1, 3, 1),)),
+            Sample("dim0", (rand(1, 3, 1),), {"dim": 0}),
+            Sample("dim_neg", (rand(1, 3, 1),), {"dim": -1}),
+            Sample("dims", (rand(1, 3, 1),), {"dim": (0, 2)}),
+            Sample("not_one", (rand(2, 3),), {"dim": 1}),
+            Sample("to_0d", (rand(1, 1),))],
+            _squeeze_ref, differentiable=True, errors=[
+                ErrorCase("range", (rand(1, 3),), {"dim": 2}, dg.ShapeError,
+                          "out of range")]),
+        OpInfo("unsqueeze", dg.unsqueeze, [
+            Sample("front", (rand(2, 3), 0)),
+            Sample("mid", (rand(2, 3), 1)),
+            Sample("end", (rand(2, 3), -1)),
+            Sample("from_0d", (rand(), 0))],
+            lambda x, d: np.expand_dims(x, d), differentiable=True, errors=[
+                ErrorCase("range", (rand(2, 3), 4), {}, dg.ShapeError, "out of range")]),
+        OpInfo("flatten", dg.flatten, [
+            Sample("all", (rand(2, 3, 4),)),
+            Sample("from1", (rand(2, 3, 4),), {"start_dim": 1}),
+            Sample("mid", (rand(2, 3, 4, 1),), {"start_dim": 1, "end_dim": 2}),
+            Sample("one_dim", (rand(2, 3),), {"start_dim": 1, "end_dim": 1}),
+            Sample("from_0d", (rand(),))],
+            _flatten_ref, differentiable=True, errors=[
+                ErrorCase("order", (rand(2, 3, 4),), {"start_dim": 2, "end_dim": 1},
+                          dg.ShapeError, "comes after")]),
+        OpInfo("cat", dg.cat, [
+            Sample("dim0", ([rand(2, 3), rand(4, 3)],)),
+            Sample("dim1", ([rand(2, 1), rand(2, 3), rand(2, 2)],), {"dim": 1}),
+            Sample("neg", ([rand(2, 2), rand(2, 1)],), {"dim": -1}),
+            Sample("one", ([rand(2, 3)],)),
+            Sample("mixed", ([rand(2, dtype=F32), rand(3)],)),
+            Sample("i64", ((ints(2,), ints(3,)),))],
+            lambda ts, dim=0: np.concatenate(ts, axis=dim), differentiable=True, errors=[
+                ErrorCase("ndim", ([rand(2, 3), rand(3)],), {}, dg.ShapeError,
+                          "all tensors need 2 dims"),
+                ErrorCase("sizes", ([rand(2, 3), rand(2, 4)],), {}, dg.ShapeError,
+                          "sizes must match"),
+                ErrorCase("dim", ([rand(2, 3), rand(2, 3)],), {"dim": 2}, dg.ShapeError,
+                          "out of range"),
+                ErrorCase("empty", ([],), {}, ValueError, "non-empty")]),
+        OpInfo("stack", dg.stack, [
+            Sample("dim0", ([rand(2, 3), rand(2, 3)],)),
+            Sample("last", ([rand(2, 3), rand(2, 3), rand(2, 3)],), {"dim": -1}),
+            Sample("0d", ([rand(), rand()],)),
+            Sample("one", ([rand(3)],), {"dim": 1})],
+            lambda ts, dim=0: np.stack(ts, axis=dim), differentiable=True, errors=[
+                ErrorCase("shapes", ([rand(2, 3), rand(3, 2)],), {}, dg.ShapeError,
+                          "same shape"),
+                ErrorCase("dim", ([rand(2), rand(2)],), {"dim": 3}, dg.ShapeError,
+                          "out of range")]),
+        OpInfo("split", dg.split, [
+            Sample("size", (rand(5, 3), 2)),
+            Sample("sections", (rand(2, 3), [1, 2]), {"dim": 1}),
+            Sample("neg_dim", (rand(2, 4), 2), {"dim": -1}),
+            Sample("whole", (rand(3,), 3))],
+            _split_ref, differentiable=True, errors=[
+                ErrorCase("sum", (rand(4, 3), [1, 2]), {}, dg.ShapeError, "do not add up"),
+                ErrorCase("dim", (rand(4, 3), 2), {"dim": 2}, dg.ShapeError,
+                          "out of range"),
+                ErrorCase("chunk", (rand(4, 3), 0), {}, ValueError, "must be positive")]),
+        OpInfo("chunk", dg.chunk, [
+            Sample("even", (rand(4, 3), 2)),
+            Sample("uneven", (rand(2, 5), 2), {"dim": 1})],
+            _chunk_ref, differentiable=True),
+        OpInfo("getitem", dg.getitem, [
+            Sample("int", (x234, 1)),
+            Sample("neg_int", (x234, -1)),
+            Sample("slice", (x234, (slice(None), slice(1, 3)))),
+            Sample("step", (x234, (slice(None, None, 2),))),
+            Sample("neg_slice", (x234, (Ellipsis, slice(-3, -1)))),
+            Sample("ellipsis_none", (x234, (Ellipsis, None, 1))),
+            Sample("none_front", (x234, (None, Ellipsis, slice(None, None, 2)))),
+            Sample("mixed", (x234, (1, -2, slice(1, 4, 2)))),
+            Sample("all_ints", (x234, (0, 1, 2))),
+            Sample("empty", (rand(3,), slice(2, 1))),
+            Sample("1d", (rand(5,), slice(1, None, 3))),
+            Sample("int_tensor", (rand(4, 2), idx([3, 0, 3])))],
+            _getitem_ref, differentiable=True, errors=[
+                ErrorCase("too_many", (rand(2, 3), (0, 1, 2)), {}, dg.ShapeError,
+                          "too many indices"),
+                ErrorCase("bounds", (rand(2, 3), (0, 3)), {}, dg.ShapeError,
+                          "out of bounds"),
+                ErrorCase("neg_bounds", (rand(2, 3), -3), {}, dg.ShapeError,
+                          "out of bounds"),
+                ErrorCase("step", (rand(4,), slice(None, None, -1)), {}, dg.ShapeError,
+                          "step must be positive"),
+                ErrorCase("two_ellipses", (rand(2, 3), (Ellipsis, Ellipsis)), {},
+                          dg.ShapeError, "one Ellipsis")]),
+        OpInfo("gather", dg.gather, [
+            Sample("dim1", (rand(3, 4), 1, idx([[0, 3], [1, 1], [2, 0]]))),
+            Sample("dim0", (rand(3, 2), 0, idx([[2, 0], [2, 2], [0, 1], [1, 1]]))),
+            Sample("smaller", (rand(3, 4), 1, idx([[3, 0], [1, 1]], I32))),
+            Sample("neg_dim", (rand(2, 3), -1, idx([[0], [2]])))],
+            _gather_ref, differentiable=True, errors=[
+                ErrorCase("float_index", (rand(3, 4), 1, rand(3, 2)), {}, dg.DTypeError,
+                          "integer index"),
+                ErrorCase("ndim", (rand(3, 4), 1, idx([0, 1])), {}, dg.ShapeError,
+                          "as many dims")]),
+        OpInfo("scatter_add", dg.scatter_add, [
+            Sample("dim0", (rand(3, 4), 0, idx([[0, 1, 2, 0], [0, 0, 1, 2]]), rand(2, 4))),
+            Sample("dim1", (rand(2, 3), 1, idx([[2, 2], [0, 1]]), rand(2, 2))),
+            Sample("i64", (ints(3,), 0, idx([1, 1]), ints(2,)))],
+            _scatter_add_ref, differentiable=True, errors=[
+                ErrorCase("shape", (rand(3, 4), 0, idx([[0, 1]]), rand(2, 2)), {},
+                          dg.ShapeError, "same shape"),
+                ErrorCase("float_index", (rand(3, 4), 0, rand(2, 2), rand(2, 2)), {},
+                          dg.DTypeError, "integer index")]),
+        OpInfo("index_select", dg.index_select, [
+            Sample("dim0", (rand(4, 3), 0, idx([2, 0, 2]))),
+            Sample("dim1", (rand(2, 3), 1, idx([1], I32))),
+            Sample("neg_dim", (rand(2, 3, 2), -2, idx([0, 2, 1, 0])))],
+            lambda x, dim, index: np.take(x, index, axis=dim), differentiable=True, errors=[
+                ErrorCase("2d_index", (rand(4, 3), 0, idx([[0]])), {}, dg.ShapeError,
+                          "1-D index"),
+                ErrorCase("float_index", (rand(4, 3), 0, rand(2)), {}, dg.DTypeError,
+                          "integer index")]),
+        OpInfo("index_add", dg.index_add, [
+            Sample("dim0", (rand(4, 3), 0, idx([0, 2, 0]), rand(3, 3))),
+            Sample("dim1", (rand(2, 3), 1, idx([2, 2]), rand(2, 2))),
+            Sample("f32_f64", (rand(3, dtype=F32), 0, idx([1]), rand(1)))],
+            _index_add_ref, differentiable=True, errors=[
+                ErrorCase("src", (rand(4, 3), 0, idx([0, 1]), rand(3, 3)), {}, dg.ShapeError,
+                          "expected src of shape")]),
+        OpInfo("pad", dg.pad, [
+            Sample("last", (rand(2, 3), (1, 2))),
+            Sample("two", (rand(2, 3), (1, 0, 0, 2)), {"value": 1.5}),
+            Sample("3d", (rand(2, 2, 2), [0, 1])),
+            Sample("i64", (ints(2,), (2, 1)), {"value": 7})],
+            _pad_ref, differentiable=True, errors=[
+                ErrorCase("odd", (rand(2, 3), (1, 2, 3)), {}, dg.ShapeError, "pairs"),
+                ErrorCase("negative", (rand(2, 3), (-1, 0)), {}, dg.ShapeError, "negative")]),
+    ]
+
+
+# -- nn ----------------------------------------------------------------------------------------
+def _softmax_ref(x, dim):
+    x = x.astype(F32) if x.dtype.kind != "f" else x
+    return special.softmax(x, axis=dim if x.ndim else None)
+
+
+def _log_softmax_ref(x, dim):
+    x = x.astype(F32) if x.dtype.kind != "f" else x
+    return special.log_softmax(x, axis=dim if x.ndim else None)
+
+
+def _softmax_samples():
+    return [
+        Sample("last", (rand(2, 3),), {"dim": -1}),
+        Sample("first", (rand(2, 3),), {"dim": 0}),
+        Sample("mid", (rand(2, 3, 2),), {"dim": 1}),
+        Sample("large", (np.array([[1000.0, 999.0, -1000.0]]),), {"dim": 1}),
+        Sample("f64_0d", (rand(),), {"dim": 0}),
+        Sample("f32", (rand(3, 4, dtype=F32),), {"dim": 1}),
+        Sample("i64", (ints(2, 3),), {"dim": 1}, dtype=F32),
+    ]
+
+
+def _nn() -> List[OpInfo]:
+    return [
+        OpInfo("softmax", dg.softmax, _softmax_samples(), _softmax_ref, differentiable=True,
+               errors=[ErrorCase("dim", (rand(2, 3), 2), {}, dg.ShapeError, "out of range")]),
+        OpInfo("log_softmax", dg.log_softmax, _softmax_samples(), _log_softmax_ref,
+               differentiable=True,
+               errors=[ErrorCase("dim", (rand(2, 3), -3), {}, dg.ShapeError, "out of range")]),
+        OpInfo("one_hot", dg.one_hot, [
+            Sample("i64", (idx([[0, 3, 1], [2, 2, 0]]),), {"num_classes": 4}),
+            Sample("i32_0d", (idx(1, I32),), {"num_classes": 3})],
+            lambda x, num_classes: (x[..., None] == np.arange(num_classes)).astype(I64),
+            errors=[
+                ErrorCase("float", (rand(3),), {"num_classes": 3}, dg.DTypeError,
+                          "integer class indices"),
+                ErrorCase("no_classes", (idx([0, 1]),), {}, dg.ShapeError,
+                          "num_classes must be given")]),
+    ]
+
+
+# -- creation ----------------------------------------------------------------------------------
+def _size(size):
+    return tuple(size[0]) if len(size) == 1 and isinstance(size[0], (tuple, list)) else size
+
+
+def _arange_ref(start, end=None, step=1, dtype=None):
+    if end is None:
+        start, end = 0, start
+    if dtype is None:
+        dtype = F32 if any(isinstance(v, float) for v in (start, end, step)) else I64
+    return np.arange(start, end, step, dtype=dtype)
+
+
+def _random_checks(low, high, integer=False):
+    def check(out, *args, **kwargs):
+        lo = kwargs.get("low", low)
+        hi = kwargs.get("high", high)
+        assert out.min() >= lo and out.max() < hi, (out.min(), out.max())
+        if integer:
+            assert np.all(out == np.round(out))
+    return check
+
+
+def _creation() -> List[OpInfo]:
+    bad_size = ErrorCase("negative", (2, -1), {}, dg.ShapeError, "negative dimension")
+    return [
+        OpInfo("constant", dg.constant, [
+            Sample("list", ([[1.0, 2.0], [3.0, 4.0]],)),
+            Sample("int", (3,)),
+            Sample("float_f64", (2.5,), {"dtype": F64}),
+            Sample("bool", (True,)),
+            Sample("int_list_f16", ([1, 2],), {"dtype": F16})],
+            lambda value, dtype=None: np.asarray(value, dtype=dtype or (
+                dg.dtypes.infer_data_dtype(value) if not isinstance(value, (bool, int, float))
+                else dg.dtypes.default_dtype_for(value)))),
+        OpInfo("zeros", F.zeros, [
+            Sample("2d", (2, 3)), Sample("tuple", ((3,),), {"dtype": I64}),
+            Sample("0d", ())],
+            lambda *size, dtype=None: np.zeros(_size(size), dtype or F32),
+            errors=[bad_size]),
+        OpInfo("ones", F.ones, [
+            Sample("2d", (2, 3)), Sample("f64", (4,), {"dtype": F64})],
+            lambda *size, dtype=None: np.ones(_size(size), dtype or F32),
+            errors=[bad_size]),
+        OpInfo("full", F.full, [
+            Sample("float", ((2, 2), 1.5)), Sample("int", (3, 7)),
+            Sample("bool", ((2,), True)), Sample("dtype", ((2, 1), 2), {"dtype": F64})],
+            lambda size, value, dtype=None: np.full(
+                size, value, dtype or dg.dtypes.default_dtype_for(value)),
+            errors=[ErrorCase("negative", ((2, -1), 1.0), {}, dg.ShapeError,
+                              "negative dimension")]),
+        OpInfo("arange", F.arange, [
+            Sample("end", (5,)), Sample("start_end_step", (1, 7, 2)),
+            Sample("float", (0.0, 1.0, 0.25)), Sample("neg_step", (5, 0, -1)),
+            Sample("dtype", (3,), {"dtype": F64}), Sample("empty", (2, 2))],
+            _arange_ref),
+        OpInfo("eye", F.eye, [
+            Sample("square", (3,)), Sample("rect", (2, 4)),
+            Sample("i64", (2,), {"dtype": I64})],
+            lambda n, m=None, dtype=None: np.eye(n, m, dtype=dtype or F32)),
+        OpInfo("linspace", F.linspace, [
+            Sample("unit", (0, 1, 5)), Sample("one", (-1, 1, 1)),
+            Sample("f64", (-2.0, 3.0, 4), {"dtype": F64})],
+            lambda start, end, steps, dtype=None: np.linspace(start, end, steps,
+                                                              dtype=dtype or F32)),
+        OpInfo("zeros_like", F.zeros_like, [
+            Sample("f64", (rand(2, 3),)), Sample("i64_to_f32", (ints(3,),), {"dtype": F32})],
+            lambda x, dtype=None: np.zeros_like(x, dtype=dtype)),
+        OpInfo("ones_like", F.ones_like, [
+            Sample("f32", (rand(2, dtype=F32),)), Sample("0d_i64", (rand(),), {"dtype": I64})],
+            lambda x, dtype=None: np.ones_like(x, dtype=dtype)),
+        OpInfo("full_like", F.full_like, [
+            Sample("f64", (rand(2, 3), 2.5)), Sample("bool", (rand(2,), 1), {"dtype": B8})],
+            lambda x, v, dtype=None: np.full_like(x, v, dtype=dtype)),
+        OpInfo("uniform", dg.uniform, [
+            Sample("default", (3, 4), {"seed": seed()}),
+            Sample("range_f64", ((5,),), {"seed": seed(3), "low": -2.0, "high": -1.0,
+                                          "dtype": F64}),
+            Sample("f16", (2,), {"seed": seed(), "dtype": F16})],
+            None, random=True, check=_random_checks(0.0, 1.0), errors=[
+                ErrorCase("float_seed", (2,), {"seed": rand()}, dg.DTypeError, "integer"),
+                ErrorCase("no_seed", (2,), {}, dg.GraphError, "explicit seed")]),
+        OpInfo("rand", F.rand, [Sample("default", (2, 3), {"seed": seed()})],
+               None, random=True, check=_random_checks(0.0, 1.0)),
+        OpInfo("normal", dg.normal, [
+            Sample("default", (3, 4), {"seed": seed()}),
+            Sample("f64", ((5,),), {"seed": seed(1), "mean": 2.0, "std": 0.5, "dtype": F64})],
+            None, random=True, errors=[
+                ErrorCase("vector_seed", (2,), {"seed": ints(2)}, dg.DTypeError,
+                          "scalar seed")]),
+        OpInfo("randn", F.randn, [Sample("default", (2, 3), {"seed": seed()})],
+               None, random=True),
+        OpInfo("bernoulli", dg.bernoulli, [
+            Sample("f32", (rand(3, 4, dtype=F32, low=0, high=1),), {"seed": seed()}),
+            Sample("f64_0d", (zero_d(0.5),), {"seed": seed(2)})],
+            None, random=True, check=_random_checks(0.0, 1.5, integer=True), errors=[
+                ErrorCase("int_p", (ints(3),), {"seed": seed()}, dg.DTypeError,
+                          "floating-point probabilities")]),
+        OpInfo("randint", F.randint, [
+            Sample("high", (5,), {"size": (3, 4), "seed": seed()}),
+            Sample("low_high", (-3, 3), {"size": 6, "seed": seed(), "dtype": I32})],
+            None, random=True, check=lambda out, low, high=None, **kw: _random_checks(
+                0 if high is None else low, low if high is None else high, True)(out),
+            errors=[ErrorCase("empty_range", (3, 3), {"size": 2, "seed": seed()},
+                              dg.ShapeError, "must exceed")]),
+    ]
+
+
+OPS: List[OpInfo] = (_elementwise_unary() + _elementwise_binary() + _reductions() + _linalg()
+                     + _shape_ops() + _nn() + _creation())
+
+BY_NAME: Dict[str, OpInfo] = {op.name: op for op in OPS}
+assert len(BY_NAME) == len(OPS), "duplicate OpInfo names"

@@ -1,0 +1,376 @@
+"""Generic op tests, parametrised over the op-sample table (``op_samples.OPS``).
+
+1. forward in graph mode vs the numpy reference (values, dtype, shape);
+2. the inferred TensorType of every Value vs the array the executable and the raw kernel
+   return (forward and gradient nodes);
+3. graph-mode gradients vs central finite differences in float64;
+4. bad inputs raise the expected duograph error at build time, naming the op and this file;
+5. symbolic dims: graphs built once with ("N", ...) run with two different N;
+6. hypothesis: random broadcastable shape pairs for the binary elementwise ops;
+7. seeded random ops: reproducible, independent streams, roughly right moments.
+"""
+from __future__ import annotations
+
+import os
+from typing import Callable, NamedTuple
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import mutually_broadcastable_shapes
+
+import duograph as dg
+from duograph.graphlib import functional
+from op_samples import (F64, OPS, OpInfo, Sample, assert_matches, build, finite_difference,
+                        grad_targets, leaves, map_leaves, reference)
+
+THIS_FILE = os.path.basename(__file__)
+
+
+# -- helpers ---------------------------------------------------------------------------------
+def interpret(graph: dg.Graph, feeds: dict) -> dict:
+    """Run every node's raw kernel (no dtype fix-up by a runtime); id(Value) -> array."""
+    env = {id(v): feeds[v.name] for v in graph.inputs}
+    with np.errstate(all="ignore"):
+        for node in graph.nodes:
+            res = node.op.kernel(np, *[env[id(x)] for x in node.inputs], **node.attrs)
+            res = res if len(node.outputs) > 1 or node.op.multi_output else (res,)
+            for v, r in zip(node.outputs, res):
+                env[id(v)] = r
+    return env
+
+
+# -- parametrisation ---------------------------------------------------------------------------
+def _samples(select=lambda op, s: True):
+    return [pytest.param(op, s, id=f"{op.name}-{s.name}")
+            for op in OPS for s in op.samples if select(op, s)]
+
+
+FORWARD = _samples(lambda op, s: not op.random)
+RANDOM = _samples(lambda op, s: op.random)
+GRAD = _samples(lambda op, s: bool(grad_targets(op, s)))
+ERRORS = [pytest.param(op, case, id=f"{op.name}-{case.name}") for op in OPS
+          for case in op.errors]
+
+
+def test_table_covers_every_public_op():
+    """Every op function ``duograph.graphlib.functional`` exports has a table entry."""
+    covered = {id(op.fn) for op in OPS}
+    missing = sorted(
+        name for name, fn in vars(functional).items()
+        if callable(fn) and not name.startswith("_") and not isinstance(fn, type)
+        and getattr(fn, "__module__", "").startswith("duograph.graphlib")
+        and id(fn) not in covered)
+    assert not missing, f"op functions without an OpInfo: {missing}"
+
+
+# -- 1. forward vs numpy -----------------------------------------------------------------------
+@pytest.mark.parametrize("op, sample", FORWARD)
+def test_forward_matches_numpy(op: OpInfo, sample: Sample):
+    built = build(op, sample)
+    got = built.graph.compile(outputs=built.outputs)(**built.feeds)
+    want = reference(op, sample)
+    assert len(got) == len(want)
+    for k, (g, w) in enumerate(zip(got, want)):
+        assert_matches(g, w, op.tol, f"output {k}: ")
+
+
+@pytest.mark.parametrize("op, sample", RANDOM)
+def test_random_forward(op: OpInfo, sample: Sample):
+    built = build(op, sample)
+    (out,) = built.graph.compile(outputs=built.outputs)(**built.feeds)
+    (value,) = built.outputs
+    assert out.shape == value.shape and out.dtype.name == value.dtype
+    assert np.all(np.isfinite(out))
+    if op.check is not None:
+        op.check(out, *sample.args, **sample.kwargs)
+
+
+# -- 2. inferred types vs actual arrays --------------------------------------------------------
+@pytest.mark.parametrize("op, sample", FORWARD + RANDOM)
+def test_inferred_type_matches_array(op: OpInfo, sample: Sample):
+    built = build(op, sample)
+    values = list(built.outputs)
+    targets = grad_targets(op, sample)
+    if targets:   # the gradient nodes must infer right too
+        with built.graph:
+            loss = dg.sum(values[0] * 1.5) if len(values) == 1 else sum(
+                dg.sum(v) for v in values if v.dtype == F64)
+            values += dg.grad(loss, [built.inputs[i] for i in targets])
+    arrays = built.graph.compile(outputs=values)(**built.feeds)
+    for v, a in zip(values, arrays):
+        assert (tuple(v.shape), v.dtype) == (a.shape, a.dtype.name), v
+    env = interpret(built.graph, built.feeds)
+    for node in built.graph.nodes:
+        for v in node.outputs:
+            a = np.asarray(env[id(v)])
+            assert (tuple(v.shape), v.dtype) == (a.shape, a.dtype.name), (
+                f"kernel of {node.op.name} returned {a.dtype.name}{list(a.shape)}, "
+                f"inferred {v.type!r}")
+
+
+# -- 3. gradients vs finite differences --------------------------------------------------------
+@pytest.mark.parametrize("op, sample", GRAD)
+def test_grad_matches_finite_differences(op: OpInfo, sample: Sample):
+    targets = grad_targets(op, sample)
+    built = build(op, sample)
+    rng = np.random.default_rng(0)
+    float_outs = [k for k, v in enumerate(built.outputs) if v.dtype == F64]
+    cotangents = {f"ct{k}": rng.normal(size=built.outputs[k].shape) for k in float_outs}
+    with built.graph:
+        loss = None
+        for k in float_outs:
+            ct = dg.placeholder(f"ct{k}", built.outputs[k].shape, F64)
+            term = dg.sum(built.outputs[k] * ct)
+            loss = term if loss is None else loss + term
+        grads = dg.grad(loss, [built.inputs[i] for i in targets])
+    got = built.graph.compile(outputs=grads)(**built.feeds, **cotangents)
+
+    def f(arrays):
+        outs = reference(op, sample, arrays)
+        return sum(float(np.sum(outs[k] * cotangents[f"ct{k}"])) for k in float_outs)
+
+    arrays = leaves(sample.args, sample.kwargs)
+    for i, g in zip(targets, got):
+        want = finite_difference(f, arrays, i)
+        np.testing.assert_allclose(g, want, rtol=1e-5, atol=1e-6,
+                                   err_msg=f"gradient of operand {i}")
+
+
+@pytest.mark.parametrize("op, sample", GRAD)
+def test_second_order_grad_matches_finite_differences(op: OpInfo, sample: Sample):
+    """Gradient rules are written with op functions, so they have gradients too: the
+    gradient of <first-order gradient, v> vs finite differences of the first-order graph."""
+    targets = grad_targets(op, sample)
+    built = build(op, sample)
+    rng = np.random.default_rng(1)
+    float_outs = [k for k, v in enumerate(built.outputs) if v.dtype == F64]
+    xs = [built.inputs[i] for i in targets]
+    feeds = dict(built.feeds)
+    with built.graph:
+        loss = None
+        for k in float_outs:
+            ct = dg.placeholder(f"ct{k}", built.outputs[k].shape, F64)
+            feeds[f"ct{k}"] = rng.normal(size=built.outputs[k].shape)
+            term = dg.sum(built.outputs[k] * ct)
+            loss = term if loss is None else loss + term
+        grads = dg.grad(loss, xs)
+        dot = None
+        for j, g in enumerate(grads):
+            v = dg.placeholder(f"v{j}", g.shape, F64)
+            feeds[f"v{j}"] = rng.normal(size=g.shape)
+            term = dg.sum(g * v)
+            dot = term if dot is None else dot + term
+        second = dg.grad(dot, xs)
+    first_exe = built.graph.compile(outputs=[dot])
+    got = built.graph.compile(outputs=second)(**feeds)
+
+    def f(arrays):
+        return float(first_exe(**dict(feeds, **{x.name: a for x, a in zip(xs, arrays)}))[0])
+
+    arrays = [feeds[x.name] for x in xs]
+    for j, g in enumerate(got):
+        np.testing.assert_allclose(g, finite_difference(f, arrays, j), rtol=1e-4, atol=1e-5,
+                                   err_msg=f"second-order gradient of operand {targets[j]}")
+
+
+# -- 4. errors at build time -------------------------------------------------------------------
+@pytest.mark.parametrize("op, case", ERRORS)
+def test_bad_inputs_raise_clear_errors(op: OpInfo, case):
+    graph = dg.Graph(f"{op.name}_{case.name}")
+    with graph:
+        names = iter(range(100))
+        args, kwargs = map_leaves(case.args, case.kwargs, lambda a: dg.placeholder(
+            f"in{next(names)}", a.shape, a.dtype.name))
+        with pytest.raises(case.exc) as info:
+            op.fn(*args, **kwargs)
+    message = str(info.value)
+    assert case.match in message
+    assert op.op_name in message, "the message must name the op"
+    assert THIS_FILE in message, "the message must point at the user's line"
+
+
+# -- 5. symbolic dims --------------------------------------------------------------------------
+class SymCase(NamedTuple):
+    name: str
+    shapes: tuple               # one symbolic shape per float64 input
+    fn: Callable
+    ref: Callable
+    out_shape: tuple            # the inferred (symbolic) output shape
+    grad: bool = True
+
+
+SYMBOLIC = [
+    SymCase("add_bcast", (("N", 3), (3,)), lambda x, y: x + y, np.add, ("N", 3)),
+    SymCase("mul_col", (("N", 1), (1, "M")), lambda x, y: x * y, np.multiply, ("N", "M")),
+    SymCase("sum_dim0", (("N", 3),), lambda x: dg.sum(x, 0), lambda x: x.sum(0), (3,)),
+    SymCase("mean_all", (("N", 3),), dg.mean, np.mean, ()),
+    SymCase("var_dim0", (("N", 2),), lambda x: dg.var(x, 0), lambda x: x.var(0, ddof=1),
+            (2,)),
+    SymCase("matmul", (("N", 3), (3, 2)), dg.matmul, np.matmul, ("N", 2)),
+    SymCase("softmax", (("N", 3),), lambda x: dg.softmax(x, -1),
+            lambda x: np.exp(x) / np.exp(x).sum(-1, keepdims=True), ("N", 3)),
+    SymCase("logsumexp_N", (("N", 3),), lambda x: dg.logsumexp(x, 0),
+            lambda x: np.log(np.exp(x).sum(0)), (3,)),
+    SymCase("reshape_hole", (("N", 2, 3),), lambda x: dg.reshape(x, -1, 3),
+            lambda x: x.reshape(-1, 3), ("N*2", 3)),
+    SymCase("flatten_all", (("N", 2),), dg.flatten, lambda x: x.reshape(-1), ("N*2",)),
+    SymCase("flatten_back", (("N", 2, 3),), lambda x: dg.reshape(dg.flatten(x), "N", 6),
+            lambda x: x.reshape(-1, 6), ("N", 6)),
+    SymCase("flatten", (("N", 2, 3),), lambda x: dg.flatten(x, 1),
+            lambda x: x.reshape(x.shape[0], -1), ("N", 6)),
+    SymCase("transpose", (("N", 3),), lambda x: x.T, lambda x: x.T, (3, "N")),
+    SymCase("getitem", (("N", 3),), lambda x: x[1:, ::2], lambda x: x[1:, ::2],
+            ("N[1:]", 2)),
+    SymCase("getitem_step", (("N", 3),), lambda x: x[::2], lambda x: x[::2], ("N[::2]", 3)),
+    SymCase("mean_slice", (("N", 3),), lambda x: dg.mean(x[1:]), lambda x: x[1:].mean(), ()),
+    SymCase("cat_N", (("N", 3), (2, 3)), lambda x, y: dg.cat([x, y]),
+            lambda x, y: np.concatenate([x, y]), ("N+2", 3)),
+    SymCase("cat_sum", (("N", 3),), lambda x: dg.sum(dg.cat([x, x * 2.0]), 0),
+            lambda x: np.concatenate([x, x * 2.0]).sum(0), (3,)),
+    SymCase("pad_N", (("N", 2),), lambda x: dg.pad(x, (0, 0, 1, 2)),
+            lambda x: np.pad(x, [(1, 2), (0, 0)]), ("N+3", 2)),
+    SymCase("expand", ((1, 3),), lambda x: dg.expand(x, 2, 3), lambda x: np.broadcast_to(
+        x, (2, 3)), (2, 3)),
+    SymCase("unsqueeze_sum", (("N",),), lambda x: dg.sum(dg.unsqueeze(x, 1) * 2.0, 0),
+            lambda x: (x[:, None] * 2.0).sum(0), (1,)),
+    SymCase("zeros_like_add", (("N", 2),), lambda x: dg.zeros_like(x) + x,
+            lambda x: x, ("N", 2)),
+    SymCase("exp_pad", (("N", 2),), lambda x: dg.pad(dg.exp(x), (1, 1)),
+            lambda x: np.pad(np.exp(x), [(0, 0), (1, 1)]), ("N", 4)),
+]
+
+
+def _concrete(shape, n):
+    return tuple(n if d == "N" else (n + 1 if d == "M" else d) for d in shape)
+
+
+@pytest.mark.parametrize("case", SYMBOLIC, ids=[c.name for c in SYMBOLIC])
+def test_symbolic_dims(case: SymCase):
+    graph = dg.Graph(case.name)
+    with graph:
+        xs = [dg.placeholder(f"x{i}", s, F64) for i, s in enumerate(case.shapes)]
+        out = case.fn(*xs)
+        grads = None
+        if case.grad:
+            ct = dg.placeholder("ct", out.shape, F64)
+            grads = dg.grad(dg.sum(out * ct), xs)
+    if case.out_shape is not None:
+        assert tuple(out.shape) == case.out_shape
+    exe = graph.compile(outputs=[out] + (grads or []))
+    rng = np.random.default_rng(1)
+    for n in (2, 5):
+        arrays = [rng.normal(size=_concrete(s, n)) for s in case.shapes]
+        feeds = {f"x{i}": a for i, a in enumerate(arrays)}
+        want = case.ref(*arrays)
+        if case.grad:
+            feeds["ct"] = rng.normal(size=np.shape(want))
+        got = exe(**feeds)
+        assert_matches(got[0], np.asarray(want), {F64: (1e-10, 1e-12)}, f"N={n}: ")
+        if case.grad:
+            def f(arrs):
+                return float(np.sum(case.ref(*arrs) * feeds["ct"]))
+            for i, g in enumerate(got[1:]):
+                np.testing.assert_allclose(g, finite_difference(f, arrays, i), rtol=1e-5,
+                                           atol=1e-6, err_msg=f"N={n}: gradient {i}")
+
+
+# -- 6. broadcasting (hypothesis) --------------------------------------------------------------
+BINARY = [pytest.param(op, id=op.name) for op in OPS if op.binary]
+
+
+@pytest.mark.parametrize("op", BINARY)
+@settings(max_examples=15, deadline=None, derandomize=True)
+@given(shapes=mutually_broadcastable_shapes(num_shapes=2, min_dims=0, max_dims=3,
+                                            max_side=3),
+       data_seed=st.integers(0, 2**16))
+def test_binary_broadcasting(op: OpInfo, shapes, data_seed):
+    rng = np.random.default_rng(data_seed)
+    a, b = (op.make_input(rng, s) for s in shapes.input_shapes)
+    graph = dg.Graph(op.name)
+    with graph:
+        out = op.fn(dg.placeholder("a", a.shape, a.dtype.name),
+                    dg.placeholder("b", b.shape, b.dtype.name))
+    assert tuple(out.shape) == shapes.result_shape
+    (got,) = graph.compile(outputs=[out])(a=a, b=b)
+    assert_matches(got, np.asarray(op.ref(a, b)), op.tol)
+
+
+@settings(max_examples=15, deadline=None, derandomize=True)
+@given(shapes=mutually_broadcastable_shapes(num_shapes=3, max_dims=3, max_side=3))
+def test_where_broadcasting(shapes):
+    rng = np.random.default_rng(0)
+    c, a, b = shapes.input_shapes
+    arrays = {"c": rng.uniform(size=c) < 0.5, "a": rng.normal(size=a), "b": rng.normal(size=b)}
+    graph = dg.Graph("where")
+    with graph:
+        out = dg.where(*(dg.placeholder(k, np.shape(v), np.asarray(v).dtype.name)
+                         for k, v in arrays.items()))
+    assert tuple(out.shape) == shapes.result_shape
+    (got,) = graph.compile(outputs=[out])(**arrays)
+    assert_matches(got, np.where(arrays["c"], arrays["a"], arrays["b"]), {F64: (0, 0)})
+
+
+# -- 7. seeded random ops ----------------------------------------------------------------------
+RANDOM_FNS = {
+    "uniform": lambda seed, n: dg.uniform(n, seed=seed, low=2.0, high=5.0, dtype=F64),
+    "normal": lambda seed, n: dg.normal(n, seed=seed, mean=1.0, std=2.0, dtype=F64),
+    "bernoulli": lambda seed, n: dg.bernoulli(dg.full((n,), 0.3, dtype=F64), seed=seed),
+    "randint": lambda seed, n: dg.randint(0, 10, size=(n,), seed=seed),
+}
+MOMENTS = {   # mean, standard deviation of one draw
+    "uniform": (3.5, 3.0 / np.sqrt(12.0)),
+    "normal": (1.0, 2.0),
+    "bernoulli": (0.3, np.sqrt(0.3 * 0.7)),
+    "randint": (4.5, np.sqrt((10 ** 2 - 1) / 12.0)),
+}
+
+
+def _random_graph(kind: str, n: int, draws: int = 1):
+    graph = dg.Graph(kind)
+    with graph:
+        seed = dg.placeholder("seed", (), "int64")
+        outs = [RANDOM_FNS[kind](seed, n) for _ in range(draws)]
+    return graph.compile(outputs=outs)
+
+
+@pytest.mark.parametrize("kind", sorted(RANDOM_FNS))
+def test_random_reproducible(kind):
+    exe = _random_graph(kind, 64)
+    (a,), (b,) = exe(seed=3), exe(seed=3)
+    np.testing.assert_array_equal(a, b)
+    (c,) = _random_graph(kind, 64)(seed=3)          # the same graph built again
+    np.testing.assert_array_equal(a, c)
+    (d,) = exe(seed=4)
+    assert not np.array_equal(a, d), "a different seed must give different numbers"
+
+
+@pytest.mark.parametrize("kind", sorted(RANDOM_FNS))
+def test_random_nodes_draw_independently(kind):
+    a, b = _random_graph(kind, 64, draws=2)(seed=3)
+    assert not np.array_equal(a, b), "two random nodes with one seed drew the same numbers"
+
+
+@pytest.mark.parametrize("kind", sorted(RANDOM_FNS))
+def test_random_moments(kind):
+    n = 20000
+    (x,) = _random_graph(kind, n)(seed=11)
+    mean, std = MOMENTS[kind]
+    assert abs(x.mean() - mean) < 5 * std / np.sqrt(n)
+    assert abs(x.std() - std) < 0.03 * std
+    if kind == "randint":
+        assert set(np.unique(x)) == set(range(10))
+    if kind == "bernoulli":
+        assert set(np.unique(x)) == {0.0, 1.0}
+
+
+@pytest.mark.parametrize("op, sample", [
+    p for p in FORWARD + RANDOM if getattr(dg, p.values[0].name, None) not in (
+        None, p.values[0].fn) and p.values[0].fn is getattr(functional, p.values[0].name)])
+def test_face_functions_build_the_same_node(op: OpInfo, sample: Sample):
+    """``dg.zeros`` & co. (which also create eager tensors) build what the op functions do."""
+    face = OpInfo(op.name, getattr(dg, op.name), op.samples, op.ref)
+    a, b = build(op, sample), build(face, sample)
+    (na,), (nb,) = a.graph.nodes[-1:], b.graph.nodes[-1:]
+    assert (na.op, na.attrs, a.outputs[0].type) == (nb.op, nb.attrs, b.outputs[0].type)

@@ -1,0 +1,201 @@
+"""PyTorch as an oracle: for the ops of the table that torch has, values, dtypes and float64
+gradients in graph mode must match torch's (which also fixes the gradient conventions at
+kinks and ties: relu and abs at 0, clamp at its bounds, maximum and amax ties).
+
+Skipped when torch is not installed. A sample torch itself rejects (e.g. integer softmax) is
+skipped, with torch's reason.
+"""
+from __future__ import annotations
+
+from typing import Callable, Dict
+
+import numpy as np
+import pytest
+
+import duograph as dg
+from op_samples import (F64, OPS, OpInfo, Sample, as_tuple, assert_matches, build,
+                        grad_targets, map_leaves)
+
+torch = pytest.importorskip("torch")
+TF = torch.nn.functional
+
+TORCH_DTYPES = {
+    "bool": torch.bool, "uint8": torch.uint8, "int32": torch.int32, "int64": torch.int64,
+    "float16": torch.float16, "float32": torch.float32, "float64": torch.float64,
+}
+
+
+def _all_dims(x, dim):
+    """torch spells 'every dim' as all of them listed."""
+    return tuple(range(x.ndim)) if dim is None else dim
+
+
+def _reduce(fn):
+    def run(x, dim=None, keepdim=False, **kw):
+        return fn(x, dim=_all_dims(x, dim), keepdim=keepdim, **kw)
+    return run
+
+
+def _prod(x, dim=None, keepdim=False):
+    if dim is None:
+        out = torch.prod(x)
+        return out.reshape((1,) * x.ndim) if keepdim else out
+    return torch.prod(x, dim, keepdim=keepdim)
+
+
+def _var(fn):
+    def run(x, dim=None, correction=1, keepdim=False):
+        return fn(x, dim=dim, correction=correction, keepdim=keepdim)
+    return run
+
+
+def _sizes(args):
+    return args[0] if len(args) == 1 and isinstance(args[0], (tuple, list)) else args
+
+
+def _sum(x, dim=None, keepdim=False, dtype=None):
+    dt = TORCH_DTYPES[dtype] if dtype else None
+    return torch.sum(x, dim=_all_dims(x, dim), keepdim=keepdim, dtype=dt)
+
+
+def _max_min(fn, reduce_all):
+    def run(x, dim=None, keepdim=False):
+        return reduce_all(x) if dim is None else tuple(fn(x, dim, keepdim=keepdim))
+    return run
+
+
+def _dtype(kw):
+    return {"dtype": TORCH_DTYPES[dg.dtypes.as_dtype(kw["dtype"])]} if kw.get("dtype") else {}
+
+
+TORCH: Dict[str, Callable] = {
+    "neg": torch.neg, "abs": torch.abs, "exp": torch.exp, "log": torch.log,
+    "sqrt": torch.sqrt, "rsqrt": torch.rsqrt, "square": torch.square,
+    "reciprocal": torch.reciprocal, "sin": torch.sin, "cos": torch.cos, "tanh": torch.tanh,
+    "sigmoid": torch.sigmoid, "relu": torch.relu, "erf": torch.erf, "sign": torch.sign,
+    "leaky_relu": lambda x, negative_slope=0.01: TF.leaky_relu(x, negative_slope),
+    "gelu": lambda x, approximate="none": TF.gelu(x, approximate=approximate),
+    "gelu_tanh": lambda x, approximate="none": TF.gelu(x, approximate=approximate),
+    "softplus": lambda x, beta=1.0, threshold=20.0: TF.softplus(x, beta, threshold),
+    "clamp": lambda x, min=None, max=None: torch.clamp(x, min, max),
+    "pow_scalar": lambda x, exponent: torch.pow(x, exponent),
+    "pow": torch.pow, "add": torch.add, "sub": torch.sub, "mul": torch.mul,
+    "div": torch.div, "maximum": torch.maximum, "minimum": torch.minimum,
+    "eq": torch.eq, "ne": torch.ne, "lt": torch.lt, "le": torch.le, "gt": torch.gt,
+    "ge": torch.ge, "logical_and": torch.logical_and, "logical_or": torch.logical_or,
+    "logical_not": torch.logical_not, "where": torch.where,
+    "cast": lambda x, dtype: x.to(TORCH_DTYPES[dg.dtypes.as_dtype(dtype)]),
+    "sum": _sum, "mean": _reduce(torch.mean), "amax": _reduce(torch.amax),
+    "amin": _reduce(torch.amin), "prod": _prod, "var": _var(torch.var), "std": _var(torch.std),
+    "argmax": torch.argmax, "argmin": torch.argmin, "logsumexp": torch.logsumexp,
+    "max": _max_min(torch.max, torch.amax), "min": _max_min(torch.min, torch.amin),
+    "matmul": torch.matmul, "mm": torch.mm,
+    "reshape": lambda x, *shape: torch.reshape(x, _sizes(shape)),
+    "permute": lambda x, *dims: x.permute(*_sizes(dims)),
+    "transpose": torch.transpose,
+    "expand": lambda x, *sizes: x.expand(*_sizes(sizes)),
+    "broadcast_to": torch.broadcast_to,
+    "squeeze": lambda x, dim=None: torch.squeeze(x) if dim is None else torch.squeeze(x, dim),
+    "unsqueeze": torch.unsqueeze, "flatten": torch.flatten,
+    "cat": lambda ts, dim=0: torch.cat(list(ts), dim),
+    "stack": lambda ts, dim=0: torch.stack(list(ts), dim),
+    "split": lambda x, s, dim=0: torch.split(x, s, dim), "chunk": torch.chunk,
+    "getitem": lambda x, index: x[index],
+    "gather": torch.gather, "scatter_add": torch.scatter_add,
+    "index_select": torch.index_select, "index_add": torch.index_add,
+    "pad": lambda x, pad, value=0.0: TF.pad(x, tuple(pad), value=value),
+    "softmax": torch.softmax, "log_softmax": torch.log_softmax,
+    "one_hot": lambda x, num_classes: TF.one_hot(x, num_classes),
+    "zeros": lambda *size, **kw: torch.zeros(*size, **_dtype(kw)),
+    "ones": lambda *size, **kw: torch.ones(*size, **_dtype(kw)),
+    "full": lambda size, value, **kw: torch.full(
+        (size,) if isinstance(size, int) else size, value, **_dtype(kw)),
+    "arange": lambda *args, **kw: torch.arange(*args, **_dtype(kw)),
+    "eye": lambda *args, **kw: torch.eye(*args, **_dtype(kw)),
+    "linspace": lambda *args, **kw: torch.linspace(*args, **_dtype(kw)),
+    "zeros_like": lambda x, **kw: torch.zeros_like(x, **_dtype(kw)),
+    "ones_like": lambda x, **kw: torch.ones_like(x, **_dtype(kw)),
+    "full_like": lambda x, v, **kw: torch.full_like(x, v, **_dtype(kw)),
+}
+
+# Where duograph deliberately differs from torch (documented in the op's docstring).
+DIFFERENT = {
+    "pow_scalar-i64_neg": "torch refuses integers to negative powers; duograph gives float32",
+    "one_hot-i32_0d": "torch.one_hot needs int64 indices",
+}
+
+
+def _to_torch(sample: Sample, requires_grad=()):
+    """The sample's arguments with torch tensors for the arrays (in leaf order, returned too);
+    float64 leaves listed in ``requires_grad`` track gradients."""
+    tensors = []
+
+    def convert(a):
+        t = torch.from_numpy(np.array(a))
+        if len(tensors) in requires_grad:
+            t.requires_grad_(True)
+        tensors.append(t)
+        return t
+    args, kwargs = map_leaves(sample.args, sample.kwargs, convert)
+    return args, kwargs, tensors
+
+
+def _torch_call(op: OpInfo, sample: Sample, requires_grad=()):
+    """(torch outputs, leaf tensors); skips the test when torch rejects the sample."""
+    args, kwargs, tensors = _to_torch(sample, requires_grad)
+    if op.binary or op.name == "where":   # a Python number operand: a weak 0-d tensor
+        args = tuple(torch.tensor(a) if isinstance(a, (bool, int, float)) else a for a in args)
+    try:
+        return list(as_tuple(TORCH[op.name](*args, **kwargs))), tensors
+    except (RuntimeError, TypeError, ValueError, IndexError) as e:
+        pytest.skip(f"torch rejects this sample: {type(e).__name__}: {str(e)[:80]}")
+
+
+def _params(select):
+    out = []
+    for op in OPS:
+        for s in op.samples:
+            sid = f"{op.name}-{s.name}"
+            if op.name in TORCH and not op.random and select(op, s):
+                marks = [pytest.mark.skip(reason=DIFFERENT[sid])] if sid in DIFFERENT else []
+                out.append(pytest.param(op, s, id=sid, marks=marks))
+    return out
+
+
+def test_torch_table_names_are_ops():
+    assert set(TORCH) <= {op.name for op in OPS}
+
+
+@pytest.mark.parametrize("op, sample", _params(lambda op, s: True))
+def test_values_match_torch(op: OpInfo, sample: Sample):
+    built = build(op, sample)
+    got = built.graph.compile(outputs=built.outputs)(**built.feeds)
+    want, _ = _torch_call(op, sample)
+    assert len(got) == len(want)
+    for k, (g, w) in enumerate(zip(got, want)):
+        assert_matches(g, w.detach().numpy(), op.tol, f"output {k}: ")
+
+
+@pytest.mark.parametrize("op, sample",
+                         _params(lambda op, s: bool(grad_targets(op, s, at_kinks=True))))
+def test_grads_match_torch(op: OpInfo, sample: Sample):
+    targets = grad_targets(op, sample, at_kinks=True)
+    built = build(op, sample)
+    rng = np.random.default_rng(2)
+    float_outs = [k for k, v in enumerate(built.outputs) if v.dtype == F64]
+    cts = {k: rng.normal(size=built.outputs[k].shape) for k in float_outs}
+    with built.graph:
+        loss = None
+        for k in float_outs:
+            term = dg.sum(built.outputs[k] * cts[k])
+            loss = term if loss is None else loss + term
+        grads = dg.grad(loss, [built.inputs[i] for i in targets])
+    got = built.graph.compile(outputs=grads)(**built.feeds)
+
+    outs, tensors = _torch_call(op, sample, requires_grad=targets)
+    loss_t = sum((outs[k] * torch.from_numpy(cts[k])).sum() for k in float_outs)
+    want = torch.autograd.grad(loss_t, [tensors[i] for i in targets], allow_unused=True)
+    for i, g, w in zip(targets, got, want):
+        w = np.zeros_like(g) if w is None else w.numpy()
+        np.testing.assert_allclose(g, w, rtol=1e-9, atol=1e-12,
+                                   err_msg=f"gradient of operand {i}")
