@@ -39,3 +39,5 @@ bool_ = "bool"
 
 __version__ = "0.1.0"
 from . import nn, optim  # noqa: E402
+from . import data, io  # noqa: E402
+from .io import save, load  # noqa: E402

@@ -1,0 +1,799 @@
+"""duograph.data: datasets, and a DataLoader that batches them into tensors.
+
+    ds = dg.data.TensorDataset(x_np, y_np)
+    train, val = dg.data.random_split(ds, [0.8, 0.2], generator=0)
+    loader = dg.data.DataLoader(train, batch_size=32, shuffle=True, seed=0, num_workers=2)
+    for xb, yb in loader:          # dg tensors, stacked along a new first dimension
+        ...
+
+Map-style datasets (``Dataset``) are indexed with integers; the loader decides the order in the
+main process (shuffled with a seedable numpy generator, a new permutation every epoch), so the
+batches are the same whatever ``num_workers`` is. ``IterableDataset`` streams samples and is
+batched as it goes.
+
+With ``num_workers > 0`` samples are loaded and collated *as numpy* in worker processes (so
+datasets must be picklable under the "spawn" start method, and tensors never cross a process
+boundary); the main process turns the arrays into tensors and yields batches in order. An
+exception inside a worker stops the loader and is raised in the main process as a
+``DataLoaderError`` carrying the worker's traceback text; a worker that dies is reported, never
+waited for forever.
+
+Batching rules of ``default_collate`` (PyTorch's, except that Python floats become float32,
+not float64, and tuples stay tuples, where PyTorch makes them lists):
+
+==============================  ==================================================
+sample element                  batched as
+==============================  ==================================================
+dg tensor / numpy array         stacked; dtype kept (float64 arrays stay float64).
+                                numpy dtypes duograph lacks: other integers ->
+                                int64, longdouble -> float64
+numpy scalar (``np.float32``)   1-d tensor of its dtype
+Python bool / int / float       1-d bool / int64 / **float32** tensor (PyTorch gives
+                                float64: duograph's default float is float32, as
+                                for ``dg.tensor(0.5)``); a batch mixing ints and
+                                floats is float32
+str / bytes                     list, unchanged
+dict (any Mapping)              dict with each key collated
+namedtuple / tuple / list       the same type, each position collated
+==============================  ==================================================
+
+Batches are CPU tensors. ``batch_size=None`` turns batching off: each sample is converted
+(arrays -> tensors, containers walked) but not stacked.
+"""
+from __future__ import annotations
+
+import collections.abc as cabc
+import itertools
+import math
+import multiprocessing
+import os
+import pickle
+import queue
+import random
+import time
+import traceback
+from dataclasses import dataclass
+from typing import (Any, Callable, Generic, Iterable, Iterator, List, Optional, Sequence,
+                    TypeVar, Union)
+
+import numpy as np
+
+from .eager import Tensor
+from .eager.creation import _next_seed, manual_seed
+from .graphlib import dtypes
+from .graphlib.errors import DuographError, ShapeError
+
+__all__ = [
+    "Dataset", "IterableDataset", "TensorDataset", "Subset", "random_split", "DataLoader",
+    "DataLoaderError", "WorkerInfo", "get_worker_info", "default_collate", "default_convert",
+]
+
+T_co = TypeVar("T_co", covariant=True)
+GeneratorLike = Union[np.random.Generator, int, None]
+
+# How often a waiting process wakes to check that its peers are still alive (seconds).
+_POLL_INTERVAL = 0.1
+# How long shutdown waits for a worker to exit on its own before terminating it (seconds).
+_JOIN_TIMEOUT = 5.0
+
+
+class DataLoaderError(DuographError, RuntimeError):
+    """A DataLoader worker raised, died, or produced nothing within ``timeout``."""
+
+
+# -- datasets ------------------------------------------------------------------------------------
+
+class Dataset(Generic[T_co]):
+    """A map-style dataset: ``dataset[i]`` is sample ``i`` for ``0 <= i < len(dataset)``.
+
+    Subclasses implement ``__getitem__`` and ``__len__``.
+    """
+
+    def __getitem__(self, index: int) -> T_co:
+        raise NotImplementedError(f"{type(self).__name__} must implement __getitem__")
+
+
+class IterableDataset(Dataset[T_co]):
+    """A dataset that is a stream of samples: subclasses implement ``__iter__``.
+
+    With ``num_workers > 0`` every worker iterates its own copy of the dataset; to avoid
+    duplicates, split the stream inside ``__iter__`` with ``get_worker_info()`` (its ``id`` and
+    ``num_workers``), as in PyTorch.
+    """
+
+    def __iter__(self) -> Iterator[T_co]:
+        raise NotImplementedError(f"{type(self).__name__} must implement __iter__")
+
+    def __getitem__(self, index):
+        raise TypeError(f"{type(self).__name__} is an IterableDataset: iterate it, "
+                        "it cannot be indexed")
+
+
+class TensorDataset(Dataset[tuple]):
+    """Samples are rows of the given tensors or numpy arrays: ``ds[i] == (t0[i], t1[i], ...)``.
+
+    Every argument must have the same size in dimension 0. Rows of tensors come back as
+    tensors (views without autograd history), rows of numpy arrays as numpy arrays.
+    """
+
+    def __init__(self, *tensors: Union[Tensor, np.ndarray]) -> None:
+        if not tensors:
+            raise ValueError("TensorDataset: expected at least one tensor or numpy array")
+        arrays, is_tensor = [], []
+        for position, t in enumerate(tensors):
+            if isinstance(t, Tensor):
+                arrays.append(t.detach().data)
+                is_tensor.append(True)
+            elif isinstance(t, np.ndarray):
+                arrays.append(t)
+                is_tensor.append(False)
+            else:
+                raise TypeError(f"TensorDataset: argument {position} must be a dg tensor or a "
+                                f"numpy array, found {type(t).__name__}")
+            if arrays[-1].ndim == 0:
+                raise ShapeError(f"TensorDataset: argument {position} is 0-dimensional; "
+                                 "expected at least one dimension to index samples along")
+        sizes = [a.shape[0] for a in arrays]
+        if len(set(sizes)) != 1:
+            found = ", ".join(f"{s} (argument {i}, shape {tuple(a.shape)})"
+                              for i, (s, a) in enumerate(zip(sizes, arrays)))
+            raise ShapeError("TensorDataset: every tensor must have the same size in "
+                             f"dimension 0; found {found}")
+        # Arrays, not tensors, so the dataset pickles cheaply into worker processes.
+        self._arrays = tuple(arrays)
+        self._is_tensor = tuple(is_tensor)
+
+    @property
+    def tensors(self) -> tuple:
+        """The stored tensors and arrays (tensors detached)."""
+        return tuple(Tensor(a) if t else a for a, t in zip(self._arrays, self._is_tensor))
+
+    def __getitem__(self, index: int) -> tuple:
+        # a[index, ...] is an array even for a 1-d a (a[index] would be a numpy scalar)
+        return tuple(Tensor(a[index, ...]) if t else a[index]
+                     for a, t in zip(self._arrays, self._is_tensor))
+
+    def __len__(self) -> int:
+        return int(self._arrays[0].shape[0])
+
+
+class Subset(Dataset[T_co]):
+    """The samples of ``dataset`` at ``indices``, in that order."""
+
+    def __init__(self, dataset: Dataset[T_co], indices: Sequence[int]) -> None:
+        self.dataset = dataset
+        self.indices = [int(i) for i in indices]
+
+    def __getitem__(self, index: int) -> T_co:
+        return self.dataset[self.indices[index]]
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+
+def _make_rng(generator: GeneratorLike, who: str) -> np.random.Generator:
+    """A numpy Generator from a Generator, an int seed, or None (duograph's global generator,
+    so ``dg.manual_seed`` makes the result reproducible)."""
+    if generator is None:
+        return np.random.default_rng(_next_seed())
+    if isinstance(generator, np.random.Generator):
+        return generator
+    if isinstance(generator, (int, np.integer)) and not isinstance(generator, bool):
+        return np.random.default_rng(int(generator))
+    raise TypeError(f"{who}: generator must be a numpy Generator, an int seed or None, "
+                    f"found {type(generator).__name__}")
+
+
+def random_split(dataset: Dataset[T_co], lengths: Sequence[Union[int, float]],
+                 generator: GeneratorLike = None) -> List[Subset[T_co]]:
+    """Split ``dataset`` into non-overlapping random ``Subset``s of the given lengths.
+
+    ``lengths`` are either ints summing to ``len(dataset)`` or fractions summing to 1; with
+    fractions each part gets ``floor(fraction * n)`` samples and the remainder is dealt out one
+    by one from the first part on (as PyTorch does). ``generator`` is a numpy Generator or an
+    int seed; None draws from duograph's global generator (``dg.manual_seed``).
+    """
+    n = len(dataset)
+    lengths = list(lengths)
+    if not lengths:
+        raise ValueError("random_split: expected at least one length")
+    if all(isinstance(x, float) for x in lengths):
+        if any(x < 0 or x > 1 for x in lengths) or not math.isclose(sum(lengths), 1.0):
+            raise ValueError(f"random_split: fractions must lie in [0, 1] and sum to 1, "
+                             f"found {lengths} (sum {sum(lengths)})")
+        counts = [int(math.floor(n * x)) for x in lengths]
+        for i in range(n - sum(counts)):
+            counts[i % len(counts)] += 1
+    else:
+        if not all(isinstance(x, (int, np.integer)) and not isinstance(x, bool)
+                   for x in lengths):
+            raise TypeError(f"random_split: lengths must be all ints or all fractions, "
+                            f"found {lengths}")
+        counts = [int(x) for x in lengths]
+        if any(c < 0 for c in counts) or sum(counts) != n:
+            raise ValueError(f"random_split: lengths must be non-negative and sum to the "
+                             f"dataset's length {n}, found {counts} (sum {sum(counts)})")
+    permutation = _make_rng(generator, "random_split").permutation(n).tolist()
+    parts, start = [], 0
+    for count in counts:
+        parts.append(Subset(dataset, permutation[start:start + count]))
+        start += count
+    return parts
+
+
+# -- collation -----------------------------------------------------------------------------------
+
+def _supported_array(arr: np.ndarray, who: str) -> np.ndarray:
+    """``arr`` with a dtype duograph tensors can hold (see the module docstring)."""
+    name = arr.dtype.name
+    if name in dtypes.DTYPE_NAMES:
+        return arr
+    if arr.dtype.kind in "iu":
+        return arr.astype(np.int64)
+    if arr.dtype.kind == "f":
+        return arr.astype(np.float64)
+    raise TypeError(f"{who}: cannot make a tensor from a numpy array of dtype {arr.dtype}; "
+                    f"supported: {', '.join(dtypes.DTYPE_NAMES)} (pass collate_fn= to batch "
+                    "other data)")
+
+
+def _is_namedtuple(x) -> bool:
+    return isinstance(x, tuple) and hasattr(x, "_fields")
+
+
+def _is_number(x) -> bool:
+    return isinstance(x, (bool, int, float, np.bool_, np.number)) and not isinstance(x, complex)
+
+
+def numpy_collate(batch: Sequence[Any]) -> Any:
+    """Batch a list of samples into numpy arrays (containers kept): the half of
+    ``default_collate`` that runs in worker processes."""
+    if len(batch) == 0:
+        raise ValueError("default_collate: cannot collate an empty batch")
+    elem = batch[0]
+    if isinstance(elem, (Tensor, np.ndarray)):
+        arrays = []
+        for x in batch:
+            if not isinstance(x, (Tensor, np.ndarray)):
+                raise TypeError("default_collate: a batch mixes arrays with "
+                                f"{type(x).__name__}; every sample must have the same structure")
+            arrays.append(np.asarray(x))
+        shapes = {a.shape for a in arrays}
+        if len(shapes) > 1:
+            raise ShapeError("default_collate: cannot stack samples of different shapes "
+                             f"{sorted(shapes)}; pad them to one shape or pass collate_fn=")
+        return _supported_array(np.stack(arrays), "default_collate")
+    if _is_number(elem):
+        if not all(_is_number(x) for x in batch):
+            raise TypeError("default_collate: a batch mixes numbers with other types; every "
+                            "sample must have the same structure")
+        if all(isinstance(x, (np.bool_, np.number)) for x in batch):
+            return _supported_array(np.array(batch), "default_collate")   # numpy scalars
+        if all(isinstance(x, (bool, np.bool_)) for x in batch):
+            return np.array(batch, dtype=np.bool_)
+        if any(isinstance(x, (float, np.floating)) for x in batch):
+            return np.array(batch, dtype=np.float32)
+        return np.array(batch, dtype=np.int64)
+    if isinstance(elem, (str, bytes)):
+        return list(batch)
+    if isinstance(elem, cabc.Mapping):
+        keys = list(elem.keys())
+        for x in batch:
+            if not isinstance(x, cabc.Mapping) or set(x.keys()) != set(keys):
+                found = sorted(map(str, x.keys())) if isinstance(x, cabc.Mapping) else type(x)
+                raise KeyError(f"default_collate: every sample must be a dict with keys "
+                               f"{sorted(map(str, keys))}, found {found}")
+        return {key: numpy_collate([x[key] for x in batch]) for key in keys}
+    if isinstance(elem, (tuple, list)):
+        size = len(elem)
+        if any(not isinstance(x, (tuple, list)) or len(x) != size for x in batch):
+            raise ValueError(f"default_collate: every sample must be a sequence of length "
+                             f"{size}, found lengths {[len(x) for x in batch]}")
+        columns = [numpy_collate(list(column)) for column in zip(*batch)]
+        if _is_namedtuple(elem):
+            return type(elem)(*columns)
+        return tuple(columns) if isinstance(elem, tuple) else columns
+    raise TypeError(f"default_collate: cannot batch samples of type {type(elem).__name__}; "
+                    "expected tensors, numpy arrays, numbers, strings, dicts, tuples or lists "
+                    "(pass collate_fn= to batch other types)")
+
+
+def numpy_convert(sample: Any) -> Any:
+    """One sample with tensors as numpy arrays (containers walked, nothing stacked)."""
+    if isinstance(sample, (Tensor, np.ndarray)):
+        return _supported_array(np.asarray(sample), "default_convert")
+    if isinstance(sample, cabc.Mapping):
+        return {key: numpy_convert(value) for key, value in sample.items()}
+    if _is_namedtuple(sample):
+        return type(sample)(*(numpy_convert(x) for x in sample))
+    if isinstance(sample, (tuple, list)):
+        return type(sample)(numpy_convert(x) for x in sample)
+    return sample
+
+
+def arrays_to_tensors(tree: Any) -> Any:
+    """``tree`` with every numpy array turned into a dg tensor (sharing its memory)."""
+    if isinstance(tree, np.ndarray):
+        return Tensor(_supported_array(tree, "DataLoader"))
+    if isinstance(tree, cabc.Mapping):
+        return {key: arrays_to_tensors(value) for key, value in tree.items()}
+    if _is_namedtuple(tree):
+        return type(tree)(*(arrays_to_tensors(x) for x in tree))
+    if isinstance(tree, (tuple, list)):
+        return type(tree)(arrays_to_tensors(x) for x in tree)
+    return tree
+
+
+def default_collate(batch: Sequence[Any]) -> Any:
+    """Stack a list of samples into a batch of dg tensors (rules in the module docstring)."""
+    return arrays_to_tensors(numpy_collate(batch))
+
+
+def default_convert(sample: Any) -> Any:
+    """Convert one sample's numpy arrays to dg tensors without batching
+    (used when ``batch_size=None``)."""
+    return arrays_to_tensors(numpy_convert(sample))
+
+
+# -- worker side ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    """What a worker process knows about itself (``get_worker_info()`` inside a worker)."""
+    id: int
+    num_workers: int
+    seed: int
+    dataset: Any
+
+
+_worker_info: Optional[WorkerInfo] = None
+
+
+def get_worker_info() -> Optional[WorkerInfo]:
+    """Inside a DataLoader worker process, its ``WorkerInfo``; None in the main process."""
+    return _worker_info
+
+
+class _Fetcher:
+    """Turns indices (map-style) or the next items of an iterator (iterable) into one batch.
+
+    Picklable: it is what a worker process receives."""
+
+    def __init__(self, dataset, batch_size: Optional[int], drop_last: bool,
+                 collate: Callable, convert: Callable) -> None:
+        self.dataset = dataset
+        self.batch_size = batch_size
+        self.drop_last = drop_last
+        self.collate = collate
+        self.convert = convert
+
+    def fetch(self, indices: List[int]) -> Any:
+        if self.batch_size is None:
+            return self.convert(self.dataset[indices[0]])
+        return self.collate([self.dataset[i] for i in indices])
+
+    def fetch_next(self, iterator: Iterator) -> Any:
+        """The next batch from ``iterator``; raises StopIteration when there is none."""
+        if self.batch_size is None:
+            return self.convert(next(iterator))
+        samples = list(itertools.islice(iterator, self.batch_size))
+        if not samples or (self.drop_last and len(samples) < self.batch_size):
+            raise StopIteration
+        return self.collate(samples)
+
+
+@dataclass(frozen=True)
+class _WorkerFailure:
+    """An exception raised inside a worker, as text (always picklable)."""
+    worker_id: int
+    pid: int
+    exc_type: str
+    traceback: str
+
+
+_EXHAUSTED = "exhausted"   # an iterable worker's reply once its stream has ended
+
+
+def _worker_loop(fetcher: _Fetcher, index_queue, result_queue, done_event, worker_id: int,
+                 num_workers: int, seed: int, worker_init_fn, is_iterable: bool) -> None:
+    """Body of a worker process: answer each task ``(task_id, indices)`` from ``index_queue``
+    with ``(task_id, status, payload)`` on ``result_queue`` until told to stop.
+
+    Payloads are pickled here, inside the try, so an unpicklable batch is reported as an
+    error instead of being lost in the queue's feeder thread (which would hang the loader)."""
+    global _worker_info
+    _worker_info = WorkerInfo(worker_id, num_workers, seed, fetcher.dataset)
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    manual_seed(seed)
+    parent = multiprocessing.parent_process()
+    iterator = None
+    init_failure = None
+    try:
+        if worker_init_fn is not None:
+            worker_init_fn(worker_id)
+        if is_iterable:
+            iterator = iter(fetcher.dataset)
+    except Exception as e:
+        init_failure = _WorkerFailure(worker_id, os.getpid(), type(e).__name__,
+                                      traceback.format_exc())
+    try:
+        while not done_event.is_set():
+            try:
+                task = index_queue.get(timeout=_POLL_INTERVAL)
+            except queue.Empty:
+                if parent is not None and not parent.is_alive():
+                    break
+                continue
+            if task is None:
+                break
+            task_id, indices = task
+            if init_failure is not None:
+                result_queue.put((task_id, "error", init_failure))
+                continue
+            try:
+                if is_iterable:
+                    try:
+                        batch = fetcher.fetch_next(iterator)
+                    except StopIteration:
+                        result_queue.put((task_id, _EXHAUSTED, None))
+                        continue
+                else:
+                    batch = fetcher.fetch(indices)
+                payload = pickle.dumps(batch, protocol=pickle.HIGHEST_PROTOCOL)
+            except Exception as e:
+                result_queue.put((task_id, "error", _WorkerFailure(
+                    worker_id, os.getpid(), type(e).__name__, traceback.format_exc())))
+                continue
+            result_queue.put((task_id, "ok", payload))
+    except KeyboardInterrupt:   # the main process gets it too and shuts the workers down
+        pass
+    if done_event.is_set():
+        # The main process stopped reading: do not block exit flushing unread results.
+        result_queue.cancel_join_thread()
+
+
+# -- the loader ----------------------------------------------------------------------------------
+
+class DataLoader(Generic[T_co]):
+    """Iterate over ``dataset`` in batches.
+
+    Args:
+        dataset: a ``Dataset`` (map-style: ``__getitem__`` + ``__len__``) or an
+            ``IterableDataset``.
+        batch_size: samples per batch; None turns batching off (each sample converted alone).
+        shuffle: visit a map-style dataset in a new random order every epoch.
+        sampler: an iterable of indices to visit instead (re-iterated each epoch); not with
+            ``shuffle``.
+        drop_last: drop the last batch when it is smaller than ``batch_size`` (with workers and
+            an IterableDataset, each worker drops its own last partial batch).
+        collate_fn: turns a list of samples into a batch; default ``default_collate``. With
+            workers it runs in the workers and its result must be picklable; the default
+            collates to numpy there and makes tensors in the main process.
+        num_workers: 0 loads in the main process; more starts that many worker processes per
+            epoch (each iteration of the loader), which stop when the iterator is exhausted,
+            garbage-collected or ``close()``d.
+        generator / seed: the shuffle's randomness. An int seed: epoch ``e``'s order (and the
+            worker seeds) depend on (seed, e) only: a new permutation each epoch, the same in
+            every run, and ``set_epoch`` resumes at any epoch. A numpy Generator: each epoch
+            draws the next permutation from it. None: each epoch draws from duograph's global
+            generator (``dg.manual_seed``).
+        worker_init_fn: called with the worker id in each worker before it loads anything.
+        prefetch_factor: batches requested ahead per worker.
+        timeout: seconds to wait for one batch from the workers before raising; 0 waits as long
+            as the workers are alive.
+        multiprocessing_context: a start method name ("spawn", "fork", "forkserver") or a
+            context; default the platform's. Use "spawn" once CUDA is initialised. Under "spawn"
+            the dataset and functions must be picklable (defined at module level).
+    """
+
+    def __init__(self, dataset: Dataset[T_co], batch_size: Optional[int] = 1,
+                 shuffle: bool = False, sampler: Optional[Iterable[int]] = None,
+                 drop_last: bool = False, collate_fn: Optional[Callable] = None,
+                 num_workers: int = 0, generator: GeneratorLike = None,
+                 seed: Optional[int] = None, worker_init_fn: Optional[Callable] = None,
+                 prefetch_factor: int = 2, timeout: float = 0,
+                 multiprocessing_context: Union[str, Any, None] = None) -> None:
+        if batch_size is not None and (isinstance(batch_size, bool)
+                                       or not isinstance(batch_size, (int, np.integer))
+                                       or batch_size <= 0):
+            raise ValueError(f"DataLoader: batch_size must be a positive int or None, "
+                             f"found {batch_size!r}")
+        if not isinstance(num_workers, (int, np.integer)) or num_workers < 0:
+            raise ValueError(f"DataLoader: num_workers must be an int >= 0, "
+                             f"found {num_workers!r}")
+        if prefetch_factor < 1:
+            raise ValueError(f"DataLoader: prefetch_factor must be >= 1, found {prefetch_factor}")
+        if timeout < 0:
+            raise ValueError(f"DataLoader: timeout must be >= 0, found {timeout}")
+        self._is_iterable = isinstance(dataset, IterableDataset)
+        if self._is_iterable and (shuffle or sampler is not None):
+            raise ValueError("DataLoader: an IterableDataset decides its own order; shuffle= "
+                             "and sampler= apply to map-style datasets only")
+        if shuffle and sampler is not None:
+            raise ValueError("DataLoader: give shuffle=True or a sampler, not both")
+        if seed is not None:
+            if generator is not None:
+                raise ValueError("DataLoader: give generator= or seed=, not both")
+            generator = seed
+        # An int seed makes each epoch's order a function of (seed, epoch) alone: the same in
+        # every run, and the same after resuming at an epoch with set_epoch.
+        self._seed: Optional[int] = None
+        self._generator: Optional[np.random.Generator] = None
+        if isinstance(generator, (int, np.integer)) and not isinstance(generator, bool):
+            if generator < 0:
+                raise ValueError(f"DataLoader: seed must be >= 0, found {generator}")
+            self._seed = int(generator)
+        elif generator is not None:
+            self._generator = _make_rng(generator, "DataLoader")
+        self._epoch = 0
+        self.dataset = dataset
+        self.batch_size = None if batch_size is None else int(batch_size)
+        self.shuffle = bool(shuffle)
+        self.sampler = sampler
+        self.drop_last = bool(drop_last)
+        self.num_workers = int(num_workers)
+        self.worker_init_fn = worker_init_fn
+        self.prefetch_factor = int(prefetch_factor)
+        self.timeout = float(timeout)
+        self.multiprocessing_context = multiprocessing_context
+        if collate_fn is None or collate_fn is default_collate:
+            # Collate to numpy (cheap to send between processes); make tensors at the end.
+            self.collate_fn = default_collate
+            self._fetcher = _Fetcher(dataset, self.batch_size, self.drop_last,
+                                     numpy_collate, numpy_convert)
+            self._finish = arrays_to_tensors
+        else:
+            self.collate_fn = collate_fn
+            self._fetcher = _Fetcher(dataset, self.batch_size, self.drop_last,
+                                     collate_fn, _identity)
+            self._finish = _identity
+
+    def __len__(self) -> int:
+        """Number of batches per epoch (for an IterableDataset, from its ``__len__``)."""
+        source = self.sampler if self.sampler is not None else self.dataset
+        try:
+            n = len(source)
+        except TypeError:
+            raise TypeError(f"DataLoader: {type(source).__name__} has no __len__, so the "
+                            "number of batches is unknown") from None
+        if self.batch_size is None:
+            return n
+        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Make the next iteration epoch number ``epoch`` (0-based; each iteration then counts
+        on from it). With an int seed the shuffle order and the worker seeds depend on
+        (seed, epoch) only, so a run resumed at epoch k sees the batches of an uninterrupted
+        run; with a Generator or no seed the epoch number changes nothing."""
+        if isinstance(epoch, bool) or not isinstance(epoch, (int, np.integer)) or epoch < 0:
+            raise ValueError(f"DataLoader.set_epoch: expected an int >= 0, found {epoch!r}")
+        self._epoch = int(epoch)
+
+    def __iter__(self) -> Iterator[Any]:
+        epoch = self._epoch
+        self._epoch += 1
+        # The order is drawn now, not at the first next(): iterators made one after the other
+        # get consecutive epochs.
+        order = None if self._is_iterable else self._epoch_order(epoch)
+        if self.num_workers == 0:
+            return self._single_process_iter(order)
+        return _MultiProcessIter(self, order, self._worker_base_seed(epoch))
+
+    # -- epoch plan ------------------------------------------------------------------------------
+    def _epoch_order(self, epoch: int) -> Iterable[int]:
+        if self.sampler is not None:
+            return self.sampler
+        n = len(self.dataset)
+        if not self.shuffle:
+            return range(n)
+        if self._seed is not None:
+            rng = np.random.default_rng(np.random.SeedSequence([self._seed, epoch]))
+        elif self._generator is not None:
+            rng = self._generator
+        else:
+            rng = _make_rng(None, "DataLoader")
+        return rng.permutation(n).tolist()
+
+    def _worker_base_seed(self, epoch: int) -> int:
+        """Worker ``i`` seeds its generators with this + i: from (seed, epoch) with an int seed
+        (kept apart from the shuffle, so the order does not depend on num_workers), fresh
+        entropy otherwise."""
+        words = None if self._seed is None else [self._seed, epoch, 1]
+        return int(np.random.SeedSequence(words).generate_state(1, np.uint64)[0] >> 2)
+
+    def _index_batches(self, order: Iterable[int]) -> Iterator[List[int]]:
+        """The lists of indices that make the batches of an epoch visiting ``order``."""
+        order = iter(order)
+        size = 1 if self.batch_size is None else self.batch_size
+        while True:
+            indices = [int(i) for i in itertools.islice(order, size)]
+            if not indices or (self.drop_last and len(indices) < size):
+                return
+            yield indices
+
+    def _single_process_iter(self, order: Optional[Iterable[int]]) -> Iterator[Any]:
+        if self._is_iterable:
+            iterator = iter(self.dataset)
+            while True:
+                try:
+                    batch = self._fetcher.fetch_next(iterator)
+                except StopIteration:
+                    return
+                yield self._finish(batch)
+        else:
+            for indices in self._index_batches(order):
+                yield self._finish(self._fetcher.fetch(indices))
+
+    def _context(self):
+        ctx = self.multiprocessing_context
+        if ctx is None or isinstance(ctx, str):
+            return multiprocessing.get_context(ctx)
+        return ctx
+
+
+def _identity(x):
+    return x
+
+
+def _short(indices: Optional[List[int]]) -> str:
+    if indices is None:
+        return ""
+    shown = ", ".join(map(str, indices[:8]))
+    return f" (indices [{shown}{', ...' if len(indices) > 8 else ''}])"
+
+
+class _MultiProcessIter:
+    """One epoch over a DataLoader with worker processes.
+
+    Tasks are numbered in the order their batches must come out and dealt round-robin to
+    per-worker index queues, at most ``prefetch_factor`` per worker ahead; results arrive on one
+    shared queue in any order and wait in ``_buffer`` until their turn. For an IterableDataset a
+    task asks a worker for its next batch; a worker whose stream has ended gets no more tasks.
+    """
+
+    def __init__(self, loader: DataLoader, order: Optional[Iterable[int]],
+                 base_seed: int) -> None:
+        self._is_iterable = loader._is_iterable
+        self._finish = loader._finish
+        self._timeout = loader.timeout
+        self._batches = None if self._is_iterable else loader._index_batches(order)
+        self._shut_down = False
+        self._workers: list = []
+        self._index_queues: list = []
+        ctx = loader._context()
+        self._done_event = ctx.Event()
+        self._result_queue = ctx.Queue()
+        num_workers = loader.num_workers
+        try:
+            for worker_id in range(num_workers):
+                index_queue = ctx.Queue()
+                index_queue.cancel_join_thread()   # never block exit on unsent tasks
+                process = ctx.Process(
+                    target=_worker_loop, daemon=True,
+                    args=(loader._fetcher, index_queue, self._result_queue, self._done_event,
+                          worker_id, num_workers, base_seed + worker_id,
+                          loader.worker_init_fn, self._is_iterable))
+                self._index_queues.append(index_queue)
+                try:
+                    process.start()
+                except (pickle.PicklingError, AttributeError, TypeError) as e:
+                    raise DataLoaderError(
+                        f"DataLoader: cannot send the dataset, collate_fn or worker_init_fn to "
+                        f"a worker process ({type(e).__name__}: {e}); with the "
+                        f"{ctx.get_start_method()!r} start method they must be picklable: "
+                        "define them at module level (no lambdas or local classes), or use "
+                        "num_workers=0") from None
+                self._workers.append(process)
+        except BaseException:
+            self._shutdown()
+            raise
+        self._active = [True] * num_workers
+        self._next_worker = itertools.cycle(range(num_workers))
+        self._send_id = 0        # id of the next task to send
+        self._receive_id = 0     # id of the next batch to yield
+        self._task_worker: dict = {}   # task id -> (worker id, indices), until yielded
+        self._buffer: dict = {}        # task id -> (status, payload), arrived early
+        for _ in range(loader.prefetch_factor * num_workers):
+            if not self._send_task():
+                break
+
+    def __iter__(self) -> "_MultiProcessIter":
+        return self
+
+    def _send_task(self) -> bool:
+        """Give the next task to the next worker in turn; False when there is none to give."""
+        if self._is_iterable:
+            if not any(self._active):
+                return False
+            worker_id = next(self._next_worker)
+            while not self._active[worker_id]:
+                worker_id = next(self._next_worker)
+            indices = None
+        else:
+            indices = next(self._batches, None)
+            if indices is None:
+                return False
+            worker_id = next(self._next_worker)
+        self._index_queues[worker_id].put((self._send_id, indices))
+        self._task_worker[self._send_id] = (worker_id, indices)
+        self._send_id += 1
+        return True
+
+    def __next__(self) -> Any:
+        while True:
+            if self._shut_down or self._receive_id == self._send_id:
+                self._shutdown()
+                raise StopIteration
+            task_id = self._receive_id
+            while task_id not in self._buffer:
+                received_id, status, payload = self._get(task_id)
+                self._buffer[received_id] = (status, payload)
+            status, payload = self._buffer.pop(task_id)
+            worker_id, indices = self._task_worker.pop(task_id)
+            self._receive_id += 1
+            if status == _EXHAUSTED:
+                self._active[worker_id] = False
+                continue
+            if status == "error":
+                self._shutdown()
+                raise DataLoaderError(
+                    f"DataLoader worker {payload.worker_id} (pid {payload.pid}) raised "
+                    f"{payload.exc_type} while loading batch {task_id}{_short(indices)}; "
+                    f"its traceback:\n{payload.traceback.rstrip()}")
+            self._send_task()
+            return self._finish(pickle.loads(payload))
+
+    def _get(self, task_id: int):
+        """The next result from any worker, checking that the workers are alive meanwhile."""
+        deadline = time.monotonic() + self._timeout if self._timeout > 0 else None
+        while True:
+            try:
+                return self._result_queue.get(timeout=_POLL_INTERVAL)
+            except queue.Empty:
+                pass
+            for worker_id, process in enumerate(self._workers):
+                if not process.is_alive():
+                    code = process.exitcode
+                    self._shutdown(grace=0.5)
+                    how = (f"was killed by signal {-code}" if code is not None and code < 0
+                           else f"exited with code {code}")
+                    raise DataLoaderError(
+                        f"DataLoader worker {worker_id} (pid {process.pid}) {how} unexpectedly "
+                        f"while batch {task_id} was pending (out of memory? a crash in native "
+                        "code? os._exit in the dataset?)")
+            if deadline is not None and time.monotonic() > deadline:
+                self._shutdown(grace=0.5)
+                raise DataLoaderError(f"DataLoader timed out after {self._timeout:g} s waiting "
+                                      f"for batch {task_id} from its workers")
+
+    def close(self) -> None:
+        """Stop the workers now (also done when the iterator is exhausted or collected)."""
+        self._shutdown()
+
+    def _shutdown(self, grace: float = _JOIN_TIMEOUT) -> None:
+        """Stop the workers: ask them to exit, wait up to ``grace`` seconds, then terminate."""
+        if self._shut_down:
+            return
+        self._shut_down = True
+        self._done_event.set()
+        for index_queue in self._index_queues:
+            try:
+                index_queue.put(None)
+            except (OSError, ValueError):
+                pass
+        for process in self._workers:
+            process.join(timeout=grace)
+        for process in self._workers:
+            if process.is_alive():
+                process.terminate()
+                process.join(timeout=1.0)
+        for q in (*self._index_queues, self._result_queue):
+            q.cancel_join_thread()
+            q.close()
+
+    def __del__(self) -> None:
+        try:
+            self._shutdown()
+        except Exception:
+            pass
