@@ -1,5 +1,6 @@
 """Train an MLP or a small CNN on scikit-learn's 8x8 digits in three modes.
 
+    python examples/train_digits.py                  # the MLP in all three modes, compared
     python examples/train_digits.py --model mlp --mode eager
     python examples/train_digits.py --model cnn --mode graph --epochs 30
     python examples/train_digits.py --mode compiled --checkpoint ck.dgt --epochs 10
@@ -147,7 +148,8 @@ def train(kind: str = "mlp", mode: str = "eager", epochs: int = 30, batch_size: 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", choices=("mlp", "cnn"), default="mlp")
-    p.add_argument("--mode", choices=("eager", "compiled", "graph"), default="eager")
+    p.add_argument("--mode", choices=("all", "eager", "compiled", "graph"), default="all",
+                   help="'all' trains in the three modes and compares them (the default)")
     p.add_argument("--epochs", type=int, default=30)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--lr", type=float, default=1e-3)
@@ -156,8 +158,25 @@ def main(argv=None) -> None:
     p.add_argument("--resume", action="store_true", help="continue from --checkpoint")
     p.add_argument("--no-progress", action="store_true")
     a = p.parse_args(argv)
-    train(a.model, a.mode, a.epochs, a.batch_size, a.lr, a.seed, a.checkpoint, a.resume,
-          not a.no_progress)
+    if a.mode != "all":
+        train(a.model, a.mode, a.epochs, a.batch_size, a.lr, a.seed, a.checkpoint, a.resume,
+              not a.no_progress)
+        return
+    if a.checkpoint or a.resume:
+        p.error("--checkpoint/--resume need one --mode")
+    runs = {m: train(a.model, m, a.epochs, a.batch_size, a.lr, a.seed, progress=False)
+            for m in ("eager", "compiled", "graph")}
+    ref = np.asarray(runs["eager"]["losses"])
+    print(f"\n{'mode':<10}{'final loss':>12}{'test acc':>10}{'seconds':>9}"
+          f"{'max |loss - eager|':>20}")
+    for m, r in runs.items():
+        gap = float(np.max(np.abs(np.asarray(r["losses"]) - ref)))
+        print(f"{m:<10}{r['losses'][-1]:>12.5f}{r['test_accuracy']:>10.4f}"
+              f"{r['seconds']:>9.2f}{gap:>20.2e}")
+    worst = max(float(np.max(np.abs(np.asarray(r["losses"]) - ref))) for r in runs.values())
+    if worst > 1e-4:
+        raise SystemExit(f"the three modes disagree: loss curves differ by up to {worst:.2e}")
+    print("same loss curve in all three modes (same seed, same numbers)")
 
 
 if __name__ == "__main__":

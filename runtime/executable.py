@@ -14,7 +14,7 @@ import numpy as np
 from ..graphlib import dtypes
 from ..graphlib.errors import FeedError, GraphError, KernelError
 from ..graphlib.ir import Graph, Value
-from ..graphlib.types import format_shape
+from ..graphlib.types import eval_dim, format_shape
 from .backends import get_backend
 
 
@@ -34,7 +34,8 @@ class Instruction:
         self.ins = ins
         self.outs = outs
         self.attrs = dict(node.attrs)
-        self.symbolic = tuple(k for k, v in self.attrs.items() if k == "shape" and _has_symbol(v))
+        self.symbolic = tuple(k for k, v in self.attrs.items()
+                              if k in ("shape", "sizes") and _has_symbol(v))
         # (dtype, shape): a shape with symbols is resolved against the feeds' bindings per run
         self.types = tuple((np.dtype(o.dtype), tuple(o.shape)) for o in node.outputs)
         self.frees = frees
@@ -44,13 +45,13 @@ class Instruction:
 
 def _shape_matches(actual: tuple, inferred: tuple, bindings: Dict[str, int]) -> bool:
     """Whether a kernel's result shape agrees with the inferred one: same rank, equal static
-    dims, and each symbol equal to the size the feeds bound it to. A derived dim the runtime
-    cannot evaluate (an expression such as ``N+2``) is not checked."""
+    dims, and each symbol or derived dim (``N+2``, ``N*6``, ``N[1:]``) equal to the size the
+    feeds' bindings give it; one that cannot be evaluated is not checked."""
     if len(actual) != len(inferred):
         return False
     for a, d in zip(actual, inferred):
         if isinstance(d, str):
-            d = bindings.get(d)
+            d = eval_dim(d, bindings)
         if d is not None and a != d:
             return False
     return True
@@ -230,11 +231,12 @@ class Executable:
             dims = []
             for d in attrs[k]:
                 if isinstance(d, str):
-                    if d not in bindings:
+                    size = eval_dim(d, bindings)   # a symbol, or derived as N+2, N*6, N[1:]
+                    if size is None:
                         raise KernelError(
                             f"{ins.node.op.name}: the symbolic dim {d!r} is not bound by any "
                             f"feed\n  in: {ins.node.source}")
-                    d = bindings[d]
+                    d = size
                 dims.append(d)
             attrs[k] = tuple(dims)
         return attrs

@@ -3,7 +3,8 @@
 One ``OpInfo`` per public op function: the function, a few ``Sample``s (numpy arrays for the
 tensor operands, Python values for everything else), a numpy reference, tolerances, whether
 it is differentiable, and ``ErrorCase``s that must raise a clear duograph error at build time.
-Generic tests (``test_ops.py``, ``test_ops_torch.py``) loop over ``OPS``.
+Generic tests loop over ``OPS``: ``test_ops.py`` (graph mode vs numpy, inferred types,
+gradients, errors), ``test_ops_eager.py`` (eager vs graph mode), ``test_ops_torch.py``.
 
 Conventions:
 
@@ -15,7 +16,10 @@ Conventions:
   when given (where duograph's promotion differs from numpy's), else the reference's.
 - Gradients are checked in float64 against central finite differences of ``ref`` with respect
   to the float64 operands (``OpInfo.grad_args`` narrows them); samples keep away from kinks
-  (relu and abs at 0, clamp bounds, max/min ties) unless ``Sample.fd`` is False.
+  (relu and abs at 0, clamp bounds, max/min ties) unless ``Sample.fd`` is False (then only
+  the PyTorch oracle checks the gradient convention there).
+- A new public op function needs an entry: ``test_table_covers_every_public_op`` fails
+  until it has one.
 """
 from __future__ import annotations
 
@@ -59,6 +63,7 @@ class ErrorCase:
 
 @dataclass
 class OpInfo:
+    """Everything the generic tests need to know about one op function."""
     name: str
     fn: Callable
     samples: List[Sample]
@@ -243,16 +248,19 @@ def zero_d(value, dtype=F64) -> np.ndarray:
 
 
 # -- elementwise -------------------------------------------------------------------------------
-def _unary_float_samples(make=rand, ints_ok=True):
-    out = [Sample("f64", (make(2, 3),)), Sample("f64_0d", (make(),)),
-           Sample("f32", (make(4, dtype=F32),))]
-    if ints_ok:
-        out.append(Sample("i64_to_f32", (pos(2, 2, low=1, high=4).round().astype(I64),),
-                          dtype=F32))
-    return out
+def _unary_float_samples(make=rand):
+    """float64, 0-d, float32, and integers (which give float32)."""
+    return [Sample("f64", (make(2, 3),)), Sample("f64_0d", (make(),)),
+            Sample("f32", (make(4, dtype=F32),)),
+            Sample("i64_to_f32", (ints(2, 2, low=1, high=4),), dtype=F32)]
+
+
+def _wide(*shape, **kw):
+    return rand(*shape, low=-3.0, high=3.0, **kw)
 
 
 def _numeric_unary_samples(make=away):
+    """float64, 0-d, float32, int32 and int64 (which keep their dtype)."""
     return [Sample("f64", (make(2, 3),)), Sample("f64_0d", (make(),)),
             Sample("f32", (make(4, dtype=F32),)), Sample("i32", (ints(2, 3, dtype=I32),)),
             Sample("i64", (ints(3,),))]
@@ -263,7 +271,7 @@ def _at_zero():
     return Sample("at_zero", (np.array([-1.0, 0.0, 0.5]),), fd=False)
 
 
-def _bool_error(name):
+def _bool_error():
     return [ErrorCase("bool", (bools(2, 2),), {}, dg.DTypeError, "found bool")]
 
 
@@ -295,32 +303,28 @@ def _pow_ref(x, exponent):
 def _elementwise_unary() -> List[OpInfo]:
     ops = [
         OpInfo("neg", dg.neg, _numeric_unary_samples(rand), np.negative, differentiable=True,
-               errors=_bool_error("neg")),
+               errors=_bool_error()),
         OpInfo("abs", dg.abs, _numeric_unary_samples(away) + [_at_zero()], np.abs,
-               differentiable=True, errors=_bool_error("abs")),
+               differentiable=True, errors=_bool_error()),
         OpInfo("exp", dg.exp, _unary_float_samples(), np.exp, differentiable=True),
         OpInfo("log", dg.log, _unary_float_samples(pos), np.log, differentiable=True),
         OpInfo("sqrt", dg.sqrt, _unary_float_samples(pos), np.sqrt, differentiable=True),
         OpInfo("rsqrt", dg.rsqrt, _unary_float_samples(pos), lambda x: 1 / np.sqrt(x),
                differentiable=True),
         OpInfo("square", dg.square, _numeric_unary_samples(rand), np.square,
-               differentiable=True, errors=_bool_error("square")),
+               differentiable=True, errors=_bool_error()),
         OpInfo("reciprocal", dg.reciprocal, _unary_float_samples(away),
                lambda x: np.reciprocal(x.astype(F32) if x.dtype.kind == "i" else x),
                differentiable=True),
-        OpInfo("sin", dg.sin, _unary_float_samples(lambda *s, **k: rand(*s, low=-3, high=3,
-                                                                         **k)),
-               np.sin, differentiable=True),
-        OpInfo("cos", dg.cos, _unary_float_samples(lambda *s, **k: rand(*s, low=-3, high=3,
-                                                                         **k)),
-               np.cos, differentiable=True),
+        OpInfo("sin", dg.sin, _unary_float_samples(_wide), np.sin, differentiable=True),
+        OpInfo("cos", dg.cos, _unary_float_samples(_wide), np.cos, differentiable=True),
         OpInfo("tanh", dg.tanh, _unary_float_samples(), np.tanh, differentiable=True),
         OpInfo("sigmoid", dg.sigmoid, _unary_float_samples() + [
             Sample("f64_extreme", (np.array([-800.0, -30.0, 30.0, 800.0]),))],
             special.expit, differentiable=True),
         OpInfo("relu", dg.relu, _numeric_unary_samples(away) + [_at_zero()],
                lambda x: np.maximum(x, 0),
-               differentiable=True, errors=_bool_error("relu")),
+               differentiable=True, errors=_bool_error()),
         OpInfo("leaky_relu", dg.leaky_relu, [
             Sample("f64", (away(2, 3),)),
             Sample("f64_slope", (away(3, 2),), {"negative_slope": 0.2}),
@@ -348,13 +352,14 @@ def _elementwise_unary() -> List[OpInfo]:
         OpInfo("sign", dg.sign, [
             Sample("f64", (np.array([-1.5, 0.0, 2.0, -0.0]),)),
             Sample("i64", (ints(2, 3),)), Sample("f32_0d", (zero_d(-2.0, F32),))],
-            np.sign, errors=_bool_error("sign")),
+            np.sign, errors=_bool_error()),
         OpInfo("clamp", dg.clamp, [
             Sample("f64_both", (np.array([[-2.0, -0.3, 0.1], [0.45, 0.8, 3.0]]),),
                    {"min": -0.5, "max": 0.5}),
             Sample("f64_min", (away(2, 3),), {"min": 0.1}),
             Sample("f64_max", (away(4,),), {"max": -0.1}),
             Sample("i64", (ints(2, 3),), {"min": -2, "max": 3}),
+            Sample("i64_float_bounds", (ints(4),), {"min": 0.5, "max": 2.5}, dtype=F32),
             Sample("f32_0d", (zero_d(2.5, F32),), {"min": 0.0, "max": 1.0}),
             Sample("at_bounds", (np.array([-0.5, 0.0, 0.5]),), {"min": -0.5, "max": 0.5},
                    fd=False)],
@@ -385,6 +390,7 @@ def _binary_samples(make=rand, int_ok=True, scalar=2.5):
         Sample("f64", (make(2, 3), make(2, 3))),
         Sample("f64_bcast", (make(2, 1, 3), make(4, 3))),
         Sample("f64_0d", (make(), make(3,))),
+        Sample("f64_empty", (make(0, 3), make(3,))),
         Sample("f64_scalar_right", (make(2, 2), scalar)),
         Sample("f64_scalar_left", (scalar, make(3,))),
         Sample("f32", (make(3, dtype=F32), make(3, dtype=F32))),
@@ -501,7 +507,8 @@ def _elementwise_binary() -> List[OpInfo]:
             Sample("bool", (bools(2, 3),)),
             Sample("f64", (np.array([0.0, 1.0, -2.0]),)),
             Sample("bool_0d", (np.asarray(True),))], np.logical_not),
-        OpInfo("where", dg.where, _where_samples(), np.where, differentiable=True, errors=[
+        OpInfo("where", dg.where, _where_samples(), np.where, differentiable=True,
+               grad_args=(1, 2), errors=[
             ErrorCase("float_cond", (rand(2), rand(2), rand(2)), {}, dg.DTypeError,
                       "bool condition"),
             ErrorCase("bcast", (bools(2, 3), rand(4), rand(2, 3)), {}, dg.ShapeError,
@@ -523,15 +530,11 @@ def _elementwise_binary() -> List[OpInfo]:
 
 
 # -- reductions --------------------------------------------------------------------------------
-def _reduce_ref(np_fn, float_only=False, int_to=None):
-    def ref(x, dim=None, keepdim=False, **kw):
-        axis = dim if not isinstance(dim, list) else tuple(dim)
-        if x.ndim == 0:
-            axis = None
-        out = np_fn(x, axis=axis, keepdims=keepdim, **kw)
-        if int_to and x.dtype.kind in "biu":
-            out = np.asarray(out).astype(int_to)
-        return np.asarray(out, dtype=np.asarray(out).dtype)
+def _reduce_ref(np_fn, int_to=None):
+    """numpy's ``np_fn(x, axis, keepdims)`` with duograph's argument names."""
+    def ref(x, dim=None, keepdim=False):
+        out = np.asarray(np_fn(x, axis=None if x.ndim == 0 else dim, keepdims=keepdim))
+        return out.astype(int_to) if int_to and x.dtype.kind in "biu" else out
     return ref
 
 
@@ -539,6 +542,7 @@ def _reduce_samples(make=rand, int_sample=True):
     out = [
         Sample("all", (make(2, 3, 4),)),
         Sample("dim1", (make(2, 3, 4),), {"dim": 1}),
+        Sample("empty_rows", (make(0, 3),), {"dim": 1}),
         Sample("dims_0_2", (make(2, 3, 4),), {"dim": (0, 2)}),
         Sample("neg_keepdim", (make(3, 4),), {"dim": -1, "keepdim": True}),
         Sample("all_keepdim", (make(2, 3),), {"keepdim": True}),
@@ -551,7 +555,7 @@ def _reduce_samples(make=rand, int_sample=True):
     return out
 
 
-def _reduce_errors(name, float_only=False):
+def _reduce_errors(float_only=False):
     errs = [ErrorCase("dim_range", (rand(2, 3),), {"dim": 2}, dg.ShapeError, "out of range")]
     if float_only:
         errs.append(ErrorCase("int", (ints(2, 3),), {"dim": 0}, dg.DTypeError,
@@ -639,32 +643,34 @@ def _reductions() -> List[OpInfo]:
             Sample("bool", (bools(2, 3),), {"dim": 0}),
             Sample("u8", (ints(2, 3, low=0, high=200, dtype=U8),)),
             Sample("f32_dtype_f64", (rand(3, dtype=F32),), {"dtype": F64})],
-            sum_ref, differentiable=True, errors=_reduce_errors("sum")),
+            sum_ref, differentiable=True, errors=_reduce_errors()),
         OpInfo("mean", dg.mean, _reduce_samples(int_sample=False),
                _reduce_ref(np.mean), differentiable=True,
-               errors=_reduce_errors("mean", float_only=True)),
+               errors=_reduce_errors(float_only=True)),
         OpInfo("amax", dg.amax, _extreme_samples(), _reduce_ref(np.amax), differentiable=True,
-               errors=_reduce_errors("amax")),
+               errors=_reduce_errors()),
         OpInfo("amin", dg.amin, _extreme_samples(), _reduce_ref(np.amin), differentiable=True,
-               errors=_reduce_errors("amin")),
+               errors=_reduce_errors()),
         OpInfo("prod", dg.prod, _prod_samples(), _reduce_ref(np.prod, int_to=I64),
-               differentiable=True, errors=_reduce_errors("prod")),
+               differentiable=True, errors=_reduce_errors()),
         OpInfo("var", dg.var, _var_samples(), _var_ref(np.var), differentiable=True,
-               tol=dict(LOOSE_TOL), errors=_reduce_errors("var", float_only=True)),
+               tol=dict(LOOSE_TOL), errors=_reduce_errors(float_only=True)),
         OpInfo("std", dg.std, _var_samples(), _var_ref(np.std), differentiable=True,
-               tol=dict(LOOSE_TOL), errors=_reduce_errors("std", float_only=True)),
+               tol=dict(LOOSE_TOL), errors=_reduce_errors(float_only=True)),
         OpInfo("argmax", dg.argmax, _arg_samples(), _arg_ref(np.argmax),
-               errors=_reduce_errors("argmax")),
+               errors=_reduce_errors()),
         OpInfo("argmin", dg.argmin, _arg_samples(), _arg_ref(np.argmin),
-               errors=_reduce_errors("argmin")),
+               errors=_reduce_errors()),
         OpInfo("logsumexp", dg.logsumexp, [
             Sample("dim1", (rand(2, 3, 4),), {"dim": 1}),
             Sample("dims", (rand(2, 3, 4),), {"dim": (0, 2)}),
             Sample("keepdim", (rand(3, 4),), {"dim": -1, "keepdim": True}),
             Sample("large", (np.array([[1000.0, 1001.0], [-1000.0, -1002.0]]),), {"dim": 1}),
             Sample("f32", (rand(3, 4, dtype=F32),), {"dim": 0}),
-            Sample("i64", (ints(2, 3),), {"dim": 1}, dtype=F32)],
-            _lse_ref, differentiable=True, errors=_reduce_errors("logsumexp")),
+            Sample("i64", (ints(2, 3),), {"dim": 1}, dtype=F32),
+            Sample("empty_dim", (rand(0, 2),), {"dim": 0}, fd=False),   # -inf outputs
+            Sample("empty_rows", (rand(0, 2),), {"dim": 1})],
+            _lse_ref, differentiable=True, errors=_reduce_errors()),
         OpInfo("max", dg.max, [
             Sample("all", (distinct(2, 3),)),
             Sample("dim", (distinct(2, 3),), {"dim": 1}),
@@ -700,6 +706,8 @@ def _linalg() -> List[OpInfo]:
             Sample("mat_vec", (rand(2, 3), rand(3))),
             Sample("batch_vec", (rand(2, 2, 3), rand(3))),
             Sample("vec_batch", (rand(3), rand(2, 3, 2))),
+            Sample("empty", (rand(0, 3), rand(3, 2))),
+            Sample("empty_inner", (rand(2, 0), rand(0, 3))),
             Sample("f32", (rand(2, 3, dtype=F32), rand(3, 2, dtype=F32))),
             Sample("i64", (ints(2, 3), ints(3, 2))),
             Sample("i32_f32", (ints(2, 3, dtype=I32), rand(3, 2, dtype=F32)), dtype=F32)],
@@ -718,6 +726,18 @@ def _linalg() -> List[OpInfo]:
 
 
 # -- shape ops ---------------------------------------------------------------------------------
+def _size(size: tuple) -> tuple:
+    """``f(x, 2, 3)`` and ``f(x, (2, 3))`` both mean the sizes (2, 3)."""
+    return tuple(size[0]) if len(size) == 1 and isinstance(size[0], (tuple, list)) else size
+
+
+def _expand_ref(x, *sizes):
+    sizes = _size(sizes)
+    lead = len(sizes) - x.ndim
+    return np.broadcast_to(x, tuple(x.shape[i - lead] if d == -1 else d
+                                    for i, d in enumerate(sizes)))
+
+
 def _sum_to_ref(x, shape):
     lead = x.ndim - len(shape)
     axes = tuple(range(lead)) + tuple(lead + i for i, d in enumerate(shape)
@@ -797,8 +817,7 @@ def _shape_ops() -> List[OpInfo]:
             Sample("0d_to_1", (rand(), 1)),
             Sample("1_to_0d", (rand(1), ())),
             Sample("i64", (ints(2, 3), 3, 2))],
-            lambda x, *shape: x.reshape(shape[0] if len(shape) == 1 and isinstance(
-                shape[0], tuple) else shape), differentiable=True, errors=[
+            lambda x, *shape: x.reshape(_size(shape)), differentiable=True, errors=[
                 ErrorCase("count", (rand(2, 3), 4), {}, dg.ShapeError, "element counts"),
                 ErrorCase("two_holes", (rand(2, 3), -1, -1), {}, dg.ShapeError,
                           "only one dim may be -1")]),
@@ -807,8 +826,7 @@ def _shape_ops() -> List[OpInfo]:
             Sample("neg", (rand(2, 3, 4), -1, 0, 1)),
             Sample("tuple_arg", (rand(2, 3), (1, 0))),
             Sample("b8", (bools(2, 3), 1, 0))],
-            lambda x, *dims: np.transpose(x, dims[0] if len(dims) == 1 and isinstance(
-                dims[0], tuple) else dims), differentiable=True, errors=[
+            lambda x, *dims: np.transpose(x, _size(dims)), differentiable=True, errors=[
                 ErrorCase("repeat", (rand(2, 3, 4), 0, 0, 1), {}, dg.ShapeError,
                           "not a permutation"),
                 ErrorCase("range", (rand(2, 3), 0, 2), {}, dg.ShapeError, "out of range")]),
@@ -824,11 +842,7 @@ def _shape_ops() -> List[OpInfo]:
             Sample("from_0d", (rand(), 2, 3)),
             Sample("tuple_arg", (rand(1, 3), (2, 3))),
             Sample("same", (rand(2, 3), 2, 3))],
-            lambda x, *sizes: np.broadcast_to(x, tuple(
-                (x.shape[i - (len(s) - x.ndim)] if d == -1 else d)
-                for s in [sizes[0] if len(sizes) == 1 and isinstance(sizes[0], tuple)
-                          else sizes] for i, d in enumerate(s))),
-            differentiable=True, errors=[
+            _expand_ref, differentiable=True, errors=[
                 ErrorCase("not_one", (rand(3, 2), 3, 4), {}, dg.ShapeError, "cannot expand"),
                 ErrorCase("fewer", (rand(2, 3), 3), {}, dg.ShapeError, "fewer dims")]),
         OpInfo("broadcast_to", dg.broadcast_to, [
@@ -871,6 +885,7 @@ def _shape_ops() -> List[OpInfo]:
             Sample("dim1", ([rand(2, 1), rand(2, 3), rand(2, 2)],), {"dim": 1}),
             Sample("neg", ([rand(2, 2), rand(2, 1)],), {"dim": -1}),
             Sample("one", ([rand(2, 3)],)),
+            Sample("with_empty", ([rand(0, 3), rand(2, 3)],)),
             Sample("mixed", ([rand(2, dtype=F32), rand(3)],)),
             Sample("i64", ((ints(2,), ints(3,)),))],
             lambda ts, dim=0: np.concatenate(ts, axis=dim), differentiable=True, errors=[
@@ -916,6 +931,8 @@ def _shape_ops() -> List[OpInfo]:
             Sample("mixed", (x234, (1, -2, slice(1, 4, 2)))),
             Sample("all_ints", (x234, (0, 1, 2))),
             Sample("empty", (rand(3,), slice(2, 1))),
+            Sample("0d_ellipsis", (rand(), Ellipsis)),
+            Sample("0d_none", (rand(), None)),
             Sample("1d", (rand(5,), slice(1, None, 3))),
             Sample("int_tensor", (rand(4, 2), idx([3, 0, 3])))],
             _getitem_ref, differentiable=True, errors=[
@@ -934,7 +951,7 @@ def _shape_ops() -> List[OpInfo]:
             Sample("dim0", (rand(3, 2), 0, idx([[2, 0], [2, 2], [0, 1], [1, 1]]))),
             Sample("smaller", (rand(3, 4), 1, idx([[3, 0], [1, 1]], I32))),
             Sample("neg_dim", (rand(2, 3), -1, idx([[0], [2]])))],
-            _gather_ref, differentiable=True, errors=[
+            _gather_ref, differentiable=True, grad_args=(0,), errors=[
                 ErrorCase("float_index", (rand(3, 4), 1, rand(3, 2)), {}, dg.DTypeError,
                           "integer index"),
                 ErrorCase("ndim", (rand(3, 4), 1, idx([0, 1])), {}, dg.ShapeError,
@@ -943,7 +960,7 @@ def _shape_ops() -> List[OpInfo]:
             Sample("dim0", (rand(3, 4), 0, idx([[0, 1, 2, 0], [0, 0, 1, 2]]), rand(2, 4))),
             Sample("dim1", (rand(2, 3), 1, idx([[2, 2], [0, 1]]), rand(2, 2))),
             Sample("i64", (ints(3,), 0, idx([1, 1]), ints(2,)))],
-            _scatter_add_ref, differentiable=True, errors=[
+            _scatter_add_ref, differentiable=True, grad_args=(0, 2), errors=[
                 ErrorCase("shape", (rand(3, 4), 0, idx([[0, 1]]), rand(2, 2)), {},
                           dg.ShapeError, "same shape"),
                 ErrorCase("float_index", (rand(3, 4), 0, rand(2, 2), rand(2, 2)), {},
@@ -952,7 +969,8 @@ def _shape_ops() -> List[OpInfo]:
             Sample("dim0", (rand(4, 3), 0, idx([2, 0, 2]))),
             Sample("dim1", (rand(2, 3), 1, idx([1], I32))),
             Sample("neg_dim", (rand(2, 3, 2), -2, idx([0, 2, 1, 0])))],
-            lambda x, dim, index: np.take(x, index, axis=dim), differentiable=True, errors=[
+            lambda x, dim, index: np.take(x, index, axis=dim), differentiable=True,
+            grad_args=(0,), errors=[
                 ErrorCase("2d_index", (rand(4, 3), 0, idx([[0]])), {}, dg.ShapeError,
                           "1-D index"),
                 ErrorCase("float_index", (rand(4, 3), 0, rand(2)), {}, dg.DTypeError,
@@ -961,7 +979,7 @@ def _shape_ops() -> List[OpInfo]:
             Sample("dim0", (rand(4, 3), 0, idx([0, 2, 0]), rand(3, 3))),
             Sample("dim1", (rand(2, 3), 1, idx([2, 2]), rand(2, 2))),
             Sample("f32_f64", (rand(3, dtype=F32), 0, idx([1]), rand(1)))],
-            _index_add_ref, differentiable=True, errors=[
+            _index_add_ref, differentiable=True, grad_args=(0, 2), errors=[
                 ErrorCase("src", (rand(4, 3), 0, idx([0, 1]), rand(3, 3)), {}, dg.ShapeError,
                           "expected src of shape")]),
         OpInfo("pad", dg.pad, [
@@ -978,12 +996,12 @@ def _shape_ops() -> List[OpInfo]:
 # -- nn ----------------------------------------------------------------------------------------
 def _softmax_ref(x, dim):
     x = x.astype(F32) if x.dtype.kind != "f" else x
-    return special.softmax(x, axis=dim if x.ndim else None)
+    return x.copy() if x.size == 0 else special.softmax(x, axis=dim if x.ndim else None)
 
 
 def _log_softmax_ref(x, dim):
     x = x.astype(F32) if x.dtype.kind != "f" else x
-    return special.log_softmax(x, axis=dim if x.ndim else None)
+    return x.copy() if x.size == 0 else special.log_softmax(x, axis=dim if x.ndim else None)
 
 
 def _softmax_samples():
@@ -995,6 +1013,7 @@ def _softmax_samples():
         Sample("f64_0d", (rand(),), {"dim": 0}),
         Sample("f32", (rand(3, 4, dtype=F32),), {"dim": 1}),
         Sample("i64", (ints(2, 3),), {"dim": 1}, dtype=F32),
+        Sample("empty", (rand(0, 3),), {"dim": 0}),
     ]
 
 
@@ -1018,10 +1037,6 @@ def _nn() -> List[OpInfo]:
 
 
 # -- creation ----------------------------------------------------------------------------------
-def _size(size):
-    return tuple(size[0]) if len(size) == 1 and isinstance(size[0], (tuple, list)) else size
-
-
 def _arange_ref(start, end=None, step=1, dtype=None):
     if end is None:
         start, end = 0, start
@@ -1125,8 +1140,147 @@ def _creation() -> List[OpInfo]:
     ]
 
 
+# -- convolution and pooling -------------------------------------------------------------------
+def _pair(v):
+    return tuple(v) if isinstance(v, (tuple, list)) else (v, v)
+
+
+def _windows(x, kernel, stride, dilation, out_hw):
+    """For each kernel offset (i, j): the (N, C, H_out, W_out) slice of ``x`` it sees."""
+    (kh, kw), (sh, sw), (dh, dw), (oh, ow) = kernel, stride, dilation, out_hw
+    for i in range(kh):
+        for j in range(kw):
+            yield i, j, x[:, :, i * dh:i * dh + sh * (oh - 1) + 1:sh,
+                          j * dw:j * dw + sw * (ow - 1) + 1:sw]
+
+
+def _batched_ref(fn):
+    """A reference for NCHW input that also takes CHW."""
+    def ref(x, *args, **kwargs):
+        out = fn(x if x.ndim == 4 else x[None], *args, **kwargs)
+        return out if x.ndim == 4 else out[0]
+    return ref
+
+
+@_batched_ref
+def _conv2d_ref(x, w, b=None, stride=1, padding=0, dilation=1, groups=1):
+    (kh, kw), dil = w.shape[2:], _pair(dilation)
+    if padding == "valid":
+        padding = 0
+    if padding == "same":
+        pads = [((d * (k - 1)) // 2, d * (k - 1) - (d * (k - 1)) // 2)
+                for k, d in zip((kh, kw), dil)]
+    else:
+        pads = [(p, p) for p in _pair(padding)]
+    x = np.pad(x, [(0, 0), (0, 0)] + pads)
+    stride = _pair(stride)
+    out_hw = [(size - d * (k - 1) - 1) // s + 1
+              for size, k, s, d in zip(x.shape[2:], (kh, kw), stride, dil)]
+    out = np.zeros((x.shape[0], w.shape[0], *out_hw), dtype=np.result_type(x, w))
+    cin, cout = x.shape[1] // groups, w.shape[0] // groups
+    for g in range(groups):
+        xs, ws = x[:, g * cin:(g + 1) * cin], w[g * cout:(g + 1) * cout]
+        for i, j, patch in _windows(xs, (kh, kw), stride, dil, out_hw):
+            out[:, g * cout:(g + 1) * cout] += np.einsum("nchw,oc->nohw", patch, ws[:, :, i, j])
+    return out if b is None else out + b[None, :, None, None]
+
+
+def _pool_out(size, k, s, p, d, ceil_mode):
+    span = size + 2 * p - d * (k - 1) - 1
+    n = (-(-span // s) if ceil_mode else span // s) + 1
+    if ceil_mode and (n - 1) * s >= size + p:   # the last window must start inside
+        n -= 1
+    return n
+
+
+@_batched_ref
+def _max_pool2d_ref(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False):
+    kernel, pad, dil = _pair(kernel_size), _pair(padding), _pair(dilation)
+    stride = kernel if stride is None else _pair(stride)
+    out_hw = [_pool_out(x.shape[2 + a], kernel[a], stride[a], pad[a], dil[a], ceil_mode)
+              for a in range(2)]
+    extra = [max(0, (o - 1) * s + d * (k - 1) + 1 - size - p)
+             for o, s, d, k, size, p in zip(out_hw, stride, dil, kernel, x.shape[2:], pad)]
+    x = np.pad(x, [(0, 0), (0, 0), (pad[0], extra[0]), (pad[1], extra[1])],
+               constant_values=-np.inf)
+    return np.max([w for _, _, w in _windows(x, kernel, stride, dil, out_hw)], axis=0)
+
+
+@_batched_ref
+def _avg_pool2d_ref(x, kernel_size, stride=None, padding=0, ceil_mode=False,
+                    count_include_pad=True):
+    kernel, pad = _pair(kernel_size), _pair(padding)
+    stride = kernel if stride is None else _pair(stride)
+    out_hw = [_pool_out(x.shape[2 + a], kernel[a], stride[a], pad[a], 1, False)
+              for a in range(2)]
+    width = [(0, 0), (0, 0), (pad[0], pad[0]), (pad[1], pad[1])]
+    total = sum(w for _, _, w in _windows(np.pad(x, width), kernel, stride, (1, 1), out_hw))
+    if count_include_pad:
+        return total / (kernel[0] * kernel[1])
+    ones = np.pad(np.ones((1, 1) + x.shape[2:], x.dtype), width)
+    count = sum(w for _, _, w in _windows(ones, kernel, stride, (1, 1), out_hw))
+    return total / count
+
+
+@_batched_ref
+def _adaptive_avg_pool2d_ref(x, output_size):
+    oh, ow = _pair(output_size)
+    oh, ow = oh or x.shape[2], ow or x.shape[3]
+    out = np.zeros(x.shape[:2] + (oh, ow), x.dtype)
+    for i in range(oh):
+        for j in range(ow):
+            rows = slice(i * x.shape[2] // oh, -(-(i + 1) * x.shape[2] // oh))
+            cols = slice(j * x.shape[3] // ow, -(-(j + 1) * x.shape[3] // ow))
+            out[:, :, i, j] = x[:, :, rows, cols].mean(axis=(2, 3))
+    return out
+
+
+def _conv() -> List[OpInfo]:
+    if not hasattr(F, "conv2d"):
+        return []
+    return [
+        OpInfo("conv2d", F.conv2d, [
+            Sample("plain", (rand(2, 2, 4, 5), rand(3, 2, 2, 3))),
+            Sample("bias_pad", (rand(1, 2, 4, 4), rand(2, 2, 3, 3), rand(2)), {"padding": 1}),
+            Sample("stride_dilation", (rand(1, 1, 6, 7), rand(2, 1, 2, 2)),
+                   {"stride": (2, 1), "dilation": 2}),
+            Sample("groups", (rand(1, 4, 3, 3), rand(4, 2, 2, 2)), {"groups": 2}),
+            Sample("same", (rand(1, 1, 4, 4), rand(1, 1, 2, 3)), {"padding": "same"}),
+            Sample("chw", (rand(2, 3, 3), rand(1, 2, 2, 2)), {"padding": "valid"}),
+            Sample("f32", (rand(1, 2, 4, 4, dtype=F32), rand(2, 2, 3, 3, dtype=F32)))],
+            _conv2d_ref, tol=dict(LOOSE_TOL), differentiable=True, errors=[
+                ErrorCase("channels", (rand(1, 3, 4, 4), rand(2, 2, 3, 3)), {}, dg.ShapeError,
+                          "channels"),
+                ErrorCase("weight_3d", (rand(1, 2, 4, 4), rand(2, 3, 3)), {}, dg.ShapeError,
+                          "4-D weight"),
+                ErrorCase("int", (ints(1, 1, 3, 3), ints(1, 1, 2, 2)), {}, dg.DTypeError,
+                          "floating-point")]),
+        OpInfo("max_pool2d", F.max_pool2d, [
+            Sample("k2", (distinct(2, 2, 4, 4), 2)),
+            Sample("stride_pad", (distinct(1, 2, 5, 5), 3), {"stride": 2, "padding": 1}),
+            Sample("ceil", (distinct(1, 1, 5, 5), 2), {"ceil_mode": True}),
+            Sample("dilation", (distinct(1, 1, 5, 5), 2), {"stride": 1, "dilation": 2}),
+            Sample("chw_f32", (distinct(2, 4, 4, dtype=F32), (2, 1)))],
+            _max_pool2d_ref, differentiable=True, errors=[
+                ErrorCase("3d_bad", (rand(4, 4), 2), {}, dg.ShapeError, "4-D")]),
+        OpInfo("avg_pool2d", F.avg_pool2d, [
+            Sample("k2", (rand(2, 2, 4, 4), 2)),
+            Sample("stride_pad", (rand(1, 2, 5, 5), 3), {"stride": 2, "padding": 1}),
+            Sample("no_pad_count", (rand(1, 1, 5, 5), 3),
+                   {"stride": 2, "padding": 1, "count_include_pad": False}),
+            Sample("f32", (rand(1, 1, 4, 6, dtype=F32), (2, 3)))],
+            _avg_pool2d_ref, differentiable=True),
+        OpInfo("adaptive_avg_pool2d", F.adaptive_avg_pool2d, [
+            Sample("even", (rand(2, 2, 4, 4), 2)),
+            Sample("uneven", (rand(1, 2, 5, 7), (3, 2))),
+            Sample("keep_w", (rand(1, 1, 4, 3), (2, None))),
+            Sample("global", (rand(1, 3, 3, 3), 1))],
+            _adaptive_avg_pool2d_ref, differentiable=True),
+    ]
+
+
 OPS: List[OpInfo] = (_elementwise_unary() + _elementwise_binary() + _reductions() + _linalg()
-                     + _shape_ops() + _nn() + _creation())
+                     + _shape_ops() + _nn() + _conv() + _creation())
 
 BY_NAME: Dict[str, OpInfo] = {op.name: op for op in OPS}
 assert len(BY_NAME) == len(OPS), "duplicate OpInfo names"

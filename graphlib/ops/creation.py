@@ -94,7 +94,10 @@ def _check_seed(t):
 def _uniform_kernel(xp, seed, shape, low, high, dtype, stream):
     rng = xpu.rng(xp, seed, stream)
     u = rng.random(shape, dtype=xp.float64 if dtype == "float16" else dtype)
-    return (u * (high - low) + low).astype(dtype, copy=False)
+    out = (u * (high - low) + low).astype(dtype, copy=False)
+    # rounding to ``dtype`` can reach ``high`` (float16 does, 1 draw in 4000): stay below it
+    top = xp.nextafter(xp.asarray(high, dtype=dtype), xp.asarray(low, dtype=dtype))
+    return xp.minimum(out, top)
 
 
 def _normal_kernel(xp, seed, shape, mean, std, dtype, stream):

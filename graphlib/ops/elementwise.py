@@ -8,7 +8,7 @@ from .. import xp as xpu
 from ..errors import DTypeError, located
 from ..registry import OpDef, register
 from ..types import TensorType, broadcast_shapes
-from ._common import binary, unary
+from ._common import binary, unary, unary_infer
 
 _SQRT2 = math.sqrt(2.0)
 _INV_SQRT2PI = 1.0 / math.sqrt(2.0 * math.pi)
@@ -94,12 +94,35 @@ softplus_op = unary(
 erf_op = unary("erf", lambda xp, x: xpu.erf(xp, x),
                lambda g, x, y: g * _TWO_OVER_SQRTPI * exp(-(x * x)), expr="erf({0})",
                float_out=True)
-sign_op = unary("sign", lambda xp, x: xp.sign(x), None, expr="sign({0})", allowed=NUMERIC)
+# sign is piecewise constant: its gradient is 0 (None: nothing flows back), as in PyTorch,
+# so rules built on it (abs) have second derivatives.
+sign_op = unary("sign", lambda xp, x: xp.sign(x), lambda g, x, y: None, expr="sign({0})",
+                allowed=NUMERIC)
 logical_not_op = unary("logical_not", lambda xp, x: xp.logical_not(x), None, out_dtype="bool",
                        expr="(!{0})")
 
 
+def _clamp_dtype(dtype: str, min, max) -> str:
+    """The bounds are Python numbers and promote weakly, as binary ops' operands do: an
+    integer tensor clamped to float bounds gives the default float (as in PyTorch)."""
+    for bound in (min, max):
+        if bound is not None:
+            dtype = dtypes.weak_result_dtype(dtype, bound)
+    return dtype
+
+
+_clamp_check = unary_infer(allowed=NUMERIC, name="clamp")
+
+
+def _clamp_infer(types, attrs):
+    (t,) = _clamp_check(types, attrs)
+    return [t.with_dtype(_clamp_dtype(t.dtype, attrs["min"], attrs["max"]))]
+
+
 def _clamp_kernel(xp, x, min, max):
+    dt = _clamp_dtype(x.dtype.name, min, max)
+    if x.dtype.name != dt:
+        x = x.astype(dt)
     if min is not None and max is not None:
         return xp.clip(x, min, max)
     if min is not None:
@@ -107,16 +130,17 @@ def _clamp_kernel(xp, x, min, max):
     return xp.minimum(x, max)
 
 
-def _clamp_vjp(g, x, y, min, max):
+def _clamp_vjp(cts, ins, outs, attrs, needs):
+    (g,), (x,), min, max = cts, ins, attrs["min"], attrs["max"]
     keep = None
     if min is not None:
         keep = x >= min
     if max is not None:
         keep = (x <= max) if keep is None else logical_and(keep, x <= max)
-    return where(keep, g, 0.0)
+    return [where(keep, g, 0.0)]
 
 
-clamp_op = unary("clamp", _clamp_kernel, _clamp_vjp, allowed=NUMERIC)
+clamp_op = register(OpDef("clamp", _clamp_infer, _clamp_kernel, _clamp_vjp, elementwise=True))
 
 
 def _pow_scalar_dtype(dtype: str, exponent) -> str:
@@ -141,8 +165,9 @@ def _pow_scalar_kernel(xp, x, exponent):
 def _pow_scalar_vjp(cts, ins, outs, attrs, needs):
     e = attrs["exponent"]
     (g,), (x,) = cts, ins
-    if e == 0:
-        return [None]
+    if e == 0:     # x ** 0 == 1: a zero gradient (not "no gradient"), as PyTorch gives
+        from .creation import zeros_like
+        return [zeros_like(g)]
     if e == 1:
         return [g]
     if e == 2:
@@ -321,7 +346,7 @@ def erf(x):
 
 
 def sign(x):
-    """-1, 0 or 1 (no gradient)."""
+    """-1, 0 or 1 (its gradient is 0)."""
     return sign_op(x)
 
 

@@ -39,6 +39,11 @@ def _acc(xp, x):
     return xp.float32 if x.dtype == xp.float16 else None
 
 
+def _acc_back(out, x):
+    """A float16 input accumulated in float32 gives a float16 result again."""
+    return out.astype(x.dtype) if out.dtype != x.dtype and x.dtype == "float16" else out
+
+
 def _axis(dims, ndim):
     return tuple(dims) if ndim else None
 
@@ -68,8 +73,10 @@ def _sum_dtype(dt, attrs):
 
 
 def _sum_kernel(xp, x, dim, keepdim, dtype=None):
-    acc = _acc(xp, x) or (dtype if dtype else (None if x.dtype.kind == "f" else xp.int64))
-    return xp.sum(x, axis=_axis(dim, x.ndim), keepdims=keepdim, dtype=acc)
+    out_dtype = dtype or (x.dtype.name if x.dtype.kind == "f" else "int64")
+    acc = "float32" if out_dtype == "float16" else out_dtype
+    out = xp.sum(x, axis=_axis(dim, x.ndim), keepdims=keepdim, dtype=acc)
+    return out if acc == out_dtype else out.astype(out_dtype)
 
 
 sum_op = register(OpDef(
@@ -79,7 +86,8 @@ sum_op = register(OpDef(
 
 
 def _mean_kernel(xp, x, dim, keepdim):
-    return xp.mean(x, axis=_axis(dim, x.ndim), keepdims=keepdim, dtype=_acc(xp, x))
+    return _acc_back(xp.mean(x, axis=_axis(dim, x.ndim), keepdims=keepdim, dtype=_acc(xp, x)),
+                     x)
 
 
 mean_op = register(OpDef(
@@ -108,22 +116,25 @@ amin_op = register(OpDef(
 
 def _prod_kernel(xp, x, dim, keepdim):
     acc = _acc(xp, x) or (None if x.dtype.kind == "f" else xp.int64)
-    return xp.prod(x, axis=_axis(dim, x.ndim), keepdims=keepdim, dtype=acc)
+    return _acc_back(xp.prod(x, axis=_axis(dim, x.ndim), keepdims=keepdim, dtype=acc), x)
 
 
 def _prod_vjp(cts, ins, outs, a, needs):
-    # d prod / d x_i = product of the others, computed without dividing by zero:
-    # no zero in the slice -> prod / x_i; exactly one zero -> the product of the non-zeros at
-    # the zero's position and 0 elsewhere; two or more zeros -> 0.
+    # d prod / d x_i = the product of the others, computed without dividing by zero and so
+    # that it stays differentiable where the slice holds zeros. With p the product of the
+    # non-zeros and z the sum of the zero entries (0, but with gradient 1):
+    # no zero -> p / x_i; one zero -> p at the zero, z * p / x_i elsewhere; two zeros ->
+    # (z - x_i) * p at each zero (the other zero times p), 0 elsewhere; more -> 0.
     (g,), (x,) = cts, ins
     dims, keepdim = a["dim"], a["keepdim"]
     is_zero = x == 0
     zeros = sum(cast(is_zero, "int64"), dims, keepdim=True)
     safe = where(is_zero, 1.0, x)
-    prod_nonzero = prod(safe, dims, keepdim=True)
-    no_zero = expand(zeros == 0, *x.shape)
-    one_zero = logical_and(expand(zeros == 1, *x.shape), is_zero)
-    others = where(no_zero, prod_nonzero / safe, where(one_zero, prod_nonzero, 0.0))
+    p = prod(safe, dims, keepdim=True)
+    z = sum(where(is_zero, x, 0.0), dims, keepdim=True)
+    others = where(zeros == 0, p / safe,
+                   where(zeros == 1, where(is_zero, p, z * p / safe),
+                         where(logical_and(zeros == 2, is_zero), (z - x) * p, 0.0)))
     return [expand_back(g, x, dims, keepdim) * others]
 
 
@@ -131,13 +142,13 @@ prod_op = register(OpDef("prod", _reduce_infer("prod", _sum_dtype), _prod_kernel
 
 
 def _var_kernel(xp, x, dim, keepdim, correction):
-    return xp.var(x, axis=_axis(dim, x.ndim), keepdims=keepdim, ddof=correction,
-                  dtype=_acc(xp, x))
+    return _acc_back(xp.var(x, axis=_axis(dim, x.ndim), keepdims=keepdim, ddof=correction,
+                            dtype=_acc(xp, x)), x)
 
 
 def _std_kernel(xp, x, dim, keepdim, correction):
-    return xp.std(x, axis=_axis(dim, x.ndim), keepdims=keepdim, ddof=correction,
-                  dtype=_acc(xp, x))
+    return _acc_back(xp.std(x, axis=_axis(dim, x.ndim), keepdims=keepdim, ddof=correction,
+                            dtype=_acc(xp, x)), x)
 
 
 def _var_vjp(cts, ins, outs, a, needs):
@@ -192,10 +203,12 @@ def _logsumexp_kernel(xp, x, dim, keepdim):
     if x.dtype.kind != "f":
         x = x.astype(dtypes.DEFAULT_FLOAT)
     axis = _axis(dim, x.ndim)
+    if x.size == 0:    # no max to shift by: log of an empty sum is -inf
+        return xp.full_like(xp.sum(x, axis=axis, keepdims=keepdim), -xp.inf)
     m = xp.amax(x, axis=axis, keepdims=True)
     m = xp.where(xp.isfinite(m), m, 0)
     s = xp.sum(xp.exp(x - m), axis=axis, keepdims=True, dtype=_acc(xp, x))
-    out = xp.log(s) + m
+    out = _acc_back(xp.log(s) + m, x)
     return out if keepdim else xp.squeeze(out, axis=axis)
 
 

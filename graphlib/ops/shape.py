@@ -11,13 +11,15 @@ from .. import dtypes
 from .. import xp as xpu
 from ..errors import DTypeError, ShapeError, located
 from ..registry import OpDef, register
-from ..types import TensorType, as_shape, dims_product, format_shape, normalize_dim
+from ..types import (TensorType, as_shape, dim_add, dim_product, dim_slice, dims_product,
+                     format_shape, normalize_dim)
 
 # -- reshape -----------------------------------------------------------------------------------
 
 
 def _resolve_reshape(src, target, name="reshape"):
-    """Replace one -1 in ``target`` by the size that keeps the element count."""
+    """Replace one -1 in ``target`` by the size that keeps the element count (a derived dim
+    such as ``N*6`` when symbols are left over)."""
     target = tuple(target)
     holes = [i for i, d in enumerate(target) if isinstance(d, int) and d == -1]
     if len(holes) > 1:
@@ -36,10 +38,10 @@ def _resolve_reshape(src, target, name="reshape"):
             else:
                 rest = None
                 break
-        if rest is None or tc == 0 or sc % tc != 0 or (rest and sc // tc != 1) or len(rest) > 1:
+        if rest is None or tc == 0 or sc % tc != 0:
             raise ShapeError(f"{name}: cannot infer the -1 in {format_shape(target)} from "
                              f"shape {format_shape(src)}")
-        fill = rest[0] if rest else sc // tc
+        fill = dim_product([sc // tc] + rest)
         target = target[:holes[0]] + (fill,) + target[holes[0] + 1:]
     elif (sc, ssyms) != (tc, tsyms):
         raise ShapeError(f"{name}: cannot reshape {format_shape(src)} "
@@ -165,21 +167,15 @@ def _cat_infer(types, attrs):
             if i != dim and a != b:
                 raise ShapeError(f"cat: sizes must match except in dim {dim}, found "
                                  f"{format_shape(first.shape)} and {format_shape(t.shape)}")
-        d = t.shape[dim]
-        total = d if total == 0 else (total + d if isinstance(total, int) and isinstance(d, int)
-                                      else f"{total}+{d}")
+        total = dim_add(total, t.shape[dim])
         dt = dtypes.result_dtype(dt, t.dtype)
     shape = first.shape[:dim] + (total,) + first.shape[dim + 1:]
     return [TensorType(shape, dt)]
 
 
 def _cat_vjp(cts, ins, outs, a, needs):
-    dim = a["dim"]
-    sizes = [x.shape[dim] for x in ins]
-    if not all(isinstance(s, int) for s in sizes):
-        raise ShapeError(f"cat: the gradient needs static sizes along dim {dim}, "
-                         f"found {sizes}")
-    return list(split(cts[0], sizes, dim))
+    # sizes may be symbols: the runtime binds split's ``sizes`` as it binds shapes
+    return list(split_op(cts[0], dim=a["dim"], sizes=tuple(x.shape[a["dim"]] for x in ins)))
 
 
 cat_op = register(OpDef("cat", _cat_infer,
@@ -250,9 +246,7 @@ def _normalize_index(index, shape, name="getitem"):
             elif (start or 0) >= 0 and stop is not None and stop >= 0:
                 n = max(0, -(-(stop - (start or 0)) // (step or 1)))
             else:
-                n = f"{size}[{start if start is not None else ''}:" \
-                    f"{stop if stop is not None else ''}" \
-                    f"{':' + str(step) if step not in (None, 1) else ''}]"
+                n = dim_slice(size, start, stop, step)
             items.append(("s", start, stop, step))
             out_shape.append(n)
             axis += 1
@@ -436,9 +430,7 @@ def _pad_infer(types, attrs):
         lo, hi = pad[2 * k], pad[2 * k + 1]
         if lo < 0 or hi < 0:
             raise ShapeError(f"pad: negative padding {list(pad)} is not supported")
-        d = shape[axis]
-        shape[axis] = d + lo + hi if isinstance(d, int) else (
-            d if lo + hi == 0 else f"{d}+{lo + hi}")
+        shape[axis] = dim_add(shape[axis], lo + hi)
     return [TensorType(tuple(shape), t.dtype)]
 
 
@@ -554,15 +546,9 @@ def flatten(x, start_dim: int = 0, end_dim: int = -1):
         return x
     shape = tuple(x.shape)
     merged = shape[s:e + 1]
-    c, syms = dims_product(merged)
-    if not syms:
-        mid = c
-    elif len(syms) == 1 and c == 1:
-        mid = syms[0]
-    else:
-        mid = -1
-        if any(isinstance(d, str) for d in shape[:s] + shape[e + 1:]):
-            mid = "*".join(str(d) for d in merged)
+    mid = dim_product(merged)
+    if isinstance(mid, str) and mid not in merged:
+        mid = -1    # a derived size (N*6): reshape infers it, numpy resolves it at run time
     return reshape_op(x, shape=shape[:s] + (mid,) + shape[e + 1:])
 
 
