@@ -453,16 +453,18 @@ def test_readme_quick_start_has_exactly_two_commands():
                 for ln in block.splitlines() if ln.strip()]
     assert len(commands) == 2
     assert commands[1] == 'python -m pip install -e ".[test]" && python -m pytest -q'
-    assert "examples/graph_mode.py" in commands[0]
+    assert "examples/train_digits.py" in commands[0]
 
 
 def test_readme_python_blocks_run_and_print_what_it_shows(tmp_path):
-    tour, state = _readme_blocks("python")
-    shown_tour, shown_state = _readme_blocks("text")[:2]
+    tour, state, eager, models = _readme_blocks("python")
+    shown_tour, shown_state, shown_eager, shown_models = _readme_blocks("text")[:4]
     (tmp_path / "tour.py").write_text(tour)
     (tmp_path / "state.py").write_text(state)
+    (tmp_path / "eager.py").write_text(eager)
+    (tmp_path / "models.py").write_text(models)
     outputs = []
-    for name in ("tour.py", "state.py"):
+    for name in ("tour.py", "state.py", "eager.py", "models.py"):
         proc = subprocess.run([sys.executable, name], cwd=tmp_path, capture_output=True,
                               text=True, timeout=120)
         assert proc.returncode == 0, proc.stderr
@@ -474,6 +476,8 @@ def test_readme_python_blocks_run_and_print_what_it_shows(tmp_path):
     assert printed[-2:] == shown[-2:]
     assert outputs[1].splitlines()[0] == "[3.5 3.5]"
     assert outputs[1].splitlines()[1:] == shown_state.splitlines()
+    assert outputs[2].splitlines() == shown_eager.splitlines()
+    assert outputs[3].splitlines() == shown_models.splitlines()
 
 
 # -- the examples ---------------------------------------------------------------------------------
