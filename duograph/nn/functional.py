@@ -63,6 +63,12 @@ def embedding(input, weight, padding_idx: Optional[int] = None):
     if input.dtype not in ("int32", "int64", "uint8"):
         raise DTypeError(f"embedding: expected integer indices, found {input.dtype}"
                          f"{_where(input)}")
+    n = weight.shape[0]
+    if not _is_symbolic(input) and input.numel() > 0 and isinstance(n, int):
+        lo, hi = int(input.data.min()), int(input.data.max())
+        if lo < 0 or hi >= n:
+            raise IndexError(f"embedding: index {lo if lo < 0 else hi} is out of range for "
+                             f"{n} embeddings (expected indices in [0, {n})){_where(input)}")
     flat = F.reshape(input, -1)
     rows = F.index_select(weight, 0, flat)
     if padding_idx is not None:   # the padding row's value, but no gradient into it
@@ -97,7 +103,8 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None,
 
     In training the batch statistics normalise and the running statistics are updated
     (unbiased variance, as PyTorch): in place on eager tensors, through ``graph.update`` when
-    building a graph.
+    building a graph. ``momentum=None`` takes the cumulative average (factor
+    1 / num_batches_tracked), which needs ``num_batches_tracked``.
     """
     if input.ndim < 2:
         raise ShapeError(f"batch_norm: expected at least 2 dims (N, C, ...), found "
@@ -106,6 +113,14 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None,
     dims = (0,) + tuple(range(2, input.ndim))
     bshape = (1, c) + (1,) * (input.ndim - 2)
     if training:
+        sizes = [input.shape[d] for d in dims]
+        if all(isinstance(n, int) for n in sizes) and int(np.prod(sizes)) == 1:
+            raise ShapeError(f"batch_norm: expected more than 1 value per channel when "
+                             f"training, found input of shape {list(input.shape)}"
+                             f"{_where(input)}")
+        if momentum is None and running_mean is not None and num_batches_tracked is None:
+            raise ValueError("batch_norm: momentum=None (a cumulative average) needs "
+                             "num_batches_tracked")
         mean = F.mean(input, dims, keepdim=True)
         centered = input - mean
         var = F.mean(centered * centered, dims, keepdim=True)
@@ -118,11 +133,15 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None,
             count = n if n is not None else F.numel(input, dims, dtype=input.dtype)
             unbiased = F.reshape(var, c) * (count / (count - 1)) if n is None else \
                 F.reshape(var, c) * (n / max(n - 1, 1))
+            if num_batches_tracked is not None:
+                tracked = num_batches_tracked + 1
             m = momentum
+            if m is None:      # cumulative moving average
+                m = 1.0 / F.cast(tracked, running_mean.dtype)
             _assign(running_mean, F.reshape(mean, c) * m + running_mean * (1.0 - m))
             _assign(running_var, unbiased * m + running_var * (1.0 - m))
             if num_batches_tracked is not None:
-                _assign(num_batches_tracked, num_batches_tracked + 1)
+                _assign(num_batches_tracked, tracked)
         out = centered * F.rsqrt(var + eps)
     else:
         if running_mean is None:
@@ -209,9 +228,9 @@ def _check_class_target(name, input, target):
         raise ShapeError(f"{name}: expected input of shape (N, C) or (N, C, d1, ...), found "
                          f"{list(input.shape)}{_where(input)}")
     if target.dtype not in ("int32", "int64", "uint8"):
-        raise DTypeError(f"{name}: expected integer class indices as target, found "
-                         f"{target.dtype}; probabilities are not supported as targets yet"
-                         f"{_where(input)}")
+        raise DTypeError(f"{name}: expected integer class indices as target (or, for "
+                         f"cross_entropy, class probabilities shaped like the input), found "
+                         f"{target.dtype} of shape {list(target.shape)}{_where(input)}")
     want = (input.shape[0],) + tuple(input.shape[2:])
     if tuple(target.shape) != want:
         raise ShapeError(f"{name}: expected target of shape {list(want)} for input "
@@ -221,11 +240,15 @@ def _check_class_target(name, input, target):
 def cross_entropy(input, target, weight=None, ignore_index: int = -100,
                   reduction: str = "mean", label_smoothing: float = 0.0):
     """log_softmax + nll_loss, with PyTorch's class ``weight``, ``ignore_index`` and
-    ``label_smoothing`` semantics."""
-    _check_class_target("cross_entropy", input, target)
+    ``label_smoothing`` semantics. ``target`` holds class indices (N, d1, ...), or class
+    probabilities of the input's shape (N, C, d1, ...)."""
     if not 0.0 <= label_smoothing <= 1.0:
         raise ValueError(f"cross_entropy: label_smoothing must lie in [0, 1], found "
                          f"{label_smoothing}")
+    if input.ndim >= 2 and target.dtype not in ("int32", "int64", "uint8", "bool") \
+            and target.ndim == input.ndim:
+        return _soft_cross_entropy(input, target, weight, reduction, label_smoothing)
+    _check_class_target("cross_entropy", input, target)
     logp = F.log_softmax(input, 1)
     nll = nll_loss(logp, target, weight, ignore_index, reduction)
     if label_smoothing == 0.0:
@@ -248,6 +271,29 @@ def cross_entropy(input, target, weight=None, ignore_index: int = -100,
     else:
         smooth = F.reshape(smooth, *tuple(target.shape))
     return nll * (1.0 - label_smoothing) + smooth * (label_smoothing / c)
+
+
+def _soft_cross_entropy(input, target, weight, reduction: str, label_smoothing: float):
+    """Cross entropy against class probabilities (PyTorch: the mean divides by the number of
+    samples, whatever the weights)."""
+    _check_same("cross_entropy", input, target)
+    c = input.shape[1]
+    if label_smoothing > 0.0:
+        target = target * (1.0 - label_smoothing) + label_smoothing / c
+    logp = F.log_softmax(input, 1)
+    if weight is not None:
+        logp = logp * F.reshape(weight, c, *((1,) * (input.ndim - 2)))
+    loss = -F.sum(logp * target, 1)
+    if reduction == "mean":
+        return F.sum(loss) / _count(loss)
+    return _reduce(loss, reduction, "cross_entropy")
+
+
+def _count(x):
+    """The number of elements of ``x`` as a Python number, or a 0-d tensor when symbolic."""
+    if all(isinstance(d, int) for d in x.shape):
+        return float(np.prod(x.shape, dtype=np.int64))
+    return F.numel(x, tuple(range(x.ndim)), dtype=x.dtype)
 
 
 def binary_cross_entropy(input, target, weight=None, reduction: str = "mean"):
@@ -291,19 +337,55 @@ def kl_div(input, target, reduction: str = "mean", log_target: bool = False):
     return _reduce(loss, reduction, "kl_div")
 
 
-def scaled_dot_product_attention(q, k, v, attn_mask=None, is_causal: bool = False,
-                                  dropout_p: float = 0.0, training: bool = True):
-    """softmax(q k^T / sqrt(d) + mask) v over the last two dims."""
+def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: float = 0.0,
+                                 is_causal: bool = False, scale: Optional[float] = None):
+    """softmax(q k^T * scale + mask) v over the last two dims, as PyTorch's function.
+
+    ``attn_mask`` follows ``torch.nn.functional.scaled_dot_product_attention``: a boolean mask
+    is True where a query MAY attend to a key (False entries are masked out); a float mask is
+    added to the scores. ``is_causal`` masks keys after each query (top-left aligned). A query
+    row with every key masked gives zeros. (``nn.MultiheadAttention`` takes PyTorch's module
+    convention instead: there True means masked out.)
+    """
+    out, _ = _attention(query, key, value, attn_mask, dropout_p, is_causal, scale)
+    return out
+
+
+def _attention(q, k, v, attn_mask=None, dropout_p: float = 0.0, is_causal: bool = False,
+               scale: Optional[float] = None, keep=None):
+    """Attention output and weights; ``keep`` is an extra boolean mask (True = attend)."""
+    if q.ndim < 2 or k.ndim < 2 or v.ndim < 2:
+        raise ShapeError(f"scaled_dot_product_attention: expected query, key and value with at "
+                         f"least 2 dims (..., L, E), found {list(q.shape)}, {list(k.shape)}, "
+                         f"{list(v.shape)}{_where(q)}")
     d = q.shape[-1]
-    scores = F.matmul(q, F.transpose(k, -2, -1)) * (1.0 / float(d) ** 0.5)
+    if scale is None:
+        if not isinstance(d, int):
+            raise ShapeError(f"scaled_dot_product_attention: the embedding dim of query must be "
+                             f"known to compute the scale, found {list(q.shape)}; pass "
+                             f"scale={_where(q)}")
+        scale = 1.0 / float(d) ** 0.5
+    scores = F.matmul(q, F.transpose(k, -2, -1)) * scale
     if is_causal:
         lq, lk = q.shape[-2], k.shape[-2]
+        if not isinstance(lq, int) or not isinstance(lk, int):
+            raise ShapeError(f"scaled_dot_product_attention: is_causal needs known sequence "
+                             f"lengths, found query {list(q.shape)} and key {list(k.shape)}; "
+                             f"pass an explicit attn_mask{_where(q)}")
         causal = F.constant(np.tril(np.ones((lq, lk), dtype=bool)))
-        scores = F.where(causal, scores, -1e9)
+        keep = causal if keep is None else F.logical_and(keep, causal)
     if attn_mask is not None:
-        scores = F.where(attn_mask, scores, -1e9) if attn_mask.dtype == "bool" \
-            else scores + attn_mask
+        if attn_mask.dtype == "bool":
+            keep = attn_mask if keep is None else F.logical_and(keep, attn_mask)
+        else:
+            scores = scores + attn_mask
+    if keep is not None:
+        lowest = float(np.finfo(np.dtype(scores.dtype)).min)
+        scores = F.where(keep, scores, lowest)
     attn = F.softmax(scores, -1)
+    if keep is not None:   # rows where every key is masked out attend to nothing
+        any_key = F.amax(F.cast(keep, scores.dtype), -1, keepdim=True) > 0
+        attn = F.where(any_key, attn, 0.0)
     if dropout_p > 0.0:
-        attn = dropout(attn, dropout_p, training)
-    return F.matmul(attn, v)
+        attn = dropout(attn, dropout_p, True)
+    return F.matmul(attn, v), attn

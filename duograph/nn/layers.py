@@ -28,11 +28,19 @@ def _empty(*shape) -> np.ndarray:
     return np.zeros(shape, dtype=np.float32)
 
 
+def _shape_error(layer: Module, message: str) -> ShapeError:
+    """A ShapeError naming the layer (its class and repr) and the user's line."""
+    from ..graphlib.source import user_source
+    return ShapeError(f"{type(layer).__name__}: {message}\n  layer: {layer!r}"
+                      f"\n  in: {user_source()}")
+
+
+_IMAGE = "a 4-D (N, C, H, W) or 3-D (C, H, W) input"
+
+
 def _check_input(layer: Module, x, ndims: Iterable[int], what: str):
     if x.ndim not in tuple(ndims):
-        from ..graphlib.source import user_source
-        raise ShapeError(f"{type(layer).__name__}: expected {what}, found an input of shape "
-                         f"{list(x.shape)}\n  layer: {layer!r}\n  in: {user_source()}")
+        raise _shape_error(layer, f"expected {what}, found an input of shape {list(x.shape)}")
 
 
 # -- containers --------------------------------------------------------------------------------
@@ -49,10 +57,9 @@ class Sequential(Module):
                 self.add_module(str(i), m)
 
     def __getitem__(self, i):
-        items = list(self._modules.values())
-        if isinstance(i, slice):
-            return Sequential(*items[i])
-        return items[i]
+        if isinstance(i, slice):       # keeps the names, as PyTorch
+            return Sequential(OrderedDict(list(self._modules.items())[i]))
+        return list(self._modules.values())[i]
 
     def __len__(self):
         return len(self._modules)
@@ -162,10 +169,8 @@ class Linear(Module):
     def forward(self, x):
         _check_input(self, x, range(1, 64), "at least 1 dim")
         if x.shape[-1] != self.in_features and isinstance(x.shape[-1], int):
-            from ..graphlib.source import user_source
-            raise ShapeError(f"Linear: expected input with {self.in_features} features in "
-                             f"its last dim, found shape {list(x.shape)}\n  layer: {self!r}"
-                             f"\n  in: {user_source()}")
+            raise _shape_error(self, f"expected input with {self.in_features} features in "
+                               f"its last dim, found shape {list(x.shape)}")
         return NF.linear(x, self.weight, self.bias)
 
     def extra_repr(self) -> str:
@@ -204,12 +209,11 @@ class Conv2d(Module):
             init.uniform_(self.bias, -bound, bound)
 
     def forward(self, x):
-        _check_input(self, x, (4,), "a 4-D input (N, C, H, W)")
-        if isinstance(x.shape[1], int) and x.shape[1] != self.in_channels:
-            from ..graphlib.source import user_source
-            raise ShapeError(f"Conv2d: expected {self.in_channels} input channels, found "
-                             f"input of shape {list(x.shape)}\n  layer: {self!r}"
-                             f"\n  in: {user_source()}")
+        _check_input(self, x, (3, 4), _IMAGE)
+        c = x.shape[x.ndim - 3]
+        if isinstance(c, int) and c != self.in_channels:
+            raise _shape_error(self, f"expected {self.in_channels} input channels (dim "
+                               f"{x.ndim - 3}), found input of shape {list(x.shape)}")
         return NF.conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation,
                          self.groups)
 
@@ -244,8 +248,12 @@ class MaxPool2d(_Pool):
         super().__init__(kernel_size, stride, padding)
         self.dilation, self.ceil_mode = dilation, ceil_mode
 
+    def extra_repr(self) -> str:
+        return (f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}, "
+                f"dilation={self.dilation}, ceil_mode={self.ceil_mode}")
+
     def forward(self, x):
-        _check_input(self, x, (4,), "a 4-D input (N, C, H, W)")
+        _check_input(self, x, (3, 4), _IMAGE)
         return NF.max_pool2d(x, self.kernel_size, self.stride, self.padding, self.dilation,
                              self.ceil_mode)
 
@@ -257,7 +265,7 @@ class AvgPool2d(_Pool):
         self.ceil_mode, self.count_include_pad = ceil_mode, count_include_pad
 
     def forward(self, x):
-        _check_input(self, x, (4,), "a 4-D input (N, C, H, W)")
+        _check_input(self, x, (3, 4), _IMAGE)
         return NF.avg_pool2d(x, self.kernel_size, self.stride, self.padding, self.ceil_mode,
                              self.count_include_pad)
 
@@ -268,7 +276,7 @@ class AdaptiveAvgPool2d(Module):
         self.output_size = output_size
 
     def forward(self, x):
-        _check_input(self, x, (4,), "a 4-D input (N, C, H, W)")
+        _check_input(self, x, (3, 4), _IMAGE)
         return NF.adaptive_avg_pool2d(x, self.output_size)
 
     def extra_repr(self) -> str:
@@ -279,14 +287,17 @@ class _BatchNorm(Module):
     _dims = (2,)
     _what = ""
 
-    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.1,
-                 affine: bool = True, track_running_stats: bool = True):
+    def __init__(self, num_features: int, eps: float = 1e-5, momentum: Optional[float] = 0.1,
+                 affine: bool = True, track_running_stats: bool = True, *, bias: bool = True):
         super().__init__()
         self.num_features, self.eps, self.momentum = num_features, eps, momentum
         self.affine, self.track_running_stats = affine, track_running_stats
         if affine:
             self.weight = Parameter(np.ones(num_features, np.float32))
-            self.bias = Parameter(np.zeros(num_features, np.float32))
+            if bias:
+                self.bias = Parameter(np.zeros(num_features, np.float32))
+            else:
+                self.register_parameter("bias", None)
         else:
             self.register_parameter("weight", None)
             self.register_parameter("bias", None)
@@ -302,10 +313,8 @@ class _BatchNorm(Module):
     def forward(self, x):
         _check_input(self, x, self._dims, self._what)
         if isinstance(x.shape[1], int) and x.shape[1] != self.num_features:
-            from ..graphlib.source import user_source
-            raise ShapeError(f"{type(self).__name__}: expected {self.num_features} channels "
-                             f"in dim 1, found input of shape {list(x.shape)}"
-                             f"\n  in: {user_source()}")
+            raise _shape_error(self, f"expected {self.num_features} channels in dim 1, found "
+                               f"input of shape {list(x.shape)}")
         use_batch = self.training or self.running_mean is None
         return NF.batch_norm(
             x, self.running_mean if self.training or not use_batch else None,
@@ -315,7 +324,8 @@ class _BatchNorm(Module):
 
     def extra_repr(self) -> str:
         return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, "
-                f"affine={self.affine}, track_running_stats={self.track_running_stats}")
+                f"affine={self.affine}, bias={self.bias is not None}, "
+                f"track_running_stats={self.track_running_stats}")
 
 
 class BatchNorm1d(_BatchNorm):
@@ -335,6 +345,7 @@ class LayerNorm(Module):
         shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(
             normalized_shape)
         self.normalized_shape, self.eps = shape, eps
+        self.elementwise_affine = elementwise_affine
         if elementwise_affine:
             self.weight = Parameter(np.ones(shape, np.float32))
             if bias:
@@ -349,21 +360,24 @@ class LayerNorm(Module):
         return NF.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
 
     def extra_repr(self) -> str:
-        return f"{self.normalized_shape}, eps={self.eps}"
+        return (f"{self.normalized_shape}, eps={self.eps}, "
+                f"elementwise_affine={self.elementwise_affine}, bias={self.bias is not None}")
 
 
 class Dropout(Module):
-    def __init__(self, p: float = 0.5):
+    """Zero elements with probability ``p`` and scale the rest by 1/(1-p) in training."""
+
+    def __init__(self, p: float = 0.5, inplace: bool = False):
         super().__init__()
         if not 0.0 <= p <= 1.0:
             raise ValueError(f"Dropout: p must lie in [0, 1], found {p}")
-        self.p = p
+        self.p, self.inplace = p, inplace
 
     def forward(self, x):
         return NF.dropout(x, self.p, self.training)
 
     def extra_repr(self) -> str:
-        return f"p={self.p}"
+        return f"p={self.p}, inplace={self.inplace}"
 
 
 class Embedding(Module):
@@ -385,7 +399,8 @@ class Embedding(Module):
         return NF.embedding(idx, self.weight, self.padding_idx)
 
     def extra_repr(self) -> str:
-        return f"{self.num_embeddings}, {self.embedding_dim}"
+        s = f"{self.num_embeddings}, {self.embedding_dim}"
+        return s if self.padding_idx is None else s + f", padding_idx={self.padding_idx}"
 
 
 class Flatten(Module):
@@ -402,23 +417,30 @@ class Flatten(Module):
 
 # -- activations -------------------------------------------------------------------------------
 class ReLU(Module):
+    """max(x, 0). ``inplace`` is accepted for PyTorch compatibility (never in place here)."""
+
     def __init__(self, inplace: bool = False):
         super().__init__()
+        self.inplace = inplace
 
     def forward(self, x):
         return F.relu(x)
+
+    def extra_repr(self) -> str:
+        return "inplace=True" if self.inplace else ""
 
 
 class LeakyReLU(Module):
     def __init__(self, negative_slope: float = 0.01, inplace: bool = False):
         super().__init__()
-        self.negative_slope = negative_slope
+        self.negative_slope, self.inplace = negative_slope, inplace
 
     def forward(self, x):
         return F.leaky_relu(x, self.negative_slope)
 
     def extra_repr(self) -> str:
-        return f"negative_slope={self.negative_slope}"
+        return f"negative_slope={self.negative_slope}" + (", inplace=True" if self.inplace
+                                                           else "")
 
 
 class GELU(Module):
@@ -462,7 +484,15 @@ class LogSoftmax(Softmax):
 
 # -- attention ---------------------------------------------------------------------------------
 class MultiheadAttention(Module):
-    """Multi-head self/cross attention on (batch, seq, embed) inputs (batch_first=True)."""
+    """Multi-head attention with ``torch.nn.MultiheadAttention``'s parameters and call.
+
+    ``forward(query, key, value, key_padding_mask, need_weights, attn_mask,
+    average_attn_weights, is_causal)`` returns ``(output, weights or None)``. As in PyTorch a
+    boolean ``attn_mask`` (L, S) or (batch * num_heads, L, S), and a boolean
+    ``key_padding_mask`` (batch, S), are True where attention is NOT allowed; float masks are
+    added to the scores. Unlike PyTorch, ``is_causal=True`` alone (no ``attn_mask``) builds
+    the causal mask, and ``batch_first`` defaults to True: inputs are (batch, seq, embed).
+    """
 
     def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0,
                  bias: bool = True, batch_first: bool = True):
@@ -470,9 +500,8 @@ class MultiheadAttention(Module):
         if embed_dim % num_heads:
             raise ValueError(f"MultiheadAttention: embed_dim ({embed_dim}) must be divisible "
                              f"by num_heads ({num_heads})")
-        if not batch_first:
-            raise NotImplementedError("MultiheadAttention: only batch_first=True is supported")
         self.embed_dim, self.num_heads, self.dropout = embed_dim, num_heads, dropout
+        self.batch_first = batch_first
         self.head_dim = embed_dim // num_heads
         self.in_proj_weight = Parameter(_empty(3 * embed_dim, embed_dim))
         init.xavier_uniform_(self.in_proj_weight)
@@ -487,11 +516,43 @@ class MultiheadAttention(Module):
     def _heads(self, t, b, s):
         return F.transpose(F.reshape(t, b, s, self.num_heads, self.head_dim), 1, 2)
 
-    def forward(self, query, key=None, value=None, attn_mask=None, is_causal: bool = False,
-                need_weights: bool = False):
+    def _check(self, name: str, t, ndim: int) -> None:
+        if t.ndim != ndim or (isinstance(t.shape[-1], int) and t.shape[-1] != self.embed_dim):
+            layout = "(batch, seq, embed)" if self.batch_first else "(seq, batch, embed)"
+            raise _shape_error(self, f"expected a 3-D {layout} {name} (or an unbatched 2-D "
+                               f"one) with embed = {self.embed_dim}, found shape "
+                               f"{list(t.shape)}")
+
+    def _mask(self, mask, name: str, b, sq, sk):
+        """A user mask as (keep: bool or None, additive: float or None), shaped to broadcast
+        against the (batch, heads, L, S) scores."""
+        if mask is None:
+            return None, None
+        if name == "key_padding_mask":
+            mask = F.reshape(mask, b, 1, 1, sk)
+        elif mask.ndim == 3:
+            mask = F.reshape(mask, b, self.num_heads, sq, sk)
+        elif mask.ndim != 2:
+            raise _shape_error(self, f"expected a 2-D (L, S) or 3-D (batch * num_heads, L, S) "
+                               f"attn_mask, found shape {list(mask.shape)}")
+        if mask.dtype == "bool":
+            return F.logical_not(mask), None
+        return None, mask
+
+    def forward(self, query, key=None, value=None, key_padding_mask=None,
+                need_weights: bool = True, attn_mask=None, average_attn_weights: bool = True,
+                is_causal: bool = False):
         key = query if key is None else key
         value = key if value is None else value
-        _check_input(self, query, (3,), "a 3-D input (batch, seq, embed)")
+        batched = query.ndim == 3
+        for name, t in (("query", query), ("key", key), ("value", value)):
+            self._check(name, t, 3 if batched else 2)
+        if not batched:
+            query, key, value = (F.unsqueeze(t, 0) for t in (query, key, value))
+            if key_padding_mask is not None:
+                key_padding_mask = F.unsqueeze(key_padding_mask, 0)
+        elif not self.batch_first:
+            query, key, value = (F.transpose(t, 0, 1) for t in (query, key, value))
         e = self.embed_dim
         w, bias = self.in_proj_weight, self.in_proj_bias
         wq, wk, wv = F.split(w, e, 0)
@@ -501,10 +562,25 @@ class MultiheadAttention(Module):
         q = self._heads(NF.linear(query, wq, bq), b, sq)
         k = self._heads(NF.linear(key, wk, bk), b, sk)
         v = self._heads(NF.linear(value, wv, bv), b, sk)
-        out = NF.scaled_dot_product_attention(q, k, v, attn_mask, is_causal,
-                                              self.dropout, self.training)
-        out = F.reshape(F.transpose(out, 1, 2), b, sq, e)
-        return self.out_proj(out)
+        keep_a, add_a = self._mask(attn_mask, "attn_mask", b, sq, sk)
+        keep_k, add_k = self._mask(key_padding_mask, "key_padding_mask", b, sq, sk)
+        keep = keep_a if keep_k is None else (keep_k if keep_a is None
+                                              else F.logical_and(keep_a, keep_k))
+        add = add_a if add_k is None else (add_k if add_a is None else add_a + add_k)
+        p = self.dropout if self.training else 0.0
+        out, weights = NF._attention(q, k, v, add, p, is_causal, None, keep)
+        out = self.out_proj(F.reshape(F.transpose(out, 1, 2), b, sq, e))
+        if not batched:
+            out = F.squeeze(out, 0)
+        elif not self.batch_first:
+            out = F.transpose(out, 0, 1)
+        if not need_weights:
+            return out, None
+        if average_attn_weights:
+            weights = F.mean(weights, 1)
+        if not batched:
+            weights = F.squeeze(weights, 0)
+        return out, weights
 
     def extra_repr(self) -> str:
         return f"embed_dim={self.embed_dim}, num_heads={self.num_heads}"
@@ -524,7 +600,10 @@ class TransformerBlock(Module):
                               Dropout(dropout))
 
     def forward(self, x, attn_mask=None, is_causal: bool = False):
-        x = x + self.attn(self.ln1(x), attn_mask=attn_mask, is_causal=is_causal)
+        """``attn_mask`` as MultiheadAttention's (boolean True = masked out)."""
+        h = self.ln1(x)
+        x = x + self.attn(h, h, h, attn_mask=attn_mask, is_causal=is_causal,
+                          need_weights=False)[0]
         return x + self.mlp(self.ln2(x))
 
 

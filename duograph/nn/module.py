@@ -7,13 +7,13 @@ its place in the module tree), so running the compiled graph updates the module 
 """
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import OrderedDict, namedtuple
 from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 
 from ..eager.tensors import Parameter, Tensor
-from ..graphlib.errors import DuographError
+from ..graphlib.errors import DTypeError, DuographError, ShapeError
 from ..graphlib.ir import Value, current_graph
 
 
@@ -22,6 +22,9 @@ class StateDictError(DuographError, KeyError):
 
     def __str__(self):
         return self.args[0] if self.args else ""
+
+
+IncompatibleKeys = namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
 
 
 class _Handle:
@@ -145,14 +148,18 @@ class Module:
     register_module = add_module
 
     # -- traversal ----------------------------------------------------------------------------
-    def named_modules(self, memo=None, prefix: str = "") -> Iterator[Tuple[str, "Module"]]:
+    def named_modules(self, memo=None, prefix: str = "",
+                      remove_duplicate: bool = True) -> Iterator[Tuple[str, "Module"]]:
+        """(dotted name, module) for this module and every descendant, depth first; a module
+        reachable by several paths comes once unless ``remove_duplicate=False``."""
         memo = set() if memo is None else memo
         stack = [(prefix, self)]
         while stack:
             name, mod = stack.pop()
-            if id(mod) in memo:
-                continue
-            memo.add(id(mod))
+            if remove_duplicate:
+                if id(mod) in memo:
+                    continue
+                memo.add(id(mod))
             yield name, mod
             children = [(f"{name}.{k}" if name else k, m) for k, m in mod._modules.items()
                         if m is not None]
@@ -216,8 +223,7 @@ class Module:
             if set_to_none:
                 p.grad = None
             else:
-                p.grad = Tensor(np.zeros_like(p.grad.data) if p.device == "cpu"
-                                else p.grad.data * 0)
+                p.grad = _zeros_like_grad(p.grad)
 
     def apply(self, fn: Callable[["Module"], None]) -> "Module":
         for m in list(self.modules())[::-1]:
@@ -265,9 +271,11 @@ class Module:
 
     # -- state dicts --------------------------------------------------------------------------
     def state_dict(self, prefix: str = "", keep_vars: bool = False) -> "OrderedDict[str, Tensor]":
-        """Parameters and persistent buffers by dotted name (detached tensors sharing data)."""
+        """Parameters and persistent buffers by dotted name (detached tensors sharing data).
+
+        As PyTorch, a module shared by several paths is saved under each of its names."""
         out: "OrderedDict[str, Tensor]" = OrderedDict()
-        for mname, mod in self.named_modules(prefix=prefix.rstrip(".")):
+        for mname, mod in self.named_modules(prefix=prefix.rstrip("."), remove_duplicate=False):
             for k, p in mod._parameters.items():
                 if p is not None:
                     out[f"{mname}.{k}" if mname else k] = p if keep_vars else p.detach()
@@ -279,7 +287,8 @@ class Module:
     def load_state_dict(self, state_dict: Dict, strict: bool = True):
         """Copy values into the parameters and buffers (shapes must match).
 
-        Returns (missing_keys, unexpected_keys); with ``strict`` either raises StateDictError.
+        Returns ``IncompatibleKeys(missing_keys, unexpected_keys)``; with ``strict`` either
+        raises StateDictError. A shape mismatch always raises, and nothing is loaded then.
         """
         own = self.state_dict(keep_vars=True)
         missing = [k for k in own if k not in state_dict]
@@ -309,7 +318,7 @@ class Module:
                     arr = src.__array__() if isinstance(src, Tensor) else np.asarray(src)
                     t.copy_(Tensor(np.asarray(arr)) if t.device == "cpu" else
                             Tensor(np.asarray(arr)).to(device=t.device))
-        return missing, unexpected
+        return IncompatibleKeys(missing, unexpected)
 
     # -- hooks and calling --------------------------------------------------------------------
     def register_forward_pre_hook(self, hook: Callable) -> _Handle:
@@ -333,14 +342,18 @@ class Module:
             if new is not None:
                 args = new if isinstance(new, tuple) else (new,)
         graph = _graph_of(args, kwargs)
-        if graph is not None and current_graph() is not graph:
-            with graph:
-                _bind_names(self, graph)
+        try:
+            if graph is not None and current_graph() is not graph:
+                with graph:
+                    _bind_names(self, graph)
+                    out = self.forward(*args, **kwargs)
+            else:
+                if graph is not None:
+                    _bind_names(self, graph)
                 out = self.forward(*args, **kwargs)
-        else:
-            if graph is not None:
-                _bind_names(self, graph)
-            out = self.forward(*args, **kwargs)
+        except (ShapeError, DTypeError, IndexError) as e:
+            _name_layer(e, self)
+            raise
         for hook in list(self._forward_hooks.values()):
             new = hook(self, args, out)
             if new is not None:
@@ -369,6 +382,27 @@ class Module:
     def __dir__(self) -> List[str]:
         return sorted(set(super().__dir__()) | set(self._parameters) | set(self._buffers)
                       | set(self._modules))
+
+
+def _zeros_like_grad(grad: Tensor) -> Tensor:
+    """Fresh zeros shaped like ``grad`` on its device (``grad * 0`` would keep NaN and inf)."""
+    zeros = grad.data.copy()
+    zeros.fill(0)
+    return Tensor(zeros)
+
+
+def _name_layer(error: Exception, module: Module) -> None:
+    """Add the innermost layer that was running to a shape, dtype or index error's message
+    (once), so an error deep inside a model says which layer it came from."""
+    message = error.args[0] if error.args and isinstance(error.args[0], str) else None
+    if message is None or getattr(error, "_layer_named", False):
+        return
+    error._layer_named = True
+    if "\n  layer: " in message:
+        return
+    extra = module.extra_repr()
+    line = f"{type(module).__name__}({extra})" if "\n" not in extra else type(module).__name__
+    error.args = (f"{message}\n  layer: {line}",) + tuple(error.args[1:])
 
 
 def _graph_of(args, kwargs):

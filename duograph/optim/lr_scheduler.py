@@ -119,7 +119,15 @@ class ReduceLROnPlateau:
                              "'rel'/'abs'")
         self.optimizer, self.mode, self.factor = optimizer, mode, factor
         self.patience, self.threshold, self.threshold_mode = patience, threshold, threshold_mode
-        self.cooldown, self.min_lr, self.eps = cooldown, min_lr, eps
+        n = len(optimizer.param_groups)
+        if isinstance(min_lr, (list, tuple)):
+            if len(min_lr) != n:
+                raise ValueError(f"ReduceLROnPlateau: expected {n} min_lr values (one per "
+                                 f"parameter group), found {len(min_lr)}")
+            self.min_lrs = [float(v) for v in min_lr]
+        else:
+            self.min_lrs = [float(min_lr)] * n
+        self.cooldown, self.eps = cooldown, eps
         self.best = math.inf if mode == "min" else -math.inf
         self.num_bad_epochs = 0
         self.cooldown_counter = 0
@@ -145,8 +153,8 @@ class ReduceLROnPlateau:
             self.cooldown_counter -= 1
             self.num_bad_epochs = 0
         if self.num_bad_epochs > self.patience:
-            for g in self.optimizer.param_groups:
-                new = max(g["lr"] * self.factor, self.min_lr)
+            for g, min_lr in zip(self.optimizer.param_groups, self.min_lrs):
+                new = max(g["lr"] * self.factor, min_lr)
                 if g["lr"] - new > self.eps:
                     g["lr"] = new
             self.cooldown_counter = self.cooldown
@@ -154,3 +162,9 @@ class ReduceLROnPlateau:
 
     def get_last_lr(self) -> List[float]:
         return [g["lr"] for g in self.optimizer.param_groups]
+
+    def state_dict(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "optimizer"}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.__dict__.update(state)

@@ -19,6 +19,7 @@ from ..graphlib import functional as F
 from ..graphlib.autodiff import grad as symbolic_grad
 from ..graphlib.errors import GraphError
 from ..graphlib.ir import Value
+from ..nn.module import _zeros_like_grad
 
 
 class _LearningRate:
@@ -75,11 +76,12 @@ class Optimizer:
                 if set_to_none:
                     p.grad = None
                 else:
-                    p.grad = Tensor(p.grad.data * 0)
+                    p.grad = _zeros_like_grad(p.grad)
 
     # -- the rule (written once, with op functions) ---------------------------------------------
     def _init_slots(self, p: Tensor, group: dict) -> Dict[str, Tensor]:
-        state = {"step": Tensor(np.zeros((), dtype=np.float32))}
+        # float64: bias corrections such as 1 - beta2 ** step lose digits in float32
+        state = {"step": Tensor(np.zeros((), dtype=np.float64))}
         for name in self.slots:
             state[name] = Tensor(np.zeros(p.shape, dtype=p.data.dtype))
         return state
@@ -176,9 +178,14 @@ class Optimizer:
                     mine[k] = v
             params.extend(zip(theirs["params"], mine["params"]))
         saved = {int(k): v for k, v in state_dict["state"].items()}
+        group_of = {id(p): g for g in self.param_groups for p in g["params"]}
         for idx, p in params:
             if idx in saved:
-                slots = self._slots_of(p, None)
+                slots = self._slots_of(p, group_of[id(p)])
+                if "step" not in saved[idx] and saved[idx]:
+                    # a checkpoint without step counts (PyTorch's SGD): its slots exist, so
+                    # at least one step was taken
+                    _write(slots["step"], Tensor(np.ones((), slots["step"].data.dtype)))
                 for k, v in saved[idx].items():
                     arr = v.__array__() if isinstance(v, Tensor) else np.asarray(v)
                     if k in slots:
@@ -273,9 +280,10 @@ class Adam(Optimizer):
         if group["amsgrad"]:
             v = F.maximum(state["max_exp_avg_sq"], v)
             new["max_exp_avg_sq"] = v
-        bc1 = 1.0 - F.pow(b1, step)
-        bc2 = 1.0 - F.pow(b2, step)
-        denom = F.sqrt(v) / F.sqrt(bc2) + group["eps"]
+        # bias corrections in float64 (PyTorch computes them in Python floats)
+        bc1 = F.cast(1.0 - F.pow(b1, step), p.dtype)
+        bc2_sqrt = F.cast(F.sqrt(1.0 - F.pow(b2, step)), p.dtype)
+        denom = F.sqrt(v) / bc2_sqrt + group["eps"]
         return p - (m / denom) * (lr / bc1), new
 
 
@@ -346,7 +354,7 @@ class Adagrad(Optimizer):
         if group["weight_decay"]:
             g = g + group["weight_decay"] * p
         step = state["step"] + 1.0
-        clr = lr / ((step - 1.0) * group["lr_decay"] + 1.0)
+        clr = lr / F.cast((step - 1.0) * group["lr_decay"] + 1.0, p.dtype)
         total = state["sum"] + g * g
         return p - (g / (F.sqrt(total) + group["eps"])) * clr, {"step": step, "sum": total}
 

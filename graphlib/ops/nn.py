@@ -23,6 +23,8 @@ def _softmax_kernel(xp, x, dim):
         x = x.astype(dtypes.DEFAULT_FLOAT)
     if x.ndim == 0:
         return xp.ones_like(x)
+    if x.size == 0:    # no max to shift by: the result is empty too
+        return x.copy()
     m = xp.amax(x, axis=dim, keepdims=True)
     m = xp.where(xp.isfinite(m), m, 0)
     e = xp.exp(x - m)
@@ -34,6 +36,8 @@ def _log_softmax_kernel(xp, x, dim):
         x = x.astype(dtypes.DEFAULT_FLOAT)
     if x.ndim == 0:
         return xp.zeros_like(x)
+    if x.size == 0:
+        return x.copy()
     m = xp.amax(x, axis=dim, keepdims=True)
     m = xp.where(xp.isfinite(m), m, 0)
     shifted = x - m

@@ -1,0 +1,336 @@
+"""Losses against PyTorch (values and input gradients, float64), numerical stability for
+extreme inputs, graph mode, clear errors; and nn.utils.clip_grad_norm_."""
+import numpy as np
+import pytest
+
+import duograph as dg
+from duograph import nn
+from duograph.nn import functional as NF
+
+torch = pytest.importorskip("torch")
+TF = torch.nn.functional
+REDUCTIONS = ["mean", "sum", "none"]
+
+
+def _np(t):
+    if isinstance(t, torch.Tensor):
+        return t.detach().numpy()
+    return np.asarray(t.detach().numpy() if hasattr(t, "detach") else t)
+
+
+def _both(a, grad=False):
+    """The same array as a duograph tensor and a torch tensor."""
+    return dg.tensor(a, requires_grad=grad), torch.tensor(a, requires_grad=grad)
+
+
+def _check(ours_fn, theirs_fn, inputs, rtol=1e-10, atol=1e-12, grad_of=(0,)):
+    """Compare values, and gradients w.r.t. the inputs listed in ``grad_of``."""
+    pairs = [_both(a, grad=(i in grad_of)) if isinstance(a, np.ndarray) else (a, a)
+             for i, a in enumerate(inputs)]
+    out = ours_fn(*[p[0] for p in pairs])
+    tout = theirs_fn(*[p[1] for p in pairs])
+    assert tuple(out.shape) == tuple(tout.shape)
+    np.testing.assert_allclose(_np(out), _np(tout), rtol=rtol, atol=atol)
+    assert np.all(np.isfinite(_np(out)))
+    cot = np.random.default_rng(0).standard_normal(tuple(out.shape))
+    (out * dg.tensor(cot)).sum().backward()
+    (tout * torch.tensor(cot)).sum().backward()
+    for i in grad_of:
+        g, tg = pairs[i][0].grad, pairs[i][1].grad
+        np.testing.assert_allclose(_np(g), _np(tg), rtol=rtol * 100, atol=atol * 100,
+                                   err_msg=f"gradient of input {i}")
+        assert np.all(np.isfinite(_np(g)))
+    return out
+
+
+RNG = np.random.default_rng(1234)
+
+
+# -- regression losses ---------------------------------------------------------------------------
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+def test_mse_and_l1(reduction):
+    a, b = RNG.standard_normal((3, 4)), RNG.standard_normal((3, 4))
+    _check(nn.MSELoss(reduction=reduction), torch.nn.MSELoss(reduction=reduction), [a, b],
+           grad_of=(0, 1))
+    _check(nn.L1Loss(reduction=reduction), torch.nn.L1Loss(reduction=reduction), [a, b],
+           grad_of=(0, 1))
+    _check(lambda x, y: NF.mse_loss(x, y, reduction),
+           lambda x, y: TF.mse_loss(x, y, reduction=reduction), [a, b])
+
+
+# -- cross entropy and NLL ---------------------------------------------------------------------
+def _targets(n_classes, shape, ignore=None, rng=RNG):
+    t = rng.integers(0, n_classes, size=shape).astype(np.int64)
+    if ignore is not None:
+        t.reshape(-1)[::3] = ignore
+    return t
+
+
+CE_SHAPES = [((5, 4), (5,)), ((2, 4, 3), (2, 3)), ((2, 3, 2, 2), (2, 2, 2))]
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+@pytest.mark.parametrize("shapes", CE_SHAPES, ids=["NC", "NCd", "NCdd"])
+@pytest.mark.parametrize("weighted", [False, True], ids=["", "weight"])
+@pytest.mark.parametrize("ignore", [None, -100, 1], ids=["", "ign-100", "ign1"])
+@pytest.mark.parametrize("smoothing", [0.0, 0.2], ids=["", "ls"])
+def test_cross_entropy_matches_torch(reduction, shapes, weighted, ignore, smoothing):
+    xshape, tshape = shapes
+    c = xshape[1]
+    rng = np.random.default_rng(hash((reduction, xshape, weighted, ignore, smoothing)) % 2**32)
+    x = rng.standard_normal(xshape) * 3
+    t = _targets(c, tshape, ignore, rng)
+    w = rng.uniform(0.2, 2.0, c) if weighted else None
+    kwargs = dict(reduction=reduction, label_smoothing=smoothing)
+    if ignore is not None:
+        kwargs["ignore_index"] = ignore
+    ours = nn.CrossEntropyLoss(weight=None if w is None else dg.tensor(w), **kwargs)
+    theirs = torch.nn.CrossEntropyLoss(weight=None if w is None else torch.tensor(w), **kwargs)
+    _check(ours, theirs, [x, t])
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+@pytest.mark.parametrize("shapes", CE_SHAPES[:2], ids=["NC", "NCd"])
+def test_nll_loss_matches_torch(reduction, shapes):
+    xshape, tshape = shapes
+    c = xshape[1]
+    logp = np.log(RNG.dirichlet(np.ones(c), size=int(np.prod(xshape)) // c))
+    logp = np.moveaxis(logp.reshape((xshape[0],) + xshape[2:] + (c,)), -1, 1)
+    t = _targets(c, tshape, ignore=-100)
+    w = RNG.uniform(0.2, 2.0, c)
+    _check(nn.NLLLoss(reduction=reduction), torch.nn.NLLLoss(reduction=reduction), [logp, t])
+    t2 = np.where(t == -100, 2, t)
+    _check(nn.NLLLoss(weight=dg.tensor(w), reduction=reduction, ignore_index=2),
+           torch.nn.NLLLoss(weight=torch.tensor(w), reduction=reduction, ignore_index=2),
+           [logp, t2])
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+def test_cross_entropy_probability_targets(reduction, smoothing):
+    x = RNG.standard_normal((4, 3, 2))
+    p = RNG.dirichlet(np.ones(3), size=(4, 2)).transpose(0, 2, 1).copy()
+    w = RNG.uniform(0.5, 2.0, 3)
+    _check(lambda a, b: NF.cross_entropy(a, b, reduction=reduction,
+                                         label_smoothing=smoothing),
+           lambda a, b: TF.cross_entropy(a, b, reduction=reduction,
+                                         label_smoothing=smoothing), [x, p], grad_of=(0, 1))
+    _check(lambda a, b: NF.cross_entropy(a, b, weight=dg.tensor(w), reduction=reduction),
+           lambda a, b: TF.cross_entropy(a, b, weight=torch.tensor(w), reduction=reduction),
+           [x, p])
+
+
+def test_cross_entropy_is_stable_for_extreme_logits():
+    x = np.array([[1000.0, -1000.0, 0.0], [-1000.0, 1000.0, 999.0], [0.0, 0.0, -1000.0]])
+    t = np.array([1, 2, 0])
+    for red in REDUCTIONS:
+        _check(nn.CrossEntropyLoss(reduction=red), torch.nn.CrossEntropyLoss(reduction=red),
+               [x, t])
+        _check(nn.CrossEntropyLoss(reduction=red, label_smoothing=0.1),
+               torch.nn.CrossEntropyLoss(reduction=red, label_smoothing=0.1), [x, t])
+    out = nn.CrossEntropyLoss()(dg.tensor(x.astype(np.float32)), dg.tensor(t))
+    assert np.isfinite(out.item())
+
+
+@pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning")
+def test_cross_entropy_all_ignored_gives_nan_like_torch():
+    x = RNG.standard_normal((2, 3))
+    t = np.array([-100, -100])
+    out = nn.CrossEntropyLoss()(dg.tensor(x), dg.tensor(t))
+    tout = torch.nn.CrossEntropyLoss()(torch.tensor(x), torch.tensor(t))
+    assert np.isnan(out.item()) and np.isnan(tout.item())
+    out = nn.CrossEntropyLoss(reduction="sum")(dg.tensor(x), dg.tensor(t))
+    assert out.item() == 0.0
+
+
+def test_cross_entropy_float32_and_int32_targets():
+    x = RNG.standard_normal((6, 5)).astype(np.float32)
+    t = RNG.integers(0, 5, 6).astype(np.int32)
+    out = nn.CrossEntropyLoss()(dg.tensor(x), dg.tensor(t))
+    assert out.dtype == "float32"
+    ref = TF.cross_entropy(torch.tensor(x), torch.tensor(t).long())
+    np.testing.assert_allclose(out.item(), ref.item(), rtol=1e-6)
+
+
+# -- binary cross entropy ---------------------------------------------------------------------
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+def test_bce_matches_torch(reduction):
+    p = RNG.uniform(0.05, 0.95, (4, 3))
+    y = RNG.uniform(0, 1, (4, 3))
+    w = RNG.uniform(0.5, 2.0, (4, 3))
+    _check(nn.BCELoss(reduction=reduction), torch.nn.BCELoss(reduction=reduction), [p, y])
+    _check(nn.BCELoss(weight=dg.tensor(w[0]), reduction=reduction),
+           torch.nn.BCELoss(weight=torch.tensor(w[0]), reduction=reduction), [p, y])
+
+
+@pytest.mark.filterwarnings("ignore:divide by zero:RuntimeWarning")
+def test_bce_clamps_log_at_minus_100_like_torch():
+    p = np.array([0.0, 1.0, 1e-50, 0.5])
+    y = np.array([1.0, 0.0, 1.0, 1.0])
+    out = nn.BCELoss(reduction="none")(dg.tensor(p), dg.tensor(y))
+    tout = torch.nn.BCELoss(reduction="none")(torch.tensor(p), torch.tensor(y))
+    np.testing.assert_allclose(_np(out), _np(tout), rtol=1e-12)
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+def test_bce_with_logits_matches_torch(reduction):
+    x = RNG.standard_normal((4, 3)) * 3
+    y = (RNG.uniform(0, 1, (4, 3)) > 0.5).astype(np.float64)
+    pw = RNG.uniform(0.5, 3.0, 3)
+    w = RNG.uniform(0.5, 2.0, 3)
+    _check(nn.BCEWithLogitsLoss(reduction=reduction),
+           torch.nn.BCEWithLogitsLoss(reduction=reduction), [x, y], grad_of=(0, 1))
+    _check(nn.BCEWithLogitsLoss(reduction=reduction, pos_weight=dg.tensor(pw),
+                                weight=dg.tensor(w)),
+           torch.nn.BCEWithLogitsLoss(reduction=reduction, pos_weight=torch.tensor(pw),
+                                      weight=torch.tensor(w)), [x, y], grad_of=(0, 1))
+
+
+def test_bce_with_logits_large_logits_stay_finite():
+    x = np.array([1000.0, -1000.0, 800.0, -800.0, 0.0, 50.0])
+    y = np.array([0.0, 1.0, 1.0, 0.0, 0.5, 0.0])
+    pw = np.array([2.0])
+    for red in REDUCTIONS:
+        _check(nn.BCEWithLogitsLoss(reduction=red),
+               torch.nn.BCEWithLogitsLoss(reduction=red), [x, y])
+        _check(nn.BCEWithLogitsLoss(reduction=red, pos_weight=dg.tensor(pw)),
+               torch.nn.BCEWithLogitsLoss(reduction=red, pos_weight=torch.tensor(pw)), [x, y])
+    out = nn.BCEWithLogitsLoss()(dg.tensor(x.astype(np.float32)),
+                                 dg.tensor(y.astype(np.float32)))
+    assert np.isfinite(out.item())
+
+
+# -- KL divergence ---------------------------------------------------------------------------------
+@pytest.mark.filterwarnings("ignore:reduction. 'mean' divides:UserWarning")
+@pytest.mark.parametrize("reduction", REDUCTIONS + ["batchmean"])
+@pytest.mark.parametrize("log_target", [False, True])
+def test_kl_div_matches_torch(reduction, log_target):
+    logq = np.log(RNG.dirichlet(np.ones(4), size=3))
+    p = RNG.dirichlet(np.ones(4), size=3)
+    p[0, 1] = 0.0                                  # a zero target contributes nothing
+    target = np.log(p + 1e-300) if log_target else p
+    _check(nn.KLDivLoss(reduction=reduction, log_target=log_target),
+           torch.nn.KLDivLoss(reduction=reduction, log_target=log_target), [logq, target],
+           grad_of=(0,))
+
+
+def test_kl_div_target_gradient():
+    logq = np.log(RNG.dirichlet(np.ones(4), size=3))
+    p = RNG.dirichlet(np.ones(4), size=3)
+    _check(nn.KLDivLoss(reduction="batchmean"), torch.nn.KLDivLoss(reduction="batchmean"),
+           [logq, p], grad_of=(0, 1))
+    _check(nn.KLDivLoss(reduction="sum", log_target=True),
+           torch.nn.KLDivLoss(reduction="sum", log_target=True), [logq, np.log(p)],
+           grad_of=(0, 1))
+
+
+# -- finite differences -------------------------------------------------------------------------
+def test_losses_gradcheck():
+    rng = np.random.default_rng(3)
+    x = dg.tensor(rng.standard_normal((3, 4)), requires_grad=True)
+    t = dg.tensor(np.array([0, 3, -100]))
+    w = dg.tensor(rng.uniform(0.5, 2, 4))
+    y = dg.tensor(rng.uniform(0, 1, (3, 4)))
+    dg.autograd.gradcheck(lambda a: NF.cross_entropy(a, t, w, label_smoothing=0.1), [x])
+    pw = dg.tensor(rng.uniform(0.5, 2, 4))
+    dg.autograd.gradcheck(lambda a: NF.binary_cross_entropy_with_logits(a, y, pos_weight=pw),
+                          [x])
+    p = dg.tensor(rng.uniform(0.1, 0.9, (3, 4)), requires_grad=True)
+    dg.autograd.gradcheck(lambda a: NF.binary_cross_entropy(a, y), [p])
+    dg.autograd.gradcheck(lambda a: NF.kl_div(a, y, "batchmean"), [x])
+    dg.autograd.gradcheck(lambda a: NF.mse_loss(a, y) + NF.l1_loss(a, y), [x])
+
+
+# -- graph mode ---------------------------------------------------------------------------------
+def test_losses_in_graph_mode_match_eager():
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((5, 3, 2))
+    t = _targets(3, (5, 2), ignore=-100, rng=rng)
+    y = rng.uniform(0, 1, (5, 3, 2))
+    w = dg.tensor(rng.uniform(0.5, 2, 3))
+    losses = {
+        "ce": lambda a, b, c: nn.CrossEntropyLoss(weight=w, label_smoothing=0.1)(a, b),
+        "ce_none": lambda a, b, c: nn.CrossEntropyLoss(reduction="none")(a, b),
+        "nll": lambda a, b, c: nn.NLLLoss()(a, b),
+        "bce_logits": lambda a, b, c: nn.BCEWithLogitsLoss()(a, c),
+        "kl": lambda a, b, c: nn.KLDivLoss(reduction="batchmean")(a, c),
+        "mse": lambda a, b, c: nn.MSELoss()(a, c),
+    }
+    g = dg.Graph("losses")
+    with g:
+        xa = dg.placeholder("x", ("N", 3, 2), "float64")
+        ta = dg.placeholder("t", ("N", 2), "int64")
+        ya = dg.placeholder("y", ("N", 3, 2), "float64")
+        outs = {k: f(xa, ta, ya) for k, f in losses.items()}
+        grads = {k: dg.grad(dg.sum(v), [xa])[0] for k, v in outs.items()}
+    exe = g.compile(outputs=list(outs.values()) + list(grads.values()))
+    got = exe(x=x, t=t, y=y)
+    for i, (k, f) in enumerate(losses.items()):
+        xe = dg.tensor(x, requires_grad=True)
+        out = f(xe, dg.tensor(t), dg.tensor(y))
+        out.sum().backward()
+        np.testing.assert_allclose(got[i], _np(out), rtol=1e-12, err_msg=k)
+        np.testing.assert_allclose(got[len(losses) + i], _np(xe.grad), rtol=1e-10, atol=1e-14,
+                                   err_msg=k)
+
+
+# -- errors ----------------------------------------------------------------------------------------
+def test_loss_errors_are_clear():
+    x = dg.randn(4, 3)
+    with pytest.raises(dg.ShapeError, match=r"(?s)cross_entropy.*\[4\].*\[5\].*test_losses"):
+        nn.CrossEntropyLoss()(x, dg.tensor(np.zeros(5, np.int64)))
+    with pytest.raises(dg.ShapeError, match=r"(?s)mse_loss.*\[4, 3\].*\[3\].*layer: MSELoss"):
+        nn.MSELoss()(x, dg.randn(3))
+    with pytest.raises(dg.ShapeError, match="cross_entropy"):
+        nn.CrossEntropyLoss()(dg.randn(4), dg.tensor(np.zeros(4, np.int64)))
+    with pytest.raises(ValueError, match="reduction"):
+        nn.MSELoss(reduction="avg")
+    with pytest.raises(ValueError, match="reduction"):
+        NF.mse_loss(x, x, reduction="avg")
+    with pytest.raises(ValueError, match="label_smoothing"):
+        NF.cross_entropy(x, dg.tensor(np.zeros(4, np.int64)), label_smoothing=1.5)
+    with pytest.raises(dg.DTypeError, match="cross_entropy"):
+        NF.cross_entropy(x, dg.randn(4))
+
+
+def test_loss_repr_matches_torch_for_defaults():
+    assert repr(nn.CrossEntropyLoss()) == repr(torch.nn.CrossEntropyLoss())
+    assert repr(nn.MSELoss()) == repr(torch.nn.MSELoss())
+
+
+# -- clip_grad_norm_ -----------------------------------------------------------------------------
+@pytest.mark.parametrize("norm_type", [2.0, 1.0, 3.0, float("inf")])
+@pytest.mark.parametrize("max_norm", [0.5, 100.0])
+def test_clip_grad_norm_matches_torch(norm_type, max_norm):
+    rng = np.random.default_rng(5)
+    grads = [rng.standard_normal(s) for s in [(3, 4), (4,), (2, 2, 2)]]
+    ours = [nn.Parameter(np.zeros(g.shape)) for g in grads]
+    theirs = [torch.zeros(g.shape, dtype=torch.float64, requires_grad=True) for g in grads]
+    for p, tp, g in zip(ours, theirs, grads):
+        p.grad = dg.tensor(g.copy())
+        tp.grad = torch.tensor(g.copy())
+    no_grad = nn.Parameter(np.zeros(2))            # parameters without a gradient are skipped
+    total = nn.utils.clip_grad_norm_(ours + [no_grad], max_norm, norm_type)
+    ttotal = torch.nn.utils.clip_grad_norm_(theirs, max_norm, norm_type)
+    np.testing.assert_allclose(_np(total), _np(ttotal), rtol=1e-12)
+    assert tuple(total.shape) == ()
+    for p, tp in zip(ours, theirs):
+        np.testing.assert_allclose(_np(p.grad), _np(tp.grad), rtol=1e-12)
+
+
+def test_clip_grad_norm_single_tensor_generator_and_nonfinite():
+    p = nn.Parameter(np.zeros(3))
+    p.grad = dg.tensor(np.array([3.0, 4.0, 0.0]))
+    total = nn.utils.clip_grad_norm_(p, 1.0)
+    assert total.item() == pytest.approx(5.0)
+    np.testing.assert_allclose(_np(p.grad), [0.6, 0.8, 0.0], rtol=1e-5)
+    lin = nn.Linear(2, 2)
+    lin(dg.randn(3, 2)).sum().backward()
+    total = nn.utils.clip_grad_norm_(lin.parameters(), 1e-3)
+    now = np.sqrt(sum(np.sum(_np(q.grad) ** 2) for q in lin.parameters()))
+    assert now == pytest.approx(1e-3, rel=1e-3) and total.item() > 1e-3
+    q = nn.Parameter(np.zeros(2))
+    q.grad = dg.tensor(np.array([np.inf, 1.0]))
+    with pytest.raises(RuntimeError, match="non-finite|nan|inf"):
+        nn.utils.clip_grad_norm_(q, 1.0, error_if_nonfinite=True)
+    assert nn.utils.clip_grad_norm_([], 1.0).item() == 0.0
