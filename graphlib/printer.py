@@ -25,9 +25,11 @@ def _fmt_attr(v) -> str:
 
 
 def format_attrs(attrs: dict) -> str:
-    if not attrs:
+    # a body (a fused node's sub-graph) is printed after the call instead, by node_to_text
+    shown = [(k, v) for k, v in attrs.items() if not hasattr(v, "body_text")]
+    if not shown:
         return ""
-    return "{" + ", ".join(f"{k}={_fmt_attr(v)}" for k, v in attrs.items()) + "}"
+    return "{" + ", ".join(f"{k}={_fmt_attr(v)}" for k, v in shown) + "}"
 
 
 class Namer:
@@ -53,6 +55,9 @@ def node_to_text(node, namer: Namer, source: bool = False, indent: str = "  ") -
     outs = ", ".join(f"{namer.name(o)}: {o.type!r}" for o in node.outputs)
     ins = ", ".join(namer.name(i) for i in node.inputs)
     line = f"{indent}{outs} = {node.op.name}({ins}){format_attrs(node.attrs)}"
+    for v in node.attrs.values():   # fused(%3, %5) { %a = mul(%i0, %i1); ... }
+        if hasattr(v, "body_text"):
+            line += " " + v.body_text()
     sub = getattr(node, "subgraph_text", None)
     if sub is not None:
         line += "\n" + sub(indent + "  ")

@@ -22,7 +22,7 @@ class OpDef:
     """Definition of one op. Calling it applies the op to Values, tensors or numbers."""
 
     __slots__ = ("name", "infer", "kernel", "vjp", "expr", "elementwise", "promote",
-                 "nondiff_inputs", "random", "multi_output", "doc", "__weakref__")
+                 "out_kernel", "nondiff_inputs", "random", "multi_output", "doc", "__weakref__")
 
     def __init__(self, name: str, infer: Callable, kernel: Callable,
                  vjp: Optional[Callable] = None, *, expr: Optional[str] = None,
@@ -39,6 +39,11 @@ class OpDef:
         self.nondiff_inputs = tuple(nondiff_inputs)
         self.random = random            # reads a seed: never merged or dropped by passes
         self.multi_output = multi_output  # always returns a tuple, even of one output
+        # out_kernel(xp, *arrays, out=array, **attrs) -> bool: write the result into ``out``
+        # (a preallocated array of the output's dtype and shape) and return True, or return
+        # False when it cannot for these operands (the planned runtime then calls ``kernel``
+        # and copies). Set in ops/out_kernels.py.
+        self.out_kernel = None
         self.doc = doc
 
     def __call__(self, *inputs, **attrs):

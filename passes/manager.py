@@ -21,6 +21,8 @@ from ..graphlib.errors import GraphError
 from ..graphlib.ir import Graph
 from .cleanup import (algebraic_simplification, common_subexpression_elimination,
                       constant_folding, dead_code_elimination)
+from .fusion import fuse_elementwise
+from .schedule import memory_aware_schedule
 
 PassFn = Callable[[Graph], object]
 
@@ -29,13 +31,15 @@ PASSES: Dict[str, PassFn] = {
     "cse": common_subexpression_elimination,
     "fold": constant_folding,
     "simplify": algebraic_simplification,
+    "fuse": fuse_elementwise,
+    "schedule": memory_aware_schedule,
 }
 
 # The pipelines, in order. O2 grows with fusion and memory planning.
 PIPELINES: Dict[str, List[str]] = {
     "O0": [],
     "O1": ["dce", "fold", "simplify", "cse", "dce"],
-    "O2": ["dce", "fold", "simplify", "cse", "simplify", "dce"],
+    "O2": ["dce", "fold", "simplify", "cse", "simplify", "dce", "fuse", "schedule"],
 }
 
 

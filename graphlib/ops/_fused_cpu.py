@@ -1,0 +1,799 @@
+"""How fused nodes run on numpy: strategies picked by measurement (``benchmarks/fusion.py``).
+
+A fused body is split into its *prologue* (a matmul or reduction whose epilogue was fused: run
+whole with its own kernel) and its elementwise *region*. The region runs with one of:
+
+- ``numpy`` (the default without numba): generated Python that walks the iteration space in
+  cache-sized chunks (``CHUNK`` elements) and calls numpy ufuncs with ``out=`` into a few
+  scratch buffers reused across chunks and runs, so intermediates stay in L2 and nothing is
+  allocated per op. Ops without an exact ufunc form call their own kernel on the chunk.
+  Results are bitwise those of the unfused graph.
+- ``numba``: one ``@njit`` loop generated from the ops' ``expr`` templates, compiled once and
+  cached on disk across processes, single-threaded by default (see ``NUMBA_PARALLEL``).
+  Used where it measured faster. There is no SVML here, so numba's ``np.tanh``, ``exp`` and
+  ``log`` are scalar libm calls (tanh ~17 ns an element, 20-40x slower than numpy's SIMD
+  loops): the generated code computes float32 tanh (and sigmoid, tanh-GELU) with a
+  vectorisable rational approximation (Eigen's, a few ulp), and bodies with other
+  transcendental ops stay on numpy. Python float literals are cast to the compute dtype, so
+  float32 code never promotes to float64.
+
+``set_strategy`` (or the ``DUOGRAPH_FUSED`` environment variable) forces one: ``auto``,
+``numpy``, ``numba`` or ``ops`` (op by op, the reference).
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import math
+import os
+import re
+import sys
+import tempfile
+import threading
+import warnings
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+# Elements per chunk (float32: 256 KiB per buffer; the few live ones stay in a 2 MiB L2):
+# 64K-128K measured fastest here, 8K-16K lose to per-call overhead, 1M+ spill the cache.
+CHUNK = 1 << 16
+# Threads splitting the chunks of one large fused kernel (numpy's ufuncs release the GIL),
+# from THREAD_MIN_ELEMENTS on; below it the hand-off costs more than a second core gives.
+# Off by default (1): two threads measured 1.6x faster on an idle 2-core machine, but slower
+# than one next to BLAS (its threads spin on the cores after each matmul) or other work.
+THREADS = max(1, int(os.environ.get("DUOGRAPH_FUSED_THREADS", "1")))
+THREAD_MIN_ELEMENTS = 1 << 20
+# Below this many elements a numba kernel saves under ~50 us a call, which rarely repays
+# its first compilation (~1 s; later processes load it from the disk cache in ~0.1 s).
+NUMBA_MIN_ELEMENTS = 1 << 16
+# numba kernels run on one thread by default: with parallel=True, numba's OpenMP threads
+# and OpenBLAS's threads spin-wait on each other's cores after every call, which measured
+# a 12x slower MLP training step on 2 cores. DUOGRAPH_NUMBA_PARALLEL=1 turns it on.
+NUMBA_PARALLEL = os.environ.get("DUOGRAPH_NUMBA_PARALLEL", "0") == "1"
+STRATEGIES = ("auto", "numpy", "numba", "ops")
+_strategy = os.environ.get("DUOGRAPH_FUSED", "auto")
+if _strategy not in STRATEGIES:
+    _strategy = "auto"
+
+
+def set_strategy(name: str) -> str:
+    """Force a CPU strategy for fused nodes (one of STRATEGIES); returns the previous one."""
+    global _strategy
+    if name not in STRATEGIES:
+        raise ValueError(f"fused strategy must be one of {STRATEGIES}, found {name!r}")
+    old, _strategy = _strategy, name
+    return old
+
+
+def get_strategy() -> str:
+    return _strategy
+
+
+# -- layout: prologue, region, inputs and outputs of a body ----------------------------------
+class Layout:
+    """A body split once into prologue nodes, constants and the elementwise region."""
+
+    __slots__ = ("prologue", "constants", "region", "region_inputs", "region_outputs",
+                 "outputs", "direct")
+
+    def __init__(self, graph):
+        self.prologue = [n for n in graph.nodes
+                         if not n.op.elementwise and n.op.name != "constant"]
+        self.constants = [n for n in graph.nodes if n.op.name == "constant"]
+        self.region = [n for n in graph.nodes if n.op.elementwise]
+        made = {id(o) for n in self.region for o in n.outputs}
+        consts = {id(n.outputs[0]) for n in self.constants}
+        seen: Dict[int, object] = {}
+        for n in self.region:
+            for x in n.inputs:
+                if id(x) not in made and id(x) not in consts:
+                    seen.setdefault(id(x), x)
+        self.region_inputs = list(seen.values())
+        self.region_outputs = [o for o in graph.outputs if id(o) in made]
+        self.outputs = list(graph.outputs)
+        # no prologue, and the region reads the body's inputs in order: no remapping needed
+        self.direct = (not self.prologue and len(self.region_outputs) == len(self.outputs)
+                       and [id(v) for v in self.region_inputs] == [id(v) for v in graph.inputs])
+
+
+def _layout(body) -> Layout:
+    lay = body._plans.get(None)
+    if lay is None:
+        lay = body._plans[None] = Layout(body.graph)
+    return lay
+
+
+def _plan(body, lay: Layout, ins: Sequence[np.ndarray]):
+    key = (_strategy, tuple([(a.shape, a.dtype.char, a.flags.c_contiguous) for a in ins]))
+    plan = body._plans.get(key)
+    if plan is None:
+        with body._lock:
+            plan = body._plans.get(key)
+            if plan is None:
+                plan = body._plans[key] = _build(lay, ins)
+    return plan
+
+
+def run(body, arrays: Sequence, out: Optional[Sequence[np.ndarray]] = None) -> Tuple:
+    """Run ``body`` on numpy ``arrays``: prologue whole, then the region's cached plan.
+    ``out`` (one preallocated array per output, as the planned runtime gives) receives the
+    results instead of fresh arrays."""
+    lay = body._plans.get(None) or _layout(body)
+    if lay.direct:
+        plan = _plan(body, lay, arrays)
+        if plan is not False:
+            return tuple(plan(arrays, out))
+    from .fused import eval_nodes
+    env: Dict[int, object] = {id(v): a for v, a in zip(body.graph.inputs, arrays)}
+    if lay.prologue:
+        eval_nodes(lay.prologue, env, np, body.graph.outputs + lay.region_inputs)
+    ins = [env[id(v)] for v in lay.region_inputs]
+    where = {id(o): k for k, o in enumerate(lay.outputs)}
+    if lay.region:
+        plan = _plan(body, lay, ins)
+        if plan is False:       # no chunked form: the region's kernels op by op
+            for c in lay.constants:
+                env[id(c.outputs[0])] = c.op.kernel(np, **c.attrs)
+            eval_nodes(lay.region, env, np, lay.region_outputs)
+        else:
+            region_out = None if out is None else [out[where[id(v)]]
+                                                   for v in lay.region_outputs]
+            for v, r in zip(lay.region_outputs, plan(ins, region_out)):
+                env[id(v)] = r
+    results = [env[id(o)] for o in lay.outputs]
+    if out is not None:
+        for r, o in zip(results, out):
+            if r is not o:
+                np.copyto(o, r, casting="unsafe")
+        return tuple(out)
+    return tuple(results)
+
+
+def _outputs(full: tuple, dtypes, out, contiguous: bool) -> Tuple[list, list]:
+    """(arrays to return, arrays to write): fresh ones, or the caller's ``out``; a
+    non-contiguous ``out`` where the plan needs reshaped views gets a temporary (the
+    caller copies it back)."""
+    if out is None:
+        outs = [np.empty(full, d) for d in dtypes]
+        return outs, outs
+    work = [o if (o.flags.c_contiguous or not contiguous) else np.empty(full, d)
+            for o, d in zip(out, dtypes)]
+    return list(out), work
+
+
+def _copy_back(outs: list, work: list) -> None:
+    for o, w in zip(outs, work):
+        if o is not w:
+            np.copyto(o, w)
+
+
+def _build(lay: Layout, ins: Sequence[np.ndarray]):
+    """The plan for region inputs shaped like ``ins``: a numba or chunked numpy callable, or
+    False where neither applies (outputs of different shapes, empty arrays)."""
+    shapes: Dict[int, tuple] = {id(v): a.shape for v, a in zip(lay.region_inputs, ins)}
+    consts: Dict[int, np.ndarray] = {}
+    for c in lay.constants:
+        arr = np.asarray(c.op.kernel(np, **c.attrs))
+        consts[id(c.outputs[0])] = arr
+        shapes[id(c.outputs[0])] = arr.shape
+    try:
+        for n in lay.region:
+            s = np.broadcast_shapes(*[shapes[id(x)] for x in n.inputs])
+            for o in n.outputs:
+                shapes[id(o)] = s
+        out_shapes = [shapes[id(v)] for v in lay.region_outputs]
+        full = np.broadcast_shapes(*out_shapes)
+    except ValueError:
+        return False
+    if any(s != full for s in out_shapes) or math.prod(full) == 0:
+        return False
+    if _strategy in ("auto", "numba"):
+        plan = NumbaPlan.build(lay, ins, shapes, consts, full, forced=_strategy == "numba")
+        if plan is not None:
+            return plan
+    return ChunkPlan(lay, ins, shapes, consts, full)
+
+
+# -- numpy over cache-sized chunks ---------------------------------------------------------
+# op -> (numpy ufunc, rule): "same" when every input has the output's dtype (then the ufunc
+# is exactly what the op's kernel computes), "raw" when the kernel is the bare ufunc.
+_UFUNCS = {
+    "add": ("add", "same"), "sub": ("subtract", "same"), "mul": ("multiply", "same"),
+    "div": ("true_divide", "same"), "maximum": ("maximum", "same"),
+    "minimum": ("minimum", "same"), "pow": ("power", "same"), "neg": ("negative", "same"),
+    "abs": ("absolute", "same"), "exp": ("exp", "same"), "log": ("log", "same"),
+    "sqrt": ("sqrt", "same"), "reciprocal": ("reciprocal", "same"), "sin": ("sin", "same"),
+    "cos": ("cos", "same"), "tanh": ("tanh", "same"), "sign": ("sign", "same"),
+    "eq": ("equal", "raw"), "ne": ("not_equal", "raw"), "lt": ("less", "raw"),
+    "le": ("less_equal", "raw"), "gt": ("greater", "raw"), "ge": ("greater_equal", "raw"),
+    "logical_and": ("logical_and", "raw"), "logical_or": ("logical_or", "raw"),
+    "logical_not": ("logical_not", "raw"),
+}
+
+
+def _ufunc_lines(node, names: List[str], out: str) -> Optional[List[str]]:
+    """numpy calls writing ``node``'s result into ``out`` exactly as its kernel would compute
+    it, or None when only the kernel itself is exact (mixed dtypes, composite ops)."""
+    name = node.op.name
+    dt = node.outputs[0].dtype
+    same = all(x.dtype == dt for x in node.inputs)
+    is_float = dt.startswith("float")
+    entry = _UFUNCS.get(name)
+    if entry is not None and (entry[1] == "raw" or same):
+        return [f"np.{entry[0]}({', '.join(names)}, out={out})"]
+    a = names[0] if names else ""
+    if name == "cast":
+        return [f"np.copyto({out}, {a}, casting='unsafe')"]
+    if not same:
+        return None
+    if name == "square":
+        return [f"np.multiply({a}, {a}, out={out})"]
+    if name == "relu":
+        return [f"np.maximum({a}, 0, out={out})"]
+    if name == "stop_gradient":
+        return [f"np.copyto({out}, {a}, casting='unsafe')"]
+    if name == "rsqrt" and is_float:
+        return [f"np.sqrt({a}, out={out})", f"np.reciprocal({out}, out={out})"]
+    if name == "sigmoid" and is_float:
+        half = f"HALF_{dt}"
+        return [f"np.multiply({a}, {half}, out={out})", f"np.tanh({out}, out={out})",
+                f"np.add({out}, 1, out={out})", f"np.multiply({out}, {half}, out={out})"]
+    return None
+
+
+class ChunkPlan:
+    """Generated numpy code running the region chunk by chunk over its leading axis.
+
+    Values are *sliced* (they span the whole leading axis: a chunk of them is computed per
+    step) or *whole* (smaller, broadcast: computed once before the loop). Sliced
+    intermediates live in scratch buffers of one chunk, assigned by liveness so a dead
+    value's buffer is reused (in place, as ufuncs allow).
+    """
+
+    def __init__(self, lay: Layout, ins, shapes, consts, full: tuple):
+        self.full = full
+        self.out_dtypes = [np.dtype(v.dtype) for v in lay.region_outputs]
+        n = self.size = math.prod(full)
+        flat = (all((a.shape == full and a.flags.c_contiguous) or a.size == 1 for a in ins)
+                and all(a.size == 1 for a in consts.values()))
+        self.flat = flat
+        if flat:   # every input is the whole iteration space or one element: go 1-D
+            self.prep = ["flat" if a.shape == full else "scalar" for a in ins]
+            lead, inner, rank = n, 1, 1
+
+            def rank_shape(s):
+                return (n,) if s == full else ()
+        else:
+            self.prep = ["keep"] * len(ins)
+            lead, inner, rank = full[0], math.prod(full[1:]), len(full)
+
+            def rank_shape(s):
+                return s
+        rows = max(1, CHUNK // max(inner, 1))
+        if lead <= rows + rows // 2:
+            rows = lead
+        self.lead, self.rows = lead, rows
+
+        region_out = {id(v): k for k, v in enumerate(lay.region_outputs)}
+        pshape = {k: rank_shape(s) for k, s in shapes.items()}
+
+        def sliced(v) -> bool:
+            s = pshape[id(v)]
+            return len(s) == rank and rank > 0 and s[0] == lead
+
+        name: Dict[int, str] = {}
+        glob: Dict[str, object] = {"np": np}
+        head, pre, loop_views, body = [], [], [], []
+        for j, v in enumerate(lay.region_inputs):
+            head.append(f"i{j} = ins[{j}]")
+            if sliced(v):
+                loop_views.append(f"x{j} = i{j}[lo:hi]")
+                name[id(v)] = f"x{j}"
+            else:
+                name[id(v)] = f"i{j}"
+        for j, (key, arr) in enumerate(consts.items()):
+            glob[f"k{j}"] = arr[()] if arr.ndim == 0 else arr   # a numpy scalar: cheaper
+            name[key] = f"k{j}"
+        for k in range(len(lay.region_outputs)):
+            head.append(f"o{k} = outs[{k}]")
+            loop_views.append(f"r{k} = o{k}[lo:hi]")
+        for dt in {v.dtype for n_ in lay.region for v in n_.outputs}:
+            glob[f"HALF_{dt}"] = np.dtype(dt).type(0.5)
+
+        # liveness of sliced values, for scratch reuse
+        last: Dict[int, int] = {}
+        for i, node in enumerate(lay.region):
+            for x in node.inputs:
+                last[id(x)] = i
+        free: Dict[tuple, List[int]] = {}
+        owner: Dict[int, int] = {}      # id(value) -> scratch buffer index
+        self.scratch: List[tuple] = []  # (chunk shape, dtype) per buffer
+        for i, node in enumerate(lay.region):
+            v = node.outputs[0]
+            args = [name[id(x)] for x in node.inputs]
+            kernel = f"K{i}"
+            glob[kernel] = node.op.kernel
+            glob[f"A{i}"] = dict(node.attrs)
+            call = f"{kernel}(np, {', '.join(args)}, **A{i})" if args else \
+                f"{kernel}(np, **A{i})"
+            if not sliced(v):
+                pre.append(f"w{i} = {call}")
+                name[id(v)] = f"w{i}"
+                continue
+            for x in node.inputs:         # inputs dying here give their buffers back first
+                b = owner.get(id(x))
+                if b is not None and last.get(id(x)) == i:
+                    free.setdefault(self.scratch[b], []).append(b)
+            k = region_out.get(id(v))
+            target = f"r{k}" if k is not None else None
+            if target is None:
+                spec = ((rows,) + pshape[id(v)][1:], np.dtype(v.dtype))
+                lines = _ufunc_lines(node, args, "T")
+                if lines is not None:
+                    pool = free.get(spec)
+                    b = pool.pop() if pool else None
+                    if b is None:
+                        b = len(self.scratch)
+                        self.scratch.append(spec)
+                    owner[id(v)] = b
+                    target = f"b{b}"
+            lines = _ufunc_lines(node, args, target) if target else None
+            if lines is not None:
+                body.extend(lines)
+                name[id(v)] = target
+            elif target is not None:      # an output computed by its own kernel
+                body.append(f"np.copyto({target}, {call}, casting='unsafe')")
+                name[id(v)] = target
+            else:
+                body.append(f"t{i} = {call}")
+                name[id(v)] = f"t{i}"
+        views_full = [f"b{b} = s{b}" for b in range(len(self.scratch))]
+        views_tail = [f"b{b} = s{b}[:hi - lo]" for b in range(len(self.scratch))]
+        head += [f"s{b} = scratch[{b}]" for b in range(len(self.scratch))]
+        src = ["def region(ins, outs, scratch, start, stop):"]
+        src += ["    " + s for s in head + pre]
+        src.append(f"    for lo in range(start, stop, {rows}):")
+        src.append(f"        hi = lo + {rows}")
+        src.append("        if hi > stop:")
+        src.append("            hi = stop")
+        src += ["            " + s for s in views_tail]
+        if views_full:
+            src.append("        else:")
+            src += ["            " + s for s in views_full]
+        src += ["        " + s for s in loop_views + body]
+        self.source = "\n".join(src) + "\n"
+        exec(compile(self.source, "<fused chunks>", "exec"), glob)
+        self.fn = glob["region"]
+        self._local = threading.local()
+
+    def _part(self, ins, views, start: int, stop: int, err=None) -> None:
+        scratch = getattr(self._local, "scratch", None)
+        if scratch is None:
+            scratch = self._local.scratch = [np.empty(s, d) for s, d in self.scratch]
+        if err is None:
+            self.fn(ins, views, scratch, start, stop)
+        else:                 # a pool thread: the caller's floating-point error settings
+            with np.errstate(**err):
+                self.fn(ins, views, scratch, start, stop)
+
+    def __call__(self, ins: Sequence[np.ndarray], out=None) -> List[np.ndarray]:
+        outs, work = _outputs(self.full, self.out_dtypes, out, self.flat)
+        if self.flat:
+            ins = [a.reshape(-1) if p == "flat" else a.reshape(())
+                   for a, p in zip(ins, self.prep)]
+            views = [o.reshape(-1) for o in work]
+        else:
+            views = work
+        lead, rows = self.lead, self.rows
+        threads = min(THREADS, lead // rows)
+        if threads < 2 or self.size < THREAD_MIN_ELEMENTS:
+            self._part(ins, views, 0, lead)
+            _copy_back(outs, work)
+            return outs
+        per = -(-lead // threads // rows) * rows          # whole chunks per thread
+        pool = _pool()
+        err = np.geterr()
+        futures = [pool.submit(self._part, ins, views, lo, min(lo + per, lead), err)
+                   for lo in range(per, lead, per)]
+        self._part(ins, views, 0, per)
+        for f in futures:
+            f.result()
+        _copy_back(outs, work)
+        return outs
+
+
+_executor = None
+
+
+def _pool():
+    """The thread pool that runs the other parts of a large chunked kernel."""
+    global _executor
+    with _kernels_lock:
+        if _executor is None:
+            from concurrent.futures import ThreadPoolExecutor
+            _executor = ThreadPoolExecutor(max(THREADS - 1, 1), thread_name_prefix="dg-fused")
+    return _executor
+
+
+# -- numba, generated from the expr templates ----------------------------------------------
+_numba_state: Dict[str, object] = {}
+
+
+def numba_available() -> bool:
+    """Whether numba imports (it is the optional ``fast`` extra)."""
+    if "ok" not in _numba_state:
+        try:
+            import numba  # noqa: F401
+            _numba_state["ok"] = True
+        except Exception:  # noqa: BLE001 - any import failure means no numba
+            _numba_state["ok"] = False
+    return bool(_numba_state["ok"])
+
+
+# Ops whose numba form measured faster than numpy's chunks (benchmarks/fusion.py); float32
+# adds the tanh family, computed by the vectorisable rational approximation below.
+NUMBA_FAST = {"neg", "abs", "square", "reciprocal", "rsqrt", "sqrt", "add", "sub", "mul",
+              "div", "maximum", "minimum", "relu", "leaky_relu", "where", "eq", "ne", "lt",
+              "le", "gt", "ge", "logical_and", "logical_or", "logical_not", "cast",
+              "stop_gradient", "sign"}
+NUMBA_FAST_F32 = {"tanh", "sigmoid", "gelu"}
+
+_HELPERS = '''
+@njit(inline="always", error_model="numpy")
+def _maximum(a, b):
+    return a if (a >= b or a != a) else b
+
+
+@njit(inline="always", error_model="numpy")
+def _minimum(a, b):
+    return a if (a <= b or a != a) else b
+
+
+@njit(inline="always", error_model="numpy")
+def _pow(a, b):
+    return a ** b
+
+
+@njit(inline="always", error_model="numpy")
+def _tanh_f32(x):
+    # Eigen's float tanh: a 13/6 rational approximation on [-7.9, 7.9], a few ulp; it
+    # vectorises (libm tanhf does not: no SVML here). NaN passes through.
+    y = x
+    if y > F(7.90531110763549805):
+        y = F(7.90531110763549805)
+    if y < F(-7.90531110763549805):
+        y = F(-7.90531110763549805)
+    y2 = y * y
+    p = y2 * F(-2.76076847742355e-16) + F(2.00018790482477e-13)
+    p = y2 * p + F(-8.60467152213735e-11)
+    p = y2 * p + F(5.12229709037114e-08)
+    p = y2 * p + F(1.48572235717979e-05)
+    p = y2 * p + F(6.37261928875436e-04)
+    p = y2 * p + F(4.89352455891786e-03)
+    p = y * p
+    q = y2 * F(1.19825839466702e-06) + F(1.18534705686654e-04)
+    q = y2 * q + F(2.26843463243900e-03)
+    q = y2 * q + F(4.89352518554385e-03)
+    r = p / q
+    return x if abs(x) < F(0.0004) else r
+
+
+@njit(inline="always", error_model="numpy")
+def _tanh(x):
+    return TANH(x)
+
+
+@njit(inline="always", error_model="numpy")
+def _gelu_tanh(x):
+    inner = F(0.7978845608028654) * (x + F(0.044715) * x * x * x)
+    return F(0.5) * x * (F(1.0) + _tanh(inner))
+
+
+@njit(inline="always", error_model="numpy")
+def _gelu_none(x):
+    return F(0.5) * x * (F(1.0) + F(math.erf(x / F(1.4142135623730951))))
+
+
+@njit(inline="always", error_model="numpy")
+def _sigmoid(x):
+    return F(0.5) * (_tanh(F(0.5) * x) + F(1))
+'''
+
+_FUNCS = {"exp": "np.exp", "log": "np.log", "sqrt": "np.sqrt", "sin": "np.sin",
+          "cos": "np.cos", "tanh": "_tanh", "abs": "abs", "max": "_maximum",
+          "min": "_minimum", "pow": "_pow", "sign": "np.sign", "erf": "math.erf",
+          "gelu_tanh": "_gelu_tanh", "gelu_none": "_gelu_none"}
+_DTYPE_NAMES = {"float16", "float32", "float64", "int32", "int64", "uint8", "bool"}
+_TOKEN = re.compile(r"\s*(?:(\d+\.\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|"
+                    r"\d+(?:[eE][-+]?\d+)?)|([A-Za-z_]\w*)|(&&|\|\||==|!=|<=|>=|[-+*/?:!<>(),]))")
+_BINARY = {"||": (2, "or"), "&&": (3, "and"), "==": (4, "=="), "!=": (4, "!="),
+           "<": (5, "<"), "<=": (5, "<="), ">": (5, ">"), ">=": (5, ">="),
+           "+": (6, "+"), "-": (6, "-"), "*": (7, "*"), "/": (7, "/")}
+
+
+def c_to_python(expr: str, literal: str) -> str:
+    """Translate one C-like ``expr`` template (already formatted with operand names) to a
+    Python expression for numba; numeric literals become ``literal(x)`` (the compute dtype).
+
+    ``(x0 > 0 ? x0 : x0 * 0.01)`` -> ``(x0 if (x0 > F(0)) else (x0 * F(0.01)))``
+    """
+    tokens: List[Tuple[str, str]] = []
+    pos = 0
+    expr = expr.strip()
+    while pos < len(expr):
+        m = _TOKEN.match(expr, pos)
+        if m is None or m.end() == pos:
+            raise ValueError(f"cannot translate expr {expr!r} at {expr[pos:]!r}")
+        pos = m.end()
+        kind = "num" if m.group(1) else "id" if m.group(2) else "op"
+        tokens.append((kind, m.group(m.lastindex)))
+    tokens.append(("end", ""))
+    at = [0]
+
+    def peek(k=0):
+        return tokens[at[0] + k]
+
+    def take(want=None):
+        tok = tokens[at[0]]
+        if want is not None and tok[1] != want:
+            raise ValueError(f"cannot translate expr {expr!r}: expected {want!r}")
+        at[0] += 1
+        return tok
+
+    def primary() -> str:
+        kind, text = take()
+        if kind == "num":
+            return f"{literal}({text})"
+        if kind == "id":
+            if peek()[1] == "(":
+                take("(")
+                args = [parse(0)]
+                while peek()[1] == ",":
+                    take(",")
+                    args.append(parse(0))
+                take(")")
+                if text not in _FUNCS:
+                    raise ValueError(f"no numba form for function {text!r}")
+                return f"{_FUNCS[text]}({', '.join(args)})"
+            return {"inf": f"{literal}(np.inf)", "nan": f"{literal}(np.nan)"}.get(text, text)
+        if text == "(":
+            if peek()[0] == "id" and peek()[1] in _DTYPE_NAMES and peek(1)[1] == ")":
+                dtype = take()[1]
+                take(")")
+                fn = "np.bool_" if dtype == "bool" else f"np.{dtype}"
+                return f"{fn}({unary()})"
+            inner = parse(0)
+            take(")")
+            return f"({inner})"
+        raise ValueError(f"cannot translate expr {expr!r}: unexpected {text!r}")
+
+    def unary() -> str:
+        text = peek()[1]
+        if peek()[0] == "op" and text in ("-", "!"):
+            take()
+            operand = unary()
+            return f"(-{operand})" if text == "-" else f"(not {operand})"
+        return primary()
+
+    def parse(min_prec: int) -> str:
+        left = unary()
+        while True:
+            kind, text = peek()
+            if kind != "op":
+                return left
+            if text == "?" and min_prec <= 1:
+                take()
+                then = parse(0)
+                take(":")
+                other = parse(1)
+                left = f"({then} if {left} else {other})"
+                continue
+            if text not in _BINARY or _BINARY[text][0] < min_prec:
+                return left
+            prec, py = _BINARY[text]
+            take()
+            right = parse(prec + 1)
+            left = f"({left} {py} {right})"
+
+    out = parse(0)
+    if peek()[0] != "end":
+        raise ValueError(f"cannot translate expr {expr!r}: trailing {peek()[1]!r}")
+    return out
+
+
+def _cache_dir() -> str:
+    """Where generated kernel sources (and numba's cache beside them) live."""
+    base = os.environ.get("DUOGRAPH_CACHE_DIR") or os.path.join(
+        os.path.expanduser("~"), ".cache", "duograph")
+    for path in (os.path.join(base, "numba"),
+                 os.path.join(tempfile.gettempdir(), "duograph-numba")):
+        try:
+            os.makedirs(path, exist_ok=True)
+            if os.access(path, os.W_OK):
+                return path
+        except OSError:
+            continue
+    raise OSError("no writable directory for numba kernels")
+
+
+_kernels: Dict[str, object] = {}
+_kernels_lock = threading.Lock()
+
+
+def load_kernel(source: str):
+    """The ``kernel`` function of generated ``source``, written to a file in the cache
+    directory (named by the source's hash) and imported, so numba's ``cache=True`` keeps the
+    compiled code across processes."""
+    digest = hashlib.sha1(source.encode()).hexdigest()[:20]
+    with _kernels_lock:
+        fn = _kernels.get(digest)
+        if fn is not None:
+            return fn
+        folder = _cache_dir()
+        path = os.path.join(folder, f"fused_{digest}.py")
+        if not os.path.exists(path):
+            tmp = f"{path}.{os.getpid()}.tmp"
+            with open(tmp, "w") as f:
+                f.write(source)
+            os.replace(tmp, path)
+        modname = f"_duograph_fused_{digest}"
+        spec = importlib.util.spec_from_file_location(modname, path)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[modname] = mod
+        spec.loader.exec_module(mod)
+        fn = _kernels[digest] = mod.kernel
+        return fn
+
+
+class NumbaPlan:
+    """One generated ``@njit`` loop over the region (see ``build``)."""
+
+    def __init__(self, source: str, prep: List[str], full: tuple, rows: int, cols: int,
+                 out_dtypes, fallback):
+        self.source = source
+        self.prep = prep
+        self.full = full
+        self.rows, self.cols = rows, cols
+        self.out_dtypes = out_dtypes
+        self.fallback = fallback      # a ChunkPlan factory, used if compilation fails
+        self.fn = None
+
+    @classmethod
+    def build(cls, lay: Layout, ins, shapes, consts, full: tuple,
+              forced: bool) -> "Optional[NumbaPlan]":
+        """A plan when numba is installed, every op translates, the region computes in one
+        float dtype (float32/float64, with bools), every input is the whole iteration space,
+        a trailing-dims slice of it (a bias) or one element; in ``auto`` mode also only
+        when the ops are ones numba runs faster and the arrays are large enough."""
+        n = math.prod(full)
+        if (not forced and n < NUMBA_MIN_ELEMENTS) or not numba_available():
+            return None       # (small arrays never pay numba's import, ~0.4 s)
+        values = list(lay.region_inputs) + [c.outputs[0] for c in lay.constants]
+        values += [o for node in lay.region for o in node.outputs]
+        floats = {v.dtype for v in values if v.dtype != "bool"}
+        if len(floats) != 1 or next(iter(floats)) not in ("float32", "float64"):
+            return None
+        dt = next(iter(floats))
+        for node in lay.region:
+            if node.op.expr is None:
+                return None
+            if not forced:
+                fast = node.op.name in NUMBA_FAST or (
+                    dt == "float32" and node.op.name in NUMBA_FAST_F32)
+                if not fast or (node.op.name == "gelu"
+                                and node.attrs.get("approximate") != "tanh"):
+                    return None
+        # classify the inputs: full, trailing slice (rows mode), or one element
+        prep, suffix = [], set()
+        for a in ins:
+            s = a.shape
+            while s and s[0] == 1:
+                s = s[1:]
+            if a.size == 1:
+                prep.append("scalar")
+            elif a.shape == full and a.flags.c_contiguous:
+                prep.append("full")
+            elif a.flags.c_contiguous and 0 < len(s) < len(full) and s == full[-len(s):]:
+                prep.append("suffix")
+                suffix.add(len(s))
+            else:
+                return None
+        if len(suffix) > 1:
+            return None
+        cols = math.prod(full[-suffix.pop():]) if suffix else 1
+        rows = n // cols
+        source = cls._source(lay, prep, consts, dt, bool(cols > 1))
+        if source is None:
+            return None
+
+        def fallback():
+            return ChunkPlan(lay, ins, shapes, consts, full)
+
+        out_dtypes = [np.dtype(v.dtype) for v in lay.region_outputs]
+        return cls(source, prep, full, rows, cols, out_dtypes, fallback)
+
+    @staticmethod
+    def _source(lay: Layout, prep, consts, dt: str, rows_mode: bool) -> Optional[str]:
+        lit = "F"
+        name: Dict[int, str] = {}
+        for j, v in enumerate(lay.region_inputs):
+            name[id(v)] = f"x{j}"
+        for key, arr in consts.items():
+            val = arr.reshape(-1)[0].item() if arr.size == 1 else None
+            if val is None:
+                return None
+            if isinstance(val, bool):
+                name[key] = repr(val)
+            elif math.isfinite(val):      # a bare literal: the translation types it
+                name[key] = f"({float(val)!r})"
+            else:
+                name[key] = "(nan)" if val != val else "(inf)" if val > 0 else "(-inf)"
+        stmts = []
+        for i, node in enumerate(lay.region):
+            v = node.outputs[0]
+            args = [name[id(x)] for x in node.inputs]
+            try:
+                text = node.op.expr.format(*args, **node.attrs)
+                py = c_to_python(text, lit)
+            except (ValueError, KeyError, IndexError):
+                return None
+            if v.dtype == "bool":
+                stmts.append(f"v{i} = {py}")
+            else:
+                stmts.append(f"v{i} = {lit}({py})")
+            name[id(v)] = f"v{i}"
+        ins = [f"a{j}" for j in range(len(lay.region_inputs))]
+        outs = [f"o{k}" for k in range(len(lay.region_outputs))]
+        idx = "r, j" if rows_mode else "i"
+        loads = []
+        for j, p in enumerate(prep):
+            if p == "scalar":
+                loads.append(f"x{j} = a{j}")
+            elif p == "suffix":
+                loads.append(f"x{j} = a{j}[j]")
+            else:
+                loads.append(f"x{j} = a{j}[{idx}]")
+        stores = [f"o{k}[{idx}] = {name[id(v)]}" for k, v in enumerate(lay.region_outputs)]
+        helpers = _HELPERS.replace("TANH", "_tanh_f32" if dt == "float32" else "np.tanh")
+        src = ["import math", "", "import numpy as np", "from numba import njit, prange", "",
+               f"F = np.{dt}", helpers, "",
+               f'@njit(parallel={NUMBA_PARALLEL}, cache=True, error_model="numpy")',
+               f"def kernel(rows, cols, {', '.join(ins + outs)}):"]
+        if rows_mode:
+            src += ["    for r in prange(rows):", "        for j in range(cols):"]
+            pad = " " * 12
+        else:
+            src += ["    for i in prange(rows):"]
+            pad = " " * 8
+        src += [pad + s for s in loads + stmts + stores]
+        return "\n".join(src) + "\n"
+
+    def __call__(self, ins: Sequence[np.ndarray], out=None) -> List[np.ndarray]:
+        if self.fn is False:
+            return self.fallback(ins, out)
+        outs, work = _outputs(self.full, self.out_dtypes, out, True)
+        args = []
+        for a, p in zip(ins, self.prep):
+            if p == "scalar":
+                args.append(a.reshape(-1)[0])
+            elif p == "suffix":
+                args.append(a.reshape(-1))
+            elif self.cols > 1:
+                args.append(a.reshape(self.rows, self.cols))
+            else:
+                args.append(a.reshape(-1))
+        shape = (self.rows, self.cols) if self.cols > 1 else (-1,)
+        views = [o.reshape(shape) for o in work]
+        try:
+            if self.fn is None:
+                self.fn = load_kernel(self.source)
+            self.fn(self.rows, self.cols, *args, *views)
+        except Exception as e:  # noqa: BLE001 - fall back to numpy, once, with a warning
+            warnings.warn(f"duograph: numba could not compile a fused kernel ({e}); using "
+                          "numpy chunks instead", RuntimeWarning, stacklevel=2)
+            self.fn = False
+            self.fallback = self.fallback()
+            return self.fallback(ins, out)
+        _copy_back(outs, work)
+        return outs

@@ -1,0 +1,210 @@
+"""The ``fused`` op: one node that runs a sub-graph of elementwise ops as one kernel.
+
+The fusion pass (``passes/fusion.py``) replaces a group of nodes by one ``fused`` node whose
+``sub`` attribute holds a ``FusedBody``: a small ``Graph`` whose placeholders are the node's
+inputs (``%i0``, ``%i1``...) and whose outputs are the node's outputs. Scalar constants are
+folded into the body; a matmul or reduction may open it (an epilogue fusion: the body's first
+step calls the producer's kernel, the elementwise chain follows).
+
+    before:  %1 = mul(%x, %x); %2 = tanh(%1); %3 = add(%2, %x)
+    after:   %3 = fused(%x) { %a = mul(%i0, %i0); %b = tanh(%a); %c = add(%b, %i0);
+                              return (%c) }
+
+``infer`` re-runs the body's inference on the given input types, so ``graph.verify()`` checks
+fused nodes like any other. The kernel picks a strategy per input signature (see
+``_fused_cpu``): on numpy, cache-sized chunks with reused scratch buffers, or a numba kernel
+generated from the ``expr`` templates where that measures faster; on any other array module
+(cupy), the body's kernels op by op.
+
+There is no gradient rule (``vjp=None``): fusion runs after autodiff, on graphs whose
+backward is already built, so nothing differentiates through a fused node.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from ..errors import DTypeError, ShapeError
+from ..ir import Graph, Node
+from ..printer import format_attrs
+from ..registry import OpDef, register
+from ..types import TensorType
+from . import _fused_cpu
+
+
+class FusedBody:
+    """The immutable sub-graph of a fused node; hashable and compared by structure.
+
+    Two bodies are equal when they hold the same ops on the same wiring with the same
+    attributes and input types, so CSE can merge equal fused nodes. The body is never changed
+    after the node is made; it caches its run plans per input signature.
+    """
+
+    __slots__ = ("graph", "key", "_hash", "_plans", "_lock", "__weakref__")
+
+    def __init__(self, graph: Graph):
+        self.graph = graph
+        index: Dict[int, int] = {id(v): i for i, v in enumerate(graph.inputs)}
+        nodes = []
+        for node in graph.nodes:
+            ins = tuple(index[id(x)] for x in node.inputs)
+            nodes.append((node.op.name, ins, node.attr_key()))
+            for o in node.outputs:
+                index[id(o)] = len(index)
+        self.key = (tuple(v.type for v in graph.inputs), tuple(nodes),
+                    tuple(index[id(o)] for o in graph.outputs))
+        self._hash = hash(self.key)
+        self._plans: Dict[tuple, object] = {}
+        self._lock = threading.Lock()
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, FusedBody) and (self is other or self.key == other.key)
+
+    def __repr__(self) -> str:
+        return f"<FusedBody: {len(self.graph.nodes)} nodes>"
+
+    @property
+    def ops(self) -> List[str]:
+        """The op names in the body, constants left out."""
+        return [n.op.name for n in self.graph.nodes if n.op.name != "constant"]
+
+    # -- types ---------------------------------------------------------------------------------
+    def infer(self, types: Sequence[TensorType]) -> List[TensorType]:
+        """The output types for inputs of ``types``, inferred through the body."""
+        g = self.graph
+        if len(types) != len(g.inputs):
+            raise ShapeError(f"fused: expected {len(g.inputs)} inputs, found {len(types)}")
+        env: Dict[int, TensorType] = {}
+        for v, t in zip(g.inputs, types):
+            if t.dtype != v.dtype:
+                raise DTypeError(f"fused: input {v.name} expects dtype {v.dtype}, found "
+                                 f"{t.dtype}")
+            env[id(v)] = t
+        for node in g.nodes:
+            out = node.op.infer([env[id(x)] for x in node.inputs], node.attrs)
+            for o, t in zip(node.outputs, out):
+                env[id(o)] = t
+        return [env[id(o)] for o in g.outputs]
+
+    # -- text ----------------------------------------------------------------------------------
+    def body_text(self) -> str:
+        """``{ %a = mul(%i0, %i1); %b = tanh(%a); return (%b) }``: one line, scalar constants
+        written in place."""
+        g = self.graph
+        names: Dict[int, str] = {id(v): f"%{v.name}" for v in g.inputs}
+        parts = []
+        count = 0
+        for node in g.nodes:
+            if node.op.name == "constant" and not hasattr(node.attrs["value"], "array"):
+                names[id(node.outputs[0])] = repr(node.attrs["value"])
+                continue
+            for o in node.outputs:
+                names[id(o)] = "%" + _letters(count)
+                count += 1
+            outs = ", ".join(names[id(o)] for o in node.outputs)
+            ins = ", ".join(names[id(x)] for x in node.inputs)
+            parts.append(f"{outs} = {node.op.name}({ins}){format_attrs(node.attrs)}")
+        parts.append("return (" + ", ".join(names[id(o)] for o in g.outputs) + ")")
+        return "{ " + "; ".join(parts) + " }"
+
+    # -- running -------------------------------------------------------------------------------
+    def run(self, xp, arrays: Sequence, out: Optional[Sequence] = None) -> Tuple:
+        """The body's outputs for ``arrays`` (a tuple, one array per output), written into
+        ``out`` when given (one preallocated array per output)."""
+        if xp is not np or _fused_cpu.get_strategy() == "ops":
+            res = run_ops(self.graph, xp, arrays)
+            if out is None:
+                return res
+            for r, o in zip(res, out):
+                xp.copyto(o, r, casting="unsafe")
+            return tuple(out)
+        return _fused_cpu.run(self, arrays, out)
+
+
+def _letters(i: int) -> str:
+    """0 -> a, 25 -> z, 26 -> ba, ...: short names for values inside a body."""
+    s = ""
+    while True:
+        s = chr(ord("a") + i % 26) + s
+        i //= 26
+        if i == 0:
+            return s
+
+
+def eval_nodes(nodes: Sequence[Node], env: Dict[int, object], xp,
+               keep: Sequence = ()) -> None:
+    """Run ``nodes`` op by op with each op's own kernel (any array module), reading and
+    writing ``env`` (id(value) -> array) and dropping each value at its last use unless it
+    is in ``keep``."""
+    last: Dict[int, int] = {}
+    for i, node in enumerate(nodes):
+        for x in node.inputs:
+            last[id(x)] = i
+    kept = {id(v) for v in keep}
+    for i, node in enumerate(nodes):
+        res = node.op.kernel(xp, *[env[id(x)] for x in node.inputs], **node.attrs)
+        res = res if node.op.multi_output else (res,)
+        for o, r in zip(node.outputs, res):
+            if not isinstance(r, xp.ndarray):
+                r = xp.asarray(r)
+            if r.dtype != np.dtype(o.dtype):
+                r = r.astype(o.dtype)
+            env[id(o)] = r
+        for x in node.inputs:
+            if last.get(id(x)) == i and id(x) not in kept:
+                env.pop(id(x), None)
+
+
+def run_ops(graph: Graph, xp, arrays: Sequence) -> Tuple:
+    """Evaluate ``graph`` op by op: the reference strategy, and the one used off numpy."""
+    env: Dict[int, object] = {id(v): a for v, a in zip(graph.inputs, arrays)}
+    eval_nodes(graph.nodes, env, xp, graph.outputs)
+    return tuple(env[id(o)] for o in graph.outputs)
+
+
+def _fused_infer(types, attrs):
+    return attrs["sub"].infer(types)
+
+
+def _fused_kernel(xp, *arrays, sub: FusedBody):
+    return sub.run(xp, arrays)
+
+
+def _fused_out_kernel(xp, *arrays, out, sub: FusedBody) -> bool:
+    """Write the outputs into ``out`` (an array, or a sequence of one per output) for the
+    planned runtime; False off numpy (the runtime then calls the kernel and copies).
+    No output may share memory with an input: chunks of the inputs are read after chunks
+    of the outputs are written."""
+    if xp is not np:
+        return False
+    outs = list(out) if isinstance(out, (tuple, list)) else [out]
+    if len(outs) != len(sub.graph.outputs):
+        return False
+    sub.run(xp, arrays, outs)
+    return True
+
+
+# vjp=None on purpose: fusion runs after autodiff, so no gradient flows through fused nodes.
+fused_op = register(OpDef("fused", _fused_infer, _fused_kernel, None, multi_output=True,
+                          doc="a fused sub-graph of elementwise ops run as one kernel"))
+if "out_kernel" in OpDef.__slots__:        # the planned runtime's out= protocol
+    fused_op.out_kernel = _fused_out_kernel
+
+
+def make_fused_node(inputs: Sequence, body: FusedBody, like: Node, graph: Graph) -> Node:
+    """A fused node over ``inputs`` running ``body``, placed nowhere yet, with ``like``'s
+    source location."""
+    from ..rewrite import make_node
+    return make_node(fused_op, inputs, {"sub": body}, like, graph)
+
+
+def set_cpu_strategy(name: str) -> str:
+    """Choose how fused nodes run on numpy: "auto" (measured default: numba kernels where
+    they are faster, else chunked numpy), "numpy" (chunked numpy with scratch buffers),
+    "numba" (numba wherever the body translates), "ops" (op by op). Returns the old one."""
+    return _fused_cpu.set_strategy(name)

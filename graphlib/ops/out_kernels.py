@@ -1,0 +1,125 @@
+"""``out=`` forms of the hot ops, for the planned runtime (kernels write into the arena).
+
+Each entry writes ``op(*arrays)`` into a preallocated ``out`` of the op's output dtype and
+shape and returns True, or returns False when it cannot do so exactly for these operands (a
+dtype the ufunc would compute differently, say); the runtime then falls back to ``kernel``.
+Only operands whose dtypes already equal the output's take the ufunc path, so the result is
+bit-for-bit what ``kernel`` computes.
+"""
+from __future__ import annotations
+
+from ..registry import REGISTRY
+
+# op name -> xp ufunc name, for elementwise ops that are one ufunc
+_UFUNCS = {
+    "neg": "negative", "abs": "absolute", "exp": "exp", "log": "log", "sqrt": "sqrt",
+    "sin": "sin", "cos": "cos", "tanh": "tanh", "add": "add", "sub": "subtract",
+    "mul": "multiply", "div": "true_divide", "maximum": "maximum", "minimum": "minimum",
+}
+_COMPARE = {"eq": "equal", "ne": "not_equal", "lt": "less", "le": "less_equal",
+            "gt": "greater", "ge": "greater_equal"}
+
+
+def _same_dtype(arrays, dtype) -> bool:
+    for a in arrays:
+        if a.dtype != dtype:
+            return False
+    return True
+
+
+def _ufunc_out(ufunc_name: str, compare: bool = False):
+    def out_kernel(xp, *arrays, out, **attrs):
+        if compare:
+            if arrays[0].dtype != arrays[1].dtype:
+                return False
+        elif not _same_dtype(arrays, out.dtype):
+            return False
+        getattr(xp, ufunc_name)(*arrays, out=out)
+        return True
+    out_kernel.__name__ = f"{ufunc_name}_out"
+    return out_kernel
+
+
+def _square_out(xp, x, out):
+    if x.dtype != out.dtype:
+        return False
+    xp.multiply(x, x, out=out)
+    return True
+
+
+def _relu_out(xp, x, out):
+    if x.dtype != out.dtype:
+        return False
+    xp.maximum(x, 0, out=out)
+    return True
+
+
+def _sigmoid_out(xp, x, out):
+    # same formula as the kernel: 0.5 * (tanh(0.5 x) + 1)
+    if x.dtype != out.dtype or x.dtype.kind != "f":
+        return False
+    half = x.dtype.type(0.5)
+    xp.multiply(x, half, out=out)
+    xp.tanh(out, out=out)
+    xp.add(out, 1, out=out)
+    xp.multiply(out, half, out=out)
+    return True
+
+
+def _matmul_out(xp, a, b, out):
+    if a.dtype != out.dtype or b.dtype != out.dtype or a.ndim < 2 or b.ndim < 2:
+        return False
+    xp.matmul(a, b, out=out)
+    return True
+
+
+def _reduce_out(fn_name: str):
+    def out_kernel(xp, x, out, dim, keepdim, **attrs):
+        if x.dtype != out.dtype or x.dtype.kind != "f" or x.dtype == xp.float16 or \
+                attrs.get("dtype") or not x.ndim:
+            return False
+        getattr(xp, fn_name)(x, axis=tuple(dim), keepdims=keepdim, out=out)
+        return True
+    return out_kernel
+
+
+def _pow_scalar_out(xp, x, out, exponent):
+    if x.dtype != out.dtype or x.dtype.kind != "f":
+        return False
+    xp.power(x, exponent, out=out)
+    return True
+
+
+def _where_out(xp, c, a, b, out):
+    if a.dtype != out.dtype or b.dtype != out.dtype:
+        return False
+    xp.copyto(out, xp.broadcast_to(b, out.shape))
+    xp.copyto(out, xp.broadcast_to(a, out.shape), where=xp.broadcast_to(c, out.shape))
+    return True
+
+
+def _cast_out(xp, x, out, dtype):
+    xp.copyto(out, x, casting="unsafe")
+    return True
+
+
+def _full_like_out(xp, x, out, fill_value, dtype):
+    out.fill(fill_value)
+    return True
+
+
+def install() -> None:
+    for name, uf in _UFUNCS.items():
+        REGISTRY[name].out_kernel = _ufunc_out(uf)
+    for name, uf in _COMPARE.items():
+        REGISTRY[name].out_kernel = _ufunc_out(uf, compare=True)
+    table = {"square": _square_out, "relu": _relu_out, "sigmoid": _sigmoid_out,
+             "matmul": _matmul_out, "sum": _reduce_out("sum"), "mean": _reduce_out("mean"),
+             "amax": _reduce_out("amax"), "amin": _reduce_out("amin"),
+             "pow_scalar": _pow_scalar_out, "where": _where_out, "cast": _cast_out,
+             "full_like": _full_like_out}
+    for name, fn in table.items():
+        REGISTRY[name].out_kernel = fn
+
+
+install()

@@ -1,0 +1,225 @@
+"""Elementwise fusion: chains and trees of elementwise ops become one ``fused`` node.
+
+Greedy, producer -> consumer: walking the graph in order, each elementwise node joins the
+group of each producer it reads (an elementwise group, or a matmul/sum/mean whose epilogue
+it becomes) when the merged group
+
+- creates no cycle: no path leaves the group and comes back (checked with networkx on the
+  graph with every group contracted to one node);
+- can run as one loop: every value the group hands out (read by a node outside it, or a
+  graph output or state update) has the group's full iteration shape; smaller, broadcast
+  values stay inside it;
+- starts any matmul or reduction it holds from values made outside the group.
+
+Scalar constants are folded into the body; every other outside value becomes an input.
+A value still needed outside the group stays an output of the fused node, so nothing is
+recomputed. Groups of a single op are left alone: fusing them saves no kernel.
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Tuple
+
+import networkx as nx
+
+from ..graphlib.errors import ShapeError
+from ..graphlib.ir import ConstArray, Graph, Node, Value
+from ..graphlib.ops.fused import FusedBody, make_fused_node
+from ..graphlib.rewrite import live_roots, replace_all, users
+from ..graphlib.types import broadcast_shapes
+from .cleanup import dead_code_elimination
+
+# Producers whose elementwise consumers may be fused after them (an epilogue): the fused
+# kernel calls the producer's own kernel first, then runs the chain on its result.
+EPILOGUE_HOSTS = ("matmul", "sum", "mean")
+
+
+def _elementwise(node: Node) -> bool:
+    return (node.op.elementwise and not node.op.random and len(node.outputs) == 1
+            and node.op.name != "constant")
+
+
+def _scalar_constant(v: Value) -> bool:
+    n = v.node
+    return (n is not None and n.op.name == "constant"
+            and not isinstance(n.attrs["value"], ConstArray))
+
+
+class _Groups:
+    """Disjoint groups of node indices, with the graph contracted group by group."""
+
+    def __init__(self, graph: Graph, epilogues: bool):
+        self.nodes = graph.nodes
+        self.index = {id(n): i for i, n in enumerate(self.nodes)}
+        self.users = users(graph)
+        self.roots = {id(v) for v in live_roots(graph)}
+        self.epilogues = epilogues
+        self.group = list(range(len(self.nodes)))          # node index -> group id
+        self.members: Dict[int, List[int]] = {i: [i] for i in range(len(self.nodes))}
+        self.dag = nx.DiGraph()
+        self.dag.add_nodes_from(range(len(self.nodes)))
+        for i, n in enumerate(self.nodes):
+            for x in n.inputs:
+                j = self.index.get(id(x.node)) if x.node is not None else None
+                if j is not None:
+                    self.dag.add_edge(j, i)
+
+    def producer(self, v: Value):
+        return self.index.get(id(v.node)) if v.node is not None else None
+
+    def is_host(self, i: int) -> bool:
+        return self.epilogues and self.nodes[i].op.name in EPILOGUE_HOSTS
+
+    def outside_outputs(self, member_ids: List[int]) -> List[Value]:
+        """Outputs of the members read outside them (or graph outputs, state updates)."""
+        inside = {id(self.nodes[i]) for i in member_ids}
+        outs = []
+        for i in member_ids:
+            for o in self.nodes[i].outputs:
+                if id(o) in self.roots or any(id(u) not in inside
+                                              for u in self.users.get(id(o), ())):
+                    outs.append(o)
+        return outs
+
+    def can_merge(self, a: int, b: int) -> bool:
+        union = self.members[a] + self.members[b]
+        inside = {id(self.nodes[i]) for i in union}
+        hosts = [i for i in union if not _elementwise(self.nodes[i])]
+        for i in hosts:                  # a matmul/reduction must start the group
+            if any(x.node is not None and id(x.node) in inside for x in self.nodes[i].inputs):
+                return False
+        ew = [self.nodes[i].outputs[0] for i in union if _elementwise(self.nodes[i])]
+        try:
+            full = broadcast_shapes(*[o.shape for o in ew], op="fuse")
+        except ShapeError:
+            return False
+        host_outs = {id(o) for i in hosts for o in self.nodes[i].outputs}
+        for o in self.outside_outputs(union):
+            if id(o) not in host_outs and tuple(o.shape) != tuple(full):
+                return False
+        return not self._creates_cycle(a, b)
+
+    def _creates_cycle(self, a: int, b: int) -> bool:
+        """Whether contracting groups a and b would close a cycle: a path between them
+        that passes through another group."""
+        dag = self.dag
+        for s, t in ((a, b), (b, a)):
+            direct = dag.has_edge(s, t)
+            if direct:
+                dag.remove_edge(s, t)
+            try:
+                if nx.has_path(dag, s, t):
+                    return True
+            finally:
+                if direct:
+                    dag.add_edge(s, t)
+        return False
+
+    def merge(self, a: int, b: int) -> None:
+        nx.contracted_nodes(self.dag, a, b, self_loops=False, copy=False)
+        for i in self.members[b]:
+            self.group[i] = a
+        self.members[a].extend(self.members.pop(b))
+        self.members[a].sort()
+
+
+def _body(groups: _Groups, member_ids: List[int], outs: List[Value]) -> Tuple[FusedBody, list]:
+    """The fused body of the members (in graph order) and the outside values it reads."""
+    nodes = [groups.nodes[i] for i in member_ids]
+    inside = {id(n) for n in nodes}
+    sub = Graph("fused")
+    m: Dict[int, Value] = {}
+    inputs: List[Value] = []
+    for node in nodes:
+        for x in node.inputs:
+            if id(x) in m:
+                continue
+            if _scalar_constant(x):
+                c = x.node
+                copy = Node(c.op, (), dict(c.attrs), (), c.source)
+                copy.outputs = (Value(x.type, copy, 0, sub),)
+                sub.nodes.append(copy)
+                m[id(x)] = copy.outputs[0]
+            elif x.node is None or id(x.node) not in inside:
+                m[id(x)] = sub.add_input(f"i{len(inputs)}", x.type)
+                inputs.append(x)
+        new = Node(node.op, [m[id(x)] for x in node.inputs], dict(node.attrs), (), node.source)
+        new.outputs = tuple(Value(o.type, new, k, sub) for k, o in enumerate(node.outputs))
+        sub.nodes.append(new)
+        for o, n in zip(node.outputs, new.outputs):
+            m[id(o)] = n
+    sub.outputs = [m[id(o)] for o in outs]
+    return FusedBody(sub), inputs
+
+
+def fuse_elementwise(graph: Graph, epilogues: bool = True) -> Tuple[Graph, bool]:
+    """Fuse chains and trees of elementwise ops (and the epilogues of matmul, sum and mean)
+    into ``fused`` nodes; see the module docstring for the rules.
+
+    Before: ``%1 = mul(%x, %x); %2 = mul(%1, 0.5); %3 = tanh(%2); return (%3, %1)``
+    After:  ``%1, %3 = fused(%x) { %a = mul(%i0, %i0); %b = mul(%a, 0.5);
+    %c = tanh(%b); return (%a, %c) }; return (%3, %1)``
+    """
+    _, pruned = dead_code_elimination(graph)    # never fuse (so keep alive) dead values
+    groups = _Groups(graph, epilogues)
+    nodes = graph.nodes
+    for i, node in enumerate(nodes):
+        if not _elementwise(node):
+            continue
+        for x in node.inputs:
+            j = groups.producer(x)
+            if j is None or _scalar_constant(x):
+                continue
+            a, b = groups.group[j], groups.group[i]
+            if a == b:
+                continue
+            if not (_elementwise(nodes[j]) or groups.is_host(j)):
+                continue
+            if groups.can_merge(a, b):
+                groups.merge(a, b)
+
+    fused: Dict[int, Node] = {}           # group id -> its fused node
+    mapping: Dict[int, Value] = {}
+    for gid, member_ids in groups.members.items():
+        if sum(1 for i in member_ids if _elementwise(nodes[i])) == 0 or len(member_ids) < 2:
+            continue
+        outs = groups.outside_outputs(member_ids)
+        if not outs:
+            continue
+        body, inputs = _body(groups, member_ids, outs)
+        fnode = make_fused_node(inputs, body, nodes[member_ids[-1]], graph)
+        fused[gid] = fnode
+        for o, f in zip(outs, fnode.outputs):
+            mapping[id(o)] = f
+    if not fused:
+        return graph, pruned
+
+    # the new node list: untouched nodes and fused nodes, re-sorted (a fused node must come
+    # after everything it reads, which may sit between its first and last member)
+    items: List[Node] = []
+    first: Dict[int, int] = {}
+    for i, node in enumerate(nodes):
+        gid = groups.group[i]
+        if gid in fused:
+            if gid not in first:
+                first[gid] = i
+                items.append(fused[gid])
+        else:
+            items.append(node)
+    graph.nodes = items
+    replace_all(graph, mapping)
+    position = {id(n): k for k, n in enumerate(items)}
+    order = nx.DiGraph()
+    order.add_nodes_from(range(len(items)))
+    for k, n in enumerate(items):
+        for x in n.inputs:
+            p = position.get(id(x.node)) if x.node is not None else None
+            if p is not None:
+                order.add_edge(p, k)
+    graph.nodes = [items[k] for k in nx.lexicographical_topological_sort(order)]
+    dead_code_elimination(graph)
+    return graph, True
+
+
+def fused_nodes(graph: Graph) -> List[Node]:
+    """The fused nodes of ``graph`` (for tests and reports)."""
+    return [n for n in graph.nodes if n.op.name == "fused"]

@@ -1,0 +1,153 @@
+"""Rematerialisation: recompute cheap values near their late uses instead of keeping them.
+
+Opt-in, with a budget: ``rematerialize(graph, budget_bytes)``. Training steps keep forward
+activations alive until the backward pass reads them; when one of them is cheap to make
+again (an elementwise or shape op whose inputs are alive anyway), recomputing it right before
+its late uses frees its bytes across the peak. Ops are pure (random ones too, given their
+seed and stream), so a recomputed value equals the one it replaces.
+
+Not in the O2 pipeline (it needs a budget); add it to a pass list as a function:
+
+    exe = graph.compile(passes=["dce", "cse", lambda g: rematerialize(g, 64 << 20)])
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Mapping, Optional, Tuple
+
+from ..graphlib.ir import Graph, Node, Value
+from ..graphlib.rewrite import make_node
+from .memory import Liveness, align, analyse, assign_offsets
+from .schedule import ESTIMATE_DIM
+
+# Not elementwise, but as cheap to run again as a fill.
+CHEAP_OPS = frozenset({"full_like", "full", "cast"})
+
+
+def _cheap(node: Node) -> bool:
+    """Elementwise (not random), a fill or a cast: about as cheap as reading the value."""
+    return (len(node.outputs) == 1 and not node.op.random
+            and (node.op.elementwise or node.op.name in CHEAP_OPS))
+
+
+def _score(live: Liveness, alignment: int) -> Tuple[int, int]:
+    """(peak live bytes, steps at the peak): what a rewrite must lower."""
+    profile = live.profile(alignment)
+    peak = max(profile, default=0)
+    return peak, profile.count(peak)
+
+
+def _candidates(graph: Graph, live: Liveness, step: int, alignment: int
+                ) -> List[Tuple[int, int, Value, List[int]]]:
+    """Values idle across ``step`` that one cheap node could make again after it:
+    (size, gap, value, positions of the late readers), largest first."""
+    order = live.order
+    readers: Dict[int, List[int]] = {}          # buffer source -> positions reading it
+    for i, node in enumerate(order):
+        for key in {live.source(id(x)) for x in node.inputs}:
+            readers.setdefault(key, []).append(i)
+    fed = {id(v) for v in graph.inputs} | live.external
+    pinned = {live.source(k) for k in live.roots}
+    found = []
+    for key, first in live.define.items():
+        if key not in live.buffer or key in pinned or not first < step < live.keep[key]:
+            continue
+        value = live.values[key]
+        if not _cheap(value.node):
+            continue
+        uses = readers.get(key, [])
+        late = [i for i in uses if i > step]
+        if not late or step in uses:
+            continue
+        at = late[0]
+        if all(id(x) in fed or live.keep.get(id(x), -1) >= at for x in value.node.inputs):
+            before = max([i for i in uses if i < step], default=first)
+            found.append((align(live.sizes[key], alignment), at - before, value, late))
+    found.sort(key=lambda c: (-c[0], -c[1]))
+    return found
+
+
+def _recompute(graph: Graph, live: Liveness, value: Value, late: List[int]):
+    """Clone ``value``'s node (and the views of it the late readers use) before the first
+    late reader, point the late readers at the clones, and drop the original node when no
+    reader is left. Returns a function undoing all of it."""
+    order = live.order
+    at = late[0]
+    made: Dict[int, Value] = {}
+    new_nodes: List[Node] = []
+
+    def early_view(x: Value) -> bool:
+        """``x`` is ``value`` or a view of it, made before the first late reader."""
+        return live.source(id(x)) == id(value) and live.define.get(id(x), at) < at
+
+    def again(v: Value) -> Value:
+        if id(v) not in made:
+            node = v.node
+            ins = node.inputs if v is value else [again(x) if early_view(x) else x
+                                                   for x in node.inputs]
+            twin = make_node(node.op, ins, dict(node.attrs), node, graph)
+            new_nodes.append(twin)
+            made.update((id(o), t) for o, t in zip(node.outputs, twin.outputs))
+        return made[id(v)]
+
+    changed: List[Tuple[Node, tuple]] = []
+    for i in late:
+        node = order[i]
+        ins = tuple(again(x) if early_view(x) else x for x in node.inputs)
+        if any(a is not b for a, b in zip(ins, node.inputs)):
+            changed.append((node, node.inputs))
+            node.inputs = ins
+    old_nodes = graph.nodes
+    nodes = order[:at] + new_nodes + order[at:]
+    if not any(x is value for n in nodes for x in n.inputs):
+        nodes = [n for n in nodes if n is not value.node]   # nothing early: a move
+    graph.nodes = nodes
+
+    def undo():
+        graph.nodes = old_nodes
+        for node, ins in changed:
+            node.inputs = ins
+    return undo
+
+
+def rematerialize(graph: Graph, budget_bytes: int, shapes: Optional[Mapping[str, int]] = None,
+                  alignment: int = 64, max_rewrites: int = 64) -> Tuple[Graph, bool]:
+    """Recompute cheap long-lived values before their late uses until the planned arena fits
+    ``budget_bytes`` or no recomputation lowers the peak.
+
+    Before (``%a`` idle across the big middle):
+        ``%a = tanh(%x); %h = matmul(%a, %w); ...big temporaries...; %s = sum(%a)``
+    After (``%a`` dies after its first use; a copy is made for the last one):
+        ``%a = tanh(%x); %h = matmul(%a, %w); ...; %a2 = tanh(%x); %s = sum(%a2)``
+
+    Each round takes the first step at the peak of live bytes, tries the values idle across
+    it (largest first) whose node is cheap (elementwise, fill or cast; not random; views of
+    it that late readers use are made again too) and whose inputs are graph inputs,
+    constants, or still alive at the late use, and keeps
+    the first recomputation that lowers (peak, number of steps at the peak). At the end the
+    rewrites made after the peak last went down are undone. Unbound symbolic dims count as
+    ``ESTIMATE_DIM`` unless ``shapes`` binds them.
+    """
+    undos: list = []                 # the rewrites kept so far, in order
+    best: Optional[Tuple[int, int]] = None     # (lowest peak, rewrites kept when reached)
+    for _ in range(max_rewrites + 1):
+        live = analyse(graph, shapes=shapes, default_dim=ESTIMATE_DIM)
+        score = _score(live, alignment)
+        if best is None or score[0] < best[0]:
+            best = (score[0], len(undos))
+        _, arena, _ = assign_offsets(live.buffers(alignment), score[0], search_steps=50)
+        if arena <= budget_bytes or len(undos) == max_rewrites:
+            break
+        step = live.profile(alignment).index(score[0])
+        for _, _, value, late in _candidates(graph, live, step, alignment):
+            undo = _recompute(graph, live, value, late)
+            if _score(analyse(graph, shapes=shapes, default_dim=ESTIMATE_DIM),
+                      alignment) < score:
+                undos.append(undo)
+                break
+            undo()
+        else:
+            break
+    # rewrites after the lowest peak only flattened a plateau: they cost work, save nothing
+    while len(undos) > best[1]:
+        undos.pop()()
+    return graph, bool(undos)
