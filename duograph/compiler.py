@@ -10,16 +10,34 @@ from typing import Optional, Sequence, Union
 from .graphlib.ir import Graph, Value
 from .graphlib.rewrite import clone
 from .passes import PassManager
+from .passes.memory import plan_memory, verify_plan
 from .runtime import Executable, compile_graph
+
+
+def plan_and_verify(graph: Graph, shapes=None, nodes=None, outputs=None):
+    """The planner planned executables use: ``plan_memory``, then ``verify_plan`` (a plan
+    is made once per shape signature, so proving it safe costs little)."""
+    plan = plan_memory(graph, shapes=shapes, nodes=nodes, outputs=outputs)
+    verify_plan(graph, plan)
+    return plan
 
 
 def compile(graph: Graph, outputs: Optional[Sequence[Value]] = None,
             passes: Union[None, str, Sequence] = None, backend: str = "numpy",
-            device: Optional[str] = None, debug: Union[bool, str] = False) -> Executable:
+            device: Optional[str] = None, debug: Union[bool, str] = False,
+            plan: Optional[bool] = None) -> Executable:
     """Optimise a clone of ``graph`` with ``passes`` ("O0", "O1", "O2" or a list of pass
-    names/functions; None = "O0") and build an Executable returning ``outputs``."""
+    names/functions; None = "O0") and build an Executable returning ``outputs``.
+
+    ``plan``: run over one preallocated arena laid out by the memory planner (per input
+    shape signature; ``exe.memory_plan`` shows it). None (the default) plans for "O2" only;
+    True or False forces it either way.
+    """
+    if plan is None:
+        plan = isinstance(passes, str) and passes == "O2"
+    planner = plan_and_verify if plan else None
     if passes in (None, "O0") or (not isinstance(passes, str) and not list(passes)):
-        exe = compile_graph(graph, outputs, backend=backend, device=device)
+        exe = compile_graph(graph, outputs, backend=backend, device=device, planner=planner)
         exe.pass_stats = []
         return exe
     if outputs is None:
@@ -33,7 +51,8 @@ def compile(graph: Graph, outputs: Optional[Sequence[Value]] = None,
     work, _ = clone(graph, outputs)
     pm = PassManager(passes, verify=True, debug=debug)
     work = pm.run(work)
-    exe = compile_graph(work, work.outputs, backend=backend, device=device)
+    exe = compile_graph(work, work.outputs, backend=backend, device=device, planner=planner)
     exe.pass_stats = pm.stats
+    exe.pass_report = pm.report()
     exe.source_graph = graph
     return exe

@@ -102,6 +102,7 @@ class CompiledFunction:
         self.max_specializations = int(max_specializations)
         self._cache: "OrderedDict[Any, List[Specialization]]" = OrderedDict()
         self._history: List[str] = []
+        self._last: Optional[Specialization] = None     # the specialisation run last
         functools.update_wrapper(self, fn, updated=())
 
     # -- introspection -------------------------------------------------------------------------
@@ -118,6 +119,29 @@ class CompiledFunction:
     def __len__(self) -> int:
         return sum(len(s) for s in self._cache.values())
 
+    @property
+    def memory_plan(self):
+        """The memory plan of the forward executable of the last call's specialisation (None
+        before the first call, or when its pipeline is not planned: see ``passes``)."""
+        last = self._last
+        return None if last is None or last.forward is None else last.forward.memory_plan
+
+    @property
+    def backward_memory_plan(self):
+        """The memory plan of the last call's backward executable, if it has one."""
+        last = self._last
+        return None if last is None or last.backward is None else last.backward.memory_plan
+
+    @property
+    def kernel_count(self) -> int:
+        """Kernels a call of the last specialisation launches: forward, plus backward when
+        it has one (0 before the first call)."""
+        last = self._last
+        if last is None or last.forward is None:
+            return 0
+        n = last.forward.kernel_count
+        return n + (last.backward.kernel_count if last.backward is not None else 0)
+
     # -- calling -------------------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
         leaves: list = []
@@ -131,6 +155,7 @@ class CompiledFunction:
             for s in specs:
                 result, failed = self._replay(s, leaves)
                 if failed is None:
+                    self._last = s
                     return result
                 reason = failed
         if reason is None:
@@ -173,6 +198,7 @@ class CompiledFunction:
             if not self._cache[oldest]:
                 del self._cache[oldest]
         s.calls = 1
+        self._last = s
         return result
 
     def _build(self, s: Specialization, rec: Recorder, leaves, out_leaves, decisions):

@@ -102,6 +102,10 @@ def inplace_pairs(node: Node) -> List[Tuple[int, int]]:
     return []
 
 
+# A fused node's kernel declares which outputs may overwrite which inputs (FusedBody).
+register_inplace("fused", lambda node: node.attrs["sub"].inplace_pairs())
+
+
 class MemoryPlanError(GraphError):
     """A memory plan cannot be made (an unbound symbolic dim) or is unsafe (verify_plan)."""
 

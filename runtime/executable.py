@@ -4,10 +4,18 @@ Building it prunes the graph to what the chosen outputs and state updates need, 
 value (a slot), records for each instruction its kernel, input and output slots, attributes
 and the slots to free afterwards (each value dies at its last use, as in torch.fx's
 Interpreter). Running it checks the feeds, binds symbolic dims, and runs the tight loop.
+
+Given a ``planner`` (the face package passes ``duograph.passes.memory.plan_memory`` for the
+O2 pipeline, or when asked with ``plan=True``), the executable is *planned* instead: per
+concrete shape signature it asks the planner for a memory plan and prepares a ``Program``
+(``planned.py``) whose intermediates all live in one preallocated arena, written by the ops'
+``out=`` kernels. Programs are cached per signature (the most recent ``MAX_PROGRAMS``);
+``exe.memory_plan`` is the plan of the last run.
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence
+from collections import OrderedDict
+from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
@@ -16,6 +24,10 @@ from ..graphlib.errors import FeedError, GraphError, KernelError
 from ..graphlib.ir import Graph, Value
 from ..graphlib.types import eval_dim, format_shape
 from .backends import get_backend
+from .planned import Program
+
+# Planned programs (one arena each) kept per executable, most recently used first.
+MAX_PROGRAMS = 8
 
 
 def _has_symbol(v) -> bool:
@@ -73,7 +85,7 @@ class Executable:
     """A compiled graph. Call it with feeds as keyword arguments; it returns a list of arrays."""
 
     def __init__(self, graph: Graph, outputs: Optional[Sequence[Value]] = None,
-                 backend: str = "numpy"):
+                 backend: str = "numpy", planner: Optional[Callable] = None):
         if outputs is None:
             outputs = list(graph.outputs)
         elif isinstance(outputs, Value):
@@ -104,6 +116,13 @@ class Executable:
         self._bound = {v.name: (v, graph.bindings[id(v)]) for v in graph.state
                        if id(v) in graph.bindings}
         self.state = StateView(self)
+        # planner(graph, shapes=..., nodes=..., outputs=...) -> a memory plan; None: interpret
+        self.planner = planner
+        self._programs: "OrderedDict[tuple, Program]" = OrderedDict()
+        self._last_program: Optional[Program] = None
+        # the symbolic dims the feeds bind: a plan is made per tuple of their sizes
+        self.symbols = tuple(sorted({d for v, _ in self.feeds for d in v.shape
+                                     if isinstance(d, str)}))
 
     # -- preparation ---------------------------------------------------------------------------
     def _build(self, targets):
@@ -122,6 +141,7 @@ class Executable:
             for o in node.outputs:
                 number(o)
         self.num_slots = len(slot)
+        self.slot_of = slot
         keep = {slot[id(t)] for t in targets} | {s for _, s in self.state_slots}
         keep |= {s for _, s in self.feeds}
         last_use: Dict[int, int] = {}
@@ -143,8 +163,59 @@ class Executable:
 
     @property
     def kernel_count(self) -> int:
-        """Kernels launched per run."""
+        """Kernels launched per run (a planned executable prepares constants once)."""
+        if self.planner is not None:
+            return sum(1 for n in self.nodes if n.op.name != "constant")
         return len(self.instructions)
+
+    @property
+    def planned(self) -> bool:
+        """Whether runs execute a memory plan over one arena (else: the interpreter)."""
+        return self.planner is not None
+
+    @property
+    def memory_plan(self):
+        """The memory plan of the last run (arena_bytes, lower_bound_bytes, no_reuse_bytes,
+        ``summary()``); before any run, the plan of a graph without symbolic dims. None for
+        an interpreted executable, or before the first run binds the symbolic dims (see
+        ``plan_for``)."""
+        if self.planner is None:
+            return None
+        if self._last_program is not None:
+            return self._last_program.plan
+        if self.symbols:
+            return None
+        return self._program({}).plan
+
+    def plan_for(self, **shapes: int):
+        """The memory plan for the symbolic dims ``shapes`` (``exe.plan_for(N=32)``)."""
+        if self.planner is None:
+            raise GraphError(f"{self.graph.name}: this executable is not planned; compile "
+                             "with passes='O2' or plan=True")
+        missing = [d for d in self.symbols if d not in shapes]
+        if missing:
+            raise GraphError(f"{self.graph.name}: plan_for needs sizes for the symbolic dims "
+                             f"{missing}, found {sorted(shapes)}")
+        return self._program({d: int(shapes[d]) for d in self.symbols}).plan
+
+    def is_multi(self, node) -> bool:
+        """A multi-output op's kernel returns a tuple, even when it holds a single array."""
+        return bool(node.op.multi_output) or len(node.outputs) != 1
+
+    def _program(self, bindings: Dict[str, int]) -> Program:
+        key = tuple(bindings.get(d) for d in self.symbols)
+        prog = self._programs.get(key)
+        if prog is None:
+            shapes = {d: bindings[d] for d in self.symbols if d in bindings}
+            plan = self.planner(self.graph, shapes=shapes, nodes=self.nodes,
+                                outputs=self.outputs)
+            prog = Program(self, plan, shapes)
+            self._programs[key] = prog
+            while len(self._programs) > MAX_PROGRAMS:
+                self._programs.popitem(last=False)
+        else:
+            self._programs.move_to_end(key)
+        return prog
 
     # -- running -------------------------------------------------------------------------------
     def _bind_feeds(self, feeds: dict, env: list) -> Dict[str, int]:
@@ -246,6 +317,8 @@ class Executable:
         feeds = feeds or {}
         env: list = [None] * self.num_slots
         bindings = self._bind_feeds(feeds, env)
+        if self.planner is not None:
+            return self._run_planned(env, bindings)
         for v, s in self.state_slots:
             env[s] = self._state_array(v)
         xp = self.xp
@@ -303,6 +376,51 @@ class Executable:
             outs = [xp.asnumpy(o) for o in outs]
         return outs
 
+    def _run_planned(self, fed: list, bindings: Dict[str, int]) -> list:
+        prog = self._program(bindings)
+        self._last_program = prog
+        env = list(prog.env)
+        for _, s in self.feeds:
+            env[s] = fed[s]
+        for v, s in self.state_slots:
+            env[s] = self._state_array(v)
+        with np.errstate(all="ignore"):
+            prog.run(self, env, bindings)
+        outs = []
+        seen = set()
+        for s, copy in zip(self.output_slots, prog.copy_outputs):
+            o = env[s]
+            if copy or id(o) in seen:
+                o = o.copy()
+            seen.add(id(o))
+            outs.append(o)
+        # new state values: copy those that may view a state, feed or constant first, so a
+        # swap (a <- b, b <- a) reads the old values; then write each into its buffer
+        news = [(name, env[s] if in_arena else env[s].copy())
+                for name, s, in_arena in prog.writebacks]
+        for name, new in news:
+            target = self._state_target(name)
+            target[...] = new
+        for name in prog.inplace_names:
+            bound = self._bound.get(name)
+            if bound is not None:
+                bump = getattr(bound[1], "_version", None)
+                if bump is not None:
+                    bump[0] += 1
+        for name, _ in news:
+            bound = self._bound.get(name)
+            if bound is not None:
+                bump = getattr(bound[1], "_version", None)
+                if bump is not None:
+                    bump[0] += 1
+        if self.xp is not np:
+            outs = [self.xp.asnumpy(o) for o in outs]
+        return outs
+
+    def _state_target(self, name: str):
+        owned = self._owned.get(name)
+        return owned if owned is not None else self._bound[name][1].data
+
     def __call__(self, **feeds) -> list:
         return self.run(feeds)
 
@@ -319,7 +437,9 @@ class Executable:
         return arr
 
     def _kernel_error(self, ins: Instruction, args, e: Exception) -> KernelError:
-        node = ins.node
+        return self._kernel_error_for(ins.node, args, e)
+
+    def _kernel_error_for(self, node, args, e: Exception) -> KernelError:
         shapes = ", ".join(f"{getattr(a, 'dtype', '?')}{list(getattr(a, 'shape', ()))}"
                            for a in args)
         where = f"\n  in: {node.source}" if node.source else ""
@@ -328,8 +448,9 @@ class Executable:
 
     def __repr__(self):
         n = len(self.outputs)
+        planned = ", planned" if self.planner is not None else ""
         return (f"<Executable {self.graph.name!r}: {self.kernel_count} kernels, "
-                f"{n} output{'' if n == 1 else 's'}, backend={self.backend}>")
+                f"{n} output{'' if n == 1 else 's'}, backend={self.backend}{planned}>")
 
 
 class StateView:
@@ -382,10 +503,11 @@ class StateView:
 
 
 def compile_graph(graph: Graph, outputs=None, backend: str = "numpy", device=None,
-                  **options) -> Executable:
-    """Build an Executable for ``graph`` (installed as ``Graph.compile`` by duograph)."""
+                  planner: Optional[Callable] = None, **options) -> Executable:
+    """Build an Executable for ``graph``; with a ``planner``, a planned one (see the module
+    docstring). ``duograph``'s ``Graph.compile`` joins the passes and this."""
     if options:
         raise TypeError(f"compile: unexpected options {sorted(options)}")
     if device is not None:
         backend = {"cpu": "numpy", "cuda": "cupy", "gpu": "cupy"}.get(device, device)
-    return Executable(graph, outputs, backend)
+    return Executable(graph, outputs, backend, planner)

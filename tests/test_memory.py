@@ -346,26 +346,47 @@ def test_o2_pipeline_schedules_and_agrees_with_o0():
     np.testing.assert_allclose(exe.state["w0"], state0["w0"], rtol=1e-5, atol=1e-7)
 
 
-def test_register_inplace_lets_fused_nodes_update_state_in_place():
-    """After O2 the SGD updates are fused matmul epilogues (``sub(w, 0.1 * (a.T @ g))``):
-    not elementwise, so by default the new weights get arena buffers. A kernel that declares
-    in-place pairs (here: any output over any input, safe when results are computed before
-    they are stored, as the arena simulator does) lets them write into the state."""
+def test_fused_nodes_update_state_in_place():
+    """After O2 the SGD updates are fused matmul epilogues (``sub(w, 0.1 * (a.T @ g))``).
+    A fused body declares the pairs it may compute in place (``FusedBody.inplace_pairs``:
+    an output made at or after the body's last read of an input of its type), so the new
+    weights are written straight into the state; without the rule they need arena buffers."""
     g, feeds = mlp_step(32)
     work = optimize(g, "O2")
     assert "fused" in [n.op.name for n in work.nodes]
-    default = plan_memory(work)
-    assert default.inplace_updates == []
-    register_inplace("fused", lambda node: [(k, j) for k in range(len(node.outputs))
-                                            for j in range(len(node.inputs))])
+    plan = plan_memory(work)
+    verify_plan(work, plan)
+    assert len(plan.inplace_updates) == 6
+    assert_same(run_in_arena(work, plan, feeds), reference(g, feeds), rtol=1e-5)
+    rule = memory.INPLACE_RULES.pop("fused")
     try:
-        plan = plan_memory(work)
-        verify_plan(work, plan)
-        assert len(plan.inplace_updates) == 6
-        assert plan.arena_bytes < 0.2 * default.arena_bytes
-        assert_same(run_in_arena(work, plan, feeds), reference(g, feeds), rtol=1e-5)
+        without = plan_memory(work)
     finally:
-        del memory.INPLACE_RULES["fused"]
+        register_inplace("fused", rule)
+    assert without.inplace_updates == []
+    assert plan.arena_bytes < 0.2 * without.arena_bytes
+
+
+def test_fused_inplace_pairs_respect_the_last_read():
+    """An output made before the body's last read of an input may not take its bytes."""
+    g = dg.Graph("order")
+    with g:
+        x = dg.placeholder("x", (64,))
+        y = dg.placeholder("y", (64,))
+        a = dg.exp(x)                 # made first...
+        b = a * x + y                 # ...x is still read here
+        g.outputs = [a, b]
+    work = optimize(g, "O2")
+    (node,) = [n for n in work.nodes if n.op.name == "fused"]
+    body = node.attrs["sub"]
+    outs = {id(o): k for k, o in enumerate(body.graph.outputs)}
+    ins = {id(v): j for j, v in enumerate(body.graph.inputs)}
+    ka, kb = outs[id(body.graph.outputs[0])], outs[id(body.graph.outputs[1])]
+    pairs = set(body.inplace_pairs())
+    jx = ins[id(body.graph.inputs[0])]
+    assert (ka, jx) not in pairs          # exp(x) written over x would corrupt a * x
+    assert (kb, jx) in pairs              # the last step may overwrite x
+    assert len(pairs) == 2                # and y, both by b
 
 
 # -- scheduling ---------------------------------------------------------------------------------

@@ -91,6 +91,30 @@ class FusedBody:
                 env[id(o)] = t
         return [env[id(o)] for o in g.outputs]
 
+    def inplace_pairs(self) -> List[Tuple[int, int]]:
+        """(output k, input j) pairs the kernel may compute in place (output k written over
+        input j's bytes): same type, and output k is made at or after the body's last read
+        of input j. Every strategy is then exact: chunks and numba loops read each element
+        of an input before they write the same element of an output, and a step that reads
+        and writes the same element is one ufunc call (numpy allows exact overlap) or a
+        kernel call whose fresh result is copied in."""
+        g = self.graph
+        made: Dict[int, int] = {}
+        last_read: Dict[int, int] = {}
+        for i, node in enumerate(g.nodes):
+            for x in node.inputs:
+                last_read[id(x)] = i
+            for o in node.outputs:
+                made[id(o)] = i
+        pairs = []
+        for k, o in enumerate(g.outputs):
+            if id(o) not in made:
+                continue
+            for j, x in enumerate(g.inputs):
+                if x.type == o.type and last_read.get(id(x), -1) <= made[id(o)]:
+                    pairs.append((k, j))
+        return pairs
+
     # -- text ----------------------------------------------------------------------------------
     def body_text(self) -> str:
         """``{ %a = mul(%i0, %i1); %b = tanh(%a); return (%b) }``: one line, scalar constants

@@ -93,6 +93,13 @@ def _pow_scalar_out(xp, x, out, exponent):
 def _where_out(xp, c, a, b, out):
     if a.dtype != out.dtype or b.dtype != out.dtype:
         return False
+    if xp.may_share_memory(out, a):    # in place over a: keep a, fill in b where c is False
+        if xp.may_share_memory(out, b) or xp.may_share_memory(out, c):
+            return False
+        xp.copyto(out, xp.broadcast_to(a, out.shape))
+        xp.copyto(out, xp.broadcast_to(b, out.shape),
+                  where=xp.logical_not(xp.broadcast_to(c, out.shape)))
+        return True
     xp.copyto(out, xp.broadcast_to(b, out.shape))
     xp.copyto(out, xp.broadcast_to(a, out.shape), where=xp.broadcast_to(c, out.shape))
     return True

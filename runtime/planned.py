@@ -1,0 +1,182 @@
+"""The planned program: one executable's instructions over one preallocated arena.
+
+``Program`` is built once per concrete shape signature from a memory plan (made by the
+planner the face package hands the runtime: ``duograph.passes.memory.plan_memory``; the
+runtime only reads the plan's fields, it never imports the passes). Building it
+
+- allocates one arena (bytes aligned to ``plan.alignment``) on the executable's device and
+  makes, for every intermediate the plan puts there, an array view of its bytes;
+- runs every ``constant`` node once (``external`` values, never written afterwards);
+- resolves symbolic attributes (``reshape`` to ``("N", 4)``) against the signature;
+- prepares one step per node: ``(mode, node, kernel, out_kernel, input slots, output slots,
+  attrs)``.
+
+Running is a loop over the steps on a copy of the prepared slot list: an arena step calls the
+op's ``out_kernel`` (which writes into the planned buffer and returns True) or, where an op
+has none or declines these operands, its kernel followed by one copy into the buffer; a view
+step (``reshape``, ``permute``...) keeps whatever its kernel returns (a view or a copy).
+New state values the plan writes in place get the state's own buffer as their output. In
+steady state nothing is allocated per op, except by kernels without an ``out=`` form.
+
+Results that live in the arena (or view it, or are constants) are copied out before they are
+returned, so the next run can reuse the bytes.
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Sequence
+
+import numpy as np
+
+from ..graphlib.errors import KernelError
+from ..graphlib.types import eval_dim, format_shape
+
+ARENA, VIEW = 0, 1
+
+
+def _resolve_attrs(node, attrs: dict, shapes: Dict[str, int]) -> dict:
+    """``attrs`` with symbolic ``shape``/``sizes`` entries evaluated against ``shapes``."""
+    out = dict(attrs)
+    for key in ("shape", "sizes"):
+        dims = out.get(key)
+        if not isinstance(dims, tuple) or not any(isinstance(d, str) for d in dims):
+            continue
+        resolved = []
+        for d in dims:
+            if isinstance(d, str):
+                size = eval_dim(d, shapes)
+                if size is None:
+                    raise KernelError(f"{node.op.name}: the symbolic dim {d!r} is not bound by "
+                                      f"any feed\n  in: {node.source}")
+                d = size
+            resolved.append(d)
+        out[key] = tuple(resolved)
+    return out
+
+
+class Program:
+    """An executable's nodes prepared against one memory plan (one shape signature)."""
+
+    def __init__(self, exe, plan, shapes: Dict[str, int]):
+        xp = exe.xp
+        self.plan = plan
+        self.shapes = dict(shapes)
+        slot = exe.slot_of
+        align = int(plan.alignment)
+        raw = xp.empty(int(plan.arena_bytes) + align, dtype=np.uint8)
+        start = (-int(_address(raw))) % align
+        self.arena = raw[start:start + int(plan.arena_bytes)]
+        self._raw = raw
+        env: List = [None] * exe.num_slots
+        for key, off in plan.offsets.items():
+            v = plan.values[key]
+            shape = tuple(eval_dim(d, shapes) if isinstance(d, str) else d for d in v.shape)
+            nbytes = plan.sizes[key]
+            buf = self.arena[off:off + nbytes].view(np.dtype(v.dtype)).reshape(shape)
+            env[slot[key]] = buf
+        # new state values written straight into the state's buffer: (slot, state name)
+        self.state_outputs = [(slot[id(new)], slot[id(state)], state.name)
+                              for state, new in plan.inplace_updates]
+        inplace_new = {id(new) for _, new in plan.inplace_updates}
+        external = {id(v) for v in plan.external}
+        views = set(plan.views)
+        steps = []
+        with np.errstate(all="ignore"):
+            for node in exe.nodes:
+                attrs = _resolve_attrs(node, node.attrs, shapes)
+                ins = tuple(slot[id(x)] for x in node.inputs)
+                outs = tuple(slot[id(o)] for o in node.outputs)
+                keys = [id(o) for o in node.outputs]
+                if all(k in external for k in keys):          # constants: once, here
+                    res = node.op.kernel(xp, **attrs)
+                    res = res if exe.is_multi(node) else (res,)
+                    for s, r, o in zip(outs, res, node.outputs):
+                        env[s] = xp.asarray(r).astype(o.dtype, copy=False)
+                    continue
+                if any(k in views for k in keys):
+                    mode = VIEW
+                elif all(k in plan.offsets or k in inplace_new for k in keys):
+                    mode = ARENA
+                else:   # a plan that leaves an output nowhere: run it as the interpreter would
+                    mode = VIEW
+                steps.append((mode, node, node.op.kernel, node.op.out_kernel, ins, outs,
+                              attrs, exe.is_multi(node)))
+        self.env = env
+        self.steps = steps
+        # returned values to copy out (they live in the arena, view it, or are constants)
+        state_ids = {id(v) for v in exe.graph.state}
+        self.copy_outputs = [plan.storage(v)[0] in ("arena", "view", "external", "state")
+                             or id(v) in state_ids for v in exe.outputs]
+        updated_in_place = {name for _, _, name in self.state_outputs}
+        self.writebacks = [(name, s, plan.storage(new)[0] == "arena")
+                           for (name, s), (_, new) in zip(exe.update_slots, exe.updates)
+                           if name not in updated_in_place]
+        self.inplace_names = sorted(updated_in_place)
+
+    @property
+    def kernel_count(self) -> int:
+        """Kernels launched per run (constants are prepared once)."""
+        return len(self.steps)
+
+    def run(self, exe, env: list, bindings: Dict[str, int]) -> None:
+        """Run every step over ``env`` (feeds and state already bound)."""
+        xp = exe.xp
+        for s, state_slot, _ in self.state_outputs:
+            env[s] = env[state_slot]
+        for mode, node, kernel, out_kernel, ins, outs, attrs, multi in self.steps:
+            args = [env[s] for s in ins]
+            try:
+                if mode == ARENA:
+                    if multi:
+                        buffers = tuple(env[s] for s in outs)
+                        if out_kernel is None or not out_kernel(xp, *args, out=buffers,
+                                                                **attrs):
+                            res = kernel(xp, *args, **attrs)
+                            _copy_results(xp, node, res, buffers, True)
+                    else:
+                        buf = env[outs[0]]
+                        if out_kernel is None or not out_kernel(xp, *args, out=buf, **attrs):
+                            res = kernel(xp, *args, **attrs)
+                            _copy_results(xp, node, res, (buf,), False)
+                else:
+                    res = kernel(xp, *args, **attrs)
+                    res = res if multi else (res,)
+                    _check_count(node, res, len(outs))
+                    for s, r, o in zip(outs, res, node.outputs):
+                        if not isinstance(r, xp.ndarray):
+                            r = xp.asarray(r)
+                        if r.dtype != o.dtype:
+                            r = r.astype(o.dtype)
+                        if len(r.shape) != len(o.shape):
+                            raise ValueError(f"kernel returned shape {list(r.shape)}, "
+                                             f"inferred {format_shape(o.shape)}")
+                        env[s] = r
+            except Exception as e:
+                raise exe._kernel_error_for(node, args, e) from e
+
+
+def _check_count(node, res, n: int) -> None:
+    if not isinstance(res, (tuple, list)) or len(res) != n:
+        raise ValueError(f"kernel returned {type(res).__name__}, expected a tuple of {n} "
+                         "arrays")
+
+
+def _copy_results(xp, node, res, buffers: Sequence, multi: bool) -> None:
+    """Copy a kernel's fresh result(s) into the planned buffers, refusing a shape that
+    differs from the planned one (numpy would broadcast it silently)."""
+    if multi:
+        _check_count(node, res, len(buffers))
+    else:
+        res = (res,)
+    for r, buf in zip(res, buffers):
+        shape = getattr(r, "shape", ())
+        if tuple(shape) != buf.shape:
+            raise ValueError(f"kernel returned shape {list(shape)}, planned "
+                             f"{list(buf.shape)}")
+        xp.copyto(buf, r, casting="unsafe")
+
+
+def _address(arr) -> int:
+    """The data address of a numpy or cupy array (for aligning the arena's start)."""
+    if isinstance(arr, np.ndarray):
+        return arr.ctypes.data
+    return int(arr.data.ptr)

@@ -1,0 +1,314 @@
+"""The planned runtime: executables whose intermediates live in one arena laid out by the
+memory planner (``g.compile(passes="O2")`` or ``plan=True``).
+
+1. the op table, forward and gradient graphs: planned runs equal interpreted ones exactly
+   (``out=`` kernels are bit-for-bit the kernels), also on a second run over the same arena;
+2. every plan an executable makes passes the verifier; ``exe.memory_plan``,
+   ``exe.kernel_count`` and ``plan_for`` for graph executables and ``dg.compile``;
+3. returned arrays are the caller's: later runs never change them;
+4. in-place reuse never corrupts a value still needed (chains that read an input after a
+   sibling could have overwritten it, state swaps, views of state);
+5. steady state: a run allocates far less than the arena (tracemalloc sees numpy's buffers).
+"""
+from __future__ import annotations
+
+import tracemalloc
+
+import numpy as np
+import pytest
+
+import duograph as dg
+from duograph import nn
+from duograph.passes.memory import verify_plan
+from op_samples import F64, OPS, Sample, assert_matches, build, grad_targets, reference
+
+
+def _samples(select):
+    return [pytest.param(op, s, id=f"{op.name}-{s.name}")
+            for op in OPS for s in op.samples if select(op, s)]
+
+
+FORWARD = _samples(lambda op, s: not op.random)
+GRAD = _samples(lambda op, s: bool(grad_targets(op, s)))
+
+
+def assert_identical(got, want, what=""):
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.dtype == want.dtype and got.shape == want.shape, \
+        f"{what}{got.dtype}{list(got.shape)} vs {want.dtype}{list(want.shape)}"
+    np.testing.assert_array_equal(got, want, err_msg=what)
+
+
+def run_both(graph, outputs, feeds):
+    """(interpreted results, planned results of run 1, planned results of run 2)."""
+    plain = graph.compile(outputs=outputs)
+    planned = graph.compile(outputs=outputs, plan=True)
+    assert not plain.planned and planned.planned
+    first = planned(**feeds)
+    snapshot = [np.array(a, copy=True) for a in first]
+    second = planned(**feeds)
+    for a, b in zip(first, snapshot):      # the second run never wrote into the first's
+        assert_identical(a, b, "first result after a second run: ")
+    verify_plan(planned.graph, planned.memory_plan)
+    return plain(**feeds), first, second
+
+
+# -- 1. the op table -------------------------------------------------------------------------
+@pytest.mark.parametrize("op, sample", FORWARD)
+def test_planned_forward_equals_interpreter(op, sample: Sample):
+    built = build(op, sample)
+    want, first, second = run_both(built.graph, built.outputs, built.feeds)
+    for k, (w, a, b) in enumerate(zip(want, first, second)):
+        assert_identical(a, w, f"output {k}: ")
+        assert_identical(b, w, f"output {k} (run 2): ")
+    for k, (a, r) in enumerate(zip(first, reference(op, sample))):
+        assert_matches(a, r, op.tol, f"output {k} vs numpy: ")
+
+
+@pytest.mark.parametrize("op, sample", GRAD)
+def test_planned_gradients_equal_interpreter(op, sample: Sample):
+    targets = grad_targets(op, sample)
+    built = build(op, sample)
+    rng = np.random.default_rng(0)
+    feeds = dict(built.feeds)
+    with built.graph:
+        loss = None
+        for k, v in enumerate(built.outputs):
+            if v.dtype != F64:
+                continue
+            feeds[f"ct{k}"] = rng.normal(size=v.shape)
+            term = dg.sum(v * dg.placeholder(f"ct{k}", v.shape, F64))
+            loss = term if loss is None else loss + term
+        grads = dg.grad(loss, [built.inputs[i] for i in targets])
+    want, first, second = run_both(built.graph, list(grads) + [loss], feeds)
+    for k, (w, a, b) in enumerate(zip(want, first, second)):
+        assert_identical(a, w, f"gradient {k}: ")
+        assert_identical(b, w, f"gradient {k} (run 2): ")
+
+
+# -- 2. plans: inspectable and verified ---------------------------------------------------------
+def mlp_step(hidden=64, lr=0.1, seed=0):
+    dg.manual_seed(seed)
+    model = nn.Sequential(nn.Linear(20, hidden), nn.ReLU(), nn.Linear(hidden, hidden),
+                          nn.GELU(), nn.Linear(hidden, 5))
+    opt = dg.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+    g = dg.Graph("step")
+    with g:
+        x = dg.placeholder("x", ("N", 20))
+        y = dg.placeholder("y", ("N",), "int64")
+        loss = nn.functional.cross_entropy(model(x), y)
+        opt.minimize(loss)
+    return g, loss, model
+
+
+def batch(n, seed=0):
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal((n, 20)).astype(np.float32),
+            rng.integers(0, 5, n).astype(np.int64))
+
+
+def test_o2_training_step_is_planned_and_matches_o0():
+    losses = {}
+    for level in ("O0", "O2"):
+        g, loss, model = mlp_step()
+        exe = g.compile(outputs=[loss], passes=level)
+        got = []
+        for i in range(5):
+            x, y = batch(16 + 8 * (i % 2), seed=i)       # two shape signatures
+            got.append(float(exe(x=x, y=y)[0]))
+        losses[level] = (got, [p.data.copy() for p in model.parameters()])
+        if level == "O2":
+            assert exe.planned and exe.memory_plan is not None
+            assert exe.memory_plan.shapes == {"N": 16}    # the last run's
+            assert exe.plan_for(N=24).shapes == {"N": 24}
+            for n in (16, 24):
+                verify_plan(exe.graph, exe.plan_for(N=n))
+            plan = exe.memory_plan
+            assert plan.arena_bytes <= 1.05 * plan.lower_bound_bytes
+            assert plan.arena_bytes <= 0.5 * plan.no_reuse_bytes
+            # the SGD (momentum) updates are written straight into the parameters' buffers
+            assert len(plan.inplace_updates) >= 6
+            fused = [n for n in exe.graph.nodes if n.op.name == "fused"]
+            assert fused and exe.kernel_count < len(g.nodes)
+            assert "fused(" in exe.graph.to_text()
+        else:
+            assert not exe.planned and exe.memory_plan is None
+    np.testing.assert_allclose(losses["O2"][0], losses["O0"][0], rtol=1e-5)
+    for a, b in zip(losses["O2"][1], losses["O0"][1]):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_plan_for_needs_every_symbol_and_a_planned_executable():
+    g, loss, _ = mlp_step()
+    exe = g.compile(outputs=[loss], passes="O2")
+    assert exe.memory_plan is None            # "N" is not bound before the first run
+    with pytest.raises(dg.DuographError, match="symbolic dims"):
+        exe.plan_for()
+    with pytest.raises(dg.DuographError, match="not planned"):
+        g.compile(outputs=[loss]).plan_for(N=3)
+    static = dg.Graph("static")
+    with static:
+        a = dg.placeholder("a", (4, 4))
+        static.outputs = [dg.tanh(a @ a) * 2.0]
+    planned = static.compile(plan=True)
+    assert planned.memory_plan is not None and planned.memory_plan.shapes == {}
+
+
+def test_plan_false_turns_planning_off_at_o2():
+    g, loss, _ = mlp_step()
+    exe = g.compile(outputs=[loss], passes="O2", plan=False)
+    assert not exe.planned and exe.memory_plan is None
+    x, y = batch(8)
+    assert np.isfinite(exe(x=x, y=y)[0])
+
+
+def test_dg_compile_exposes_the_plan_and_kernel_count():
+    dg.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 16), nn.Tanh(), nn.Linear(16, 1))
+
+    def loss_fn(x):
+        return (model(x) ** 2).mean()
+
+    fast = dg.compile(loss_fn, passes="O2")
+    x = dg.randn(8, 6)
+    loss = fast(x)
+    loss.backward()
+    plan = fast.memory_plan
+    assert plan is not None and plan.arena_bytes > 0
+    assert plan.arena_bytes <= plan.no_reuse_bytes
+    assert fast.kernel_count > 0
+    want = loss_fn(x)
+    np.testing.assert_allclose(loss.item(), want.item(), rtol=1e-6)
+
+
+# -- 3. and 4. results stay the caller's; in-place reuse never corrupts ----------------------
+def test_outputs_are_copied_out_of_the_arena():
+    g = dg.Graph("outs")
+    with g:
+        x = dg.placeholder("x", (32,))
+        a = dg.exp(x)
+        b = dg.reshape(a * 2.0, (4, 8))      # a view of an arena buffer
+        g.outputs = [a, b, dg.sum(b)]
+    exe = g.compile(plan=True)
+    x1, x2 = np.ones(32, np.float32), np.zeros(32, np.float32)
+    a1, b1, s1 = exe(x=x1)
+    a2, b2, _ = exe(x=x2)
+    np.testing.assert_allclose(a1, np.exp(x1))
+    np.testing.assert_allclose(b1, (2 * np.exp(x1)).reshape(4, 8))
+    np.testing.assert_allclose(a2, np.ones(32))
+    for p in (a1, b1, s1):
+        for q in (a2, b2):
+            assert not np.shares_memory(p, q)
+
+
+def test_inplace_reuse_keeps_values_still_needed():
+    """exp(x) dies at the mul, which may overwrite it; x2 = x*x is read again at the end, so
+    nothing may take its bytes before that: the numbers say whether a buffer was reused
+    too early."""
+    g = dg.Graph("chain")
+    with g:
+        x = dg.placeholder("x", (64,))
+        x2 = x * x
+        e = dg.exp(x2)
+        m = e * 3.0
+        t = dg.tanh(m)
+        s = dg.sin(t)
+        g.outputs = [s + x2, dg.amax(m, dim=0)]
+    rng = np.random.default_rng(0)
+    xs = rng.standard_normal(64).astype(np.float32)
+    for passes in (None, "O2"):
+        exe = g.compile(passes=passes, plan=True)
+        got, top = exe(x=xs)
+        sq = xs * xs
+        want = np.sin(np.tanh(np.exp(sq) * 3.0)) + sq
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+        np.testing.assert_allclose(top, np.max(np.exp(sq) * 3.0), rtol=1e-6)
+        plan = exe.memory_plan
+        verify_plan(exe.graph, plan)
+        if passes is None:
+            assert plan.aliases, "the chain should reuse buffers in place"
+
+
+def test_where_in_place_over_its_true_branch():
+    """where(c, a, b) may overwrite a (it dies there): the out= kernel must still read it."""
+    g = dg.Graph("where")
+    with g:
+        x = dg.placeholder("x", (16,))
+        b = dg.placeholder("b", (16,))
+        a = dg.exp(x)
+        g.outputs = [dg.where(x > 0, a, b) * 1.0]
+    exe = g.compile(plan=True)
+    xs = np.linspace(-1, 1, 16).astype(np.float32)
+    bs = -np.ones(16, np.float32)
+    (got,) = exe(x=xs, b=bs)
+    np.testing.assert_allclose(got, np.where(xs > 0, np.exp(xs), bs), rtol=1e-6)
+
+
+def test_state_swap_and_views_of_state_when_planned():
+    g = dg.Graph("swap")
+    with g:
+        a = dg.variable("a", np.arange(6, dtype=np.float32).reshape(2, 3))
+        b = dg.variable("b", np.ones((2, 3), np.float32))
+        g.update(a, b)
+        g.update(b, dg.reshape(dg.reshape(a, (3, 2)), (2, 3)))   # a view of the old a
+        g.outputs = [a + 0.0]
+    exe = g.compile(passes="O2")
+    assert exe.planned
+    (old_a,) = exe()
+    np.testing.assert_array_equal(old_a, np.arange(6).reshape(2, 3))
+    np.testing.assert_array_equal(exe.state["a"], np.ones((2, 3)))
+    np.testing.assert_array_equal(exe.state["b"], np.arange(6).reshape(2, 3))
+    exe()
+    np.testing.assert_array_equal(exe.state["a"], np.arange(6).reshape(2, 3))
+    np.testing.assert_array_equal(exe.state["b"], np.ones((2, 3)))
+
+
+def test_bound_parameters_are_updated_in_place_and_versions_bumped():
+    g, loss, model = mlp_step()
+    exe = g.compile(outputs=[loss], passes="O2")
+    w = model[0].weight
+    before_data, before_version = w.data, w._version[0]
+    first = w.data.copy()
+    x, y = batch(8)
+    exe(x=x, y=y)
+    assert w.data is before_data                  # the same buffer, written in place
+    assert w._version[0] > before_version
+    assert not np.array_equal(w.data, first)
+
+
+def test_kernel_result_of_the_wrong_shape_is_a_clear_error():
+    """A kernel returning a broadcastable but wrong shape is refused, never broadcast
+    silently into the planned buffer."""
+    from duograph.graphlib.registry import REGISTRY
+    g = dg.Graph("bad")
+    with g:
+        x = dg.placeholder("x", (4, 3))
+        g.outputs = [dg.softplus(x) * 2.0]
+    exe = g.compile(plan=True)
+    op = REGISTRY["softplus"]
+    original = op.kernel
+    op.kernel = lambda xp, x, **attrs: xp.zeros((3,), x.dtype)
+    try:
+        with pytest.raises(dg.KernelError, match=r"softplus .*shape \[3\], planned \[4, 3\]"):
+            exe(x=np.ones((4, 3), np.float32))
+    finally:
+        op.kernel = original
+
+
+# -- 5. steady state ----------------------------------------------------------------------------
+def test_steady_state_allocates_far_less_than_the_arena():
+    g, loss, _ = mlp_step(hidden=256)
+    exe = g.compile(outputs=[loss], passes="O2")
+    x, y = batch(64)
+    exe(x=x, y=y)
+    exe(x=x, y=y)
+    tracemalloc.start()
+    try:
+        exe(x=x, y=y)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    plan = exe.memory_plan
+    # kernels without an out= form (log_softmax in the loss, ...) still allocate their small
+    # results; the big activations and gradients never are
+    assert peak < 0.25 * plan.no_reuse_bytes, (peak, plan.summary())
