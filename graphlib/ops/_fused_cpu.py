@@ -135,7 +135,7 @@ def run(body, arrays: Sequence, out: Optional[Sequence[np.ndarray]] = None) -> T
         if plan is False:       # no chunked form: the region's kernels op by op
             for c in lay.constants:
                 env[id(c.outputs[0])] = c.op.kernel(np, **c.attrs)
-            eval_nodes(lay.region, env, np, lay.region_outputs)
+            eval_nodes(lay.region, env, np, lay.outputs)   # prologue outputs too
         else:
             region_out = None if out is None else [out[where[id(v)]]
                                                    for v in lay.region_outputs]
