@@ -11,6 +11,12 @@ it becomes) when the merged group
   values stay inside it;
 - starts any matmul or reduction it holds from values made outside the group.
 
+Then, horizontally, sibling groups of elementwise ops that read the same large value (at
+least ``HORIZONTAL_MIN_ELEMENTS`` elements, symbolic dims counted as ``ESTIMATE_DIM``) and
+iterate over its shape merge into one node with several outputs, under the same rules: the
+shared value is then read once, chunk by chunk, while it is in cache. Smaller siblings stay
+apart: there a fused kernel's fixed cost outweighs the bandwidth it saves.
+
 Scalar constants are folded into the body; every other outside value becomes an input.
 A value still needed outside the group stays an output of the fused node, so nothing is
 recomputed. Groups of a single op are left alone: fusing them saves no kernel.
@@ -31,6 +37,11 @@ from .cleanup import dead_code_elimination
 # Producers whose elementwise consumers may be fused after them (an epilogue): the fused
 # kernel calls the producer's own kernel first, then runs the chain on its result.
 EPILOGUE_HOSTS = ("matmul", "sum", "mean")
+# Horizontal fusion only for shared inputs at least this large (elements): one float32
+# chunk of the fused kernels (CHUNK, 64K elements) is about where reading the input once
+# starts to repay a fused kernel's fixed cost.
+HORIZONTAL_MIN_ELEMENTS = 1 << 16
+ESTIMATE_DIM = 64
 
 
 def _elementwise(node: Node) -> bool:
@@ -122,6 +133,38 @@ class _Groups:
         self.members[a].sort()
 
 
+def _elements(v: Value) -> int:
+    n = 1
+    for d in v.shape:
+        n *= d if isinstance(d, int) else ESTIMATE_DIM
+    return n
+
+
+def _fuse_siblings(groups: _Groups) -> None:
+    """Merge elementwise groups that read the same large outside value over its shape."""
+    nodes = groups.nodes
+    readers: Dict[int, List[int]] = {}      # id(value) -> one member index per reader group
+    for gid, member_ids in groups.members.items():
+        if not all(_elementwise(nodes[i]) for i in member_ids):
+            continue
+        inside = {id(nodes[i]) for i in member_ids}
+        seen = set()
+        for i in member_ids:
+            for x in nodes[i].inputs:
+                if (id(x) in seen or _scalar_constant(x)
+                        or (x.node is not None and id(x.node) in inside)
+                        or _elements(x) < HORIZONTAL_MIN_ELEMENTS
+                        or tuple(x.shape) != tuple(nodes[i].outputs[0].shape)):
+                    continue
+                seen.add(id(x))
+                readers.setdefault(id(x), []).append(member_ids[0])
+    for key, firsts in readers.items():
+        for i in firsts[1:]:
+            a, b = groups.group[firsts[0]], groups.group[i]
+            if a != b and groups.can_merge(a, b):
+                groups.merge(min(a, b), max(a, b))
+
+
 def _body(groups: _Groups, member_ids: List[int], outs: List[Value]) -> Tuple[FusedBody, list]:
     """The fused body of the members (in graph order) and the outside values it reads."""
     nodes = [groups.nodes[i] for i in member_ids]
@@ -151,9 +194,11 @@ def _body(groups: _Groups, member_ids: List[int], outs: List[Value]) -> Tuple[Fu
     return FusedBody(sub), inputs
 
 
-def fuse_elementwise(graph: Graph, epilogues: bool = True) -> Tuple[Graph, bool]:
-    """Fuse chains and trees of elementwise ops (and the epilogues of matmul, sum and mean)
-    into ``fused`` nodes; see the module docstring for the rules.
+def fuse_elementwise(graph: Graph, epilogues: bool = True,
+                     horizontal: bool = True) -> Tuple[Graph, bool]:
+    """Fuse chains and trees of elementwise ops (and the epilogues of matmul, sum and mean;
+    and siblings reading one large value, with ``horizontal``) into ``fused`` nodes; see the
+    module docstring for the rules.
 
     Before: ``%1 = mul(%x, %x); %2 = mul(%1, 0.5); %3 = tanh(%2); return (%3, %1)``
     After:  ``%1, %3 = fused(%x) { %a = mul(%i0, %i0); %b = mul(%a, 0.5);
@@ -176,6 +221,8 @@ def fuse_elementwise(graph: Graph, epilogues: bool = True) -> Tuple[Graph, bool]
                 continue
             if groups.can_merge(a, b):
                 groups.merge(a, b)
+    if horizontal:
+        _fuse_siblings(groups)
 
     fused: Dict[int, Node] = {}           # group id -> its fused node
     mapping: Dict[int, Value] = {}

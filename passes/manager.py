@@ -22,6 +22,7 @@ from ..graphlib.ir import Graph
 from .cleanup import (algebraic_simplification, common_subexpression_elimination,
                       constant_folding, dead_code_elimination)
 from .fusion import fuse_elementwise
+from .memory import peak_live_bytes
 from .schedule import memory_aware_schedule
 
 PassFn = Callable[[Graph], object]
@@ -59,11 +60,27 @@ class PassStat:
     kernels_after: int
     seconds: float
     changed: bool
+    bytes_before: int = 0      # planned bytes: the most intermediate bytes live at once
+    bytes_after: int = 0
 
     def row(self) -> str:
         return (f"{self.name:<12}{self.nodes_before:>8}{self.nodes_after:>8}"
                 f"{self.kernels_before:>9}{self.kernels_after:>9}"
+                f"{_kib(self.bytes_before):>12}{_kib(self.bytes_after):>12}"
                 f"{self.seconds * 1e3:>10.2f}  {'yes' if self.changed else 'no'}")
+
+
+def _kib(n: int) -> str:
+    return f"{n / 1024:.1f}K"
+
+
+def planned_bytes(graph: Graph) -> int:
+    """The most intermediate bytes live at once in ``graph``'s order (the memory plan's
+    lower bound; symbolic dims counted as 64): the figure the pass report tracks."""
+    try:
+        return peak_live_bytes(graph)
+    except GraphError:
+        return 0
 
 
 def kernel_count(graph: Graph) -> int:
@@ -104,8 +121,9 @@ class PassManager:
 
     def run(self, graph: Graph) -> Graph:
         self.stats = []
+        bytes_now = planned_bytes(graph) if self.passes else 0
         for i, (name, fn) in enumerate(self.passes):
-            nb, kb = len(graph.nodes), kernel_count(graph)
+            nb, kb, bb = len(graph.nodes), kernel_count(graph), bytes_now
             t0 = time.perf_counter()
             result = fn(graph)
             seconds = time.perf_counter() - t0
@@ -121,8 +139,9 @@ class PassManager:
                     graph.verify()
                 except GraphError as e:
                     raise GraphError(f"the IR is broken after pass {name!r}:\n{e}") from None
+            bytes_now = planned_bytes(graph)
             self.stats.append(PassStat(name, nb, len(graph.nodes), kb, kernel_count(graph),
-                                       seconds, bool(changed)))
+                                       seconds, bool(changed), bb, bytes_now))
             self._dump(graph, i, name)
         return graph
 
@@ -139,9 +158,10 @@ class PassManager:
             print(f"--- after {name} ---\n{text}")
 
     def report(self) -> str:
-        """A table of the last run: nodes and kernels before/after and time per pass."""
+        """A table of the last run: nodes, kernels and planned bytes (peak live, symbols as
+        64) before/after, and time per pass."""
         head = (f"{'pass':<12}{'nodes':>8}{'->':>8}{'kernels':>9}{'->':>9}"
-                f"{'ms':>10}  changed")
+                f"{'bytes':>12}{'->':>12}{'ms':>10}  changed")
         return "\n".join([head] + [s.row() for s in self.stats])
 
 

@@ -128,6 +128,44 @@ def test_no_cycle_on_random_diamonds_and_graph_stays_valid():
     _compare(g, [f], {"x": _x(4, 4)}, pipelines=(["fuse"],), exact=True)
 
 
+def test_horizontal_fusion_of_siblings_reading_one_large_input():
+    """exp(x) and tanh(x) * 2 are separate consumers of x: with x large they become one
+    kernel with two outputs (x read once); with x small, or with a path between the two
+    through a reduction (a cycle), they stay apart."""
+    def siblings(shape):
+        g = dg.Graph("siblings")
+        with g:
+            x = dg.placeholder("x", shape)
+            a = dg.exp(x)
+            b = dg.tanh(x) * 2.0
+            g.outputs = [a, b]
+        return g
+
+    big = siblings((256, 256))
+    (exe,) = _compare(big, big.outputs, {"x": _x(256, 256)}, pipelines=[["fuse"]], exact=True)
+    (node,) = _fused(exe)
+    assert sorted(node.attrs["sub"].ops) == ["exp", "mul", "tanh"]
+    assert len(node.outputs) == 2 and exe.kernel_count == 1
+    no, _ = passes.fusion.fuse_elementwise(siblings((256, 256)), horizontal=False)
+    assert len(fused_nodes(no)) == 1 and "exp" in [n.op.name for n in no.nodes]
+
+    small = siblings((16, 16))
+    (exe,) = _compare(small, small.outputs, {"x": _x(16, 16)}, pipelines=[["fuse"]])
+    assert [n.attrs["sub"].ops for n in _fused(exe)] == [["tanh", "mul"]]
+
+    g = dg.Graph("through_a_sum")
+    with g:
+        x = dg.placeholder("x", (256, 256))
+        a = dg.exp(x)
+        s = dg.amax(a)                     # not elementwise, reads a
+        b = dg.tanh(x) * s                 # a sibling of a, but after s
+        g.outputs = [b, a]
+    (exe,) = _compare(g, g.outputs, {"x": _x(256, 256)}, pipelines=[["fuse"]])
+    exe.graph.verify()
+    for node in _fused(exe):
+        assert "exp" not in node.attrs["sub"].ops or "tanh" not in node.attrs["sub"].ops
+
+
 def test_single_ops_are_left_alone():
     g = dg.Graph("single")
     with g:
