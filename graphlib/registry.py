@@ -22,7 +22,7 @@ class OpDef:
     """Definition of one op. Calling it applies the op to Values, tensors or numbers."""
 
     __slots__ = ("name", "infer", "kernel", "vjp", "expr", "elementwise", "promote",
-                 "out_kernel", "nondiff_inputs", "random", "multi_output", "doc", "__weakref__")
+                 "out_kernel", "prepare_out", "nondiff_inputs", "random", "multi_output", "doc", "__weakref__")
 
     def __init__(self, name: str, infer: Callable, kernel: Callable,
                  vjp: Optional[Callable] = None, *, expr: Optional[str] = None,
@@ -44,6 +44,10 @@ class OpDef:
         # False when it cannot for these operands (the planned runtime then calls ``kernel``
         # and copies). Set in ops/out_kernels.py.
         self.out_kernel = None
+        # prepare_out(xp, attrs, input shapes) -> runner(arrays, outs) -> bool, or None: a
+        # shortcut the planned runtime prepares once per program when every shape is known
+        # (the runner returns False to send a call back to ``out_kernel``).
+        self.prepare_out = None
         self.doc = doc
 
     def __call__(self, *inputs, **attrs):

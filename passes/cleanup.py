@@ -227,8 +227,34 @@ def _self_subtract(node: Node, graph: Graph):
                       node, graph)]
 
 
+def _transpose_of_matmul(node: Node, graph: Graph):
+    """permute(a @ b, (1, 0)) -> b.T @ a.T for 2-D operands, when nothing else reads a @ b.
+    The transposes are views (BLAS reads them as they are) and fold into the permutes the
+    operands already are: a Linear layer's weight gradient ``(x.T @ dy).T`` becomes
+    ``dy.T @ x``, made directly in the weight's layout, so the update reads it contiguously.
+    """
+    if node.op.name != "permute" or tuple(node.attrs["dims"]) != (1, 0):
+        return None
+    inner = node.inputs[0].node
+    if inner is None or inner.op.name != "matmul":
+        return None
+    a, b = inner.inputs
+    if a.ndim != 2 or b.ndim != 2 or a.dtype != b.dtype:
+        return None
+    made = inner.outputs[0]
+    readers = sum(1 for n in graph.nodes for x in n.inputs if x is made)
+    if readers != 1 or any(o is made for o in graph.outputs) or any(
+            new is made for _, new in graph.updates.values()):
+        return None
+    permute = node.op
+    bt = make_node(permute, (b,), {"dims": (1, 0)}, node, graph)
+    at = make_node(permute, (a,), {"dims": (1, 0)}, node, graph)
+    mm = make_node(inner.op, (bt.outputs[0], at.outputs[0]), dict(inner.attrs), node, graph)
+    return [bt, at, mm]
+
+
 SIMPLIFY_RULES: List[Rule] = [_identity_elementwise, _small_powers, _noop_shape,
-                              _collapse_chains, _self_subtract]
+                              _collapse_chains, _self_subtract, _transpose_of_matmul]
 
 
 def algebraic_simplification(graph: Graph) -> Tuple[Graph, bool]:

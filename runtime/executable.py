@@ -116,6 +116,7 @@ class Executable:
         self._bound = {v.name: (v, graph.bindings[id(v)]) for v in graph.state
                        if id(v) in graph.bindings}
         self.state = StateView(self)
+        self._checked: Dict[str, object] = {}    # bound state arrays already validated
         # planner(graph, shapes=..., nodes=..., outputs=...) -> a memory plan; None: interpret
         self.planner = planner
         self._programs: "OrderedDict[tuple, Program]" = OrderedDict()
@@ -430,10 +431,13 @@ class Executable:
             return owned
         _, holder = self._bound[v.name]
         arr = holder.data
+        if self._checked.get(v.name) is arr and arr.shape == v.shape:   # checked before
+            return arr
         if tuple(arr.shape) != tuple(v.shape) or dtypes.as_dtype(arr.dtype) != v.dtype:
             raise FeedError(f"{self.graph.name}: state {v.name!r} was built as {v.type!r}, but "
                             f"the object bound to it now holds {arr.dtype}{list(arr.shape)}; "
                             "rebuild the graph after changing parameter shapes or dtypes")
+        self._checked[v.name] = arr
         return arr
 
     def _kernel_error(self, ins: Instruction, args, e: Exception) -> KernelError:

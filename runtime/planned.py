@@ -30,7 +30,7 @@ import numpy as np
 from ..graphlib.errors import KernelError
 from ..graphlib.types import eval_dim, format_shape
 
-ARENA, VIEW = 0, 1
+ARENA, VIEW, PREPARED = 0, 1, 2
 
 
 def _resolve_attrs(node, attrs: dict, shapes: Dict[str, int]) -> dict:
@@ -69,7 +69,7 @@ class Program:
         env: List = [None] * exe.num_slots
         for key, off in plan.offsets.items():
             v = plan.values[key]
-            shape = tuple(eval_dim(d, shapes) if isinstance(d, str) else d for d in v.shape)
+            shape = _concrete(v.shape, shapes)
             nbytes = plan.sizes[key]
             buf = self.arena[off:off + nbytes].view(np.dtype(v.dtype)).reshape(shape)
             env[slot[key]] = buf
@@ -92,13 +92,19 @@ class Program:
                     for s, r, o in zip(outs, res, node.outputs):
                         env[s] = xp.asarray(r).astype(o.dtype, copy=False)
                     continue
+                out_kernel = node.op.out_kernel
                 if any(k in views for k in keys):
                     mode = VIEW
                 elif all(k in plan.offsets or k in inplace_new for k in keys):
                     mode = ARENA
+                    prepare = node.op.prepare_out
+                    runner = None if prepare is None else prepare(
+                        xp, attrs, [_concrete(x.shape, shapes) for x in node.inputs])
+                    if runner is not None:
+                        mode, out_kernel = PREPARED, (runner, out_kernel)
                 else:   # a plan that leaves an output nowhere: run it as the interpreter would
                     mode = VIEW
-                steps.append((mode, node, node.op.kernel, node.op.out_kernel, ins, outs,
+                steps.append((mode, node, node.op.kernel, out_kernel, ins, outs,
                               attrs, exe.is_multi(node)))
         self.env = env
         self.steps = steps
@@ -125,7 +131,14 @@ class Program:
         for mode, node, kernel, out_kernel, ins, outs, attrs, multi in self.steps:
             args = [env[s] for s in ins]
             try:
-                if mode == ARENA:
+                if mode == PREPARED:
+                    buffers = tuple(env[s] for s in outs)
+                    runner, generic = out_kernel
+                    if not runner(args, buffers):
+                        if not generic(xp, *args, out=buffers, **attrs):
+                            _copy_results(xp, node, kernel(xp, *args, **attrs), buffers,
+                                          True)
+                elif mode == ARENA:
                     if multi:
                         buffers = tuple(env[s] for s in outs)
                         if out_kernel is None or not out_kernel(xp, *args, out=buffers,
@@ -173,6 +186,10 @@ def _copy_results(xp, node, res, buffers: Sequence, multi: bool) -> None:
             raise ValueError(f"kernel returned shape {list(shape)}, planned "
                              f"{list(buf.shape)}")
         xp.copyto(buf, r, casting="unsafe")
+
+
+def _concrete(shape, shapes: Dict[str, int]) -> tuple:
+    return tuple(eval_dim(d, shapes) if isinstance(d, str) else d for d in shape)
 
 
 def _address(arr) -> int:

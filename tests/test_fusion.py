@@ -166,6 +166,39 @@ def test_horizontal_fusion_of_siblings_reading_one_large_input():
         assert "exp" not in node.attrs["sub"].ops or "tanh" not in node.attrs["sub"].ops
 
 
+@pytest.mark.parametrize("rows", [8, 600])       # one direct step; many chunks
+def test_bound_epilogue_runs_the_matmul_in_its_home_output(rows):
+    """A fused ``relu(x @ w + b)`` bound to its shapes (what the planned runtime does) runs
+    the matmul with out= straight into the relu output and the chain in place over it;
+    results equal the general path, also with the matmul value returned too."""
+    for also_h in (False, True):
+        g = dg.Graph("epilogue")
+        with g:
+            x = dg.placeholder("x", (rows, 32))
+            w = dg.placeholder("w", (32, 128))
+            b = dg.placeholder("b", (128,))
+            h = x @ w
+            y = dg.relu(h + b)
+            g.outputs = [y, dg.tanh(y) > 0.5] + ([h] if also_h else [])
+        work = passes.optimize(g, ["fuse"])
+        (node,) = fused_nodes(work)
+        body = node.attrs["sub"]
+        feeds = {"x": _x(rows, 32), "w": _x(32, 128, seed=1), "b": _x(128, seed=2)}
+        arrays = [feeds[v.name] for v in node.inputs]
+        want = body.run(np, arrays)
+        runner = body.bind(np, [a.shape for a in arrays])
+        assert runner is not None
+        (matmul,) = [n for n in body.graph.nodes if n.op.name == "matmul"]
+        (relu,) = [n for n in body.graph.nodes if n.op.name == "relu"]
+        home = matmul.outputs[0] if also_h else relu.outputs[0]
+        index = [id(o) for o in body.graph.outputs].index(id(home))
+        assert body.prologue_homes() == {id(matmul.outputs[0]): index}
+        outs = [np.full(o.shape, 7, o.dtype) for o in want]
+        assert runner(arrays, outs)
+        for a, b_ in zip(outs, want):
+            np.testing.assert_array_equal(a, b_)
+
+
 def test_single_ops_are_left_alone():
     g = dg.Graph("single")
     with g:

@@ -333,3 +333,26 @@ def test_steady_state_allocates_far_less_than_the_arena():
     # kernels without an out= form (log_softmax in the loss, ...) still allocate their small
     # results; the big activations and gradients never are
     assert peak < 0.25 * plan.no_reuse_bytes, (peak, plan.summary())
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_where_out_kernel_is_bit_exact_in_and_out_of_place(dtype):
+    """The out= form of where moves bits with masks: NaNs, -0.0 and infinities come
+    through exactly as numpy's where gives them, with b a scalar, a row or a full array,
+    and with out being a or b."""
+    from duograph.graphlib.registry import REGISTRY
+    kernel = REGISTRY["where"].out_kernel
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((16, 9)).astype(dtype)
+    a[0, :4] = [np.nan, -0.0, np.inf, -np.inf]
+    c = rng.random((16, 9)) > 0.5
+    for b in (np.asarray(0.0, dtype), np.asarray(-0.0, dtype), np.asarray(np.nan, dtype),
+              rng.standard_normal(9).astype(dtype), rng.standard_normal((16, 9)).astype(dtype)):
+        want = np.where(c, a, b).view(f"u{np.dtype(dtype).itemsize}")
+        for alias in ("none", "a", "b"):
+            aa, bb = a.copy(), b.copy()
+            if alias == "b" and bb.shape != a.shape:
+                continue
+            out = {"none": np.empty_like(a), "a": aa, "b": bb}[alias]
+            assert kernel(np, c, aa, bb, out=out)
+            np.testing.assert_array_equal(out.view(want.dtype), want, err_msg=alias)

@@ -8,6 +8,10 @@ whole with its own kernel) and its elementwise *region*. The region runs with on
   scratch buffers reused across chunks and runs, so intermediates stay in L2 and nothing is
   allocated per op. Ops without an exact ufunc form call their own kernel on the chunk.
   Results are bitwise those of the unfused graph.
+- ``direct`` (what ``numpy`` uses when the iteration space fits in one chunk): the same
+  ufunc calls, straight-line over whole arrays, no loop, slicing or reshaping; numpy's own
+  broadcasting handles smaller operands. Small fused kernels are all overhead, so this
+  path keeps each one to a few microseconds plus its ufuncs.
 - ``numba``: one ``@njit`` loop generated from the ops' ``expr`` templates, compiled once and
   cached on disk across processes, single-threaded by default (see ``NUMBA_PARALLEL``).
   Used where it measured faster. There is no SVML here, so numba's ``np.tanh``, ``exp`` and
@@ -168,10 +172,11 @@ def _copy_back(outs: list, work: list) -> None:
             np.copyto(o, w)
 
 
-def _build(lay: Layout, ins: Sequence[np.ndarray]):
-    """The plan for region inputs shaped like ``ins``: a numba or chunked numpy callable, or
-    False where neither applies (outputs of different shapes, empty arrays)."""
-    shapes: Dict[int, tuple] = {id(v): a.shape for v, a in zip(lay.region_inputs, ins)}
+def _region_shapes(lay: Layout, in_shapes: Sequence[tuple]):
+    """(shape of every region value, constant arrays, the iteration shape) for region
+    inputs of ``in_shapes``, or None when the region cannot run as one loop (outputs of
+    different shapes, an empty iteration space)."""
+    shapes: Dict[int, tuple] = {id(v): tuple(s) for v, s in zip(lay.region_inputs, in_shapes)}
     consts: Dict[int, np.ndarray] = {}
     for c in lay.constants:
         arr = np.asarray(c.op.kernel(np, **c.attrs))
@@ -185,13 +190,132 @@ def _build(lay: Layout, ins: Sequence[np.ndarray]):
         out_shapes = [shapes[id(v)] for v in lay.region_outputs]
         full = np.broadcast_shapes(*out_shapes)
     except ValueError:
-        return False
+        return None
     if any(s != full for s in out_shapes) or math.prod(full) == 0:
+        return None
+    return shapes, consts, full
+
+
+def bind(body, in_shapes: Sequence[tuple]):
+    """A runner ``runner(arrays, outs) -> bool`` for a body whose inputs will always have
+    ``in_shapes`` (the planned runtime knows every shape of a program in advance), skipping
+    the per-call plan lookup; it returns False (the caller then takes the general path)
+    once the strategy has been changed. None when no such shortcut applies: only small
+    regions without a prologue, whose plan (``DirectPlan``) depends on shapes alone."""
+    strategy = _strategy
+    if strategy not in ("auto", "numpy"):
+        return None
+    lay = _layout(body)
+    if not lay.direct:
+        return _bind_prologue(body, lay, in_shapes, strategy)
+    found = _region_shapes(lay, in_shapes)
+    if found is None:
+        return None
+    shapes, consts, full = found
+    n = math.prod(full)
+    if n > CHUNK or (strategy == "auto" and n >= NUMBA_MIN_ELEMENTS and numba_available()):
+        return None
+    plan = DirectPlan(lay, shapes, consts, full)
+
+    def runner(arrays, outs) -> bool:
+        if _strategy != strategy:
+            return False
+        plan(arrays, outs)
+        return True
+    return runner
+
+
+def _bind_prologue(body, lay: Layout, in_shapes: Sequence[tuple], strategy: str):
+    """``bind`` for a body opened by a matmul or reduction: the prologue writes with its
+    ``out=`` kernel into its home output (``FusedBody.prologue_homes``) or a buffer made
+    here, once; the region then runs over it (a DirectPlan when small, else the cached
+    chunk or numba plan). None where the prologue is not simple (several outputs, or
+    inputs that are not the body's own)."""
+    from ..types import TensorType
+    g = body.graph
+    index = {id(v): j for j, v in enumerate(g.inputs)}
+    types = {id(v): TensorType(tuple(s), v.dtype) for v, s in zip(g.inputs, in_shapes)}
+    homes = body.prologue_homes()
+    steps = []          # (kernel, out_kernel, input indices, attrs, home k or scratch array)
+    made: Dict[int, tuple] = {}
+    for node in lay.prologue:
+        if len(node.outputs) != 1 or any(id(x) not in index for x in node.inputs):
+            return None
+        (t,) = node.op.infer([types[id(x)] for x in node.inputs], node.attrs)
+        if any(not isinstance(d, int) for d in t.shape):
+            return None
+        p = node.outputs[0]
+        home = homes.get(id(p))
+        target = home if home is not None else np.empty(t.shape, t.dtype)
+        steps.append((node.op.kernel, node.op.out_kernel,
+                      tuple(index[id(x)] for x in node.inputs), dict(node.attrs), target))
+        made[id(p)] = (len(steps) - 1, t.shape)
+    sources = []        # region input -> ("in", j) or ("pro", step)
+    shapes = []
+    for v in lay.region_inputs:
+        if id(v) in index:
+            sources.append((0, index[id(v)]))
+            shapes.append(tuple(in_shapes[index[id(v)]]))
+        elif id(v) in made:
+            sources.append((1, made[id(v)][0]))
+            shapes.append(made[id(v)][1])
+        else:
+            return None
+    where = {id(o): k for k, o in enumerate(lay.outputs)}
+    region_out = [where[id(v)] for v in lay.region_outputs]
+    plan = None
+    if lay.region:
+        found = _region_shapes(lay, shapes)
+        if found is None:
+            return None
+        rshapes, consts, full = found
+        n = math.prod(full)
+        if n <= CHUNK and not (strategy == "auto" and n >= NUMBA_MIN_ELEMENTS
+                               and numba_available()):
+            plan = DirectPlan(lay, rshapes, consts, full)
+    # outputs that are prologue values without a home of their own are copied at the end
+    copies = [(k, made[id(o)][0]) for k, o in enumerate(lay.outputs)
+              if id(o) in made and homes.get(id(o)) != k]
+
+    def runner(arrays, outs) -> bool:
+        if _strategy != strategy:
+            return False
+        results = []
+        for kernel, out_kernel, ins, attrs, target in steps:
+            args = [arrays[j] for j in ins]
+            buf = outs[target] if type(target) is int else target
+            if out_kernel is None or not out_kernel(np, *args, out=buf, **attrs):
+                np.copyto(buf, kernel(np, *args, **attrs), casting="unsafe")
+            results.append(buf)
+        if lay.region:
+            ins = [arrays[j] if kind == 0 else results[j] for kind, j in sources]
+            region_outs = [outs[k] for k in region_out]
+            if plan is not None:
+                plan(ins, region_outs)
+            else:
+                chunked = _plan(body, lay, ins)
+                if chunked is False:
+                    return False
+                chunked(ins, region_outs)
+        for k, step in copies:
+            np.copyto(outs[k], results[step], casting="unsafe")
+        return True
+    return runner
+
+
+def _build(lay: Layout, ins: Sequence[np.ndarray]):
+    """The plan for region inputs shaped like ``ins``: a numba or chunked numpy callable, or
+    False where neither applies (outputs of different shapes, empty arrays)."""
+    found = _region_shapes(lay, [a.shape for a in ins])
+    if found is None:
         return False
+    shapes, consts, full = found
     if _strategy in ("auto", "numba"):
         plan = NumbaPlan.build(lay, ins, shapes, consts, full, forced=_strategy == "numba")
         if plan is not None:
             return plan
+    if math.prod(full) <= CHUNK:
+        return DirectPlan(lay, shapes, consts, full)
     return ChunkPlan(lay, ins, shapes, consts, full)
 
 
@@ -240,6 +364,95 @@ def _ufunc_lines(node, names: List[str], out: str) -> Optional[List[str]]:
         return [f"np.multiply({a}, {half}, out={out})", f"np.tanh({out}, out={out})",
                 f"np.add({out}, 1, out={out})", f"np.multiply({out}, {half}, out={out})"]
     return None
+
+
+def _kernel_lines(node, i: int, args: List[str], target: str, call: str, glob) -> List[str]:
+    """Code writing ``node``'s result into ``target`` with the op's out= kernel (which
+    tolerates ``target`` sharing bytes with an input, as in-place elementwise kernels
+    must), or its kernel and a copy where it has none or declines the operands."""
+    copy = f"np.copyto({target}, {call}, casting='unsafe')"
+    if node.op.out_kernel is None:
+        return [copy]
+    glob[f"OK{i}"] = node.op.out_kernel
+    head = ", ".join(["np"] + args)
+    return [f"if not OK{i}({head}, out={target}, **A{i}):", "    " + copy]
+
+
+class DirectPlan:
+    """Generated straight-line numpy for a small region: each op one ufunc call (``out=``
+    into the output or a scratch buffer reused by liveness), on whole arrays."""
+
+    def __init__(self, lay: Layout, shapes, consts, full: tuple):
+        self.full = full
+        self.out_dtypes = [np.dtype(v.dtype) for v in lay.region_outputs]
+        region_out = {id(v): k for k, v in enumerate(lay.region_outputs)}
+        glob: Dict[str, object] = {"np": np}
+        name: Dict[int, str] = {}
+        for j, v in enumerate(lay.region_inputs):
+            name[id(v)] = f"i{j}"
+        for j, (key, arr) in enumerate(consts.items()):
+            glob[f"k{j}"] = arr[()] if arr.ndim == 0 else arr
+            name[key] = f"k{j}"
+        for dt in {v.dtype for n_ in lay.region for v in n_.outputs}:
+            glob[f"HALF_{dt}"] = np.dtype(dt).type(0.5)
+        last: Dict[int, int] = {}
+        for i, node in enumerate(lay.region):
+            for x in node.inputs:
+                last[id(x)] = i
+        free: Dict[tuple, List[int]] = {}
+        owner: Dict[int, int] = {}
+        self.scratch: List[tuple] = []
+        body: List[str] = []
+        for i, node in enumerate(lay.region):
+            v = node.outputs[0]
+            args = [name[id(x)] for x in node.inputs]
+            glob[f"K{i}"] = node.op.kernel
+            glob[f"A{i}"] = dict(node.attrs)
+            call = f"K{i}(np, {', '.join(args)}, **A{i})" if args else f"K{i}(np, **A{i})"
+            for x in node.inputs:          # inputs dying here give their buffers back first
+                b = owner.get(id(x))
+                if b is not None and last.get(id(x)) == i:
+                    free.setdefault(self.scratch[b], []).append(b)
+            k = region_out.get(id(v))
+            target = f"o{k}" if k is not None else None
+            if target is None and (_ufunc_lines(node, args, "T") is not None
+                                   or node.op.out_kernel is not None):
+                spec = (tuple(shapes[id(v)]), np.dtype(v.dtype))
+                pool = free.get(spec)
+                b = pool.pop() if pool else None
+                if b is None:
+                    b = len(self.scratch)
+                    self.scratch.append(spec)
+                owner[id(v)] = b
+                target = f"s{b}"
+            lines = _ufunc_lines(node, args, target) if target else None
+            if lines is not None:
+                body.extend(lines)
+            elif target is not None:
+                body.extend(_kernel_lines(node, i, args, target, call, glob))
+            else:
+                target = f"t{i}"
+                body.append(f"{target} = {call}")
+            name[id(v)] = target
+        n_in, n_out = len(lay.region_inputs), len(lay.region_outputs)
+        head = [f"i{j} = ins[{j}]" for j in range(n_in)]
+        head += [f"o{k} = outs[{k}]" for k in range(n_out)]
+        head += [f"s{b} = scratch[{b}]" for b in range(len(self.scratch))]
+        src = ["def region(ins, outs, scratch):"] + ["    " + t for t in head + body]
+        src.append("    pass")
+        self.source = "\n".join(src) + "\n"
+        exec(compile(self.source, "<fused direct>", "exec"), glob)
+        self.fn = glob["region"]
+        self._local = threading.local()
+
+    def __call__(self, ins: Sequence[np.ndarray], out=None) -> List[np.ndarray]:
+        scratch = getattr(self._local, "scratch", None)
+        if scratch is None:
+            scratch = self._local.scratch = [np.empty(s, d) for s, d in self.scratch]
+        if out is None:
+            out = [np.empty(self.full, d) for d in self.out_dtypes]
+        self.fn(ins, out, scratch)
+        return out
 
 
 class ChunkPlan:
@@ -330,7 +543,7 @@ class ChunkPlan:
             if target is None:
                 spec = ((rows,) + pshape[id(v)][1:], np.dtype(v.dtype))
                 lines = _ufunc_lines(node, args, "T")
-                if lines is not None:
+                if lines is not None or node.op.out_kernel is not None:
                     pool = free.get(spec)
                     b = pool.pop() if pool else None
                     if b is None:
@@ -342,8 +555,8 @@ class ChunkPlan:
             if lines is not None:
                 body.extend(lines)
                 name[id(v)] = target
-            elif target is not None:      # an output computed by its own kernel
-                body.append(f"np.copyto({target}, {call}, casting='unsafe')")
+            elif target is not None:      # computed by the op's own (out=) kernel
+                body.extend(_kernel_lines(node, i, args, target, call, glob))
                 name[id(v)] = target
             else:
                 body.append(f"t{i} = {call}")

@@ -98,14 +98,12 @@ class FusedBody:
         of an input before they write the same element of an output, and a step that reads
         and writes the same element is one ufunc call (numpy allows exact overlap) or a
         kernel call whose fresh result is copied in."""
+        homes = set(self.prologue_homes().values())
+        return [(k, j) for k, j in self._candidate_pairs() if k not in homes]
+
+    def _candidate_pairs(self) -> List[Tuple[int, int]]:
         g = self.graph
-        made: Dict[int, int] = {}
-        last_read: Dict[int, int] = {}
-        for i, node in enumerate(g.nodes):
-            for x in node.inputs:
-                last_read[id(x)] = i
-            for o in node.outputs:
-                made[id(o)] = i
+        made, last_read = self._order()
         pairs = []
         for k, o in enumerate(g.outputs):
             if id(o) not in made:
@@ -114,6 +112,50 @@ class FusedBody:
                 if x.type == o.type and last_read.get(id(x), -1) <= made[id(o)]:
                     pairs.append((k, j))
         return pairs
+
+    def _order(self) -> Tuple[Dict[int, int], Dict[int, int]]:
+        """(id(value) -> index of the node making it, id(value) -> index of its last read)."""
+        made: Dict[int, int] = {}
+        last_read: Dict[int, int] = {}
+        for i, node in enumerate(self.graph.nodes):
+            for x in node.inputs:
+                last_read[id(x)] = i
+            for o in node.outputs:
+                made[id(o)] = i
+        return made, last_read
+
+    def prologue_homes(self) -> Dict[int, int]:
+        """id(prologue value) -> the output whose buffer the CPU kernel computes it in (an
+        epilogue ``relu(x @ w + b)`` runs the matmul straight into the output buffer and the
+        chain in place over it): the value itself when it is an output, else the first
+        output of its type made at or after its last read that could not overwrite an input
+        in place instead (a new weight ``w - lr * (x.T @ g)`` keeps its chance to be written
+        into ``w``). A home never overwrites an input (``inplace_pairs`` leaves it out)."""
+        g = self.graph
+        made, last_read = self._order()
+        homes: Dict[int, int] = {}
+        taken = {k for k, _ in self._candidate_pairs()}
+        where = {id(o): k for k, o in enumerate(g.outputs)}
+        prologue = [n for n in g.nodes if not n.op.elementwise and n.op.name != "constant"]
+        for node in prologue:
+            for p in node.outputs:
+                k = where.get(id(p))
+                if k is None:
+                    k = next((k for k, o in enumerate(g.outputs)
+                              if k not in taken and id(o) in made and id(o) != id(p)
+                              and g.nodes[made[id(o)]].op.elementwise and o.type == p.type
+                              and made[id(o)] >= last_read.get(id(p), -1)), None)
+                if k is not None and k not in taken:
+                    homes[id(p)] = k
+                    taken.add(k)
+        return homes
+
+    def bind(self, xp, in_shapes: Sequence[tuple]):
+        """A shortcut ``runner(arrays, outs) -> bool`` for inputs that always have
+        ``in_shapes`` (see ``_fused_cpu.bind``), or None."""
+        if xp is not np:
+            return None
+        return _fused_cpu.bind(self, in_shapes)
 
     # -- text ----------------------------------------------------------------------------------
     def body_text(self) -> str:
@@ -202,8 +244,7 @@ def _fused_kernel(xp, *arrays, sub: FusedBody):
 def _fused_out_kernel(xp, *arrays, out, sub: FusedBody) -> bool:
     """Write the outputs into ``out`` (an array, or a sequence of one per output) for the
     planned runtime; False off numpy (the runtime then calls the kernel and copies).
-    No output may share memory with an input: chunks of the inputs are read after chunks
-    of the outputs are written."""
+    An output may share memory with an input only as ``FusedBody.inplace_pairs`` allows."""
     if xp is not np:
         return False
     outs = list(out) if isinstance(out, (tuple, list)) else [out]
@@ -218,6 +259,7 @@ fused_op = register(OpDef("fused", _fused_infer, _fused_kernel, None, multi_outp
                           doc="a fused sub-graph of elementwise ops run as one kernel"))
 if "out_kernel" in OpDef.__slots__:        # the planned runtime's out= protocol
     fused_op.out_kernel = _fused_out_kernel
+    fused_op.prepare_out = lambda xp, attrs, in_shapes: attrs["sub"].bind(xp, in_shapes)
 
 
 def make_fused_node(inputs: Sequence, body: FusedBody, like: Node, graph: Graph) -> Node:
