@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Callable, Dict, List, Optional, Sequence
 
 from . import dtypes
-from .errors import GraphError
+from .errors import GraphError, located
 from .ir import Value
 
 
@@ -97,10 +97,10 @@ def backward_pass(nodes: Sequence, seeds: Dict[object, object], wrt: Sequence = 
 def _nodes_of(values: Sequence[Value]) -> List:
     graph = values[0].graph
     for v in values:
-        if not isinstance(v, Value):
-            raise TypeError(f"grad: expected symbolic Values, found {type(v).__name__}")
         if v.graph is not graph:
-            raise GraphError("grad: all values must belong to the same graph")
+            raise GraphError(located(
+                f"grad: all values must belong to one graph, found {v!r} of graph "
+                f"{getattr(v.graph, 'name', None)!r} and graph {graph.name!r}"))
     return list(graph.nodes)
 
 
@@ -108,37 +108,52 @@ def grad(output, wrt, cotangent=None) -> List[Value]:
     """Symbolic gradients of ``output`` with respect to each Value in ``wrt``.
 
     Gradient nodes are appended to the graph being built. ``output`` must be a scalar unless
-    ``cotangent`` (same shape as ``output``) is given. ``wrt`` may mix placeholders, state
-    and intermediate Values; a Value ``output`` does not depend on gets zeros.
+    ``cotangent`` (same shape and dtype as ``output``; a Value, an array or a number) is
+    given. ``wrt`` may mix placeholders, state and intermediate Values; a Value ``output``
+    does not depend on gets zeros.
     """
     from .ops.creation import ones_like, zeros_like
     single = isinstance(wrt, Value)
     wrt = [wrt] if single else list(wrt)
     if not isinstance(output, Value):
-        raise TypeError(f"grad: expected a symbolic Value as output, found "
-                        f"{type(output).__name__} (eager tensors use .backward())")
+        raise TypeError(located(f"grad: expected a symbolic Value as output, found "
+                                f"{type(output).__name__} (eager tensors use .backward())"))
     if not wrt:
-        raise ValueError("grad: wrt is empty")
+        raise ValueError(located("grad: expected at least one Value in wrt, found none"))
     for w in wrt:
         if not isinstance(w, Value):
-            raise TypeError(f"grad: wrt must hold symbolic Values, found {type(w).__name__}")
+            raise TypeError(located(f"grad: wrt must hold symbolic Values, found "
+                                    f"{type(w).__name__}"))
         if not dtypes.is_float(w.dtype):
-            raise GraphError(f"grad: cannot differentiate with respect to a {w.dtype} value "
-                             f"{w!r}; only floating-point values have gradients")
+            raise GraphError(located(f"grad: cannot differentiate with respect to a {w.dtype} "
+                                     f"value {w!r}; only floating-point values have "
+                                     "gradients"))
     if not dtypes.is_float(output.dtype):
-        raise GraphError(f"grad: output must be floating point, found {output.dtype}")
+        raise GraphError(located(f"grad: output must be floating point, found {output!r}"))
     nodes = _nodes_of([output] + wrt)
     if cotangent is None:
         if output.shape != ():
-            raise GraphError(f"grad: output has shape {list(output.shape)}; pass a cotangent "
-                             "of that shape for a non-scalar output (or reduce it first)")
+            raise GraphError(located(
+                f"grad: output has shape {list(output.shape)}; pass a cotangent of that shape "
+                "for a non-scalar output (or reduce it first)"))
         cotangent = ones_like(output)
     elif not isinstance(cotangent, Value):
         from .dispatch import as_value
-        cotangent = as_value(cotangent, output.graph, output.dtype)
+        try:
+            cotangent = as_value(cotangent, output.graph, output.dtype)
+        except TypeError as e:
+            raise TypeError(located(f"grad: cotangent: {e}")) from None
+    elif cotangent.graph is not output.graph:
+        raise GraphError(located(f"grad: the cotangent {cotangent!r} belongs to another graph "
+                                 f"than the output (graph {output.graph.name!r})"))
     if tuple(cotangent.shape) != tuple(output.shape):
-        raise GraphError(f"grad: cotangent shape {list(cotangent.shape)} does not match the "
-                         f"output shape {list(output.shape)}")
+        raise GraphError(located(
+            f"grad: cotangent shape {list(cotangent.shape)} does not match the output shape "
+            f"{list(output.shape)}"))
+    if cotangent.dtype != output.dtype:
+        raise GraphError(located(
+            f"grad: expected a cotangent of the output's dtype {output.dtype}, found "
+            f"{cotangent.dtype}; cast it first"))
     cts = backward_pass(nodes, {value_key(output): cotangent}, wrt)
     result = []
     for w in wrt:

@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Optional
 
 from . import dtypes
-from .errors import GraphError
+from .errors import GraphError, located
 from .ir import Graph, Value, current_graph
 from .types import TensorType
 
@@ -12,14 +12,18 @@ from .types import TensorType
 def _graph(name: str, what: str) -> Graph:
     g = current_graph()
     if g is None:
-        raise GraphError(f"{what} {name!r}: no graph is being built; create it inside "
-                         "`with dg.Graph('name'):`")
+        raise GraphError(located(f"{what} {name!r}: no graph is being built; create it "
+                                 "inside `with dg.Graph('name'):`"))
     return g
 
 
 def placeholder(name: str, shape=(), dtype="float32") -> Value:
     """A named graph input of the given shape (ints or symbol names) and dtype."""
-    return _graph(name, "placeholder").add_input(name, TensorType(shape, dtype))
+    graph = _graph(name, "placeholder")
+    try:
+        return graph.add_input(name, TensorType(shape, dtype))
+    except (TypeError, ValueError, GraphError) as e:
+        raise type(e)(located(f"placeholder {name!r}: {e}")) from None
 
 
 def variable(name: str, value, dtype: Optional[str] = None) -> Value:
@@ -28,15 +32,20 @@ def variable(name: str, value, dtype: Optional[str] = None) -> Value:
     Bind its new value with ``graph.update(var, new_value)`` (or ``dg.assign``).
     """
     import numpy as np
-    if dtype is not None:
-        value = np.asarray(value, dtype=dtypes.as_dtype(dtype))
-    elif not isinstance(value, np.ndarray):
-        value = np.asarray(value, dtype=dtypes.infer_data_dtype(value))
-    return _graph(name, "variable").add_state(name, value)
+    graph = _graph(name, "variable")
+    try:
+        if dtype is not None:
+            value = np.asarray(value, dtype=dtypes.as_dtype(dtype))
+        elif not isinstance(value, np.ndarray):
+            value = np.asarray(value, dtype=dtypes.infer_data_dtype(value))
+        return graph.add_state(name, value)
+    except (TypeError, ValueError, GraphError) as e:
+        raise type(e)(located(f"variable {name!r}: {e}")) from None
 
 
 def assign(var: Value, new_value) -> None:
     """Make ``new_value`` the value of state ``var`` after each run (``graph.update``)."""
     if not isinstance(var, Value) or var.graph is None:
-        raise GraphError(f"assign: expected a state Value made by dg.variable, found {var!r}")
+        raise GraphError(located(f"assign: expected a state Value made by dg.variable, "
+                                 f"found {var!r}"))
     var.graph.update(var, new_value)

@@ -213,7 +213,11 @@ def as_value(x, graph: Graph, dtype: Optional[str] = None) -> Value:
 def build(graph: Graph, op, inputs, attrs) -> Value:
     """Add ``op(*inputs, **attrs)`` to ``graph`` (shape/dtype inference runs here)."""
     source = user_source()
-    vals = tuple(as_value(x, graph) for x in inputs)
+    try:
+        vals = tuple(as_value(x, graph) for x in inputs)
+    except (GraphError, TypeError) as e:    # a foreign Value, a string, None...
+        msg = str(e) if str(e).startswith(op.name) else f"{op.name}: {e}"
+        raise type(e)(msg if "\n  in: " in msg else f"{msg}\n  in: {source}") from None
     if op.random and "stream" not in attrs:
         attrs = dict(attrs, stream=graph.next_random_stream())
     try:

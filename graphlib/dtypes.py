@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .errors import located
+
 DTYPE_NAMES = ("bool", "uint8", "int32", "int64", "float16", "float32", "float64")
 FLOAT_DTYPES = ("float16", "float32", "float64")
 INT_DTYPES = ("uint8", "int32", "int64")
@@ -67,7 +69,8 @@ def as_dtype(dtype) -> str:
             name = None
         if name in DTYPE_NAMES:
             return name
-    raise TypeError(f"unsupported dtype {dtype!r}: expected one of {', '.join(DTYPE_NAMES)}")
+    raise TypeError(located(f"unsupported dtype {dtype!r}: expected one of "
+                            f"{', '.join(DTYPE_NAMES)}"))
 
 
 def kind(dtype: str) -> str:

@@ -15,7 +15,7 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 
 from . import dtypes
-from .errors import GraphError
+from .errors import GraphError, located
 from .methods import TensorMethods
 from .types import TensorType, format_shape
 
@@ -256,17 +256,17 @@ class Graph:
         """Bind ``new_value`` as the value ``state`` holds after each run of the graph."""
         if not isinstance(state, Value) or (id(state) not in self.state_init
                                              and id(state) not in self.bindings):
-            raise GraphError(f"graph {self.name!r}: update() expects a state Value made by "
-                             f"dg.variable(), found {state!r}")
+            raise GraphError(located(f"graph {self.name!r}: update() expects a state Value "
+                                     f"made by dg.variable(), found {state!r}"))
         if not isinstance(new_value, Value):
             from .dispatch import as_value
             new_value = as_value(new_value, self, state.dtype)
         if new_value.graph is not self:
-            raise GraphError(f"graph {self.name!r}: the new value of state {state.name!r} "
-                             "belongs to another graph")
+            raise GraphError(located(f"graph {self.name!r}: the new value of state "
+                                     f"{state.name!r} belongs to another graph"))
         if new_value.type != state.type:
-            raise GraphError(f"graph {self.name!r}: update of state {state.name!r} expects "
-                             f"{state.type!r}, found {new_value.type!r}")
+            raise GraphError(located(f"graph {self.name!r}: update of state {state.name!r} "
+                                     f"expects {state.type!r}, found {new_value.type!r}"))
         self.updates[id(state)] = (state, new_value)
 
     def __getitem__(self, name: str) -> Value:

@@ -155,10 +155,12 @@ class TensorMethods:
         return F.amin(self, dim, keepdim)
 
     def max(self, dim=None, keepdim=False):
-        return F.amax(self, dim, keepdim)
+        """The largest element; with ``dim``, (values, indices) as ``torch.Tensor.max``."""
+        return F.max(self, dim, keepdim)
 
     def min(self, dim=None, keepdim=False):
-        return F.amin(self, dim, keepdim)
+        """The smallest element; with ``dim``, (values, indices) as ``torch.Tensor.min``."""
+        return F.min(self, dim, keepdim)
 
     def prod(self, dim=None, keepdim=False):
         return F.prod(self, dim, keepdim)

@@ -121,10 +121,16 @@ def broadcast_shapes(*shapes: Sequence[Dim], op: str = "broadcast") -> Shape:
     return tuple(result)
 
 
+def _as_int_dim(dim, op: str) -> int:
+    """``dim`` as a Python int (numpy integers count); anything else is a TypeError."""
+    if isinstance(dim, bool) or not hasattr(dim, "__index__"):
+        raise TypeError(located(f"{op}: expected an int dim, found {dim!r}"))
+    return int(dim.__index__())
+
+
 def normalize_dim(dim: int, ndim: int, op: str = "", allow_end: bool = False) -> int:
     """A possibly negative axis as a non-negative one, with a clear error when out of range."""
-    if not isinstance(dim, int) or isinstance(dim, bool):
-        raise TypeError(located(f"{op}: expected an int dim, found {dim!r}"))
+    dim = _as_int_dim(dim, op)
     hi = ndim + 1 if allow_end else ndim
     if not -hi <= dim < hi:
         lo_s, hi_s = -hi, hi - 1
@@ -134,15 +140,22 @@ def normalize_dim(dim: int, ndim: int, op: str = "", allow_end: bool = False) ->
 
 
 def normalize_dims(dim, ndim: int, op: str = "") -> Tuple[int, ...]:
-    """None -> all dims; an int or a sequence -> sorted, de-duplicated non-negative dims."""
+    """None -> all dims; an int or a sequence of ints -> sorted non-negative dims. A dim
+    named twice (``(1, -1)`` of a 2-D tensor) is an error, as in PyTorch."""
     if dim is None:
         return tuple(range(ndim))
-    if isinstance(dim, int):
+    if hasattr(dim, "__index__") and not isinstance(dim, bool):
         dim = (dim,)
-    dims = sorted({normalize_dim(d, max(ndim, 1) if ndim == 0 else ndim, op) for d in dim})
+    elif not isinstance(dim, (tuple, list)):
+        raise TypeError(located(f"{op}: expected an int or a tuple of ints as dim, found "
+                                f"{dim!r}"))
+    dims = [normalize_dim(d, max(ndim, 1) if ndim == 0 else ndim, op) for d in dim]
+    if len(set(dims)) != len(dims):
+        raise ShapeError(located(f"{op}: dims {tuple(dim)} name the same dim more than once "
+                                 f"(a tensor with {ndim} dims)"))
     if ndim == 0:
         return ()
-    return tuple(dims)
+    return tuple(sorted(dims))
 
 
 def dims_product(dims: Iterable[Dim]):

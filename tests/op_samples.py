@@ -412,9 +412,13 @@ def _bcast_error():
     return [ErrorCase("bcast", (rand(2, 3), rand(4)), {}, dg.ShapeError, "cannot be broadcast")]
 
 
-def _binary(name, fn, ref, make=rand, differentiable=True, samples=None, **kw) -> OpInfo:
+def _binary(name, fn, ref, make=rand, differentiable=True, samples=None, errors=(),
+            **kw) -> OpInfo:
     return OpInfo(name, fn, samples if samples is not None else _binary_samples(make), ref,
-                  differentiable=differentiable, errors=_bcast_error(), binary=True,
+                  differentiable=differentiable, errors=_bcast_error() + [
+                      ErrorCase("str_operand", (make(2), "a"), {}, TypeError,
+                                "expected a Value, tensor, array or number")] + list(errors),
+                  binary=True,
                   make_input=lambda rng, shape: make(*shape, rng=rng), **kw)
 
 
@@ -481,7 +485,9 @@ def _where_samples():
 def _elementwise_binary() -> List[OpInfo]:
     return [
         _binary("add", dg.add, np.add),
-        _binary("sub", dg.sub, np.subtract),
+        _binary("sub", dg.sub, np.subtract, errors=[   # numpy and torch refuse it too
+            ErrorCase("bool_bool", (bools(2), bools(2)), {}, dg.DTypeError,
+                      "found bool and bool")]),
         _binary("mul", dg.mul, np.multiply),
         _binary("div", dg.div, lambda a, b: np.true_divide(a, b), make=away,
                 samples=_div_samples()),
@@ -525,7 +531,9 @@ def _elementwise_binary() -> List[OpInfo]:
             Sample("i64_to_f64", (ints(4,),), {"dtype": F64}),
             Sample("bool_to_f32", (bools(3,),), {"dtype": "float"}),
             Sample("f32_to_f16_0d", (zero_d(1.25, F32),), {"dtype": F16})],
-            lambda x, dtype: x.astype(dg.dtypes.as_dtype(dtype)), differentiable=True),
+            lambda x, dtype: x.astype(dg.dtypes.as_dtype(dtype)), differentiable=True,
+            errors=[ErrorCase("complex", (rand(2),), {"dtype": "complex64"}, TypeError,
+                              "unsupported dtype 'complex64'")]),
     ]
 
 
@@ -556,11 +564,22 @@ def _reduce_samples(make=rand, int_sample=True):
 
 
 def _reduce_errors(float_only=False):
-    errs = [ErrorCase("dim_range", (rand(2, 3),), {"dim": 2}, dg.ShapeError, "out of range")]
+    errs = [ErrorCase("dim_range", (rand(2, 3),), {"dim": 2}, dg.ShapeError, "out of range"),
+            ErrorCase("dim_twice", (rand(2, 3),), {"dim": (1, -1)}, dg.ShapeError,
+                      "more than once"),
+            ErrorCase("float_dim", (rand(2, 3),), {"dim": 1.0}, TypeError,
+                      "expected an int or a tuple of ints")]
     if float_only:
         errs.append(ErrorCase("int", (ints(2, 3),), {"dim": 0}, dg.DTypeError,
                               "floating-point"))
     return errs
+
+
+def _arg_errors():
+    """argmax/argmin take one int dim (as torch), never a tuple."""
+    return [ErrorCase("dim_range", (rand(2, 3),), {"dim": 2}, dg.ShapeError, "out of range"),
+            ErrorCase("tuple_dim", (rand(2, 3),), {"dim": (0, 1)}, TypeError,
+                      "expected an int dim")]
 
 
 def _var_ref(np_fn):
@@ -658,9 +677,9 @@ def _reductions() -> List[OpInfo]:
         OpInfo("std", dg.std, _var_samples(), _var_ref(np.std), differentiable=True,
                tol=dict(LOOSE_TOL), errors=_reduce_errors(float_only=True)),
         OpInfo("argmax", dg.argmax, _arg_samples(), _arg_ref(np.argmax),
-               errors=_reduce_errors()),
+               errors=_arg_errors()),
         OpInfo("argmin", dg.argmin, _arg_samples(), _arg_ref(np.argmin),
-               errors=_reduce_errors()),
+               errors=_arg_errors()),
         OpInfo("logsumexp", dg.logsumexp, [
             Sample("dim1", (rand(2, 3, 4),), {"dim": 1}),
             Sample("dims", (rand(2, 3, 4),), {"dim": (0, 2)}),
@@ -863,7 +882,9 @@ def _shape_ops() -> List[OpInfo]:
             Sample("to_0d", (rand(1, 1),))],
             _squeeze_ref, differentiable=True, errors=[
                 ErrorCase("range", (rand(1, 3),), {"dim": 2}, dg.ShapeError,
-                          "out of range")]),
+                          "out of range"),
+                ErrorCase("float_dim", (rand(1, 3),), {"dim": 0.5}, TypeError,
+                          "expected an int dim")]),
         OpInfo("unsqueeze", dg.unsqueeze, [
             Sample("front", (rand(2, 3), 0)),
             Sample("mid", (rand(2, 3), 1)),
@@ -895,7 +916,9 @@ def _shape_ops() -> List[OpInfo]:
                           "sizes must match"),
                 ErrorCase("dim", ([rand(2, 3), rand(2, 3)],), {"dim": 2}, dg.ShapeError,
                           "out of range"),
-                ErrorCase("empty", ([],), {}, ValueError, "non-empty")]),
+                ErrorCase("empty", ([],), {}, ValueError, "non-empty"),
+                ErrorCase("one_tensor", (rand(2, 3),), {}, TypeError,   # not split into rows
+                          "expected a sequence of tensors, found one tensor")]),
         OpInfo("stack", dg.stack, [
             Sample("dim0", ([rand(2, 3), rand(2, 3)],)),
             Sample("last", ([rand(2, 3), rand(2, 3), rand(2, 3)],), {"dim": -1}),
@@ -905,7 +928,9 @@ def _shape_ops() -> List[OpInfo]:
                 ErrorCase("shapes", ([rand(2, 3), rand(3, 2)],), {}, dg.ShapeError,
                           "same shape"),
                 ErrorCase("dim", ([rand(2), rand(2)],), {"dim": 3}, dg.ShapeError,
-                          "out of range")]),
+                          "out of range"),
+                ErrorCase("one_tensor", (rand(2, 3),), {}, TypeError,
+                          "expected a sequence of tensors, found one tensor")]),
         OpInfo("split", dg.split, [
             Sample("size", (rand(5, 3), 2)),
             Sample("sections", (rand(2, 3), [1, 2]), {"dim": 1}),
@@ -919,7 +944,8 @@ def _shape_ops() -> List[OpInfo]:
         OpInfo("chunk", dg.chunk, [
             Sample("even", (rand(4, 3), 2)),
             Sample("uneven", (rand(2, 5), 2), {"dim": 1})],
-            _chunk_ref, differentiable=True),
+            _chunk_ref, differentiable=True, errors=[
+                ErrorCase("zero", (rand(4, 3), 0), {}, ValueError, "positive int")]),
         OpInfo("getitem", dg.getitem, [
             Sample("int", (x234, 1)),
             Sample("neg_int", (x234, -1)),
@@ -989,7 +1015,11 @@ def _shape_ops() -> List[OpInfo]:
             Sample("i64", (ints(2,), (2, 1)), {"value": 7})],
             _pad_ref, differentiable=True, errors=[
                 ErrorCase("odd", (rand(2, 3), (1, 2, 3)), {}, dg.ShapeError, "pairs"),
-                ErrorCase("negative", (rand(2, 3), (-1, 0)), {}, dg.ShapeError, "negative")]),
+                ErrorCase("negative", (rand(2, 3), (-1, 0)), {}, dg.ShapeError, "negative"),
+                ErrorCase("float", (rand(2, 3), (1.0, 1)), {}, TypeError,
+                          "expected a sequence of ints"),
+                ErrorCase("mode", (rand(2, 3), (1, 1)), {"mode": "reflect"}, ValueError,
+                          "only mode='constant'")]),
     ]
 
 
@@ -1066,7 +1096,9 @@ def _creation() -> List[OpInfo]:
             Sample("int_list_f16", ([1, 2],), {"dtype": F16})],
             lambda value, dtype=None: np.asarray(value, dtype=dtype or (
                 dg.dtypes.infer_data_dtype(value) if not isinstance(value, (bool, int, float))
-                else dg.dtypes.default_dtype_for(value)))),
+                else dg.dtypes.default_dtype_for(value))), errors=[
+                ErrorCase("str", ("abc",), {}, TypeError, "cannot make a tensor from str"),
+                ErrorCase("ragged", ([[1.0], [2.0, 3.0]],), {}, TypeError, "constant")]),
         OpInfo("zeros", F.zeros, [
             Sample("2d", (2, 3)), Sample("tuple", ((3,),), {"dtype": I64}),
             Sample("0d", ())],
@@ -1082,7 +1114,9 @@ def _creation() -> List[OpInfo]:
             lambda size, value, dtype=None: np.full(
                 size, value, dtype or dg.dtypes.default_dtype_for(value)),
             errors=[ErrorCase("negative", ((2, -1), 1.0), {}, dg.ShapeError,
-                              "negative dimension")]),
+                              "negative dimension"),
+                    ErrorCase("str_value", ((2,), "a"), {}, TypeError,
+                              "expected a Python number as fill_value")]),
         OpInfo("arange", F.arange, [
             Sample("end", (5,)), Sample("start_end_step", (1, 7, 2)),
             Sample("float", (0.0, 1.0, 0.25)), Sample("neg_step", (5, 0, -1)),
@@ -1113,7 +1147,9 @@ def _creation() -> List[OpInfo]:
             Sample("f16", (2,), {"seed": seed(), "dtype": F16})],
             None, random=True, check=_random_checks(0.0, 1.0), errors=[
                 ErrorCase("float_seed", (2,), {"seed": rand()}, dg.DTypeError, "integer"),
-                ErrorCase("no_seed", (2,), {}, dg.GraphError, "explicit seed")]),
+                ErrorCase("no_seed", (2,), {}, dg.GraphError, "explicit seed"),
+                ErrorCase("low_above_high", (2,), {"seed": seed(), "low": 2.0, "high": 1.0},
+                          ValueError, "expected low <= high")]),
         OpInfo("rand", F.rand, [Sample("default", (2, 3), {"seed": seed()})],
                None, random=True, check=_random_checks(0.0, 1.0)),
         OpInfo("normal", dg.normal, [
@@ -1121,7 +1157,9 @@ def _creation() -> List[OpInfo]:
             Sample("f64", ((5,),), {"seed": seed(1), "mean": 2.0, "std": 0.5, "dtype": F64})],
             None, random=True, errors=[
                 ErrorCase("vector_seed", (2,), {"seed": ints(2)}, dg.DTypeError,
-                          "scalar seed")]),
+                          "scalar seed"),
+                ErrorCase("negative_std", (2,), {"seed": seed(), "std": -1.0}, ValueError,
+                          "std must be >= 0")]),
         OpInfo("randn", F.randn, [Sample("default", (2, 3), {"seed": seed()})],
                None, random=True),
         OpInfo("bernoulli", dg.bernoulli, [

@@ -357,3 +357,52 @@ def test_every_value_has_exactly_one_producer():
             producers[id(out)] = node
     for v in g.inputs + g.state:
         assert v.node is None and id(v) not in producers
+
+
+ENTRY_POINT_ERRORS = [   # errors raised outside an op's inference must point here too
+    ("placeholder_shape", lambda g, x: dg.placeholder("p", shape=(2, -1)), ValueError,
+     "placeholder 'p': negative dimension"),
+    ("placeholder_dtype", lambda g, x: dg.placeholder("p", shape=(2,), dtype="complex64"),
+     TypeError, "placeholder 'p': unsupported dtype 'complex64'"),
+    ("variable_data", lambda g, x: dg.variable("v", "text"), TypeError, "variable 'v'"),
+    ("duplicate_name", lambda g, x: dg.placeholder("x", shape=(3,)), dg.GraphError,
+     "already exists"),
+    ("update_not_state", lambda g, x: g.update(x, x), dg.GraphError, "expects a state Value"),
+    ("operand_str", lambda g, x: x + "1", TypeError, "add: expected a Value, tensor"),
+    ("operand_none", lambda g, x: dg.mul(None, x), TypeError, "mul: expected a Value"),
+    ("grad_non_scalar", lambda g, x: dg.grad(x * 2.0, [x]), dg.GraphError,
+     "pass a cotangent"),
+    ("grad_of_int", lambda g, x: dg.grad(dg.sum(x), [dg.cast(x, "int64")]), dg.GraphError,
+     "only floating-point values have gradients"),
+    ("grad_wrt_array", lambda g, x: dg.grad(dg.sum(x), [np.ones(3)]), TypeError,
+     "wrt must hold symbolic Values, found ndarray"),
+    ("cotangent_shape", lambda g, x: dg.grad(x, [x], cotangent=np.ones(2, np.float32)),
+     dg.GraphError, "cotangent shape [2] does not match the output shape [3]"),
+    ("cotangent_dtype", lambda g, x: dg.grad(x, [x], cotangent=dg.cast(x, "float64")),
+     dg.GraphError, "expected a cotangent of the output's dtype float32, found float64"),
+    ("cast_dtype", lambda g, x: dg.cast(x, "complex64"), TypeError,
+     "cast: unsupported dtype"),
+]
+
+
+@pytest.mark.parametrize("fn, exc, match", [pytest.param(*case[1:], id=case[0])
+                                            for case in ENTRY_POINT_ERRORS])
+def test_entry_point_errors_name_the_problem_and_this_line(fn, exc, match):
+    with dg.Graph("errors") as g:
+        x = dg.placeholder("x", shape=(3,))
+        with pytest.raises(exc) as info:
+            fn(g, x)
+    line = fn.__code__.co_firstlineno     # the user's frame is the call in the table
+    msg = str(info.value)
+    assert match in msg
+    assert f"{__file__}:{line}" in msg, msg
+    assert msg.count("\n  in: ") == 1, "the user's line is given once"
+
+
+def test_cotangent_of_another_graph_is_refused():
+    with dg.Graph("other"):
+        foreign = dg.placeholder("ct", shape=(3,))
+    with dg.Graph("main"):
+        x = dg.placeholder("x", shape=(3,))
+        with pytest.raises(dg.GraphError, match="belongs to another graph"):
+            dg.grad(x * 2.0, [x], cotangent=foreign)

@@ -383,3 +383,107 @@ def test_face_functions_build_the_same_node(op: OpInfo, sample: Sample):
     a, b = build(op, sample), build(face, sample)
     (na,), (nb,) = a.graph.nodes[-1:], b.graph.nodes[-1:]
     assert (na.op, na.attrs, a.outputs[0].type) == (nb.op, nb.attrs, b.outputs[0].type)
+
+
+# -- 8. operators and methods on Values ---------------------------------------------------------
+VALUE_OPERATORS = {   # name: fn, the same on Values and numpy arrays, or (fn, numpy_fn)
+    "add": lambda x, y: x + y, "radd": lambda x, y: 1.5 + x, "sub": lambda x, y: x - y,
+    "rsub": lambda x, y: 2.0 - x, "mul": lambda x, y: x * y, "rmul": lambda x, y: 3 * x,
+    "div": lambda x, y: x / y, "rdiv": lambda x, y: 2.0 / y, "pow": lambda x, y: x ** 2,
+    "pow_tensor": lambda x, y: y ** x, "rpow": lambda x, y: 2.0 ** x,
+    "matmul": lambda x, y: x @ y.T, "neg": lambda x, y: -x, "abs": lambda x, y: abs(x),
+    "lt": lambda x, y: x < y, "le": lambda x, y: x <= 0.25, "gt": lambda x, y: x > y,
+    "ge": lambda x, y: 0.25 >= x, "eq": lambda x, y: x == x[0], "ne": lambda x, y: x != y,
+    "and": lambda x, y: (x > 0) & (y > 1), "or": lambda x, y: (x > 0) | (y > 1),
+    "invert": lambda x, y: ~(x > 0), "numpy_left": lambda x, y: np.full(4, 2.0) * x,
+    "sum_dim_keepdim": (lambda x, y: x.sum(dim=1, keepdim=True),
+                        lambda x, y: x.sum(axis=1, keepdims=True)),
+    "sum_dims": (lambda x, y: x.sum(dim=(0, 1)), lambda x, y: x.sum()),
+    "mean": lambda x, y: x.mean(-1), "reshape": lambda x, y: x.reshape(4, 3),
+    "reshape_tuple": lambda x, y: x.reshape((2, -1)), "T": lambda x, y: x.T,
+    "index": lambda x, y: x[0, 1:3], "index_neg": lambda x, y: x[-1],
+    "index_none": lambda x, y: x[:, None, ::2], "max_all": lambda x, y: x.max(),
+    "argmax": lambda x, y: x.argmax(1), "exp": (lambda x, y: x.exp(), lambda x, y: np.exp(x)),
+    "var": (lambda x, y: x.var(0), lambda x, y: x.var(0, ddof=1)),
+    "clamp": (lambda x, y: x.clamp(min=0.0), lambda x, y: np.maximum(x, 0.0)),
+}
+
+
+def test_value_operators_and_methods_match_numpy():
+    rng = np.random.default_rng(3)
+    arrays = {"x": rng.normal(size=(3, 4)), "y": rng.uniform(0.5, 2.0, size=(3, 4))}
+    cases = {k: fn if isinstance(fn, tuple) else (fn, fn) for k, fn in VALUE_OPERATORS.items()}
+    graph = dg.Graph("operators")
+    with graph:
+        x, y = (dg.placeholder(k, a.shape, F64) for k, a in arrays.items())
+        values = {name: fn(x, y) for name, (fn, _) in cases.items()}
+    assert all(isinstance(v, dg.Value) for v in values.values())
+    got = graph.compile(outputs=list(values.values()))(**arrays)
+    for (name, (_, np_fn)), g in zip(cases.items(), got):
+        want = np.asarray(np_fn(arrays["x"], arrays["y"]))
+        assert_matches(g, want, {F64: (1e-12, 1e-12)}, f"{name}: ")
+
+
+def test_value_max_with_dim_gives_values_and_indices_as_pytorch():
+    graph = dg.Graph("max")
+    with graph:
+        x = dg.placeholder("x", (2, 3), F64)
+        values, indices = x.max(dim=1)
+        low, where_low = x.min(1, keepdim=True)
+    assert (values.shape, indices.shape, indices.dtype) == ((2,), (2,), "int64")
+    x_np = np.array([[1.0, 5.0, 2.0], [7.0, 0.5, 3.0]])
+    got = graph.compile(outputs=[values, indices, low, where_low])(x=x_np)
+    np.testing.assert_array_equal(got[0], [5.0, 7.0])
+    np.testing.assert_array_equal(got[1], [1, 0])
+    np.testing.assert_array_equal(got[2], [[1.0], [0.5]])
+    np.testing.assert_array_equal(got[3], [[0], [1]])
+
+
+# -- 9. dtype promotion (the rules of duograph.graphlib.dtypes) ---------------------------------
+DTYPES = dg.dtypes.DTYPE_NAMES
+PROMOTED = {   # the documented rules, written out: wider of a kind; bool yields; float wins
+    ("uint8", "int32"): "int32", ("int32", "int64"): "int64", ("uint8", "int64"): "int64",
+    ("float16", "float32"): "float32", ("float32", "float64"): "float64",
+    ("bool", "uint8"): "uint8", ("bool", "float16"): "float16",
+    ("int64", "float16"): "float16", ("int64", "float32"): "float32",
+    ("uint8", "float64"): "float64", ("int32", "float32"): "float32",
+}
+
+
+@pytest.mark.parametrize("pair", sorted(PROMOTED), ids="-".join)
+def test_promotion_rules_as_documented(pair):
+    a, b = pair
+    assert dg.dtypes.result_dtype(a, b) == dg.dtypes.result_dtype(b, a) == PROMOTED[pair]
+
+
+@pytest.mark.parametrize("scalar, results", [
+    (True, dict.fromkeys(DTYPES)),                                        # keeps every dtype
+    (2, dict(dict.fromkeys(DTYPES), bool="int64")),
+    (2.5, dict(dict.fromkeys(DTYPES), bool="float32", uint8="float32", int32="float32",
+               int64="float32")),
+], ids=["bool", "int", "float"])
+def test_python_scalars_are_weak(scalar, results):
+    graph = dg.Graph("weak")
+    with graph:
+        outs = [dg.placeholder(f"x_{d}", (2,), d) * scalar for d in DTYPES]
+    for d, out in zip(DTYPES, outs):
+        assert out.dtype == (results[d] or d), (d, scalar)
+
+
+def test_every_dtype_pair_infers_and_runs_in_the_promoted_dtype():
+    graph = dg.Graph("pairs")
+    feeds, checks = {}, []
+    with graph:
+        for a in DTYPES:
+            for b in DTYPES:
+                x = dg.placeholder(f"a_{a}_{b}", (2,), a)
+                y = dg.placeholder(f"b_{a}_{b}", (2,), b)
+                feeds[x.name], feeds[y.name] = np.ones(2, a), np.ones(2, b)
+                want = dg.dtypes.result_dtype(a, b)
+                outs = [x * y, dg.maximum(x, y), dg.where(x == y, x, y)]
+                if want != "bool":
+                    outs.append(x - y)
+                checks += [(a, b, want, v) for v in outs]
+    got = graph.compile(outputs=[v for *_, v in checks])(**feeds)
+    for (a, b, want, v), arr in zip(checks, got):
+        assert v.dtype == want and arr.dtype.name == want, (a, b, v, arr.dtype)

@@ -207,3 +207,18 @@ def test_grads_match_torch(op: OpInfo, sample: Sample):
         w = np.zeros_like(g) if w is None else w.numpy()
         np.testing.assert_allclose(g, w, rtol=1e-9, atol=1e-12,
                                    err_msg=f"gradient of operand {i}")
+
+
+def test_promotion_matches_torch_for_every_dtype_pair():
+    names = dg.dtypes.DTYPE_NAMES
+    for a in names:
+        for b in names:
+            want = torch.promote_types(TORCH_DTYPES[a], TORCH_DTYPES[b])
+            assert TORCH_DTYPES[dg.dtypes.result_dtype(a, b)] == want, (a, b)
+
+
+@pytest.mark.parametrize("scalar", [True, 3, 2.5], ids=["bool", "int", "float"])
+def test_weak_scalars_match_torch(scalar):
+    for name in dg.dtypes.DTYPE_NAMES:
+        want = (torch.ones(2, dtype=TORCH_DTYPES[name]) * scalar).dtype
+        assert TORCH_DTYPES[dg.dtypes.weak_result_dtype(name, scalar)] == want, name

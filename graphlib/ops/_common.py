@@ -66,13 +66,16 @@ def unary(name: str, kernel: Callable, vjp: Optional[Callable] = None, *,
 
 
 def binary_infer(name: str, out_dtype: Optional[str] = None, float_out: bool = False,
-                 allowed_kinds: Optional[str] = None):
+                 allowed_kinds: Optional[str] = None, bool_ok: bool = True):
     def infer(types, attrs):
         a, b = types
         if allowed_kinds is not None:
             for t in (a, b):
                 if dtypes.kind(t.dtype) not in allowed_kinds:
                     raise DTypeError(f"{name}: unsupported dtype {t.dtype}")
+        if not bool_ok and a.dtype == b.dtype == "bool":
+            raise DTypeError(f"{name}: expected numeric operands, found bool and bool; use "
+                             "ne (!=) or logical_not (~) for masks, or cast them first")
         shape = broadcast_shapes(a.shape, b.shape, op=name)
         if out_dtype is not None:
             dt = out_dtype
@@ -87,12 +90,13 @@ def binary_infer(name: str, out_dtype: Optional[str] = None, float_out: bool = F
 def binary(name: str, kernel: Callable, vjp: Optional[Callable] = None, *,
            expr: Optional[str] = None, out_dtype: Optional[str] = None,
            float_out: bool = False, allowed_kinds: Optional[str] = None,
-           doc: str = "") -> OpDef:
+           bool_ok: bool = True, doc: str = "") -> OpDef:
     """Register an elementwise binary op with broadcasting and weak-scalar promotion.
 
     ``vjp`` is a pair of rules ``(for_a, for_b)``, each ``rule(ct, a, b, y)`` giving that
     operand's cotangent in the broadcast shape (``autodiff`` sums it back to the operand's
-    shape); only the rules for operands that need a gradient run.
+    shape); only the rules for operands that need a gradient run. ``bool_ok=False`` refuses
+    two bool operands (numpy and PyTorch have no bool subtraction).
     """
     rule = None
     if vjp is not None:
@@ -104,5 +108,6 @@ def binary(name: str, kernel: Callable, vjp: Optional[Callable] = None, *,
                     rule_b(g, a, b, y) if needs[1] else None]
     if out_dtype is None:   # comparisons and logic compare mixed dtypes exactly as they are
         kernel = promoting_kernel(kernel, float_out)
-    return register(OpDef(name, binary_infer(name, out_dtype, float_out, allowed_kinds),
+    return register(OpDef(name, binary_infer(name, out_dtype, float_out, allowed_kinds,
+                                             bool_ok),
                           kernel, rule, expr=expr, elementwise=True, promote=True, doc=doc))

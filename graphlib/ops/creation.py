@@ -182,18 +182,35 @@ def constant(value, dtype=None):
     """A tensor holding ``value`` (a number, nested list or array)."""
     import numpy as np
     from ..dispatch import apply
-    if isinstance(value, (bool, int, float)) and not isinstance(value, np.ndarray):
-        dt = dtypes.as_dtype(dtype) if dtype is not None else dtypes.default_dtype_for(value)
-        py = bool(value) if dt == "bool" else (float(value) if dtypes.is_float(dt)
-                                               else int(value))
-        return apply(constant_op, (), {"value": py, "dtype": dt})
-    arr = np.asarray(value)
-    dt = dtypes.as_dtype(dtype) if dtype is not None else dtypes.infer_data_dtype(value)
-    return apply(constant_op, (), {"value": ConstArray(arr.astype(dt)), "dtype": dt})
+    try:
+        dt = dtypes.as_dtype(dtype) if dtype is not None else None
+        if isinstance(value, (bool, int, float)) and not isinstance(value, np.ndarray):
+            dt = dt or dtypes.default_dtype_for(value)
+            py = bool(value) if dt == "bool" else (float(value) if dtypes.is_float(dt)
+                                                   else int(value))
+            return apply(constant_op, (), {"value": py, "dtype": dt})
+        arr = np.asarray(value)
+        dt = dt or dtypes.infer_data_dtype(value)
+        arr = arr.astype(dt)
+    except (TypeError, ValueError) as e:   # a string, an object, a ragged list...
+        raise TypeError(located(f"constant: {e}")) from None
+    return apply(constant_op, (), {"value": ConstArray(arr), "dtype": dt})
+
+
+def _fill_value(value, name):
+    """A Python number to fill with (numpy scalars count)."""
+    if hasattr(value, "item") and getattr(value, "shape", None) == () and not hasattr(
+            value, "graph"):
+        value = value.item()
+    if not isinstance(value, (bool, int, float)):
+        raise TypeError(located(f"{name}: expected a Python number as fill_value, found "
+                                f"{type(value).__name__}"))
+    return value
 
 
 def full(size, fill_value, dtype=None):
     """A tensor of shape ``size`` filled with ``fill_value``."""
+    fill_value = _fill_value(fill_value, "full")
     dt = dtypes.as_dtype(dtype) if dtype is not None else dtypes.default_dtype_for(fill_value)
     return full_op(shape=_size((size,) if isinstance(size, (int, str)) else size, "full"),
                    fill_value=fill_value, dtype=dt)
@@ -210,15 +227,18 @@ def ones(*size, dtype=None):
 
 
 def full_like(x, fill_value, dtype=None):
-    return full_like_op(x, fill_value=fill_value,
+    """A tensor shaped like ``x`` (and of its dtype unless ``dtype`` is given), filled."""
+    return full_like_op(x, fill_value=_fill_value(fill_value, "full_like"),
                         dtype=dtypes.as_dtype(dtype) if dtype is not None else None)
 
 
 def zeros_like(x, dtype=None):
+    """Zeros shaped like ``x``."""
     return full_like(x, 0, dtype)
 
 
 def ones_like(x, dtype=None):
+    """Ones shaped like ``x``."""
     return full_like(x, 1, dtype)
 
 
@@ -249,6 +269,9 @@ def linspace(start, end, steps: int, dtype=None):
 
 def uniform(*size, seed=None, low: float = 0.0, high: float = 1.0, dtype=None):
     """Uniform samples in [low, high) drawn from ``seed``."""
+    if not low <= high:
+        raise ValueError(located(f"uniform: expected low <= high, found low={low}, "
+                                 f"high={high}"))
     return uniform_op(_seed_operand(seed, "uniform"), shape=_size(size, "uniform"),
                       low=float(low), high=float(high), dtype=_float_dtype(dtype))
 
@@ -260,6 +283,8 @@ def rand(*size, seed=None, dtype=None):
 
 def normal(*size, seed=None, mean: float = 0.0, std: float = 1.0, dtype=None):
     """Normal samples N(mean, std**2) drawn from ``seed``."""
+    if not std >= 0:
+        raise ValueError(located(f"normal: std must be >= 0, found {std}"))
     return normal_op(_seed_operand(seed, "normal"), shape=_size(size, "normal"),
                      mean=float(mean), std=float(std), dtype=_float_dtype(dtype))
 

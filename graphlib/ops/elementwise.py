@@ -192,7 +192,8 @@ cast_op = register(OpDef("cast", _cast_infer,
 add_op = binary("add", lambda xp, a, b: xp.add(a, b),
                 (lambda g, a, b, y: g, lambda g, a, b, y: g), expr="({0} + {1})")
 sub_op = binary("sub", lambda xp, a, b: xp.subtract(a, b),
-                (lambda g, a, b, y: g, lambda g, a, b, y: -g), expr="({0} - {1})")
+                (lambda g, a, b, y: g, lambda g, a, b, y: -g), expr="({0} - {1})",
+                bool_ok=False)
 mul_op = binary("mul", lambda xp, a, b: xp.multiply(a, b),
                 (lambda g, a, b, y: g * b, lambda g, a, b, y: g * a), expr="({0} * {1})")
 div_op = binary("div", lambda xp, a, b: xp.true_divide(a, b),
@@ -301,14 +302,17 @@ def reciprocal(x):
 
 
 def sin(x):
+    """Sine (radians)."""
     return sin_op(x)
 
 
 def cos(x):
+    """Cosine (radians)."""
     return cos_op(x)
 
 
 def tanh(x):
+    """Hyperbolic tangent."""
     return tanh_op(x)
 
 
@@ -351,6 +355,7 @@ def sign(x):
 
 
 def logical_not(x):
+    """Elementwise not, as bool (nonzero counts as True)."""
     return logical_not_op(x)
 
 
@@ -384,18 +389,25 @@ def pow(x, exponent):
 
 def cast(x, dtype):
     """Convert to ``dtype`` (numpy casting: floats to ints truncate toward zero)."""
-    return cast_op(x, dtype=dtypes.as_dtype(dtype))
+    try:
+        dtype = dtypes.as_dtype(dtype)
+    except TypeError as e:
+        raise TypeError(f"cast: {e}") from None
+    return cast_op(x, dtype=dtype)
 
 
 def add(a, b):
+    """a + b, broadcast (Python numbers are weak scalars)."""
     return add_op(a, b)
 
 
 def sub(a, b):
+    """a - b, broadcast (two bool tensors are refused, as in PyTorch)."""
     return sub_op(a, b)
 
 
 def mul(a, b):
+    """a * b, broadcast."""
     return mul_op(a, b)
 
 
@@ -405,42 +417,52 @@ def div(a, b):
 
 
 def maximum(a, b):
+    """Elementwise maximum; ties share the gradient."""
     return maximum_op(a, b)
 
 
 def minimum(a, b):
+    """Elementwise minimum; ties share the gradient."""
     return minimum_op(a, b)
 
 
 def eq(a, b):
+    """a == b as bool."""
     return eq_op(a, b)
 
 
 def ne(a, b):
+    """a != b as bool."""
     return ne_op(a, b)
 
 
 def lt(a, b):
+    """a < b as bool."""
     return lt_op(a, b)
 
 
 def le(a, b):
+    """a <= b as bool."""
     return le_op(a, b)
 
 
 def gt(a, b):
+    """a > b as bool."""
     return gt_op(a, b)
 
 
 def ge(a, b):
+    """a >= b as bool."""
     return ge_op(a, b)
 
 
 def logical_and(a, b):
+    """Elementwise and, as bool."""
     return logical_and_op(a, b)
 
 
 def logical_or(a, b):
+    """Elementwise or, as bool."""
     return logical_or_op(a, b)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from .. import dtypes
 from ..errors import DTypeError, ShapeError
 from ..registry import OpDef, register
-from ..types import TensorType, normalize_dims
+from ..types import TensorType, normalize_dim, normalize_dims
 from .elementwise import cast, exp, logical_and, where
 from .shape import expand, reshape
 
@@ -288,17 +288,15 @@ def std(x, dim=None, *, correction: int = 1, keepdim: bool = False, unbiased=Non
 
 def argmax(x, dim=None, keepdim: bool = False):
     """Index of the maximum along ``dim`` (over the flattened tensor when dim is None)."""
-    if dim is not None:
-        dim = normalize_dims(dim, x.ndim, "argmax")
-        dim = dim[0] if dim else 0
+    if dim is not None:   # one int dim, as torch.argmax (a tuple is a TypeError there too)
+        dim = normalize_dim(dim, max(x.ndim, 1), "argmax")
     return argmax_op(x, dim=dim, keepdim=bool(keepdim))
 
 
 def argmin(x, dim=None, keepdim: bool = False):
     """Index of the minimum along ``dim`` (over the flattened tensor when dim is None)."""
-    if dim is not None:
-        dim = normalize_dims(dim, x.ndim, "argmin")
-        dim = dim[0] if dim else 0
+    if dim is not None:   # one int dim, as torch.argmin (a tuple is a TypeError there too)
+        dim = normalize_dim(dim, max(x.ndim, 1), "argmin")
     return argmin_op(x, dim=dim, keepdim=bool(keepdim))
 
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
+import numpy as np
+
 from .. import dtypes
 from .. import xp as xpu
 from ..errors import DTypeError, ShapeError, located
@@ -502,6 +504,7 @@ def expand(x, *sizes):
 
 
 def broadcast_to(x, shape):
+    """``expand(x, *shape)`` (numpy's name)."""
     return expand(x, *shape)
 
 
@@ -518,8 +521,8 @@ def squeeze(x, dim=None):
     if dim is None:
         shape = tuple(d for d in x.shape if d != 1)
     else:
-        dims = (dim,) if isinstance(dim, int) else tuple(dim)
-        dims = {normalize_dim(d, x.ndim, "squeeze") for d in dims}
+        dims = dim if isinstance(dim, (tuple, list)) else (dim,)
+        dims = {normalize_dim(d, max(x.ndim, 1), "squeeze") for d in dims}
         shape = tuple(d for i, d in enumerate(x.shape) if not (i in dims and d == 1))
     if shape == tuple(x.shape):
         return x
@@ -552,9 +555,17 @@ def flatten(x, start_dim: int = 0, end_dim: int = -1):
     return reshape_op(x, shape=shape[:s] + (mid,) + shape[e + 1:])
 
 
+def _tensor_list(tensors, name: str) -> list:
+    """``tensors`` as a list; one tensor is refused (iterating it would split it into rows)."""
+    if hasattr(tensors, "shape") and hasattr(tensors, "dtype"):
+        raise TypeError(located(f"{name}: expected a sequence of tensors, found one tensor "
+                                f"of shape {format_shape(tensors.shape)}; wrap it in a list"))
+    return list(tensors)
+
+
 def cat(tensors: Sequence, dim: int = 0):
     """Concatenate along an existing dim."""
-    tensors = list(tensors)
+    tensors = _tensor_list(tensors, "cat")
     if not tensors:
         raise ValueError(located("cat: expected a non-empty sequence of tensors"))
     d = normalize_dim(dim, tensors[0].ndim, "cat")
@@ -568,7 +579,7 @@ concatenate = cat
 
 def stack(tensors: Sequence, dim: int = 0):
     """Join tensors of equal shape along a new dim."""
-    tensors = list(tensors)
+    tensors = _tensor_list(tensors, "stack")
     if not tensors:
         raise ValueError(located("stack: expected a non-empty sequence of tensors"))
     shapes = {tuple(t.shape) for t in tensors}
@@ -599,7 +610,12 @@ def split(x, split_size_or_sections, dim: int = 0):
 
 def chunk(x, chunks: int, dim: int = 0):
     """Split into ``chunks`` nearly equal pieces (as torch.chunk)."""
+    if isinstance(chunks, bool) or not isinstance(chunks, int) or chunks <= 0:
+        raise ValueError(located(f"chunk: chunks must be a positive int, found {chunks!r}"))
     size = x.shape[normalize_dim(dim, x.ndim, "chunk")]
+    if not isinstance(size, int):
+        raise ShapeError(located(f"chunk: cannot chunk symbolic dim {size!r} of "
+                                 f"{format_shape(x.shape)}"))
     return split(x, -(-size // chunks), dim)
 
 
@@ -639,10 +655,22 @@ def index_add(x, dim: int, index, src):
     return index_add_op(x, index, src, dim=normalize_dim(dim, x.ndim, "index_add"))
 
 
-def pad(x, pad: Sequence[int], value: float = 0.0):
-    """Constant padding; ``pad`` lists (before, after) pairs from the last dim backwards."""
-    pad = tuple(int(p) for p in pad)
-    return pad_op(x, pad=pad, value=value)
+def pad(x, pad: Sequence[int], mode: str = "constant", value=None):
+    """Constant padding (torch.nn.functional.pad): ``pad`` lists (before, after) pairs from
+    the last dim backwards; ``value`` (default 0) fills them. Only ``mode="constant"``."""
+    if mode != "constant":
+        raise ValueError(located(f"pad: only mode='constant' is supported, found {mode!r}"))
+    if isinstance(pad, (int, str)) or not all(
+            hasattr(p, "__index__") and not isinstance(p, bool) for p in pad):
+        raise TypeError(located(f"pad: expected a sequence of ints, found {pad!r}"))
+    if value is None:
+        value = 0.0
+    elif isinstance(value, np.generic):
+        value = value.item()
+    elif not isinstance(value, (bool, int, float)):
+        raise TypeError(located(f"pad: value must be a Python number, found "
+                                f"{type(value).__name__}"))
+    return pad_op(x, pad=tuple(int(p.__index__()) for p in pad), value=value)
 
 
 def zeros_like_for_grad(x, g):
