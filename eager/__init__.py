@@ -9,7 +9,7 @@ from . import autograd
 from .compile import CompiledFunction, compile
 from .creation import (arange, as_tensor, empty, empty_like, eye, from_numpy, full,
                        full_like, linspace, manual_seed, ones, ones_like, rand, rand_like,
-                       randint, randn, randn_like, tensor, zeros, zeros_like)
+                       randint, randint_like, randn, randn_like, tensor, zeros, zeros_like)
 from .grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from .record import Recorder, record
 from .tensors import EagerNode, Tensor
@@ -17,7 +17,8 @@ from .tensors import EagerNode, Tensor
 __all__ = [
     "Tensor", "EagerNode", "tensor", "as_tensor", "from_numpy", "zeros", "ones", "empty",
     "full", "arange", "linspace", "eye", "rand", "randn", "randint", "zeros_like",
-    "ones_like", "full_like", "empty_like", "rand_like", "randn_like", "manual_seed",
+    "ones_like", "full_like", "empty_like", "rand_like", "randn_like", "randint_like",
+    "manual_seed",
     "no_grad", "enable_grad", "set_grad_enabled", "is_grad_enabled", "record", "Recorder",
     "autograd", "compile", "CompiledFunction",
 ]

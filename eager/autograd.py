@@ -44,9 +44,13 @@ def _collect(roots: Sequence[Tensor]) -> List[EagerNode]:
     return order
 
 
+_NO_SOURCE = ("\n  (to see where the op was created, run with DUOGRAPH_SOURCE=1 or "
+              "dg.set_capture_source(True))")
+
+
 def _check(nodes: Sequence[EagerNode]) -> None:
     for node in nodes:
-        where = f"\n  in: {node.source}" if node.source else ""
+        where = f"\n  in: {node.source}" if node.source else _NO_SOURCE
         if node.freed:
             raise RuntimeError(
                 f"backward through the graph a second time: the saved tensors of "
@@ -202,9 +206,12 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph: bo
     inputs = [inputs] if single else list(inputs)
     if isinstance(grad_outputs, Tensor):
         grad_outputs = [grad_outputs]
-    for t in inputs:
+    for i, t in enumerate(inputs):
         if not isinstance(t, Tensor) or not t.requires_grad:
-            raise RuntimeError("grad: every input must be a tensor that requires grad")
+            found = (type(t).__name__ if not isinstance(t, Tensor)
+                     else "a tensor that does not require grad")
+            raise RuntimeError(f"grad: every input must be a tensor that requires grad; "
+                               f"input {i} is {found}")
     wanted = {id(t): None for t in inputs if t.grad_fn is not None}
     cts, leaves = _run(outputs, grad_outputs, retain_graph, create_graph, wanted)
     result = []
@@ -342,16 +349,19 @@ def gradcheck(fn, inputs, eps: float = 1e-6, atol: float = 1e-5, rtol: float = 1
                 if g is not None:
                     analytic[j] = np.asarray(g.data, dtype=np.float64).reshape(-1)
             numeric = np.zeros_like(analytic)
-            flat = t.data.reshape(-1)
-            for i in range(flat.size):
-                orig = flat[i]
-                flat[i] = orig + eps
-                with grad_mode.no_grad():
-                    plus = np.asarray(fn_out(fn, inputs, oi).data, dtype=np.float64)
-                flat[i] = orig - eps
-                with grad_mode.no_grad():
-                    minus = np.asarray(fn_out(fn, inputs, oi).data, dtype=np.float64)
-                flat[i] = orig
+            data = t.data          # perturbed in place (any layout: index, never reshape)
+            for i in range(t.numel()):
+                where = np.unravel_index(i, data.shape)
+                orig = data[where].copy()
+                try:
+                    data[where] = orig + eps
+                    with grad_mode.no_grad():
+                        plus = np.asarray(fn_out(fn, inputs, oi).data, dtype=np.float64)
+                    data[where] = orig - eps
+                    with grad_mode.no_grad():
+                        minus = np.asarray(fn_out(fn, inputs, oi).data, dtype=np.float64)
+                finally:
+                    data[where] = orig
                 numeric[:, i] = ((plus - minus) / (2 * eps)).reshape(-1)
             if not np.allclose(analytic, numeric, atol=atol, rtol=rtol):
                 if not raise_exception:

@@ -8,14 +8,23 @@ while its guards hold:
 - the input signature: shapes, dtypes, devices, requires_grad of tensor arguments, grad mode
   and the non-tensor arguments (which must be hashable);
 - every Python decision taken from a tensor's value while recording (``bool(t)``,
-  ``t.item()``, ``if t > 0``, ``while t.sum() < 100``): the forward executable also computes
-  the tensors those decisions read, and if any now gives another answer the result is thrown
-  away and ``fn`` is recorded again for the new path.
+  ``t.item()``, ``if t > 0``, ``while t.sum() < 100``, ``t.tolist()``, ``t.numpy()``,
+  ``np.asarray(t)``): the forward executable also computes the tensors those decisions read,
+  and if any now gives another answer the result is thrown away (state it wrote is restored)
+  and ``fn`` is recorded again for the new path;
+- for a module (or a bound method of one): the ``training`` flag of every submodule and the
+  identity of its parameters and buffers;
+- the shape, dtype and requires_grad of every tensor ``fn`` reads from outside.
 
 So a compiled function never returns what the recorded path computes when Python would have
 taken another path. Tensors that ``fn`` reads from outside (module parameters, closures) are
-fed from the live objects on every call. ``fast.specializations`` lists what was built and
-why; at most ``max_specializations`` are kept (least recently used dropped first).
+fed from the live objects on every call, and in-place changes ``fn`` makes to them or to its
+arguments are written back. Random ops get fresh seeds from the global generator on every
+call (so ``dg.manual_seed`` makes compiled code reproducible too). ``detach()`` and
+``no_grad()`` inside ``fn`` cut gradients as they do eagerly; double backward
+(``create_graph=True``) through a compiled function is refused with a clear error.
+``fast.specializations`` lists what was built and why; at most ``max_specializations`` are
+kept (least recently used dropped first).
 """
 from __future__ import annotations
 
@@ -31,7 +40,8 @@ from ..graphlib.ops.shape import reshape_op
 from ..graphlib.registry import OpDef
 from ..graphlib.transform import extract
 from . import grad_mode
-from .guards import DecisionTracer
+from .creation import draw_seed
+from .guards import DecisionTracer, same_decision
 from .record import Recorder
 from .tensors import EagerNode, Tensor
 
@@ -62,6 +72,19 @@ def _unflatten(spec, leaves_iter):
     return kind(items) if kind is list else tuple(items)
 
 
+class _Tracer(DecisionTracer):
+    """Notes each decision in the recorder too, so it is checked on the value the tensor
+    had when Python read it."""
+
+    def __init__(self, rec: Recorder):
+        super().__init__()
+        self.rec = rec
+
+    def note(self, tensor, kind, value, source=None, what=None):
+        super().note(tensor, kind, value, source, what)
+        self.rec._note_use(tensor)
+
+
 def _hashable(spec):
     try:
         hash(spec)
@@ -79,8 +102,13 @@ class Specialization:
         self.key = key
         self.forward = None
         self.backward = None
-        self.decisions: List[tuple] = []      # (kind, value, source)
+        self.decisions: List[tuple] = []      # (kind, value, source, what)
         self.externals: List[Tensor] = []
+        self.ext_signature: tuple = ()        # (shape, dtype, requires_grad) of externals
+        self.seed_names: List[str] = []       # inputs fed a fresh seed on every call
+        self.arg_updates: List[int] = []      # arguments fn modified in place (positions)
+        self.updated_holders: List[Tensor] = []  # bound tensors the forward writes into
+        self.diff_outs: List[int] = []        # outputs that carry a gradient
         self.out_spec = None
         self.n_out = 0
         self.n_dec = 0
@@ -143,11 +171,24 @@ class CompiledFunction:
         return n + (last.backward.kernel_count if last.backward is not None else 0)
 
     # -- calling -------------------------------------------------------------------------------
+    def _module_state(self):
+        """For a module (or its bound method): training flags and the identity of its
+        parameters and buffers (replacing one must not leave a stale graph bound)."""
+        module = self.fn if hasattr(self.fn, "training") else getattr(
+            self.fn, "__self__", None)
+        if module is None or not hasattr(module, "modules") or not hasattr(
+                module, "training"):
+            return None
+        subs = list(module.modules())
+        tensors = list(module.parameters()) + list(module.buffers())
+        return (tuple(bool(m.training) for m in subs), tuple(id(t) for t in tensors))
+
     def __call__(self, *args, **kwargs):
         leaves: list = []
         spec = _flatten((args, kwargs), leaves)
         key = (grad_mode.is_grad_enabled(), _hashable(spec),
-               tuple((t.shape, t.dtype, t.device, t.requires_grad) for t in leaves))
+               tuple((t.shape, t.dtype, t.device, t.requires_grad) for t in leaves),
+               self._module_state())
         reason = None
         specs = self._cache.get(key)
         if specs:
@@ -174,6 +215,10 @@ class CompiledFunction:
             for what, x, y in zip(("shape", "dtype", "device", "requires_grad"), a, b):
                 if x != y:
                     return f"tensor argument {i}: {what} {x} -> {y}"
+        if old[3] != key[3]:
+            if old[3] is not None and key[3] is not None and old[3][0] != key[3][0]:
+                return "module training mode changed (train()/eval())"
+            return "module parameters or buffers were replaced"
         return "non-tensor arguments changed"
 
     def _record(self, key, spec, leaves, args, kwargs, reason):
@@ -183,7 +228,7 @@ class CompiledFunction:
             names.setdefault(id(t), f"arg{i}")
         rec = Recorder(getattr(self.fn, "__name__", "compiled"),
                        {n: t for t, n in ((t, names[id(t)]) for t in leaves)}, bind=True)
-        with DecisionTracer() as tracer, rec:
+        with rec, _Tracer(rec) as tracer:
             result = self.fn(*args, **kwargs)
         out_leaves: list = []
         s.out_spec = _flatten(result, out_leaves)
@@ -203,23 +248,39 @@ class CompiledFunction:
 
     def _build(self, s: Specialization, rec: Recorder, leaves, out_leaves, decisions):
         g = rec.graph
-        arg_values = []
-        for i, t in enumerate(leaves):
-            arg_values.append(rec.value_or_input(t))
+        placeholders = {id(t): v for v, t in rec.external}
+        # an argument's placeholder (its value may since have been replaced in place)
+        arg_values = [placeholders[id(t)] if id(t) in placeholders else rec.value_or_input(t)
+                      for t in leaves]
         outs = [rec.value_or_input(t) for t in out_leaves]
-        dec_values = []
-        for t, kind, value, source in decisions:
-            dec_values.append(rec.value_or_input(t))
-            s.decisions.append((kind, value, source))
+        dec_values = list(rec.decision_values)
+        for t, kind, value, source, what in decisions:
+            s.decisions.append((kind, value, source, what))
         ext = [(v, t) for v, t in rec.external if not any(v is a for a in arg_values)]
         s.externals = [t for _, t in ext]        # bound state: read live by the executable
+        s.ext_signature = tuple((t.shape, t.dtype, t.requires_grad) for t in s.externals)
+        s.seed_names = [v.name for v, _ in rec.seeds]
         inputs = arg_values + [v for v, _ in ext]
         input_tensors = list(leaves) + s.externals
         s.input_names = [v.name for v in arg_values]
         s.n_out, s.n_dec = len(outs), len(dec_values)
+        updates = []
+        for old, final, t in rec.input_updates:
+            pos = next(i for i, a in enumerate(arg_values) if a is old)
+            if t.requires_grad or final.node is not None and rec.carries_gradient(final):
+                raise RuntimeError(
+                    f"compile: argument {pos} (shape {list(t.shape)}) is modified in place "
+                    "inside the compiled function and takes part in autograd; compiled "
+                    "functions only write back arguments that need no gradient")
+            s.arg_updates.append(pos)
+            updates.append(final)
+        s.updated_holders = [g.bindings[id(st)] for st, _ in g.updates.values()
+                             if id(st) in g.bindings]
         wants_grad = grad_mode.is_grad_enabled() and any(
             t.requires_grad for t in input_tensors)
-        diff_outs = [i for i, o in enumerate(outs) if dtypes.is_float(o.dtype)]
+        diff_outs = [i for i, (o, t) in enumerate(zip(outs, out_leaves))
+                     if dtypes.is_float(o.dtype) and t.requires_grad]
+        s.diff_outs = diff_outs
         saved: List = []
         if wants_grad and diff_outs:
             s.grad_inputs = [i for i, t in enumerate(input_tensors)
@@ -254,11 +315,18 @@ class CompiledFunction:
                     saved.append(b)
             s.backward = bg.compile(outputs=bg.outputs, passes=self.passes)
             s.op = self._make_op(s)
-        s.forward = g.compile(outputs=outs + dec_values + saved, passes=self.passes)
+        s.forward = g.compile(outputs=outs + dec_values + saved + updates,
+                              passes=self.passes)
         s.n_saved = len(saved)
 
     def _make_op(self, s: Specialization) -> OpDef:
         def vjp(cts, ins, outs, attrs, needs):
+            if grad_mode.is_grad_enabled():
+                raise RuntimeError(
+                    f"double backward (create_graph=True) through the compiled function "
+                    f"{getattr(self.fn, '__name__', 'fn')!r} is not supported: its backward "
+                    "runs as a compiled graph that autograd cannot differentiate again; call "
+                    "the function uncompiled for higher-order gradients")
             saved = attrs["saved"]
             feeds = {}
             for (kind, j), name in zip(s.saved_sources, s.backward.graph.inputs):
@@ -280,22 +348,49 @@ class CompiledFunction:
         return OpDef(name, no_infer, no_kernel, vjp, nondiff_inputs=())
 
     def _replay(self, s: Specialization, leaves):
+        for i, (t, sig) in enumerate(zip(s.externals, s.ext_signature)):
+            now = (t.shape, t.dtype, t.requires_grad)
+            if now != sig:
+                what = ("shape", "dtype", "requires_grad")
+                diff = next(f"{w} {a} -> {b}" for w, a, b in zip(what, sig, now) if a != b)
+                return None, f"a tensor read from outside the function changed: {diff}"
         feeds = {name: t.data for name, t in zip(s.input_names, leaves)}
+        for name in s.seed_names:
+            feeds[name] = np.asarray(draw_seed(), dtype=np.int64)
         inputs = list(leaves) + s.externals
+        backup = None
+        if s.decisions and s.updated_holders:
+            # the executable writes state as it runs: undo that if a guard fails
+            backup = [h.data.copy() for h in s.updated_holders]
         res = s.forward.run(feeds)
         outs = res[:s.n_out]
-        for (kind, value, source), arr in zip(s.decisions, res[s.n_out:s.n_out + s.n_dec]):
-            now = bool(arr) if kind == "bool" else np.asarray(arr).reshape(()).item()
-            if now != value:
+        for (kind, value, source, what), arr in zip(
+                s.decisions, res[s.n_out:s.n_out + s.n_dec]):
+            if kind == "data":
+                now = arr
+            else:
+                now = bool(arr) if kind == "bool" else np.asarray(arr).reshape(()).item()
+            if not same_decision(kind, value, now):
+                if backup is not None:
+                    for h, old in zip(s.updated_holders, backup):
+                        h.data[...] = old
                 where = f" at {source}" if source else ""
-                return None, (f"guard failed: {kind}() of a tensor{where} was {value!r}, "
+                if kind == "data":
+                    return None, f"guard failed: {what} of a tensor{where} read other data"
+                return None, (f"guard failed: {what} of a tensor{where} was {value!r}, "
                               f"now {now!r}")
-        saved = res[s.n_out + s.n_dec:]
+        first = s.n_out + s.n_dec
+        saved = res[first:first + s.n_saved]
+        for pos, arr in zip(s.arg_updates, res[first + s.n_saved:]):
+            t = leaves[pos]
+            t.data[...] = arr
+            t._version[0] += 1
+        for h in s.updated_holders:
+            h._version[0] += 1
         tensors = [Tensor(a) for a in outs]
         if s.op is not None:
-            for t in tensors:
-                if dtypes.is_float(t.dtype):
-                    t.requires_grad = True
+            for i in s.diff_outs:
+                tensors[i].requires_grad = True
             node = EagerNode(s.op, tuple(inputs), {"saved": saved}, tensors, None, True)
             for i, t in enumerate(tensors):
                 if t.requires_grad:

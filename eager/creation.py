@@ -14,7 +14,7 @@ import numpy as np
 from ..graphlib import dtypes
 from ..graphlib import functional as F
 from ..graphlib.ops import creation as graph_creation
-from .tensors import Tensor, _default_device, _xp_for, tensor_from_data
+from .tensors import SeedTensor, Tensor, _default_device, _xp_for, tensor_from_data
 
 _rng_state = threading.local()
 
@@ -32,10 +32,20 @@ def manual_seed(seed: int) -> None:
 
 
 def _next_seed() -> int:
+    """The next seed of the global generator, as a Python int."""
     return int(_generator().integers(0, 2**62))
 
 
-graph_creation.set_default_seed_source(_next_seed)
+draw_seed = _next_seed
+
+
+def _op_seed() -> SeedTensor:
+    """The seed an eager random op without ``seed=`` uses: a marked tensor, so that
+    ``record()``/``compile`` treat it as an input that changes every call."""
+    return SeedTensor(np.asarray(_next_seed(), dtype=np.int64))
+
+
+graph_creation.set_default_seed_source(_op_seed)
 
 
 def _check_device(device):
@@ -178,9 +188,18 @@ def empty_like(x, dtype=None, device=None, requires_grad: bool = False):
     return zeros_like(x, dtype, device, requires_grad)
 
 
-def rand_like(x, dtype=None, seed=None):
-    return F.rand(*x.shape, seed=seed, dtype=dtype or x.dtype)
+def rand_like(x, dtype=None, device=None, requires_grad: bool = False, seed=None):
+    return _like(lambda: F.rand(*x.shape, seed=seed, dtype=dtype or x.dtype), x, dtype,
+                 device, requires_grad)
 
 
-def randn_like(x, dtype=None, seed=None):
-    return F.randn(*x.shape, seed=seed, dtype=dtype or x.dtype)
+def randn_like(x, dtype=None, device=None, requires_grad: bool = False, seed=None):
+    return _like(lambda: F.randn(*x.shape, seed=seed, dtype=dtype or x.dtype), x, dtype,
+                 device, requires_grad)
+
+
+def randint_like(x, low, high=None, dtype=None, device=None, seed=None):
+    """Random integers in [low, high) (or [0, low)) with ``x``'s shape (and dtype, unless
+    ``dtype`` says otherwise), like ``torch.randint_like``."""
+    return _like(lambda: F.randint(low, high, tuple(x.shape), seed=seed,
+                                   dtype=dtype or x.dtype), x, dtype, device, False)

@@ -16,9 +16,18 @@ def _set(enabled: bool) -> None:
 
 
 class _GradModeContext:
-    """Base for the grad-mode contexts; each also works as a function decorator."""
+    """Base for the grad-mode contexts; each also works as a function decorator, with or
+    without parentheses (``@dg.no_grad()`` or ``@dg.no_grad``)."""
 
     _target = True
+
+    def __new__(cls, fn=None):
+        if fn is None or cls is set_grad_enabled:
+            return super().__new__(cls)
+        if not callable(fn):
+            raise TypeError(f"{cls.__name__}() takes no arguments; as a decorator it wraps "
+                            f"a function, found {type(fn).__name__}")
+        return cls()(fn)      # used bare as a decorator: @dg.no_grad
 
     def __enter__(self):
         self._prev = is_grad_enabled()

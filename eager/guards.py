@@ -1,8 +1,11 @@
-"""Python decisions taken from tensor values (``bool(t)``, ``t.item()``), noted while
-``compile`` records a function so that replays can check them (guards)."""
+"""Python decisions taken from tensor values (``bool(t)``, ``t.item()``, ``t.numpy()``,
+``t.tolist()``, ``np.asarray(t)``), noted while ``compile`` records a function so that
+replays can check them (guards)."""
 from __future__ import annotations
 
 import threading
+
+import numpy as np
 
 _state = threading.local()
 
@@ -14,24 +17,45 @@ def _stack() -> list:
     return s
 
 
-def note_decision(tensor, kind: str, value) -> None:
-    """Called by Tensor.__bool__/item(): every open tracer records the decision."""
+def tracing() -> bool:
+    """Whether a compile() recording is listening for decisions."""
+    return bool(getattr(_state, "tracers", None))
+
+
+def note_decision(tensor, kind: str, value, what=None) -> None:
+    """Called by Tensor.__bool__/item()/numpy()...: every open tracer records the decision.
+
+    ``kind`` is "bool", "item" (a Python number) or "data" (an array read whole)."""
     s = getattr(_state, "tracers", None)
     if s:
         from ..graphlib.source import user_source
         source = user_source()
         for tracer in s:
-            tracer.note(tensor, kind, value, source)
+            tracer.note(tensor, kind, value, source, what or f"{kind}()")
+
+
+def same_decision(kind: str, recorded, now) -> bool:
+    """Whether a replay sees what the recording saw (NaN equals NaN)."""
+    if kind == "data":
+        now = np.asarray(now)
+        if now.shape != recorded.shape:
+            return False
+        if now.dtype.kind in "fc":
+            return bool(np.array_equal(now, recorded, equal_nan=True))
+        return bool(np.array_equal(now, recorded))
+    if recorded != recorded:        # NaN
+        return now != now
+    return now == recorded
 
 
 class DecisionTracer:
-    """Collects (tensor, kind, value) for every decision made while it is open."""
+    """Collects (tensor, kind, value, source, what) for every decision made while open."""
 
     def __init__(self):
         self.decisions = []
 
-    def note(self, tensor, kind, value, source=None):
-        self.decisions.append((tensor, kind, value, source))
+    def note(self, tensor, kind, value, source=None, what=None):
+        self.decisions.append((tensor, kind, value, source, what or f"{kind}()"))
 
     def __enter__(self):
         _stack().append(self)

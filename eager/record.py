@@ -13,6 +13,11 @@ them with ``record(names={"x": x})``; unnamed ones are called ``input0``, ``para
 With ``bind=True`` (what ``compile`` uses) every outside tensor that is not named in
 ``names`` becomes a state input *bound* to the live tensor instead: running the graph reads
 its current data and writes back what the block assigned to it in place (running statistics).
+
+The graph means what the eager code meant: ``detach()`` and ops run under ``no_grad()`` cut
+gradients with ``stop_gradient`` nodes (where a gradient could flow), and the seeds eager
+random ops draw from the global generator become int64 inputs ``seed0``, ``seed1``... (fed
+with the drawn values by ``feeds()``; ``compile`` feeds fresh ones on every call).
 """
 from __future__ import annotations
 
@@ -20,13 +25,17 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
+from ..graphlib import dtypes
 from ..graphlib.dispatch import Scalar, constant_value
 from ..graphlib.errors import GraphError
 from ..graphlib.ir import Graph, Node, Value
 from ..graphlib.registry import REGISTRY
 from ..graphlib.types import TensorType
+from . import grad_mode
 from . import tensors as tensor_mod
-from .tensors import Tensor
+from .tensors import VIEW_OPS, SeedTensor, Tensor, host_array
+
+_STOP_GRADIENT = REGISTRY["stop_gradient"]
 
 
 class Recorder:
@@ -37,18 +46,28 @@ class Recorder:
         self.name = name
         self.bind = bind
         self._names = {id(t): n for n, t in (names or {}).items()}
-        self._entries: List[tuple] = []      # ("op", node, outs, raw, tensors) or ("inplace",)
+        # ("op", node, outs, raw, tensors, grad_enabled), ("inplace", target, result),
+        # ("alias", alias, source), ("detach", alias, source) or ("use", tensor), in
+        # execution order
+        self._entries: List[tuple] = []
         self._graph: Optional[Graph] = None
+        self._failed = False
         self._values: Dict[int, Value] = {}
         self._keep: List[Tensor] = []        # tensors kept alive so ids stay unique
         self.external: List[tuple] = []      # (Value, Tensor) for tensors from outside
+        self.seeds: List[tuple] = []         # (Value, SeedTensor): drawn random seeds
+        # (placeholder Value, its final Value, Tensor) for outside tensors that the block
+        # modified in place and that are neither state nor bound (bind=True only)
+        self.input_updates: List[tuple] = []
+        self.decision_values: List[Value] = []   # see _note_use
 
     # called by eager_apply for every op executed while the block is open
     def _add(self, node, outs, raw_inputs) -> None:
         if REGISTRY.get(node.op.name) is not node.op:
             raise GraphError(f"record: {node.op.name} is a custom autograd.Function; it has "
                              "no IR form and cannot be recorded")
-        self._entries.append(("op", node, tuple(outs), tuple(raw_inputs), tuple(node.inputs)))
+        self._entries.append(("op", node, tuple(outs), tuple(raw_inputs), tuple(node.inputs),
+                              grad_mode.is_grad_enabled()))
         self._keep.extend(outs)
 
     # called by Tensor._inplace: `target` now holds the value of `result`
@@ -61,6 +80,17 @@ class Recorder:
         self._entries.append(("alias", alias, source))
         self._keep.extend((alias, source))
 
+    # called by compile's decision tracer: Python read `t`'s value here; `decision_values`
+    # gets the Value `t` held at that moment (before any later in-place change)
+    def _note_use(self, t: Tensor) -> None:
+        self._entries.append(("use", t))
+        self._keep.append(t)
+
+    # called by Tensor.detach: `alias` has `source`'s value but no gradient path
+    def _note_detach(self, alias: Tensor, source: Tensor) -> None:
+        self._entries.append(("detach", alias, source))
+        self._keep.extend((alias, source))
+
     def __enter__(self) -> "Recorder":
         tensor_mod._recorders.append(self)
         return self
@@ -69,10 +99,17 @@ class Recorder:
         tensor_mod._recorders.remove(self)
         if exc[0] is None:
             self._build()
+        else:
+            self._failed = True
 
     # -- building the graph ----------------------------------------------------------------
     def _external(self, g: Graph, t: Tensor) -> Value:
         name = self._names.get(id(t))
+        if isinstance(t, SeedTensor) and name is None:
+            v = g.add_input(f"seed{len(self.seeds)}", TensorType((), "int64"))
+            self.seeds.append((v, t))
+            self.external.append((v, t))
+            return v
         if self.bind and name is None:
             v = g.bind_state(t, f"ext{len(self.external)}")
         else:
@@ -81,7 +118,7 @@ class Recorder:
                 prefix = "param" if as_state else "input"
                 name = f"{prefix}{sum(1 for v, _ in self.external if v.name.startswith(prefix))}"
             if as_state:
-                v = g.add_state(name, np.asarray(t.__array__()))
+                v = g.add_state(name, host_array(t))
             else:
                 v = g.add_input(name, TensorType(t.shape, t.dtype))
         self.external.append((v, t))
@@ -91,58 +128,110 @@ class Recorder:
         v = self._values.get(id(t))
         if v is None:
             v = self._values[id(t)] = self._external(g, t)
+            if t.requires_grad and dtypes.is_float(t.dtype):
+                self._carries.add(id(v))
         return v
+
+    def _stop_gradient(self, g: Graph, v: Value, source) -> Value:
+        """``v`` cut from the gradient (one stop_gradient node per value)."""
+        cut = self._cut.get(id(v))
+        if cut is None:
+            node = Node(_STOP_GRADIENT, (v,), {}, (), source)
+            node.outputs = (Value(v.type, node, 0, g),)
+            g.append(node)
+            cut = self._cut[id(v)] = node.outputs[0]
+        return cut
 
     def _build(self) -> None:
         g = Graph(self.name)
         values = self._values
+        self._carries: set = set()     # ids of Values a gradient can flow through
+        self._cut: Dict[int, Value] = {}
         consumed = set()
         made: List[Tensor] = []
+        views: Dict[int, tuple] = {}   # id(view tensor) -> (op name, base tensor)
+        written: Dict[int, tuple] = {}  # id(outside Value) -> (Value, Tensor) written in place
         for entry in self._entries:
-            if entry[0] == "alias":
+            if entry[0] == "use":
+                self.decision_values.append(self._lookup(g, entry[1]))
+                continue
+            if entry[0] in ("alias", "detach"):
                 _, alias, source = entry
-                values[id(alias)] = self._lookup(g, source)
+                v = self._lookup(g, source)
+                if entry[0] == "detach" and id(v) in self._carries:
+                    v = self._stop_gradient(g, v, None)
+                values[id(alias)] = v
                 continue
             if entry[0] == "inplace":
                 _, target, result = entry
+                view = views.get(id(target))
+                if view is not None and np.may_share_memory(target.data, view[1].data):
+                    raise GraphError(
+                        f"record: an in-place op changed a view ({view[0]}) of another "
+                        "tensor; the graph cannot express the change to the base tensor. "
+                        "Modify the base tensor itself, or .clone() the view first")
                 old = self._lookup(g, target)
                 new = values[id(result)] if id(result) in values else self._lookup(g, result)
                 values[id(target)] = new
-                if old.node is None:            # an input from outside: write it back
-                    if id(old) in g.state_init or id(old) in g.bindings:
-                        g.update(old, new)
-                    else:
-                        raise GraphError(
-                            f"record: {old.name!r} is an input from outside the block and "
-                            "was modified in place inside it; that cannot be expressed as "
-                            "a graph input (make it a state input with requires_grad, or "
-                            "record with bind=True)")
+                if old.node is None and id(old) not in written:
+                    written[id(old)] = (old, target)
                 continue
-            _, node, outs, raw, tensors = entry
+            _, node, outs, raw, tensors, grad_on = entry
             in_vals = []
-            for x_raw, t in zip(raw, tensors):
+            op = node.op
+            for i, (x_raw, t) in enumerate(zip(raw, tensors)):
                 if isinstance(x_raw, Scalar):
                     v = constant_value(g, x_raw.value, x_raw.dtype)
                 elif not isinstance(x_raw, Tensor):
-                    v = constant_value(g, np.asarray(t.__array__()))
+                    v = constant_value(g, np.asarray(host_array(t)))
                 else:
                     v = self._lookup(g, t)
                     consumed.add(id(v))
+                    if (not grad_on and id(v) in self._carries and op.vjp is not None
+                            and i not in op.nondiff_inputs):
+                        v = self._stop_gradient(g, v, node.source)   # ran under no_grad
                 in_vals.append(v)
             new = Node(node.op, in_vals, dict(node.attrs), (), node.source)
             new.outputs = tuple(Value(TensorType(o.shape, o.dtype), new, i, g)
                                 for i, o in enumerate(outs))
             g.append(new)
+            carries = grad_on and op.vjp is not None and any(
+                id(v) in self._carries for i, v in enumerate(in_vals)
+                if i not in op.nondiff_inputs)
             for o, v in zip(outs, new.outputs):
                 values[id(o)] = v
                 made.append(o)
+                if carries and dtypes.is_float(o.dtype):
+                    self._carries.add(id(v))
+            if node.op.name in VIEW_OPS:
+                for o in outs:
+                    views[id(o)] = (node.op.name, tensors[0])
+        for old, target in written.values():
+            final = values[id(target)]
+            if id(old) in g.state_init or id(old) in g.bindings:
+                g.update(old, final)
+            elif self.bind:
+                self.input_updates.append((old, final, target))
+            else:
+                raise GraphError(
+                    f"record: {old.name!r} is an input from outside the block and "
+                    "was modified in place inside it; that cannot be expressed as "
+                    "a graph input (make it a state input with requires_grad, or "
+                    "record with bind=True)")
         g.outputs = [values[id(o)] for o in made if id(values[id(o)]) not in consumed
                      and values[id(o)].node is not None]
         self._graph = g
 
+    def carries_gradient(self, v: Value) -> bool:
+        """Whether a gradient can flow through ``v`` (as it could through its tensor)."""
+        return id(v) in self._carries
+
     @property
     def graph(self) -> Graph:
         if self._graph is None:
+            if self._failed:
+                raise GraphError("record: the `with` block raised an exception, so no graph "
+                                 "was built")
             raise GraphError("record: the graph is built when the `with` block ends")
         return self._graph
 
@@ -161,7 +250,7 @@ class Recorder:
     def feeds(self) -> Dict[str, np.ndarray]:
         """Current data of the placeholder inputs, by name (state lives in the graph)."""
         placeholders = {id(v) for v in self.graph.inputs}
-        return {v.name: np.asarray(t.__array__()) for v, t in self.external
+        return {v.name: np.asarray(host_array(t)) for v, t in self.external
                 if id(v) in placeholders}
 
     @property

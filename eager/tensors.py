@@ -120,10 +120,12 @@ class Tensor(TensorMethods):
                                "to get its data without the autograd history")
         if self.device != "cpu":
             raise RuntimeError("numpy(): the tensor is on cuda; call .cpu() first")
+        _note_data(self, "numpy")
         return self.data
 
     def __array__(self, dtype=None, copy=None):
-        arr = self.data if self.device == "cpu" else self.data.get()
+        arr = host_array(self)
+        _note_data(self, "__array__", arr)
         return arr if dtype is None else arr.astype(dtype, copy=False)
 
     def item(self):
@@ -137,7 +139,9 @@ class Tensor(TensorMethods):
         return value
 
     def tolist(self):
-        return np.asarray(self.__array__()).tolist()
+        arr = host_array(self)
+        _note_data(self, "tolist", arr)
+        return arr.tolist()
 
     def __bool__(self):
         if self.data.size != 1:
@@ -169,7 +173,7 @@ class Tensor(TensorMethods):
             yield self[i]
 
     def __repr__(self):
-        arr = np.asarray(self.__array__())
+        arr = host_array(self)       # printing is not a decision: no guard (see compile)
         body = np.array2string(arr, separator=", ", prefix="tensor(", threshold=1000,
                                precision=4)
         extra = []
@@ -192,12 +196,24 @@ class Tensor(TensorMethods):
                 dtype, device = a.dtype, a.device
             else:
                 dtype = a
+        if dtype is not None:
+            try:
+                dtype = dtypes.as_dtype(dtype)
+            except TypeError as e:
+                raise TypeError(f"to(): {dtype!r} is neither a dtype nor a device ('cpu', "
+                                f"'cuda'): {e}\n  in: {user_source()}") from None
+        if device is not None:
+            device = str(device).split(":")[0]
+            if device not in ("cpu", "cuda"):
+                raise ValueError(f"to(): unknown device {device!r}: expected 'cpu' or 'cuda'"
+                                 f"\n  in: {user_source()}")
         out = self
-        if dtype is not None and dtypes.as_dtype(dtype) != self.dtype:
+        if dtype is not None and dtype != self.dtype:
             out = out.cast(dtype)
-        if device is not None and device.split(":")[0] != out.device:
+        if device is not None and device != out.device:
             from .creation import to_device
-            out = to_device(out, device.split(":")[0])
+            _xp_for(device)          # a clear error when cupy (or a GPU) is missing
+            out = to_device(out, device)
         if copy and out is self:
             out = self.clone()
         return out
@@ -228,12 +244,10 @@ class Tensor(TensorMethods):
 
     def clone(self) -> "Tensor":
         """A copy that stays in the autograd graph."""
-        from ..graphlib.functional import add
-        return add(self, 0) if dtypes.kind(self.dtype) != "b" else self.detach()._copy()
-
-    def _copy(self) -> "Tensor":
-        t = Tensor(self.data.copy())
-        return t
+        from ..graphlib.functional import add, logical_not
+        if dtypes.kind(self.dtype) == "b":
+            return logical_not(logical_not(self))    # ops, so record() and compile see it
+        return add(self, 0)
 
     def contiguous(self) -> "Tensor":
         return self
@@ -244,7 +258,7 @@ class Tensor(TensorMethods):
         t = Tensor(self.data)
         t._version = self._version
         for rec in _recorders:
-            rec._note_alias(t, self)
+            rec._note_detach(t, self)
         return t
 
     def detach_(self) -> "Tensor":
@@ -305,7 +319,13 @@ class Tensor(TensorMethods):
         if tracked and self.requires_grad and self.is_leaf:
             raise RuntimeError(f"{name}: a leaf tensor that requires grad is being used in an "
                                "in-place operation; wrap it in dg.no_grad() or use the "
-                               "out-of-place form")
+                               f"out-of-place form\n  in: {user_source()}")
+        if tracked and self.grad_fn is not None and self.grad_fn.op.name in VIEW_OPS:
+            raise RuntimeError(
+                f"{name}: this tensor is a view ({self.grad_fn.op.name}) of another tensor "
+                "that requires grad; an in-place change through a view would change the base "
+                "tensor behind autograd's back. Use the out-of-place form, or .clone() the "
+                f"view first\n  in: {user_source()}")
         src = self
         if tracked:
             src = Tensor(self.data.copy(), self.requires_grad)
@@ -412,27 +432,78 @@ class Tensor(TensorMethods):
         return self.div_(other)
 
     def __setitem__(self, index, value):
-        if grad_mode.is_grad_enabled() and self.requires_grad:
-            raise RuntimeError("__setitem__ on a tensor that requires grad is not supported "
-                               "yet; use dg.where or build a new tensor")
-        value = value.data if isinstance(value, Tensor) else value
-        self.data[index] = value
-        self._version[0] += 1
+        """``t[index] = value`` for basic indices (ints, slices, None, ...) and same-shape
+        boolean masks. Under autograd or ``record()`` it is an in-place op built from
+        ``where`` and ``getitem_grad``, so gradients and recorded graphs see it."""
+        tracked = grad_mode.is_grad_enabled() and (self.requires_grad or (
+            isinstance(value, Tensor) and value.requires_grad))
+        if not tracked and not _recorders:
+            if isinstance(value, Tensor):
+                value = value.data
+            if isinstance(index, Tensor):
+                index = index.data
+            self.data[index] = value
+            self._version[0] += 1
+            return
+        from ..graphlib import functional as F
+        from ..graphlib.ops.shape import _normalize_index, getitem_grad_op
+        if isinstance(index, Tensor):
+            if index.dtype != "bool" or tuple(index.shape) != tuple(self.shape):
+                raise TypeError(f"__setitem__: under autograd or record() a tensor index must "
+                                f"be a boolean mask of this tensor's shape {list(self.shape)}, "
+                                f"found {index.dtype}{list(index.shape)}; use dg.where"
+                                f"\n  in: {user_source()}")
+            mask = index
+            self._inplace(lambda s: F.where(mask, F.cast(value, s.dtype), s), "__setitem__",
+                          value)
+            return
+        try:
+            items, part_shape = _normalize_index(index, tuple(self.shape), "__setitem__")
+        except (ShapeError, TypeError) as e:
+            raise type(e)(f"{e}\n  in: {user_source()}") from None
 
-    # reductions with torch's (values, indices) form
-    def max(self, dim=None, keepdim=False):
-        from ..graphlib.functional import max
-        return max(self, dim, keepdim)
+        def assign(s):
+            part = F.cast(value, s.dtype)
+            if tuple(part.shape) != part_shape:
+                part = F.expand(part, *part_shape) if part.ndim else F.full(
+                    part_shape, 0, dtype=s.dtype) + part
+            with grad_mode.no_grad():
+                mask = getitem_grad_op(F.full(part_shape, True, dtype="bool"), s, index=items)
+            return F.where(mask, getitem_grad_op(part, s, index=items), s)
+        self._inplace(assign, "__setitem__", value)
 
-    def min(self, dim=None, keepdim=False):
-        from ..graphlib.functional import min
-        return min(self, dim, keepdim)
+    def any(self, dim=None, keepdim: bool = False) -> "Tensor":
+        """Whether any element is nonzero (along ``dim``). Built from ops, so a Python
+        decision on it (``if t.any():``) is seen by ``record()`` and guarded by compile."""
+        return _count_true(self, dim, keepdim) > 0
 
-    def any(self):
-        return Tensor(self.data.any())
+    def all(self, dim=None, keepdim: bool = False) -> "Tensor":
+        """Whether every element is nonzero (along ``dim``)."""
+        from ..graphlib.functional import logical_not
+        return _count_true(logical_not(_as_bool(self)), dim, keepdim) == 0
 
-    def all(self):
-        return Tensor(self.data.all())
+
+def _as_bool(t: Tensor):
+    from ..graphlib.functional import cast
+    return t if t.dtype == "bool" else cast(t, "bool")
+
+
+def _count_true(t: Tensor, dim, keepdim: bool):
+    from ..graphlib.functional import cast, sum
+    return sum(cast(_as_bool(t), "int64"), dim, keepdim)
+
+
+def host_array(t: Tensor) -> np.ndarray:
+    """``t``'s data as a numpy array (copied from the GPU), without noting a decision."""
+    return t.data if type(t.data) is np.ndarray else t.data.get()
+
+
+def _note_data(t: Tensor, kind: str, arr=None) -> None:
+    """Tell an open compile() recording that Python read this tensor's data (a guard)."""
+    from .guards import note_decision, tracing
+    if tracing():
+        note_decision(t, "data", np.array(host_array(t) if arr is None else arr, copy=True),
+                      f"{kind}()")
 
 
 class Parameter(Tensor):
@@ -457,6 +528,21 @@ class Parameter(Tensor):
 
     def __repr__(self):
         return "Parameter containing:\n" + super().__repr__()
+
+
+class SeedTensor(Tensor):
+    """An int64 scalar seed drawn from eager mode's global generator for a random op.
+
+    ``record()`` makes it a graph input (``seed0``...) rather than a constant, so that
+    ``compile`` can feed a fresh draw on every call instead of replaying the same numbers.
+    """
+
+    __slots__ = ()
+
+    def __int__(self):
+        return int(self.data)
+
+    __index__ = __int__
 
 
 class _HookHandle:
@@ -501,7 +587,8 @@ class EagerNode(Node):
                 nexts.append(None)
         self.input_keys = tuple(keys)
         self.next_nodes = tuple(nexts)
-        if for_grad and op.name not in NO_SAVED_DATA:
+        # a view's gradient path assumes its base is unchanged: views save versions too
+        if for_grad and (op.name not in NO_SAVED_DATA or op.name in VIEW_OPS):
             self.saved_versions = tuple(x._version[0] for x in inputs) + (tuple(
                 o._version[0] for o in outputs) if op.name in READS_OUTPUT else ())
         else:

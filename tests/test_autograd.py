@@ -238,3 +238,89 @@ def test_eager_and_graph_mode_gradients_agree_on_mlp():
     np.testing.assert_allclose(el.item(), lv, rtol=1e-6)
     np.testing.assert_allclose(ta.grad.numpy(), gav, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(tb.grad.numpy(), gbv, rtol=1e-5, atol=1e-6)
+
+
+def test_backward_options_gradient_inputs_and_create_graph():
+    a = dg.tensor([1.0, 2.0], requires_grad=True)
+    b = dg.tensor([3.0, 4.0], requires_grad=True)
+    y = a * b
+    y.backward(gradient=[1.0, 10.0], inputs=[a])
+    assert a.grad.tolist() == [3.0, 40.0] and b.grad is None
+    with pytest.raises(RuntimeError, match=r"gradient has shape \[3\]"):
+        (a * 2).backward(dg.ones(3))
+    (a * a).sum().backward(create_graph=True)
+    assert a.grad.requires_grad and a.grad.grad_fn is not None
+
+
+def test_autograd_grad_with_grad_outputs_and_create_graph():
+    x = dg.tensor([1.0, 2.0], requires_grad=True)
+    y = x * x
+    (g,) = dg.autograd.grad(y, x, grad_outputs=dg.tensor([1.0, 10.0]), retain_graph=True)
+    assert g.tolist() == [2.0, 40.0] and not g.requires_grad
+    (g,) = dg.autograd.grad([y.sum(), (x * 3).sum()], [x], create_graph=True)
+    assert g.tolist() == [5.0, 7.0] and g.requires_grad
+    with pytest.raises(RuntimeError, match="input 0 is a tensor that does not require grad"):
+        dg.autograd.grad((x * 2).sum(), [dg.ones(2)])
+
+
+def test_freed_graph_error_says_how_to_find_the_op():
+    x = dg.tensor([1.0], requires_grad=True)
+    y = (x.exp() * x).sum()
+    y.backward()
+    with pytest.raises(RuntimeError, match="DUOGRAPH_SOURCE=1"):
+        y.backward()
+
+
+def test_in_place_through_a_view_with_autograd_is_refused():
+    a = dg.tensor([1.0, 2.0], requires_grad=True)
+    y = a * 1
+    with pytest.raises(RuntimeError, match=r"view \(getitem\)"):
+        y[0:1].mul_(2)         # PyTorch rebases y's history; duograph refuses clearly
+    z = a * 1
+    v = z.reshape(2, 1)
+    z.mul_(2)                  # v's data changed behind its gradient path
+    with pytest.raises(RuntimeError, match="gradient of reshape"):
+        (v * 1).sum().backward()
+
+
+def test_setitem_records_for_autograd():
+    x = dg.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    v = dg.tensor(5.0, requires_grad=True)
+    y = x * 2
+    y[1] = v * 3
+    y[y > 5] = 0.0
+    assert y.tolist() == [2.0, 0.0, 0.0]
+    (y * dg.tensor([1.0, 10.0, 100.0])).sum().backward()
+    assert x.grad.tolist() == [2.0, 0.0, 0.0]
+    assert v.grad.item() == 0.0
+    w = dg.tensor([1.0, 2.0], requires_grad=True)
+    z = w * 1
+    z[0] = w[1] * w[1]
+    z.sum().backward()
+    assert w.grad.tolist() == [0.0, 5.0]
+
+
+def test_gradcheck_perturbs_non_contiguous_inputs():
+    arr = np.arange(6.0).reshape(2, 3).T        # a transposed (non-contiguous) view
+    x = dg.from_numpy(arr).requires_grad_()
+    assert dg.autograd.gradcheck(lambda t: (t * t).sum(1), [x])
+    np.testing.assert_array_equal(arr, np.arange(6.0).reshape(2, 3).T)   # restored
+
+
+def test_grad_mode_contexts_as_bare_decorators():
+    x = dg.tensor([1.0], requires_grad=True)
+
+    @dg.no_grad
+    def f(t):
+        return t * 2
+
+    @dg.enable_grad
+    def g(t):
+        return t * 2
+
+    assert not f(x).requires_grad and f.__name__ == "f"
+    with dg.no_grad():
+        assert g(x).requires_grad
+    with dg.set_grad_enabled(False):
+        assert not (x * 2).requires_grad
+    assert dg.is_grad_enabled()

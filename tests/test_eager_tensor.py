@@ -186,3 +186,59 @@ def test_cuda_round_trip():
     y.backward()
     assert x.grad.device == "cuda"
     np.testing.assert_allclose(x.grad.cpu().numpy(), [2.0, 4.0])
+
+
+def test_like_creators_take_dtype_device_and_requires_grad():
+    x = dg.ones(2, 3, dtype="float64")
+    assert dg.rand_like(x, requires_grad=True).requires_grad
+    assert dg.randn_like(x, dtype="float32").dtype == "float32"
+    assert dg.empty_like(x).shape == (2, 3)
+    r = dg.eager.randint_like(dg.zeros(50, dtype="int32"), 3)
+    assert r.dtype == "int32" and 0 <= r.numpy().min() and r.numpy().max() < 3
+    dg.manual_seed(4)
+    a = dg.eager.randint_like(x, 0, 100).tolist()
+    dg.manual_seed(4)
+    assert dg.eager.randint_like(x, 0, 100).tolist() == a
+
+
+def test_to_reports_unknown_targets_and_missing_gpu_clearly():
+    x = dg.tensor([1.0])
+    with pytest.raises(TypeError, match="neither a dtype nor a device"):
+        x.to("tpu")
+    try:
+        import cupy  # noqa: F401
+    except ImportError:
+        with pytest.raises(RuntimeError, match="needs cupy"):
+            x.to("cuda")
+
+
+def test_any_and_all():
+    x = dg.tensor([[0.0, 1.0], [0.0, 0.0]])
+    assert x.any().item() is True and x.all().item() is False
+    assert x.any(dim=1).tolist() == [True, False]
+    assert x.all(dim=0, keepdim=True).tolist() == [[False, False]]
+    assert dg.zeros(0).all().item() is True and dg.zeros(0).any().item() is False
+    assert dg.tensor([True, True]).all().item() is True
+
+
+def test_setitem_without_autograd_writes_in_place():
+    x = dg.zeros(2, 3)
+    v0 = x.version
+    x[0] = 1.0
+    x[1, 1:] = dg.tensor([2.0, 3.0])
+    x[x == 0] = -1.0
+    assert x.tolist() == [[1.0, 1.0, 1.0], [-1.0, 2.0, 3.0]]
+    assert x.version == v0 + 3
+
+
+def test_one_method_surface_with_graph_values():
+    from duograph.graphlib.methods import TensorMethods
+    assert issubclass(dg.Tensor, TensorMethods) and issubclass(dg.Value, TensorMethods)
+    shared = [name for name in vars(dg.Tensor) if not name.startswith("_")
+              and name in vars(TensorMethods)]
+    assert shared == [], f"Tensor redefines methods of the shared surface: {shared}"
+    g = dg.Graph("surface")
+    with g:
+        p = dg.placeholder("p", (2, 3))
+        values, indices = p.max(dim=1)
+    assert values.shape == (2,) and indices.dtype == "int64"

@@ -190,3 +190,215 @@ def test_compile_as_decorator():
 
     assert f(dg.tensor([1.0])).tolist() == [2.0]
     assert f.__name__ == "f"
+
+
+def test_record_names_inputs_state_and_seeds_by_default():
+    x = dg.tensor([1.0, 2.0])
+    w = dg.tensor([3.0, 4.0], requires_grad=True)
+    dg.manual_seed(5)
+    with dg.record() as rec:
+        y = x * w + dg.rand(2)
+    g = rec.graph
+    g.verify()
+    assert [v.name for v in g.inputs] == ["input0", "seed0"]
+    assert [v.name for v in g.state] == ["param0"]
+    (got,) = g.compile(outputs=[rec.value(y)])(**rec.feeds())
+    np.testing.assert_allclose(got, y.detach().numpy())      # feeds() holds the drawn seed
+
+
+def test_record_detach_and_no_grad_cut_gradients_in_the_graph():
+    w = dg.tensor([1.0, 2.0], requires_grad=True)
+    with dg.record() as rec:
+        a = w.detach() * w
+        with dg.no_grad():
+            b = w * 3
+        out = (a + b * w).sum()
+    g = rec.graph
+    assert "stop_gradient" in str(g)
+    with g:
+        (gw,) = dg.grad(rec.value(out), [g["param0"]])
+    (got,) = g.compile(outputs=[gw])()
+    out.backward()
+    np.testing.assert_allclose(got, w.grad.numpy())      # [1, 2] + [3, 6], not doubled
+
+
+def test_record_refuses_in_place_change_through_a_view():
+    x = dg.tensor([[1.0, 2.0], [3.0, 4.0]])
+    with pytest.raises(dg.GraphError, match="view"):
+        with dg.record():
+            y = x * 1
+            y[0].mul_(2)
+
+
+def test_record_after_an_exception_says_so():
+    with pytest.raises(KeyError):
+        with dg.record() as rec:
+            dg.ones(2) * 2
+            raise KeyError("boom")
+    with pytest.raises(dg.GraphError, match="raised an exception"):
+        rec.graph
+
+
+def test_compile_guards_on_any_and_all():
+    def f(x):
+        if (x > 0).any():
+            return x * 2
+        return x * -1
+
+    def g(x):
+        return x * 2 if (x > 0).all(dim=0).all() else x * -1
+
+    for fn in (f, g):
+        fast = dg.compile(fn)
+        for v in ([1.0, -2.0], [-1.0, -2.0], [1.0, 2.0], [-1.0, -2.0], [1.0, -2.0]):
+            x = dg.tensor(v)
+            assert fast(x).tolist() == fn(x).tolist(), (fn.__name__, v)
+
+
+@pytest.mark.parametrize("read", [lambda t: t.tolist()[0], lambda t: float(t.numpy()[0]),
+                                  lambda t: float(np.asarray(t)[0])],
+                         ids=["tolist", "numpy", "asarray"])
+def test_compile_guards_on_data_read_into_python(read):
+    def f(x):
+        return x * read(x)
+
+    fast = dg.compile(f)
+    assert fast(dg.tensor([1.0, 2.0])).tolist() == [1.0, 2.0]
+    assert fast(dg.tensor([3.0, 2.0])).tolist() == [9.0, 6.0]
+    assert fast(dg.tensor([1.0, 2.0])).tolist() == [1.0, 2.0]
+    assert "guard failed" in fast.recompile_reasons[1]
+
+
+def test_compile_printing_a_tensor_adds_no_guard():
+    def f(x):
+        repr(x)
+        return x + 1
+
+    fast = dg.compile(f)
+    fast(dg.tensor([1.0]))
+    fast(dg.tensor([2.0]))
+    assert len(fast.recompile_reasons) == 1
+
+
+def test_compile_sees_setitem_and_bool_clone():
+    def s(x):
+        y = x * 1
+        y[0] = 10.0
+        y[x < 0] = 0.0
+        return y
+
+    def c(x):
+        return dg.where((x > 0).clone(), x, x * 0)
+
+    for fn in (s, c):
+        fast = dg.compile(fn)
+        for v in ([1.0, -2.0, 3.0], [-3.0, 4.0, -5.0]):
+            assert fast(dg.tensor(v)).tolist() == fn(dg.tensor(v)).tolist()
+
+
+def test_compile_draws_fresh_random_numbers_each_call():
+    fast = dg.compile(lambda x: x + dg.rand(4))
+    import duograph.nn.functional as NF
+    drop = dg.compile(lambda x: NF.dropout(x, 0.5))
+    draws = [fast(dg.zeros(4)).tolist() for _ in range(3)]
+    masks = [drop(dg.ones(32)).tolist() for _ in range(3)]
+    assert draws[0] != draws[1] != draws[2]
+    assert masks[0] != masks[1] != masks[2]
+    dg.manual_seed(11)
+    a = [fast(dg.zeros(4)).tolist() for _ in range(2)]
+    dg.manual_seed(11)
+    assert [fast(dg.zeros(4)).tolist() for _ in range(2)] == a
+
+
+def test_compile_module_guards_on_train_eval_and_replaced_parameters():
+    class Net(dg.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = dg.nn.Linear(3, 2)
+
+        def forward(self, x):
+            y = self.lin(x)
+            return y * 2 if self.training else y
+
+    net = Net()
+    fast = dg.compile(net)
+    x = dg.randn(4, 3)
+    with dg.no_grad():
+        np.testing.assert_allclose(fast(x).numpy(), net(x).numpy())
+        net.eval()
+        np.testing.assert_allclose(fast(x).numpy(), net(x).numpy())
+        net.lin.weight = dg.nn.Parameter(dg.ones(2, 3))
+        np.testing.assert_allclose(fast(x).numpy(), net(x).numpy())
+    reasons = fast.recompile_reasons
+    assert "training mode" in reasons[1] and "replaced" in reasons[2]
+
+
+def test_compile_cuts_gradients_at_detach_and_no_grad():
+    def f(x):
+        with dg.no_grad():
+            s = x * 3
+        return x.detach() * x + s * x, (x * 5).detach()
+
+    fast = dg.compile(f)
+    for _ in range(3):
+        grads = []
+        for fn in (fast, f):
+            x = dg.tensor([1.0, 2.0], requires_grad=True)
+            a, b = fn(x)
+            assert not b.requires_grad
+            a.sum().backward()
+            grads.append(x.grad.numpy())
+        np.testing.assert_allclose(grads[0], grads[1])       # [4, 8]
+
+
+def test_compile_writes_back_in_place_changes_to_arguments_and_state():
+    buf = dg.zeros(2)
+
+    def f(x, counter):
+        counter.add_(1)
+        with dg.no_grad():
+            buf.mul_(0.5).add_(x)      # two in-place ops: both must reach buf
+        return x * 2
+
+    fast = dg.compile(f)
+    counter = dg.zeros(1)
+    expect = np.zeros(2)
+    for i in range(4):
+        fast(dg.ones(2), counter)
+        expect = expect * 0.5 + 1
+        np.testing.assert_allclose(buf.numpy(), expect)
+        assert counter.item() == i + 1
+    assert len(fast) == 1
+
+
+def test_compile_guard_failure_does_not_apply_state_twice():
+    buf = dg.zeros(1)
+
+    def f(x):
+        with dg.no_grad():
+            buf.add_(1)
+        return x * 2 if x.sum() > 0 else x * 3
+
+    fast = dg.compile(f)
+    fast(dg.ones(1))
+    fast(dg.ones(1))
+    fast(-dg.ones(1))           # the replay's guard fails: f runs again eagerly
+    assert buf.item() == 3.0
+
+
+def test_compile_guards_on_outside_tensors_requires_grad():
+    w = dg.tensor([1.0, 2.0])
+    fast = dg.compile(lambda x: (x * w).sum())
+    fast(dg.tensor([3.0, 4.0]))
+    w.requires_grad_(True)
+    fast(dg.tensor([3.0, 4.0])).backward()
+    assert w.grad.tolist() == [3.0, 4.0]
+    assert "requires_grad False -> True" in fast.recompile_reasons[-1]
+
+
+def test_compile_refuses_double_backward_clearly():
+    fast = dg.compile(lambda x: (x ** 3).sum())
+    x = dg.tensor([2.0], requires_grad=True)
+    fast(x)
+    with pytest.raises(RuntimeError, match="double backward"):
+        dg.autograd.grad(fast(x), [x], create_graph=True)
