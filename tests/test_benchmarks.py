@@ -1,0 +1,66 @@
+"""Smoke tests for benchmarks/: they run and write well-formed figures (timings not checked).
+
+    python -m pytest tests/test_benchmarks.py
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run_benchmark(script: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", script), *args],
+                          capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+
+
+def test_passes_benchmark_quick(tmp_path):
+    out = tmp_path / "passes.json"
+    proc = run_benchmark("passes.py", "--quick", "--json", str(out))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "targets (issue 5):" in proc.stdout
+    assert "OPENBLAS_CORETYPE=" in proc.stdout
+    r = json.loads(out.read_text())
+    for key in ("blas", "workloads", "chain", "targets", "correct", "rounds", "batches"):
+        assert key in r, key
+    assert r["correct"] is True
+    assert "openblas_coretype" in r["blas"] and "libraries" in r["blas"]
+    assert set(r["workloads"]) == {"mlp", "cnn"}
+    for kind, per_batch in r["workloads"].items():
+        assert list(per_batch) == ["32"], kind
+        w = per_batch["32"]
+        assert w["correct"], (kind, w["losses"])
+        contenders = w["contenders"]
+        for name in ("eager", "O0", "O1", "O2", "numpy"):
+            c = contenders[name]
+            assert c["best"] > 0 and c["median"] >= c["best"], (kind, name, c)
+            assert c["vs_numpy"] > 0 and c["vs_O0"] > 0
+        assert contenders["numpy"]["vs_numpy"] == 1.0
+        for mode in ("O0", "O1", "O2"):
+            c = contenders[mode]
+            assert c["kernels"] > 0 and c["compile_s"] > 0
+            mem = c["memory"]
+            assert 0 < mem["lower_bound_bytes"] <= mem["arena_bytes"] <= mem["no_reuse_bytes"]
+        assert contenders["O2"]["kernels"] < contenders["O0"]["kernels"]
+        assert contenders["O2"]["passes"], "O2 ran no passes"
+    chain = r["chain"]
+    assert chain["kernels_O2"] == 1 and chain["kernels_O0"] >= 8
+    assert all(t["best"] > 0 for t in chain["timing"].values())
+    assert r["targets"] and all({"name", "ok", "detail"} <= set(t) for t in r["targets"])
+
+
+def test_passes_benchmark_refuses_avx512_kernels_without_avx512():
+    try:
+        with open("/proc/cpuinfo") as f:
+            if " avx512f" in f.read():
+                pytest.skip("this CPU has AVX-512")
+    except OSError:
+        pytest.skip("no /proc/cpuinfo")
+    proc = run_benchmark("passes.py", "--quick", "--blas", "SkylakeX", timeout=60)
+    assert proc.returncode != 0
+    assert "SIGILL" in proc.stderr
