@@ -309,6 +309,7 @@ def _gelu_graph(shape=("N",)):
 @pytest.mark.parametrize("shape,chunk", [((1000,), 64), ((37, 50), 128), ((3, 4), 4)])
 def test_numpy_chunks_match_unfused_bitwise(monkeypatch, shape, chunk):
     monkeypatch.setattr(_fused_cpu, "CHUNK", chunk)   # many chunks and a short tail
+    monkeypatch.setattr(_fused_cpu, "DIRECT_SHORT_MAX", 0)
     set_cpu_strategy("numpy")
     g, y = _gelu_graph(tuple("N" if i == 0 else d for i, d in enumerate(shape)))
     _compare(g, [y], {"x": _x(*shape) * 3}, pipelines=(["fuse"],), exact=True)
@@ -316,6 +317,7 @@ def test_numpy_chunks_match_unfused_bitwise(monkeypatch, shape, chunk):
 
 def test_numpy_chunks_on_non_contiguous_and_broadcast_inputs(monkeypatch):
     monkeypatch.setattr(_fused_cpu, "CHUNK", 16)
+    monkeypatch.setattr(_fused_cpu, "DIRECT_SHORT_MAX", 0)
     set_cpu_strategy("numpy")
     g = dg.Graph("nc")
     with g:
@@ -330,6 +332,7 @@ def test_numpy_chunks_on_non_contiguous_and_broadcast_inputs(monkeypatch):
 
 def test_numpy_chunks_split_over_threads(monkeypatch):
     monkeypatch.setattr(_fused_cpu, "CHUNK", 256)
+    monkeypatch.setattr(_fused_cpu, "DIRECT_SHORT_MAX", 0)
     monkeypatch.setattr(_fused_cpu, "THREADS", 3)
     monkeypatch.setattr(_fused_cpu, "THREAD_MIN_ELEMENTS", 1000)
     set_cpu_strategy("numpy")
@@ -539,12 +542,12 @@ def test_random_elementwise_dags_agree_fused_and_unfused(dag):
 @settings(max_examples=15, deadline=None)
 @given(elementwise_dags())
 def test_random_dags_in_many_chunks_are_bitwise_equal(dag):
-    old = _fused_cpu.CHUNK
-    _fused_cpu.CHUNK = 4
+    old = _fused_cpu.CHUNK, _fused_cpu.DIRECT_SHORT_MAX
+    _fused_cpu.CHUNK, _fused_cpu.DIRECT_SHORT_MAX = 4, 0
     set_cpu_strategy("numpy")
     try:
         g, outputs = _build_dag(*dag)
         feeds = {"x": _x(6, 5, seed=1), "y": _x(5, seed=2), "z": _x(6, 1, seed=3)}
         _compare(g, outputs, feeds, pipelines=(["fuse"],), exact=True)
     finally:
-        _fused_cpu.CHUNK = old
+        _fused_cpu.CHUNK, _fused_cpu.DIRECT_SHORT_MAX = old

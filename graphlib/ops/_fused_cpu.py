@@ -42,6 +42,13 @@ import numpy as np
 # Elements per chunk (float32: 256 KiB per buffer; the few live ones stay in a 2 MiB L2):
 # 64K-128K measured fastest here, 8K-16K lose to per-call overhead, 1M+ spill the cache.
 CHUNK = 1 << 16
+# Regions run straight-line over whole arrays (DirectPlan) up to CHUNK elements, and short
+# ones (at most DIRECT_SHORT_OPS ops) up to DIRECT_SHORT_MAX: measured here (a 2-op SGD
+# update vs the 10-op GELU chain, float32), chunks lose to whole arrays by 10-25% on a short
+# chain up to ~500K elements and win only at millions, while a long chain gains from
+# chunks from ~200K on (benchmarks/fusion.py has the sweep).
+DIRECT_SHORT_OPS = 3
+DIRECT_SHORT_MAX = 1 << 20
 # Threads splitting the chunks of one large fused kernel (numpy's ufuncs release the GIL),
 # from THREAD_MIN_ELEMENTS on; below it the hand-off costs more than a second core gives.
 # Off by default (1): two threads measured 1.6x faster on an idle 2-core machine, but slower
@@ -172,6 +179,11 @@ def _copy_back(outs: list, work: list) -> None:
             np.copyto(o, w)
 
 
+def _direct(lay: Layout, n: int) -> bool:
+    """Whether a region of ``n`` elements runs straight-line (DirectPlan) or in chunks."""
+    return n <= CHUNK or (len(lay.region) <= DIRECT_SHORT_OPS and n <= DIRECT_SHORT_MAX)
+
+
 def _region_shapes(lay: Layout, in_shapes: Sequence[tuple]):
     """(shape of every region value, constant arrays, the iteration shape) for region
     inputs of ``in_shapes``, or None when the region cannot run as one loop (outputs of
@@ -213,7 +225,8 @@ def bind(body, in_shapes: Sequence[tuple]):
         return None
     shapes, consts, full = found
     n = math.prod(full)
-    if n > CHUNK or (strategy == "auto" and n >= NUMBA_MIN_ELEMENTS and numba_available()):
+    if not _direct(lay, n) or (strategy == "auto" and n >= NUMBA_MIN_ELEMENTS
+                               and numba_available()):
         return None
     plan = DirectPlan(lay, shapes, consts, full)
 
@@ -270,7 +283,7 @@ def _bind_prologue(body, lay: Layout, in_shapes: Sequence[tuple], strategy: str)
             return None
         rshapes, consts, full = found
         n = math.prod(full)
-        if n <= CHUNK and not (strategy == "auto" and n >= NUMBA_MIN_ELEMENTS
+        if _direct(lay, n) and not (strategy == "auto" and n >= NUMBA_MIN_ELEMENTS
                                and numba_available()):
             plan = DirectPlan(lay, rshapes, consts, full)
     # outputs that are prologue values without a home of their own are copied at the end
@@ -314,7 +327,7 @@ def _build(lay: Layout, ins: Sequence[np.ndarray]):
         plan = NumbaPlan.build(lay, ins, shapes, consts, full, forced=_strategy == "numba")
         if plan is not None:
             return plan
-    if math.prod(full) <= CHUNK:
+    if _direct(lay, math.prod(full)):
         return DirectPlan(lay, shapes, consts, full)
     return ChunkPlan(lay, ins, shapes, consts, full)
 
