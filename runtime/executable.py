@@ -137,7 +137,12 @@ class Executable:
         used = {id(i) for n in self.nodes for i in n.inputs} | {id(t) for t in targets}
         self.feeds = [(v, number(v)) for v in graph.inputs if id(v) in used]
         self.feed_names = {v.name for v in graph.inputs}
+        self._feed_dtypes = {s: np.dtype(v.dtype) for v, s in self.feeds}
         self.state_slots = [(v, number(v)) for v in graph.state]
+        updated = {id(st) for st, _ in self.updates}
+        # the state a run reads or writes (a training graph may carry slots it never uses)
+        self.live_state_slots = [(v, s) for v, s in self.state_slots
+                                 if id(v) in used or id(v) in updated]
         for node in self.nodes:
             for o in node.outputs:
                 number(o)
@@ -232,14 +237,18 @@ class Executable:
                 raise FeedError(f"{self.graph.name}: missing feed for placeholder {v.name!r} "
                                 f"(expected {v.type!r})")
             arr = feeds[v.name]
-            if isinstance(arr, (bool, int, float, list, tuple)) and \
+            fast = type(arr) is xp.ndarray and arr.dtype == self._feed_dtypes[s]
+            if fast:
+                pass                              # the common case, checked cheaply
+            elif isinstance(arr, (bool, int, float, list, tuple)) and \
                     not isinstance(arr, np.generic):   # np.float64 subclasses float
                 arr = self._python_feed(v, arr)
             elif not hasattr(arr, "dtype") or not hasattr(arr, "shape"):
                 raise FeedError(f"{self.graph.name}: feed {v.name!r} must be an array or a "
                                 f"number, found {type(arr).__name__}")
-            dt = arr.dtype.name if hasattr(arr.dtype, "name") else str(arr.dtype)
-            if dt != v.dtype:
+            dt = None if fast else (arr.dtype.name if hasattr(arr.dtype, "name")
+                                    else str(arr.dtype))
+            if dt is not None and dt != v.dtype:
                 raise FeedError(f"{self.graph.name}: feed {v.name!r} has dtype {dt}, expected "
                                 f"{v.type!r}; convert it with .astype({v.dtype!r})")
             shape = tuple(arr.shape)
@@ -383,7 +392,7 @@ class Executable:
         env = list(prog.env)
         for _, s in self.feeds:
             env[s] = fed[s]
-        for v, s in self.state_slots:
+        for v, s in self.live_state_slots:
             env[s] = self._state_array(v)
         with np.errstate(all="ignore"):
             prog.run(self, env, bindings)

@@ -335,7 +335,7 @@ def test_steady_state_allocates_far_less_than_the_arena():
     assert peak < 0.25 * plan.no_reuse_bytes, (peak, plan.summary())
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "int64", "uint8"])
 def test_where_out_kernel_is_bit_exact_in_and_out_of_place(dtype):
     """The out= form of where moves bits with masks: NaNs, -0.0 and infinities come
     through exactly as numpy's where gives them, with b a scalar, a row or a full array,
@@ -343,11 +343,14 @@ def test_where_out_kernel_is_bit_exact_in_and_out_of_place(dtype):
     from duograph.graphlib.registry import REGISTRY
     kernel = REGISTRY["where"].out_kernel
     rng = np.random.default_rng(0)
-    a = rng.standard_normal((16, 9)).astype(dtype)
-    a[0, :4] = [np.nan, -0.0, np.inf, -np.inf]
+    a = (rng.standard_normal((16, 9)) * 40).astype(dtype)
+    if np.dtype(dtype).kind == "f":
+        a[0, :4] = [np.nan, -0.0, np.inf, -np.inf]
     c = rng.random((16, 9)) > 0.5
-    for b in (np.asarray(0.0, dtype), np.asarray(-0.0, dtype), np.asarray(np.nan, dtype),
-              rng.standard_normal(9).astype(dtype), rng.standard_normal((16, 9)).astype(dtype)):
+    specials = (0.0, -0.0, np.nan) if np.dtype(dtype).kind == "f" else (0, 3)
+    for b in ([np.asarray(v, dtype) for v in specials]
+              + [(rng.standard_normal(9) * 40).astype(dtype),
+                 (rng.standard_normal((16, 9)) * 40).astype(dtype)]):
         want = np.where(c, a, b).view(f"u{np.dtype(dtype).itemsize}")
         for alias in ("none", "a", "b"):
             aa, bb = a.copy(), b.copy()
