@@ -1,15 +1,30 @@
 """duograph.passes: the pass manager and graph-to-graph rewrites.
 
 ``PassManager`` runs one of the pipelines in ``manager.PIPELINES`` (O0 none, O1 cleanup,
-O2 everything available), verifies the IR after each pass and reports per-pass statistics.
-Passes: dead-code elimination, common-subexpression elimination, constant folding and
-algebraic simplification (``cleanup.py``).
+O2 everything), verifies the IR after each pass and reports per-pass statistics (nodes,
+kernels, planned bytes, time). The passes, one file each:
+
+- ``cleanup.py``: dead-code elimination, common-subexpression elimination, constant folding,
+  algebraic simplification (small pattern -> replacement rules);
+- ``fusion.py``: elementwise fusion into ``fused`` nodes (chains, trees, siblings, epilogues
+  after matmul and reductions), never creating a cycle;
+- ``schedule.py``: memory-aware scheduling (another topological order with a lower peak);
+- ``remat.py``: rematerialisation under a memory budget (opt-in, not in O2);
+- ``memory.py``: liveness, the greedy-by-size arena planner and its verifier. The planner is
+  not a graph rewrite: ``duograph.compile`` hands it to the runtime, which plans once per
+  input shape signature (``exe.memory_plan``).
 """
 from .cleanup import (algebraic_simplification, common_subexpression_elimination,
                       constant_folding, dead_code_elimination)
+from .fusion import fuse_elementwise, fused_nodes
 from .manager import (PASSES, PIPELINES, PassManager, kernel_count, optimize,
                       register_pass)
+from .memory import MemoryPlan, MemoryPlanError, plan_memory, verify_plan
+from .remat import rematerialize
+from .schedule import memory_aware_schedule
 
 __all__ = ["PassManager", "PASSES", "PIPELINES", "register_pass", "optimize",
            "kernel_count", "dead_code_elimination", "common_subexpression_elimination",
-           "constant_folding", "algebraic_simplification"]
+           "constant_folding", "algebraic_simplification", "fuse_elementwise", "fused_nodes",
+           "memory_aware_schedule", "rematerialize", "plan_memory", "verify_plan",
+           "MemoryPlan", "MemoryPlanError"]

@@ -457,14 +457,16 @@ def test_readme_quick_start_has_exactly_two_commands():
 
 
 def test_readme_python_blocks_run_and_print_what_it_shows(tmp_path):
-    tour, state, eager, models = _readme_blocks("python")
-    shown_tour, shown_state, shown_eager, shown_models = _readme_blocks("text")[:4]
+    tour, state, eager, models, planned = _readme_blocks("python")
+    shown_tour, shown_state, shown_eager, shown_models, shown_planned = \
+        _readme_blocks("text")[:5]
     (tmp_path / "tour.py").write_text(tour)
     (tmp_path / "state.py").write_text(state)
     (tmp_path / "eager.py").write_text(eager)
     (tmp_path / "models.py").write_text(models)
+    (tmp_path / "planned.py").write_text(planned)
     outputs = []
-    for name in ("tour.py", "state.py", "eager.py", "models.py"):
+    for name in ("tour.py", "state.py", "eager.py", "models.py", "planned.py"):
         proc = subprocess.run([sys.executable, name], cwd=tmp_path, capture_output=True,
                               text=True, timeout=120)
         assert proc.returncode == 0, proc.stderr
@@ -478,6 +480,7 @@ def test_readme_python_blocks_run_and_print_what_it_shows(tmp_path):
     assert outputs[1].splitlines()[1:] == shown_state.splitlines()
     assert outputs[2].splitlines() == shown_eager.splitlines()
     assert outputs[3].splitlines() == shown_models.splitlines()
+    assert outputs[4].splitlines() == shown_planned.splitlines()
 
 
 # -- the examples ---------------------------------------------------------------------------------
