@@ -95,6 +95,8 @@ class Program:
                 out_kernel = node.op.out_kernel
                 if any(k in views for k in keys):
                     mode = VIEW
+                    # for a view step the field holds its memo: [input array, results]
+                    out_kernel = [None, None] if len(node.inputs) == 1 else None
                 elif all(k in plan.offsets or k in inplace_new for k in keys):
                     mode = ARENA
                     prepare = node.op.prepare_out
@@ -103,7 +105,7 @@ class Program:
                     if runner is not None:
                         mode, out_kernel = PREPARED, (runner, out_kernel)
                 else:   # a plan that leaves an output nowhere: run it as the interpreter would
-                    mode = VIEW
+                    mode, out_kernel = VIEW, None
                 steps.append((mode, node, node.op.kernel, out_kernel, ins, outs,
                               attrs, exe.is_multi(node)))
         self.env = env
@@ -151,9 +153,15 @@ class Program:
                             res = kernel(xp, *args, **attrs)
                             _copy_results(xp, node, res, (buf,), False)
                 else:
+                    memo = out_kernel
+                    if memo is not None and memo[0] is args[0]:   # the same array: same view
+                        for s, r in zip(outs, memo[1]):
+                            env[s] = r
+                        continue
                     res = kernel(xp, *args, **attrs)
                     res = res if multi else (res,)
                     _check_count(node, res, len(outs))
+                    got = []
                     for s, r, o in zip(outs, res, node.outputs):
                         if not isinstance(r, xp.ndarray):
                             r = xp.asarray(r)
@@ -163,6 +171,12 @@ class Program:
                             raise ValueError(f"kernel returned shape {list(r.shape)}, "
                                              f"inferred {format_shape(o.shape)}")
                         env[s] = r
+                        got.append(r)
+                    if memo is not None:
+                        # a result that views its input stays right while the input is the
+                        # same array (arena buffers, bound state); a copy would go stale
+                        views_input = all(xp.may_share_memory(r, args[0]) for r in got)
+                        memo[0], memo[1] = (args[0], got) if views_input else (None, None)
             except Exception as e:
                 raise exe._kernel_error_for(node, args, e) from e
 

@@ -359,3 +359,25 @@ def test_where_out_kernel_is_bit_exact_in_and_out_of_place(dtype):
             out = {"none": np.empty_like(a), "a": aa, "b": bb}[alias]
             assert kernel(np, c, aa, bb, out=out)
             np.testing.assert_array_equal(out.view(want.dtype), want, err_msg=alias)
+
+
+def test_views_are_reused_only_while_they_see_the_same_array():
+    """A view step (permute, reshape...) keeps its result while its input is the same array
+    (a view follows the data); a new array, or a kernel that had to copy, recomputes it."""
+    g = dg.Graph("views")
+    with g:
+        x = dg.placeholder("x", (4, 6))
+        t = dg.permute(x, (1, 0))                 # a view of the feed
+        r = dg.reshape(t, (24,))                  # must copy: t is not contiguous
+        g.outputs = [t * 1.0, r * 1.0]
+    exe = g.compile(plan=True)
+    a = np.arange(24, dtype=np.float32).reshape(4, 6)
+    t1, r1 = exe(x=a)
+    a *= -1.0                                     # the same array, new contents
+    t2, r2 = exe(x=a)
+    np.testing.assert_array_equal(t2, -t1)
+    np.testing.assert_array_equal(r2, -r1)       # the copying reshape was not reused
+    b = np.ones((4, 6), np.float32)               # another array
+    t3, r3 = exe(x=b)
+    np.testing.assert_array_equal(t3, np.ones((6, 4)))
+    np.testing.assert_array_equal(r3, np.ones(24))
