@@ -253,8 +253,40 @@ def _transpose_of_matmul(node: Node, graph: Graph):
     return [bt, at, mm]
 
 
+def _reduce_of_broadcast(node: Node, graph: Graph):
+    """sum(expand(x)) over only the expanded dims -> x * count; mean(...) -> x (reshaped
+    to the result): no n-fold array is read. Floats only, and only where the reduced dims
+    are exactly ones x was broadcast along (the result differs from the sum by rounding)."""
+    name = node.op.name
+    if name not in ("sum", "mean") or node.attrs.get("dtype") is not None:
+        return None
+    e = node.inputs[0]
+    inner = e.node
+    out = node.outputs[0]
+    if inner is None or inner.op.name != "expand" or not dtypes.is_float(out.dtype):
+        return None
+    x = inner.inputs[0]
+    if x.dtype != out.dtype:
+        return None
+    lead = e.ndim - x.ndim
+    xs = (1,) * lead + tuple(x.shape)
+    dims = {d % e.ndim for d in node.attrs["dim"]}
+    for d in range(e.ndim):
+        broadcast = xs[d] == 1 and e.shape[d] != 1
+        if (d in dims) != broadcast and not (d in dims and e.shape[d] == 1):
+            return None
+    new = [make_node(REGISTRY["reshape"], (x,), {"shape": tuple(out.shape)}, node, graph)]
+    if name == "sum":
+        count = make_node(REGISTRY["numel"], (e,), {"dim": tuple(sorted(dims)),
+                                                   "dtype": out.dtype}, node, graph)
+        new += [count, make_node(REGISTRY["mul"], (new[0].outputs[0], count.outputs[0]), {},
+                                 node, graph)]
+    return new
+
+
 SIMPLIFY_RULES: List[Rule] = [_identity_elementwise, _small_powers, _noop_shape,
-                              _collapse_chains, _self_subtract, _transpose_of_matmul]
+                              _collapse_chains, _self_subtract, _transpose_of_matmul,
+                              _reduce_of_broadcast]
 
 
 def algebraic_simplification(graph: Graph) -> Tuple[Graph, bool]:

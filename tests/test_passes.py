@@ -90,6 +90,35 @@ def test_simplify_identities_powers_and_chains():
                          .astype(np.float32)}, "O1")
 
 
+def test_simplify_reductions_of_broadcasts_and_transposed_matmuls():
+    g = dg.Graph("t")
+    with g:
+        x = dg.placeholder("x", ("N", 1))
+        v = dg.placeholder("v", (3,))
+        a = dg.expand(x, ("N", 5))
+        b = dg.expand(v, (4, 3))
+        m = dg.placeholder("m", ("N", 3))
+        t = dg.permute(dg.permute(m, 1, 0) @ a, 1, 0)     # (m.T @ a).T -> a.T @ m
+        outs = [dg.sum(a, dim=1), dg.mean(b, dim=0), dg.sum(a, dim=1, keepdim=True),
+                dg.sum(b, dim=(0, 1)), dg.sum(a, dim=0), t]
+    work, _ = clone(g, outs)
+    work, changed = passes.algebraic_simplification(work)
+    assert changed
+    kinds = [(n.op.name, n.inputs[0].node.op.name if n.inputs and n.inputs[0].node else None)
+             for n in work.nodes]
+    # sum/mean over expanded dims only are gone; over a real dim (0 of a) or a mix
+    # (b over both dims) the reduction stays
+    assert sum(1 for k in kinds if k[0] in ("sum", "mean") and k[1] == "expand") == 2
+    assert work.outputs[1] is work.inputs[1]          # mean of v broadcast = v
+    (mm,) = [n for n in work.nodes if n.op.name == "matmul"]
+    assert mm.inputs[0].node.op.name == "permute" and mm.inputs[1] is work.inputs[2]
+    assert not any(n.op.name == "permute" and n.inputs[0].node is mm for n in work.nodes)
+    rng = np.random.default_rng(0)
+    _run_both(g, outs, {"x": rng.standard_normal((6, 1)).astype(np.float32),
+                        "v": rng.standard_normal(3).astype(np.float32),
+                        "m": rng.standard_normal((6, 3)).astype(np.float32)}, "O1")
+
+
 def test_simplify_keeps_float_self_subtraction_but_folds_integer_one():
     g = dg.Graph("t")
     with g:
