@@ -28,6 +28,7 @@ from .. import dtypes
 from ..errors import DTypeError, ShapeError, located
 from ..registry import OpDef, register
 from ..types import TensorType, format_shape
+from ._select import select
 from .reduction import sum as reduce_sum
 from .shape import reshape
 
@@ -350,12 +351,12 @@ def _max_pool_argmax(xp, x, kernel_size, stride, padding, dilation, ceil_mode):
     best = _window(xpad, 0, 0, stride, dilation, out_hw).copy()
     index = xp.zeros(best.shape, dtype=xp.int32)
     for k in range(1, kh * kw):
-        win = _window(xpad, k // kw, k % kw, stride, dilation, out_hw)
+        win = xp.ascontiguousarray(_window(xpad, k // kw, k % kw, stride, dilation, out_hw))
         better = win > best
         if x.dtype.kind == "f":
             better |= xp.isnan(win)
-        best = xp.where(better, win, best)
-        index = xp.where(better, xp.int32(k), index)
+        best = select(xp, better, win, best)
+        index = select(xp, ~better, index, xp.asarray(k, dtype=xp.int32))
     return index, out_hw, (rows, cols)
 
 
@@ -393,7 +394,7 @@ def _max_pool2d_backward_kernel(xp, g, x, kernel_size, stride, padding, dilation
     gx = xp.zeros((n, c, rows, cols), dtype=g.dtype)
     for k in range(kh * kw):
         win = _window(gx, k // kw, k % kw, stride, dilation, out_hw)
-        win += xp.where(index == k, g, zero)
+        win += select(xp, index == k, g, zero)
     ph, pw = padding
     return xp.ascontiguousarray(gx[:, :, ph:ph + h, pw:pw + w])
 

@@ -9,6 +9,7 @@ bit-for-bit what ``kernel`` computes.
 from __future__ import annotations
 
 from ..registry import REGISTRY
+from ._select import where_bits as _where_bits
 
 # op name -> xp ufunc name, for elementwise ops that are one ufunc
 _UFUNCS = {
@@ -87,40 +88,6 @@ def _pow_scalar_out(xp, x, out, exponent):
     if x.dtype != out.dtype or x.dtype.kind != "f":
         return False
     xp.power(x, exponent, out=out)
-    return True
-
-
-_BITS = {1: "uint8", 2: "uint16", 4: "uint32", 8: "uint64"}
-
-
-def _where_bits(xp, c, a, b, out) -> bool:
-    """where(c, a, b) for numbers (floats, ints) as bit masks: out = (a & m) | (b & ~m) with m all
-    ones where c holds. Bit-exact (NaNs, signed zeros and infinities are moved, never
-    computed) and SIMD: numpy's where and copyto(where=) branch per element and measured
-    6-15x slower on a relu-backward mask. Needs c and a shaped like out; out may be a or b."""
-    name = _BITS.get(out.dtype.itemsize)
-    if (name is None or out.dtype.kind not in "fiu" or c.shape != out.shape
-            or a.shape != out.shape or not out.flags.c_contiguous
-            or not a.flags.c_contiguous or not (b.ndim == 0 or b.flags.c_contiguous)):
-        return False
-    it = getattr(xp, name)
-    m = xp.empty(out.shape, it)
-    xp.subtract(0, c, out=m, dtype=it)             # True -> all ones, False -> 0
-    ob, ab, bb = out.view(it), a.view(it), b.view(it)
-    zero_b = b.size == 1 and not bool(bb.reshape(-1)[0])   # b is +0.0: nothing to add
-    if zero_b:
-        xp.bitwise_and(ab, m, out=ob)
-    elif xp.may_share_memory(out, b):
-        xp.invert(m, out=m)
-        xp.bitwise_and(bb, m, out=ob)
-        xp.invert(m, out=m)
-        xp.bitwise_and(m, ab, out=m)
-        xp.bitwise_or(ob, m, out=ob)
-    else:
-        xp.bitwise_and(ab, m, out=ob)
-        xp.invert(m, out=m)
-        xp.bitwise_and(m, bb, out=m)
-        xp.bitwise_or(ob, m, out=ob)
     return True
 
 
