@@ -14,6 +14,7 @@ concrete shape signature it asks the planner for a memory plan and prepares a ``
 """
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from typing import Callable, Dict, List, Optional, Sequence
 
@@ -120,6 +121,7 @@ class Executable:
         # planner(graph, shapes=..., nodes=..., outputs=...) -> a memory plan; None: interpret
         self.planner = planner
         self._programs: "OrderedDict[tuple, Program]" = OrderedDict()
+        self._lock = threading.Lock()
         self._last_program: Optional[Program] = None
         # the symbolic dims the feeds bind: a plan is made per tuple of their sizes
         self.symbols = tuple(sorted({d for v, _ in self.feeds for d in v.shape
@@ -328,7 +330,8 @@ class Executable:
         env: list = [None] * self.num_slots
         bindings = self._bind_feeds(feeds, env)
         if self.planner is not None:
-            return self._run_planned(env, bindings)
+            with self._lock:          # one arena per program: one run at a time
+                return self._run_planned(env, bindings)
         for v, s in self.state_slots:
             env[s] = self._state_array(v)
         xp = self.xp

@@ -381,3 +381,31 @@ def test_views_are_reused_only_while_they_see_the_same_array():
     t3, r3 = exe(x=b)
     np.testing.assert_array_equal(t3, np.ones((6, 4)))
     np.testing.assert_array_equal(r3, np.ones(24))
+
+
+def test_planned_executable_is_safe_to_call_from_threads():
+    """Runs of one planned executable share its arena: they take turns."""
+    import threading
+    g = dg.Graph("threads")
+    with g:
+        x = dg.placeholder("x", (64, 64))
+        h = dg.tanh(x @ x) * 2.0
+        g.outputs = [dg.sum(h * h, dim=1)]
+    exe = g.compile(passes="O2")
+    rng = np.random.default_rng(0)
+    feeds = [rng.standard_normal((64, 64)).astype(np.float32) for _ in range(4)]
+    want = [g.compile()(x=f)[0] for f in feeds]
+    errors = []
+
+    def work(k):
+        for _ in range(30):
+            (got,) = exe(x=feeds[k])
+            if not np.array_equal(got, want[k]):
+                errors.append(k)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
