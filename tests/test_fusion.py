@@ -315,6 +315,24 @@ def test_numpy_chunks_match_unfused_bitwise(monkeypatch, shape, chunk):
     _compare(g, [y], {"x": _x(*shape) * 3}, pipelines=(["fuse"],), exact=True)
 
 
+@pytest.mark.parametrize("chunked", [False, True])
+def test_value_read_twice_where_it_dies_frees_its_scratch_once(monkeypatch, chunked):
+    """mul(a, a) is a's last read: its scratch buffer goes back to the pool once, not once
+    per operand (twice would hand it to c and to d, both alive, at the same time)."""
+    if chunked:
+        monkeypatch.setattr(_fused_cpu, "CHUNK", 64)
+        monkeypatch.setattr(_fused_cpu, "DIRECT_SHORT_MAX", 0)
+    set_cpu_strategy("numpy")
+    g = dg.Graph("twice")
+    with g:
+        x = dg.placeholder("x", (1000,))
+        a = dg.exp(x)
+        c = a * a
+        d = dg.tanh(x)
+        y = c + d
+    _compare(g, [y], {"x": _x(1000)}, pipelines=(["fuse"],), exact=True)
+
+
 def test_numpy_chunks_on_non_contiguous_and_broadcast_inputs(monkeypatch):
     monkeypatch.setattr(_fused_cpu, "CHUNK", 16)
     monkeypatch.setattr(_fused_cpu, "DIRECT_SHORT_MAX", 0)

@@ -379,6 +379,33 @@ def _ufunc_lines(node, names: List[str], out: str) -> Optional[List[str]]:
     return None
 
 
+class _Scratch:
+    """The scratch buffers of generated region code, reused by liveness: a value's buffer
+    goes back to the pool at its last read (once, however many operands name it), before
+    the reading node takes a buffer for its own result (ufuncs allow exact overlap)."""
+
+    def __init__(self, region):
+        self.specs: List[tuple] = []            # (shape, dtype) per buffer
+        self._free: Dict[tuple, List[int]] = {}
+        self._owner: Dict[int, int] = {}        # id(value) -> buffer index
+        self._last = {id(x): i for i, node in enumerate(region) for x in node.inputs}
+
+    def release_inputs(self, node, at: int) -> None:
+        for key in dict.fromkeys(id(x) for x in node.inputs):
+            b = self._owner.get(key)
+            if b is not None and self._last.get(key) == at:
+                self._free.setdefault(self.specs[b], []).append(b)
+
+    def take(self, value, spec: tuple) -> int:
+        pool = self._free.get(spec)
+        b = pool.pop() if pool else None
+        if b is None:
+            b = len(self.specs)
+            self.specs.append(spec)
+        self._owner[id(value)] = b
+        return b
+
+
 def _kernel_lines(node, i: int, args: List[str], target: str, call: str, glob) -> List[str]:
     """Code writing ``node``'s result into ``target`` with the op's out= kernel (which
     tolerates ``target`` sharing bytes with an input, as in-place elementwise kernels
@@ -408,13 +435,8 @@ class DirectPlan:
             name[key] = f"k{j}"
         for dt in {v.dtype for n_ in lay.region for v in n_.outputs}:
             glob[f"HALF_{dt}"] = np.dtype(dt).type(0.5)
-        last: Dict[int, int] = {}
-        for i, node in enumerate(lay.region):
-            for x in node.inputs:
-                last[id(x)] = i
-        free: Dict[tuple, List[int]] = {}
-        owner: Dict[int, int] = {}
-        self.scratch: List[tuple] = []
+        pool = _Scratch(lay.region)
+        self.scratch = pool.specs
         body: List[str] = []
         for i, node in enumerate(lay.region):
             v = node.outputs[0]
@@ -422,22 +444,12 @@ class DirectPlan:
             glob[f"K{i}"] = node.op.kernel
             glob[f"A{i}"] = dict(node.attrs)
             call = f"K{i}(np, {', '.join(args)}, **A{i})" if args else f"K{i}(np, **A{i})"
-            for x in node.inputs:          # inputs dying here give their buffers back first
-                b = owner.get(id(x))
-                if b is not None and last.get(id(x)) == i:
-                    free.setdefault(self.scratch[b], []).append(b)
+            pool.release_inputs(node, i)
             k = region_out.get(id(v))
             target = f"o{k}" if k is not None else None
             if target is None and (_ufunc_lines(node, args, "T") is not None
                                    or node.op.out_kernel is not None):
-                spec = (tuple(shapes[id(v)]), np.dtype(v.dtype))
-                pool = free.get(spec)
-                b = pool.pop() if pool else None
-                if b is None:
-                    b = len(self.scratch)
-                    self.scratch.append(spec)
-                owner[id(v)] = b
-                target = f"s{b}"
+                target = f"s{pool.take(v, (tuple(shapes[id(v)]), np.dtype(v.dtype)))}"
             lines = _ufunc_lines(node, args, target) if target else None
             if lines is not None:
                 body.extend(lines)
@@ -528,13 +540,8 @@ class ChunkPlan:
             glob[f"HALF_{dt}"] = np.dtype(dt).type(0.5)
 
         # liveness of sliced values, for scratch reuse
-        last: Dict[int, int] = {}
-        for i, node in enumerate(lay.region):
-            for x in node.inputs:
-                last[id(x)] = i
-        free: Dict[tuple, List[int]] = {}
-        owner: Dict[int, int] = {}      # id(value) -> scratch buffer index
-        self.scratch: List[tuple] = []  # (chunk shape, dtype) per buffer
+        pool = _Scratch(lay.region)
+        self.scratch = pool.specs       # (chunk shape, dtype) per buffer
         for i, node in enumerate(lay.region):
             v = node.outputs[0]
             args = [name[id(x)] for x in node.inputs]
@@ -547,23 +554,12 @@ class ChunkPlan:
                 pre.append(f"w{i} = {call}")
                 name[id(v)] = f"w{i}"
                 continue
-            for x in node.inputs:         # inputs dying here give their buffers back first
-                b = owner.get(id(x))
-                if b is not None and last.get(id(x)) == i:
-                    free.setdefault(self.scratch[b], []).append(b)
+            pool.release_inputs(node, i)
             k = region_out.get(id(v))
             target = f"r{k}" if k is not None else None
-            if target is None:
-                spec = ((rows,) + pshape[id(v)][1:], np.dtype(v.dtype))
-                lines = _ufunc_lines(node, args, "T")
-                if lines is not None or node.op.out_kernel is not None:
-                    pool = free.get(spec)
-                    b = pool.pop() if pool else None
-                    if b is None:
-                        b = len(self.scratch)
-                        self.scratch.append(spec)
-                    owner[id(v)] = b
-                    target = f"b{b}"
+            if target is None and (_ufunc_lines(node, args, "T") is not None
+                                   or node.op.out_kernel is not None):
+                target = f"b{pool.take(v, ((rows,) + pshape[id(v)][1:], np.dtype(v.dtype)))}"
             lines = _ufunc_lines(node, args, target) if target else None
             if lines is not None:
                 body.extend(lines)
