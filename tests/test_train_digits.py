@@ -6,6 +6,8 @@ import sys
 import numpy as np
 import pytest
 
+import duograph as dg
+
 pytest.importorskip("sklearn")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -55,3 +57,24 @@ def test_resume_without_checkpoint_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="no checkpoint"):
         _train(kind="mlp", mode="eager", epochs=1, checkpoint=str(tmp_path / "nope.dgt"),
                resume=True)
+
+
+def test_command_line_modes_progress_bar_and_cnn_resume(tmp_path, capsys):
+    """The flags pick the model and mode; tqdm draws a bar per epoch; a CNN (BatchNorm
+    buffers included) resumed from its checkpoint, in another mode, continues the curve."""
+    pytest.importorskip("tqdm")
+    ck = str(tmp_path / "cnn.dgt")
+    train_digits.main(["--model", "cnn", "--mode", "compiled", "--epochs", "1",
+                       "--checkpoint", ck])
+    err = capsys.readouterr().err
+    assert "cnn compiled epoch 1/1" in err and "/45 [" in err       # the progress bar
+    train_digits.main(["--model", "cnn", "--mode", "graph", "--epochs", "2",
+                       "--checkpoint", ck, "--resume", "--no-progress"])
+    out = capsys.readouterr().out
+    assert "resumed from" in out and "test accuracy" in out
+    state = dg.load(ck)
+    assert state["epoch"] == 2 and state["kind"] == "cnn"
+    full = _train(kind="cnn", mode="eager", epochs=2)["losses"]
+    np.testing.assert_allclose(state["losses"], full, rtol=1e-5, atol=1e-7)
+    with pytest.raises(SystemExit):
+        train_digits.main(["--mode", "all", "--checkpoint", ck])   # needs one --mode

@@ -11,15 +11,10 @@ import numpy as np
 
 from ..graphlib import functional as F
 from ..graphlib.errors import DTypeError, ShapeError
-from ..graphlib.functional import (gelu, leaky_relu, log_softmax, one_hot, relu,  # noqa
+from ..graphlib.functional import (adaptive_avg_pool2d, avg_pool2d, conv2d,  # noqa
+                                    gelu, leaky_relu, log_softmax, max_pool2d, one_hot, relu,
                                     sigmoid, softmax, softplus, tanh)
 from ..graphlib.ir import Value
-
-try:  # the convolution ops (graphlib/ops/conv.py)
-    from ..graphlib.functional import (adaptive_avg_pool2d, avg_pool2d, conv2d,  # noqa
-                                        max_pool2d)
-except ImportError:  # pragma: no cover - while conv.py is not there
-    pass
 
 
 def _where(x) -> str:

@@ -629,11 +629,25 @@ class L1Loss(_Loss):
         return NF.l1_loss(input, target, self.reduction)
 
 
-class CrossEntropyLoss(_Loss):
+class _WeightedLoss(_Loss):
+    """A loss whose per-class ``weight`` (and ``pos_weight``) are buffers, as in PyTorch: in
+    ``state_dict``, converted by ``to()``, captured as state in graph mode."""
+
+    def _weights(self, **weights) -> None:
+        for name, value in weights.items():
+            if value is not None and not isinstance(value, Tensor):
+                if not isinstance(value, np.ndarray):
+                    raise TypeError(f"{type(self).__name__}: {name} must be a tensor, a "
+                                    f"numpy array or None, found {type(value).__name__}")
+                value = Tensor(value)
+            self.register_buffer(name, value)
+
+
+class CrossEntropyLoss(_WeightedLoss):
     def __init__(self, weight=None, ignore_index: int = -100, reduction: str = "mean",
                  label_smoothing: float = 0.0):
         super().__init__(reduction)
-        self.weight = weight
+        self._weights(weight=weight)
         self.ignore_index, self.label_smoothing = ignore_index, label_smoothing
 
     def forward(self, input, target):
@@ -641,28 +655,29 @@ class CrossEntropyLoss(_Loss):
                                 self.reduction, self.label_smoothing)
 
 
-class NLLLoss(_Loss):
+class NLLLoss(_WeightedLoss):
     def __init__(self, weight=None, ignore_index: int = -100, reduction: str = "mean"):
         super().__init__(reduction)
-        self.weight, self.ignore_index = weight, ignore_index
+        self._weights(weight=weight)
+        self.ignore_index = ignore_index
 
     def forward(self, input, target):
         return NF.nll_loss(input, target, self.weight, self.ignore_index, self.reduction)
 
 
-class BCELoss(_Loss):
+class BCELoss(_WeightedLoss):
     def __init__(self, weight=None, reduction: str = "mean"):
         super().__init__(reduction)
-        self.weight = weight
+        self._weights(weight=weight)
 
     def forward(self, input, target):
         return NF.binary_cross_entropy(input, target, self.weight, self.reduction)
 
 
-class BCEWithLogitsLoss(_Loss):
+class BCEWithLogitsLoss(_WeightedLoss):
     def __init__(self, weight=None, reduction: str = "mean", pos_weight=None):
         super().__init__(reduction)
-        self.weight, self.pos_weight = weight, pos_weight
+        self._weights(weight=weight, pos_weight=pos_weight)
 
     def forward(self, input, target):
         return NF.binary_cross_entropy_with_logits(input, target, self.weight, self.reduction,
