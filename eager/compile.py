@@ -103,6 +103,7 @@ class Specialization:
         self.forward = None
         self.backward = None
         self.decisions: List[tuple] = []      # (kind, value, source, what)
+        self.attributes: List[tuple] = []     # (object, attribute, value) Python read
         self.externals: List[Tensor] = []
         self.ext_signature: tuple = ()        # (shape, dtype, requires_grad) of externals
         self.seed_names: List[str] = []       # inputs fed a fresh seed on every call
@@ -232,6 +233,7 @@ class CompiledFunction:
             result = self.fn(*args, **kwargs)
         out_leaves: list = []
         s.out_spec = _flatten(result, out_leaves)
+        s.attributes = list(tracer.attributes.values())
         self._build(s, rec, leaves, out_leaves, tracer.decisions)
         specs = self._cache.setdefault(key, [])
         specs.insert(0, s)
@@ -348,6 +350,11 @@ class CompiledFunction:
         return OpDef(name, no_infer, no_kernel, vjp, nondiff_inputs=())
 
     def _replay(self, s: Specialization, leaves):
+        for obj, name, value in s.attributes:
+            now = getattr(obj, name, None)
+            if now != value:
+                return None, (f"guard failed: {type(obj).__name__}.{name} was {value!r} "
+                              f"when recorded, now {now!r}")
         for i, (t, sig) in enumerate(zip(s.externals, s.ext_signature)):
             now = (t.shape, t.dtype, t.requires_grad)
             if now != sig:

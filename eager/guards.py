@@ -34,6 +34,17 @@ def note_decision(tensor, kind: str, value, what=None) -> None:
             tracer.note(tensor, kind, value, source, what or f"{kind}()")
 
 
+def note_attribute(obj, name: str) -> None:
+    """Called where Python branches on an object's attribute while a function may be
+    recorded (``Module.__call__`` notes ``training``, which Dropout and BatchNorm branch
+    on): a replay checks the attribute still holds the recorded value."""
+    s = getattr(_state, "tracers", None)
+    if s:
+        value = getattr(obj, name)
+        for tracer in s:
+            tracer.note_attribute(obj, name, value)
+
+
 def same_decision(kind: str, recorded, now) -> bool:
     """Whether a replay sees what the recording saw (NaN equals NaN)."""
     if kind == "data":
@@ -53,9 +64,13 @@ class DecisionTracer:
 
     def __init__(self):
         self.decisions = []
+        self.attributes = {}        # (id(obj), name) -> (obj, name, value), first seen
 
     def note(self, tensor, kind, value, source=None, what=None):
         self.decisions.append((tensor, kind, value, source, what or f"{kind}()"))
+
+    def note_attribute(self, obj, name: str, value) -> None:
+        self.attributes.setdefault((id(obj), name), (obj, name, value))
 
     def __enter__(self):
         _stack().append(self)

@@ -402,3 +402,25 @@ def test_compile_refuses_double_backward_clearly():
     fast(x)
     with pytest.raises(RuntimeError, match="double backward"):
         dg.autograd.grad(fast(x), [x], create_graph=True)
+
+
+def test_compiled_closure_over_a_module_follows_train_and_eval():
+    """dg.compile(lambda x: model(x)) sees the module only through a closure: the training
+    flag Module.__call__ reads while recording is a guard, so eval() re-records instead of
+    replaying Dropout and BatchNorm's training behaviour."""
+    from duograph import nn
+    dg.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.Dropout(0.5), nn.BatchNorm1d(8))
+    fast = dg.compile(lambda t: model(t))
+    x = dg.randn(16, 4)
+    fast(x)
+    model.eval()
+    got = fast(x)
+    with dg.no_grad():
+        want = model(x)
+    np.testing.assert_allclose(got.detach().numpy(), want.numpy(), rtol=1e-6, atol=1e-6)
+    assert any("training was True when recorded, now False" in r
+               for r in fast.recompile_reasons)
+    model.train()
+    fast(x)
+    assert len(fast) == 2                     # the training specialisation is reused

@@ -12,6 +12,7 @@ from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 
+from ..eager.guards import note_attribute, tracing
 from ..eager.tensors import Parameter, Tensor
 from ..graphlib.errors import DTypeError, DuographError, ShapeError
 from ..graphlib.ir import Value, current_graph
@@ -337,6 +338,8 @@ class Module:
         raise NotImplementedError(f"{type(self).__name__} must define forward()")
 
     def __call__(self, *args, **kwargs):
+        if tracing():          # dg.compile is recording: replays check the training flag
+            note_attribute(self, "training")
         for hook in list(self._forward_pre_hooks.values()):
             new = hook(self, args)
             if new is not None:
