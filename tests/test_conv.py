@@ -20,7 +20,7 @@ FD_TOL = dict(rtol=1e-5, atol=1e-7)        # float64 vs central differences
 
 @pytest.fixture(scope="module")
 def torch():
-    return pytest.importorskip("torch")
+    return pytest.importorskip("torch", exc_type=ImportError)
 
 
 class Case(NamedTuple):
