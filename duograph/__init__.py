@@ -26,8 +26,8 @@ from . import eager  # noqa: E402  (after the graph API: eager builds on it)
 from .eager import autograd, compile  # noqa: F401
 from .eager import (Tensor, arange, as_tensor, empty, empty_like, enable_grad, eye,  # noqa
                     from_numpy, full, full_like, is_grad_enabled, linspace, manual_seed,
-                    no_grad, ones, ones_like, rand, rand_like, randint, randint_like, randn, randn_like,
-                    record, set_grad_enabled, tensor, zeros, zeros_like)
+                    no_grad, ones, ones_like, rand, rand_like, randint, randint_like, randn,
+                    randn_like, record, set_grad_enabled, tensor, zeros, zeros_like)
 
 from .compiler import compile as _compile_with_passes  # noqa: E402
 

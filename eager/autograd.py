@@ -6,7 +6,7 @@ modified in place after being saved), runs hooks, and accumulates into leaves' `
 """
 from __future__ import annotations
 
-from typing import List, Optional, Sequence
+from typing import List, Sequence
 
 import numpy as np
 

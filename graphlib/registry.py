@@ -22,7 +22,8 @@ class OpDef:
     """Definition of one op. Calling it applies the op to Values, tensors or numbers."""
 
     __slots__ = ("name", "infer", "kernel", "vjp", "expr", "elementwise", "promote",
-                 "out_kernel", "prepare_out", "nondiff_inputs", "random", "multi_output", "doc", "__weakref__")
+                 "out_kernel", "prepare_out", "nondiff_inputs", "random", "multi_output",
+                 "doc", "__weakref__")
 
     def __init__(self, name: str, infer: Callable, kernel: Callable,
                  vjp: Optional[Callable] = None, *, expr: Optional[str] = None,

@@ -13,9 +13,10 @@ _BITS = {1: "uint8", 2: "uint16", 4: "uint32", 8: "uint64"}
 
 def where_bits(xp, c, a, b, out) -> bool:
     """where(c, a, b) for numbers (floats, ints) as bit masks into ``out``:
-    out = (a & m) | (b & ~m) with m all ones where c holds. Bit-exact (NaNs, signed zeros and infinities are moved, never
-    computed) and SIMD: numpy's where and copyto(where=) branch per element and measured
-    6-15x slower on a relu-backward mask. Needs c and a shaped like out; out may be a or b."""
+    out = (a & m) | (b & ~m) with m all ones where c holds. Bit-exact (NaNs, signed zeros
+    and infinities are moved, never computed) and SIMD: numpy's where and copyto(where=)
+    branch per element and measured 6-15x slower on a relu-backward mask. Needs c and a
+    shaped like out; out may be a or b. Returns False (nothing written) where it cannot."""
     name = _BITS.get(out.dtype.itemsize)
     if (name is None or out.dtype.kind not in "fiu" or c.shape != out.shape
             or a.shape != out.shape or not out.flags.c_contiguous
