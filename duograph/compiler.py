@@ -39,6 +39,7 @@ def compile(graph: Graph, outputs: Optional[Sequence[Value]] = None,
     if passes in (None, "O0") or (not isinstance(passes, str) and not list(passes)):
         exe = compile_graph(graph, outputs, backend=backend, device=device, planner=planner)
         exe.pass_stats = []
+        exe.pass_report = "no passes (O0)"
         return exe
     if outputs is None:
         outputs = list(graph.outputs)
