@@ -18,6 +18,15 @@ def _softmax_infer(name):
     return infer
 
 
+def _finite_max(xp, x, dim):
+    """The max along ``dim`` (kept), 0 where it is not finite: the shift that keeps exp in
+    range (array methods: the numpy function wrappers cost more than the work here)."""
+    m = x.max(axis=dim, keepdims=True)
+    if m.dtype.kind == "f":
+        m = xp.where(xp.isfinite(m), m, 0)
+    return m
+
+
 def _softmax_kernel(xp, x, dim):
     if x.dtype.kind != "f":
         x = x.astype(dtypes.DEFAULT_FLOAT)
@@ -25,10 +34,9 @@ def _softmax_kernel(xp, x, dim):
         return xp.ones_like(x)
     if x.size == 0:    # no max to shift by: the result is empty too
         return x.copy()
-    m = xp.amax(x, axis=dim, keepdims=True)
-    m = xp.where(xp.isfinite(m), m, 0)
+    m = _finite_max(xp, x, dim)
     e = xp.exp(x - m)
-    return e / xp.sum(e, axis=dim, keepdims=True)
+    return e / e.sum(axis=dim, keepdims=True)
 
 
 def _log_softmax_kernel(xp, x, dim):
@@ -38,10 +46,8 @@ def _log_softmax_kernel(xp, x, dim):
         return xp.zeros_like(x)
     if x.size == 0:
         return x.copy()
-    m = xp.amax(x, axis=dim, keepdims=True)
-    m = xp.where(xp.isfinite(m), m, 0)
-    shifted = x - m
-    return shifted - xp.log(xp.sum(xp.exp(shifted), axis=dim, keepdims=True))
+    shifted = x - _finite_max(xp, x, dim)
+    return shifted - xp.log(xp.exp(shifted).sum(axis=dim, keepdims=True))
 
 
 def _softmax_vjp(cts, ins, outs, a, needs):
