@@ -66,6 +66,20 @@ def node_to_text(node, namer: Namer, source: bool = False, indent: str = "  ") -
     return line
 
 
+def graph_namer(graph) -> Namer:
+    """A Namer that has named every value of ``graph`` as ``print(graph)`` does (inputs,
+    state, then node by node), for messages that quote the printout."""
+    namer = Namer()
+    for v in list(graph.inputs) + list(graph.state):
+        namer.name(v)
+    for node in graph.nodes:
+        for v in node.outputs:
+            namer.name(v)
+        for v in node.inputs:
+            namer.name(v)
+    return namer
+
+
 def graph_to_text(graph, source: bool = False, outputs=None, namer: Optional[Namer] = None,
                   indent: str = "") -> str:
     namer = namer or Namer()

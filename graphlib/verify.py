@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from .errors import GraphError
-from .printer import Namer, node_to_text
+from .printer import Namer, graph_namer, node_to_text
 
 
 def _context(graph, index: int, namer: Namer) -> str:
@@ -16,15 +16,8 @@ def _context(graph, index: int, namer: Namer) -> str:
 
 def verify(graph) -> None:
     """Raise GraphError when the graph breaks an IR invariant; return None when it holds."""
-    namer = Namer()
     # Name every value as ``print(graph)`` does, so the context below matches the full text.
-    for v in list(graph.inputs) + list(graph.state):
-        namer.name(v)
-    for node in graph.nodes:
-        for v in node.outputs:
-            namer.name(v)
-        for v in node.inputs:
-            namer.name(v)
+    namer = graph_namer(graph)
     defined = {id(v) for v in graph.inputs} | {id(v) for v in graph.state}
     if len(defined) != len(graph.inputs) + len(graph.state):
         raise GraphError(f"graph {graph.name!r}: an input is listed twice")

@@ -62,7 +62,7 @@ from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, 
 from ..graphlib import dtypes
 from ..graphlib.errors import GraphError
 from ..graphlib.ir import Graph, Node, Value
-from ..graphlib.printer import Namer
+from ..graphlib.printer import graph_namer
 from ..graphlib.types import eval_dim
 
 # Ops whose numpy kernels may return a view of (or the very array of) their first input.
@@ -126,15 +126,7 @@ def align(nbytes: int, alignment: int) -> int:
 
 def printed_names(graph: Graph) -> Dict[int, str]:
     """id(value) -> the name ``print(graph)`` gives it (``%x``, ``%12``)."""
-    namer = Namer()
-    for v in list(graph.inputs) + list(graph.state):
-        namer.name(v)
-    for node in graph.nodes:
-        for v in node.outputs:
-            namer.name(v)
-        for v in node.inputs:
-            namer.name(v)
-    return namer.names
+    return graph_namer(graph).names
 
 
 def value_nbytes(value: Value, shapes: Mapping[str, int], name: str = "",
