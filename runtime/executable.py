@@ -25,7 +25,7 @@ from ..graphlib.errors import FeedError, GraphError, KernelError
 from ..graphlib.ir import Graph, Value
 from ..graphlib.types import eval_dim, format_shape
 from .backends import get_backend
-from .planned import Program
+from .planned import Program, resolve_attrs
 
 # Planned programs (one arena each) kept per executable, most recently used first.
 MAX_PROGRAMS = 8
@@ -309,20 +309,7 @@ class Executable:
         return found.astype(v.dtype)
 
     def _resolve(self, ins: Instruction, bindings: Dict[str, int]) -> dict:
-        attrs = dict(ins.attrs)
-        for k in ins.symbolic:
-            dims = []
-            for d in attrs[k]:
-                if isinstance(d, str):
-                    size = eval_dim(d, bindings)   # a symbol, or derived as N+2, N*6, N[1:]
-                    if size is None:
-                        raise KernelError(
-                            f"{ins.node.op.name}: the symbolic dim {d!r} is not bound by any "
-                            f"feed\n  in: {ins.node.source}")
-                    d = size
-                dims.append(d)
-            attrs[k] = tuple(dims)
-        return attrs
+        return resolve_attrs(ins.node, ins.attrs, bindings)
 
     def run(self, feeds: Optional[dict] = None) -> list:
         """Run once: returns the outputs (numpy arrays) and updates the state."""
@@ -398,7 +385,7 @@ class Executable:
         for v, s in self.live_state_slots:
             env[s] = self._state_array(v)
         with np.errstate(all="ignore"):
-            prog.run(self, env, bindings)
+            prog.run(self, env)
         outs = []
         seen = set()
         for s, copy in zip(self.output_slots, prog.copy_outputs):
@@ -414,13 +401,7 @@ class Executable:
         for name, new in news:
             target = self._state_target(name)
             target[...] = new
-        for name in prog.inplace_names:
-            bound = self._bound.get(name)
-            if bound is not None:
-                bump = getattr(bound[1], "_version", None)
-                if bump is not None:
-                    bump[0] += 1
-        for name, _ in news:
+        for name in prog.inplace_names + [name for name, _ in news]:
             bound = self._bound.get(name)
             if bound is not None:
                 bump = getattr(bound[1], "_version", None)

@@ -33,8 +33,9 @@ from ..graphlib.types import eval_dim, format_shape
 ARENA, VIEW, PREPARED = 0, 1, 2
 
 
-def _resolve_attrs(node, attrs: dict, shapes: Dict[str, int]) -> dict:
-    """``attrs`` with symbolic ``shape``/``sizes`` entries evaluated against ``shapes``."""
+def resolve_attrs(node, attrs: dict, shapes: Dict[str, int]) -> dict:
+    """``attrs`` with symbolic ``shape``/``sizes`` entries (a symbol, or derived as N+2,
+    N*6, N[1:]) evaluated against ``shapes``."""
     out = dict(attrs)
     for key in ("shape", "sizes"):
         dims = out.get(key)
@@ -59,13 +60,11 @@ class Program:
     def __init__(self, exe, plan, shapes: Dict[str, int]):
         xp = exe.xp
         self.plan = plan
-        self.shapes = dict(shapes)
         slot = exe.slot_of
         align = int(plan.alignment)
         raw = xp.empty(int(plan.arena_bytes) + align, dtype=np.uint8)
         start = (-int(_address(raw))) % align
-        self.arena = raw[start:start + int(plan.arena_bytes)]
-        self._raw = raw
+        self.arena = raw[start:start + int(plan.arena_bytes)]      # (a view: keeps raw)
         env: List = [None] * exe.num_slots
         for key, off in plan.offsets.items():
             v = plan.values[key]
@@ -82,7 +81,7 @@ class Program:
         steps = []
         with np.errstate(all="ignore"):
             for node in exe.nodes:
-                attrs = _resolve_attrs(node, node.attrs, shapes)
+                attrs = resolve_attrs(node, node.attrs, shapes)
                 ins = tuple(slot[id(x)] for x in node.inputs)
                 outs = tuple(slot[id(o)] for o in node.outputs)
                 keys = [id(o) for o in node.outputs]
@@ -120,12 +119,7 @@ class Program:
                            if name not in updated_in_place]
         self.inplace_names = sorted(updated_in_place)
 
-    @property
-    def kernel_count(self) -> int:
-        """Kernels launched per run (constants are prepared once)."""
-        return len(self.steps)
-
-    def run(self, exe, env: list, bindings: Dict[str, int]) -> None:
+    def run(self, exe, env: list) -> None:
         """Run every step over ``env`` (feeds and state already bound)."""
         xp = exe.xp
         for s, state_slot, _ in self.state_outputs:

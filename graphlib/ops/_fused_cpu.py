@@ -406,6 +406,33 @@ class _Scratch:
         return b
 
 
+def _call(node, i: int, args: List[str], glob) -> str:
+    """The code calling ``node``'s own kernel (``K{i}``, attrs ``A{i}``) on ``args``."""
+    glob[f"K{i}"] = node.op.kernel
+    glob[f"A{i}"] = dict(node.attrs)
+    return f"K{i}(np, {', '.join(args)}, **A{i})" if args else f"K{i}(np, **A{i})"
+
+
+def _emit(node, i: int, args: List[str], call: str, glob, body: List[str],
+          out: Optional[str], scratch) -> str:
+    """Append the code computing ``node`` to ``body`` and return the name holding its
+    result: ``out`` (a region output), a scratch buffer from ``scratch()`` where a ufunc
+    or out= kernel can write one, or a fresh ``t{i}`` from the kernel itself."""
+    target = out
+    if target is None and (_ufunc_lines(node, args, "T") is not None
+                           or node.op.out_kernel is not None):
+        target = scratch()
+    lines = _ufunc_lines(node, args, target) if target else None
+    if lines is not None:
+        body.extend(lines)
+    elif target is not None:
+        body.extend(_kernel_lines(node, i, args, target, call, glob))
+    else:
+        target = f"t{i}"
+        body.append(f"{target} = {call}")
+    return target
+
+
 def _kernel_lines(node, i: int, args: List[str], target: str, call: str, glob) -> List[str]:
     """Code writing ``node``'s result into ``target`` with the op's out= kernel (which
     tolerates ``target`` sharing bytes with an input, as in-place elementwise kernels
@@ -441,24 +468,12 @@ class DirectPlan:
         for i, node in enumerate(lay.region):
             v = node.outputs[0]
             args = [name[id(x)] for x in node.inputs]
-            glob[f"K{i}"] = node.op.kernel
-            glob[f"A{i}"] = dict(node.attrs)
-            call = f"K{i}(np, {', '.join(args)}, **A{i})" if args else f"K{i}(np, **A{i})"
+            call = _call(node, i, args, glob)
             pool.release_inputs(node, i)
             k = region_out.get(id(v))
-            target = f"o{k}" if k is not None else None
-            if target is None and (_ufunc_lines(node, args, "T") is not None
-                                   or node.op.out_kernel is not None):
-                target = f"s{pool.take(v, (tuple(shapes[id(v)]), np.dtype(v.dtype)))}"
-            lines = _ufunc_lines(node, args, target) if target else None
-            if lines is not None:
-                body.extend(lines)
-            elif target is not None:
-                body.extend(_kernel_lines(node, i, args, target, call, glob))
-            else:
-                target = f"t{i}"
-                body.append(f"{target} = {call}")
-            name[id(v)] = target
+            out = f"o{k}" if k is not None else None
+            name[id(v)] = _emit(node, i, args, call, glob, body, out, lambda: "s{}".format(
+                pool.take(v, (tuple(shapes[id(v)]), np.dtype(v.dtype)))))
         n_in, n_out = len(lay.region_inputs), len(lay.region_outputs)
         head = [f"i{j} = ins[{j}]" for j in range(n_in)]
         head += [f"o{k} = outs[{k}]" for k in range(n_out)]
@@ -545,31 +560,16 @@ class ChunkPlan:
         for i, node in enumerate(lay.region):
             v = node.outputs[0]
             args = [name[id(x)] for x in node.inputs]
-            kernel = f"K{i}"
-            glob[kernel] = node.op.kernel
-            glob[f"A{i}"] = dict(node.attrs)
-            call = f"{kernel}(np, {', '.join(args)}, **A{i})" if args else \
-                f"{kernel}(np, **A{i})"
+            call = _call(node, i, args, glob)
             if not sliced(v):
                 pre.append(f"w{i} = {call}")
                 name[id(v)] = f"w{i}"
                 continue
             pool.release_inputs(node, i)
             k = region_out.get(id(v))
-            target = f"r{k}" if k is not None else None
-            if target is None and (_ufunc_lines(node, args, "T") is not None
-                                   or node.op.out_kernel is not None):
-                target = f"b{pool.take(v, ((rows,) + pshape[id(v)][1:], np.dtype(v.dtype)))}"
-            lines = _ufunc_lines(node, args, target) if target else None
-            if lines is not None:
-                body.extend(lines)
-                name[id(v)] = target
-            elif target is not None:      # computed by the op's own (out=) kernel
-                body.extend(_kernel_lines(node, i, args, target, call, glob))
-                name[id(v)] = target
-            else:
-                body.append(f"t{i} = {call}")
-                name[id(v)] = f"t{i}"
+            out = f"r{k}" if k is not None else None
+            name[id(v)] = _emit(node, i, args, call, glob, body, out, lambda: "b{}".format(
+                pool.take(v, ((rows,) + pshape[id(v)][1:], np.dtype(v.dtype)))))
         views_full = [f"b{b} = s{b}" for b in range(len(self.scratch))]
         views_tail = [f"b{b} = s{b}[:hi - lo]" for b in range(len(self.scratch))]
         head += [f"s{b} = scratch[{b}]" for b in range(len(self.scratch))]
