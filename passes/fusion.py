@@ -33,6 +33,7 @@ from ..graphlib.ops.fused import FusedBody, make_fused_node
 from ..graphlib.rewrite import live_roots, replace_all, users
 from ..graphlib.types import broadcast_shapes
 from .cleanup import dead_code_elimination
+from .schedule import ESTIMATE_DIM
 
 # Producers whose elementwise consumers may be fused after them (an epilogue): the fused
 # kernel calls the producer's own kernel first, then runs the chain on its result.
@@ -41,7 +42,6 @@ EPILOGUE_HOSTS = ("matmul", "sum", "mean")
 # chunk of the fused kernels (CHUNK, 64K elements) is about where reading the input once
 # starts to repay a fused kernel's fixed cost.
 HORIZONTAL_MIN_ELEMENTS = 1 << 16
-ESTIMATE_DIM = 64
 
 
 def _elementwise(node: Node) -> bool:

@@ -77,10 +77,7 @@ def _kib(n: int) -> str:
 def planned_bytes(graph: Graph) -> int:
     """The most intermediate bytes live at once in ``graph``'s order (the memory plan's
     lower bound; symbolic dims counted as 64): the figure the pass report tracks."""
-    try:
-        return peak_live_bytes(graph)
-    except GraphError:
-        return 0
+    return peak_live_bytes(graph)
 
 
 def kernel_count(graph: Graph) -> int:
