@@ -49,7 +49,7 @@ def select(xp, c, a, b):
     """``xp.where(c, a, b)`` (bit-exact) into a new array, fast when c and a have the
     result's shape and a number dtype, numpy's where otherwise."""
     shape = np.broadcast_shapes(c.shape, a.shape, b.shape)
-    dtype = np.result_type(a, b)
+    dtype = np.result_type(a.dtype, b.dtype)     # dtypes only: works for cupy arrays too
     if a.shape == shape and a.dtype == dtype and b.dtype == dtype and c.dtype == bool:
         out = xp.empty(shape, dtype)
         if where_bits(xp, c, a, b, out):
