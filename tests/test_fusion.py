@@ -452,6 +452,35 @@ def test_numba_kernel_matches_unfused_and_keeps_nans():
 
 
 @pytest.mark.skipif(not HAVE_NUMBA, reason="numba is not installed (the `fast` extra)")
+def test_numba_float32_tanh_is_within_a_few_ulp_and_exact_where_it_saturates():
+    # the rational tanh with multiply-add contraction: every 97th float32 in (-10, 10)
+    set_cpu_strategy("numba")
+    g = dg.Graph("tanh")
+    with g:
+        x = dg.placeholder("x", ("N",))
+        y = dg.tanh(x) + 0.0
+        z = 0.5 * x * (1.0 + dg.tanh(x))           # -inf * (1 + tanh(-inf)) is NaN
+    bits = np.arange(0, np.float32(10).view(np.int32), 97, dtype=np.int32)
+    pos = bits.view(np.float32)
+    xs = np.concatenate([pos, -pos, np.float32([np.inf, -np.inf, np.nan, 9.0, -9.0, 20.0])])
+    exe = g.compile(outputs=[y, z], passes=["fuse"])
+    got_y, got_z = exe(x=xs)
+    assert any(isinstance(p, _fused_cpu.NumbaPlan)
+               for node in _fused(exe) for p in node.attrs["sub"]._plans.values())
+    ref = np.tanh(xs.astype(np.float64))
+    finite = np.isfinite(xs)
+    ulps = np.abs(got_y[finite] - ref[finite]) / np.spacing(
+        np.abs(ref[finite]).astype(np.float32))
+    assert ulps.max() <= 6
+    assert np.abs(got_y[~np.isnan(xs)]).max() == 1.0
+    np.testing.assert_array_equal(got_y[-6:], [1.0, -1.0, np.nan, 1.0, -1.0, 1.0])
+    with np.errstate(invalid="ignore"):
+        ref_z = 0.5 * xs * (1.0 + np.tanh(xs))
+    np.testing.assert_array_equal(np.isnan(got_z), np.isnan(ref_z))
+    assert np.isnan(got_z[-5])                      # -inf
+
+
+@pytest.mark.skipif(not HAVE_NUMBA, reason="numba is not installed (the `fast` extra)")
 def test_auto_keeps_small_arrays_and_libm_ops_on_numpy():
     g = dg.Graph("auto")
     with g:
