@@ -18,8 +18,9 @@ step (``reshape``, ``permute``...) keeps whatever its kernel returns (a view or 
 New state values the plan writes in place get the state's own buffer as their output. In
 steady state nothing is allocated per op, except by kernels without an ``out=`` form.
 
-Results that live in the arena (or view it, or are constants) are copied out before they are
-returned, so the next run can reuse the bytes.
+Results a step writes are written into a fresh array per run and returned as they are;
+results that view the arena, a state or a feed, or are constants, are copied out before they
+are returned, so the next run can reuse the bytes.
 """
 from __future__ import annotations
 
@@ -109,10 +110,20 @@ class Program:
                               attrs, exe.is_multi(node)))
         self.env = env
         self.steps = steps
-        # returned values to copy out (they live in the arena, view it, or are constants)
+        # Returned values a step writes into its planned buffer are written into a fresh
+        # array per run instead (nothing reuses an output's bytes: it lives to the end), so
+        # they are returned as they are. The others are copied out: they view the arena, a
+        # state or a feed, or are constants.
         state_ids = {id(v) for v in exe.graph.state}
-        self.copy_outputs = [plan.storage(v)[0] in ("arena", "view", "external", "state")
-                             or id(v) in state_ids for v in exe.outputs]
+        written = {s for step in steps if step[0] in (ARENA, PREPARED) for s in step[5]}
+        self.fresh = {}
+        for v in exe.outputs:
+            s = slot[id(v)]
+            if (s in written and id(v) not in state_ids and id(v) not in inplace_new
+                    and plan.storage(v)[0] == "arena"):
+                self.fresh[s] = (env[s].shape, env[s].dtype)
+        self.fresh = list(self.fresh.items())
+        self.copy_outputs = [slot[id(v)] not in dict(self.fresh) for v in exe.outputs]
         updated_in_place = {name for _, _, name in self.state_outputs}
         self.writebacks = [(name, s, plan.storage(new)[0] == "arena")
                            for (name, s), (_, new) in zip(exe.update_slots, exe.updates)
@@ -124,6 +135,8 @@ class Program:
         xp = exe.xp
         for s, state_slot, _ in self.state_outputs:
             env[s] = env[state_slot]
+        for s, (shape, dtype) in self.fresh:
+            env[s] = xp.empty(shape, dtype)
         for mode, node, kernel, out_kernel, ins, outs, attrs, multi in self.steps:
             args = [env[s] for s in ins]
             try:

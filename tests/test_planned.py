@@ -220,6 +220,31 @@ def test_outputs_are_copied_out_of_the_arena():
     for p in (a1, b1, s1):
         for q in (a2, b2):
             assert not np.shares_memory(p, q)
+    arena = exe._last_program.arena
+    assert not any(np.shares_memory(arena, r) for r in (a1, b1, s1, a2, b2))
+
+
+def test_results_a_step_writes_are_fresh_arrays_not_copies():
+    """exp(x) is returned: its step writes straight into a new array each run (no copy out
+    of the arena); the reshape of it views that array; the exp still feeds the tanh."""
+    g = dg.Graph("fresh")
+    with g:
+        x = dg.placeholder("x", (16,))
+        e = dg.exp(x)
+        g.outputs = [e, dg.reshape(e, (4, 4)), dg.tanh(e)]
+    exe = g.compile(plan=True)
+    prog_runs = []
+    for value in (0.0, 1.0):
+        outs = exe(x=np.full(16, value, np.float32))
+        prog_runs.append(outs)
+        e_out, r_out, t_out = outs
+        np.testing.assert_allclose(e_out, np.exp(value))
+        np.testing.assert_allclose(r_out, np.full((4, 4), np.exp(value)))
+        np.testing.assert_allclose(t_out, np.tanh(np.exp(value)), rtol=1e-6)
+        assert e_out.base is None and t_out.base is None        # owned, not arena views
+    prog = exe._last_program
+    assert len(prog.fresh) == 2 and prog.copy_outputs == [False, True, False]
+    np.testing.assert_allclose(prog_runs[0][0], 1.0)           # not overwritten by run 2
 
 
 def test_inplace_reuse_keeps_values_still_needed():
