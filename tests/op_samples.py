@@ -1047,8 +1047,44 @@ def _softmax_samples():
     ]
 
 
+def _sce_ref(x, t, ignore_index=-100, reduction="mean"):
+    valid = t != ignore_index
+    logp = special.log_softmax(x, axis=1)
+    rows = np.arange(len(t))
+    loss = np.where(valid, -logp[rows, np.where(valid, t, 0)], 0.0).astype(x.dtype)
+    if reduction == "none":
+        return loss
+    total = loss.sum(dtype=x.dtype)
+    return total if reduction == "sum" else (total / valid.sum()).astype(x.dtype)
+
+
+def _sce_samples():
+    return [
+        Sample("mean", (rand(4, 3), idx([0, 2, 1, 2]))),
+        Sample("sum", (rand(3, 5), idx([4, 0, 0])), {"reduction": "sum"}),
+        Sample("none", (rand(3, 4), idx([1, 3, 0])), {"reduction": "none"}),
+        Sample("ignored", (rand(4, 3), idx([0, -100, 2, -100]))),
+        Sample("ignore_class", (rand(3, 4), idx([1, 2, 2], I32)),
+               {"ignore_index": 2, "reduction": "none"}),
+        Sample("large", (np.array([[1000.0, 999.0, -1000.0], [0.0, -50.0, 3.0]]),
+                         idx([2, 0])), {"reduction": "sum"}),
+        Sample("f32", (rand(5, 4, dtype=F32), idx([3, 1, 0, 0, 2]))),
+    ]
+
+
 def _nn() -> List[OpInfo]:
     return [
+        OpInfo("softmax_cross_entropy", dg.softmax_cross_entropy, _sce_samples(), _sce_ref,
+               differentiable=True, grad_args=(0,), errors=[
+                   ErrorCase("1d", (rand(3), idx([0, 1, 2])), {}, dg.ShapeError, "(N, C)"),
+                   ErrorCase("float_target", (rand(3, 2), rand(3)), {}, dg.DTypeError,
+                             "integer class indices"),
+                   ErrorCase("rows", (rand(3, 2), idx([0, 1])), {}, dg.ShapeError,
+                             "expected target of shape"),
+                   ErrorCase("reduction", (rand(3, 2), idx([0, 1, 1])),
+                             {"reduction": "max"}, ValueError, "reduction must be one of"),
+                   ErrorCase("int_logits", (ints(3, 2), idx([0, 1, 1])), {}, dg.DTypeError,
+                             "floating-point logits")]),
         OpInfo("softmax", dg.softmax, _softmax_samples(), _softmax_ref, differentiable=True,
                errors=[ErrorCase("dim", (rand(2, 3), 2), {}, dg.ShapeError, "out of range")]),
         OpInfo("log_softmax", dg.log_softmax, _softmax_samples(), _log_softmax_ref,

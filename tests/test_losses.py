@@ -162,6 +162,54 @@ def test_cross_entropy_all_ignored_gives_nan_like_torch():
     assert out.item() == 0.0
 
 
+def test_cross_entropy_all_ignored_has_zero_gradient_like_torch():
+    x = dg.tensor(RNG.standard_normal((2, 3)), requires_grad=True)
+    with np.errstate(invalid="ignore"):
+        loss = nn.CrossEntropyLoss()(x, dg.tensor(np.array([-100, -100])))
+        loss.backward()
+    assert np.isnan(loss.item())
+    np.testing.assert_array_equal(x.grad.numpy(), np.zeros((2, 3)))
+
+
+def test_cross_entropy_refuses_class_indices_out_of_range():
+    x = RNG.standard_normal((3, 4)).astype(np.float32)
+    for bad in (4, -1):
+        t = np.array([0, bad, 1])
+        with pytest.raises(dg.KernelError, match=rf"target {bad} is out of bounds.*\[0, 4\)"):
+            NF.cross_entropy(dg.tensor(x), dg.tensor(t))
+        g = dg.Graph("ce")
+        with g:
+            xv, tv = dg.placeholder("x", (3, 4)), dg.placeholder("t", (3,), "int64")
+            loss = NF.cross_entropy(xv, tv)
+        for passes in ("O0", "O2"):
+            with pytest.raises(dg.KernelError, match=rf"target {bad} is out of bounds"):
+                g.compile(outputs=[loss], passes=passes)(x=x, t=t)
+
+
+def test_cross_entropy_of_class_indices_is_one_node_forward_and_one_backward():
+    """(N, C) logits without class weights or label smoothing: softmax_cross_entropy, whose
+    gradient is one softmax_cross_entropy_backward node (not log_softmax + gather + ...)."""
+    g = dg.Graph("ce")
+    with g:
+        x = dg.placeholder("x", ("N", 10))
+        t = dg.placeholder("t", ("N",), "int64")
+        loss = NF.cross_entropy(x, t)
+        (gx,) = dg.grad(loss, [x])
+    names = [n.op.name for n in g.nodes]
+    assert names.count("softmax_cross_entropy") == 1
+    assert names.count("softmax_cross_entropy_backward") == 1
+    assert not {"log_softmax", "gather", "scatter_add"} & set(names)
+    xs = RNG.standard_normal((6, 10)).astype(np.float32)
+    ts = RNG.integers(0, 10, 6)
+    got_loss, got_gx = g.compile(outputs=[loss, gx], passes="O2")(x=xs, t=ts)
+    p = np.exp(xs - xs.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    want = -np.log(p[np.arange(6), ts]).mean()
+    np.testing.assert_allclose(got_loss, want, rtol=1e-6)
+    p[np.arange(6), ts] -= 1
+    np.testing.assert_allclose(got_gx, p / 6, rtol=1e-5, atol=1e-7)
+
+
 @needs_torch
 def test_cross_entropy_float32_and_int32_targets():
     x = RNG.standard_normal((6, 5)).astype(np.float32)

@@ -105,6 +105,7 @@ TORCH: Dict[str, Callable] = {
     "index_select": torch.index_select, "index_add": torch.index_add,
     "pad": lambda x, pad, value=0.0: TF.pad(x, tuple(pad), value=value),
     "softmax": torch.softmax, "log_softmax": torch.log_softmax,
+    "softmax_cross_entropy": lambda x, t, **kw: TF.cross_entropy(x, t.long(), **kw),
     "one_hot": lambda x, num_classes: TF.one_hot(x, num_classes),
     "zeros": lambda *size, **kw: torch.zeros(tuple(_sizes(size)), **_dtype(kw)),
     "ones": lambda *size, **kw: torch.ones(tuple(_sizes(size)), **_dtype(kw)),

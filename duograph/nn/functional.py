@@ -9,6 +9,7 @@ from typing import Optional
 
 import numpy as np
 
+from ..graphlib import dtypes
 from ..graphlib import functional as F
 from ..graphlib.errors import DTypeError, ShapeError
 from ..graphlib.functional import (adaptive_avg_pool2d, avg_pool2d, conv2d,  # noqa
@@ -244,6 +245,10 @@ def cross_entropy(input, target, weight=None, ignore_index: int = -100,
             and target.ndim == input.ndim:
         return _soft_cross_entropy(input, target, weight, reduction, label_smoothing)
     _check_class_target("cross_entropy", input, target)
+    if weight is None and label_smoothing == 0.0 and input.ndim == 2 \
+            and dtypes.is_float(input.dtype):
+        # one kernel forward and one backward instead of log_softmax + nll_loss's ~15 nodes
+        return F.softmax_cross_entropy(input, target, ignore_index, reduction)
     logp = F.log_softmax(input, 1)
     nll = nll_loss(logp, target, weight, ignore_index, reduction)
     if label_smoothing == 0.0:

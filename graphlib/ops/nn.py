@@ -1,6 +1,8 @@
 """Neural-network ops: softmax, log_softmax (numerically stable), one_hot."""
 from __future__ import annotations
 
+import numpy as np
+
 from .. import dtypes
 from ..errors import DTypeError, ShapeError, located
 from ..registry import OpDef, register
@@ -117,3 +119,168 @@ stop_gradient_op = register(OpDef(
 def stop_gradient(x):
     """``x`` itself, with no gradient flowing back through it (``detach`` inside graphs)."""
     return stop_gradient_op(x)
+
+
+# -- softmax cross-entropy: the loss of classifiers as one forward and one backward kernel ---
+# cross_entropy(logits, labels) as log_softmax + gather + masked mean is ~15 small nodes and
+# as many kernels per training step, forward and backward; as one op it is two kernels, the
+# backward recomputing softmax from the logits (one pass over (N, C)) instead of keeping it.
+_SCE_REDUCTIONS = ("mean", "sum", "none")
+
+
+def _sce_infer(types, attrs):
+    x, t = types
+    if not dtypes.is_float(x.dtype):
+        raise DTypeError(f"softmax_cross_entropy: expected floating-point logits, found "
+                         f"{x.dtype}")
+    if x.ndim != 2:
+        raise ShapeError(f"softmax_cross_entropy: expected logits of shape (N, C), found "
+                         f"{list(x.shape)}")
+    if t.dtype not in ("int32", "int64", "uint8"):
+        raise DTypeError(f"softmax_cross_entropy: expected integer class indices as target, "
+                         f"found {t.dtype}")
+    if t.ndim != 1 or (isinstance(t.shape[0], int) and isinstance(x.shape[0], int)
+                       and t.shape[0] != x.shape[0]):
+        raise ShapeError(f"softmax_cross_entropy: expected target of shape [{x.shape[0]}] "
+                         f"for logits {list(x.shape)}, found {list(t.shape)}")
+    if attrs["reduction"] not in _SCE_REDUCTIONS:
+        raise ValueError(f"softmax_cross_entropy: reduction must be one of "
+                         f"{_SCE_REDUCTIONS}, found {attrs['reduction']!r}")
+    shape = (x.shape[0],) if attrs["reduction"] == "none" else ()
+    return [TensorType(shape, x.dtype)]
+
+
+def _sce_rows(xp, x, t, ignore_index):
+    """(valid mask, safe class indices, row indices, exp of the max-shifted logits, row
+    sums of those): what both kernels start from. Refuses a class index out of range, as
+    PyTorch does (gather would read another row's logit or fail without naming the loss)."""
+    n, c = x.shape
+    valid = t != ignore_index
+    safe = xp.where(valid, t, 0).astype(xp.intp, copy=False)
+    if n and (int(safe.min()) < 0 or int(safe.max()) >= c):
+        bad = t[valid & ((t < 0) | (t >= c))]
+        raise ValueError(f"softmax_cross_entropy: target {int(bad[0])} is out of bounds: "
+                         f"class indices must lie in [0, {c}) (or equal ignore_index "
+                         f"{ignore_index})")
+    rows = xp.arange(n)
+    if x.size == 0:
+        return valid, safe, rows, x.copy(), xp.zeros((n, 1), x.dtype)
+    shifted = x - _finite_max(xp, x, 1)
+    e = xp.exp(shifted)
+    return valid, safe, rows, shifted, e
+
+
+def _sce_kernel(xp, x, t, *, ignore_index, reduction):
+    valid, safe, rows, shifted, e = _sce_rows(xp, x, t, ignore_index)
+    lse = xp.log(e.sum(axis=1)) if x.size else xp.zeros(x.shape[0], x.dtype)
+    picked = shifted[rows, safe] if x.size else lse
+    loss = xp.where(valid, lse - picked, x.dtype.type(0)).astype(x.dtype, copy=False)
+    if reduction == "none":
+        return loss
+    total = loss.sum(dtype=x.dtype)
+    if reduction == "sum":
+        return total
+    with np.errstate(invalid="ignore", divide="ignore"):      # every target ignored: NaN
+        return (total / x.dtype.type(valid.sum())).astype(x.dtype)
+
+
+def _sce_grad(xp, g, x, t, ignore_index, reduction, out):
+    """(softmax(x) - one_hot(t)) * weight per row into ``out``: the weight is g / (number
+    of counted rows) for a mean, g for a sum, g[i] per row for none; 0 on ignored rows (so
+    0 everywhere when every row is ignored, as PyTorch)."""
+    valid, safe, rows, shifted, e = _sce_rows(xp, x, t, ignore_index)
+    if x.size == 0:
+        return out
+    xp.divide(e, e.sum(axis=1, keepdims=True), out=out)
+    out[rows, safe] -= x.dtype.type(1)
+    w = valid.astype(x.dtype)
+    if reduction == "none":
+        w *= g.astype(x.dtype, copy=False)
+    else:
+        scale = g.astype(x.dtype, copy=False)
+        if reduction == "mean":     # (every row ignored: the loss is NaN, its gradient 0)
+            scale = scale / x.dtype.type(max(int(valid.sum()), 1))
+        w *= scale
+    xp.multiply(out, w[:, None], out=out)
+    return out
+
+
+def _sce_vjp(cts, ins, outs, a, needs):
+    (g,), (x, t) = cts, ins
+    return [softmax_cross_entropy_backward_op(g, x, t, **a), None]
+
+
+softmax_cross_entropy_op = register(OpDef(
+    "softmax_cross_entropy", _sce_infer, _sce_kernel, _sce_vjp, nondiff_inputs=(1,),
+    doc="cross-entropy of logits (N, C) against class indices (N,), PyTorch's "
+        "ignore_index and reduction; one kernel forward, one backward"))
+
+
+def _sce_backward_infer(types, attrs):
+    g, x, t = types
+    (loss,) = _sce_infer([x, t], attrs)
+    if tuple(g.shape) != tuple(loss.shape):
+        raise ShapeError(f"softmax_cross_entropy_backward: expected a cotangent of shape "
+                         f"{list(loss.shape)}, found {list(g.shape)}")
+    return [TensorType(x.shape, x.dtype)]
+
+
+def _sce_backward_kernel(xp, g, x, t, *, ignore_index, reduction):
+    return _sce_grad(xp, g, x, t, ignore_index, reduction, xp.empty(x.shape, x.dtype))
+
+
+def _sce_backward_out(xp, g, x, t, *, out, ignore_index, reduction):
+    if out.dtype != x.dtype or xp.may_share_memory(out, x):
+        return False
+    _sce_grad(xp, g, x, t, ignore_index, reduction, out)
+    return True
+
+
+def _sce_backward_vjp(cts, ins, outs, a, needs):
+    """Second order: d = w * (p - onehot) with p = softmax(x), w the per-row weight; for a
+    cotangent c, d<c, d>/dx = w * p * (c - sum(c * p)) and d<c, d>/dg = sum over the
+    row(s) of c * (p - onehot) * valid (divided by the count for a mean)."""
+    from .elementwise import cast, maximum, ne, where
+    from .reduction import sum as reduce_sum
+    from .shape import reshape
+    (c,), (g, x, t) = cts, ins
+    ignore, reduction = a["ignore_index"], a["reduction"]
+    classes = x.shape[1]
+    valid = cast(ne(t, ignore), x.dtype)
+    safe = where(ne(t, ignore), t, 0)
+    p = softmax(x, 1)
+    onehot = cast(one_hot(safe, classes), x.dtype)
+    if reduction == "none":
+        w = valid * g
+        count = None
+    else:
+        count = maximum(reduce_sum(valid), 1.0) if reduction == "mean" else None
+        w = valid * (g / count if count is not None else g)
+    col = reshape(w, -1, 1)
+    grads = [None, None, None]
+    if needs[1]:
+        grads[1] = col * p * (c - reduce_sum(c * p, 1, keepdim=True))
+    if needs[0]:
+        per_row = reduce_sum(c * (p - onehot), 1) * valid
+        if reduction == "none":
+            grads[0] = per_row
+        else:
+            total = reduce_sum(per_row)
+            grads[0] = total / count if count is not None else total
+    return grads
+
+
+softmax_cross_entropy_backward_op = register(OpDef(
+    "softmax_cross_entropy_backward", _sce_backward_infer, _sce_backward_kernel,
+    _sce_backward_vjp, nondiff_inputs=(2,),
+    doc="d softmax_cross_entropy / d logits: (softmax - one_hot) scaled per row"))
+softmax_cross_entropy_backward_op.out_kernel = _sce_backward_out
+
+
+def softmax_cross_entropy(logits, target, ignore_index: int = -100, reduction: str = "mean"):
+    """Cross-entropy of ``logits`` (N, C) against class indices ``target`` (N,), as
+    ``torch.nn.functional.cross_entropy`` without class weights or label smoothing: rows
+    whose target is ``ignore_index`` count for nothing; ``reduction`` is "mean" (over the
+    counted rows), "sum" or "none" (per row)."""
+    return softmax_cross_entropy_op(logits, target, ignore_index=int(ignore_index),
+                                    reduction=reduction)
