@@ -452,6 +452,32 @@ def test_numba_kernel_matches_unfused_and_keeps_nans():
 
 
 @pytest.mark.skipif(not HAVE_NUMBA, reason="numba is not installed (the `fast` extra)")
+def test_numba_kernel_writes_in_place_through_the_input_it_overwrites():
+    """An SGD update p - lr * g planned in place over p: the numba kernel gets p once (its
+    variant for that alias), and the numbers are those of the out-of-place kernel."""
+    set_cpu_strategy("numba")
+    g = dg.Graph("sgd")
+    with g:
+        p = dg.variable("p", np.zeros((300, 300), np.float32))
+        grad = dg.placeholder("g", (300, 300))
+        g.update(p, p - 0.1 * (grad * grad))
+        g.outputs = [dg.sum(grad)]
+    start = _x(300, 300)
+    gs = _x(300, 300, seed=1)
+    exe = g.compile(passes="O2")
+    exe.state["p"] = start
+    exe(g=gs)
+    want = start - np.float32(0.1) * (gs * gs)
+    np.testing.assert_allclose(exe.state["p"], want, rtol=1e-6, atol=1e-7)
+    plans = [pl for node in _fused(exe) for pl in node.attrs["sub"]._plans.values()
+             if isinstance(pl, _fused_cpu.NumbaPlan)]
+    assert plans and any(alias for pl in plans for alias in pl.fns)
+    exe(g=gs)                                   # a second step, from the updated p
+    np.testing.assert_allclose(exe.state["p"], want - np.float32(0.1) * (gs * gs),
+                               rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.skipif(not HAVE_NUMBA, reason="numba is not installed (the `fast` extra)")
 def test_numba_float32_tanh_is_within_a_few_ulp_and_exact_where_it_saturates():
     # the rational tanh with multiply-add contraction: every 97th float32 in (-10, 10)
     set_cpu_strategy("numba")
