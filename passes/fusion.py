@@ -125,6 +125,26 @@ class _Groups:
                     dag.add_edge(s, t)
         return False
 
+    def split(self, i: int) -> int:
+        """Take node ``i`` out of its group into a group of its own (the contracted graph
+        is rebuilt: networkx cannot undo a contraction). Returns the rest's group id."""
+        gid = self.group[i]
+        rest = [m for m in self.members.pop(gid) if m != i]
+        rest_id = gid if gid != i else rest[0]
+        self.members[rest_id] = rest
+        for m in rest:
+            self.group[m] = rest_id
+        self.members[i] = [i]
+        self.group[i] = i
+        self.dag = nx.DiGraph()
+        self.dag.add_nodes_from(self.members)
+        for k, n in enumerate(self.nodes):
+            for x in n.inputs:
+                j = self.producer(x)
+                if j is not None and self.group[j] != self.group[k]:
+                    self.dag.add_edge(self.group[j], self.group[k])
+        return rest_id
+
     def merge(self, a: int, b: int) -> None:
         nx.contracted_nodes(self.dag, a, b, self_loops=False, copy=False)
         for i in self.members[b]:
@@ -194,6 +214,42 @@ def _body(groups: _Groups, member_ids: List[int], outs: List[Value]) -> Tuple[Fu
     return FusedBody(sub), inputs
 
 
+def _move_to_consumers(groups: _Groups) -> None:
+    """Move a group's member into the group of its one consumer where that saves an output:
+    the member is elementwise, its result is read by one elementwise node outside the group
+    (and is no graph output), and every value it reads is in memory anyway (an output of
+    the group, or made elsewhere). A ReLU's ``gt(y, 0)`` is the case: the greedy walk puts
+    it in the forward group (it reads y), which then writes a mask that lives until the
+    backward's ``where`` reads it; moved into the backward's group it reads y, which lives
+    that long anyway. Moved only where the consumer's group takes it (no cycle, one
+    iteration shape); otherwise it stays."""
+    nodes = groups.nodes
+    for gid in list(groups.members):
+        members = groups.members.get(gid)
+        if members is None or len(members) < 2:
+            continue
+        outs = {id(o) for o in groups.outside_outputs(members)}
+        for i in list(members):
+            node = nodes[i]
+            if not _elementwise(node) or id(node.outputs[0]) not in outs:
+                continue
+            out = node.outputs[0]
+            readers = groups.users.get(id(out), ())
+            if id(out) in groups.roots or len(readers) != 1 or not _elementwise(readers[0]):
+                continue
+            held = all(_scalar_constant(x) or groups.producer(x) is None
+                       or groups.group[groups.producer(x)] != groups.group[i]
+                       or id(x) in outs for x in node.inputs)
+            if not held:
+                continue
+            rest = groups.split(i)
+            target = groups.group[groups.index[id(readers[0])]]
+            if groups.can_merge(target, i):
+                groups.merge(target, i)
+            else:                          # put it back where it was
+                groups.merge(rest, i)
+
+
 def fuse_elementwise(graph: Graph, epilogues: bool = True,
                      horizontal: bool = True) -> Tuple[Graph, bool]:
     """Fuse chains and trees of elementwise ops (and the epilogues of matmul, sum and mean;
@@ -221,6 +277,7 @@ def fuse_elementwise(graph: Graph, epilogues: bool = True,
                 continue
             if groups.can_merge(a, b):
                 groups.merge(a, b)
+    _move_to_consumers(groups)
     if horizontal:
         _fuse_siblings(groups)
 

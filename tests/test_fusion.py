@@ -82,6 +82,27 @@ def test_value_used_outside_the_chain_stays_an_output():
     assert fused.kernel_count == 2
 
 
+def test_relu_mask_is_computed_in_the_backward_not_kept_from_the_forward():
+    """gt(y, 0) of ReLU's gradient reads the ReLU's output y: fused into the forward it
+    would be a bool mask held until the backward; it moves to the backward's group."""
+    g = dg.Graph("relu_mlp")
+    with g:
+        x = dg.placeholder("x", (8, 5))
+        w1 = dg.placeholder("w1", (5, 6))
+        w2 = dg.placeholder("w2", (6, 3))
+        h = dg.relu(x @ w1 + 1.0)
+        loss = dg.sum((h @ w2) ** 2)
+        gw1, gw2 = dg.grad(loss, [w1, w2])
+    feeds = {"x": _x(8, 5), "w1": _x(5, 6, seed=1), "w2": _x(6, 3, seed=2)}
+    fused, = _compare(g, [loss, gw1, gw2], feeds, pipelines=(["fuse"],))
+    forward = [n for n in _fused(fused) if "relu" in n.attrs["sub"].ops]
+    backward = [n for n in _fused(fused) if "where" in n.attrs["sub"].ops]
+    assert len(forward) == 1 and len(backward) == 1
+    assert [o.dtype for o in forward[0].outputs] == ["float32"]        # no bool mask
+    assert "gt" in backward[0].attrs["sub"].ops
+    assert not any(o.dtype == "bool" for n in fused.graph.nodes for o in n.outputs)
+
+
 def test_diamond_through_an_unfusible_op_is_not_fused_into_a_cycle():
     g = dg.Graph("diamond")
     with g:

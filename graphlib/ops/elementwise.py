@@ -50,7 +50,7 @@ def _sigmoid_kernel(xp, x):
 
 sigmoid_op = unary("sigmoid", _sigmoid_kernel, lambda g, x, y: g * y * (1.0 - y),
                    expr="(0.5 * (tanh(0.5 * {0}) + 1))", float_out=True)
-relu_op = unary("relu", lambda xp, x: xp.maximum(x, 0), lambda g, x, y: where(x > 0, g, 0.0),
+relu_op = unary("relu", lambda xp, x: xp.maximum(x, 0), lambda g, x, y: where(y > 0, g, 0.0),
                 expr="max({0}, 0)", allowed=NUMERIC)
 leaky_relu_op = unary(
     "leaky_relu",
