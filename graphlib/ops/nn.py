@@ -1,6 +1,8 @@
 """Neural-network ops: softmax, log_softmax (numerically stable), one_hot."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .. import dtypes
@@ -150,58 +152,82 @@ def _sce_infer(types, attrs):
     return [TensorType(shape, x.dtype)]
 
 
-def _sce_rows(xp, x, t, ignore_index):
-    """(valid mask, safe class indices, row indices, exp of the max-shifted logits, row
-    sums of those): what both kernels start from. Refuses a class index out of range, as
-    PyTorch does (gather would read another row's logit or fail without naming the loss)."""
+def _out_of_bounds(t, c: int, ignore_index):
+    bad = t[(t != ignore_index) & ((t < 0) | (t >= c))]
+    return ValueError(f"softmax_cross_entropy: target {int(bad[0])} is out of bounds: "
+                      f"class indices must lie in [0, {c}) (or equal ignore_index "
+                      f"{ignore_index})")
+
+
+def _sce_columns(xp, x, t, ignore_index):
+    """What both kernels start from, class-major: (valid rows or None when every row
+    counts, safe class indices, column indices, the logits transposed to (C, N) and shifted
+    by each row's max, or by 0 where that is not finite). Class-major because numpy reduces
+    along a short last axis row by row: max over (512, 10) along axis 1 measured 36 us,
+    the transposed copy plus the max along axis 0 4 us. Refuses a class index out of range,
+    as PyTorch does (gather would read another row's logit or fail without naming the
+    loss)."""
     n, c = x.shape
     valid = t != ignore_index
-    safe = xp.where(valid, t, 0).astype(xp.intp, copy=False)
-    if n and (int(safe.min()) < 0 or int(safe.max()) >= c):
-        bad = t[valid & ((t < 0) | (t >= c))]
-        raise ValueError(f"softmax_cross_entropy: target {int(bad[0])} is out of bounds: "
-                         f"class indices must lie in [0, {c}) (or equal ignore_index "
-                         f"{ignore_index})")
-    rows = xp.arange(n)
-    if x.size == 0:
-        return valid, safe, rows, x.copy(), xp.zeros((n, 1), x.dtype)
-    shifted = x - _finite_max(xp, x, 1)
-    e = xp.exp(shifted)
-    return valid, safe, rows, shifted, e
+    if bool(valid.all()):
+        safe, valid = t, None
+    else:
+        safe = xp.where(valid, t, 0)
+    unsigned = safe.view(f"u{safe.dtype.itemsize}") if safe.dtype.kind == "i" else safe
+    if n and int(unsigned.max()) >= c:                     # (negatives wrap to huge)
+        raise _out_of_bounds(t, c, ignore_index)
+    cols = xp.arange(n)
+    xt = xp.ascontiguousarray(x.T)
+    if n:
+        m = xt.max(axis=0)
+        if not math.isfinite(float(m.sum())):              # an inf or NaN row: shift by 0
+            m = xp.where(xp.isfinite(m), m, 0)
+        xp.subtract(xt, m, out=xt)
+    return valid, safe, cols, xt
 
 
 def _sce_kernel(xp, x, t, *, ignore_index, reduction):
-    valid, safe, rows, shifted, e = _sce_rows(xp, x, t, ignore_index)
-    lse = xp.log(e.sum(axis=1)) if x.size else xp.zeros(x.shape[0], x.dtype)
-    picked = shifted[rows, safe] if x.size else lse
-    loss = xp.where(valid, lse - picked, x.dtype.type(0)).astype(x.dtype, copy=False)
+    n = x.shape[0]
+    if x.size == 0:
+        loss = xp.zeros(n, x.dtype)
+        count = int((t != ignore_index).sum())
+    else:
+        valid, safe, cols, xt = _sce_columns(xp, x, t, ignore_index)
+        picked = xt[safe, cols]
+        lse = xp.log(xp.exp(xt).sum(axis=0))
+        loss = xp.subtract(lse, picked, out=lse)
+        if valid is not None:
+            loss = xp.where(valid, loss, x.dtype.type(0)).astype(x.dtype, copy=False)
+        count = n if valid is None else int(valid.sum())
     if reduction == "none":
         return loss
     total = loss.sum(dtype=x.dtype)
     if reduction == "sum":
         return total
     with np.errstate(invalid="ignore", divide="ignore"):      # every target ignored: NaN
-        return (total / x.dtype.type(valid.sum())).astype(x.dtype)
+        return (total / x.dtype.type(count)).astype(x.dtype)
 
 
 def _sce_grad(xp, g, x, t, ignore_index, reduction, out):
     """(softmax(x) - one_hot(t)) * weight per row into ``out``: the weight is g / (number
     of counted rows) for a mean, g for a sum, g[i] per row for none; 0 on ignored rows (so
     0 everywhere when every row is ignored, as PyTorch)."""
-    valid, safe, rows, shifted, e = _sce_rows(xp, x, t, ignore_index)
     if x.size == 0:
         return out
-    xp.divide(e, e.sum(axis=1, keepdims=True), out=out)
-    out[rows, safe] -= x.dtype.type(1)
-    w = valid.astype(x.dtype)
+    valid, safe, cols, xt = _sce_columns(xp, x, t, ignore_index)
+    p = xp.exp(xt, out=xt)
+    p /= p.sum(axis=0)
+    p[safe, cols] -= x.dtype.type(1)
+    g = g.astype(x.dtype, copy=False)
     if reduction == "none":
-        w *= g.astype(x.dtype, copy=False)
+        w = g if valid is None else g * valid
     else:
-        scale = g.astype(x.dtype, copy=False)
-        if reduction == "mean":     # (every row ignored: the loss is NaN, its gradient 0)
-            scale = scale / x.dtype.type(max(int(valid.sum()), 1))
-        w *= scale
-    xp.multiply(out, w[:, None], out=out)
+        count = x.shape[0] if valid is None else max(int(valid.sum()), 1)
+        w = g / x.dtype.type(count) if reduction == "mean" else g
+        if valid is not None:
+            w = w * valid
+    xp.multiply(p, w.astype(x.dtype, copy=False), out=p)
+    out[...] = p.T
     return out
 
 
