@@ -870,7 +870,9 @@ def _shape_ops() -> List[OpInfo]:
         OpInfo("sum_to", dg.sum_to, [
             Sample("lead", (rand(2, 3, 4), (3, 4))),
             Sample("ones", (rand(2, 3, 4), (3, 1))),
-            Sample("keep", (rand(2, 3), (1, 3)))],
+            Sample("keep", (rand(2, 3), (1, 3))),
+            Sample("f32_batch", (rand(300, 5, dtype=F32), (5,))),    # ones @ x (BLAS)
+            Sample("empty", (rand(0, 3), (3,)))],
             _sum_to_ref, differentiable=True, errors=[
                 ErrorCase("bigger", (rand(3,), (2, 3)), {}, dg.ShapeError, "larger")]),
         OpInfo("squeeze", dg.squeeze, [

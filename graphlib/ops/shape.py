@@ -5,6 +5,8 @@ the feeds before a kernel sees them.
 """
 from __future__ import annotations
 
+import functools
+import math
 from typing import Sequence
 
 import numpy as np
@@ -141,17 +143,51 @@ def _sum_to_infer(types, attrs):
     return [TensorType(shape, t.dtype)]
 
 
+@functools.lru_cache(maxsize=32)
+def _ones(rows: int, dtype: str) -> np.ndarray:
+    out = np.ones(rows, dtype)
+    out.flags.writeable = False
+    return out
+
+
+def _leading_rows(xp, x, axes):
+    """(rows, cols) when ``axes`` are the leading dims of a C-contiguous float32/float64
+    numpy array (a bias gradient: sum over the batch), else None."""
+    if (xp is np and x.dtype in (np.float32, np.float64) and x.flags.c_contiguous
+            and axes == tuple(range(len(axes))) and x.ndim > len(axes)):
+        rows = math.prod(x.shape[:len(axes)])
+        return rows, x.size // rows if rows else math.prod(x.shape[len(axes):])
+    return None
+
+
 def _sum_to_kernel(xp, x, shape):
     axes, lead = _sum_to_axes(x.shape, shape)
     if not axes:
         return x
+    rc = _leading_rows(xp, x, axes)
+    if rc is not None:
+        # ones @ x: BLAS sums the rows at memory speed; numpy's reduction over a leading
+        # axis runs row by row (256 x 256 float32: 13 us against 5)
+        rows, cols = rc
+        return np.matmul(_ones(rows, x.dtype.name), x.reshape(rows, cols)).reshape(shape)
     out = xp.sum(x, axis=axes, keepdims=True)
     return out.reshape(shape) if lead else out
+
+
+def _sum_to_out(xp, x, *, out, shape):
+    axes, _ = _sum_to_axes(x.shape, shape)
+    rc = _leading_rows(xp, x, axes) if axes else None
+    if rc is None or out.dtype != x.dtype or not out.flags.c_contiguous:
+        return False
+    rows, cols = rc
+    np.matmul(_ones(rows, x.dtype.name), x.reshape(rows, cols), out=out.reshape(cols))
+    return True
 
 
 sum_to_op = register(OpDef(
     "sum_to", _sum_to_infer, _sum_to_kernel,
     lambda cts, ins, outs, a, needs: [expand(cts[0], *ins[0].shape)]))
+sum_to_op.out_kernel = _sum_to_out
 
 # -- cat and split -----------------------------------------------------------------------------
 
