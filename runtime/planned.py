@@ -67,11 +67,16 @@ class Program:
         start = (-int(_address(raw))) % align
         self.arena = raw[start:start + int(plan.arena_bytes)]      # (a view: keeps raw)
         env: List = [None] * exe.num_slots
+        made: Dict[tuple, object] = {}   # values over the same bytes share one array object
         for key, off in plan.offsets.items():
             v = plan.values[key]
             shape = _concrete(v.shape, shapes)
             nbytes = plan.sizes[key]
-            buf = self.arena[off:off + nbytes].view(np.dtype(v.dtype)).reshape(shape)
+            spec = (off, nbytes, v.dtype, shape)
+            buf = made.get(spec)
+            if buf is None:
+                buf = made[spec] = self.arena[off:off + nbytes].view(
+                    np.dtype(v.dtype)).reshape(shape)
             env[slot[key]] = buf
         # new state values written straight into the state's buffer: (slot, state name)
         self.state_outputs = [(slot[id(new)], slot[id(state)], state.name)

@@ -1034,9 +1034,9 @@ class NumbaPlan:
         for k, v in enumerate(views):
             for j in self.full_inputs:
                 a = args[j]
-                if (np.may_share_memory(a, v) and a.dtype == v.dtype
-                        and a.__array_interface__["data"][0]
-                        == v.__array_interface__["data"][0]):
+                if work[k] is ins[j] or (np.may_share_memory(a, v) and a.dtype == v.dtype
+                                         and a.__array_interface__["data"][0]
+                                         == v.__array_interface__["data"][0]):
                     alias.append((k, j))
                     break
         alias = tuple(alias)

@@ -144,7 +144,7 @@ def _sum_to_infer(types, attrs):
 
 
 @functools.lru_cache(maxsize=32)
-def _ones(rows: int, dtype: str) -> np.ndarray:
+def _ones(rows: int, dtype: np.dtype) -> np.ndarray:
     out = np.ones(rows, dtype)
     out.flags.writeable = False
     return out
@@ -169,7 +169,7 @@ def _sum_to_kernel(xp, x, shape):
         # ones @ x: BLAS sums the rows at memory speed; numpy's reduction over a leading
         # axis runs row by row (256 x 256 float32: 13 us against 5)
         rows, cols = rc
-        return np.matmul(_ones(rows, x.dtype.name), x.reshape(rows, cols)).reshape(shape)
+        return np.matmul(_ones(rows, x.dtype), x.reshape(rows, cols)).reshape(shape)
     out = xp.sum(x, axis=axes, keepdims=True)
     return out.reshape(shape) if lead else out
 
@@ -180,7 +180,7 @@ def _sum_to_out(xp, x, *, out, shape):
     if rc is None or out.dtype != x.dtype or not out.flags.c_contiguous:
         return False
     rows, cols = rc
-    np.matmul(_ones(rows, x.dtype.name), x.reshape(rows, cols), out=out.reshape(cols))
+    np.matmul(_ones(rows, x.dtype), x.reshape(rows, cols), out=out.reshape(cols))
     return True
 
 
