@@ -487,3 +487,35 @@ def test_every_dtype_pair_infers_and_runs_in_the_promoted_dtype():
     got = graph.compile(outputs=[v for *_, v in checks])(**feeds)
     for (a, b, want, v), arr in zip(checks, got):
         assert v.dtype == want and arr.dtype.name == want, (a, b, v, arr.dtype)
+
+
+# -- matmul of a few rows by a transposed weight ------------------------------------------------
+@pytest.mark.parametrize("mode", ["0", "1", "auto"])
+def test_small_batch_matmul_forms_agree_planned_and_interpreted(monkeypatch, mode):
+    """x @ W.T at a small batch runs as (W @ x.T).T where that measured faster (linalg's
+    matmul_into); either form gives numpy's product to rounding, and the planned runtime
+    (out= kernel) and the interpreter give the same bits, inside a fused epilogue too."""
+    from duograph.graphlib.ops import linalg
+    monkeypatch.setattr(linalg, "_SWAP_MODE", mode)
+    monkeypatch.setattr(linalg, "_swap_choice", {})
+    rng = np.random.default_rng(3)
+    xs = rng.standard_normal((16, 300)).astype(np.float32)
+    ws = rng.standard_normal((200, 300)).astype(np.float32)
+    g = dg.Graph("linear")
+    with g:
+        x = dg.placeholder("x", ("N", 300))
+        w = dg.placeholder("w", (200, 300))
+        y = x @ dg.transpose(w, 0, 1)
+        z = dg.relu(y + 1.0)
+    plain = g.compile(outputs=[y, z], passes="O0", plan=False)(x=xs, w=ws)
+    planned = g.compile(outputs=[y, z], passes="O2")(x=xs, w=ws)
+    np.testing.assert_allclose(plain[0], xs @ ws.T, rtol=1e-5, atol=1e-4)
+    for a, b in zip(plain, planned):
+        np.testing.assert_array_equal(a, b)
+    key = (16, 300, 200, np.dtype("float32"))
+    assert linalg._swap_choice.get(key, None) in ((None,) if mode != "auto" else (True, False))
+    if mode == "1":                                 # the swapped form, checked on its own
+        assert linalg._use_swap(xs, ws.T)
+    if mode == "0":
+        assert not linalg._use_swap(xs, ws.T)
+    assert not linalg._use_swap(xs.T.copy().T, ws.T)        # x not C-contiguous: numpy's

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from ..registry import REGISTRY
 from ._select import where_bits as _where_bits
+from .linalg import matmul_into as _matmul_into
 
 # op name -> xp ufunc name, for elementwise ops that are one ufunc
 _UFUNCS = {
@@ -70,7 +71,7 @@ def _sigmoid_out(xp, x, out):
 def _matmul_out(xp, a, b, out):
     if a.dtype != out.dtype or b.dtype != out.dtype or a.ndim < 2 or b.ndim < 2:
         return False
-    xp.matmul(a, b, out=out)
+    _matmul_into(xp, a, b, out)
     return True
 
 
