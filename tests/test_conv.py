@@ -451,3 +451,170 @@ def test_symbolic_spatial_dims_give_derived_dims_the_runtime_evaluates(torch):
         np.testing.assert_allclose(got[0], ty.detach().numpy(), **TOL)
         for g, t in zip(got[1:], ts):
             np.testing.assert_allclose(g, t.grad.numpy(), **TOL)
+
+
+# -- kernel paths: the numba loops and the numpy kernels ---------------------------------------
+
+from duograph.graphlib.ops import conv as conv_ops  # noqa: E402
+from duograph.graphlib.ops._fused_cpu import numba_available  # noqa: E402
+
+HAVE_NUMBA = numba_available()
+needs_numba = pytest.mark.skipif(not HAVE_NUMBA, reason="numba is not installed")
+
+# (kernel_size, stride, padding, dilation, ceil_mode), normalised as the op's attrs
+POOL_GEOMETRIES = [
+    ((2, 2), (2, 2), (0, 0), (1, 1), False),      # the 2x2 fast loops
+    ((2, 2), (2, 2), (0, 0), (1, 1), True),       # odd input: ceil mode's partial windows
+    ((3, 3), (1, 1), (1, 1), (1, 1), False),      # overlapping, padded
+    ((3, 3), (2, 2), (1, 1), (1, 1), True),
+    ((2, 3), (1, 2), (1, 1), (2, 1), False),      # dilated, rectangular
+    ((3, 2), (2, 1), (1, 0), (1, 2), True),
+]
+
+
+def _pool_attrs(geometry) -> dict:
+    kernel, stride, padding, dilation, ceil_mode = geometry
+    return dict(kernel_size=kernel, stride=stride, padding=padding, dilation=dilation,
+                ceil_mode=ceil_mode)
+
+
+def _tied_input(shape, dtype, seed: int = 0, nans: bool = False):
+    """Few distinct values (many ties), -inf next to the padding, and NaNs if asked."""
+    rng = np.random.default_rng(seed)
+    x = rng.integers(-2, 3, size=shape).astype(dtype)
+    if dtype.startswith("float"):
+        x[..., 0, :] = -np.inf
+        if nans:
+            x.reshape(-1)[rng.choice(x.size, size=x.size // 8, replace=False)] = np.nan
+    return x
+
+
+def _both_paths(monkeypatch, fn):
+    """fn() with the numba loops, then with the numpy kernels."""
+    monkeypatch.setattr(conv_ops, "USE_NUMBA", True)
+    with_numba = fn()
+    monkeypatch.setattr(conv_ops, "USE_NUMBA", False)
+    with_numpy = fn()
+    return with_numba, with_numpy
+
+
+def _pool_kernels(x, g, c, attrs):
+    return (conv_ops._max_pool2d_kernel(np, x, **attrs),
+            conv_ops._max_pool2d_backward_kernel(np, g, x, **attrs),
+            conv_ops._max_pool2d_gather_kernel(np, c, x, **attrs))
+
+
+def _pool_operands(geometry, dtype, nans, shape=(2, 3, 7, 8)):
+    x = _tied_input(shape, dtype, nans=nans)
+    pooled = conv_ops._max_pool2d_kernel(np, x, **_pool_attrs(geometry))
+    rng = np.random.default_rng(1)
+    g = rng.standard_normal(pooled.shape).astype("float64" if dtype == "int32" else dtype)
+    c = rng.standard_normal(shape).astype(g.dtype)
+    return x, g, c
+
+
+@needs_numba
+@pytest.mark.parametrize("nans", [False, True], ids=["ties", "nans"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("geometry", POOL_GEOMETRIES, ids=str)
+def test_max_pool_numba_and_numpy_agree_bit_for_bit(monkeypatch, geometry, dtype, nans):
+    x, g, c = _pool_operands(geometry, dtype, nans)
+    attrs = _pool_attrs(geometry)
+    fast, ref = _both_paths(monkeypatch, lambda: _pool_kernels(x, g, c, attrs))
+    for name, a, b in zip(("forward", "backward", "gather"), fast, ref):
+        assert a.dtype == b.dtype and a.shape == b.shape, name
+        assert a.tobytes() == b.tobytes(), f"{name} differs between numba and numpy"
+
+
+@needs_numba
+@pytest.mark.parametrize("dtype", ["int8", "int32", "uint16", "int64"])
+def test_max_pool_numba_integer_forward(monkeypatch, dtype):
+    for geometry in POOL_GEOMETRIES:
+        x = _tied_input((2, 2, 6, 7), dtype)
+        attrs = _pool_attrs(geometry)
+        fast, ref = _both_paths(monkeypatch, lambda: conv_ops._max_pool2d_kernel(np, x, **attrs))
+        assert fast.dtype == np.dtype(dtype)
+        np.testing.assert_array_equal(fast, ref)
+
+
+@pytest.mark.parametrize("use_numba", [pytest.param(True, marks=needs_numba), False],
+                         ids=["numba", "numpy"])
+@pytest.mark.parametrize("geometry", POOL_GEOMETRIES, ids=str)
+def test_max_pool_kernels_match_torch_with_ties_and_nans(torch, monkeypatch, geometry,
+                                                         use_numba):
+    """Forward values and the gradient's routing (first maximum; a NaN takes over, so the
+    last NaN wins; -inf inputs next to the padding still beat it) as PyTorch's CPU kernel."""
+    monkeypatch.setattr(conv_ops, "USE_NUMBA", use_numba)
+    attrs = _pool_attrs(geometry)
+    for nans in (False, True):
+        x, g, _ = _pool_operands(geometry, "float64", nans)
+        tx = torch.tensor(x, requires_grad=True)
+        ty = torch.nn.functional.max_pool2d(tx, **attrs)
+        ty.backward(torch.tensor(g))
+        got = conv_ops._max_pool2d_kernel(np, x, **attrs)
+        np.testing.assert_array_equal(got, ty.detach().numpy())
+        got_grad = conv_ops._max_pool2d_backward_kernel(np, g, x, **attrs)
+        np.testing.assert_allclose(got_grad, tx.grad.numpy(), rtol=1e-12, atol=0)
+
+
+def test_max_pool_padding_never_wins_over_minus_infinity(torch, monkeypatch):
+    x = np.array([[[[-np.inf, -np.inf, 2.0, 2.0]]]])
+    g = np.array([[[[1.0, 10.0, 100.0, 1000.0]]]])
+    attrs = _pool_attrs(((1, 3), (1, 1), (0, 1), (1, 1), False))
+    for use_numba in ([True, False] if HAVE_NUMBA else [False]):
+        monkeypatch.setattr(conv_ops, "USE_NUMBA", use_numba)
+        got = conv_ops._max_pool2d_backward_kernel(np, g, x, **attrs)
+        np.testing.assert_array_equal(got, [[[[1.0, 0.0, 1110.0, 0.0]]]])
+        gathered = conv_ops._max_pool2d_gather_kernel(np, np.arange(4.0).reshape(x.shape), x,
+                                                      **attrs)
+        np.testing.assert_array_equal(gathered, [[[[0.0, 2.0, 2.0, 2.0]]]])
+
+
+CONV_GEOMETRIES = [c for c in CONV if c.name in {
+    "pad1", "stride2_pad1", "rect_kernel", "all_pairs", "groups2", "depthwise_x2",
+    "same_even"}]
+
+
+@needs_numba
+@pytest.mark.parametrize("case", CONV_GEOMETRIES, ids=[c.id for c in CONV_GEOMETRIES])
+def test_conv_numba_patch_copies_match_numpy(monkeypatch, case: Case):
+    """The numba im2col/col2im against the numpy kernels, in the graph's normalised attrs;
+    the matmuls see other layouts, so equal to rounding, not to the bit."""
+    arrays = [a.astype("float32") for a in _arrays(case)]
+    x, w = arrays[0], arrays[1]
+    b = arrays[2] if len(arrays) > 2 else None
+    node_attrs = _conv_node_attrs(case, arrays)
+    g = np.random.default_rng(5).standard_normal(_out_shape(case, arrays)).astype("float32")
+
+    def run():
+        return (conv_ops._conv2d_kernel(np, x, w, b, **node_attrs),
+                conv_ops._conv2d_input_grad_kernel(np, g, w, shape=x.shape, **node_attrs),
+                conv_ops._conv2d_weight_grad_kernel(np, x, g, shape=w.shape, **node_attrs))
+
+    fast, ref = _both_paths(monkeypatch, run)
+    for name, a, r in zip(("forward", "input grad", "weight grad"), fast, ref):
+        assert a.shape == r.shape and a.dtype == r.dtype and a.flags.c_contiguous, name
+        np.testing.assert_allclose(a, r, rtol=1e-5, atol=1e-5, err_msg=name)
+
+
+def _conv_node_attrs(case: Case, arrays) -> dict:
+    """The normalised attrs that the conv2d node of ``case`` carries."""
+    graph = dg.Graph(case.name)
+    with graph:
+        _call(case, [dg.placeholder(f"x{i}", a.shape, F64) for i, a in enumerate(arrays)])
+    node = next(n for n in graph.nodes if n.op.name == "conv2d")
+    return dict(node.attrs)
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.op in ("conv2d", "max_pool2d")],
+                         ids=[c.id for c in CASES if c.op in ("conv2d", "max_pool2d")])
+def test_grad_matches_torch_without_numba(torch, monkeypatch, case: Case):
+    """The numpy kernels alone (as on a machine without numba), eager mode."""
+    monkeypatch.setattr(conv_ops, "USE_NUMBA", False)
+    arrays = _arrays(case)
+    ct = _ct(case, arrays)
+    want_y, want_grads = _torch_run(torch, case, arrays, ct)
+    y, grads = _eager_run(case, arrays, ct)
+    np.testing.assert_allclose(y, want_y, **TOL)
+    for i, (g, w) in enumerate(zip(grads, want_grads)):
+        np.testing.assert_allclose(g, w, **TOL, err_msg=f"gradient of operand {i}")

@@ -20,6 +20,8 @@ unevenly), the pools' is (height, width). Gradient ops carry the shape they prod
 """
 from __future__ import annotations
 
+import os
+import warnings
 from typing import Optional, Tuple, Union
 
 import numpy as np
@@ -115,7 +117,69 @@ def _embed(xp, x, rows: int, cols: int, top: int, left: int, fill=0):
     return out
 
 
+# -- numba ------------------------------------------------------------------------------------
+
+# The numba loops of ``_conv_numba`` (max pooling; conv2d's im2col and col2im) run where numba
+# imports, on numpy arrays of these dtypes (conv2d: float32 and float64); float16 and the rest
+# stay on the numpy kernels, which are the reference (tests/test_conv.py checks both).
+_NUMBA_DTYPES = frozenset(np.dtype(name) for name in (
+    "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
+    "uint64"))
+_FLOAT_DTYPES = frozenset([np.dtype("float32"), np.dtype("float64")])
+# False turns the numba loops off (the numpy kernels run); DUOGRAPH_NUMBA_CONV=0 too.
+USE_NUMBA = os.environ.get("DUOGRAPH_NUMBA_CONV", "1") != "0"
+_numba_state: dict = {}
+
+
+def _pool_numba(xp, *arrays):
+    """The numba loops (module ``_conv_numba``) where they apply: numpy arrays of a dtype
+    they compute, numba installed, ``USE_NUMBA`` on; else None."""
+    if xp is not np or not USE_NUMBA:
+        return None
+    for a in arrays:
+        if a.dtype not in _NUMBA_DTYPES:     # a set of dtypes: ``.name`` costs ~2 us
+            return None
+    if "module" not in _numba_state:
+        from ._fused_cpu import numba_available
+        module = None
+        if numba_available():
+            try:
+                from . import _conv_numba as module
+            except Exception as exc:  # noqa: BLE001 - a broken numba means the numpy kernels
+                warnings.warn(f"conv/pool: numba loops unavailable ({exc}); using numpy")
+        _numba_state["module"] = module
+    return _numba_state["module"]
+
+
+def _conv_numba(xp, *arrays):
+    """The numba loops for conv2d's patch copies where they apply (numpy float32/float64
+    arrays), else None."""
+    for a in arrays:
+        if a.dtype not in _FLOAT_DTYPES:
+            return None
+    return _pool_numba(xp, *arrays)
+
+
+def _flat(a):
+    """``a`` C-contiguous and 1-D (a view where ``a`` is contiguous already)."""
+    return np.ascontiguousarray(a).reshape(-1)
+
+
+def _pool_geometry(x_shape, out_hw, kernel_size, stride, padding, dilation) -> tuple:
+    """The geometry arguments of the numba pool loops."""
+    n, c, h, w = x_shape
+    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = kernel_size, stride, padding, dilation
+    return n * c, h, w, out_hw[0], out_hw[1], kh, kw, sh, sw, ph, pw, dh, dw
+
+
 # -- conv2d ------------------------------------------------------------------------------------
+
+
+def _conv_geometry(x_shape, kernel, stride, padding, dilation, out_hw) -> tuple:
+    """The geometry arguments of the numba im2col and col2im loops."""
+    n, c, h, w = x_shape
+    return (n, c, h, w, out_hw[0], out_hw[1], kernel[0], kernel[1], stride[0], stride[1],
+            padding[0], padding[2], dilation[0], dilation[1])
 
 
 def _flat_rows(stride, padded_width: int, out_width: int) -> bool:
@@ -136,6 +200,12 @@ def _im2col(xp, x, kernel, stride, padding, dilation, groups: int, out_hw):
     (kh, kw), (dh, dw), (pt, pb, pl, pr), (ho, wo) = kernel, dilation, padding, out_hw
     cg = c // groups
     wp = w + pl + pr
+    nb = _conv_numba(xp, x)
+    if nb is not None:               # one pass, no padded copy, rows of length W_out
+        cols = np.empty((c * kh * kw, n * ho * wo), dtype=x.dtype)
+        nb.im2col(_flat(x), cols.reshape(-1), *_conv_geometry(x.shape, kernel, stride,
+                                                              padding, dilation, out_hw))
+        return cols.reshape(groups, cg * kh * kw, n * ho * wo), wo
     if _flat_rows(stride, wp, wo):
         hp = h + pt + pb + 1         # one spare row: the last runs read (kw-1)*dw past the end
         xpad = _embed(xp, x, hp, wp, pt, pl)
@@ -244,11 +314,17 @@ def _conv2d_input_grad_kernel(xp, g, w, *, shape, stride, padding, dilation, gro
     (dh, dw), (pt, pb, pl, pr) = dilation, padding
     ho, wo = g.shape[2:]
     wp = wd + pl + pr
-    flat = _flat_rows(stride, wp, wo)
+    nb = _conv_numba(xp, g, w)
+    flat = nb is None and _flat_rows(stride, wp, wo)
     row = wp if flat else wo
     wmat = w.reshape(groups, out_ch // groups, cg * kh * kw)
     # the patch cotangents, (C, kh, kw, N, L): one matmul per group
     dcols = xp.matmul(wmat.swapaxes(-1, -2), _grad_rows(xp, g, groups, row))
+    if nb is not None:               # col2im straight into gx: no padded copy, no transpose
+        gx = np.zeros(shape, dtype=g.dtype)
+        nb.col2im(dcols.reshape(-1), gx.reshape(-1), *_conv_geometry(
+            shape, (kh, kw), stride, padding, dilation, (ho, wo)))
+        return gx
     dcols = dcols.reshape(c, kh, kw, n, ho * row)
     if flat:                         # each offset adds one contiguous run (see _im2col)
         hp, length = h + pt + pb + 1, ho * wp
@@ -342,19 +418,52 @@ def _lowest(xp, dtype):
     return -np.inf if dtype.kind == "f" else np.iinfo(dtype).min
 
 
+def _is_2x2(x_shape, out_hw, kernel_size, stride, padding, dilation) -> bool:
+    """2x2 windows at stride 2 that tile the input exactly (no padding, dilation or rest)."""
+    return (kernel_size == (2, 2) and stride == (2, 2) and padding == (0, 0)
+            and dilation == (1, 1) and x_shape[2] == 2 * out_hw[0]
+            and x_shape[3] == 2 * out_hw[1])
+
+
+def _pool_source(xp, x, rows: int, cols: int, padding, fill):
+    """``x`` padded to (rows, cols) with ``fill``: ``x`` itself where no padding is needed."""
+    if (rows, cols) == tuple(x.shape[2:]):
+        return x
+    return _embed(xp, x, rows, cols, padding[0], padding[1], fill)
+
+
+def _tap_valid(xp, size: int, out: int, stride: int, pad: int, dilation: int, tap: int):
+    """Which windows' tap ``tap`` falls inside the input (not the padding), along one dim."""
+    pos = np.arange(out) * stride - pad + tap * dilation
+    return xp.asarray((pos >= 0) & (pos < size))
+
+
 def _max_pool_argmax(xp, x, kernel_size, stride, padding, dilation, ceil_mode):
-    """Index (i*kw + j) of each window's maximum: the first one, as PyTorch (a NaN wins)."""
+    """Index (i*kw + j) of each window's winner, as PyTorch: the first maximum, except that a
+    NaN always takes over (the last NaN wins); padding never wins."""
     out_hw, (rows, cols) = _pool_layout(x.shape, kernel_size, stride, padding, dilation,
                                         ceil_mode)
-    xpad = _embed(xp, x, rows, cols, padding[0], padding[1], _lowest(xp, x.dtype))
+    xpad = _pool_source(xp, x, rows, cols, padding, _lowest(xp, x.dtype))
     kh, kw = kernel_size
+    h, w = x.shape[2:]
     best = _window(xpad, 0, 0, stride, dilation, out_hw).copy()
     index = xp.zeros(best.shape, dtype=xp.int32)
+    seen = None                  # windows whose winner so far is an input element
+    if any(padding):             # a window's tap 0 may lie in the padding
+        valid_rows = [_tap_valid(xp, h, out_hw[0], stride[0], padding[0], dilation[0], i)
+                      for i in range(kh)]
+        valid_cols = [_tap_valid(xp, w, out_hw[1], stride[1], padding[1], dilation[1], j)
+                      for j in range(kw)]
+        seen = valid_rows[0][:, None] & valid_cols[0][None, :]
     for k in range(1, kh * kw):
         win = xp.ascontiguousarray(_window(xpad, k // kw, k % kw, stride, dilation, out_hw))
         better = win > best
         if x.dtype.kind == "f":
             better |= xp.isnan(win)
+        if seen is not None:     # the first input element of a window beats its padding
+            valid = valid_rows[k // kw][:, None] & valid_cols[k % kw][None, :]
+            better |= valid & ~seen
+            seen = seen | valid
         best = select(xp, better, win, best)
         index = select(xp, ~better, index, xp.asarray(k, dtype=xp.int32))
     return index, out_hw, (rows, cols)
@@ -363,7 +472,18 @@ def _max_pool_argmax(xp, x, kernel_size, stride, padding, dilation, ceil_mode):
 def _max_pool2d_kernel(xp, x, kernel_size, stride, padding, dilation, ceil_mode):
     out_hw, (rows, cols) = _pool_layout(x.shape, kernel_size, stride, padding, dilation,
                                         ceil_mode)
-    xpad = _embed(xp, x, rows, cols, padding[0], padding[1], _lowest(xp, x.dtype))
+    nb = _pool_numba(xp, x)
+    if nb is not None:
+        n, c = x.shape[:2]
+        out = np.empty((n, c) + tuple(out_hw), dtype=x.dtype)
+        geometry = _pool_geometry(x.shape, out_hw, kernel_size, stride, padding, dilation)
+        if _is_2x2(x.shape, out_hw, kernel_size, stride, padding, dilation):
+            nb.max_pool_forward_2x2(_flat(x), out.reshape(-1), *geometry[:5])
+        else:
+            nb.max_pool_forward(_flat(x), out.reshape(-1), *geometry,
+                                x.dtype.type(_lowest(xp, x.dtype)))
+        return out
+    xpad = _pool_source(xp, x, rows, cols, padding, _lowest(xp, x.dtype))
     kh, kw = kernel_size
     out = _window(xpad, 0, 0, stride, dilation, out_hw).copy()
     for k in range(1, kh * kw):
@@ -385,10 +505,28 @@ def _max_pool2d_backward_infer(types, attrs):
     return [TensorType(x.shape, g.dtype)]
 
 
+def _windows_overlap(kernel_size, stride, dilation) -> bool:
+    """Whether an input element can lie in more than one window."""
+    return any(s < d * (k - 1) + 1 for k, s, d in zip(kernel_size, stride, dilation))
+
+
 def _max_pool2d_backward_kernel(xp, g, x, kernel_size, stride, padding, dilation, ceil_mode):
+    n, c, h, w = x.shape
+    nb = _pool_numba(xp, g, x)
+    if nb is not None:
+        out_hw = tuple(g.shape[2:])
+        geometry = _pool_geometry(x.shape, out_hw, kernel_size, stride, padding, dilation)
+        if _is_2x2(x.shape, out_hw, kernel_size, stride, padding, dilation):
+            gx = np.empty((n, c, h, w), dtype=g.dtype)
+            nb.max_pool_backward_2x2(_flat(g), _flat(x), gx.reshape(-1), *geometry[:5],
+                                     g.dtype.type(0))
+        else:
+            gx = np.zeros((n, c, h, w), dtype=g.dtype)
+            nb.max_pool_backward(_flat(g), _flat(x), gx.reshape(-1), *geometry,
+                                 _windows_overlap(kernel_size, stride, dilation))
+        return gx
     index, out_hw, (rows, cols) = _max_pool_argmax(xp, x, kernel_size, stride, padding,
                                                    dilation, ceil_mode)
-    n, c, h, w = x.shape
     kh, kw = kernel_size
     zero = xp.zeros((), dtype=g.dtype)
     gx = xp.zeros((n, c, rows, cols), dtype=g.dtype)
@@ -396,6 +534,8 @@ def _max_pool2d_backward_kernel(xp, g, x, kernel_size, stride, padding, dilation
         win = _window(gx, k // kw, k % kw, stride, dilation, out_hw)
         win += select(xp, index == k, g, zero)
     ph, pw = padding
+    if (rows, cols) == (h, w):
+        return gx
     return xp.ascontiguousarray(gx[:, :, ph:ph + h, pw:pw + w])
 
 
@@ -413,9 +553,17 @@ def _max_pool2d_gather_infer(types, attrs):
 
 
 def _max_pool2d_gather_kernel(xp, c, x, kernel_size, stride, padding, dilation, ceil_mode):
+    nb = _pool_numba(xp, c, x)
+    if nb is not None:
+        out_hw, _ = _pool_layout(x.shape, kernel_size, stride, padding, dilation, ceil_mode)
+        out = np.empty(tuple(x.shape[:2]) + tuple(out_hw), dtype=c.dtype)
+        nb.max_pool_gather(_flat(c), _flat(x), out.reshape(-1),
+                           *_pool_geometry(x.shape, out_hw, kernel_size, stride, padding,
+                                           dilation))
+        return out
     index, out_hw, (rows, cols) = _max_pool_argmax(xp, x, kernel_size, stride, padding,
                                                    dilation, ceil_mode)
-    cpad = _embed(xp, c, rows, cols, padding[0], padding[1])
+    cpad = _pool_source(xp, c, rows, cols, padding, 0)
     kh, kw = kernel_size
     out = xp.zeros(index.shape, dtype=c.dtype)
     for k in range(kh * kw):
