@@ -519,3 +519,42 @@ def test_small_batch_matmul_forms_agree_planned_and_interpreted(monkeypatch, mod
     if mode == "0":
         assert not linalg._use_swap(xs, ws.T)
     assert not linalg._use_swap(xs.T.copy().T, ws.T)        # x not C-contiguous: numpy's
+
+
+# -- sums through BLAS -----------------------------------------------------------------------
+@pytest.mark.parametrize("shape, dims", [
+    ((64, 16, 8, 8), (0, 2, 3)),        # batch norm: leading and trailing dims
+    ((256, 100), (0,)),                 # a bias gradient: leading only
+    ((3, 5, 7), (2,)),                  # trailing only
+    ((4, 3, 2, 5), (0, 1, 3)),          # kept dim in the middle
+    ((4, 3, 2, 5), (1, 3)),             # a reduced dim between kept ones: numpy's path
+    ((2, 3), (0, 1)),                   # everything: numpy's pairwise sum
+    ((2, 5000), (1,)),                  # a long row: numpy's pairwise sum
+    ((0, 4, 3), (0, 2)),                # empty
+])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_sum_and_mean_over_leading_and_trailing_dims(shape, dims, dtype, keepdim):
+    """sum/mean/sum_to over leading and trailing dims run as matrix-vector products
+    (graphlib/ops/_blas_reduce.py); the planned (out=) and interpreted kernels agree
+    bitwise, and both agree with numpy (float64 sums) to rounding."""
+    x = np.random.default_rng(len(shape)).standard_normal(shape).astype(dtype)
+    g = dg.Graph("sums")
+    with g:
+        xv = dg.placeholder("x", shape, dtype)
+        outs = [dg.sum(xv, dims, keepdim=keepdim) * 1.0, dg.mean(xv, dims, keepdim=keepdim)]
+        kept = tuple(1 if i in dims else d for i, d in enumerate(shape))
+        outs.append(dg.sum_to(xv, kept))
+    plain = g.compile(outputs=outs, passes="O0", plan=False)(x=x)
+    planned = g.compile(outputs=outs, passes="O2")(x=x)
+    want = x.astype(np.float64).sum(axis=dims, keepdims=keepdim)
+    count = max(x.size // max(want.size, 1), 1)
+    tol = dict(rtol=1e-5, atol=1e-4) if dtype == "float32" else dict(rtol=1e-12, atol=1e-11)
+    np.testing.assert_allclose(plain[0], want, **tol)
+    if x.size:                                      # (the mean of nothing is NaN)
+        np.testing.assert_allclose(plain[1], want / count, **tol)
+    np.testing.assert_allclose(plain[2], x.astype(np.float64).sum(axis=dims, keepdims=True),
+                               **tol)
+    for a, b in zip(plain, planned):
+        np.testing.assert_array_equal(a, b)
+        assert a.dtype == dtype

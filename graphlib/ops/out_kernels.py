@@ -9,6 +9,7 @@ bit-for-bit what ``kernel`` computes.
 from __future__ import annotations
 
 from ..registry import REGISTRY
+from . import _blas_reduce
 from ._select import where_bits as _where_bits
 from .linalg import matmul_into as _matmul_into
 
@@ -80,6 +81,12 @@ def _reduce_out(fn_name: str):
         if x.dtype != out.dtype or x.dtype.kind != "f" or x.dtype == xp.float16 or \
                 attrs.get("dtype") or not x.ndim:
             return False
+        parts = _blas_reduce.split(x, dim) if fn_name in ("sum", "mean") else None
+        if parts is not None and out.flags.c_contiguous:     # as the kernel computes it
+            _blas_reduce.blas_sum(x, parts, out=out)
+            if fn_name == "mean":
+                out /= x.dtype.type(x.size // max(out.size, 1))
+            return True
         getattr(xp, fn_name)(x, axis=tuple(dim), keepdims=keepdim, out=out)
         return True
     return out_kernel
