@@ -13,8 +13,8 @@ from .ops.elementwise import (abs, add, cast, clamp, clip, cos, div, eq, erf, ex
                               relu, rsqrt, sigmoid, sign, sin, softplus, sqrt, square, sub,
                               tanh, where)
 from .ops.linalg import matmul, mm  # noqa: F401
-from .ops.nn import (log_softmax, one_hot, softmax, softmax_cross_entropy,  # noqa: F401
-                     stop_gradient)
+from .ops.nn import (batch_norm_train, log_softmax, one_hot, softmax,  # noqa: F401
+                     softmax_cross_entropy, stop_gradient)
 from .ops.reduction import (amax, amin, argmax, argmin, logsumexp, mean, numel,  # noqa
                             prod, std, sum, var)
 from .ops.shape import (broadcast_to, cat, chunk, concatenate, expand, flatten,  # noqa

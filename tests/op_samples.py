@@ -1074,8 +1074,30 @@ def _sce_samples():
     ]
 
 
+def _bn_ref(x, w, b, eps=1e-5):
+    dims = (0,) + tuple(range(2, x.ndim))
+    shape = (1, -1) + (1,) * (x.ndim - 2)
+    mean, var = x.mean(axis=dims), x.var(axis=dims)
+    y = (x - mean.reshape(shape)) / np.sqrt(var.reshape(shape) + eps) * w.reshape(shape) \
+        + b.reshape(shape)
+    return y.astype(x.dtype), mean.astype(x.dtype), var.astype(x.dtype)
+
+
 def _nn() -> List[OpInfo]:
     return [
+        OpInfo("batch_norm_train", dg.batch_norm_train, [
+            Sample("nchw", (rand(4, 3, 2, 5), rand(3, low=0.5, high=1.5), rand(3))),
+            Sample("nc", (rand(6, 4), rand(4, low=0.5, high=1.5), rand(4)), {"eps": 1e-3}),
+            Sample("ncl", (rand(3, 2, 7), rand(2, low=0.5, high=1.5), rand(2))),
+            Sample("f32", (rand(8, 3, 4, 4, dtype=F32), rand(3, dtype=F32),
+                           rand(3, dtype=F32)))],
+            _bn_ref, tol=dict(LOOSE_TOL), differentiable=True, errors=[
+                ErrorCase("1d", (rand(4), rand(4), rand(4)), {}, dg.ShapeError,
+                          "at least 2 dims"),
+                ErrorCase("int", (ints(4, 3), rand(3), rand(3)), {}, dg.DTypeError,
+                          "floating-point input"),
+                ErrorCase("weight", (rand(4, 3), rand(2), rand(3)), {}, dg.ShapeError,
+                          "expected a weight of shape")]),
         OpInfo("softmax_cross_entropy", dg.softmax_cross_entropy, _sce_samples(), _sce_ref,
                differentiable=True, grad_args=(0,), errors=[
                    ErrorCase("1d", (rand(3), idx([0, 1, 2])), {}, dg.ShapeError, "(N, C)"),

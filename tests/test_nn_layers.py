@@ -10,6 +10,7 @@ import pytest
 
 import duograph as dg
 from duograph import nn
+from duograph.nn import functional as NF
 
 try:
     import torch
@@ -841,3 +842,48 @@ def test_init_functions():
     assert nn.init.calculate_gain("tanh") == pytest.approx(5 / 3)
     assert nn.init.calculate_gain("relu") == pytest.approx(np.sqrt(2))
     assert nn.init.calculate_gain("leaky_relu", 0.2) == pytest.approx(np.sqrt(2 / 1.04))
+
+
+# -- training-mode batch norm as one op forward and one backward -------------------------------
+def test_training_batch_norm_is_one_node_each_way():
+    bn = nn.BatchNorm2d(4)
+    g = dg.Graph("bn")
+    with g:
+        x = dg.placeholder("x", ("N", 4, 3, 3))
+        loss = dg.sum(bn(x) ** 2)
+        dg.grad(loss, [x])
+    names = [n.op.name for n in g.nodes]
+    assert names.count("batch_norm_train") == 1
+    assert names.count("batch_norm_train_backward") == 1
+    assert "rsqrt" not in names                 # (the composite form's)
+
+
+@needs_torch
+@pytest.mark.parametrize("mode", ["eager", "graph"])
+def test_batch_norm_gradient_of_gradient_matches_torch(mode):
+    """A gradient penalty through a training-mode BatchNorm: the fused backward op's own
+    gradient (traced from its formula and replayed on the operands)."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((5, 3, 2, 2))
+    w, b = rng.standard_normal(3) + 1.0, rng.standard_normal(3)
+    tx = torch.tensor(x, requires_grad=True)
+    ty = torch.nn.functional.batch_norm(tx, None, None, torch.tensor(w), torch.tensor(b),
+                                        training=True)
+    (tg,) = torch.autograd.grad((ty ** 3).sum(), [tx], create_graph=True)
+    (th,) = torch.autograd.grad((tg * tg).sum(), [tx])
+    if mode == "eager":
+        xd = dg.tensor(x, requires_grad=True)
+        y = NF.batch_norm(xd, None, None, dg.tensor(w), dg.tensor(b), training=True)
+        (gx,) = dg.autograd.grad((y * y * y).sum(), [xd], create_graph=True)
+        (gx * gx).sum().backward()
+        got_g, got_h = gx.detach().numpy(), xd.grad.numpy()
+    else:
+        g = dg.Graph("penalty")
+        with g:
+            xv = dg.placeholder("x", x.shape, "float64")
+            y = NF.batch_norm(xv, None, None, dg.constant(w), dg.constant(b), training=True)
+            (gx,) = dg.grad(dg.sum(y * y * y), [xv])
+            (hx,) = dg.grad(dg.sum(gx * gx), [xv])
+        got_g, got_h = g.compile(outputs=[gx, hx])(x=x)
+    np.testing.assert_allclose(got_g, tg.detach().numpy(), rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(got_h, th.numpy(), rtol=1e-9, atol=1e-9)

@@ -106,6 +106,10 @@ TORCH: Dict[str, Callable] = {
     "pad": lambda x, pad, value=0.0: TF.pad(x, tuple(pad), value=value),
     "softmax": torch.softmax, "log_softmax": torch.log_softmax,
     "softmax_cross_entropy": lambda x, t, **kw: TF.cross_entropy(x, t.long(), **kw),
+    "batch_norm_train": lambda x, w, b, eps=1e-5: (
+        TF.batch_norm(x, None, None, w, b, training=True, eps=eps),
+        x.mean((0,) + tuple(range(2, x.ndim))),
+        x.var((0,) + tuple(range(2, x.ndim)), unbiased=False)),
     "one_hot": lambda x, num_classes: TF.one_hot(x, num_classes),
     "zeros": lambda *size, **kw: torch.zeros(tuple(_sizes(size)), **_dtype(kw)),
     "ones": lambda *size, **kw: torch.ones(tuple(_sizes(size)), **_dtype(kw)),

@@ -117,9 +117,14 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None,
         if momentum is None and running_mean is not None and num_batches_tracked is None:
             raise ValueError("batch_norm: momentum=None (a cumulative average) needs "
                              "num_batches_tracked")
-        mean = F.mean(input, dims, keepdim=True)
-        centered = input - mean
-        var = F.mean(centered * centered, dims, keepdim=True)
+        fused = weight is not None and bias is not None and dtypes.is_float(input.dtype) \
+            and weight.dtype == input.dtype and bias.dtype == input.dtype
+        if fused:        # one kernel forward and one backward (statistics of shape (C,))
+            out, mean, var = F.batch_norm_train(input, weight, bias, eps)
+        else:
+            mean = F.mean(input, dims, keepdim=True)
+            centered = input - mean
+            var = F.mean(centered * centered, dims, keepdim=True)
         if running_mean is not None:
             n = 1
             for d in dims:
@@ -138,6 +143,8 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None,
             _assign(running_var, unbiased * m + running_var * (1.0 - m))
             if num_batches_tracked is not None:
                 _assign(num_batches_tracked, tracked)
+        if fused:
+            return out
         out = centered * F.rsqrt(var + eps)
     else:
         if running_mean is None:

@@ -310,3 +310,229 @@ def softmax_cross_entropy(logits, target, ignore_index: int = -100, reduction: s
     counted rows), "sum" or "none" (per row)."""
     return softmax_cross_entropy_op(logits, target, ignore_index=int(ignore_index),
                                     reduction=reduction)
+
+
+# -- batch normalisation in training mode: one kernel forward, one backward ------------------
+# As composite ops, training-mode batch norm is ~6 nodes forward and ~12 backward, several of
+# them writing whole (N, C, H, W) arrays; as two ops (PyTorch's native_batch_norm and its
+# backward) the statistics are matrix-vector products and the backward one formula.
+def _bn_dims(x):
+    return (0,) + tuple(range(2, len(x.shape)))
+
+
+def _bn_infer(types, attrs):
+    x, w, b = types
+    if not dtypes.is_float(x.dtype):
+        raise DTypeError(f"batch_norm_train: expected a floating-point input, found {x.dtype}")
+    if x.ndim < 2:
+        raise ShapeError(f"batch_norm_train: expected an input of at least 2 dims (N, C, ...), "
+                         f"found {list(x.shape)}")
+    c = x.shape[1]
+    for name, t in (("weight", w), ("bias", b)):
+        if tuple(t.shape) != (c,) or t.dtype != x.dtype:
+            raise ShapeError(f"batch_norm_train: expected a {name} of shape [{c}] and dtype "
+                             f"{x.dtype}, found {t.dtype}{list(t.shape)}")
+    stat = TensorType((c,), x.dtype)
+    return [TensorType(x.shape, x.dtype), stat, stat]
+
+
+def _channel_sum(xp, a, dims):
+    from . import _blas_reduce
+    parts = _blas_reduce.split(a, dims)
+    if parts is not None:
+        return _blas_reduce.blas_sum(a, parts)
+    return a.sum(axis=dims, dtype=a.dtype)
+
+
+def _bn_count(x) -> int:
+    """Elements per channel (static shapes)."""
+    return math.prod(x.shape) // x.shape[1] if x.shape[1] else 0
+
+
+def _bn_forward(xp, x, w, b, eps, out=None):
+    """(y, mean, biased var) over every dim but 1, into ``out`` when given."""
+    dims, c = _bn_dims(x), x.shape[1]
+    bshape = (1, c) + (1,) * (x.ndim - 2)
+    y, mean, var = out if out is not None else (xp.empty_like(x), None, None)
+    n = x.dtype.type(_bn_count(x))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        m = _channel_sum(xp, x, dims) / n
+        xc = x - m.reshape(bshape)
+        v = _channel_sum(xp, xp.square(xc), dims) / n
+        scale = w / xp.sqrt(v + x.dtype.type(eps))
+    xp.multiply(xc, scale.reshape(bshape), out=y)
+    y += b.reshape(bshape)
+    if out is None:
+        return y, m, v
+    mean[...] = m
+    var[...] = v
+    return out
+
+
+def _bn_kernel(xp, x, w, b, *, eps):
+    return _bn_forward(xp, x, w, b, eps)
+
+
+def _bn_out(xp, x, w, b, *, out, eps):
+    if any(o.dtype != x.dtype for o in out) or not out[0].flags.c_contiguous \
+            or xp.may_share_memory(out[0], x):
+        return False
+    _bn_forward(xp, x, w, b, eps, out)
+    return True
+
+
+def _is_zero(ct) -> bool:
+    """Whether a cotangent is the zeros autodiff fills in for an unused output."""
+    node = getattr(ct, "node", None)
+    return node is not None and (node.op.name == "zeros_like" or (
+        node.op.name == "full_like" and node.attrs.get("fill_value") == 0))
+
+
+def _bn_vjp(cts, ins, outs, a, needs):
+    from .shape import reshape
+    (dy, dmean, dvar), (x, w, _) = cts, ins
+    dx, dw, db = batch_norm_train_backward_op(dy, x, w, outs[1], outs[2], eps=a["eps"])
+    if needs[0] and not (_is_zero(dmean) and _is_zero(dvar)):
+        # the batch statistics read by the loss too: d mean/dx = 1/n, d var/dx = 2 (x-m)/n
+        bshape = (1, x.shape[1]) + (1,) * (x.ndim - 2)
+        if all(isinstance(d, int) for d in x.shape):
+            n = float(_bn_count(x))
+        else:
+            from .reduction import numel
+            n = numel(x, _bn_dims(x), dtype=x.dtype)
+        if not _is_zero(dmean):
+            dx = dx + reshape(dmean, *bshape) / n
+        if not _is_zero(dvar):
+            dx = dx + reshape(dvar, *bshape) * (x - reshape(outs[1], *bshape)) * 2.0 / n
+    return [dx if needs[0] else None, dw if needs[1] else None, db if needs[2] else None]
+
+
+batch_norm_train_op = register(OpDef(
+    "batch_norm_train", _bn_infer, _bn_kernel, _bn_vjp, multi_output=True,
+    doc="batch normalisation with batch statistics: (y, mean, biased variance)"))
+batch_norm_train_op.out_kernel = _bn_out
+
+
+def _bn_backward_infer(types, attrs):
+    dy, x, w, mean, var = types
+    if tuple(dy.shape) != tuple(x.shape):
+        raise ShapeError(f"batch_norm_train_backward: expected a cotangent of shape "
+                         f"{list(x.shape)}, found {list(dy.shape)}")
+    c = TensorType((x.shape[1],), x.dtype)
+    return [TensorType(x.shape, x.dtype), c, c]
+
+
+def _bn_backward(xp, dy, x, w, mean, var, eps, out=None):
+    """(dx, dweight, dbias) of y = (x - mean) / sqrt(var + eps) * w + b over the batch:
+    dx = w / sqrt(var + eps) * (dy - mean(dy) - (x - mean) / (var + eps) * mean(dy (x - mean)))
+    """
+    dims, c = _bn_dims(x), x.shape[1]
+    bshape = (1, c) + (1,) * (x.ndim - 2)
+    dx, dw, db = out if out is not None else (xp.empty_like(x), None, None)
+    n = x.dtype.type(_bn_count(x))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        invstd = x.dtype.type(1) / xp.sqrt(var + x.dtype.type(eps))
+        sum_dy = _channel_sum(xp, dy, dims)
+        xc = x - mean.reshape(bshape)
+        t = xp.multiply(dy, xc)
+        dot = _channel_sum(xp, t, dims)
+        k1 = w * invstd
+        k2 = k1 * invstd * invstd * dot / n
+        k3 = k1 * sum_dy / n
+    xp.multiply(dy, k1.reshape(bshape), out=dx)
+    xp.multiply(xc, k2.reshape(bshape), out=xc)
+    dx -= xc
+    dx -= k3.reshape(bshape)
+    gw = dot * invstd
+    if out is None:
+        return dx, gw, sum_dy
+    dw[...] = gw
+    db[...] = sum_dy
+    return out
+
+
+def _bn_backward_kernel(xp, dy, x, w, mean, var, *, eps):
+    return _bn_backward(xp, dy, x, w, mean, var, eps)
+
+
+def _bn_backward_out(xp, dy, x, w, mean, var, *, out, eps):
+    if any(o.dtype != x.dtype for o in out) or not out[0].flags.c_contiguous \
+            or xp.may_share_memory(out[0], x) or xp.may_share_memory(out[0], dy):
+        return False
+    _bn_backward(xp, dy, x, w, mean, var, eps, out)
+    return True
+
+
+def _bn_backward_formula(dy, x, w, mean, var, eps):
+    """``_bn_backward`` in differentiable ops (for gradients of the gradient)."""
+    from .elementwise import rsqrt
+    from .reduction import mean as reduce_mean
+    from .shape import reshape
+    dims = _bn_dims(x)
+    c = x.shape[1]
+    bshape = (1, c) + (1,) * (x.ndim - 2)
+    invstd = rsqrt(var + eps)
+    xc = x - reshape(mean, *bshape)
+    m_dy = reduce_mean(dy, dims)
+    m_dyxc = reduce_mean(dy * xc, dims)
+    dx = reshape(w * invstd, *bshape) * (dy - reshape(m_dy, *bshape) - xc * reshape(
+        invstd * invstd * m_dyxc, *bshape))
+    db = sum(dy, dims)
+    dw = sum(dy * xc, dims) * invstd
+    return dx, dw, db
+
+
+def _bn_backward_vjp(cts, ins, outs, a, needs):
+    return composite_vjp(lambda *xs: _bn_backward_formula(*xs, a["eps"]), cts, ins, needs)
+
+
+batch_norm_train_backward_op = register(OpDef(
+    "batch_norm_train_backward", _bn_backward_infer, _bn_backward_kernel, _bn_backward_vjp,
+    multi_output=True, doc="(dx, dweight, dbias) of batch_norm_train"))
+batch_norm_train_backward_op.out_kernel = _bn_backward_out
+
+
+def composite_vjp(formula, cts, ins, needs):
+    """The vector-Jacobian product of ``formula(*ins)`` (written in differentiable ops) for
+    the cotangents ``cts`` of its outputs, in whatever mode ``ins`` live in: the formula and
+    its gradient are traced once on placeholders of the operands' types (as JAX traces a
+    jaxpr), and the traced nodes replayed on the operands themselves, building graph nodes
+    for Values and running eagerly (recording a tape when gradients are on) for tensors.
+    For fused ops whose gradient of the gradient is rarely needed."""
+    from ..autodiff import backward_pass, value_key
+    from ..ir import Graph
+    from ..types import TensorType
+    scratch = Graph("composite_vjp")
+    with scratch:
+        phs = [scratch.add_input(f"i{k}", TensorType(tuple(x.shape), x.dtype))
+               for k, x in enumerate(ins)]
+        outs = formula(*phs)
+        ct_phs = [scratch.add_input(f"c{k}", TensorType(tuple(o.shape), o.dtype))
+                  for k, o in enumerate(outs)]
+        seeds = {value_key(o): c for o, c, ct in zip(outs, ct_phs, cts) if not _is_zero(ct)}
+        wrt = [p for p, need in zip(phs, needs) if need]
+        got = backward_pass(list(scratch.nodes), seeds, wrt=wrt)
+    env = {id(p): x for p, x in zip(phs, ins)}
+    env.update((id(p), ct) for p, ct in zip(ct_phs, cts))
+    for node in scratch.nodes:                 # replay on the real operands
+        if node.op.name == "constant":
+            value = node.attrs["value"]
+            env[id(node.outputs[0])] = getattr(value, "array", value)
+            continue
+        if not all(id(x) in env for x in node.inputs):
+            continue                           # (a node the gradient does not need)
+        res = node.op(*[env[id(x)] for x in node.inputs], **node.attrs)
+        res = res if isinstance(res, (tuple, list)) else (res,)
+        for o, r in zip(node.outputs, res):
+            env[id(o)] = r
+    grads = []
+    for p, need in zip(phs, needs):
+        ct = got.get(value_key(p)) if need else None
+        grads.append(None if ct is None else env[id(ct)])
+    return grads
+
+
+def batch_norm_train(x, weight, bias, eps: float = 1e-5):
+    """Batch normalisation with the statistics of this batch (every dim but 1): returns
+    (y, mean, biased variance), the latter two of shape (C,)."""
+    return batch_norm_train_op(x, weight, bias, eps=float(eps))
