@@ -646,3 +646,63 @@ def test_random_dags_in_many_chunks_are_bitwise_equal(dag):
         _compare(g, outputs, feeds, pipelines=(["fuse"],), exact=True)
     finally:
         _fused_cpu.CHUNK, _fused_cpu.DIRECT_SHORT_MAX = old
+
+
+# -- an SGD step on a matmul gradient as one gemm ---------------------------------------------
+def test_cblas_gemm_update_matches_numpy_and_refuses_what_it_cannot_do():
+    from duograph.graphlib.ops import _cblas
+    if not _cblas.available():
+        pytest.skip("numpy is not built on its bundled OpenBLAS here")
+    rng = np.random.default_rng(7)
+    for dtype, tol in (("float32", 1e-5), ("float64", 1e-12)):
+        for a_f, b_f in ((False, False), (True, False), (False, True), (True, True)):
+            a = rng.standard_normal((6, 5)).astype(dtype)
+            b = rng.standard_normal((5, 4)).astype(dtype)
+            a = np.asfortranarray(a) if a_f else a
+            b = np.asfortranarray(b) if b_f else b
+            c = rng.standard_normal((6, 4)).astype(dtype)
+            want = -0.3 * (a.astype(np.float64) @ b) + c
+            assert _cblas.gemm_update(a, b, c, -0.3, 1.0)
+            np.testing.assert_allclose(c, want, rtol=tol, atol=tol)
+    a, b = np.ones((4, 4), np.float32), np.ones((4, 4), np.float32)
+    assert not _cblas.gemm_update(a, b, a, 1.0, 1.0)                   # c overlaps a
+    assert not _cblas.gemm_update(a, b, np.ones((4, 4)), 1.0, 1.0)     # dtypes differ
+    assert not _cblas.gemm_update(a, b, np.ones((8, 4), np.float32)[::2], 1.0, 1.0)
+    assert not _cblas.gemm_update(a[:, ::2], b[::2], np.ones((4, 4), np.float32), 1.0, 1.0)
+
+
+@pytest.mark.parametrize("cblas", [True, False])
+def test_sgd_step_on_a_matmul_gradient_runs_as_one_gemm(monkeypatch, cblas):
+    """W - lr * (dz.T @ x), fused and planned in place over W, is one BLAS gemm (alpha =
+    -lr, beta = 1) where numpy's BLAS can be called, numpy's path otherwise; the weights
+    after two steps are those of the unfused graph either way."""
+    from duograph.graphlib.ops import _cblas
+    if cblas and not _cblas.available():
+        pytest.skip("numpy is not built on its bundled OpenBLAS here")
+    if not cblas:
+        monkeypatch.setattr(_cblas, "_state", {"fns": None})
+    rng = np.random.default_rng(8)
+    w0 = rng.standard_normal((5, 7)).astype(np.float32)
+    xs = rng.standard_normal((3, 7)).astype(np.float32)
+    runs = {}
+    for level in ("O0", "O2"):
+        g = dg.Graph("sgd")
+        with g:
+            w = dg.variable("w", w0.copy())
+            x = dg.placeholder("x", ("N", 7))
+            lr = dg.placeholder("lr", ())
+            loss = dg.sum(dg.tanh(x @ dg.transpose(w, 0, 1)))
+            (gw,) = dg.grad(loss, [w])
+            g.update(w, w - lr * gw)
+            g.outputs = [loss]
+        exe = g.compile(passes=level)
+        for _ in range(2):
+            exe(x=xs, lr=np.float32(0.1))
+        runs[level] = (exe, exe.state["w"].copy())
+    np.testing.assert_allclose(runs["O2"][1], runs["O0"][1], rtol=1e-5, atol=1e-6)
+    exe = runs["O2"][0]
+    bodies = [n.attrs["sub"] for n in _fused(exe) if "matmul" in n.attrs["sub"].ops]
+    updates = [b for b in bodies if b.ops == ["matmul", "mul", "sub"]]
+    assert updates
+    bound = _fused_cpu._bind_gemm_update(updates[0], [(5, 3), (3, 7), (), (5, 7)], "auto")
+    assert (bound is not None) == cblas

@@ -224,6 +224,9 @@ def bind(body, in_shapes: Sequence[tuple]):
         return None
     lay = _layout(body)
     if not lay.direct:
+        update = _bind_gemm_update(body, in_shapes, strategy)
+        if update is not None:
+            return update
         return _bind_prologue(body, lay, in_shapes, strategy)
     found = _region_shapes(lay, in_shapes)
     if found is None:
@@ -239,6 +242,67 @@ def bind(body, in_shapes: Sequence[tuple]):
         if _strategy != strategy:
             return False
         plan(arrays, outs)
+        return True
+    return runner
+
+
+def _bind_gemm_update(body, in_shapes: Sequence[tuple], strategy: str):
+    """A runner for ``P - s * (A @ B)`` (or ``P + s * (A @ B)``): an SGD step on a weight
+    whose gradient is that product, as one gemm with alpha = -s (or s) and beta = 1 into the
+    output, over P's own buffer when the plan updates P in place (see ``_cblas``). None for
+    any other body, or where numpy's BLAS cannot be called."""
+    from . import _cblas
+    if not _cblas.available():
+        return None
+    g = body.graph
+    nodes = [n for n in g.nodes if n.op.name != "constant"]
+    if len(nodes) != 3 or [n.op.name for n in nodes[:2]] != ["matmul", "mul"] \
+            or nodes[2].op.name not in ("sub", "add") or len(g.outputs) != 1 \
+            or g.outputs[0] is not nodes[2].outputs[0]:
+        return None
+    mm, mul, last = nodes
+    index = {id(v): j for j, v in enumerate(g.inputs)}
+    prod, scaled = mm.outputs[0], mul.outputs[0]
+    if any(id(x) not in index for x in mm.inputs) or not any(x is prod for x in mul.inputs):
+        return None
+    scale = mul.inputs[1] if mul.inputs[0] is prod else mul.inputs[0]
+    if last.op.name == "sub" and last.inputs[1] is scaled:
+        base, sign = last.inputs[0], -1.0
+    elif last.op.name == "add" and any(x is scaled for x in last.inputs):
+        base, sign = last.inputs[1] if last.inputs[0] is scaled else last.inputs[0], 1.0
+    else:
+        return None
+    if id(base) not in index or base is scale:
+        return None
+    shapes = [tuple(s) for s in in_shapes]
+    ia, ib, ip = index[id(mm.inputs[0])], index[id(mm.inputs[1])], index[id(base)]
+    if len(shapes[ia]) != 2 or len(shapes[ib]) != 2 \
+            or shapes[ip] != (shapes[ia][0], shapes[ib][1]):
+        return None
+    if len({v.dtype for v in (mm.inputs[0], mm.inputs[1], prod, scaled, base, scale)}) != 1:
+        return None
+    if id(scale) in index and math.prod(shapes[index[id(scale)]]) == 1:
+        js, fixed = index[id(scale)], None
+    elif scale.node is not None and scale.node.op.name == "constant" \
+            and not hasattr(scale.node.attrs["value"], "array"):
+        js, fixed = None, float(scale.node.attrs["value"])
+    else:
+        return None
+
+    def runner(arrays, outs) -> bool:
+        if _strategy != strategy:
+            return False
+        p, out = arrays[ip], outs[0]
+        if out is not p and np.may_share_memory(out, p):
+            return False
+        s = fixed if js is None else float(arrays[js].reshape(-1)[0])
+        if out is not p:
+            np.copyto(out, p)
+        if not _cblas.gemm_update(arrays[ia], arrays[ib], out, sign * s, 1.0):
+            if out is p:                     # nothing written yet: the general path
+                return False
+            np.copyto(out, p - s * np.matmul(arrays[ia], arrays[ib]) if sign < 0
+                      else p + s * np.matmul(arrays[ia], arrays[ib]))
         return True
     return runner
 
