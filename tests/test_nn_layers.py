@@ -887,3 +887,30 @@ def test_batch_norm_gradient_of_gradient_matches_torch(mode):
         got_g, got_h = g.compile(outputs=[gx, hx])(x=x)
     np.testing.assert_allclose(got_g, tg.detach().numpy(), rtol=1e-10, atol=1e-10)
     np.testing.assert_allclose(got_h, th.numpy(), rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("use_numba", [True, False])
+@pytest.mark.parametrize("dtype, tol", [("float32", 2e-5), ("float64", 1e-11)])
+def test_batch_norm_kernels_numba_and_numpy_agree(monkeypatch, use_numba, dtype, tol):
+    """batch_norm_train's kernels (numba loops where numba is installed, numpy otherwise)
+    against the formulas in float64: forward (y, mean, var) and backward (dx, dw, db)."""
+    from duograph.graphlib.ops import nn as ops_nn
+    monkeypatch.setattr(ops_nn, "USE_NUMBA", use_numba)
+    rng = np.random.default_rng(9)
+    x = (rng.standard_normal((7, 3, 4, 5)) * 2 + 1).astype(dtype)
+    w, b = rng.standard_normal(3).astype(dtype), rng.standard_normal(3).astype(dtype)
+    dy = rng.standard_normal(x.shape).astype(dtype)
+    y, mean, var = ops_nn._bn_kernel(np, x, w, b, eps=1e-5)
+    dx, dw, db = ops_nn._bn_backward_kernel(np, dy, x, w, mean, var, eps=1e-5)
+    x64, dy64 = x.astype(np.float64), dy.astype(np.float64)
+    m, v = x64.mean(axis=(0, 2, 3)), x64.var(axis=(0, 2, 3))
+    sh = (1, 3, 1, 1)
+    xhat = (x64 - m.reshape(sh)) / np.sqrt(v.reshape(sh) + 1e-5)
+    want_dx = w.reshape(sh) / np.sqrt(v.reshape(sh) + 1e-5) * (
+        dy64 - dy64.mean(axis=(0, 2, 3)).reshape(sh)
+        - xhat * (dy64 * xhat).mean(axis=(0, 2, 3)).reshape(sh))
+    for got, want in ((y, xhat * w.reshape(sh) + b.reshape(sh)), (mean, m), (var, v),
+                      (dx, want_dx), (dw, (dy64 * xhat).sum(axis=(0, 2, 3))),
+                      (db, dy64.sum(axis=(0, 2, 3)))):
+        assert got.dtype == dtype
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol * 10)

@@ -349,8 +349,43 @@ def _bn_count(x) -> int:
     return math.prod(x.shape) // x.shape[1] if x.shape[1] else 0
 
 
+USE_NUMBA = True          # the numba loops of _norm_numba where they apply (tests turn off)
+_norm_state: dict = {}
+
+
+def _norm_numba(xp, *arrays):
+    """The ``_norm_numba`` module for C-contiguous numpy float32/float64 arrays of one
+    dtype with something in them, where numba is installed; else None."""
+    if not USE_NUMBA or xp is not np:
+        return None
+    dt = arrays[0].dtype
+    for a in arrays:
+        if type(a) is not np.ndarray or a.dtype != dt or not a.flags.c_contiguous:
+            return None
+    if dt not in (np.float32, np.float64) or arrays[0].size == 0:
+        return None
+    if "module" not in _norm_state:
+        from ._fused_cpu import numba_available
+        module = None
+        if numba_available():
+            from . import _norm_numba as module
+        _norm_state["module"] = module
+    return _norm_state["module"]
+
+
+def _as3(a):
+    """(N, C, S) view of a C-contiguous (N, C, ...) array."""
+    return a.reshape(a.shape[0], a.shape[1], -1)
+
+
 def _bn_forward(xp, x, w, b, eps, out=None):
     """(y, mean, biased var) over every dim but 1, into ``out`` when given."""
+    nb = _norm_numba(xp, x, w, b, *(out or ()))
+    if nb is not None:
+        y, mean, var = out if out is not None else (
+            np.empty_like(x), np.empty(x.shape[1], x.dtype), np.empty(x.shape[1], x.dtype))
+        nb.forward(_as3(x), w, b, eps, _as3(y), mean, var)
+        return y, mean, var
     dims, c = _bn_dims(x), x.shape[1]
     bshape = (1, c) + (1,) * (x.ndim - 2)
     y, mean, var = out if out is not None else (xp.empty_like(x), None, None)
@@ -426,6 +461,12 @@ def _bn_backward(xp, dy, x, w, mean, var, eps, out=None):
     """(dx, dweight, dbias) of y = (x - mean) / sqrt(var + eps) * w + b over the batch:
     dx = w / sqrt(var + eps) * (dy - mean(dy) - (x - mean) / (var + eps) * mean(dy (x - mean)))
     """
+    nb = _norm_numba(xp, dy, x, w, mean, var, *(out or ()))
+    if nb is not None:
+        dx, dw, db = out if out is not None else (
+            np.empty_like(x), np.empty(x.shape[1], x.dtype), np.empty(x.shape[1], x.dtype))
+        nb.backward(_as3(dy), _as3(x), w, mean, var, eps, _as3(dx), dw, db)
+        return dx, dw, db
     dims, c = _bn_dims(x), x.shape[1]
     bshape = (1, c) + (1,) * (x.ndim - 2)
     dx, dw, db = out if out is not None else (xp.empty_like(x), None, None)
