@@ -712,7 +712,11 @@ _numba_state: Dict[str, object] = {}
 
 
 def numba_available() -> bool:
-    """Whether numba imports (it is the optional ``fast`` extra)."""
+    """Whether numba imports (it is the optional ``fast`` extra) and is not turned off with
+    ``DUOGRAPH_NUMBA=0`` (every numba kernel then gives way to numpy's: fused regions,
+    convolutions, pooling, batch norm)."""
+    if os.environ.get("DUOGRAPH_NUMBA", "1") == "0":
+        return False
     if "ok" not in _numba_state:
         try:
             import numba  # noqa: F401
