@@ -618,3 +618,30 @@ def test_grad_matches_torch_without_numba(torch, monkeypatch, case: Case):
     np.testing.assert_allclose(y, want_y, **TOL)
     for i, (g, w) in enumerate(zip(grads, want_grads)):
         np.testing.assert_allclose(g, w, **TOL, err_msg=f"gradient of operand {i}")
+
+
+@pytest.mark.parametrize("shape, kernel", [((3, 2, 8, 8), (2, 2)), ((2, 3, 7, 9), (2, 3)),
+                                           ((2, 2, 6, 6), (3, 3))])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_numpy_tiled_max_pool_backward_is_the_general_kernel_bit_for_bit(
+        monkeypatch, shape, kernel, dtype):
+    """Windows that tile the input take the numpy mask path; it routes each cotangent to
+    the same (first) maximum as the general numpy kernel, ties, -inf and signed zeros
+    included, and leaves the rows and columns no window covers at 0."""
+    monkeypatch.setattr(conv_ops, "USE_NUMBA", False)
+    rng = np.random.default_rng(11)
+    x = np.maximum(rng.standard_normal(shape), 0).astype(dtype)     # many tied zeros
+    x[0, 0, :2, :2] = -np.inf
+    x[-1, -1, :2, :3] = -0.0
+    attrs = dict(kernel_size=kernel, stride=kernel, padding=(0, 0), dilation=(1, 1),
+                 ceil_mode=False)
+    out = conv_ops._max_pool2d_kernel(np, x, **attrs)
+    g = rng.standard_normal(out.shape).astype(dtype)
+    g[0, 0, 0, 0] = -0.0
+    assert conv_ops._tiles(x.shape, out.shape[2:], kernel, kernel, (0, 0), (1, 1))
+    tiled = conv_ops._max_pool2d_backward_kernel(np, g, x, **attrs)
+    monkeypatch.setattr(conv_ops, "_tiles", lambda *a: False)
+    general = conv_ops._max_pool2d_backward_kernel(np, g, x, **attrs)
+    assert tiled.dtype == general.dtype and tiled.shape == general.shape
+    np.testing.assert_array_equal(tiled.view(f"u{tiled.itemsize}"),
+                                  general.view(f"u{general.itemsize}"))

@@ -510,6 +510,54 @@ def _windows_overlap(kernel_size, stride, dilation) -> bool:
     return any(s < d * (k - 1) + 1 for k, s, d in zip(kernel_size, stride, dilation))
 
 
+def _tiles(x_shape, out_hw, kernel_size, stride, padding, dilation) -> bool:
+    """Windows that tile the input: stride = kernel, no padding or dilation, no partial
+    window (ceil_mode's last one)."""
+    return (tuple(kernel_size) == tuple(stride) and tuple(padding) == (0, 0)
+            and tuple(dilation) == (1, 1) and out_hw[0] * stride[0] <= x_shape[2]
+            and out_hw[1] * stride[1] <= x_shape[3])
+
+
+_UINT = {2: "uint16", 4: "uint32", 8: "uint64"}
+
+
+def _max_pool_tiled_backward(xp, g, x, kernel_size, out_hw):
+    """The numpy backward for windows that tile x (each element in one window at most):
+    per tap, a mask of the windows whose first maximum sits there, and the cotangent's bits
+    moved through it (no branches, no argmax array); bit for bit the general kernel's
+    result (0 + g at the winner). None where a window holds a NaN (the general kernel's
+    rule for NaNs applies then) or for a dtype without a same-size unsigned integer."""
+    kh, kw = kernel_size
+    ho, wo = out_hw
+    name = _UINT.get(g.dtype.itemsize)
+    if name is None or g.dtype.kind != "f":
+        return None
+
+    def tap(a, i, j):
+        return a[:, :, i:i + kh * ho:kh, j:j + kw * wo:kw]
+    best = tap(x, 0, 0).copy()
+    for k in range(1, kh * kw):
+        xp.maximum(best, tap(x, k // kw, k % kw), out=best)
+    if x.dtype.kind == "f" and bool(xp.isnan(best).any()):
+        return None
+    it = getattr(xp, name)
+    bits = (g + g.dtype.type(0)).view(it)           # 0 + g, as the general kernel adds it
+    gx = xp.zeros(x.shape, dtype=g.dtype)
+    mask = xp.empty(best.shape, dtype=it)
+    free = None                                     # windows whose winner is still unplaced
+    for k in range(kh * kw):
+        i, j = divmod(k, kw)
+        eq = tap(x, i, j) == best
+        if free is None:
+            free = ~eq
+        else:
+            eq &= free
+            free &= ~eq
+        xp.subtract(0, eq, out=mask, dtype=it)      # True -> all ones
+        xp.bitwise_and(bits, mask, out=tap(gx, i, j).view(it))
+    return gx
+
+
 def _max_pool2d_backward_kernel(xp, g, x, kernel_size, stride, padding, dilation, ceil_mode):
     n, c, h, w = x.shape
     nb = _pool_numba(xp, g, x)
@@ -525,6 +573,10 @@ def _max_pool2d_backward_kernel(xp, g, x, kernel_size, stride, padding, dilation
             nb.max_pool_backward(_flat(g), _flat(x), gx.reshape(-1), *geometry,
                                  _windows_overlap(kernel_size, stride, dilation))
         return gx
+    if _tiles(x.shape, g.shape[2:], kernel_size, stride, padding, dilation):
+        gx = _max_pool_tiled_backward(xp, g, x, kernel_size, tuple(g.shape[2:]))
+        if gx is not None:
+            return gx
     index, out_hw, (rows, cols) = _max_pool_argmax(xp, x, kernel_size, stride, padding,
                                                    dilation, ceil_mode)
     kh, kw = kernel_size
