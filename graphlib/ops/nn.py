@@ -378,6 +378,20 @@ def _as3(a):
     return a.reshape(a.shape[0], a.shape[1], -1)
 
 
+def _bn_rows(x):
+    """(x as (N, C*S) rows, per(v): a (C,) vector repeated to a (1, C*S) row). numpy
+    broadcasts a (1, C, 1, 1) vector over (N, C, H, W) in runs of H*W elements: x - mean
+    over (512, 16, 8, 8) float32 measured 298 us that way, against 131 us for a plain pass;
+    over (N, C*S) rows the runs are C*S long."""
+    n, c = x.shape[:2]
+    s = math.prod(x.shape[2:])
+    rows = x.reshape(n, c * s)
+
+    def per(v):
+        return v.repeat(s).reshape(1, c * s)
+    return rows, per
+
+
 def _bn_forward(xp, x, w, b, eps, out=None):
     """(y, mean, biased var) over every dim but 1, into ``out`` when given."""
     nb = _norm_numba(xp, x, w, b, *(out or ()))
@@ -386,17 +400,19 @@ def _bn_forward(xp, x, w, b, eps, out=None):
             np.empty_like(x), np.empty(x.shape[1], x.dtype), np.empty(x.shape[1], x.dtype))
         nb.forward(_as3(x), w, b, eps, _as3(y), mean, var)
         return y, mean, var
-    dims, c = _bn_dims(x), x.shape[1]
-    bshape = (1, c) + (1,) * (x.ndim - 2)
-    y, mean, var = out if out is not None else (xp.empty_like(x), None, None)
+    dims = _bn_dims(x)
+    y, mean, var = out if out is not None else (
+        xp.empty(x.shape, dtype=x.dtype), None, None)
     n = x.dtype.type(_bn_count(x))
+    rows, per = _bn_rows(x)
     with np.errstate(invalid="ignore", divide="ignore"):
         m = _channel_sum(xp, x, dims) / n
-        xc = x - m.reshape(bshape)
-        v = _channel_sum(xp, xp.square(xc), dims) / n
+        xc = rows - per(m)
+        v = _channel_sum(xp, xp.square(xc).reshape(x.shape), dims) / n
         scale = w / xp.sqrt(v + x.dtype.type(eps))
-    xp.multiply(xc, scale.reshape(bshape), out=y)
-    y += b.reshape(bshape)
+    y2 = y.reshape(rows.shape)
+    xp.multiply(xc, per(scale), out=y2)
+    y2 += per(b)
     if out is None:
         return y, m, v
     mean[...] = m
@@ -467,23 +483,26 @@ def _bn_backward(xp, dy, x, w, mean, var, eps, out=None):
             np.empty_like(x), np.empty(x.shape[1], x.dtype), np.empty(x.shape[1], x.dtype))
         nb.backward(_as3(dy), _as3(x), w, mean, var, eps, _as3(dx), dw, db)
         return dx, dw, db
-    dims, c = _bn_dims(x), x.shape[1]
-    bshape = (1, c) + (1,) * (x.ndim - 2)
-    dx, dw, db = out if out is not None else (xp.empty_like(x), None, None)
+    dims = _bn_dims(x)
+    dx, dw, db = out if out is not None else (
+        xp.empty(x.shape, dtype=x.dtype), None, None)
     n = x.dtype.type(_bn_count(x))
+    rows, per = _bn_rows(x)
+    dy2 = dy.reshape(rows.shape)
     with np.errstate(invalid="ignore", divide="ignore"):
         invstd = x.dtype.type(1) / xp.sqrt(var + x.dtype.type(eps))
         sum_dy = _channel_sum(xp, dy, dims)
-        xc = x - mean.reshape(bshape)
-        t = xp.multiply(dy, xc)
-        dot = _channel_sum(xp, t, dims)
+        xc = rows - per(mean)
+        t = xp.multiply(dy2, xc)
+        dot = _channel_sum(xp, t.reshape(x.shape), dims)
         k1 = w * invstd
         k2 = k1 * invstd * invstd * dot / n
         k3 = k1 * sum_dy / n
-    xp.multiply(dy, k1.reshape(bshape), out=dx)
-    xp.multiply(xc, k2.reshape(bshape), out=xc)
-    dx -= xc
-    dx -= k3.reshape(bshape)
+    dx2 = dx.reshape(rows.shape)
+    xp.multiply(dy2, per(k1), out=dx2)
+    xp.multiply(xc, per(k2), out=xc)
+    dx2 -= xc
+    dx2 -= per(k3)
     gw = dot * invstd
     if out is None:
         return dx, gw, sum_dy
