@@ -275,11 +275,16 @@ def _conv2d_kernel(xp, x, w, b=None, *, stride, padding, dilation, groups):
     ho, wo = _spatial_out("conv2d", x.shape, (kh, kw), stride, dilation, padding)
     cols, row = _im2col(xp, x, (kh, kw), stride, padding, dilation, groups, (ho, wo))
     wmat = w.reshape(groups, out_ch // groups, cg * kh * kw)
-    out = xp.matmul(wmat, cols).reshape(out_ch, n, ho, row)[..., :wo].transpose(1, 0, 2, 3)
-    if b is None:
-        return xp.ascontiguousarray(out)
-    # into a C-ordered array: a ufunc would keep the channel-major layout of ``out``
-    return xp.add(out, b.reshape(1, out_ch, 1, 1), out=xp.empty(out.shape, dtype=out.dtype))
+    res = xp.matmul(wmat, cols).reshape(out_ch, n, ho, row)[..., :wo]
+    out = xp.empty((n, out_ch, ho, wo), dtype=res.dtype)
+    xp.copyto(out, res.transpose(1, 0, 2, 3))
+    if b is not None:
+        # over (N, C*H*W) rows with the bias repeated to a row: numpy broadcasts a
+        # (1, C, 1, 1) bias in runs of W_out elements (a (512, 32, 4, 4) output: 365 ->
+        # 165 us with the transposing copy)
+        flat = out.reshape(n, -1)
+        flat += b.astype(out.dtype, copy=False).repeat(ho * wo).reshape(1, -1)
+    return out
 
 
 def _conv2d_vjp(cts, ins, outs, a, needs):
