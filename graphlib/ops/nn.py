@@ -392,17 +392,22 @@ def _bn_rows(x):
     return rows, per
 
 
+def _bn_buffers(x, xp=np):
+    """New (N, C, ...) and two (C,) arrays for a kernel's results (C-contiguous)."""
+    c = x.shape[1]
+    return (xp.empty(x.shape, dtype=x.dtype), xp.empty(c, dtype=x.dtype),
+            xp.empty(c, dtype=x.dtype))
+
+
 def _bn_forward(xp, x, w, b, eps, out=None):
     """(y, mean, biased var) over every dim but 1, into ``out`` when given."""
     nb = _norm_numba(xp, x, w, b, *(out or ()))
     if nb is not None:
-        y, mean, var = out if out is not None else (
-            np.empty_like(x), np.empty(x.shape[1], x.dtype), np.empty(x.shape[1], x.dtype))
+        y, mean, var = out if out is not None else _bn_buffers(x)
         nb.forward(_as3(x), w, b, eps, _as3(y), mean, var)
         return y, mean, var
     dims = _bn_dims(x)
-    y, mean, var = out if out is not None else (
-        xp.empty(x.shape, dtype=x.dtype), None, None)
+    y, mean, var = out if out is not None else _bn_buffers(x, xp)
     n = x.dtype.type(_bn_count(x))
     rows, per = _bn_rows(x)
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -413,11 +418,9 @@ def _bn_forward(xp, x, w, b, eps, out=None):
     y2 = y.reshape(rows.shape)
     xp.multiply(xc, per(scale), out=y2)
     y2 += per(b)
-    if out is None:
-        return y, m, v
     mean[...] = m
     var[...] = v
-    return out
+    return y, mean, var
 
 
 def _bn_kernel(xp, x, w, b, *, eps):
@@ -479,13 +482,11 @@ def _bn_backward(xp, dy, x, w, mean, var, eps, out=None):
     """
     nb = _norm_numba(xp, dy, x, w, mean, var, *(out or ()))
     if nb is not None:
-        dx, dw, db = out if out is not None else (
-            np.empty_like(x), np.empty(x.shape[1], x.dtype), np.empty(x.shape[1], x.dtype))
+        dx, dw, db = out if out is not None else _bn_buffers(x)
         nb.backward(_as3(dy), _as3(x), w, mean, var, eps, _as3(dx), dw, db)
         return dx, dw, db
     dims = _bn_dims(x)
-    dx, dw, db = out if out is not None else (
-        xp.empty(x.shape, dtype=x.dtype), None, None)
+    dx, dw, db = out if out is not None else _bn_buffers(x, xp)
     n = x.dtype.type(_bn_count(x))
     rows, per = _bn_rows(x)
     dy2 = dy.reshape(rows.shape)
@@ -503,12 +504,9 @@ def _bn_backward(xp, dy, x, w, mean, var, eps, out=None):
     xp.multiply(xc, per(k2), out=xc)
     dx2 -= xc
     dx2 -= per(k3)
-    gw = dot * invstd
-    if out is None:
-        return dx, gw, sum_dy
-    dw[...] = gw
+    dw[...] = dot * invstd
     db[...] = sum_dy
-    return out
+    return dx, dw, db
 
 
 def _bn_backward_kernel(xp, dy, x, w, mean, var, *, eps):
