@@ -84,6 +84,19 @@ def max_pool_forward(x, out, planes, h, w, ho, wo, kh, kw, sh, sw, ph, pw, dh, d
     return out
 
 
+@njit(inline="always", **_JIT)
+def _pick4(x, at, w):
+    """The 2x2 window of x at ``at`` in row-major order a, b, c, d: (its winner's value,
+    whether b, c, d in turn took over from the winner so far)."""
+    a, b, c, d = x[at], x[at + 1], x[at + w], x[at + w + 1]
+    tb = (b > a) | (b != b)
+    m = b if tb else a
+    tc = (c > m) | (c != c)
+    m = c if tc else m
+    td = (d > m) | (d != d)
+    return (d if td else m), tb, tc, td
+
+
 @njit(**_JIT)
 def max_pool_forward_2x2(x, out, planes, h, w, ho, wo):
     """``max_pool_forward`` for 2x2 windows at stride 2 that tile x (no padding)."""
@@ -92,11 +105,7 @@ def max_pool_forward_2x2(x, out, planes, h, w, ho, wo):
             base = (p * h + 2 * oh) * w
             dest = (p * ho + oh) * wo
             for ow in range(wo):
-                at = base + 2 * ow
-                a, b, c, d = x[at], x[at + 1], x[at + w], x[at + w + 1]
-                m = b if (b > a) | (b != b) else a
-                m = c if (c > m) | (c != c) else m
-                out[dest + ow] = d if (d > m) | (d != d) else m
+                out[dest + ow] = _pick4(x, base + 2 * ow, w)[0]
     return out
 
 
@@ -133,13 +142,8 @@ def max_pool_backward_2x2(g, x, gx, planes, h, w, ho, wo, zero):
             src = (p * ho + oh) * wo
             for ow in range(wo):
                 at = base + 2 * ow
-                a, b, c, d = x[at], x[at + 1], x[at + w], x[at + w + 1]
                 value = g[src + ow] + zero
-                tb = (b > a) | (b != b)
-                m = b if tb else a
-                tc = (c > m) | (c != c)
-                m = c if tc else m
-                td = (d > m) | (d != d)
+                _, tb, tc, td = _pick4(x, at, w)
                 # one flag per element (a tap index compared with 0..3 measured 3.5x slower)
                 wc = tc & (td ^ True)
                 wb = tb & ((tc | td) ^ True)
