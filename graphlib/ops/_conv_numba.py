@@ -110,15 +110,20 @@ def max_pool_forward_2x2(x, out, planes, h, w, ho, wo):
 
 
 @njit(**_JIT)
+def _plane_setup(h, w, ho, wo, kh, kw, sh, sw, ph, pw, dh, dw):
+    """The window taps along both dims (``_taps``) and the per-plane winner buffers."""
+    rows = _taps(ho, sh, ph, dh, kh, h)
+    cols = _taps(wo, sw, pw, dw, kw, w)
+    return rows, cols, np.empty(ho * wo, dtype=np.int64), np.empty(ho * wo, dtype=np.int64)
+
+
+@njit(**_JIT)
 def max_pool_backward(g, x, gx, planes, h, w, ho, wo, kh, kw, sh, sw, ph, pw, dh, dw,
                       overlap):
     """gx (zeros on entry) += each window's cotangent g at its winner in x."""
-    rs, rlo, rhi = _taps(ho, sh, ph, dh, kh, h)
-    cs, clo, chi = _taps(wo, sw, pw, dw, kw, w)
-    pos = np.empty(ho * wo, dtype=np.int64)
-    tap = np.empty(ho * wo, dtype=np.int64)
+    rows, cols, pos, tap = _plane_setup(h, w, ho, wo, kh, kw, sh, sw, ph, pw, dh, dw)
     for p in range(planes):
-        _winners(x, p * h * w, w, rs, rlo, rhi, cs, clo, chi, dh, dw, kw, pos, tap)
+        _winners(x, p * h * w, w, *rows, *cols, dh, dw, kw, pos, tap)
         grad = p * ho * wo
         if not overlap:
             for o in range(ho * wo):
@@ -158,12 +163,9 @@ def max_pool_backward_2x2(g, x, gx, planes, h, w, ho, wo, zero):
 @njit(**_JIT)
 def max_pool_gather(c, x, out, planes, h, w, ho, wo, kh, kw, sh, sw, ph, pw, dh, dw):
     """out[p, oh, ow] = c at the winner in x of each window (0 for an empty one)."""
-    rs, rlo, rhi = _taps(ho, sh, ph, dh, kh, h)
-    cs, clo, chi = _taps(wo, sw, pw, dw, kw, w)
-    pos = np.empty(ho * wo, dtype=np.int64)
-    tap = np.empty(ho * wo, dtype=np.int64)
+    rows, cols, pos, tap = _plane_setup(h, w, ho, wo, kh, kw, sh, sw, ph, pw, dh, dw)
     for p in range(planes):
-        _winners(x, p * h * w, w, rs, rlo, rhi, cs, clo, chi, dh, dw, kw, pos, tap)
+        _winners(x, p * h * w, w, *rows, *cols, dh, dw, kw, pos, tap)
         dest = p * ho * wo
         for o in range(ho * wo):
             out[dest + o] = c[pos[o]] if pos[o] >= 0 else 0
