@@ -914,3 +914,24 @@ def test_batch_norm_kernels_numba_and_numpy_agree(monkeypatch, use_numba, dtype,
                       (db, dy64.sum(axis=(0, 2, 3)))):
         assert got.dtype == dtype
         np.testing.assert_allclose(got, want, rtol=tol, atol=tol * 10)
+
+
+def test_float16_batch_norm_accumulates_in_float32():
+    """A float16 batch whose channel sums overflow float16 (values ~100, 4096 per channel):
+    the statistics are computed in float32, as PyTorch does, and cast back."""
+    rng = np.random.default_rng(12)
+    x = (rng.standard_normal((64, 4, 8, 8)) * 3 + 100).astype(np.float16)
+    c = rng.standard_normal(x.shape).astype(np.float16)
+    xt = dg.tensor(x, requires_grad=True)
+    y = NF.batch_norm(xt, None, None, dg.tensor(np.ones(4, np.float16)),
+                      dg.tensor(np.zeros(4, np.float16)), training=True)
+    (y * dg.tensor(c)).sum().backward()
+    assert y.dtype == "float16" and xt.grad.dtype == "float16"
+    x32 = x.astype(np.float64)
+    m, v = x32.mean(axis=(0, 2, 3), keepdims=True), x32.var(axis=(0, 2, 3), keepdims=True)
+    xhat = (x32 - m) / np.sqrt(v + 1e-5)
+    c64 = c.astype(np.float64)
+    want_dx = (c64 - c64.mean(axis=(0, 2, 3), keepdims=True)
+               - xhat * (c64 * xhat).mean(axis=(0, 2, 3), keepdims=True)) / np.sqrt(v + 1e-5)
+    np.testing.assert_allclose(y.detach().numpy().astype(np.float64), xhat, atol=4e-3)
+    np.testing.assert_allclose(xt.grad.numpy().astype(np.float64), want_dx, atol=4e-3)

@@ -423,12 +423,22 @@ def _bn_forward(xp, x, w, b, eps, out=None):
     return y, mean, var
 
 
+def _half_in_float32(xp, fn, *arrays):
+    """``fn`` over float16 arrays computed in float32, results cast back (PyTorch's
+    accumulation type: float16 sums over a batch overflow or lose every digit)."""
+    res = fn(*[a.astype(xp.float32) for a in arrays])
+    return tuple(r.astype(xp.float16) for r in res)
+
+
 def _bn_kernel(xp, x, w, b, *, eps):
+    if x.dtype == xp.float16:
+        return _half_in_float32(xp, lambda *a: _bn_forward(xp, *a, eps), x, w, b)
     return _bn_forward(xp, x, w, b, eps)
 
 
 def _bn_out(xp, x, w, b, *, out, eps):
-    if any(o.dtype != x.dtype for o in out) or not out[0].flags.c_contiguous \
+    if x.dtype == xp.float16 or any(o.dtype != x.dtype for o in out) \
+            or not out[0].flags.c_contiguous \
             or xp.may_share_memory(out[0], x):
         return False
     _bn_forward(xp, x, w, b, eps, out)
@@ -510,11 +520,14 @@ def _bn_backward(xp, dy, x, w, mean, var, eps, out=None):
 
 
 def _bn_backward_kernel(xp, dy, x, w, mean, var, *, eps):
+    if x.dtype == xp.float16:
+        return _half_in_float32(xp, lambda *a: _bn_backward(xp, *a, eps), dy, x, w, mean, var)
     return _bn_backward(xp, dy, x, w, mean, var, eps)
 
 
 def _bn_backward_out(xp, dy, x, w, mean, var, *, out, eps):
-    if any(o.dtype != x.dtype for o in out) or not out[0].flags.c_contiguous \
+    if x.dtype == xp.float16 or any(o.dtype != x.dtype for o in out) \
+            or not out[0].flags.c_contiguous \
             or xp.may_share_memory(out[0], x) or xp.may_share_memory(out[0], dy):
         return False
     _bn_backward(xp, dy, x, w, mean, var, eps, out)
