@@ -27,7 +27,8 @@ from . import grad_mode
 VIEW_OPS = frozenset({"reshape", "permute", "expand", "getitem", "split"})
 # Ops whose vjp reads their output's data (y = exp(x): dx = g * y).
 READS_OUTPUT = frozenset({"exp", "sqrt", "rsqrt", "reciprocal", "tanh", "sigmoid", "div", "pow",
-                          "std", "amax", "amin", "logsumexp", "softmax", "log_softmax"})
+                          "std", "amax", "amin", "logsumexp", "softmax", "log_softmax",
+                          "relu", "batch_norm_train"})
 # Ops whose vjp reads no input or output *data* (only shapes/dtypes): in-place changes to
 # their operands after the fact cannot corrupt their gradient.
 NO_SAVED_DATA = frozenset({"add", "sub", "neg", "sum", "mean", "expand", "reshape", "permute",
@@ -620,6 +621,13 @@ class EagerNode(Node):
         data = list(self._out_data)
         data[i] = tensor.data
         self._out_data = tuple(data)
+        # an in-place op's result now lives in ``tensor`` (at its new version): a vjp that
+        # reads this output (READS_OUTPUT) reads exactly that
+        saved = self.saved_versions
+        if saved is not None and len(saved) > len(self.inputs) + i:
+            saved = list(saved)
+            saved[len(self.inputs) + i] = tensor._version[0]
+            self.saved_versions = tuple(saved)
 
     def release(self) -> None:
         """Free the saved tensors (after a backward without retain_graph)."""

@@ -94,6 +94,29 @@ def test_inplace_on_output_saved_by_exp_raises():
         y.sum().backward()
 
 
+def test_inplace_on_output_saved_by_relu_raises():
+    x = dg.tensor([-1.0, 2.0], requires_grad=True)
+    y = dg.relu(x)
+    y.add_(1)          # relu's gradient reads its output (as PyTorch's)
+    with pytest.raises(RuntimeError, match="relu"):
+        y.sum().backward()
+
+
+@pytest.mark.parametrize("name, grad", [
+    ("relu_", lambda h0: 2 * np.maximum(h0, 0) * (h0 > 0) * 2),
+    ("exp_", lambda h0: 2 * np.exp(h0) * np.exp(h0) * 2),
+    ("sqrt_", lambda h0: 2 * np.sqrt(h0) / (2 * np.sqrt(h0)) * 2)])
+def test_inplace_op_whose_gradient_reads_its_output(name, grad):
+    """h.relu_(), h.exp_(), h.sqrt_(): the op's output is h itself afterwards, at the version
+    the in-place write gave it; backward reads it there instead of refusing."""
+    x = dg.tensor([0.5, 2.0, 3.0], requires_grad=True)
+    h = x * 2.0 - (0.0 if name == "sqrt_" else 1.5)
+    h0 = h.detach().numpy().copy()
+    getattr(h, name)()
+    (h * h).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), grad(h0), rtol=1e-12)
+
+
 def test_inplace_on_nonleaf_keeps_history_when_safe():
     x = dg.tensor([1.0, 2.0], requires_grad=True)
     y = x * 1.0
