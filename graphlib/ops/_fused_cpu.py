@@ -726,6 +726,23 @@ def numba_available() -> bool:
     return bool(_numba_state["ok"])
 
 
+def numba_module(name: str):
+    """The module ``graphlib.ops.<name>`` of hand-written numba kernels (``_conv_numba``,
+    ``_norm_numba``), imported once; None where numba is not available, or (with a warning)
+    where the module fails to import."""
+    key = "module:" + name
+    if key not in _numba_state:
+        module = None
+        if numba_available():
+            try:
+                module = importlib.import_module(f"{__package__}.{name}")
+            except Exception as exc:  # noqa: BLE001 - a broken numba means numpy's kernels
+                warnings.warn(f"duograph: numba kernels {name} unavailable ({exc}); using "
+                              "numpy", RuntimeWarning, stacklevel=2)
+        _numba_state[key] = module
+    return _numba_state[key]
+
+
 # Ops whose numba form measured faster than numpy's chunks (benchmarks/fusion.py); float32
 # adds the tanh family, computed by the vectorisable rational approximation below.
 NUMBA_FAST = {"neg", "abs", "square", "reciprocal", "rsqrt", "sqrt", "add", "sub", "mul",

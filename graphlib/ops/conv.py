@@ -20,8 +20,6 @@ unevenly), the pools' is (height, width). Gradient ops carry the shape they prod
 """
 from __future__ import annotations
 
-import os
-import warnings
 from typing import Optional, Tuple, Union
 
 import numpy as np
@@ -30,6 +28,7 @@ from .. import dtypes
 from ..errors import DTypeError, ShapeError, located
 from ..registry import OpDef, register
 from ..types import TensorType, format_shape
+from ._fused_cpu import numba_module
 from ._select import select
 from .reduction import sum as reduce_sum
 from .shape import reshape
@@ -126,9 +125,8 @@ _NUMBA_DTYPES = frozenset(np.dtype(name) for name in (
     "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
     "uint64"))
 _FLOAT_DTYPES = frozenset([np.dtype("float32"), np.dtype("float64")])
-# False turns the numba loops off (the numpy kernels run); DUOGRAPH_NUMBA_CONV=0 too.
-USE_NUMBA = os.environ.get("DUOGRAPH_NUMBA_CONV", "1") != "0"
-_numba_state: dict = {}
+# False turns the numba loops off (the numpy kernels run), as DUOGRAPH_NUMBA=0 does for all.
+USE_NUMBA = True
 
 
 def _pool_numba(xp, *arrays):
@@ -139,16 +137,7 @@ def _pool_numba(xp, *arrays):
     for a in arrays:
         if a.dtype not in _NUMBA_DTYPES:     # a set of dtypes: ``.name`` costs ~2 us
             return None
-    if "module" not in _numba_state:
-        from ._fused_cpu import numba_available
-        module = None
-        if numba_available():
-            try:
-                from . import _conv_numba as module
-            except Exception as exc:  # noqa: BLE001 - a broken numba means the numpy kernels
-                warnings.warn(f"conv/pool: numba loops unavailable ({exc}); using numpy")
-        _numba_state["module"] = module
-    return _numba_state["module"]
+    return numba_module("_conv_numba")
 
 
 def _conv_numba(xp, *arrays):

@@ -350,7 +350,6 @@ def _bn_count(x) -> int:
 
 
 USE_NUMBA = True          # the numba loops of _norm_numba where they apply (tests turn off)
-_norm_state: dict = {}
 
 
 def _norm_numba(xp, *arrays):
@@ -364,13 +363,8 @@ def _norm_numba(xp, *arrays):
             return None
     if dt not in (np.float32, np.float64) or arrays[0].size == 0:
         return None
-    if "module" not in _norm_state:
-        from ._fused_cpu import numba_available
-        module = None
-        if numba_available():
-            from . import _norm_numba as module
-        _norm_state["module"] = module
-    return _norm_state["module"]
+    from ._fused_cpu import numba_module
+    return numba_module("_norm_numba")
 
 
 def _as3(a):
