@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-_BITS = {1: "uint8", 2: "uint16", 4: "uint32", 8: "uint64"}
+# the unsigned integer dtype of each item size: the bits a mask moves
+UINT_OF_SIZE = {1: "uint8", 2: "uint16", 4: "uint32", 8: "uint64"}
 
 
 def where_bits(xp, c, a, b, out) -> bool:
@@ -17,7 +18,7 @@ def where_bits(xp, c, a, b, out) -> bool:
     and infinities are moved, never computed) and SIMD: numpy's where and copyto(where=)
     branch per element and measured 6-15x slower on a relu-backward mask. Needs c and a
     shaped like out; out may be a or b. Returns False (nothing written) where it cannot."""
-    name = _BITS.get(out.dtype.itemsize)
+    name = UINT_OF_SIZE.get(out.dtype.itemsize)
     if (name is None or out.dtype.kind not in "fiu" or c.shape != out.shape
             or a.shape != out.shape or not out.flags.c_contiguous
             or not a.flags.c_contiguous or not (b.ndim == 0 or b.flags.c_contiguous)):

@@ -29,7 +29,7 @@ from ..errors import DTypeError, ShapeError, located
 from ..registry import OpDef, register
 from ..types import TensorType, format_shape
 from ._fused_cpu import numba_module
-from ._select import select
+from ._select import UINT_OF_SIZE, select
 from .reduction import sum as reduce_sum
 from .shape import reshape
 
@@ -512,9 +512,6 @@ def _tiles(x_shape, out_hw, kernel_size, stride, padding, dilation) -> bool:
             and out_hw[1] * stride[1] <= x_shape[3])
 
 
-_UINT = {2: "uint16", 4: "uint32", 8: "uint64"}
-
-
 def _max_pool_tiled_backward(xp, g, x, kernel_size, out_hw):
     """The numpy backward for windows that tile x (each element in one window at most):
     per tap, a mask of the windows whose first maximum sits there, and the cotangent's bits
@@ -523,7 +520,7 @@ def _max_pool_tiled_backward(xp, g, x, kernel_size, out_hw):
     rule for NaNs applies then) or for a dtype without a same-size unsigned integer."""
     kh, kw = kernel_size
     ho, wo = out_hw
-    name = _UINT.get(g.dtype.itemsize)
+    name = UINT_OF_SIZE.get(g.dtype.itemsize)
     if name is None or g.dtype.kind != "f":
         return None
 
