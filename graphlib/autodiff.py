@@ -160,3 +160,56 @@ def grad(output, wrt, cotangent=None) -> List[Value]:
         g = cts.get(value_key(w))
         result.append(g if g is not None else zeros_like(w))
     return result
+
+
+def is_zero_cotangent(ct) -> bool:
+    """Whether ``ct`` is the zeros ``backward_pass`` fills in for an output nobody reads
+    (``zeros_like``, a ``full_like`` of 0): a vjp may skip the terms it would feed."""
+    node = getattr(ct, "node", None)
+    return node is not None and (node.op.name == "zeros_like" or (
+        node.op.name == "full_like" and node.attrs.get("fill_value") == 0))
+
+
+def composite_vjp(formula: Callable, cts: Sequence, ins: Sequence,
+                  needs: Sequence[bool]) -> list:
+    """The vector-Jacobian product of ``formula(*ins)`` (written in differentiable ops) for
+    the cotangents ``cts`` of its outputs, in whatever mode ``ins`` live in: the formula and
+    its gradient are traced once on placeholders of the operands' types (as JAX traces a
+    jaxpr), and the nodes the gradient needs are replayed on the operands themselves,
+    building graph nodes for Values and running eagerly (recording a tape when gradients
+    are on) for tensors. For fused ops whose gradient of the gradient is rarely needed."""
+    from .ir import Graph
+    from .types import TensorType
+    scratch = Graph("composite_vjp")
+    with scratch:
+        phs = [scratch.add_input(f"i{k}", TensorType(tuple(x.shape), x.dtype))
+               for k, x in enumerate(ins)]
+        outs = formula(*phs)
+        ct_phs = [scratch.add_input(f"c{k}", TensorType(tuple(o.shape), o.dtype))
+                  for k, o in enumerate(outs)]
+        seeds = {value_key(o): c for o, c, ct in zip(outs, ct_phs, cts)
+                 if not is_zero_cotangent(ct)}
+        wrt = [p for p, need in zip(phs, needs) if need]
+        got = backward_pass(list(scratch.nodes), seeds, wrt=wrt)
+    wanted = [got.get(value_key(p)) if need else None for p, need in zip(phs, needs)]
+    # the nodes the wanted gradients depend on, in order (not the formula's own outputs)
+    needed, stack = set(), [w.node for w in wanted if w is not None and w.node is not None]
+    while stack:
+        node = stack.pop()
+        if id(node) not in needed:
+            needed.add(id(node))
+            stack.extend(x.node for x in node.inputs if x.node is not None)
+    env = {id(p): x for p, x in zip(phs, ins)}
+    env.update((id(p), ct) for p, ct in zip(ct_phs, cts))
+    for node in scratch.nodes:
+        if id(node) not in needed:
+            continue
+        if node.op.name == "constant":
+            value = node.attrs["value"]
+            env[id(node.outputs[0])] = getattr(value, "array", value)
+            continue
+        res = node.op(*[env[id(x)] for x in node.inputs], **node.attrs)
+        res = res if isinstance(res, (tuple, list)) else (res,)
+        for o, r in zip(node.outputs, res):
+            env[id(o)] = r
+    return [None if w is None else env[id(w)] for w in wanted]

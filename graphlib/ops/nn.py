@@ -6,6 +6,7 @@ import math
 import numpy as np
 
 from .. import dtypes
+from ..autodiff import composite_vjp, is_zero_cotangent
 from ..errors import DTypeError, ShapeError, located
 from ..registry import OpDef, register
 from ..types import TensorType, normalize_dim
@@ -439,18 +440,11 @@ def _bn_out(xp, x, w, b, *, out, eps):
     return True
 
 
-def _is_zero(ct) -> bool:
-    """Whether a cotangent is the zeros autodiff fills in for an unused output."""
-    node = getattr(ct, "node", None)
-    return node is not None and (node.op.name == "zeros_like" or (
-        node.op.name == "full_like" and node.attrs.get("fill_value") == 0))
-
-
 def _bn_vjp(cts, ins, outs, a, needs):
     from .shape import reshape
     (dy, dmean, dvar), (x, w, _) = cts, ins
     dx, dw, db = batch_norm_train_backward_op(dy, x, w, outs[1], outs[2], eps=a["eps"])
-    if needs[0] and not (_is_zero(dmean) and _is_zero(dvar)):
+    if needs[0] and not (is_zero_cotangent(dmean) and is_zero_cotangent(dvar)):
         # the batch statistics read by the loss too: d mean/dx = 1/n, d var/dx = 2 (x-m)/n
         bshape = (1, x.shape[1]) + (1,) * (x.ndim - 2)
         if all(isinstance(d, int) for d in x.shape):
@@ -458,9 +452,9 @@ def _bn_vjp(cts, ins, outs, a, needs):
         else:
             from .reduction import numel
             n = numel(x, _bn_dims(x), dtype=x.dtype)
-        if not _is_zero(dmean):
+        if not is_zero_cotangent(dmean):
             dx = dx + reshape(dmean, *bshape) / n
-        if not _is_zero(dvar):
+        if not is_zero_cotangent(dvar):
             dx = dx + reshape(dvar, *bshape) * (x - reshape(outs[1], *bshape)) * 2.0 / n
     return [dx if needs[0] else None, dw if needs[1] else None, db if needs[2] else None]
 
@@ -555,46 +549,6 @@ batch_norm_train_backward_op = register(OpDef(
     "batch_norm_train_backward", _bn_backward_infer, _bn_backward_kernel, _bn_backward_vjp,
     multi_output=True, doc="(dx, dweight, dbias) of batch_norm_train"))
 batch_norm_train_backward_op.out_kernel = _bn_backward_out
-
-
-def composite_vjp(formula, cts, ins, needs):
-    """The vector-Jacobian product of ``formula(*ins)`` (written in differentiable ops) for
-    the cotangents ``cts`` of its outputs, in whatever mode ``ins`` live in: the formula and
-    its gradient are traced once on placeholders of the operands' types (as JAX traces a
-    jaxpr), and the traced nodes replayed on the operands themselves, building graph nodes
-    for Values and running eagerly (recording a tape when gradients are on) for tensors.
-    For fused ops whose gradient of the gradient is rarely needed."""
-    from ..autodiff import backward_pass, value_key
-    from ..ir import Graph
-    from ..types import TensorType
-    scratch = Graph("composite_vjp")
-    with scratch:
-        phs = [scratch.add_input(f"i{k}", TensorType(tuple(x.shape), x.dtype))
-               for k, x in enumerate(ins)]
-        outs = formula(*phs)
-        ct_phs = [scratch.add_input(f"c{k}", TensorType(tuple(o.shape), o.dtype))
-                  for k, o in enumerate(outs)]
-        seeds = {value_key(o): c for o, c, ct in zip(outs, ct_phs, cts) if not _is_zero(ct)}
-        wrt = [p for p, need in zip(phs, needs) if need]
-        got = backward_pass(list(scratch.nodes), seeds, wrt=wrt)
-    env = {id(p): x for p, x in zip(phs, ins)}
-    env.update((id(p), ct) for p, ct in zip(ct_phs, cts))
-    for node in scratch.nodes:                 # replay on the real operands
-        if node.op.name == "constant":
-            value = node.attrs["value"]
-            env[id(node.outputs[0])] = getattr(value, "array", value)
-            continue
-        if not all(id(x) in env for x in node.inputs):
-            continue                           # (a node the gradient does not need)
-        res = node.op(*[env[id(x)] for x in node.inputs], **node.attrs)
-        res = res if isinstance(res, (tuple, list)) else (res,)
-        for o, r in zip(node.outputs, res):
-            env[id(o)] = r
-    grads = []
-    for p, need in zip(phs, needs):
-        ct = got.get(value_key(p)) if need else None
-        grads.append(None if ct is None else env[id(ct)])
-    return grads
 
 
 def batch_norm_train(x, weight, bias, eps: float = 1e-5):
