@@ -298,12 +298,8 @@ def _bind_gemm_update(body, in_shapes: Sequence[tuple], strategy: str):
         s = fixed if js is None else float(arrays[js].reshape(-1)[0])
         if out is not p:
             np.copyto(out, p)
-        if not _cblas.gemm_update(arrays[ia], arrays[ib], out, sign * s, 1.0):
-            if out is p:                     # nothing written yet: the general path
-                return False
-            np.copyto(out, p - s * np.matmul(arrays[ia], arrays[ib]) if sign < 0
-                      else p + s * np.matmul(arrays[ia], arrays[ib]))
-        return True
+        # False: nothing but P's copy written; the general path then computes the whole body
+        return _cblas.gemm_update(arrays[ia], arrays[ib], out, sign * s, 1.0)
     return runner
 
 
@@ -968,13 +964,12 @@ class NumbaPlan:
     def __init__(self, source: Callable[[tuple], str], prep: List[str], full: tuple,
                  rows: int, cols: int, out_dtypes, fallback):
         self.make_source = source     # alias pattern -> kernel source (see ``_source``)
-        self.source = source(())
         self.prep = prep
         self.full = full
         self.rows, self.cols = rows, cols
         self.out_dtypes = out_dtypes
-        self.fallback = fallback      # a ChunkPlan factory, used if compilation fails
-        self.fn = None                # False once compilation failed
+        self.fallback = fallback      # a ChunkPlan factory, a ChunkPlan once numba failed
+        self.failed = False
         self.fns: Dict[tuple, object] = {}
         self.full_inputs = [j for j, p in enumerate(prep) if p == "full"]
 
@@ -1022,11 +1017,13 @@ class NumbaPlan:
             return None
         cols = math.prod(full[-suffix.pop():]) if suffix else 1
         rows = n // cols
-        if cls._source(lay, prep, consts, dt, bool(cols > 1), ()) is None:
+        plain = cls._source(lay, prep, consts, dt, bool(cols > 1), ())
+        if plain is None:
             return None
 
         def source(alias: tuple) -> str:
-            return cls._source(lay, prep, consts, dt, bool(cols > 1), alias)
+            return cls._source(lay, prep, consts, dt, bool(cols > 1), alias) if alias \
+                else plain
 
         def fallback():
             return ChunkPlan(lay, ins, shapes, consts, full)
@@ -1100,7 +1097,7 @@ class NumbaPlan:
         return "\n".join(src) + "\n"
 
     def __call__(self, ins: Sequence[np.ndarray], out=None) -> List[np.ndarray]:
-        if self.fn is False:
+        if self.failed:
             return self.fallback(ins, out)
         outs, work = _outputs(self.full, self.out_dtypes, out, True)
         args = []
@@ -1129,7 +1126,6 @@ class NumbaPlan:
             fn = self.fns.get(alias)
             if fn is None:
                 fn = self.fns[alias] = load_kernel(self.make_source(alias))
-                self.fn = self.fn or fn
             if alias:
                 into = {k for k, _ in alias}
                 views = [v for k, v in enumerate(views) if k not in into]
@@ -1137,7 +1133,7 @@ class NumbaPlan:
         except Exception as e:  # noqa: BLE001 - fall back to numpy, once, with a warning
             warnings.warn(f"duograph: numba could not compile a fused kernel ({e}); using "
                           "numpy chunks instead", RuntimeWarning, stacklevel=2)
-            self.fn = False
+            self.failed = True
             self.fallback = self.fallback()
             return self.fallback(ins, out)
         _copy_back(outs, work)
