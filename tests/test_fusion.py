@@ -706,3 +706,26 @@ def test_sgd_step_on_a_matmul_gradient_runs_as_one_gemm(monkeypatch, cblas):
     assert updates
     bound = _fused_cpu._bind_gemm_update(updates[0], [(5, 3), (3, 7), (), (5, 7)], "auto")
     assert (bound is not None) == cblas
+
+
+@pytest.mark.skipif(not HAVE_NUMBA, reason="numba is not installed (the `fast` extra)")
+def test_numba_compile_failure_falls_back_to_numpy_chunks_with_a_warning(monkeypatch):
+    set_cpu_strategy("numba")
+
+    def broken(source):
+        raise RuntimeError("no compiler today")
+    monkeypatch.setattr(_fused_cpu, "load_kernel", broken)
+    g = dg.Graph("fallback")
+    with g:
+        x = dg.placeholder("x", ("N",))
+        y = dg.tanh(x * 2.0) + 1.0
+    xs = _x(1000)
+    exe = g.compile(outputs=[y], passes=["fuse"])
+    with pytest.warns(RuntimeWarning, match="no compiler today"):
+        (got,) = exe(x=xs)
+    np.testing.assert_allclose(got, np.tanh(xs * 2) + 1, rtol=1e-6)
+    (again,) = exe(x=xs)                       # the plan stays on numpy, no second warning
+    np.testing.assert_allclose(again, got)
+    plans = [p for n in _fused(exe) for p in n.attrs["sub"]._plans.values()
+             if isinstance(p, _fused_cpu.NumbaPlan)]
+    assert plans and all(p.failed for p in plans)
