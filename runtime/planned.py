@@ -121,14 +121,11 @@ class Program:
         # state or a feed, or are constants.
         state_ids = {id(v) for v in exe.graph.state}
         written = {s for step in steps if step[0] in (ARENA, PREPARED) for s in step[5]}
-        self.fresh = {}
-        for v in exe.outputs:
-            s = slot[id(v)]
-            if (s in written and id(v) not in state_ids and id(v) not in inplace_new
-                    and plan.storage(v)[0] == "arena"):
-                self.fresh[s] = (env[s].shape, env[s].dtype)
-        self.fresh = list(self.fresh.items())
-        self.copy_outputs = [slot[id(v)] not in dict(self.fresh) for v in exe.outputs]
+        fresh = {slot[id(v)] for v in exe.outputs
+                 if slot[id(v)] in written and id(v) not in state_ids
+                 and id(v) not in inplace_new and plan.storage(v)[0] == "arena"}
+        self.fresh = [(s, (env[s].shape, env[s].dtype)) for s in sorted(fresh)]
+        self.copy_outputs = [slot[id(v)] not in fresh for v in exe.outputs]
         updated_in_place = {name for _, _, name in self.state_outputs}
         self.writebacks = [(name, s, plan.storage(new)[0] == "arena")
                            for (name, s), (_, new) in zip(exe.update_slots, exe.updates)
