@@ -1,10 +1,11 @@
 """numba loops for training-mode batch norm (``nn.batch_norm_train`` and its backward),
 used where numba is installed and the arrays are numpy's.
 
-The numpy kernels make about eight passes over the (N, C, H, W) batch with a temporary per
-pass (forward 92 us, backward 132 us for a (32, 16, 8, 8) float32 batch); these loops walk one
-channel at a time, its slice in cache: three passes forward (sum, squared deviations,
-output), two backward (the two sums, then the gradient). Sums accumulate in float64.
+The numpy kernels make four to six passes over the (N, C, H, W) batch with a temporary per
+pass (forward 62 us, backward 83 us for a (32, 16, 8, 8) float32 batch); these loops walk
+one channel at a time, its slice in cache: three passes forward (sum, squared deviations,
+output), two backward (the two sums, then the gradient), 23 and 38 us. Sums accumulate in
+float64.
 """
 from __future__ import annotations
 
