@@ -7,9 +7,9 @@ multiply and subtract, 92 us as one gemm). scipy's ``blas.sgemm`` would do it to
 scipy ships its own OpenBLAS: its threads and numpy's spin-wait against each other, which
 measured a 5-25x slower MLP training step on 2 cores (4-18 ms instead of 0.7). So the
 gemm called here is the one numpy itself uses, found in the OpenBLAS library numpy's wheels
-bundle (symbols
-``scipy_cblas_sgemm64_`` / ``scipy_cblas_dgemm64_``, 64-bit integers). Where numpy is built
-otherwise (MKL, Accelerate...), ``gemm_update`` returns False and callers keep numpy's path.
+bundle (symbols ``scipy_cblas_sgemm64_`` / ``scipy_cblas_dgemm64_``, 64-bit integers). Where
+numpy is built otherwise (MKL, Accelerate...), ``gemm_update`` returns False and callers keep
+numpy's path.
 """
 from __future__ import annotations
 
