@@ -565,8 +565,10 @@ class EagerNode(Node):
     in-place op on an input does not reroute gradients.
     """
 
-    __slots__ = ("_out_refs", "_out_data", "input_keys", "next_nodes", "saved_versions",
-                 "freed", "for_grad")
+    # a plain ``inputs`` slot (no use lists: a tape node is never placed in a graph)
+    __slots__ = ("inputs", "_out_refs", "_out_data", "input_keys", "next_nodes",
+                 "saved_versions", "freed", "for_grad")
+    graph = None
 
     def __init__(self, op, inputs, attrs, outputs, source, for_grad):
         self.op = op

@@ -101,6 +101,11 @@ def _nodes_of(values: Sequence[Value]) -> List:
             raise GraphError(located(
                 f"grad: all values must belong to one graph, found {v!r} of graph "
                 f"{getattr(v.graph, 'name', None)!r} and graph {graph.name!r}"))
+    if graph.gradient_blockers:
+        raise GraphError(located(
+            f"grad: graph {graph.name!r} went through passes that do not preserve gradients "
+            f"({', '.join(graph.gradient_blockers)}); take gradients before optimising it "
+            "(dg.grad, then optimize/compile)"))
     return list(graph.nodes)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 import threading
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -23,7 +23,7 @@ from .types import TensorType, format_shape
 class Value(TensorMethods):
     """A symbolic tensor: the output of a node or an input of a graph."""
 
-    __slots__ = ("type", "node", "index", "graph", "name", "__weakref__")
+    __slots__ = ("type", "node", "index", "graph", "name", "_uses", "__weakref__")
 
     def __init__(self, type: TensorType, node: "Optional[Node]" = None, index: int = 0,
                  graph: "Optional[Graph]" = None, name: Optional[str] = None):
@@ -32,6 +32,13 @@ class Value(TensorMethods):
         self.index = index
         self.graph = graph
         self.name = name
+        self._uses: Dict["Node", int] = {}    # placed node -> how many of its inputs read me
+
+    @property
+    def uses(self) -> "List[Node]":
+        """The nodes of a graph that read this value, in the order they started to (kept
+        up to date as nodes are placed, rewired and erased: ``replace_uses`` is O(uses))."""
+        return list(self._uses)
 
     # -- the tensor protocol shared with eager tensors ---------------------------------------
     @property
@@ -78,18 +85,62 @@ class Value(TensorMethods):
         return f"Value({label}: {self.type!r})"
 
 
-class Node:
-    """One op application: ``outputs = op(*inputs, **attrs)``, created at ``source``."""
+def _add_uses(node: "Node", inputs) -> None:
+    for x in inputs:
+        uses = getattr(x, "_uses", None)
+        if uses is not None:
+            uses[node] = uses.get(node, 0) + 1
 
-    __slots__ = ("op", "inputs", "attrs", "outputs", "source", "__weakref__")
+
+def _drop_uses(node: "Node", inputs) -> None:
+    for x in inputs:
+        uses = getattr(x, "_uses", None)
+        if uses is not None:
+            n = uses.get(node, 0) - 1
+            if n > 0:
+                uses[node] = n
+            else:
+                uses.pop(node, None)
+
+
+class Node:
+    """One op application: ``outputs = op(*inputs, **attrs)``, created at ``source``.
+
+    ``graph`` is the graph the node is placed in (None until it is): only placed nodes
+    count among their inputs' ``uses``, so a node a rewrite builds and then drops leaves no
+    trace. Assigning ``inputs`` keeps the use lists right. Sub-graphs (a fused body, a loop
+    body) live in the attributes as ``Region``s and are reached through ``regions``.
+    """
+
+    __slots__ = ("op", "_inputs", "attrs", "outputs", "source", "graph", "__weakref__")
 
     def __init__(self, op, inputs: Sequence, attrs: dict, outputs: Sequence = (),
                  source=None):
         self.op = op
-        self.inputs = tuple(inputs)
+        self._inputs = tuple(inputs)
         self.attrs = attrs
         self.outputs = tuple(outputs)
         self.source = source
+        self.graph = None
+
+    @property
+    def inputs(self) -> tuple:
+        return self._inputs
+
+    @inputs.setter
+    def inputs(self, values) -> None:
+        values = tuple(values)
+        if self.graph is not None:
+            _drop_uses(self, self._inputs)
+            _add_uses(self, values)
+        self._inputs = values
+
+    @property
+    def regions(self) -> "Tuple[Region, ...]":
+        """The sub-graphs this node carries (attributes holding a ``Region``), in attribute
+        order: the one accessor that verify, print, clone, DCE, CSE, autodiff, the planner
+        and the serialisers use."""
+        return tuple(v for v in self.attrs.values() if isinstance(v, Region))
 
     def attr_key(self):
         """A hashable key of the attributes (for CSE and caches)."""
@@ -97,6 +148,82 @@ class Node:
 
     def __repr__(self):
         return f"Node({self.op.name}, {len(self.inputs)} inputs, {len(self.outputs)} outputs)"
+
+
+class Region:
+    """A sub-graph carried by a node (in one of its attributes): a ``Graph`` whose inputs are
+    the region's parameters and whose outputs are its results. It is closed (it reads
+    nothing but its own inputs and constants) and immutable once made, so it is hashed and
+    compared by structure (two equal bodies let CSE merge their nodes) and shared between
+    clones of a graph; a pass that rewrites a body makes a new region (``with_graph``).
+
+    ``fused`` bodies, the ``call`` op and control-flow bodies are regions; every generic
+    tool reaches them through ``Node.regions``.
+    """
+
+    __slots__ = ("graph", "key", "_hash", "__weakref__")
+
+    def __init__(self, graph: "Graph"):
+        self.graph = graph
+        self.key = structure_key(graph)
+        self._hash = hash(self.key)
+
+    def with_graph(self, graph: "Graph") -> "Region":
+        """A region of the same kind over ``graph`` (a rewritten copy of this body)."""
+        return type(self)(graph)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other) -> bool:
+        return (type(other) is type(self)
+                and (self is other or (self._hash == other._hash and self.key == other.key)))
+
+    def infer(self, types: Sequence[TensorType], op: str = "region") -> List[TensorType]:
+        """The result types for inputs of ``types``, inferred through the body (so
+        ``verify`` checks a region-holding node like any other)."""
+        from .errors import DTypeError, ShapeError
+        g = self.graph
+        if len(types) != len(g.inputs):
+            raise ShapeError(f"{op}: the region takes {len(g.inputs)} inputs, found "
+                             f"{len(types)}")
+        env: Dict[Value, TensorType] = {}
+        for k, (v, t) in enumerate(zip(g.inputs, types)):
+            if t.dtype != v.dtype:
+                raise DTypeError(f"{op}: region input {k} ({v.name}) expects dtype {v.dtype}, "
+                                 f"found {t.dtype}")
+            if len(t.shape) != len(v.shape):
+                raise ShapeError(f"{op}: region input {k} ({v.name}) expects {v.ndim} dims, "
+                                 f"found {len(t.shape)}")
+            env[v] = t
+        for node in g.nodes:
+            out = node.op.infer([env[x] for x in node.inputs], node.attrs)
+            for o, t in zip(node.outputs, out):
+                env[o] = t
+        return [env[o] for o in g.outputs]
+
+    def text(self, indent: str = "") -> str:
+        """The body as printed after its node: a nested block (``Region`` subclasses may
+        print a shorter form)."""
+        from .printer import graph_to_text
+        return "\n" + graph_to_text(self.graph, indent=indent + "  ", keyword="region")
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__}: {len(self.graph.nodes)} nodes>"
+
+
+def structure_key(graph: "Graph") -> tuple:
+    """What makes two closed graphs equal: input types, ops, wiring, attributes (nested
+    regions by their own keys) and which values are returned."""
+    index: Dict[Value, int] = {v: i for i, v in enumerate(graph.inputs)}
+    nodes = []
+    for node in graph.nodes:
+        ins = tuple(index[x] for x in node.inputs)
+        nodes.append((node.op.name, ins, node.attr_key()))
+        for o in node.outputs:
+            index[o] = len(index)
+    return (tuple(v.type for v in graph.inputs), tuple(nodes),
+            tuple(index[o] for o in graph.outputs))
 
 
 class ConstArray:
@@ -156,7 +283,7 @@ class Graph:
 
     def __init__(self, name: str = "graph"):
         self.name = name
-        self.nodes: List[Node] = []
+        self._nodes: List[Node] = []
         self.inputs: List[Value] = []
         self.state: List[Value] = []
         self.state_init: Dict[int, np.ndarray] = {}   # id(state value) -> initial array
@@ -168,6 +295,9 @@ class Graph:
         self._random_streams = itertools.count()
         self._const_cache: Dict[tuple, Value] = {}
         self.id = next(_graph_ids)
+        # names of passes that ran on this graph without preserving gradients (simplify
+        # drops stop_gradient): autodiff refuses such a graph instead of a wrong answer
+        self.gradient_blockers: List[str] = []
 
     # -- building ------------------------------------------------------------------------------
     def __enter__(self) -> "Graph":
@@ -244,10 +374,100 @@ class Graph:
                 self.update(v, v + 1)
         return v
 
-    def append(self, node: Node) -> None:
+    # -- the node list and the editing API ---------------------------------------------------
+    @property
+    def nodes(self) -> List[Node]:
+        """The nodes in a valid topological order. Read it freely; change it through
+        ``append``/``insert``/``create_node``/``erase``/``replace_uses``, or assign a whole
+        new list (a reordering, or a pass's kept nodes): the use lists follow."""
+        return self._nodes
+
+    @nodes.setter
+    def nodes(self, nodes) -> None:
+        nodes = list(nodes)
+        new = set(nodes)
+        for node in self._nodes:
+            if node not in new:
+                self._unplace(node)
+        for node in nodes:
+            if node.graph is not self:
+                self._place(node)
+        self._nodes = nodes
+
+    def _place(self, node: Node) -> None:
+        if node.graph is not None and node.graph is not self:
+            raise GraphError(f"graph {self.name!r}: node {node.op.name} is already placed in "
+                             f"graph {node.graph.name!r}")
+        node.graph = self
         for v in node.outputs:
             v.graph = self
-        self.nodes.append(node)
+        _add_uses(node, node.inputs)
+
+    def _unplace(self, node: Node) -> None:
+        _drop_uses(node, node.inputs)
+        node.graph = None
+
+    def append(self, node: Node) -> None:
+        """Place ``node`` at the end of the order."""
+        self._place(node)
+        self._nodes.append(node)
+
+    def insert(self, index: int, node: Node) -> None:
+        """Place ``node`` at position ``index`` of the order (its inputs must come before)."""
+        self._place(node)
+        self._nodes.insert(index, node)
+
+    def create_node(self, op, inputs: Sequence[Value], attrs: Optional[dict] = None, *,
+                    like: Optional[Node] = None, source=None,
+                    before: Optional[Node] = None) -> Node:
+        """A new node ``op(*inputs, **attrs)`` with inferred output types, placed before
+        ``before`` (default: at the end), with ``like``'s source location (a rewrite's new
+        node points at the user code of the node it stands for)."""
+        attrs = {} if attrs is None else attrs
+        node = Node(op, inputs, attrs, (), like.source if like is not None else source)
+        types = op.infer([x.type for x in node.inputs], attrs)
+        node.outputs = tuple(Value(t, node, i, self) for i, t in enumerate(types))
+        if before is None:
+            self.append(node)
+        else:
+            self.insert(self.index_of(before), node)
+        return node
+
+    def copy_node(self, node: Node, inputs: Optional[Sequence[Value]] = None, *,
+                  before: Optional[Node] = None) -> Node:
+        """A copy of ``node`` (same op, attributes and source) reading ``inputs`` (default:
+        the same inputs), placed like ``create_node`` places it."""
+        return self.create_node(node.op, node.inputs if inputs is None else inputs,
+                                dict(node.attrs), like=node, before=before)
+
+    def index_of(self, node: Node) -> int:
+        for i, n in enumerate(self._nodes):
+            if n is node:
+                return i
+        raise GraphError(f"graph {self.name!r}: node {node.op.name} is not in this graph")
+
+    def replace_uses(self, old: Value, new: Value) -> None:
+        """Make every reader of ``old`` (nodes, outputs, state updates) read ``new``;
+        costs O(uses of ``old``), not a scan of the graph."""
+        if old is new:
+            return
+        for node in list(old._uses):
+            node.inputs = tuple(new if x is old else x for x in node.inputs)
+        if any(o is old for o in self.outputs):
+            self.outputs = [new if o is old else o for o in self.outputs]
+        for key, (state, value) in list(self.updates.items()):
+            if value is old:
+                self.updates[key] = (state, new)
+
+    def erase(self, node: Node) -> None:
+        """Remove ``node`` from the graph; its outputs must have no readers left."""
+        for o in node.outputs:
+            if o._uses:
+                raise GraphError(f"graph {self.name!r}: cannot erase {node.op.name}: its "
+                                 f"output {o.index} is still read by "
+                                 f"{[n.op.name for n in o._uses]}")
+        self._nodes.pop(self.index_of(node))
+        self._unplace(node)
 
     def next_random_stream(self) -> int:
         return next(self._random_streams)

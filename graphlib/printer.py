@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Dict, Optional
 
-from .ir import ConstArray
+from .ir import ConstArray, Region
 
 
 def _fmt_attr(v) -> str:
@@ -25,8 +25,9 @@ def _fmt_attr(v) -> str:
 
 
 def format_attrs(attrs: dict) -> str:
-    # a body (a fused node's sub-graph) is printed after the call instead, by node_to_text
-    shown = [(k, v) for k, v in attrs.items() if not hasattr(v, "body_text")]
+    # a region (a sub-graph) is printed after the call instead, by node_to_text
+    shown = [(k, v) for k, v in attrs.items() if not isinstance(v, Region)
+             and not hasattr(v, "body_text")]
     if not shown:
         return ""
     return "{" + ", ".join(f"{k}={_fmt_attr(v)}" for k, v in shown) + "}"
@@ -55,15 +56,19 @@ def node_to_text(node, namer: Namer, source: bool = False, indent: str = "  ") -
     outs = ", ".join(f"{namer.name(o)}: {o.type!r}" for o in node.outputs)
     ins = ", ".join(namer.name(i) for i in node.inputs)
     line = f"{indent}{outs} = {node.op.name}({ins}){format_attrs(node.attrs)}"
-    for v in node.attrs.values():   # fused(%3, %5) { %a = mul(%i0, %i1); ... }
-        if hasattr(v, "body_text"):
+    blocks = ""
+    for region in node.regions:     # fused(%3, %5) { %a = mul(%i0, %i1); ... } inline,
+        text = region.text(indent)  # other bodies as indented blocks on the next lines
+        if text.startswith("\n"):
+            blocks += text
+        else:
+            line += text
+    for v in node.attrs.values():
+        if hasattr(v, "body_text") and not isinstance(v, Region):
             line += " " + v.body_text()
-    sub = getattr(node, "subgraph_text", None)
-    if sub is not None:
-        line += "\n" + sub(indent + "  ")
     if source and node.source is not None:
         line = f"{line:<72}  # {node.source.short()}"
-    return line
+    return line + blocks
 
 
 def graph_namer(graph) -> Namer:
@@ -81,10 +86,13 @@ def graph_namer(graph) -> Namer:
 
 
 def graph_to_text(graph, source: bool = False, outputs=None, namer: Optional[Namer] = None,
-                  indent: str = "") -> str:
+                  indent: str = "", keyword: str = "graph") -> str:
+    """The text form; a region's body is printed the same way, indented, under
+    ``keyword`` ``region``."""
     namer = namer or Namer()
     sig = ", ".join(f"{namer.name(v)}: {v.type!r}" for v in graph.inputs)
-    lines = [f"{indent}graph {graph.name}({sig})"
+    title = f"{keyword} {graph.name}" if keyword == "graph" else keyword
+    lines = [f"{indent}{title}({sig})"
              + (" state(" + ", ".join(f"{namer.name(v)}: {v.type!r}" for v in graph.state)
                 + ")" if graph.state else "") + " {"]
     for node in graph.nodes:

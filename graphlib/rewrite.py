@@ -28,7 +28,7 @@ def clone(graph: Graph, outputs: Sequence[Value] = None) -> Tuple[Graph, Dict[in
     for node in graph.nodes:
         new = Node(node.op, [m[id(x)] for x in node.inputs], dict(node.attrs), (), node.source)
         new.outputs = tuple(Value(o.type, new, i, g) for i, o in enumerate(node.outputs))
-        g.nodes.append(new)
+        g.append(new)
         for o, n in zip(node.outputs, new.outputs):
             m[id(o)] = n
     outs = graph.outputs if outputs is None else outputs
@@ -36,6 +36,7 @@ def clone(graph: Graph, outputs: Sequence[Value] = None) -> Tuple[Graph, Dict[in
     for state, new_value in graph.updates.values():
         g.updates[id(m[id(state)])] = (m[id(state)], m[id(new_value)])
     g._random_streams = graph._random_streams
+    g.gradient_blockers = list(graph.gradient_blockers)
     return g, m
 
 
@@ -48,36 +49,20 @@ def make_node(op, inputs: Sequence[Value], attrs: dict, like: Node, graph: Graph
 
 
 def replace_uses(graph: Graph, old: Value, new: Value) -> None:
-    """Make every user of ``old`` read ``new`` instead (nodes, outputs, state updates)."""
-    if old is new:
-        return
-    for node in graph.nodes:
-        if any(x is old for x in node.inputs):
-            node.inputs = tuple(new if x is old else x for x in node.inputs)
-    graph.outputs = [new if o is old else o for o in graph.outputs]
-    for key, (state, value) in list(graph.updates.items()):
-        if value is old:
-            graph.updates[key] = (state, new)
+    """Make every user of ``old`` read ``new`` instead (nodes, outputs, state updates);
+    O(uses), through the graph's use lists (``Graph.replace_uses``)."""
+    graph.replace_uses(old, new)
 
 
-def replace_all(graph: Graph, mapping: Dict[int, Value]) -> None:
-    """``replace_uses`` for many values at once (id(old) -> new), in one sweep."""
-    if not mapping:
-        return
-
-    def sub(v):
-        seen = set()
-        while id(v) in mapping and id(v) not in seen:
-            seen.add(id(v))
-            v = mapping[id(v)]
-        return v
-
-    for node in graph.nodes:
-        if any(id(x) in mapping for x in node.inputs):
-            node.inputs = tuple(sub(x) for x in node.inputs)
-    graph.outputs = [sub(o) for o in graph.outputs]
-    for key, (state, value) in list(graph.updates.items()):
-        graph.updates[key] = (state, sub(value))
+def replace_all(graph: Graph, mapping: Dict[Value, Value]) -> None:
+    """``replace_uses`` for many values at once (old Value -> new Value); a chain
+    old -> mid -> new ends at new. O(uses of the replaced values)."""
+    for old in list(mapping):
+        new, seen = mapping[old], {old}
+        while new in mapping and new not in seen:
+            seen.add(new)
+            new = mapping[new]
+        graph.replace_uses(old, new)
 
 
 def users(graph: Graph) -> Dict[int, List[Node]]:

@@ -21,6 +21,7 @@ def verify(graph) -> None:
     defined = {id(v) for v in graph.inputs} | {id(v) for v in graph.state}
     if len(defined) != len(graph.inputs) + len(graph.state):
         raise GraphError(f"graph {graph.name!r}: an input is listed twice")
+    reads = {}      # value -> {node: times it reads it}: what the use lists must hold
     for index, node in enumerate(graph.nodes):
         def fail(msg):
             raise GraphError(f"graph {graph.name!r}, node {index} ({node.op.name}): {msg}\n"
@@ -34,6 +35,15 @@ def verify(graph) -> None:
                 fail(f"output {i} ({namer.name(o)}) is defined twice (SSA broken)")
             if o.node is not node or o.index != i:
                 fail(f"output {i} does not point back to its producer")
+        for r, region in enumerate(node.regions):
+            try:
+                verify(region.graph)
+            except GraphError as e:
+                fail(f"region {r} is broken:\n{e}")
+            try:
+                _check_closed(region.graph)
+            except GraphError as e:
+                fail(f"region {r}: {e}")
         try:
             types = node.op.infer([x.type for x in node.inputs], node.attrs)
         except Exception as e:  # noqa: BLE001 - reported with context
@@ -43,6 +53,22 @@ def verify(graph) -> None:
                  f"inferred {list(types)}")
         for o in node.outputs:
             defined.add(id(o))
+        if node.graph is not graph:
+            fail("the node is in the order but not placed in this graph (append it through "
+                 "Graph.append/insert/create_node, or assign graph.nodes)")
+        for x in node.inputs:
+            reads.setdefault(x, {})
+            reads[x][node] = reads[x].get(node, 0) + 1
+            if node not in x._uses:
+                fail(f"the use list of {namer.name(x)} misses this node (inputs changed "
+                     "behind the IR's back)")
+    values = list(graph.inputs) + list(graph.state) + [o for n in graph.nodes for o in n.outputs]
+    for v in values:
+        if v._uses != reads.get(v, {}):
+            stale = [n.op.name for n in v._uses if n not in reads.get(v, {})]
+            raise GraphError(f"graph {graph.name!r}: the use list of {namer.name(v)} lists "
+                             f"nodes that do not read it ({stale}): inputs changed behind "
+                             "the IR's back")
     for i, o in enumerate(graph.outputs):
         if id(o) not in defined:
             raise GraphError(f"graph {graph.name!r}: output {i} ({o!r}) is not defined in the "
@@ -54,3 +80,15 @@ def verify(graph) -> None:
         if new.type != state.type:
             raise GraphError(f"graph {graph.name!r}: the update of {state.name!r} has type "
                              f"{new.type!r}, expected {state.type!r}")
+
+
+def _check_closed(graph) -> None:
+    """A region reads only its own inputs and the values its nodes make (what it needs
+    from outside is passed in as an input)."""
+    own = {id(v) for v in graph.inputs} | {id(v) for v in graph.state}
+    for node in graph.nodes:
+        for x in node.inputs:
+            if id(x) not in own:
+                raise GraphError(f"node {node.op.name} reads {x!r}, which is not defined in "
+                                 "the region (captured values must be region inputs)")
+        own.update(id(o) for o in node.outputs)

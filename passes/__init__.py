@@ -21,9 +21,10 @@ from .manager import (PASSES, PIPELINES, PassManager, kernel_count, optimize,
                       register_pass)
 from .memory import MemoryPlan, MemoryPlanError, plan_memory, verify_plan
 from .remat import rematerialize
+from .result import PassResult
 from .schedule import memory_aware_schedule
 
-__all__ = ["PassManager", "PASSES", "PIPELINES", "register_pass", "optimize",
+__all__ = ["PassManager", "PassResult", "PASSES", "PIPELINES", "register_pass", "optimize",
            "kernel_count", "dead_code_elimination", "common_subexpression_elimination",
            "constant_folding", "algebraic_simplification", "fuse_elementwise", "fused_nodes",
            "memory_aware_schedule", "rematerialize", "plan_memory", "verify_plan",

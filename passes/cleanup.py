@@ -1,72 +1,107 @@
 """Cleanup passes: dead-code elimination, common-subexpression elimination, constant
-folding and algebraic simplification. Each takes a graph, rewrites it in place, and returns
-``(graph, changed)``.
+folding and algebraic simplification. Each takes a graph, rewrites it in place through the
+IR editing API (``Graph.create_node``/``replace_uses``/``erase``) and returns a
+``PassResult``. Dead-code elimination and CSE also work inside the regions nodes carry.
 """
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Optional, Tuple
+import warnings
+from typing import Callable, Dict, List, Optional
 
 import numpy as np
 
 from ..graphlib import dtypes
-from ..graphlib.ir import ConstArray, Graph, Node, Value
+from ..graphlib.ir import ConstArray, Graph, Node, Region, Value
 from ..graphlib.registry import REGISTRY
-from ..graphlib.rewrite import live_roots, make_node, replace_all
+from ..graphlib.rewrite import clone, live_roots, make_node
+from .result import PassResult
 
 # Constant folding materialises at most this many elements per folded value.
 FOLD_LIMIT = 1 << 16
+# The simplification loop runs to a fixed point; this many rounds without reaching one
+# means a pair of rules undo each other: it stops and warns.
+SIMPLIFY_MAX_ROUNDS = 64
 
 
-def dead_code_elimination(graph: Graph) -> Tuple[Graph, bool]:
-    """Drop nodes whose outputs nothing needs (outputs and state updates are needed).
+def _in_regions(graph: Graph, rewrite: Callable[[Graph], bool]) -> int:
+    """Run ``rewrite`` (graph -> changed) on a copy of every region of ``graph``'s nodes and
+    swap in a new region where it changed something (regions are immutable and shared
+    between clones, so they are never edited in place). Returns how many changed."""
+    count = 0
+    for node in graph.nodes:
+        if not node.regions:
+            continue
+        attrs = dict(node.attrs)
+        for key, value in node.attrs.items():
+            if not isinstance(value, Region):
+                continue
+            body, _ = clone(value.graph)
+            if rewrite(body):
+                attrs[key] = value.with_graph(body)
+                count += 1
+        if any(attrs[k] is not v for k, v in node.attrs.items()):
+            node.attrs = attrs
+    return count
+
+
+def _dce(graph: Graph) -> int:
+    needed = set(live_roots(graph))
+    dead = 0
+    for node in reversed(list(graph.nodes)):
+        if any(o in needed for o in node.outputs):
+            needed.update(node.inputs)
+        else:
+            dead += 1
+    if dead:
+        graph.nodes = [n for n in graph.nodes if any(o in needed for o in n.outputs)]
+    return dead + _in_regions(graph, _dce)
+
+
+def dead_code_elimination(graph: Graph) -> PassResult:
+    """Drop nodes whose outputs nothing needs (outputs and state updates are needed), in
+    the graph and in the regions its nodes carry.
 
     Before: ``%1 = exp(%x); %2 = neg(%x); return (%1)``  After: ``%1 = exp(%x); return (%1)``
     """
-    needed = {id(v) for v in live_roots(graph)}
-    keep: List[Node] = []
-    for node in reversed(graph.nodes):
-        if any(id(o) in needed for o in node.outputs):
-            keep.append(node)
-            needed.update(id(x) for x in node.inputs)
-    keep.reverse()
-    changed = len(keep) != len(graph.nodes)
-    graph.nodes = keep
-    return graph, changed
+    dropped = _dce(graph)
+    return PassResult(graph, dropped > 0, [f"dropped {dropped} nodes"] if dropped else [])
 
 
-def common_subexpression_elimination(graph: Graph) -> Tuple[Graph, bool]:
-    """Merge nodes with the same op, inputs and attributes (random ops are never merged).
+def _cse(graph: Graph) -> int:
+    number: Dict[Value, int] = {v: i for i, v in enumerate(list(graph.inputs) + graph.state)}
+    seen: Dict[tuple, Node] = {}
+    merged = 0
+    for node in list(graph.nodes):
+        key = None
+        if not node.op.random:
+            try:
+                key = (node.op, tuple(number[x] for x in node.inputs), node.attr_key())
+                hash(key)
+            except (TypeError, KeyError):
+                key = None
+        first = seen.get(key) if key is not None else None
+        if first is None:
+            if key is not None:
+                seen[key] = node
+            for o in node.outputs:
+                number[o] = len(number)
+            continue
+        for o, f in zip(node.outputs, first.outputs):
+            graph.replace_uses(o, f)
+        graph.erase(node)
+        merged += 1
+    return merged + _in_regions(graph, _cse)
+
+
+def common_subexpression_elimination(graph: Graph) -> PassResult:
+    """Merge nodes with the same op, inputs and attributes (random ops are never merged),
+    in the graph and in its regions.
 
     Before: ``%1 = exp(%x); %2 = exp(%x); %3 = add(%1, %2)``
     After:  ``%1 = exp(%x); %3 = add(%1, %1)``
     """
-    seen: Dict[tuple, Node] = {}
-    mapping: Dict[int, Value] = {}
-    keep: List[Node] = []
-    for node in graph.nodes:
-        ins = tuple(mapping.get(id(x), x) for x in node.inputs)
-        if any(a is not b for a, b in zip(ins, node.inputs)):   # never `!=` on Values
-            node.inputs = ins
-        if node.op.random:
-            keep.append(node)
-            continue
-        try:
-            key = (node.op.name, tuple(id(x) for x in ins), node.attr_key())
-            hash(key)
-        except TypeError:
-            keep.append(node)
-            continue
-        first = seen.get(key)
-        if first is None:
-            seen[key] = node
-            keep.append(node)
-        else:
-            for o, f in zip(node.outputs, first.outputs):
-                mapping[id(o)] = f
-    changed = bool(mapping)
-    graph.nodes = keep
-    replace_all(graph, mapping)
-    return graph, changed
+    merged = _cse(graph)
+    return PassResult(graph, merged > 0, [f"merged {merged} nodes"] if merged else [])
 
 
 def _const_array(v: Value) -> Optional[np.ndarray]:
@@ -86,43 +121,37 @@ def _constant_node(arr: np.ndarray, like: Node, graph: Graph) -> Node:
         attrs = {"value": bool(py) if dt == "bool" else py, "dtype": dt}
     else:
         attrs = {"value": ConstArray(arr), "dtype": dt}
-    return make_node(REGISTRY["constant"], (), attrs, like, graph)
+    return graph.create_node(REGISTRY["constant"], (), attrs, like=like, before=like)
 
 
-def constant_folding(graph: Graph) -> Tuple[Graph, bool]:
+def constant_folding(graph: Graph) -> PassResult:
     """Evaluate nodes whose inputs are all constants (small static results only).
 
     Before: ``%0 = constant{2.0}; %1 = constant{3.0}; %2 = mul(%0, %1)``
     After:  ``%2' = constant{6.0}``
     """
-    mapping: Dict[int, Value] = {}
-    out: List[Node] = []
-    for node in graph.nodes:
-        if node.inputs and mapping:
-            node.inputs = tuple(mapping.get(id(x), x) for x in node.inputs)
+    folded = 0
+    for node in list(graph.nodes):
         arrays = [_const_array(x) for x in node.inputs]
         foldable = (node.inputs and not node.op.random and node.op.name != "constant"
+                    and not node.regions
                     and all(a is not None for a in arrays)
                     and all(o.type.numel() is not None and o.type.numel() <= FOLD_LIMIT
                             for o in node.outputs))
         if not foldable:
-            out.append(node)
             continue
         try:
             with np.errstate(all="ignore"):
                 res = node.op.kernel(np, *arrays, **node.attrs)
         except Exception:  # noqa: BLE001 - leave it to fail (clearly) at run time
-            out.append(node)
             continue
         res = res if node.op.multi_output else (res,)
         for o, r in zip(node.outputs, res):
             r = np.asarray(r).astype(o.dtype, copy=False)
-            c = _constant_node(r, node, graph)
-            out.append(c)
-            mapping[id(o)] = c.outputs[0]
-    graph.nodes = out
-    replace_all(graph, mapping)
-    return graph, bool(mapping)
+            graph.replace_uses(o, _constant_node(r, node, graph).outputs[0])
+        graph.erase(node)
+        folded += 1
+    return PassResult(graph, folded > 0, [f"folded {folded} nodes"] if folded else [])
 
 
 # -- algebraic simplification: small pattern -> replacement rules ---------------------------
@@ -142,6 +171,16 @@ def _same(v: Value, like: Value) -> bool:
 Rule = Callable[[Node, Graph], Optional[object]]
 
 
+def tracks(*op_names: str):
+    """Declare the ops a rule can rewrite: the simplifier offers it only their nodes
+    (tinygrad's PatternMatcher, PyTensor's ``NodeRewriter.tracks``)."""
+    def mark(rule: Rule) -> Rule:
+        rule.tracks = op_names
+        return rule
+    return mark
+
+
+@tracks("mul", "add", "sub", "div")
 def _identity_elementwise(node: Node, graph: Graph):
     """x*1, 1*x, x+0, 0+x, x-0, x/1 -> x (when x already has the result's type)."""
     name = node.op.name
@@ -157,6 +196,7 @@ def _identity_elementwise(node: Node, graph: Graph):
     return None
 
 
+@tracks("pow_scalar")
 def _small_powers(node: Node, graph: Graph):
     """x**1 -> x, x**2 -> x*x, x**3 -> x*x*x, x**0.5 -> sqrt(x), x**-1 -> 1/x
     (numpy's power is ~20x slower than multiplies on large arrays)."""
@@ -181,6 +221,7 @@ def _small_powers(node: Node, graph: Graph):
     return None
 
 
+@tracks("cast", "reshape", "expand", "sum_to", "permute", "stop_gradient")
 def _noop_shape(node: Node, graph: Graph):
     """cast to the same dtype, reshape/expand/sum_to to the same shape, permute by the
     identity -> x."""
@@ -191,10 +232,11 @@ def _noop_shape(node: Node, graph: Graph):
     if name == "permute" and tuple(node.attrs["dims"]) != tuple(range(x.ndim)):
         return None
     if name == "stop_gradient":
-        return x            # gradients are already built when passes run
+        return x    # gradients taken after this pass would be wrong: the graph is marked
     return x if _same(x, node.outputs[0]) else None
 
 
+@tracks("reshape", "permute", "neg")
 def _collapse_chains(node: Node, graph: Graph):
     """reshape(reshape(x)) -> reshape(x); permute(permute(x)) -> one permute;
     neg(neg(x)) -> x."""
@@ -216,6 +258,7 @@ def _collapse_chains(node: Node, graph: Graph):
     return None
 
 
+@tracks("sub")
 def _self_subtract(node: Node, graph: Graph):
     """x - x -> 0 for integers (for floats inf - inf is nan, so it is left alone)."""
     if node.op.name != "sub" or node.inputs[0] is not node.inputs[1]:
@@ -227,6 +270,7 @@ def _self_subtract(node: Node, graph: Graph):
                       node, graph)]
 
 
+@tracks("permute")
 def _transpose_of_matmul(node: Node, graph: Graph):
     """permute(a @ b, (1, 0)) -> b.T @ a.T for 2-D operands, when nothing else reads a @ b.
     The transposes are views (BLAS reads them as they are) and fold into the permutes the
@@ -242,7 +286,7 @@ def _transpose_of_matmul(node: Node, graph: Graph):
     if a.ndim != 2 or b.ndim != 2 or a.dtype != b.dtype:
         return None
     made = inner.outputs[0]
-    readers = sum(1 for n in graph.nodes for x in n.inputs if x is made)
+    readers = sum(made._uses.values())
     if readers != 1 or any(o is made for o in graph.outputs) or any(
             new is made for _, new in graph.updates.values()):
         return None
@@ -253,6 +297,7 @@ def _transpose_of_matmul(node: Node, graph: Graph):
     return [bt, at, mm]
 
 
+@tracks("sum", "mean")
 def _reduce_of_broadcast(node: Node, graph: Graph):
     """sum(expand(x)) over only the expanded dims -> x * count; mean(...) -> x (reshaped
     to the result): no n-fold array is read. Floats only, and only where the reduced dims
@@ -289,34 +334,70 @@ SIMPLIFY_RULES: List[Rule] = [_identity_elementwise, _small_powers, _noop_shape,
                               _reduce_of_broadcast]
 
 
-def algebraic_simplification(graph: Graph) -> Tuple[Graph, bool]:
-    """Apply SIMPLIFY_RULES to every node until none applies (each rule returns None, a
-    Value that replaces the node's output, or a list of new nodes whose last output does)."""
-    changed = False
-    for _ in range(4):   # rules expose new chances (x**2 -> x*x, then x*1 ...): a few sweeps
-        mapping: Dict[int, Value] = {}
-        out: List[Node] = []
-        for node in graph.nodes:
-            if mapping:
-                node.inputs = tuple(mapping.get(id(x), x) for x in node.inputs)
-            result = None
-            if len(node.outputs) == 1:
-                for rule in SIMPLIFY_RULES:
-                    result = rule(node, graph)
-                    if result is not None:
-                        break
-            if result is None:
-                out.append(node)
-            elif isinstance(result, Value):
-                mapping[id(node.outputs[0])] = result
-            else:
-                out.extend(result)
-                mapping[id(node.outputs[0])] = result[-1].outputs[0]
-        graph.nodes = out
-        replace_all(graph, mapping)
-        if not mapping:
+_RULE_INDEX: Dict[object, List[Rule]] = {}
+
+
+def _rules_for(op) -> List[Rule]:
+    """The rules of SIMPLIFY_RULES that track ``op`` (in list order), indexed once."""
+    if not _RULE_INDEX:
+        for rule in SIMPLIFY_RULES:
+            for name in getattr(rule, "tracks", ()):
+                _RULE_INDEX.setdefault(REGISTRY[name], []).append(rule)
+        _RULE_INDEX[None] = []
+    return _RULE_INDEX.get(op, ())
+
+
+def _simplify_round(graph: Graph) -> tuple:
+    """One sweep of the rules over the graph: (rewrites made, stop_gradients dropped)."""
+    rewrites = dropped_stops = 0
+    for node in list(graph.nodes):
+        if node.graph is not graph or len(node.outputs) != 1:
+            continue
+        result = None
+        for rule in _rules_for(node.op):
+            result = rule(node, graph)
+            if result is not None:
+                break
+        if result is None:
+            continue
+        if isinstance(result, Value):
+            new = result
+        else:
+            at = graph.index_of(node)
+            for k, made in enumerate(result):
+                graph.insert(at + k, made)
+            new = result[-1].outputs[0]
+        graph.replace_uses(node.outputs[0], new)
+        graph.erase(node)
+        rewrites += 1
+        dropped_stops += node.op.name == "stop_gradient"
+    return rewrites, dropped_stops
+
+
+def algebraic_simplification(graph: Graph) -> PassResult:
+    """Apply SIMPLIFY_RULES until none applies (each rule returns None, a Value that
+    replaces the node's output, or a list of new nodes whose last output does). Rules
+    expose new chances (x**2 -> x*x, then x*1 ...), so it sweeps to a fixed point, and warns
+    if ``SIMPLIFY_MAX_ROUNDS`` sweeps do not reach one.
+
+    Dropping ``stop_gradient`` changes what gradients mean: when it does, the result says
+    so and the graph is marked, so ``dg.grad`` on it raises instead of being wrong.
+    """
+    total = stops = 0
+    for _ in range(SIMPLIFY_MAX_ROUNDS):
+        made, dropped = _simplify_round(graph)
+        total += made
+        stops += dropped
+        if not made:
             break
-        changed = True
-    if changed:
-        dead_code_elimination(graph)
-    return graph, changed
+    else:
+        warnings.warn(f"algebraic_simplification: no fixed point after {SIMPLIFY_MAX_ROUNDS} "
+                      "rounds (two rules may undo each other); stopping", RuntimeWarning,
+                      stacklevel=2)
+    if total:
+        _dce(graph)
+    notes = [f"{total} rewrites"] if total else []
+    if stops:
+        notes.append(f"dropped {stops} stop_gradient")
+        graph.gradient_blockers.append("algebraic_simplification (dropped stop_gradient)")
+    return PassResult(graph, total > 0, notes, preserves_gradients=not stops)

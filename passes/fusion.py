@@ -33,6 +33,7 @@ from ..graphlib.ops.fused import FusedBody, make_fused_node
 from ..graphlib.rewrite import live_roots, replace_all, users
 from ..graphlib.types import broadcast_shapes
 from .cleanup import dead_code_elimination
+from .result import PassResult
 from .schedule import ESTIMATE_DIM
 
 # Producers whose elementwise consumers may be fused after them (an epilogue): the fused
@@ -200,14 +201,14 @@ def _body(groups: _Groups, member_ids: List[int], outs: List[Value]) -> Tuple[Fu
                 c = x.node
                 copy = Node(c.op, (), dict(c.attrs), (), c.source)
                 copy.outputs = (Value(x.type, copy, 0, sub),)
-                sub.nodes.append(copy)
+                sub.append(copy)
                 m[id(x)] = copy.outputs[0]
             elif x.node is None or id(x.node) not in inside:
                 m[id(x)] = sub.add_input(f"i{len(inputs)}", x.type)
                 inputs.append(x)
         new = Node(node.op, [m[id(x)] for x in node.inputs], dict(node.attrs), (), node.source)
         new.outputs = tuple(Value(o.type, new, k, sub) for k, o in enumerate(node.outputs))
-        sub.nodes.append(new)
+        sub.append(new)
         for o, n in zip(node.outputs, new.outputs):
             m[id(o)] = n
     sub.outputs = [m[id(o)] for o in outs]
@@ -251,7 +252,7 @@ def _move_to_consumers(groups: _Groups) -> None:
 
 
 def fuse_elementwise(graph: Graph, epilogues: bool = True,
-                     horizontal: bool = True) -> Tuple[Graph, bool]:
+                     horizontal: bool = True) -> PassResult:
     """Fuse chains and trees of elementwise ops (and the epilogues of matmul, sum and mean;
     and siblings reading one large value, with ``horizontal``) into ``fused`` nodes; see the
     module docstring for the rules.
@@ -282,7 +283,7 @@ def fuse_elementwise(graph: Graph, epilogues: bool = True,
         _fuse_siblings(groups)
 
     fused: Dict[int, Node] = {}           # group id -> its fused node
-    mapping: Dict[int, Value] = {}
+    mapping: Dict[Value, Value] = {}
     for gid, member_ids in groups.members.items():
         if sum(1 for i in member_ids if _elementwise(nodes[i])) == 0 or len(member_ids) < 2:
             continue
@@ -293,9 +294,9 @@ def fuse_elementwise(graph: Graph, epilogues: bool = True,
         fnode = make_fused_node(inputs, body, nodes[member_ids[-1]], graph)
         fused[gid] = fnode
         for o, f in zip(outs, fnode.outputs):
-            mapping[id(o)] = f
+            mapping[o] = f
     if not fused:
-        return graph, pruned
+        return PassResult(graph, pruned)
 
     # the new node list: untouched nodes and fused nodes, re-sorted (a fused node must come
     # after everything it reads, which may sit between its first and last member)
@@ -321,7 +322,7 @@ def fuse_elementwise(graph: Graph, epilogues: bool = True,
                 order.add_edge(p, k)
     graph.nodes = [items[k] for k in nx.lexicographical_topological_sort(order)]
     dead_code_elimination(graph)
-    return graph, True
+    return PassResult(graph, True, [f"{len(fused)} fused nodes"])
 
 
 def fused_nodes(graph: Graph) -> List[Node]:

@@ -1,8 +1,9 @@
 """The pass manager and the one explicit pipeline table.
 
-A pass is a plain function ``pass(graph) -> (graph, changed)`` (or returning just the graph)
-that may rewrite the graph in place. ``PassManager`` runs a named pipeline, verifies the IR
-after every pass, records per-pass statistics, and can print or save the IR after each pass.
+A pass is a plain function ``pass(graph) -> PassResult`` (the graph that holds now, whether
+it changed, notes on what it did) that may rewrite the graph in place. ``PassManager`` runs
+a named pipeline, verifies the IR after every pass, records per-pass statistics, and can
+print or save the IR after each pass.
 
     pm = PassManager("O1", debug=True)
     graph = pm.run(graph)
@@ -15,7 +16,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Sequence, Union
+from typing import Callable, Dict, List, Sequence, Union
 
 from ..graphlib.errors import GraphError
 from ..graphlib.ir import Graph
@@ -23,9 +24,10 @@ from .cleanup import (algebraic_simplification, common_subexpression_elimination
                       constant_folding, dead_code_elimination)
 from .fusion import fuse_elementwise
 from .memory import peak_live_bytes
+from .result import PassResult
 from .schedule import memory_aware_schedule
 
-PassFn = Callable[[Graph], object]
+PassFn = Callable[[Graph], PassResult]
 
 PASSES: Dict[str, PassFn] = {
     "dce": dead_code_elimination,
@@ -62,6 +64,7 @@ class PassStat:
     changed: bool
     bytes_before: int = 0      # planned bytes: the most intermediate bytes live at once
     bytes_after: int = 0
+    notes: tuple = ()          # what the pass said it did (PassResult.notes)
 
     def row(self) -> str:
         return (f"{self.name:<12}{self.nodes_before:>8}{self.nodes_after:>8}"
@@ -124,13 +127,12 @@ class PassManager:
             t0 = time.perf_counter()
             result = fn(graph)
             seconds = time.perf_counter() - t0
-            changed = True
-            if isinstance(result, tuple):
-                result, changed = result
-            if not isinstance(result, Graph):
-                raise GraphError(f"pass {name!r} returned {type(result).__name__}, "
-                                 "expected a Graph or (Graph, changed)")
-            graph = result
+            if not isinstance(result, PassResult):
+                raise GraphError(f"pass {name!r} returned {type(result).__name__}, expected a "
+                                 "PassResult (duograph.passes.PassResult(graph, changed))")
+            graph, changed = result.graph, result.changed
+            if not result.preserves_gradients and not graph.gradient_blockers:
+                graph.gradient_blockers.append(name)
             if self.verify:
                 try:
                     graph.verify()
@@ -138,7 +140,8 @@ class PassManager:
                     raise GraphError(f"the IR is broken after pass {name!r}:\n{e}") from None
             bytes_now = planned_bytes(graph)
             self.stats.append(PassStat(name, nb, len(graph.nodes), kb, kernel_count(graph),
-                                       seconds, bool(changed), bb, bytes_now))
+                                       seconds, bool(changed), bb, bytes_now,
+                                       tuple(result.notes)))
             self._dump(graph, i, name)
         return graph
 
@@ -170,5 +173,3 @@ def optimize(graph: Graph, passes="O1", outputs=None, verify: bool = True,
     g, _ = clone(graph, outputs)
     return PassManager(passes, verify, debug).run(g)
 
-
-_ = Optional

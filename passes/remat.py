@@ -17,6 +17,7 @@ from typing import Dict, List, Mapping, Optional, Tuple
 from ..graphlib.ir import Graph, Node, Value
 from ..graphlib.rewrite import make_node
 from .memory import Liveness, align, analyse, assign_offsets
+from .result import PassResult
 from .schedule import ESTIMATE_DIM
 
 # Not elementwise, but as cheap to run again as a fill.
@@ -110,7 +111,7 @@ def _recompute(graph: Graph, live: Liveness, value: Value, late: List[int]):
 
 
 def rematerialize(graph: Graph, budget_bytes: int, shapes: Optional[Mapping[str, int]] = None,
-                  alignment: int = 64, max_rewrites: int = 64) -> Tuple[Graph, bool]:
+                  alignment: int = 64, max_rewrites: int = 64) -> PassResult:
     """Recompute cheap long-lived values before their late uses until the planned arena fits
     ``budget_bytes`` or no recomputation lowers the peak.
 
@@ -150,4 +151,5 @@ def rematerialize(graph: Graph, budget_bytes: int, shapes: Optional[Mapping[str,
     # rewrites after the lowest peak only flattened a plateau: they cost work, save nothing
     while len(undos) > best[1]:
         undos.pop()()
-    return graph, bool(undos)
+    return PassResult(graph, bool(undos),
+                      [f"recomputed {len(undos)} values"] if undos else [])

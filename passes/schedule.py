@@ -10,12 +10,13 @@ Random ops may move: their kernels are pure functions of their seed input and th
 """
 from __future__ import annotations
 
-from typing import Dict, List, Mapping, Optional, Set, Tuple
+from typing import Dict, List, Mapping, Optional, Set
 
 import networkx as nx
 
 from ..graphlib.ir import Graph, Node
 from .memory import align, analyse, peak_live_bytes
+from .result import PassResult
 
 # Unbound symbolic dims count as this size when comparing schedules (the batch dim is the
 # usual symbol, and the choice rarely depends on its exact value).
@@ -109,7 +110,7 @@ def greedy_order(graph: Graph, shapes: Optional[Mapping[str, int]] = None,
 
 
 def memory_aware_schedule(graph: Graph, shapes: Optional[Mapping[str, int]] = None
-                          ) -> Tuple[Graph, bool]:
+                          ) -> PassResult:
     """Reorder the nodes (a valid topological order) when that lowers the peak live bytes.
 
     Before (three 4 MB branches live at once, peak 12 MB):
@@ -122,7 +123,7 @@ def memory_aware_schedule(graph: Graph, shapes: Optional[Mapping[str, int]] = No
     ``ESTIMATE_DIM``), and the graph keeps its order unless one is strictly lower.
     """
     if len(graph.nodes) < 3:
-        return graph, False
+        return PassResult(graph, False)
     best_peak = peak_live_bytes(graph, graph.nodes, shapes, default_dim=ESTIMATE_DIM)
     best = None
     for depth_first in (False, True):
@@ -131,7 +132,7 @@ def memory_aware_schedule(graph: Graph, shapes: Optional[Mapping[str, int]] = No
         if peak < best_peak:
             best_peak, best = peak, order
     if best is None or all(a is b for a, b in zip(best, graph.nodes)):
-        return graph, False
+        return PassResult(graph, False)
     graph.nodes = best
-    return graph, True
+    return PassResult(graph, True, [f"peak {best_peak} bytes (estimated)"])
 

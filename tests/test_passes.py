@@ -149,9 +149,15 @@ def test_pass_manager_reports_verifies_and_dumps(tmp_path):
 
     def breaker(graph):
         graph.nodes = graph.nodes[1:] + graph.nodes[:1]    # use before def
-        return graph, True
+        return passes.PassResult(graph, True)
     with pytest.raises(dg.GraphError, match="after pass 'breaker'"):
         passes.PassManager([breaker]).run(clone(g, [out])[0])
+
+    def old_style(graph):
+        return graph, True
+    with pytest.raises(dg.GraphError, match="pass 'old_style' returned tuple, expected a "
+                                            "PassResult"):
+        passes.PassManager([old_style]).run(clone(g, [out])[0])
 
 
 def test_custom_pass_by_name_and_unknown_names():
@@ -159,7 +165,7 @@ def test_custom_pass_by_name_and_unknown_names():
 
     def count_nodes(graph):
         calls.append(len(graph.nodes))
-        return graph
+        return passes.PassResult(graph, False)
     passes.register_pass("count_nodes", count_nodes)
     g = dg.Graph("t")
     with g:
