@@ -41,3 +41,24 @@ __version__ = "0.1.0"
 from . import nn, optim  # noqa: E402
 from . import data, io  # noqa: E402
 from .io import save, load  # noqa: E402
+
+# The public names, explicitly: the op functions (graphlib.functional.__all__) and these.
+__all__ = list(graphlib.functional.__all__) + [
+    # modules
+    "autograd", "data", "dtypes", "io", "nn", "optim", "passes", "runtime",
+    # the IR and graph mode
+    "Graph", "Node", "Value", "TensorType", "Executable", "compile_graph", "placeholder",
+    "variable", "assign", "grad", "set_capture_source",
+    # errors
+    "DuographError", "DTypeError", "FeedError", "GraphError", "KernelError", "ShapeError",
+    # eager
+    "Tensor", "tensor", "as_tensor", "from_numpy", "empty", "empty_like", "eye", "full",
+    "full_like", "ones", "ones_like", "zeros", "zeros_like", "arange", "linspace", "rand",
+    "rand_like", "randn", "randn_like", "randint", "randint_like", "manual_seed", "no_grad",
+    "enable_grad", "set_grad_enabled", "is_grad_enabled", "record", "compile",
+    # checkpoints
+    "save", "load",
+    # dtype names
+    "float16", "float32", "float64", "int32", "int64", "uint8", "bool_",
+]
+__all__ = list(dict.fromkeys(__all__))

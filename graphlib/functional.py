@@ -41,3 +41,19 @@ def min(x, dim=None, keepdim: bool = False):
 subtract, multiply, divide, true_divide = sub, mul, div, div
 negative, absolute = neg, abs
 concat = cat
+
+# what `from duograph.graphlib.functional import *` (and so `dg.*`) takes: the op functions
+__all__ = ["adaptive_avg_pool2d", "avg_pool2d", "conv2d", "max_pool2d", "arange", "bernoulli",
+           "constant", "eye", "full", "full_like", "linspace", "normal", "ones", "ones_like",
+           "rand", "randint", "randn", "uniform", "zeros", "zeros_like", "abs", "add", "cast",
+           "clamp", "clip", "cos", "div", "eq", "erf", "exp", "ge", "gelu", "gt", "le",
+           "leaky_relu", "log", "logical_and", "logical_not", "logical_or", "lt", "maximum",
+           "minimum", "mul", "ne", "neg", "pow", "reciprocal", "relu", "rsqrt", "sigmoid", "sign",
+           "sin", "softplus", "sqrt", "square", "sub", "tanh", "where", "matmul", "mm",
+           "batch_norm_train", "log_softmax", "one_hot", "softmax", "softmax_cross_entropy",
+           "stop_gradient", "amax", "amin", "argmax", "argmin", "logsumexp", "mean", "numel",
+           "prod", "std", "sum", "var", "broadcast_to", "cat", "chunk", "concatenate", "expand",
+           "flatten", "gather", "getitem", "index_add", "index_select", "pad", "permute",
+           "reshape", "scatter_add", "split", "squeeze", "stack", "sum_to", "transpose",
+           "unsqueeze", "MaxMin", "max", "min", "concat", "subtract", "multiply", "divide",
+           "true_divide", "negative", "absolute"]
