@@ -41,6 +41,7 @@ __version__ = "0.1.0"
 from . import nn, optim  # noqa: E402
 from . import data, io  # noqa: E402
 from .io import save, load  # noqa: E402
+from .graphlib.serialize import GraphFormatError, load_graph, save_graph  # noqa: E402
 
 # The public names, explicitly: the op functions (graphlib.functional.__all__) and these.
 __all__ = list(graphlib.functional.__all__) + [
@@ -56,8 +57,8 @@ __all__ = list(graphlib.functional.__all__) + [
     "full_like", "ones", "ones_like", "zeros", "zeros_like", "arange", "linspace", "rand",
     "rand_like", "randn", "randn_like", "randint", "randint_like", "manual_seed", "no_grad",
     "enable_grad", "set_grad_enabled", "is_grad_enabled", "record", "compile",
-    # checkpoints
-    "save", "load",
+    # checkpoints and graph files
+    "save", "load", "save_graph", "load_graph", "GraphFormatError",
     # dtype names
     "float16", "float32", "float64", "int32", "int64", "uint8", "bool_",
 ]

@@ -310,10 +310,15 @@ class Graph:
             raise GraphError(f"graph {self.name!r}: `with` blocks closed out of order")
         s.pop()
 
-    def _check_name(self, name: str) -> None:
-        if not isinstance(name, str) or not name.isidentifier():
-            raise ValueError(f"graph {self.name!r}: input names must be identifiers, "
-                             f"found {name!r}")
+    def _check_name(self, name: str, dotted: bool = False) -> None:
+        """Input names are identifiers; state names may be parameter paths (``0.weight``,
+        ``encoder.layers.1.bias``), as bound module parameters are named."""
+        ok = isinstance(name, str) and (name.isidentifier() or dotted and all(
+            p.isidentifier() or p.isdigit() for p in name.split(".")))
+        if not ok:
+            raise ValueError(f"graph {self.name!r}: input names must be identifiers"
+                             + (" (dotted paths for state)" if dotted else "")
+                             + f", found {name!r}")
         if name in self._names:
             raise GraphError(f"graph {self.name!r}: an input named {name!r} already exists")
 
@@ -328,7 +333,7 @@ class Graph:
         arr = np.asarray(value)
         if arr.dtype.name not in dtypes.DTYPE_NAMES:
             arr = arr.astype(dtypes.infer_data_dtype(value))
-        self._check_name(name)
+        self._check_name(name, dotted=True)
         v = Value(TensorType(arr.shape, arr.dtype.name), None, 0, self, name)
         self.state.append(v)
         self.state_init[id(v)] = np.array(arr, copy=True)
@@ -515,6 +520,18 @@ class Graph:
 
     def __str__(self) -> str:
         return self.to_text()
+
+    # -- saving --------------------------------------------------------------------------------
+    def to_json(self, indent: Optional[int] = None) -> str:
+        """The graph as JSON text (versioned schema, lossless; arrays inline)."""
+        from .serialize import to_json
+        return to_json(self, indent)
+
+    @staticmethod
+    def from_json(text) -> "Graph":
+        """The graph ``to_json`` wrote; verified, and nothing in it is executed."""
+        from .serialize import from_json
+        return from_json(text)
 
     def __repr__(self) -> str:
         return (f"<Graph {self.name!r}: {len(self.inputs)} inputs, {len(self.state)} state, "

@@ -26,8 +26,7 @@ def _fmt_attr(v) -> str:
 
 def format_attrs(attrs: dict) -> str:
     # a region (a sub-graph) is printed after the call instead, by node_to_text
-    shown = [(k, v) for k, v in attrs.items() if not isinstance(v, Region)
-             and not hasattr(v, "body_text")]
+    shown = [(k, v) for k, v in attrs.items() if not isinstance(v, Region)]
     if not shown:
         return ""
     return "{" + ", ".join(f"{k}={_fmt_attr(v)}" for k, v in shown) + "}"
@@ -63,9 +62,6 @@ def node_to_text(node, namer: Namer, source: bool = False, indent: str = "  ") -
             blocks += text
         else:
             line += text
-    for v in node.attrs.values():
-        if hasattr(v, "body_text") and not isinstance(v, Region):
-            line += " " + v.body_text()
     if source and node.source is not None:
         line = f"{line:<72}  # {node.source.short()}"
     return line + blocks

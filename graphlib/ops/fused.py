@@ -26,47 +26,33 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ..errors import DTypeError, ShapeError
-from ..ir import Graph, Node
+from ..ir import Graph, Node, Region
 from ..printer import format_attrs
 from ..registry import OpDef, register
+from ..serialize import register_region_kind
 from ..types import TensorType
 from . import _fused_cpu
 
 
-class FusedBody:
-    """The immutable sub-graph of a fused node; hashable and compared by structure.
+class FusedBody(Region):
+    """The immutable sub-graph of a fused node: a ``Region``, hashable and compared by
+    structure.
 
     Two bodies are equal when they hold the same ops on the same wiring with the same
     attributes and input types, so CSE can merge equal fused nodes. The body is never changed
     after the node is made; it caches its run plans per input signature.
     """
 
-    __slots__ = ("graph", "key", "_hash", "_plans", "_lock", "__weakref__")
+    __slots__ = ("_plans", "_lock")
 
     def __init__(self, graph: Graph):
-        self.graph = graph
-        index: Dict[int, int] = {id(v): i for i, v in enumerate(graph.inputs)}
-        nodes = []
-        for node in graph.nodes:
-            ins = tuple(index[id(x)] for x in node.inputs)
-            nodes.append((node.op.name, ins, node.attr_key()))
-            for o in node.outputs:
-                index[id(o)] = len(index)
-        self.key = (tuple(v.type for v in graph.inputs), tuple(nodes),
-                    tuple(index[id(o)] for o in graph.outputs))
-        self._hash = hash(self.key)
+        super().__init__(graph)
         self._plans: Dict[tuple, object] = {}
         self._lock = threading.Lock()
 
-    def __hash__(self) -> int:
-        return self._hash
-
-    def __eq__(self, other) -> bool:
-        return isinstance(other, FusedBody) and (self is other or self.key == other.key)
-
-    def __repr__(self) -> str:
-        return f"<FusedBody: {len(self.graph.nodes)} nodes>"
+    def text(self, indent: str = "") -> str:
+        """Printed on the node's line: ``fused(%x) { %a = mul(%i0, %i0); ... }``."""
+        return " " + self.body_text()
 
     @property
     def ops(self) -> List[str]:
@@ -74,22 +60,9 @@ class FusedBody:
         return [n.op.name for n in self.graph.nodes if n.op.name != "constant"]
 
     # -- types ---------------------------------------------------------------------------------
-    def infer(self, types: Sequence[TensorType]) -> List[TensorType]:
+    def infer(self, types: Sequence[TensorType], op: str = "fused") -> List[TensorType]:
         """The output types for inputs of ``types``, inferred through the body."""
-        g = self.graph
-        if len(types) != len(g.inputs):
-            raise ShapeError(f"fused: expected {len(g.inputs)} inputs, found {len(types)}")
-        env: Dict[int, TensorType] = {}
-        for v, t in zip(g.inputs, types):
-            if t.dtype != v.dtype:
-                raise DTypeError(f"fused: input {v.name} expects dtype {v.dtype}, found "
-                                 f"{t.dtype}")
-            env[id(v)] = t
-        for node in g.nodes:
-            out = node.op.infer([env[id(x)] for x in node.inputs], node.attrs)
-            for o, t in zip(node.outputs, out):
-                env[id(o)] = t
-        return [env[id(o)] for o in g.outputs]
+        return super().infer(types, op)
 
     def inplace_pairs(self) -> List[Tuple[int, int]]:
         """(output k, input j) pairs the kernel may compute in place (output k written over
@@ -253,6 +226,8 @@ def _fused_out_kernel(xp, *arrays, out, sub: FusedBody) -> bool:
     sub.run(xp, arrays, outs)
     return True
 
+
+register_region_kind("fused", FusedBody)
 
 # vjp=None on purpose: fusion runs after autodiff, so no gradient flows through fused nodes.
 fused_op = register(OpDef("fused", _fused_infer, _fused_kernel, None, multi_output=True,
