@@ -25,8 +25,8 @@ def _collect(roots: Sequence[Tensor]) -> List[EagerNode]:
     seen = set()
     stack = []
     for r in roots:
-        if r.grad_fn is not None and id(r.grad_fn) not in seen:
-            seen.add(id(r.grad_fn))
+        if r.grad_fn is not None and r.grad_fn not in seen:
+            seen.add(r.grad_fn)
             stack.append((r.grad_fn, 0))
     while stack:
         node, i = stack.pop()
@@ -34,8 +34,8 @@ def _collect(roots: Sequence[Tensor]) -> List[EagerNode]:
         while i < len(nexts):
             nxt = nexts[i]
             i += 1
-            if nxt is not None and id(nxt) not in seen:
-                seen.add(id(nxt))
+            if nxt is not None and nxt not in seen:
+                seen.add(nxt)
                 stack.append((node, i))
                 stack.append((nxt, 0))
                 break
@@ -115,9 +115,9 @@ def _run(roots, grad_roots, retain_graph, create_graph, wanted=None):
     relevant = set()
     leaves = {}
     for node in nodes:
-        relevant.update((id(node), i) for i in range(len(node._out_refs)))
+        relevant.update((node, i) for i in range(len(node._out_refs)))
         for x, k in zip(node.inputs, node.input_keys):
-            if x.requires_grad and x.grad_fn is None and isinstance(k, int):
+            if x.requires_grad and x.grad_fn is None and not isinstance(k, tuple):
                 relevant.add(k)
                 leaves[k] = x
     seeds = {}
@@ -140,8 +140,8 @@ def _run(roots, grad_roots, retain_graph, create_graph, wanted=None):
                     ct = new
         if t._retains_grad:
             _accumulate(t, ct, create_graph)
-        if wanted is not None and id(t) in wanted:
-            wanted[id(t)] = ct
+        if wanted is not None and t in wanted:
+            wanted[t] = ct
         return ct
 
     with grad_mode.set_grad_enabled(create_graph):
@@ -186,11 +186,11 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph: bool =
     if isinstance(grad_tensors, Tensor):
         grad_tensors = [grad_tensors]
     cts, leaves = _run(tensors, grad_tensors, retain_graph, create_graph)
-    only = None if inputs is None else {id(t) for t in (
-        [inputs] if isinstance(inputs, Tensor) else inputs)}
+    only = None if inputs is None else set(
+        [inputs] if isinstance(inputs, Tensor) else inputs)
     for k, t in leaves.items():
         ct = cts.get(k)
-        if ct is None or (only is not None and id(t) not in only):
+        if ct is None or (only is not None and t not in only):
             continue
         with grad_mode.set_grad_enabled(create_graph):
             ct = _leaf_hooks(t, ct)
@@ -212,17 +212,17 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph: bo
                      else "a tensor that does not require grad")
             raise RuntimeError(f"grad: every input must be a tensor that requires grad; "
                                f"input {i} is {found}")
-    wanted = {id(t): None for t in inputs if t.grad_fn is not None}
+    wanted = {t: None for t in inputs if t.grad_fn is not None}
     cts, leaves = _run(outputs, grad_outputs, retain_graph, create_graph, wanted)
     result = []
     for i, t in enumerate(inputs):
         if t.grad_fn is None:
-            ct = cts.get(id(t))
+            ct = cts.get(t)
             if ct is not None:
                 with grad_mode.set_grad_enabled(create_graph):
                     ct = _leaf_hooks(t, ct)
         else:
-            ct = wanted.get(id(t))
+            ct = wanted.get(t)
             if ct is None:
                 ct = cts.get(value_key(t))
         if ct is None and not allow_unused:

@@ -583,10 +583,10 @@ class EagerNode(Node):
         for x in inputs:
             fn = x.grad_fn
             if fn is not None:
-                keys.append((id(fn), x._index))
+                keys.append((fn, x._index))
                 nexts.append(fn)
             else:
-                keys.append(id(x))
+                keys.append(x)
                 nexts.append(None)
         self.input_keys = tuple(keys)
         self.next_nodes = tuple(nexts)

@@ -26,10 +26,11 @@ def fit_to(ct, x):
 
 
 def value_key(v):
-    """The key a value's cotangent is stored under: (id(producer), output index), or id(v)
-    for a value no node produced (an input, a leaf tensor)."""
+    """The key a value's cotangent is stored under: (producer, output index), or the value
+    itself for one no node produced (an input, a leaf tensor). Nodes, Values and tensors
+    hash by identity."""
     node = v.node
-    return (id(node), v.index) if node is not None else id(v)
+    return (node, v.index) if node is not None else v
 
 
 def input_keys(node) -> Sequence:
@@ -44,7 +45,7 @@ def relevant_values(nodes: Sequence, wrt: Sequence) -> set:
     relevant = {value_key(w) for w in wrt}
     for n in nodes:
         if any(k in relevant for k in input_keys(n)):
-            relevant.update((id(n), i) for i in range(len(n.outputs)))
+            relevant.update((n, i) for i in range(len(n.outputs)))
     return relevant
 
 
@@ -63,8 +64,7 @@ def backward_pass(nodes: Sequence, seeds: Dict[object, object], wrt: Sequence = 
         relevant = relevant_values(nodes, wrt)
     cts: Dict[object, object] = dict(seeds)
     for node in reversed(nodes):
-        nid = id(node)
-        out_cts = [cts.get((nid, i)) for i in range(len(node.outputs))]
+        out_cts = [cts.get((node, i)) for i in range(len(node.outputs))]
         if all(c is None for c in out_cts):
             continue
         keys = input_keys(node)
@@ -201,20 +201,20 @@ def composite_vjp(formula: Callable, cts: Sequence, ins: Sequence,
     needed, stack = set(), [w.node for w in wanted if w is not None and w.node is not None]
     while stack:
         node = stack.pop()
-        if id(node) not in needed:
-            needed.add(id(node))
+        if node not in needed:
+            needed.add(node)
             stack.extend(x.node for x in node.inputs if x.node is not None)
-    env = {id(p): x for p, x in zip(phs, ins)}
-    env.update((id(p), ct) for p, ct in zip(ct_phs, cts))
+    env = dict(zip(phs, ins))
+    env.update(zip(ct_phs, cts))
     for node in scratch.nodes:
-        if id(node) not in needed:
+        if node not in needed:
             continue
         if node.op.name == "constant":
             value = node.attrs["value"]
-            env[id(node.outputs[0])] = getattr(value, "array", value)
+            env[node.outputs[0]] = getattr(value, "array", value)
             continue
-        res = node.op(*[env[id(x)] for x in node.inputs], **node.attrs)
+        res = node.op(*[env[x] for x in node.inputs], **node.attrs)
         res = res if isinstance(res, (tuple, list)) else (res,)
         for o, r in zip(node.outputs, res):
-            env[id(o)] = r
-    return [None if w is None else env[id(w)] for w in wanted]
+            env[o] = r
+    return [None if w is None else env[w] for w in wanted]
