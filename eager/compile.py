@@ -307,7 +307,7 @@ class CompiledFunction:
                          for gv in grads]
             bwd_nodes = g.nodes[n_forward:]
             bg, boundary, mapping = extract(bwd_nodes, f"{g.name}_backward")
-            bg.outputs = [mapping[id(gv)] for gv in grads]
+            bg.outputs = [mapping[gv] for gv in grads]
             ct_ids = {id(c): diff_outs[j] for j, c in enumerate(ct_vals)}
             for b in boundary:
                 if id(b) in ct_ids:

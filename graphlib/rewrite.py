@@ -12,29 +12,29 @@ from typing import Dict, Iterable, List, Sequence, Tuple
 from .ir import Graph, Node, Value
 
 
-def clone(graph: Graph, outputs: Sequence[Value] = None) -> Tuple[Graph, Dict[int, Value]]:
-    """A copy of ``graph`` sharing no Value or Node with it; ``outputs`` (default
-    ``graph.outputs``) become the copy's outputs. Returns (copy, id(old value) -> new)."""
+def clone(graph: Graph, outputs: Sequence[Value] = None) -> Tuple[Graph, Dict[Value, Value]]:
+    """A copy of ``graph`` sharing no Value or Node with it (regions, immutable, are
+    shared); ``outputs`` (default ``graph.outputs``) become the copy's outputs. Returns
+    (copy, old value -> new value)."""
     g = Graph(graph.name)
-    m: Dict[int, Value] = {}
+    m: Dict[Value, Value] = {}
     for v in graph.inputs:
-        m[id(v)] = g.add_input(v.name, v.type)
+        m[v] = g.add_input(v.name, v.type)
     for v in graph.state:
         holder = graph.bindings.get(id(v))
         if holder is not None:
-            m[id(v)] = g.bind_state(holder, v.name)
+            m[v] = g.bind_state(holder, v.name)
         else:
-            m[id(v)] = g.add_state(v.name, graph.state_init[id(v)])
+            m[v] = g.add_state(v.name, graph.state_init[id(v)])
     for node in graph.nodes:
-        new = Node(node.op, [m[id(x)] for x in node.inputs], dict(node.attrs), (), node.source)
-        new.outputs = tuple(Value(o.type, new, i, g) for i, o in enumerate(node.outputs))
+        new = Node(node.op, [m[x] for x in node.inputs], dict(node.attrs), (), node.source)
+        new.outputs = tuple(Value(o.type, new, i, g, o.name) for i, o in enumerate(node.outputs))
         g.append(new)
-        for o, n in zip(node.outputs, new.outputs):
-            m[id(o)] = n
+        m.update(zip(node.outputs, new.outputs))
     outs = graph.outputs if outputs is None else outputs
-    g.outputs = [m[id(o)] for o in outs]
+    g.outputs = [m[o] for o in outs]
     for state, new_value in graph.updates.values():
-        g.updates[id(m[id(state)])] = (m[id(state)], m[id(new_value)])
+        g.updates[id(m[state])] = (m[state], m[new_value])
     g._random_streams = graph._random_streams
     g.gradient_blockers = list(graph.gradient_blockers)
     return g, m

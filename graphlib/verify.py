@@ -18,7 +18,7 @@ def verify(graph) -> None:
     """Raise GraphError when the graph breaks an IR invariant; return None when it holds."""
     # Name every value as ``print(graph)`` does, so the context below matches the full text.
     namer = graph_namer(graph)
-    defined = {id(v) for v in graph.inputs} | {id(v) for v in graph.state}
+    defined = set(graph.inputs) | set(graph.state)
     if len(defined) != len(graph.inputs) + len(graph.state):
         raise GraphError(f"graph {graph.name!r}: an input is listed twice")
     reads = {}      # value -> {node: times it reads it}: what the use lists must hold
@@ -27,11 +27,11 @@ def verify(graph) -> None:
             raise GraphError(f"graph {graph.name!r}, node {index} ({node.op.name}): {msg}\n"
                              + _context(graph, index, namer))
         for i, x in enumerate(node.inputs):
-            if id(x) not in defined:
+            if x not in defined:
                 fail(f"input {i} ({namer.name(x)}) is used before it is defined (or is not "
                      "in the graph)")
         for i, o in enumerate(node.outputs):
-            if id(o) in defined:
+            if o in defined:
                 fail(f"output {i} ({namer.name(o)}) is defined twice (SSA broken)")
             if o.node is not node or o.index != i:
                 fail(f"output {i} does not point back to its producer")
@@ -52,7 +52,7 @@ def verify(graph) -> None:
             fail(f"stored output types {[o.type for o in node.outputs]} differ from the "
                  f"inferred {list(types)}")
         for o in node.outputs:
-            defined.add(id(o))
+            defined.add(o)
         if node.graph is not graph:
             fail("the node is in the order but not placed in this graph (append it through "
                  "Graph.append/insert/create_node, or assign graph.nodes)")
@@ -70,11 +70,11 @@ def verify(graph) -> None:
                              f"nodes that do not read it ({stale}): inputs changed behind "
                              "the IR's back")
     for i, o in enumerate(graph.outputs):
-        if id(o) not in defined:
+        if o not in defined:
             raise GraphError(f"graph {graph.name!r}: output {i} ({o!r}) is not defined in the "
                              "graph")
     for state, new in graph.updates.values():
-        if id(new) not in defined:
+        if new not in defined:
             raise GraphError(f"graph {graph.name!r}: the update of {state.name!r} is not "
                              "defined in the graph")
         if new.type != state.type:
@@ -85,10 +85,10 @@ def verify(graph) -> None:
 def _check_closed(graph) -> None:
     """A region reads only its own inputs and the values its nodes make (what it needs
     from outside is passed in as an input)."""
-    own = {id(v) for v in graph.inputs} | {id(v) for v in graph.state}
+    own = set(graph.inputs) | set(graph.state)
     for node in graph.nodes:
         for x in node.inputs:
-            if id(x) not in own:
+            if x not in own:
                 raise GraphError(f"node {node.op.name} reads {x!r}, which is not defined in "
                                  "the region (captured values must be region inputs)")
-        own.update(id(o) for o in node.outputs)
+        own.update(node.outputs)
