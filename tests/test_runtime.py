@@ -457,16 +457,17 @@ def test_readme_quick_start_has_exactly_two_commands():
 
 
 def test_readme_python_blocks_run_and_print_what_it_shows(tmp_path):
-    tour, state, eager, models, planned = _readme_blocks("python")
-    shown_tour, shown_state, shown_eager, shown_models, shown_planned = \
-        _readme_blocks("text")[:5]
+    tour, state, eager, models, planned, saving = _readme_blocks("python")
+    shown_tour, shown_state, shown_eager, shown_models, shown_planned, shown_saving = \
+        _readme_blocks("text")[:6]
     (tmp_path / "tour.py").write_text(tour)
     (tmp_path / "state.py").write_text(state)
     (tmp_path / "eager.py").write_text(eager)
     (tmp_path / "models.py").write_text(models)
     (tmp_path / "planned.py").write_text(planned)
+    (tmp_path / "saving.py").write_text(saving)
     outputs = []
-    for name in ("tour.py", "state.py", "eager.py", "models.py", "planned.py"):
+    for name in ("tour.py", "state.py", "eager.py", "models.py", "planned.py", "saving.py"):
         proc = subprocess.run([sys.executable, name], cwd=tmp_path, capture_output=True,
                               text=True, timeout=120)
         assert proc.returncode == 0, proc.stderr
@@ -481,6 +482,7 @@ def test_readme_python_blocks_run_and_print_what_it_shows(tmp_path):
     assert outputs[2].splitlines() == shown_eager.splitlines()
     assert outputs[3].splitlines() == shown_models.splitlines()
     assert outputs[4].splitlines() == shown_planned.splitlines()
+    assert outputs[5].splitlines() == shown_saving.splitlines()
 
 
 # -- the examples ---------------------------------------------------------------------------------
