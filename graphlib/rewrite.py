@@ -65,17 +65,6 @@ def replace_all(graph: Graph, mapping: Dict[Value, Value]) -> None:
         graph.replace_uses(old, new)
 
 
-def users(graph: Graph) -> Dict[int, List[Node]]:
-    """id(value) -> the nodes reading it, in graph order."""
-    out: Dict[int, List[Node]] = {}
-    for node in graph.nodes:
-        for x in node.inputs:
-            lst = out.setdefault(id(x), [])
-            if not lst or lst[-1] is not node:
-                lst.append(node)
-    return out
-
-
 def live_roots(graph: Graph) -> Iterable[Value]:
     """The values a graph must compute: its outputs and its state updates."""
     yield from graph.outputs

@@ -30,7 +30,7 @@ import networkx as nx
 from ..graphlib.errors import ShapeError
 from ..graphlib.ir import ConstArray, Graph, Node, Value
 from ..graphlib.ops.fused import FusedBody, make_fused_node
-from ..graphlib.rewrite import live_roots, replace_all, users
+from ..graphlib.rewrite import live_roots, replace_all
 from ..graphlib.types import broadcast_shapes
 from .cleanup import dead_code_elimination
 from .result import PassResult
@@ -61,9 +61,8 @@ class _Groups:
 
     def __init__(self, graph: Graph, epilogues: bool):
         self.nodes = graph.nodes
-        self.index = {id(n): i for i, n in enumerate(self.nodes)}
-        self.users = users(graph)
-        self.roots = {id(v) for v in live_roots(graph)}
+        self.index = {n: i for i, n in enumerate(self.nodes)}
+        self.roots = {v for v in live_roots(graph)}
         self.epilogues = epilogues
         self.group = list(range(len(self.nodes)))          # node index -> group id
         self.members: Dict[int, List[int]] = {i: [i] for i in range(len(self.nodes))}
@@ -71,42 +70,42 @@ class _Groups:
         self.dag.add_nodes_from(range(len(self.nodes)))
         for i, n in enumerate(self.nodes):
             for x in n.inputs:
-                j = self.index.get(id(x.node)) if x.node is not None else None
+                j = self.index.get(x.node) if x.node is not None else None
                 if j is not None:
                     self.dag.add_edge(j, i)
 
     def producer(self, v: Value):
-        return self.index.get(id(v.node)) if v.node is not None else None
+        return self.index.get(v.node) if v.node is not None else None
 
     def is_host(self, i: int) -> bool:
         return self.epilogues and self.nodes[i].op.name in EPILOGUE_HOSTS
 
     def outside_outputs(self, member_ids: List[int]) -> List[Value]:
         """Outputs of the members read outside them (or graph outputs, state updates)."""
-        inside = {id(self.nodes[i]) for i in member_ids}
+        inside = {self.nodes[i] for i in member_ids}
         outs = []
         for i in member_ids:
             for o in self.nodes[i].outputs:
-                if id(o) in self.roots or any(id(u) not in inside
-                                              for u in self.users.get(id(o), ())):
+                if o in self.roots or any(u not in inside
+                                              for u in o.uses):
                     outs.append(o)
         return outs
 
     def can_merge(self, a: int, b: int) -> bool:
         union = self.members[a] + self.members[b]
-        inside = {id(self.nodes[i]) for i in union}
+        inside = {self.nodes[i] for i in union}
         hosts = [i for i in union if not _elementwise(self.nodes[i])]
         for i in hosts:                  # a matmul/reduction must start the group
-            if any(x.node is not None and id(x.node) in inside for x in self.nodes[i].inputs):
+            if any(x.node is not None and x.node in inside for x in self.nodes[i].inputs):
                 return False
         ew = [self.nodes[i].outputs[0] for i in union if _elementwise(self.nodes[i])]
         try:
             full = broadcast_shapes(*[o.shape for o in ew], op="fuse")
         except ShapeError:
             return False
-        host_outs = {id(o) for i in hosts for o in self.nodes[i].outputs}
+        host_outs = {o for i in hosts for o in self.nodes[i].outputs}
         for o in self.outside_outputs(union):
-            if id(o) not in host_outs and tuple(o.shape) != tuple(full):
+            if o not in host_outs and tuple(o.shape) != tuple(full):
                 return False
         return not self._creates_cycle(a, b)
 
@@ -164,21 +163,21 @@ def _elements(v: Value) -> int:
 def _fuse_siblings(groups: _Groups) -> None:
     """Merge elementwise groups that read the same large outside value over its shape."""
     nodes = groups.nodes
-    readers: Dict[int, List[int]] = {}      # id(value) -> one member index per reader group
+    readers: Dict[Value, List[int]] = {}    # value -> one member index per reader group
     for gid, member_ids in groups.members.items():
         if not all(_elementwise(nodes[i]) for i in member_ids):
             continue
-        inside = {id(nodes[i]) for i in member_ids}
+        inside = {nodes[i] for i in member_ids}
         seen = set()
         for i in member_ids:
             for x in nodes[i].inputs:
-                if (id(x) in seen or _scalar_constant(x)
-                        or (x.node is not None and id(x.node) in inside)
+                if (x in seen or _scalar_constant(x)
+                        or (x.node is not None and x.node in inside)
                         or _elements(x) < HORIZONTAL_MIN_ELEMENTS
                         or tuple(x.shape) != tuple(nodes[i].outputs[0].shape)):
                     continue
-                seen.add(id(x))
-                readers.setdefault(id(x), []).append(member_ids[0])
+                seen.add(x)
+                readers.setdefault(x, []).append(member_ids[0])
     for key, firsts in readers.items():
         for i in firsts[1:]:
             a, b = groups.group[firsts[0]], groups.group[i]
@@ -189,29 +188,29 @@ def _fuse_siblings(groups: _Groups) -> None:
 def _body(groups: _Groups, member_ids: List[int], outs: List[Value]) -> Tuple[FusedBody, list]:
     """The fused body of the members (in graph order) and the outside values it reads."""
     nodes = [groups.nodes[i] for i in member_ids]
-    inside = {id(n) for n in nodes}
+    inside = {n for n in nodes}
     sub = Graph("fused")
-    m: Dict[int, Value] = {}
+    m: Dict[Value, Value] = {}
     inputs: List[Value] = []
     for node in nodes:
         for x in node.inputs:
-            if id(x) in m:
+            if x in m:
                 continue
             if _scalar_constant(x):
                 c = x.node
                 copy = Node(c.op, (), dict(c.attrs), (), c.source)
                 copy.outputs = (Value(x.type, copy, 0, sub),)
                 sub.append(copy)
-                m[id(x)] = copy.outputs[0]
-            elif x.node is None or id(x.node) not in inside:
-                m[id(x)] = sub.add_input(f"i{len(inputs)}", x.type)
+                m[x] = copy.outputs[0]
+            elif x.node is None or x.node not in inside:
+                m[x] = sub.add_input(f"i{len(inputs)}", x.type)
                 inputs.append(x)
-        new = Node(node.op, [m[id(x)] for x in node.inputs], dict(node.attrs), (), node.source)
+        new = Node(node.op, [m[x] for x in node.inputs], dict(node.attrs), (), node.source)
         new.outputs = tuple(Value(o.type, new, k, sub) for k, o in enumerate(node.outputs))
         sub.append(new)
         for o, n in zip(node.outputs, new.outputs):
-            m[id(o)] = n
-    sub.outputs = [m[id(o)] for o in outs]
+            m[o] = n
+    sub.outputs = [m[o] for o in outs]
     return FusedBody(sub), inputs
 
 
@@ -229,22 +228,22 @@ def _move_to_consumers(groups: _Groups) -> None:
         members = groups.members.get(gid)
         if members is None or len(members) < 2:
             continue
-        outs = {id(o) for o in groups.outside_outputs(members)}
+        outs = {o for o in groups.outside_outputs(members)}
         for i in list(members):
             node = nodes[i]
-            if not _elementwise(node) or id(node.outputs[0]) not in outs:
+            if not _elementwise(node) or node.outputs[0] not in outs:
                 continue
             out = node.outputs[0]
-            readers = groups.users.get(id(out), ())
-            if id(out) in groups.roots or len(readers) != 1 or not _elementwise(readers[0]):
+            readers = out.uses
+            if out in groups.roots or len(readers) != 1 or not _elementwise(readers[0]):
                 continue
             held = all(_scalar_constant(x) or groups.producer(x) is None
                        or groups.group[groups.producer(x)] != groups.group[i]
-                       or id(x) in outs for x in node.inputs)
+                       or x in outs for x in node.inputs)
             if not held:
                 continue
             rest = groups.split(i)
-            target = groups.group[groups.index[id(readers[0])]]
+            target = groups.group[groups.index[readers[0]]]
             if groups.can_merge(target, i):
                 groups.merge(target, i)
             else:                          # put it back where it was
@@ -312,12 +311,12 @@ def fuse_elementwise(graph: Graph, epilogues: bool = True,
             items.append(node)
     graph.nodes = items
     replace_all(graph, mapping)
-    position = {id(n): k for k, n in enumerate(items)}
+    position = {n: k for k, n in enumerate(items)}
     order = nx.DiGraph()
     order.add_nodes_from(range(len(items)))
     for k, n in enumerate(items):
         for x in n.inputs:
-            p = position.get(id(x.node)) if x.node is not None else None
+            p = position.get(x.node) if x.node is not None else None
             if p is not None:
                 order.add_edge(p, k)
     graph.nodes = [items[k] for k in nx.lexicographical_topological_sort(order)]
