@@ -7,7 +7,7 @@ location of the node it replaces (PyTensor's ``copy_stack_trace``).
 """
 from __future__ import annotations
 
-from typing import Dict, Iterable, List, Sequence, Tuple
+from typing import Dict, Iterable, Sequence, Tuple
 
 from .ir import Graph, Node, Value
 
