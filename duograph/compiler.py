@@ -9,7 +9,7 @@ from typing import Optional, Sequence, Union
 
 from .graphlib.ir import Graph, Value
 from .graphlib.rewrite import clone
-from .passes import PassManager
+from .passes import PassManager, pipeline_plans
 from .passes.memory import plan_memory, verify_plan
 from .runtime import Executable, compile_graph
 
@@ -30,11 +30,12 @@ def compile(graph: Graph, outputs: Optional[Sequence[Value]] = None,
     names/functions; None = "O0") and build an Executable returning ``outputs``.
 
     ``plan``: run over one preallocated arena laid out by the memory planner (per input
-    shape signature; ``exe.memory_plan`` shows it). None (the default) plans for "O2" only;
-    True or False forces it either way.
+    shape signature; ``exe.memory_plan`` shows it). None (the default) takes the
+    pipeline's own option (``Pipeline.plan``: O2 plans, O0 and O1 do not, a list of passes
+    does not); True or False forces it either way.
     """
     if plan is None:
-        plan = isinstance(passes, str) and passes == "O2"
+        plan = pipeline_plans(passes)
     planner = plan_and_verify if plan else None
     if passes in (None, "O0") or (not isinstance(passes, str) and not list(passes)):
         exe = compile_graph(graph, outputs, backend=backend, device=device, planner=planner)

@@ -17,14 +17,15 @@ kernels, planned bytes, time). The passes, one file each:
 from .cleanup import (algebraic_simplification, common_subexpression_elimination,
                       constant_folding, dead_code_elimination)
 from .fusion import fuse_elementwise, fused_nodes
-from .manager import (PASSES, PIPELINES, PassManager, kernel_count, optimize,
+from .manager import (PASSES, PIPELINES, PassManager, Pipeline, kernel_count, optimize,
+                      pipeline_plans,
                       register_pass)
 from .memory import MemoryPlan, MemoryPlanError, plan_memory, verify_plan
 from .remat import rematerialize
 from .result import PassResult
 from .schedule import memory_aware_schedule
 
-__all__ = ["PassManager", "PassResult", "PASSES", "PIPELINES", "register_pass", "optimize",
+__all__ = ["PassManager", "PassResult", "Pipeline", "pipeline_plans", "PASSES", "PIPELINES", "register_pass", "optimize",
            "kernel_count", "dead_code_elimination", "common_subexpression_elimination",
            "constant_folding", "algebraic_simplification", "fuse_elementwise", "fused_nodes",
            "memory_aware_schedule", "rematerialize", "plan_memory", "verify_plan",

@@ -38,11 +38,33 @@ PASSES: Dict[str, PassFn] = {
     "schedule": memory_aware_schedule,
 }
 
+class Pipeline:
+    """A named sequence of passes plus what running its result needs: ``plan`` says whether
+    the executable runs over a memory-planned arena by default (``compile(plan=...)``
+    overrides it). Iterates over its pass names."""
+
+    __slots__ = ("passes", "plan")
+
+    def __init__(self, passes: Sequence[str], plan: bool = False):
+        self.passes = list(passes)
+        self.plan = plan
+
+    def __iter__(self):
+        return iter(self.passes)
+
+    def __len__(self) -> int:
+        return len(self.passes)
+
+    def __repr__(self) -> str:
+        return f"Pipeline({self.passes}, plan={self.plan})"
+
+
 # The pipelines, in order. O2 grows with fusion and memory planning.
-PIPELINES: Dict[str, List[str]] = {
-    "O0": [],
-    "O1": ["dce", "fold", "simplify", "cse", "dce"],
-    "O2": ["dce", "fold", "simplify", "cse", "simplify", "dce", "fuse", "schedule"],
+PIPELINES: Dict[str, Pipeline] = {
+    "O0": Pipeline([]),
+    "O1": Pipeline(["dce", "fold", "simplify", "cse", "dce"]),
+    "O2": Pipeline(["dce", "fold", "simplify", "cse", "simplify", "dce", "fuse", "schedule"],
+                   plan=True),
 }
 
 
@@ -86,6 +108,16 @@ def planned_bytes(graph: Graph) -> int:
 def kernel_count(graph: Graph) -> int:
     """Kernels a run launches: every node but constants (prepared once)."""
     return sum(1 for n in graph.nodes if n.op.name != "constant")
+
+
+def pipeline_plans(passes) -> bool:
+    """Whether ``passes`` (a pipeline name, a Pipeline, or a list) plans memory by default:
+    a pipeline says so (O2 does); a plain list of passes does not."""
+    if passes is None:
+        passes = "O0"
+    if isinstance(passes, str):
+        passes = PIPELINES.get(passes)
+    return bool(getattr(passes, "plan", False))
 
 
 def _resolve(passes) -> List[tuple]:

@@ -282,3 +282,21 @@ def test_compiled_function_with_passes_matches_eager():
     w.grad = None
     f(x).backward()
     np.testing.assert_allclose(got, w.grad.numpy(), rtol=1e-5, atol=1e-7)
+
+
+def test_planning_is_the_pipelines_option_not_its_name():
+    g = dg.Graph("t")
+    with g:
+        x = dg.placeholder("x", (8,))
+        out = dg.exp(x) * 2.0
+    assert g.compile(outputs=[out], passes="O2").planned
+    assert not g.compile(outputs=[out], passes="O1").planned
+    assert not g.compile(outputs=[out], passes=["dce", "fuse"]).planned
+    passes.PIPELINES["planned_cleanup"] = passes.Pipeline(["dce", "cse"], plan=True)
+    try:
+        exe = g.compile(outputs=[out], passes="planned_cleanup")
+        assert exe.planned
+        assert not g.compile(outputs=[out], passes="planned_cleanup", plan=False).planned
+        np.testing.assert_allclose(exe(x=np.ones(8, np.float32))[0], 2 * np.e, rtol=1e-6)
+    finally:
+        del passes.PIPELINES["planned_cleanup"]
