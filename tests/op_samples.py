@@ -142,6 +142,18 @@ def build(op: OpInfo, sample: Sample) -> Built:
     return Built(graph, inputs, feeds, list(as_tuple(out)))
 
 
+def tanh_loss_grads(built: Built, targets: Sequence[int]) -> list:
+    """Adds to ``built.graph`` a scalar loss of its float64 outputs (``sum(tanh(v) * v)``)
+    and its gradients with respect to the ``targets`` operands; returns the gradients."""
+    with built.graph:
+        loss = None
+        for v in built.outputs:
+            if v.dtype == F64:
+                term = dg.sum(dg.tanh(v) * v)
+                loss = term if loss is None else loss + term
+        return list(dg.grad(loss, [built.inputs[i] for i in targets])) + [loss]
+
+
 def reference(op: OpInfo, sample: Sample, arrays=None) -> List[np.ndarray]:
     """The reference outputs, cast to the dtype duograph must give."""
     args, kwargs = sample.args, sample.kwargs
