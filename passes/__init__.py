@@ -25,7 +25,8 @@ from .remat import rematerialize
 from .result import PassResult
 from .schedule import memory_aware_schedule
 
-__all__ = ["PassManager", "PassResult", "Pipeline", "pipeline_plans", "PASSES", "PIPELINES", "register_pass", "optimize",
+__all__ = ["PassManager", "PassResult", "Pipeline", "pipeline_plans", "PASSES", "PIPELINES",
+           "register_pass", "optimize",
            "kernel_count", "dead_code_elimination", "common_subexpression_elimination",
            "constant_folding", "algebraic_simplification", "fuse_elementwise", "fused_nodes",
            "memory_aware_schedule", "rematerialize", "plan_memory", "verify_plan",

@@ -57,22 +57,43 @@ def _scalar_constant(v: Value) -> bool:
 
 
 class _Groups:
-    """Disjoint groups of node indices, with the graph contracted group by group."""
+    """Disjoint groups of node indices, with the graph contracted group by group.
+
+    Each group keeps what ``can_merge`` needs (its elementwise iteration shape, its hosts,
+    the outputs read outside it), updated as groups merge, so a merge test costs what the
+    two groups hand out, not their size: fusing an n-node chain is near-linear. Constants
+    are left out of the contracted graph: a node without inputs can lie on no path between
+    two groups, and a shared constant read by every node would make each cycle search walk
+    the whole graph.
+    """
 
     def __init__(self, graph: Graph, epilogues: bool):
         self.nodes = graph.nodes
         self.index = {n: i for i, n in enumerate(self.nodes)}
-        self.roots = {v for v in live_roots(graph)}
+        self.roots = set(live_roots(graph))
         self.epilogues = epilogues
         self.group = list(range(len(self.nodes)))          # node index -> group id
         self.members: Dict[int, List[int]] = {i: [i] for i in range(len(self.nodes))}
+        self.shape: Dict[int, object] = {}      # group -> elementwise iteration shape
+        self.hosts: Dict[int, List[int]] = {}   # group -> its non-elementwise members
+        self.outs: Dict[int, List[Value]] = {}  # group -> member outputs read outside it
+        for i, n in enumerate(self.nodes):
+            self._summarise(i)
         self.dag = nx.DiGraph()
         self.dag.add_nodes_from(range(len(self.nodes)))
         for i, n in enumerate(self.nodes):
             for x in n.inputs:
-                j = self.index.get(x.node) if x.node is not None else None
-                if j is not None:
+                j = self.producer(x)
+                if j is not None and self.nodes[j].inputs:
                     self.dag.add_edge(j, i)
+
+    def _summarise(self, i: int) -> None:
+        """The summary of the one-node group ``i``."""
+        n = self.nodes[i]
+        ew = _elementwise(n)
+        self.shape[i] = tuple(n.outputs[0].shape) if ew else None
+        self.hosts[i] = [] if ew else [i]
+        self.outs[i] = [o for o in n.outputs if o in self.roots or o.uses]
 
     def producer(self, v: Value):
         return self.index.get(v.node) if v.node is not None else None
@@ -84,27 +105,33 @@ class _Groups:
         """Outputs of the members read outside them (or graph outputs, state updates)."""
         inside = {self.nodes[i] for i in member_ids}
         outs = []
-        for i in member_ids:
+        for i in sorted(member_ids):
             for o in self.nodes[i].outputs:
-                if o in self.roots or any(u not in inside
-                                              for u in o.uses):
+                if o in self.roots or any(u not in inside for u in o.uses):
                     outs.append(o)
         return outs
 
+    def _union_outs(self, a: int, b: int) -> List[Value]:
+        """The outputs the merged group a+b would hand out: those of a and b still read
+        outside both (a value no group reads was never one of them)."""
+        group, index = self.group, self.index
+        return [o for o in self.outs[a] + self.outs[b]
+                if o in self.roots or any(group[index[u]] not in (a, b) for u in o.uses)]
+
     def can_merge(self, a: int, b: int) -> bool:
-        union = self.members[a] + self.members[b]
-        inside = {self.nodes[i] for i in union}
-        hosts = [i for i in union if not _elementwise(self.nodes[i])]
+        hosts = self.hosts[a] + self.hosts[b]
         for i in hosts:                  # a matmul/reduction must start the group
-            if any(x.node is not None and x.node in inside for x in self.nodes[i].inputs):
-                return False
-        ew = [self.nodes[i].outputs[0] for i in union if _elementwise(self.nodes[i])]
+            for x in self.nodes[i].inputs:
+                j = self.producer(x)
+                if j is not None and self.group[j] in (a, b):
+                    return False
+        shapes = [sh for sh in (self.shape[a], self.shape[b]) if sh is not None]
         try:
-            full = broadcast_shapes(*[o.shape for o in ew], op="fuse")
+            full = broadcast_shapes(*shapes, op="fuse")
         except ShapeError:
             return False
         host_outs = {o for i in hosts for o in self.nodes[i].outputs}
-        for o in self.outside_outputs(union):
+        for o in self._union_outs(a, b):
             if o not in host_outs and tuple(o.shape) != tuple(full):
                 return False
         return not self._creates_cycle(a, b)
@@ -118,7 +145,7 @@ class _Groups:
             if direct:
                 dag.remove_edge(s, t)
             try:
-                if nx.has_path(dag, s, t):
+                if _has_path(dag, s, t):
                     return True
             finally:
                 if direct:
@@ -126,31 +153,100 @@ class _Groups:
         return False
 
     def split(self, i: int) -> int:
-        """Take node ``i`` out of its group into a group of its own (the contracted graph
-        is rebuilt: networkx cannot undo a contraction). Returns the rest's group id."""
+        """Take node ``i`` out of its group into a group of its own; only the edges of the
+        two groups are rebuilt. Returns the rest's group id."""
         gid = self.group[i]
         rest = [m for m in self.members.pop(gid) if m != i]
         rest_id = gid if gid != i else rest[0]
+        self.dag.remove_node(gid)
+        for g in (self.shape, self.hosts, self.outs):
+            g.pop(gid, None)
         self.members[rest_id] = rest
         for m in rest:
             self.group[m] = rest_id
         self.members[i] = [i]
         self.group[i] = i
-        self.dag = nx.DiGraph()
-        self.dag.add_nodes_from(self.members)
-        for k, n in enumerate(self.nodes):
-            for x in n.inputs:
-                j = self.producer(x)
-                if j is not None and self.group[j] != self.group[k]:
-                    self.dag.add_edge(self.group[j], self.group[k])
+        self._summarise(i)
+        self._summarise(rest_id)
+        for m in rest:                   # the rest's summary, member by member
+            if m != rest_id:
+                self._summarise(m)
+                self._absorb(rest_id, m)
+        self.outs[rest_id] = self.outside_outputs(rest)
+        for g in (rest_id, i):
+            self.dag.add_node(g)
+            for m in self.members[g]:
+                node = self.nodes[m]
+                for x in node.inputs:
+                    j = self.producer(x)
+                    if j is not None and self.nodes[j].inputs and self.group[j] != g:
+                        self.dag.add_edge(self.group[j], g)
+                for o in node.outputs if node.inputs else ():
+                    for u in o.uses:
+                        k = self.group[self.index[u]]
+                        if k != g:
+                            self.dag.add_edge(g, k)
         return rest_id
 
+    def _absorb(self, a: int, m: int) -> None:
+        """Fold the one-node summary of ``m`` (already computed) into group ``a``'s."""
+        shapes = [sh for sh in (self.shape[a], self.shape.pop(m)) if sh is not None]
+        self.shape[a] = broadcast_shapes(*shapes, op="fuse") if shapes else None
+        self.hosts[a] = self.hosts[a] + self.hosts.pop(m)
+        self.outs.pop(m)
+
     def merge(self, a: int, b: int) -> None:
+        outs = self._union_outs(a, b)
+        shapes = [sh for sh in (self.shape[a], self.shape[b]) if sh is not None]
+        if len(self.members[b]) > len(self.members[a]):
+            a, b = b, a                  # relabel the smaller group
         nx.contracted_nodes(self.dag, a, b, self_loops=False, copy=False)
         for i in self.members[b]:
             self.group[i] = a
         self.members[a].extend(self.members.pop(b))
-        self.members[a].sort()
+        self.shape[a] = broadcast_shapes(*shapes, op="fuse") if shapes else None
+        self.shape.pop(b)
+        self.hosts[a] = self.hosts[a] + self.hosts.pop(b)
+        self.outs[a] = outs
+        self.outs.pop(b)
+
+
+def _has_path(dag: nx.DiGraph, source: int, target: int) -> bool:
+    """Whether ``dag`` has a path source -> target: a search from both ends, growing the
+    smaller frontier and, on a tie, the one grown less recently. (networkx's ``has_path``
+    grows the forward side on every tie, so from the head of a chain it walks the whole
+    rest of it while the backward side would have stopped at once.)"""
+    if source == target:
+        return True
+    succ, pred = dag.succ, dag.pred
+    ahead, behind = {source}, {target}
+    forward, backward = [source], [target]
+    grow_forward = True
+    while forward and backward:
+        if len(forward) != len(backward):
+            grow_forward = len(forward) < len(backward)
+        if grow_forward:
+            nxt = []
+            for v in forward:
+                for w in succ[v]:
+                    if w in behind:
+                        return True
+                    if w not in ahead:
+                        ahead.add(w)
+                        nxt.append(w)
+            forward = nxt
+        else:
+            nxt = []
+            for v in backward:
+                for w in pred[v]:
+                    if w in ahead:
+                        return True
+                    if w not in behind:
+                        behind.add(w)
+                        nxt.append(w)
+            backward = nxt
+        grow_forward = not grow_forward
+    return False
 
 
 def _elements(v: Value) -> int:
@@ -286,6 +382,7 @@ def fuse_elementwise(graph: Graph, epilogues: bool = True,
     for gid, member_ids in groups.members.items():
         if sum(1 for i in member_ids if _elementwise(nodes[i])) == 0 or len(member_ids) < 2:
             continue
+        member_ids = sorted(member_ids)          # graph order
         outs = groups.outside_outputs(member_ids)
         if not outs:
             continue

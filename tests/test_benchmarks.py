@@ -64,3 +64,11 @@ def test_passes_benchmark_refuses_avx512_kernels_without_avx512():
     proc = run_benchmark("passes.py", "--quick", "--blas", "SkylakeX", timeout=60)
     assert proc.returncode != 0
     assert "SIGILL" in proc.stderr
+
+
+def test_compile_time_benchmark_prints_a_row_per_size():
+    proc = run_benchmark("compile_time.py", "--sizes", "100", "400")
+    assert proc.returncode == 0, proc.stderr
+    rows = [ln.split() for ln in proc.stdout.splitlines()[1:]]
+    assert [int(r[0]) for r in rows] == [102, 402]
+    assert all(float(r[1]) >= float(r[2]) >= 0 for r in rows)

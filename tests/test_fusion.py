@@ -729,3 +729,63 @@ def test_numba_compile_failure_falls_back_to_numpy_chunks_with_a_warning(monkeyp
     plans = [p for n in _fused(exe) for p in n.attrs["sub"]._plans.values()
              if isinstance(p, _fused_cpu.NumbaPlan)]
     assert plans and all(p.failed for p in plans)
+
+
+def test_path_search_agrees_with_networkx_on_random_dags():
+    import networkx as nx
+    from duograph.passes.fusion import _has_path
+    rng = np.random.default_rng(0)
+    for trial in range(200):
+        n = int(rng.integers(2, 30))
+        dag = nx.DiGraph()
+        dag.add_nodes_from(range(n))
+        for _ in range(int(rng.integers(0, 3 * n))):
+            a, b = sorted(rng.choice(n, 2, replace=False))
+            dag.add_edge(int(a), int(b))
+        for _ in range(10):
+            s, t = (int(v) for v in rng.choice(n, 2))
+            assert _has_path(dag, s, t) == nx.has_path(dag, s, t), (trial, s, t)
+
+
+def test_fusing_a_long_chain_is_near_linear():
+    """Counted, not timed: the cycle search visits a bounded number of groups per merge
+    on a chain (it used to walk the rest of the chain on every merge)."""
+    from duograph.passes import fusion
+    visits = []
+    real = fusion._has_path
+
+    def counting(dag, s, t):
+        before = len(visits)
+        succ = dag.succ
+
+        class Counter(dict):
+            def __getitem__(self, k):
+                visits.append(k)
+                return succ[k]
+        dag_view = type("V", (), {"succ": Counter(), "pred": _CountPred(dag.pred, visits)})
+        result = real(dag_view, s, t)
+        assert len(visits) - before <= 8
+        return result
+    g = dg.Graph("chain")
+    with g:
+        x = dg.placeholder("x", (64,))
+        h = x
+        for i in range(400):
+            h = dg.tanh(h) * 1.5 if i % 2 else dg.exp(h) + 0.1
+    work, _ = clone(g, [h])
+    fusion._has_path = counting
+    try:
+        work, changed = fuse_elementwise(work)
+    finally:
+        fusion._has_path = real
+    assert changed and len(fused_nodes(work)) == 1
+    assert len(visits) > 400          # the search ran on every merge, a few steps each
+
+
+class _CountPred:
+    def __init__(self, pred, visits):
+        self.pred, self.visits = pred, visits
+
+    def __getitem__(self, k):
+        self.visits.append(k)
+        return self.pred[k]
