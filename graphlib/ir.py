@@ -85,6 +85,9 @@ class Value(TensorMethods):
         return f"Value({label}: {self.type!r})"
 
 
+_node_uids = itertools.count()
+
+
 def _add_uses(node: "Node", inputs) -> None:
     for x in inputs:
         uses = getattr(x, "_uses", None)
@@ -112,16 +115,22 @@ class Node:
     body) live in the attributes as ``Region``s and are reached through ``regions``.
     """
 
-    __slots__ = ("op", "_inputs", "attrs", "outputs", "source", "graph", "__weakref__")
+    __slots__ = ("op", "_inputs", "attrs", "outputs", "source", "graph", "uid", "provenance",
+                 "__weakref__")
 
     def __init__(self, op, inputs: Sequence, attrs: dict, outputs: Sequence = (),
-                 source=None):
+                 source=None, provenance: Optional[Tuple[int, ...]] = None):
         self.op = op
         self._inputs = tuple(inputs)
         self.attrs = attrs
         self.outputs = tuple(outputs)
         self.source = source
         self.graph = None
+        self.uid = next(_node_uids)
+        # the uids of the nodes the user's code built that this node stands for: its own
+        # for a new node; copies and rewrites carry their originals' (a fused node, all of
+        # its members'), so a pass's result can be traced back to the program
+        self.provenance = (self.uid,) if provenance is None else tuple(provenance)
 
     @property
     def inputs(self) -> tuple:
@@ -429,7 +438,8 @@ class Graph:
         ``before`` (default: at the end), with ``like``'s source location (a rewrite's new
         node points at the user code of the node it stands for)."""
         attrs = {} if attrs is None else attrs
-        node = Node(op, inputs, attrs, (), like.source if like is not None else source)
+        node = Node(op, inputs, attrs, (), like.source if like is not None else source,
+                    like.provenance if like is not None else None)
         types = op.infer([x.type for x in node.inputs], attrs)
         node.outputs = tuple(Value(t, node, i, self) for i, t in enumerate(types))
         if before is None:

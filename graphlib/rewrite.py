@@ -27,7 +27,8 @@ def clone(graph: Graph, outputs: Sequence[Value] = None) -> Tuple[Graph, Dict[Va
         else:
             m[v] = g.add_state(v.name, graph.state_init[id(v)])
     for node in graph.nodes:
-        new = Node(node.op, [m[x] for x in node.inputs], dict(node.attrs), (), node.source)
+        new = Node(node.op, [m[x] for x in node.inputs], dict(node.attrs), (), node.source,
+                   node.provenance)
         new.outputs = tuple(Value(o.type, new, i, g, o.name) for i, o in enumerate(node.outputs))
         g.append(new)
         m.update(zip(node.outputs, new.outputs))
@@ -43,7 +44,7 @@ def clone(graph: Graph, outputs: Sequence[Value] = None) -> Tuple[Graph, Dict[Va
 def make_node(op, inputs: Sequence[Value], attrs: dict, like: Node, graph: Graph) -> Node:
     """A new node of ``graph`` (not yet placed) with inferred outputs and ``like``'s source."""
     types = op.infer([x.type for x in inputs], attrs)
-    node = Node(op, inputs, attrs, (), like.source)
+    node = Node(op, inputs, attrs, (), like.source, like.provenance)
     node.outputs = tuple(Value(t, node, i, graph) for i, t in enumerate(types))
     return node
 

@@ -26,7 +26,7 @@ def extract(nodes: Sequence[Node], name: str = "extracted",
                 boundary.append(x)
                 mapping[x] = v
             ins.append(v)
-        new = Node(node.op, ins, dict(node.attrs), (), node.source)
+        new = Node(node.op, ins, dict(node.attrs), (), node.source, node.provenance)
         new.outputs = tuple(Value(o.type, new, i, g) for i, o in enumerate(node.outputs))
         g.append(new)
         for o, n in zip(node.outputs, new.outputs):

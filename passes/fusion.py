@@ -388,6 +388,7 @@ def fuse_elementwise(graph: Graph, epilogues: bool = True,
             continue
         body, inputs = _body(groups, member_ids, outs)
         fnode = make_fused_node(inputs, body, nodes[member_ids[-1]], graph)
+        fnode.provenance = tuple(sorted({u for i in member_ids for u in nodes[i].provenance}))
         fused[gid] = fnode
         for o, f in zip(outs, fnode.outputs):
             mapping[o] = f

@@ -141,18 +141,69 @@ def _resolve(passes) -> List[tuple]:
     return out
 
 
+class PassReport(str):
+    """The pass table (it is the table's text, so it prints and saves as before) plus what
+    each pass did to the IR: ``diff(name)`` is a unified diff of the text IR (with source
+    lines) before and after that pass; ``ir_after(name)`` the IR it left. A pass that runs
+    twice (``simplify``, ``dce``) is ``name`` for its first run and ``name#2`` for the
+    second."""
+
+    def __new__(cls, table: str, stats: Sequence[PassStat] = (), before: str = "",
+                after: Sequence[str] = ()):
+        report = super().__new__(cls, table)
+        report.stats = list(stats)
+        report._before = before
+        report._after = list(after)
+        return report
+
+    def names(self) -> List[str]:
+        """The passes in order, a repeated one as ``name#k``."""
+        seen: Dict[str, int] = {}
+        out = []
+        for st in self.stats:
+            seen[st.name] = seen.get(st.name, 0) + 1
+            out.append(st.name if seen[st.name] == 1 else f"{st.name}#{seen[st.name]}")
+        return out
+
+    def _index(self, name: str) -> int:
+        names = self.names()
+        if name not in names:
+            raise KeyError(f"no pass {name!r} in this report; it has {names}")
+        if len(self._after) != len(names):
+            raise KeyError("this report kept no IR (PassManager(keep_ir=False))")
+        return names.index(name)
+
+    def ir_after(self, name: str) -> str:
+        return self._after[self._index(name)]
+
+    def diff(self, name: str, context: int = 2) -> str:
+        """What pass ``name`` changed, as a unified diff of the text IR (empty when the pass
+        changed nothing)."""
+        import difflib
+        i = self._index(name)
+        before = self._before if i == 0 else self._after[i - 1]
+        return "".join(difflib.unified_diff(
+            before.splitlines(True), self._after[i].splitlines(True),
+            fromfile=f"before {name}", tofile=f"after {name}", n=context))
+
+
 class PassManager:
     """Run a pipeline (a name such as "O2", or a list of pass names/functions)."""
 
     def __init__(self, passes: Union[str, Sequence] = "O1", verify: bool = True,
-                 debug: Union[bool, str] = False):
+                 debug: Union[bool, str] = False, keep_ir: bool = True):
         self.passes = _resolve(passes)
         self.verify = verify
         self.debug = debug            # True: print the IR after each pass; a folder: save it
+        self.keep_ir = keep_ir        # keep the text IR after each pass for report().diff
         self.stats: List[PassStat] = []
+        self._before = ""
+        self._after: List[str] = []
 
     def run(self, graph: Graph) -> Graph:
         self.stats = []
+        self._after = []
+        self._before = graph.to_text(source=True) if self.keep_ir and self.passes else ""
         bytes_now = planned_bytes(graph) if self.passes else 0
         for i, (name, fn) in enumerate(self.passes):
             nb, kb, bb = len(graph.nodes), kernel_count(graph), bytes_now
@@ -174,13 +225,15 @@ class PassManager:
             self.stats.append(PassStat(name, nb, len(graph.nodes), kb, kernel_count(graph),
                                        seconds, bool(changed), bb, bytes_now,
                                        tuple(result.notes)))
-            self._dump(graph, i, name)
+            text = graph.to_text(source=True) if self.keep_ir or self.debug else ""
+            if self.keep_ir:
+                self._after.append(text)
+            self._dump(text, i, name)
         return graph
 
-    def _dump(self, graph: Graph, index: int, name: str) -> None:
+    def _dump(self, text: str, index: int, name: str) -> None:
         if not self.debug:
             return
-        text = graph.to_text(source=True)
         if isinstance(self.debug, str):
             os.makedirs(self.debug, exist_ok=True)
             path = os.path.join(self.debug, f"{index:02d}_{name}.txt")
@@ -189,12 +242,13 @@ class PassManager:
         else:
             print(f"--- after {name} ---\n{text}")
 
-    def report(self) -> str:
+    def report(self) -> PassReport:
         """A table of the last run: nodes, kernels and planned bytes (peak live, symbols as
-        64) before/after, and time per pass."""
+        64) before/after, and time per pass; ``.diff(name)`` shows what a pass changed."""
         head = (f"{'pass':<12}{'nodes':>8}{'->':>8}{'kernels':>9}{'->':>9}"
                 f"{'bytes':>12}{'->':>12}{'ms':>10}  changed")
-        return "\n".join([head] + [s.row() for s in self.stats])
+        table = "\n".join([head] + [s.row() for s in self.stats])
+        return PassReport(table, self.stats, self._before, self._after)
 
 
 def optimize(graph: Graph, passes="O1", outputs=None, verify: bool = True,

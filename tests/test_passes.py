@@ -300,3 +300,32 @@ def test_planning_is_the_pipelines_option_not_its_name():
         np.testing.assert_allclose(exe(x=np.ones(8, np.float32))[0], 2 * np.e, rtol=1e-6)
     finally:
         del passes.PIPELINES["planned_cleanup"]
+
+
+def test_pass_report_diffs_each_pass_and_nodes_keep_provenance():
+    g = dg.Graph("t")
+    with g:
+        x = dg.placeholder("x", (4,))
+        y = dg.tanh(x * 2.0) + dg.exp(x)
+        z = (y * 1.0) ** 2
+    originals = {n.uid: n for n in g.nodes}
+    exe = g.compile(outputs=[z], passes="O2")
+    report = exe.pass_report
+    assert "fuse" in report and report.names()[:3] == ["dce", "fold", "simplify"]
+    assert "simplify#2" in report.names()
+    diff = report.diff("fuse")
+    assert diff.startswith("--- before fuse") and "+  %0: f32[4] = fused(%x)" in diff
+    assert "-  %3: f32[4] = exp(%x)" in diff and "# " in diff       # with source lines
+    assert report.diff("cse") == ""                                  # changed nothing
+    with pytest.raises(KeyError, match="no pass 'nope'"):
+        report.diff("nope")
+    fused = [n for n in exe.graph.nodes if n.op.name == "fused"]
+    assert len(fused) == 1
+    # the fused node stands for the user's tanh, exp, add, mul ... nodes
+    names = sorted(originals[u].op.name for u in fused[0].provenance if u in originals)
+    assert {"tanh", "exp", "add", "mul"} <= set(names)
+    assert report.ir_after("schedule").startswith("graph t(")
+    quiet = passes.PassManager("O2", keep_ir=False)
+    quiet.run(clone(g, [z])[0])
+    with pytest.raises(KeyError, match="kept no IR"):
+        quiet.report().diff("fuse")
