@@ -531,6 +531,16 @@ class Graph:
     def __str__(self) -> str:
         return self.to_text()
 
+    def to_dot(self, **options):
+        """A picture of the graph as a ``pydot.Dot`` (see ``graphlib.dot``)."""
+        from .dot import to_dot
+        return to_dot(self, **options)
+
+    def render(self, path: str, **options) -> str:
+        """Draw the graph to ``path`` (.svg/.png/.pdf via Graphviz, or .dot)."""
+        from .dot import render
+        return render(self, path, **options)
+
     # -- saving --------------------------------------------------------------------------------
     def to_json(self, indent: Optional[int] = None) -> str:
         """The graph as JSON text (versioned schema, lossless; arrays inline)."""
