@@ -1,0 +1,203 @@
+"""The ``duograph`` command (also ``python -m duograph``).
+
+    duograph inspect FILE [--dim N=32 ...] [--svg out.svg] [--no-ir]
+    duograph export SCRIPT:OBJECT --to json|onnx [-o PATH] [--input NAME=SHAPE[:DTYPE] ...]
+
+``inspect`` reads a saved duograph graph (``dg.save_graph``, or ``.json`` from
+``graph.to_json()``) or an ONNX model, and prints the text IR, an op histogram, the
+parameter count and bytes, inputs and outputs with their symbolic dims, kernel counts at
+O0/O1/O2 and, given the symbolic dims (``--dim N=32``), the memory plan's summary.
+``export`` loads ``OBJECT`` from the user's ``SCRIPT``: a Graph, a function returning
+one, or a module/function with ``--input`` specs (recorded, the same IR as eager runs).
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import runpy
+import sys
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+
+
+class CommandError(Exception):
+    """A mistake on the command line or in its files: printed without a traceback."""
+
+
+def _parse_dims(items: Sequence[str]) -> Dict[str, int]:
+    dims = {}
+    for item in items or ():
+        name, eq, value = item.partition("=")
+        if not eq or not name.isidentifier() or not value.strip().isdigit():
+            raise CommandError(f"--dim expects NAME=SIZE (e.g. --dim N=32), found {item!r}")
+        dims[name] = int(value)
+    return dims
+
+
+def load_any(path: str):
+    """A Graph from a saved graph, a JSON document, or an ONNX model."""
+    import duograph as dg
+    if not os.path.exists(path):
+        raise CommandError(f"no such file: {path}")
+    low = path.lower()
+    if low.endswith(".onnx"):
+        try:
+            from duograph import onnx as dg_onnx
+        except ImportError as e:
+            raise CommandError(f"{path}: reading ONNX models needs the onnx package ({e})") \
+                from None
+        return dg_onnx.load(path)
+    try:
+        if low.endswith(".json"):
+            with open(path) as f:
+                return dg.Graph.from_json(f.read())
+        return dg.load_graph(path)
+    except dg.GraphFormatError as e:
+        raise CommandError(f"{path}: {e}") from None
+
+
+def _kernels(graph) -> Dict[str, int]:
+    from duograph.graphlib.rewrite import clone
+    from duograph.passes import PassManager, kernel_count
+    counts = {}
+    for level in ("O0", "O1", "O2"):
+        work = PassManager(level, keep_ir=False).run(clone(graph)[0])
+        counts[level] = kernel_count(work)
+    return counts
+
+
+def inspect_graph(graph, dims: Dict[str, int], show_ir: bool = True,
+                  svg: Optional[str] = None) -> str:
+    """The report ``duograph inspect`` prints."""
+    lines: List[str] = []
+    if show_ir:
+        lines += [graph.to_text(), ""]
+    lines.append(f"graph {graph.name}: {len(graph.nodes)} nodes")
+    for v in graph.inputs:
+        lines.append(f"  input  {v.name}: {v.type!r}")
+    for k, v in enumerate(graph.outputs):
+        lines.append(f"  output {k}: {v.type!r}")
+    params = sum(int(np.prod(v.shape)) for v in graph.state)
+    nbytes = sum(v.type.nbytes() or 0 for v in graph.state)
+    lines.append(f"  state  {len(graph.state)} tensors, {params:,} values, {nbytes:,} bytes")
+    hist = collections.Counter(n.op.name for n in graph.nodes)
+    lines.append("ops: " + ", ".join(f"{name} {count}" for name, count in hist.most_common()))
+    kernels = _kernels(graph)
+    lines.append("kernels: " + ", ".join(f"{k} {v}" for k, v in kernels.items()))
+    symbols = sorted({d for v in graph.inputs for d in v.shape if not isinstance(d, int)},
+                     key=str)
+    missing = [str(s) for s in symbols if str(s) not in dims]
+    if missing:
+        lines.append(f"memory plan: give the symbolic dims ({', '.join(missing)}) with --dim, "
+                     f"e.g. --dim {missing[0]}=32")
+    elif graph.outputs:
+        exe = graph.compile(passes="O2")
+        lines.append("memory plan (O2):")
+        lines += ["  " + ln for ln in exe.plan_for(**dims).summary().splitlines()]
+    if svg:
+        path = graph.render(svg)
+        lines.append(f"picture: {path}")
+    return "\n".join(lines)
+
+
+def _load_object(spec: str):
+    script, colon, name = spec.rpartition(":")
+    if not colon or not script or not name:
+        raise CommandError(f"expected SCRIPT:OBJECT (e.g. model.py:build), found {spec!r}")
+    if not os.path.exists(script):
+        raise CommandError(f"no such script: {script}")
+    namespace = runpy.run_path(script, run_name="__duograph_export__")
+    if name not in namespace:
+        found = sorted(k for k in namespace if not k.startswith("_"))
+        raise CommandError(f"{script} defines no {name!r}; it defines {found}")
+    return namespace[name]
+
+
+def _parse_inputs(items: Sequence[str]):
+    """``--input x=N,784:float32`` -> [(name, shape, dtype)]."""
+    specs = []
+    for item in items or ():
+        name, eq, rest = item.partition("=")
+        shape_text, _, dtype = rest.partition(":")
+        if not eq or not name.isidentifier() or not shape_text:
+            raise CommandError(f"--input expects NAME=D1,D2[:DTYPE] (e.g. x=N,784:float32), "
+                               f"found {item!r}")
+        shape = tuple(int(d) if d.strip().isdigit() else d.strip()
+                      for d in shape_text.split(","))
+        specs.append((name, shape, dtype or "float32"))
+    return specs
+
+
+def _as_graph(obj, inputs):
+    import duograph as dg
+    if isinstance(obj, dg.Graph):
+        return obj
+    if callable(obj) and not inputs and not isinstance(obj, dg.nn.Module):
+        made = obj()
+        if isinstance(made, dg.Graph):
+            return made
+        raise CommandError(f"{obj!r}() returned {type(made).__name__}, not a Graph; pass "
+                           "--input specs to record a module or function")
+    if not inputs:
+        raise CommandError("recording a module or function needs --input NAME=SHAPE specs")
+    g = dg.Graph(getattr(obj, "__name__", type(obj).__name__))
+    with g:
+        args = [dg.placeholder(n, s, d) for n, s, d in inputs]
+        out = obj(*args)
+    g.outputs = list(out) if isinstance(out, (tuple, list)) else [out]
+    return g
+
+
+def export(spec: str, to: str, out: Optional[str], inputs) -> str:
+    graph = _as_graph(_load_object(spec), _parse_inputs(inputs))
+    import duograph as dg
+    if to == "json":
+        path = out or f"{graph.name}.dg"
+        if path.endswith(".json"):
+            with open(path, "w") as f:
+                f.write(graph.to_json(indent=1))
+        else:
+            dg.save_graph(graph, path)
+        return path
+    try:
+        from duograph import onnx as dg_onnx
+    except ImportError as e:
+        raise CommandError(f"--to onnx needs the onnx package ({e})") from None
+    path = out or f"{graph.name}.onnx"
+    dg_onnx.export(graph, path)
+    return path
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="duograph", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    ins = sub.add_parser("inspect", help="print a saved graph or an ONNX model's IR and stats")
+    ins.add_argument("file")
+    ins.add_argument("--dim", action="append", default=[], metavar="NAME=SIZE",
+                     help="size of a symbolic dim, for the memory plan (repeatable)")
+    ins.add_argument("--svg", metavar="PATH", help="also draw the graph (Graphviz)")
+    ins.add_argument("--no-ir", action="store_true", help="leave out the text IR")
+    exp = sub.add_parser("export", help="save a graph, module or function from a script")
+    exp.add_argument("target", metavar="SCRIPT:OBJECT")
+    exp.add_argument("--to", choices=("json", "onnx"), required=True)
+    exp.add_argument("-o", "--output", metavar="PATH")
+    exp.add_argument("--input", action="append", default=[], metavar="NAME=D1,D2[:DTYPE]",
+                     help="an input of a module or function to record (repeatable)")
+    args = parser.parse_args(argv)
+    import duograph as dg
+    try:
+        if args.command == "inspect":
+            graph = load_any(args.file)
+            print(inspect_graph(graph, _parse_dims(args.dim), not args.no_ir, args.svg))
+        else:
+            print(f"wrote {export(args.target, args.to, args.output, args.input)}")
+    except (CommandError, dg.DuographError) as e:
+        print(f"duograph {args.command}: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

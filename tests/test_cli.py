@@ -1,0 +1,98 @@
+"""The `duograph` command: inspect saved graphs, export from a user's script, clear errors."""
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import duograph as dg
+from duograph import nn
+from duograph.cli import main
+
+
+def _step_file(path):
+    dg.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3))
+    opt = dg.optim.SGD(model.parameters(), lr=0.1)
+    g = dg.Graph("step")
+    with g:
+        x = dg.placeholder("x", ("N", 6))
+        y = dg.placeholder("y", ("N",), "int64")
+        loss = nn.functional.cross_entropy(model(x), y)
+        opt.minimize(loss)
+    g.outputs = [loss]
+    dg.save_graph(g, path)
+    return g
+
+
+def test_inspect_prints_ir_histogram_params_kernels_and_plan(tmp_path, capsys):
+    g = _step_file(tmp_path / "step.dg")
+    assert main(["inspect", str(tmp_path / "step.dg"), "--dim", "N=32"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(str(g).splitlines()[0])
+    assert "input  x: f32[N,6]" in out and "input  y: i64[N]" in out
+    assert "matmul" in out.split("ops:")[1].splitlines()[0]
+    total = sum(int(np.prod(v.shape)) for v in g.state)      # weights, slots, lr, steps
+    nbytes = sum(v.type.nbytes() for v in g.state)
+    assert f"state  {len(g.state)} tensors, {total:,} values, {nbytes:,} bytes" in out
+    assert "kernels: O0" in out and "O2" in out
+    assert "arena/lower bound 1.000" in out
+
+
+def test_inspect_json_and_missing_dims(tmp_path, capsys):
+    g = _step_file(tmp_path / "step.dg")
+    (tmp_path / "g.json").write_text(g.to_json())
+    assert main(["inspect", str(tmp_path / "g.json"), "--no-ir"]) == 0
+    out = capsys.readouterr().out
+    assert "give the symbolic dims (N) with --dim" in out
+    assert "graph step(" not in out
+
+
+@pytest.mark.parametrize("args, message", [
+    (["inspect", "missing.dg"], "no such file"),
+    (["inspect", "{bad}", "--dim", "N=x"], "--dim expects NAME=SIZE"),
+    (["inspect", "{junk}"], "not a graph file"),
+    (["export", "nofile.py:build", "--to", "json"], "no such script"),
+    (["export", "{script}:missing", "--to", "json"], "defines no 'missing'"),
+    (["export", "{script}", "--to", "json"], "expected SCRIPT:OBJECT"),
+    (["export", "{script}:Net", "--to", "json"], "needs --input"),
+])
+def test_clear_errors(tmp_path, capsys, args, message):
+    _step_file(tmp_path / "bad.dg")
+    (tmp_path / "junk.dg").write_bytes(b"\x00" * 40)
+    script = tmp_path / "model.py"
+    script.write_text("import duograph as dg\nfrom duograph import nn\nNet = nn.Linear(3, 2)\n")
+    subs = {"{bad}": str(tmp_path / "bad.dg"), "{junk}": str(tmp_path / "junk.dg"),
+            "{script}": str(script)}
+    args = [subs.get(a, a).replace("{script}", str(script)) for a in args]
+    assert main(args) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_export_module_and_graph_builder_from_a_script(tmp_path, capsys):
+    script = tmp_path / "model.py"
+    script.write_text(
+        "import numpy as np\nimport duograph as dg\nfrom duograph import nn\n"
+        "dg.manual_seed(0)\nnet = nn.Sequential(nn.Linear(4, 5), nn.Tanh())\n"
+        "def build():\n    g = dg.Graph('built')\n    with g:\n"
+        "        x = dg.placeholder('x', ('N', 4))\n        g.outputs = [dg.exp(x)]\n"
+        "    return g\n")
+    out = tmp_path / "net.dg"
+    assert main(["export", f"{script}:net", "--to", "json", "-o", str(out),
+                 "--input", "x=N,4:float32"]) == 0
+    g = dg.load_graph(out)
+    assert [v.name for v in g.inputs] == ["x"] and len(g.state) == 2
+    xv = np.ones((3, 4), np.float32)
+    assert g.compile()(x=xv)[0].shape == (3, 5)
+    assert main(["export", f"{script}:build", "--to", "json", "-o",
+                 str(tmp_path / "b.json")]) == 0
+    assert dg.Graph.from_json((tmp_path / "b.json").read_text()).name == "built"
+
+
+def test_python_dash_m_and_help():
+    proc = subprocess.run([sys.executable, "-m", "duograph", "--help"], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0 and "inspect" in proc.stdout and "export" in proc.stdout
+    proc = subprocess.run([sys.executable, "-m", "duograph", "inspect", "--help"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and "--dim" in proc.stdout
