@@ -445,3 +445,49 @@ def test_twenty_kills_at_random_moments_never_hang_nor_orphan():
         _assert_reaped(processes)
         outcomes.append("error" if error is not None else result["batches"])
     assert outcomes.count("error") >= 15, outcomes   # nearly every kill lands mid-epoch
+
+
+_ABANDONING_MAIN = """
+import sys, time
+sys.path.insert(0, sys.argv[1])
+from test_data import BigDataset
+from duograph.data import DataLoader
+it = iter(DataLoader(BigDataset(16, 2_000_000), batch_size=2, num_workers=2))
+next(it)
+print(*(p.pid for p in it._workers), flush=True)
+time.sleep(60)   # never reads again: both workers block mid-send; then this process is killed
+"""
+
+
+def _gone(pid: int) -> bool:
+    """The process has exited (a zombie waiting for a reaper counts as exited)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except OSError:
+        return True
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads /proc")
+def test_workers_exit_when_the_main_process_is_killed():
+    import signal
+    import subprocess
+    import sys
+    main = subprocess.Popen([sys.executable, "-c", _ABANDONING_MAIN, os.path.dirname(__file__)],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        pids = [int(pid) for pid in main.stdout.readline().split()]
+        assert len(pids) == 2
+        time.sleep(0.3)
+        main.send_signal(signal.SIGKILL)
+        main.wait()
+        deadline = time.monotonic() + 10
+        while not all(map(_gone, pids)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        orphans = [pid for pid in pids if not _gone(pid)]
+        for pid in orphans:
+            os.kill(pid, signal.SIGKILL)
+        assert not orphans, "workers outlived their killed main process"
+    finally:
+        main.kill()
+        main.stdout.close()
