@@ -405,6 +405,17 @@ class _StopWorker(Exception):
     """The main process is gone or stopped reading: the worker leaves its loop."""
 
 
+def _wait_writable(fd: int, timeout: float) -> None:
+    """Wait until ``fd`` can be written, at most ``timeout`` seconds (poll where it exists:
+    select() refuses descriptors past 1024)."""
+    if hasattr(select, "poll"):
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT)
+        poller.poll(timeout * 1000)
+    else:
+        select.select([], [fd], [], timeout)
+
+
 def _send_frame(fd: int, data: bytes, stop, parent) -> None:
     """Write one result frame to the worker's own pipe ``fd`` (non-blocking).
 
@@ -416,11 +427,11 @@ def _send_frame(fd: int, data: bytes, stop, parent) -> None:
                 written = os.write(fd, part)
             except BlockingIOError:
                 written = 0
-            except (BrokenPipeError, OSError):
+            except OSError:   # the main process closed its end (EPIPE), or is gone
                 raise _StopWorker from None
             part = part[written:]
             if len(part):
-                select.select([], [fd], [], _POLL_INTERVAL)
+                _wait_writable(fd, _POLL_INTERVAL)
                 if stop.value or (parent is not None and not parent.is_alive()):
                     raise _StopWorker
 
