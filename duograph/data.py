@@ -43,13 +43,18 @@ Batches are CPU tensors. ``batch_size=None`` turns batching off: each sample is 
 from __future__ import annotations
 
 import collections.abc as cabc
+import ctypes
 import itertools
 import math
 import multiprocessing
+import multiprocessing.connection
 import os
 import pickle
 import queue
 import random
+import select
+import signal
+import struct
 import time
 import traceback
 from dataclasses import dataclass
@@ -75,6 +80,8 @@ GeneratorLike = Union[np.random.Generator, int, None]
 _POLL_INTERVAL = 0.1
 # How long shutdown waits for a worker to exit on its own before terminating it (seconds).
 _JOIN_TIMEOUT = 5.0
+# A result travels as an 8-byte little-endian length, then that many bytes of pickle.
+_FRAME_HEADER = struct.Struct("<Q")
 
 
 class DataLoaderError(DuographError, RuntimeError):
@@ -394,19 +401,60 @@ class _WorkerFailure:
 _EXHAUSTED = "exhausted"   # an iterable worker's reply once its stream has ended
 
 
-def _worker_loop(fetcher: _Fetcher, index_queue, result_queue, done_event, worker_id: int,
+class _StopWorker(Exception):
+    """The main process is gone or stopped reading: the worker leaves its loop."""
+
+
+def _wait_writable(fd: int, timeout: float) -> None:
+    """Wait until ``fd`` can be written, at most ``timeout`` seconds (poll where it exists:
+    select() refuses descriptors past 1024)."""
+    if hasattr(select, "poll"):
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT)
+        poller.poll(timeout * 1000)
+    else:
+        select.select([], [fd], [], timeout)
+
+
+def _send_frame(fd: int, data: bytes, stop, parent) -> None:
+    """Write one result frame to the worker's own pipe ``fd`` (non-blocking).
+
+    While the pipe is full, wake every ``_POLL_INTERVAL`` to check that the main process is
+    alive and still reading; raise ``_StopWorker`` when it is not (or closed its end)."""
+    for part in (memoryview(_FRAME_HEADER.pack(len(data))), memoryview(data)):
+        while len(part):
+            try:
+                written = os.write(fd, part)
+            except BlockingIOError:
+                written = 0
+            except OSError:   # the main process closed its end (EPIPE), or is gone
+                raise _StopWorker from None
+            part = part[written:]
+            if len(part):
+                _wait_writable(fd, _POLL_INTERVAL)
+                if stop.value or (parent is not None and not parent.is_alive()):
+                    raise _StopWorker
+
+
+def _worker_loop(fetcher: _Fetcher, index_queue, result_conn, stop, worker_id: int,
                  num_workers: int, seed: int, worker_init_fn, is_iterable: bool) -> None:
     """Body of a worker process: answer each task ``(task_id, indices)`` from ``index_queue``
-    with ``(task_id, status, payload)`` on ``result_queue`` until told to stop.
+    with a frame holding the pickle of ``(task_id, status, payload)`` on its own pipe
+    ``result_conn`` until told to stop (a ``None`` task, or ``stop.value`` set: a lock-free
+    shared flag, as a lock held by a worker killed inside it would block the main process).
 
-    Payloads are pickled here, inside the try, so an unpicklable batch is reported as an
-    error instead of being lost in the queue's feeder thread (which would hang the loader)."""
+    The pipe is this worker's alone, so a worker killed mid-frame cannot block the others, and
+    the main process sees the pipe's end (and the process sentinel) instead of waiting for the
+    rest of the frame. Results are pickled here, inside the try, so an unpicklable batch is
+    reported as an error."""
     global _worker_info
     _worker_info = WorkerInfo(worker_id, num_workers, seed, fetcher.dataset)
     random.seed(seed)
     np.random.seed(seed % 2**32)
     manual_seed(seed)
     parent = multiprocessing.parent_process()
+    fd = result_conn.fileno()
+    os.set_blocking(fd, False)
     iterator = None
     init_failure = None
     try:
@@ -417,8 +465,17 @@ def _worker_loop(fetcher: _Fetcher, index_queue, result_queue, done_event, worke
     except Exception as e:
         init_failure = _WorkerFailure(worker_id, os.getpid(), type(e).__name__,
                                       traceback.format_exc())
+
+    def send(task_id: int, status: str, payload: Any) -> None:
+        try:
+            frame = pickle.dumps((task_id, status, payload), protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as e:
+            frame = pickle.dumps((task_id, "error", _WorkerFailure(
+                worker_id, os.getpid(), type(e).__name__, traceback.format_exc())))
+        _send_frame(fd, frame, stop, parent)
+
     try:
-        while not done_event.is_set():
+        while not stop.value:
             try:
                 task = index_queue.get(timeout=_POLL_INTERVAL)
             except queue.Empty:
@@ -429,28 +486,28 @@ def _worker_loop(fetcher: _Fetcher, index_queue, result_queue, done_event, worke
                 break
             task_id, indices = task
             if init_failure is not None:
-                result_queue.put((task_id, "error", init_failure))
+                send(task_id, "error", init_failure)
                 continue
             try:
                 if is_iterable:
                     try:
                         batch = fetcher.fetch_next(iterator)
                     except StopIteration:
-                        result_queue.put((task_id, _EXHAUSTED, None))
+                        send(task_id, _EXHAUSTED, None)
                         continue
                 else:
                     batch = fetcher.fetch(indices)
-                payload = pickle.dumps(batch, protocol=pickle.HIGHEST_PROTOCOL)
             except Exception as e:
-                result_queue.put((task_id, "error", _WorkerFailure(
-                    worker_id, os.getpid(), type(e).__name__, traceback.format_exc())))
+                send(task_id, "error", _WorkerFailure(
+                    worker_id, os.getpid(), type(e).__name__, traceback.format_exc()))
                 continue
-            result_queue.put((task_id, "ok", payload))
-    except KeyboardInterrupt:   # the main process gets it too and shuts the workers down
+            send(task_id, "ok", batch)
+            del batch
+    except (KeyboardInterrupt, _StopWorker):
+        # KeyboardInterrupt: the main process gets it too and shuts the workers down.
         pass
-    if done_event.is_set():
-        # The main process stopped reading: do not block exit flushing unread results.
-        result_queue.cancel_join_thread()
+    finally:
+        result_conn.close()
 
 
 # -- the loader ----------------------------------------------------------------------------------
@@ -480,8 +537,8 @@ class DataLoader(Generic[T_co]):
             generator (``dg.manual_seed``).
         worker_init_fn: called with the worker id in each worker before it loads anything.
         prefetch_factor: batches requested ahead per worker.
-        timeout: seconds to wait for one batch from the workers before raising; 0 waits as long
-            as the workers are alive.
+        timeout: seconds to wait for one batch from the workers before raising (a batch that
+            stops arriving halfway counts); 0 waits as long as the workers are alive.
         multiprocessing_context: a start method name ("spawn", "fork", "forkserver") or a
             context; default the platform's. Use "spawn" once CUDA is initialised. Under "spawn"
             the dataset and functions must be picklable (defined at module level).
@@ -643,13 +700,71 @@ def _short(indices: Optional[List[int]]) -> str:
     return f" (indices [{shown}{', ...' if len(indices) > 8 else ''}])"
 
 
+class _Inbox:
+    """The main process's end of one worker's result pipe: reads whatever bytes are there
+    without blocking and cuts them into frames (see ``_send_frame``), so a frame that stops
+    halfway never blocks the reader."""
+
+    def __init__(self, connection) -> None:
+        self.connection = connection
+        self.fd = connection.fileno()
+        os.set_blocking(self.fd, False)
+        self.closed = False   # the worker's end is closed (it exited or was killed)
+        self._header = bytearray(_FRAME_HEADER.size)
+        self._body: Optional[bytearray] = None
+        self._filled = 0
+
+    def read(self) -> List[bytearray]:
+        """The frames completed by the bytes available now (sets ``closed`` at the end)."""
+        frames = []
+        while not self.closed:
+            target = self._header if self._body is None else self._body
+            if self._filled < len(target):
+                try:
+                    n = os.readv(self.fd, [memoryview(target)[self._filled:]])
+                except BlockingIOError:
+                    break
+                except OSError:
+                    n = 0
+                if n == 0:   # end of file: the worker's end is closed
+                    self.closed = True
+                    break
+                self._filled += n
+                if self._filled < len(target):
+                    continue
+            self._filled = 0
+            if self._body is None:
+                self._body = bytearray(_FRAME_HEADER.unpack(self._header)[0])
+            else:
+                frames.append(self._body)
+                self._body = None
+        return frames
+
+    @property
+    def partial(self) -> int:
+        """Bytes of an unfinished frame received so far (0 between frames)."""
+        if self._body is None:
+            return self._filled
+        return _FRAME_HEADER.size + self._filled
+
+    def close(self) -> None:
+        self.closed = True
+        self.connection.close()
+
+
 class _MultiProcessIter:
     """One epoch over a DataLoader with worker processes.
 
     Tasks are numbered in the order their batches must come out and dealt round-robin to
-    per-worker index queues, at most ``prefetch_factor`` per worker ahead; results arrive on one
-    shared queue in any order and wait in ``_buffer`` until their turn. For an IterableDataset a
+    per-worker index queues, at most ``prefetch_factor`` per worker ahead; each worker answers
+    on its own pipe, and results wait in ``_buffer`` until their turn. For an IterableDataset a
     task asks a worker for its next batch; a worker whose stream has ended gets no more tasks.
+
+    Waiting is one ``multiprocessing.connection.wait`` on the pipes and the process sentinels:
+    a worker that dies (even halfway through sending a batch) wakes the main process at once,
+    which raises a ``DataLoaderError`` naming the worker and its exit signal; ``timeout`` bounds
+    every wait, partial transfers included. Shutdown asks the workers to stop, then terminates
+    and finally kills those still alive, and joins every one of them.
     """
 
     def __init__(self, loader: DataLoader, order: Optional[Iterable[int]],
@@ -661,20 +776,22 @@ class _MultiProcessIter:
         self._shut_down = False
         self._workers: list = []
         self._index_queues: list = []
+        self._inboxes: List[_Inbox] = []
         ctx = loader._context()
-        self._done_event = ctx.Event()
-        self._result_queue = ctx.Queue()
+        self._stop = ctx.RawValue(ctypes.c_bool, False)
         num_workers = loader.num_workers
         try:
             for worker_id in range(num_workers):
                 index_queue = ctx.Queue()
                 index_queue.cancel_join_thread()   # never block exit on unsent tasks
+                reader, writer = ctx.Pipe(duplex=False)
+                self._index_queues.append(index_queue)
+                self._inboxes.append(_Inbox(reader))
                 process = ctx.Process(
                     target=_worker_loop, daemon=True,
-                    args=(loader._fetcher, index_queue, self._result_queue, self._done_event,
+                    args=(loader._fetcher, index_queue, writer, self._stop,
                           worker_id, num_workers, base_seed + worker_id,
                           loader.worker_init_fn, self._is_iterable))
-                self._index_queues.append(index_queue)
                 try:
                     process.start()
                 except (pickle.PicklingError, AttributeError, TypeError) as e:
@@ -684,6 +801,9 @@ class _MultiProcessIter:
                         f"{ctx.get_start_method()!r} start method they must be picklable: "
                         "define them at module level (no lambdas or local classes), or use "
                         "num_workers=0") from None
+                finally:
+                    # Only the worker holds the writing end: its death closes the pipe.
+                    writer.close()
                 self._workers.append(process)
         except BaseException:
             self._shutdown()
@@ -727,8 +847,7 @@ class _MultiProcessIter:
                 raise StopIteration
             task_id = self._receive_id
             while task_id not in self._buffer:
-                received_id, status, payload = self._get(task_id)
-                self._buffer[received_id] = (status, payload)
+                self._receive(task_id)
             status, payload = self._buffer.pop(task_id)
             worker_id, indices = self._task_worker.pop(task_id)
             self._receive_id += 1
@@ -742,53 +861,103 @@ class _MultiProcessIter:
                     f"{payload.exc_type} while loading batch {task_id}{_short(indices)}; "
                     f"its traceback:\n{payload.traceback.rstrip()}")
             self._send_task()
-            return self._finish(pickle.loads(payload))
+            return self._finish(payload)
 
-    def _get(self, task_id: int):
-        """The next result from any worker, checking that the workers are alive meanwhile."""
+    def _receive(self, task_id: int) -> None:
+        """Wait until at least one more result is in ``_buffer``; raise ``DataLoaderError`` if
+        a worker dies or ``timeout`` passes first (batch ``task_id`` is the one awaited)."""
         deadline = time.monotonic() + self._timeout if self._timeout > 0 else None
+        by_fd = {inbox.fd: (worker_id, inbox) for worker_id, inbox in enumerate(self._inboxes)}
+        by_sentinel = {process.sentinel: worker_id
+                       for worker_id, process in enumerate(self._workers)}
         while True:
-            try:
-                return self._result_queue.get(timeout=_POLL_INTERVAL)
-            except queue.Empty:
-                pass
-            for worker_id, process in enumerate(self._workers):
-                if not process.is_alive():
-                    code = process.exitcode
-                    self._shutdown(grace=0.5)
-                    how = (f"was killed by signal {-code}" if code is not None and code < 0
-                           else f"exited with code {code}")
-                    raise DataLoaderError(
-                        f"DataLoader worker {worker_id} (pid {process.pid}) {how} unexpectedly "
-                        f"while batch {task_id} was pending (out of memory? a crash in native "
-                        "code? os._exit in the dataset?)")
-            if deadline is not None and time.monotonic() > deadline:
+            waiting = [inbox.fd for inbox in self._inboxes if not inbox.closed]
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ready = multiprocessing.connection.wait(waiting + list(by_sentinel), remaining)
+            received = False
+            for handle in ready:
+                if handle in by_fd:
+                    worker_id, inbox = by_fd[handle]
+                    for frame in inbox.read():
+                        received_id, status, payload = self._unpickle(frame, worker_id)
+                        self._buffer[received_id] = (status, payload)
+                        received = True
+            for handle in ready:
+                if handle in by_sentinel:
+                    self._worker_died(by_sentinel[handle], task_id)
+            if received:
+                return
+            if deadline is not None and time.monotonic() >= deadline:
+                partial = sum(inbox.partial for inbox in self._inboxes)
                 self._shutdown(grace=0.5)
-                raise DataLoaderError(f"DataLoader timed out after {self._timeout:g} s waiting "
-                                      f"for batch {task_id} from its workers")
+                raise DataLoaderError(
+                    f"DataLoader timed out after {self._timeout:g} s waiting for batch "
+                    f"{task_id} from its workers"
+                    + (f" ({partial} bytes of an unfinished batch had arrived)" if partial
+                       else ""))
+
+    def _unpickle(self, frame: bytearray, worker_id: int) -> tuple:
+        try:
+            return pickle.loads(frame)
+        except Exception as e:
+            self._shutdown(grace=0.5)
+            raise DataLoaderError(
+                f"DataLoader: the main process cannot unpickle a batch from worker {worker_id} "
+                f"({type(e).__name__}: {e}); a batch must be made of types the main process "
+                "can import") from None
+
+    def _worker_died(self, worker_id: int, task_id: int) -> None:
+        """A worker's process ended during the epoch: stop everything and say how it ended."""
+        process = self._workers[worker_id]
+        process.join(timeout=1.0)
+        code = process.exitcode
+        self._shutdown(grace=0.5)
+        if code is not None and code < 0:
+            try:
+                name = f" ({signal.Signals(-code).name})"
+            except ValueError:
+                name = ""
+            how = f"was killed by signal {-code}{name}"
+        else:
+            how = f"exited with code {code}"
+        raise DataLoaderError(
+            f"DataLoader worker {worker_id} (pid {process.pid}) {how} unexpectedly while "
+            f"batch {task_id} was pending (out of memory? a crash in native code? os._exit "
+            "in the dataset?)")
 
     def close(self) -> None:
         """Stop the workers now (also done when the iterator is exhausted or collected)."""
         self._shutdown()
 
     def _shutdown(self, grace: float = _JOIN_TIMEOUT) -> None:
-        """Stop the workers: ask them to exit, wait up to ``grace`` seconds, then terminate."""
+        """Stop and reap every worker: ask them to exit and close their pipes (a worker blocked
+        sending sees the pipe's end), wait up to ``grace`` seconds, then terminate, then kill
+        (a stopped process ignores SIGTERM until continued), and join each one."""
         if self._shut_down:
             return
         self._shut_down = True
-        self._done_event.set()
+        self._stop.value = True
         for index_queue in self._index_queues:
             try:
                 index_queue.put(None)
             except (OSError, ValueError):
                 pass
+        for inbox in self._inboxes:
+            inbox.close()
+        deadline = time.monotonic() + grace
         for process in self._workers:
-            process.join(timeout=grace)
+            process.join(timeout=max(0.0, deadline - time.monotonic()))
         for process in self._workers:
-            if process.is_alive():
+            if process.exitcode is None:
                 process.terminate()
-                process.join(timeout=1.0)
-        for q in (*self._index_queues, self._result_queue):
+        deadline = time.monotonic() + 1.0
+        for process in self._workers:
+            process.join(timeout=max(0.0, deadline - time.monotonic()))
+        for process in self._workers:
+            if process.exitcode is None:
+                process.kill()
+                process.join()
+        for q in self._index_queues:
             q.cancel_join_thread()
             q.close()
 

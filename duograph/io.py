@@ -29,17 +29,47 @@ the tree is plain JSON, and the only leaf types are those above. Any problem wit
 raises ``CheckpointError`` naming the file and what is wrong. Tensors load onto the CPU
 (``device=`` moves them) and keep ``requires_grad``; mappings come back as plain dicts.
 
-Writes are atomic: the bytes go to a temporary file beside the target, are flushed and
-fsync'ed, and replace the target with ``os.replace`` (then the directory is fsync'ed), so a
-crash mid-save leaves the previous checkpoint intact.
+Integrity. Since format version 2 the metadata also holds ``"checksums"`` (JSON: tensor name ->
+CRC-32 of its bytes, 8 hex digits) and ``"header_crc32"`` (the CRC-32 of the whole header,
+tensor table and metadata, written as canonical JSON without that entry). ``load`` always
+checks the header's CRC and, with ``verify=True`` (the default), every tensor's, so a flipped
+bit anywhere in the file is a ``CheckpointError``, never a silently different value
+(``verify=False`` skips reading the data for speed; a CRC detects accidents, not tampering).
+Files of version 1 (written before checksums) still load, unverified. The files remain plain
+safetensors files: ``safetensors.numpy.load_file`` reads them.
+
+Memory. ``save`` streams each tensor to the file in pieces of at most 16 MB (the checksums
+are computed in a first pass over the same memory), so it needs no copy of the state. ``load``
+memory-maps the file copy-on-write (``mmap=True``): tensors are views of the mapping, read
+from disk on first use and writable without touching the file. ``dg.save`` replaces files
+atomically, so saving over a mapped checkpoint is safe on POSIX systems; but a file
+overwritten *in place* by another program while its tensors are alive can change them or
+crash the process (SIGBUS), as with any memory map, and each mapping holds an open file
+descriptor until its tensors are freed: pass ``mmap=False`` to read the tensors into memory.
+
+Writes are atomic: the bytes go to a temporary file beside the target (``.<name>.<12 hex
+digits>.tmp``), are flushed and fsync'ed, and replace the target with ``os.replace`` (then the
+directory is fsync'ed), so a crash mid-save leaves the previous checkpoint intact. A
+re-saved file keeps the existing file's permission bits (and owner, where allowed). A process
+killed mid-save leaves its temporary file behind: the next save of the same target removes
+the temporary files of that target that are regular files of the current user, untouched for
+``STALE_TEMP_SECONDS`` (10 minutes) and not locked by a live writer (each writer holds an
+``flock`` on its temporary file); nothing else in the directory is touched.
 """
 from __future__ import annotations
 
+import io
 import json
+import mmap as mmap_module
 import os
+import re
 import secrets
+import stat
 import struct
-from typing import Any, BinaryIO, Dict, List, Optional, Union
+import sys
+import time
+import zlib
+from typing import Any, BinaryIO, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
 import numpy as np
 
@@ -48,10 +78,15 @@ from .graphlib import dtypes
 from .graphlib.errors import DuographError
 
 __all__ = ["save", "load", "to_bytes", "from_bytes", "CheckpointError", "FORMAT_NAME",
-           "FORMAT_VERSION"]
+           "FORMAT_VERSION", "MAX_NESTING", "STALE_TEMP_SECONDS"]
 
 FORMAT_NAME = "duograph.checkpoint"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2   # 2: checksums in the metadata; 1: none (still read)
+# Containers nested deeper than this are refused on save and on load (a checkpoint that saves
+# must load, and both walk the tree recursively).
+MAX_NESTING = 100
+# Temporary files of a target untouched for this long (seconds) are removed by its next save.
+STALE_TEMP_SECONDS = 600.0
 
 PathOrFile = Union[str, "os.PathLike[str]", BinaryIO]
 
@@ -62,6 +97,17 @@ _ARRAY_DTYPES = frozenset({"bool", "uint8", "uint16", "uint32", "uint64", "int8"
 _ARRAY_TYPES = ("tensor", "ndarray", "numpy_scalar")
 # safetensors refuses headers larger than this; a larger length means "not safetensors".
 _MAX_HEADER_BYTES = 100_000_000
+# safetensors dtype codes <-> numpy dtype names (the little-endian layout is the format's).
+_SAFETENSORS_DTYPES = {"BOOL": "bool", "U8": "uint8", "I8": "int8", "U16": "uint16",
+                       "I16": "int16", "U32": "uint32", "I32": "int32", "U64": "uint64",
+                       "I64": "int64", "F16": "float16", "F32": "float32", "F64": "float64"}
+_DTYPE_CODES = {name: code for code, name in _SAFETENSORS_DTYPES.items()}
+# Arrays are hashed and written in pieces of at most this many bytes.
+_CHUNK_BYTES = 16 << 20
+# The largest int a checkpoint stores: 4300 digits, Python's default limit for converting ints
+# to and from text (sys.get_int_max_str_digits), so every reader can parse the tree.
+_MAX_INT_DIGITS = 4300
+_INT_LIMIT = 10 ** _MAX_INT_DIGITS
 
 
 class CheckpointError(DuographError, ValueError):
@@ -105,6 +151,11 @@ class _Encoder:
         if isinstance(obj, bool):
             return {"type": "bool", "value": obj}
         if isinstance(obj, int):
+            if abs(obj) >= _INT_LIMIT:
+                raise CheckpointError(
+                    f"save: {_where(path)} is an int of more than {_MAX_INT_DIGITS} digits, "
+                    "more than Python reads back from text by default; store it as a string "
+                    "or as the bytes of int.to_bytes in a uint8 array")
             return {"type": "int", "value": int(obj)}
         if isinstance(obj, float):
             return {"type": "float", "value": repr(float(obj))}
@@ -121,6 +172,10 @@ class _Encoder:
         if isinstance(obj, np.ndarray):
             return self._array("ndarray", obj, obj, path)
         if isinstance(obj, (dict, list, tuple)):
+            if len(self._open) >= MAX_NESTING:
+                raise CheckpointError(f"save: {_where(path[:3])}... nests containers more than "
+                                      f"{MAX_NESTING} levels deep; a checkpoint holds at most "
+                                      f"{MAX_NESTING}")
             if id(obj) in self._open:
                 raise CheckpointError(f"save: {_where(path)} contains itself (a reference "
                                       "cycle)")
@@ -162,10 +217,7 @@ class _Encoder:
         name = "/".join(_component(step) for step in path)
         if name in self.arrays:   # impossible with the escaping; guards against regressions
             raise CheckpointError(f"save: two entries map to the tensor name {name!r}")
-        if not arr.dtype.isnative:
-            arr = arr.astype(arr.dtype.newbyteorder("="))
-        # (not np.ascontiguousarray: it turns 0-d arrays into 1-d ones)
-        self.arrays[name] = arr if arr.flags.c_contiguous else arr.copy(order="C")
+        self.arrays[name] = arr   # made contiguous and little-endian piece by piece on writing
         if original is not None:
             self._names_by_id[id(original)] = name
         return {"type": kind, "name": name}
@@ -173,53 +225,197 @@ class _Encoder:
 
 def save(obj: Any, path: PathOrFile) -> None:
     """Save ``obj`` (nested dicts/lists/tuples of tensors, arrays and plain values) to ``path``
-    as a safetensors checkpoint, atomically (see the module docstring).
+    as a safetensors checkpoint with checksums, atomically (see the module docstring).
 
-    ``path`` may also be a binary file object (written in one go, without the atomic rename).
+    Tensors are streamed to the file: saving needs no second copy of the state in memory. A
+    file that is replaced keeps its permission bits; stale temporary files that earlier saves
+    of the same target left behind (a process killed mid-save) are removed.
+
+    ``path`` may also be a binary file object (written in order, without the atomic rename).
     Raises ``CheckpointError`` if ``obj`` holds anything a checkpoint cannot store.
     """
-    data = to_bytes(obj)
+    plan = _plan(obj)
     if hasattr(path, "write"):
-        path.write(data)
+        plan.write(path)
         return
-    _atomic_write(os.fspath(path), data)
+    _atomic_write(os.fspath(path), plan.write)
 
 
 def to_bytes(obj: Any) -> bytes:
     """The bytes of the checkpoint ``save`` would write for ``obj``."""
+    buffer = io.BytesIO()
+    _plan(obj).write(buffer)
+    return buffer.getvalue()
+
+
+def _little_endian(arr: np.ndarray) -> np.ndarray:
+    if arr.dtype.byteorder == ">" or (arr.dtype.byteorder == "=" and sys.byteorder == "big"):
+        return arr.astype(arr.dtype.newbyteorder("<"))
+    return arr
+
+
+def _pieces(arr: np.ndarray) -> Iterator[memoryview]:
+    """The bytes of ``arr`` in C order, little-endian, as views of at most ``_CHUNK_BYTES``
+    (copies of a few rows at a time when ``arr`` is not contiguous)."""
+    if arr.size == 0:
+        return
+    if arr.flags.c_contiguous:
+        flat = memoryview(_little_endian(arr).reshape(-1).view(np.uint8))
+        for start in range(0, len(flat), _CHUNK_BYTES):
+            yield flat[start:start + _CHUNK_BYTES]
+        return
+    rows = max(1, _CHUNK_BYTES // max(1, arr[0].nbytes))
+    for start in range(0, arr.shape[0], rows):
+        piece = _little_endian(np.ascontiguousarray(arr[start:start + rows]))
+        yield memoryview(piece.reshape(-1).view(np.uint8))
+
+
+def _crc32(arr: np.ndarray) -> str:
+    crc = 0
+    for piece in _pieces(arr):
+        crc = zlib.crc32(piece, crc)
+    return f"{crc:08x}"
+
+
+def _canonical(header: dict) -> bytes:
+    """The header as canonical JSON, without its own checksum: what ``header_crc32`` covers."""
+    metadata = {key: value for key, value in header.get("__metadata__", {}).items()
+                if key != "header_crc32"}
+    return json.dumps(dict(header, __metadata__=metadata), sort_keys=True,
+                      separators=(",", ":"), ensure_ascii=True).encode("ascii")
+
+
+class _Plan:
+    """A checkpoint ready to write: its header bytes and its arrays in file order."""
+
+    def __init__(self, header_bytes: bytes, arrays: List[np.ndarray]) -> None:
+        self.header_bytes = header_bytes
+        self.arrays = arrays
+
+    def write(self, f: BinaryIO) -> None:
+        f.write(self.header_bytes)
+        for arr in self.arrays:
+            for piece in _pieces(arr):
+                f.write(piece)
+
+
+def _plan(obj: Any) -> _Plan:
+    """Encode ``obj``, lay its arrays out (largest items first, so every array is aligned) and
+    build the header with the checksums (a first pass over the arrays, without copying)."""
     encoder = _Encoder()
-    tree = encoder.encode(obj, [])
-    metadata = {"format": FORMAT_NAME, "version": str(FORMAT_VERSION),
-                "tree": json.dumps(tree, separators=(",", ":"))}
-    return _safetensors_numpy().save(encoder.arrays, metadata=metadata)
-
-
-def _safetensors_numpy():
     try:
-        import safetensors.numpy
+        tree = encoder.encode(obj, [])
+        tree_json = json.dumps(tree, separators=(",", ":"))
+    except RecursionError:
+        raise CheckpointError("save: the object is nested too deeply to save (a recursion "
+                              f"limit was reached; a checkpoint holds at most {MAX_NESTING} "
+                              "levels)") from None
+    except ValueError as e:   # ints past this process's sys.get_int_max_str_digits
+        raise CheckpointError(f"save: cannot write the checkpoint's tree ({e})") from None
+    names = sorted(encoder.arrays, key=lambda n: (-encoder.arrays[n].dtype.itemsize, n))
+    header: Dict[str, Any] = {}
+    checksums = {}
+    offset = 0
+    for name in names:
+        arr = encoder.arrays[name]
+        header[name] = {"dtype": _DTYPE_CODES[arr.dtype.name], "shape": list(arr.shape),
+                        "data_offsets": [offset, offset + arr.nbytes]}
+        offset += arr.nbytes
+        checksums[name] = _crc32(arr)
+    header["__metadata__"] = {"format": FORMAT_NAME, "version": str(FORMAT_VERSION),
+                              "tree": tree_json,
+                              "checksums": json.dumps(checksums, separators=(",", ":"))}
+    header["__metadata__"]["header_crc32"] = f"{zlib.crc32(_canonical(header)):08x}"
+    text = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    text += b" " * (-(8 + len(text)) % 8)   # pad to 8 bytes, as safetensors does
+    return _Plan(struct.pack("<Q", len(text)) + text, [encoder.arrays[n] for n in names])
+
+
+def _temporary_pattern(basename: str) -> "re.Pattern[str]":
+    return re.compile(re.escape(f".{basename}.") + r"[0-9a-f]{12}\.tmp\Z")
+
+
+def _remove_stale_temporaries(directory: str, basename: str) -> None:
+    """Remove what killed saves of ``basename`` left in ``directory``: files named like our
+    temporaries of that target, regular files of this user, untouched for
+    ``STALE_TEMP_SECONDS``, and not locked by a writer that is still alive."""
+    pattern = _temporary_pattern(basename)
+    now = time.time()
+    uid = os.getuid() if hasattr(os, "getuid") else None
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return
+    for entry in entries:
+        if not pattern.match(entry.name):
+            continue
+        try:
+            info = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if (not stat.S_ISREG(info.st_mode) or (uid is not None and info.st_uid != uid)
+                or now - info.st_mtime < STALE_TEMP_SECONDS):
+            continue
+        _remove_unless_locked(entry.path)
+
+
+def _remove_unless_locked(path: str) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return
+    try:
+        if _try_lock(fd):
+            os.unlink(path)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _try_lock(fd: int) -> bool:
+    """Take an exclusive ``flock`` on ``fd`` without waiting; True where there is no flock."""
+    try:
+        import fcntl
     except ImportError:
-        raise ImportError("duograph.save and duograph.load need the safetensors package: "
-                          "pip install safetensors") from None
-    return safetensors.numpy
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    except OSError:   # file systems without locks: the age alone decides
+        return True
+    return True
 
 
-def _atomic_write(path: str, data: bytes) -> None:
-    """Write ``data`` to a temporary file beside ``path``, fsync it, and rename it over
+def _atomic_write(path: str, write: Callable[[BinaryIO], None]) -> None:
+    """Write a temporary file beside ``path`` with ``write``, fsync it, and rename it over
     ``path``; on any failure the temporary file is removed and ``path`` is untouched."""
     target = os.path.realpath(path)   # write through a symlink, as open() would
     directory = os.path.dirname(target) or "."
+    basename = os.path.basename(target)
+    _remove_stale_temporaries(directory, basename)
+    try:
+        existing: Optional[os.stat_result] = os.stat(target)
+    except OSError:
+        existing = None
     while True:
-        temporary = os.path.join(directory,
-                                 f".{os.path.basename(target)}.{secrets.token_hex(6)}.tmp")
+        temporary = os.path.join(directory, f".{basename}.{secrets.token_hex(6)}.tmp")
         try:
+            # 0600 while writing when the target exists (its own bits are set below);
+            # a new file gets the usual 0666 less the umask.
             fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL
-                         | getattr(os, "O_BINARY", 0), 0o666)
+                         | getattr(os, "O_BINARY", 0) | getattr(os, "O_NOFOLLOW", 0),
+                         0o600 if existing is not None else 0o666)
             break
         except FileExistsError:
             continue
     try:
+        _try_lock(fd)   # tells cleaners of stale temporaries that this writer is alive
+        if existing is not None:
+            _copy_mode(fd, existing)
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(temporary, target)
@@ -230,6 +426,22 @@ def _atomic_write(path: str, data: bytes) -> None:
             pass
         raise
     _fsync_directory(directory)
+
+
+def _copy_mode(fd: int, existing: os.stat_result) -> None:
+    """Give the new file the replaced file's permission bits (and owner and group where this
+    process may: as root, or a group it belongs to)."""
+    if hasattr(os, "fchown") and (hasattr(os, "getuid")
+                                  and (existing.st_uid, existing.st_gid)
+                                  != (os.getuid(), os.getgid())):
+        try:
+            os.fchown(fd, existing.st_uid, existing.st_gid)
+        except OSError:
+            pass
+    try:
+        os.fchmod(fd, stat.S_IMODE(existing.st_mode))
+    except (OSError, AttributeError):
+        pass
 
 
 def _fsync_directory(directory: str) -> None:
@@ -250,35 +462,249 @@ def _fsync_directory(directory: str) -> None:
 
 # -- loading -------------------------------------------------------------------------------------
 
-def load(path: PathOrFile, device: Optional[str] = None) -> Any:
+def load(path: PathOrFile, device: Optional[str] = None, *, verify: bool = True,
+         mmap: bool = True) -> Any:
     """Load a checkpoint written by ``save``: tensors come back as dg tensors (on the CPU, or
     on ``device``), numpy arrays as numpy arrays, the rest as saved (mappings as dicts).
+
+    ``verify=False`` skips the tensors' checksums (the header's is always checked).
+    ``mmap=True`` maps the file copy-on-write instead of reading it (see the module
+    docstring); file objects, and files that cannot be mapped, are read.
 
     ``path`` may also be a binary file object. Raises ``CheckpointError`` (naming the file) if
     it is corrupt, truncated, not a duograph checkpoint, or from a newer format version.
     """
     if hasattr(path, "read"):
         where = str(getattr(path, "name", "<file object>"))
-        data = path.read()
-    else:
-        where = os.fspath(path)
-        with open(where, "rb") as f:
-            data = f.read()
-    return from_bytes(data, where, device)
+        layout = _read_layout(path.read, where, None)
+        arrays = _read_arrays(path, layout, where, expect_end=True)
+        return _finish_load(layout, arrays, where, device, verify)
+    where = os.fspath(path)
+    with open(where, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        layout = _read_layout(f.read, where, size)
+        mapped = None
+        if mmap:
+            try:
+                mapped = mmap_module.mmap(f.fileno(), 0, access=mmap_module.ACCESS_COPY)
+            except (OSError, ValueError):   # not a regular file (a pipe, /proc, ...)
+                mapped = None
+        if mapped is not None:
+            arrays = _views(mapped, layout, copy=False)
+        else:
+            arrays = _read_arrays(f, layout, where, expect_end=False)
+    return _finish_load(layout, arrays, where, device, verify)
 
 
-def from_bytes(data: bytes, where: str = "<bytes>", device: Optional[str] = None) -> Any:
+def from_bytes(data: bytes, where: str = "<bytes>", device: Optional[str] = None, *,
+               verify: bool = True) -> Any:
     """The object stored in checkpoint bytes ``data``; ``where`` names them in errors."""
-    data = bytes(data)
-    tree = _read_tree(data, where)
+    data = memoryview(data).cast("B") if not isinstance(data, bytes) else data
+    layout = _read_layout(io.BytesIO(data).read, where, len(data))
+    return _finish_load(layout, _views(data, layout, copy=True), where, device, verify)
+
+
+class _Entry:
+    """One tensor of the file: its name, little-endian dtype, shape and byte range (relative
+    to the start of the data)."""
+    __slots__ = ("name", "dtype", "shape", "begin", "end")
+
+    def __init__(self, name: str, dtype: np.dtype, shape: Tuple[int, ...], begin: int,
+                 end: int) -> None:
+        self.name, self.dtype, self.shape, self.begin, self.end = name, dtype, shape, begin, end
+
+
+class _Layout:
+    """What the header says: where the data starts, the tensors in file order, the tree, and
+    the tensors' checksums (None for files written before checksums)."""
+
+    def __init__(self, data_start: int, entries: List[_Entry], tree: Any,
+                 checksums: Optional[Dict[str, str]]) -> None:
+        self.data_start = data_start
+        self.entries = entries
+        self.tree = tree
+        self.checksums = checksums
+
+
+def _read_layout(read: Callable[[int], bytes], where: str, size: Optional[int]) -> _Layout:
+    """Read and check the safetensors header by hand (clear messages for truncated, corrupt or
+    foreign files; the header's checksum first, so a flipped bit is called corruption), and
+    return the layout. ``size`` is the file's length when known."""
+    not_ours = f"{where}: not a duograph checkpoint"
+    first = read(8)
+    if len(first) < 8:
+        raise CheckpointError(f"{not_ours}: {len(first)} bytes is too short for a safetensors "
+                              "header (truncated?)")
+    header_size = struct.unpack("<Q", first)[0]
+    if header_size > _MAX_HEADER_BYTES:
+        raise CheckpointError(f"{not_ours}: the first 8 bytes give a header of {header_size} "
+                              "bytes, which no safetensors file has")
+    if size is not None and 8 + header_size > size:
+        raise CheckpointError(f"{where}: truncated: its header needs {8 + header_size} bytes "
+                              f"but the file has {size}")
+    text = read(header_size)
+    if len(text) < header_size:
+        raise CheckpointError(f"{where}: truncated: its header needs {8 + header_size} bytes "
+                              f"but the file has {8 + len(text)}")
     try:
-        arrays = _safetensors_numpy().load(data)
-    except Exception as e:   # safetensors raises its own error types; report them as ours
-        raise CheckpointError(f"{where}: the tensor data is corrupt ({type(e).__name__}: {e})"
-                              ) from None
+        header = json.loads(bytes(text).decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        raise CheckpointError(f"{not_ours}: its header is not valid JSON (corrupt, or not a "
+                              "safetensors file)") from None
+    if not isinstance(header, dict):
+        raise CheckpointError(f"{not_ours}: its header is not a JSON object")
+    metadata = header.get("__metadata__")
+    stored_crc = metadata.get("header_crc32") if isinstance(metadata, dict) else None
+    if stored_crc is not None and stored_crc != f"{zlib.crc32(_canonical(header)):08x}":
+        raise CheckpointError(f"{where}: corrupt: the header fails its checksum (CRC-32); the "
+                              "file was damaged after it was written")
+    entries = _entries(header, where)
+    data_length = entries[-1].end if entries else 0
+    if size is not None and 8 + header_size + data_length != size:
+        state = "truncated" if 8 + header_size + data_length > size else "corrupt"
+        raise CheckpointError(f"{where}: {state}: the header describes "
+                              f"{8 + header_size + data_length} bytes but the file has {size}")
+    if not isinstance(metadata, dict) or metadata.get("format") != FORMAT_NAME:
+        raise CheckpointError(f"{not_ours}: it is a safetensors file without duograph's "
+                              "metadata (read plain safetensors files with "
+                              "safetensors.numpy.load_file)")
+    version = metadata.get("version")
+    if (not isinstance(version, str) or not version.isascii() or not version.isdigit()
+            or len(version) > 9 or int(version) < 1):
+        raise CheckpointError(f"{where}: corrupt metadata: format version {version!r:.40}")
+    if int(version) > FORMAT_VERSION:
+        raise CheckpointError(f"{where}: written in checkpoint format version {version}, newer "
+                              f"than this duograph reads ({FORMAT_VERSION}); upgrade duograph")
+    try:
+        tree = json.loads(metadata.get("tree", ""))
+    except (ValueError, TypeError, RecursionError) as e:
+        raise CheckpointError(f"{where}: corrupt metadata: the tree is not valid JSON "
+                              f"({type(e).__name__}: {str(e):.100})") from None
+    checksums = None
+    if int(version) >= 2 or "checksums" in metadata:
+        checksums = _checksums(metadata, entries, where)
+    return _Layout(8 + header_size, entries, tree, checksums)
+
+
+def _entries(header: dict, where: str) -> List[_Entry]:
+    """The header's tensor table, checked as safetensors does: known dtypes, sizes that match
+    the shapes, and byte ranges that tile the data exactly (sorted by offset)."""
+    entries = []
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        info = info if isinstance(info, dict) else {}
+        offsets, shape, code = info.get("data_offsets"), info.get("shape"), info.get("dtype")
+        if (not isinstance(offsets, list) or len(offsets) != 2
+                or not all(type(o) is int and o >= 0 for o in offsets)
+                or offsets[0] > offsets[1]):
+            raise CheckpointError(f"{where}: corrupt header: tensor {name!r:.80} has no valid "
+                                  "data_offsets")
+        if code not in _SAFETENSORS_DTYPES:
+            raise CheckpointError(f"{where}: corrupt header: tensor {name!r:.80} has dtype "
+                                  f"{code!r:.20}; a duograph checkpoint holds "
+                                  f"{', '.join(_SAFETENSORS_DTYPES)}")
+        if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
+            raise CheckpointError(f"{where}: corrupt header: tensor {name!r:.80} has no valid "
+                                  "shape")
+        dtype = np.dtype(_SAFETENSORS_DTYPES[code]).newbyteorder("<")
+        count = 1
+        for d in shape:
+            count *= d
+        if count * dtype.itemsize != offsets[1] - offsets[0]:
+            raise CheckpointError(f"{where}: corrupt header: tensor {name!r:.80} of shape "
+                                  f"{shape} and dtype {code} needs {count * dtype.itemsize} "
+                                  f"bytes, but its data_offsets span {offsets[1] - offsets[0]}")
+        entries.append(_Entry(name, dtype, tuple(shape), offsets[0], offsets[1]))
+    entries.sort(key=lambda e: (e.begin, e.end))
+    position = 0
+    for entry in entries:
+        if entry.begin != position:
+            raise CheckpointError(f"{where}: corrupt header: tensor {entry.name!r:.80} starts "
+                                  f"at byte {entry.begin} of the data, expected {position} "
+                                  "(tensors overlap or leave a gap)")
+        position = entry.end
+    return entries
+
+
+def _checksums(metadata: dict, entries: List[_Entry], where: str) -> Dict[str, str]:
+    if not isinstance(metadata.get("header_crc32"), str):
+        raise CheckpointError(f"{where}: corrupt metadata: the header's checksum is missing")
+    try:
+        checksums = json.loads(metadata.get("checksums", ""))
+    except (ValueError, TypeError, RecursionError):
+        checksums = None
+    names = {entry.name for entry in entries}
+    if (not isinstance(checksums, dict) or set(checksums) != names
+            or not all(isinstance(c, str) for c in checksums.values())):
+        raise CheckpointError(f"{where}: corrupt metadata: the tensors' checksums are missing "
+                              "or do not match the tensor table")
+    return checksums
+
+
+def _views(buffer, layout: _Layout, copy: bool) -> Dict[str, np.ndarray]:
+    """The tensors as arrays over ``buffer`` (a memory map or bytes); ``copy`` copies them out
+    (bytes are read-only). Misaligned data (possible in foreign files) is copied too."""
+    arrays = {}
+    for entry in layout.entries:
+        start = layout.data_start + entry.begin
+        if entry.end == entry.begin:
+            arr = np.empty(entry.shape, entry.dtype)
+        else:
+            arr = np.frombuffer(buffer, entry.dtype, (entry.end - entry.begin)
+                                // entry.dtype.itemsize, start).reshape(entry.shape)
+            if copy or start % entry.dtype.itemsize:
+                arr = arr.copy()
+        arrays[entry.name] = arr
+    return arrays
+
+
+def _read_arrays(f: BinaryIO, layout: _Layout, where: str,
+                 expect_end: bool) -> Dict[str, np.ndarray]:
+    """Read the tensors one after the other from ``f`` (positioned after the header) into
+    fresh arrays; ``expect_end`` checks that nothing follows (when the size was unknown)."""
+    arrays = {}
+    for entry in layout.entries:
+        arr = np.empty(entry.shape, entry.dtype)
+        view = memoryview(arr.reshape(-1).view(np.uint8)) if arr.size else memoryview(b"")
+        filled = 0
+        while filled < len(view):
+            if hasattr(f, "readinto"):
+                n = f.readinto(view[filled:])
+            else:
+                chunk = f.read(len(view) - filled)
+                n = len(chunk)
+                view[filled:filled + n] = chunk
+            if not n:
+                raise CheckpointError(f"{where}: truncated: the file ends inside tensor "
+                                      f"{entry.name!r:.80}")
+            filled += n
+        arrays[entry.name] = arr
+    if expect_end and f.read(1):
+        raise CheckpointError(f"{where}: corrupt: bytes follow the data the header describes")
+    return arrays
+
+
+def _verify(layout: _Layout, arrays: Dict[str, np.ndarray], where: str) -> None:
+    for entry in layout.entries:
+        arr = arrays[entry.name]
+        crc = f"{zlib.crc32(arr.reshape(-1).view(np.uint8)) if arr.size else 0:08x}"
+        if crc != layout.checksums[entry.name]:
+            raise CheckpointError(f"{where}: corrupt: tensor {entry.name!r:.80} fails its "
+                                  f"checksum (CRC-32 of its bytes {crc}, the file says "
+                                  f"{layout.checksums[entry.name]!r:.20}); the file was damaged "
+                                  "after it was written")
+
+
+def _finish_load(layout: _Layout, arrays: Dict[str, np.ndarray], where: str,
+                 device: Optional[str], verify: bool) -> Any:
+    if verify and layout.checksums is not None:
+        _verify(layout, arrays, where)
+    if sys.byteorder == "big":
+        arrays = {name: arr.astype(arr.dtype.newbyteorder("=")) for name, arr in arrays.items()}
     decoder = _Decoder(arrays, where, device)
     try:
-        obj = decoder.decode(tree, "checkpoint")
+        obj = decoder.decode(layout.tree, "checkpoint")
     except RecursionError:
         raise CheckpointError(f"{where}: the checkpoint's tree is nested too deeply") from None
     unused = sorted(set(arrays) - decoder.used)
@@ -286,59 +712,6 @@ def from_bytes(data: bytes, where: str = "<bytes>", device: Optional[str] = None
         raise CheckpointError(f"{where}: the file holds tensors the checkpoint's tree does not "
                               f"mention ({', '.join(map(repr, unused[:5]))}); it is corrupt")
     return obj
-
-
-def _read_tree(data: bytes, where: str) -> dict:
-    """Check the safetensors header by hand (clear messages for truncated or foreign files)
-    and return the checkpoint's tree from its metadata."""
-    not_ours = f"{where}: not a duograph checkpoint"
-    if len(data) < 8:
-        raise CheckpointError(f"{not_ours}: {len(data)} bytes is too short for a safetensors "
-                              "header (truncated?)")
-    header_size = struct.unpack("<Q", data[:8])[0]
-    if header_size > _MAX_HEADER_BYTES:
-        raise CheckpointError(f"{not_ours}: the first 8 bytes give a header of {header_size} "
-                              "bytes, which no safetensors file has")
-    if 8 + header_size > len(data):
-        raise CheckpointError(f"{where}: truncated: its header needs {8 + header_size} bytes "
-                              f"but the file has {len(data)}")
-    try:
-        header = json.loads(data[8:8 + header_size].decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError):
-        raise CheckpointError(f"{not_ours}: its header is not valid JSON (corrupt, or not a "
-                              "safetensors file)") from None
-    if not isinstance(header, dict):
-        raise CheckpointError(f"{not_ours}: its header is not a JSON object")
-    end = 0
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        offsets = info.get("data_offsets") if isinstance(info, dict) else None
-        if (not isinstance(offsets, list) or len(offsets) != 2
-                or not all(isinstance(o, int) for o in offsets)):
-            raise CheckpointError(f"{where}: corrupt header: tensor {name!r} has no valid "
-                                  "data_offsets")
-        end = max(end, offsets[1])
-    if 8 + header_size + end != len(data):
-        state = "truncated" if 8 + header_size + end > len(data) else "corrupt"
-        raise CheckpointError(f"{where}: {state}: the header describes "
-                              f"{8 + header_size + end} bytes but the file has {len(data)}")
-    metadata = header.get("__metadata__")
-    if not isinstance(metadata, dict) or metadata.get("format") != FORMAT_NAME:
-        raise CheckpointError(f"{not_ours}: it is a safetensors file without duograph's "
-                              "metadata (read plain safetensors files with "
-                              "safetensors.numpy.load_file)")
-    version = metadata.get("version")
-    if not isinstance(version, str) or not version.isdigit():
-        raise CheckpointError(f"{where}: corrupt metadata: format version {version!r}")
-    if int(version) > FORMAT_VERSION:
-        raise CheckpointError(f"{where}: written in checkpoint format version {version}, newer "
-                              f"than this duograph reads ({FORMAT_VERSION}); upgrade duograph")
-    try:
-        tree = json.loads(metadata.get("tree", ""))
-    except (ValueError, TypeError, RecursionError):
-        raise CheckpointError(f"{where}: corrupt metadata: the tree is not valid JSON") from None
-    return tree
 
 
 class _Decoder:
@@ -354,7 +727,7 @@ class _Decoder:
     def _fail(self, at: str, message: str) -> CheckpointError:
         return CheckpointError(f"{self.where}: corrupt tree at {at}: {message}")
 
-    def decode(self, node: Any, at: str) -> Any:
+    def decode(self, node: Any, at: str, depth: int = 0) -> Any:
         if not isinstance(node, dict) or not isinstance(node.get("type"), str):
             raise self._fail(at, f"expected a node object, found {node!r:.80}")
         kind = node["type"]
@@ -372,6 +745,9 @@ class _Decoder:
                 return float(value)
             except (TypeError, ValueError):
                 raise self._fail(at, f"a float leaf holds {value!r:.80}") from None
+        if kind in ("dict", "list", "tuple") and depth >= MAX_NESTING:
+            raise self._fail(at[:80] + "...", f"containers nested more than {MAX_NESTING} "
+                             "levels deep")
         if kind == "dict":
             items = node.get("items")
             if not isinstance(items, list):
@@ -381,13 +757,14 @@ class _Decoder:
                 if (not isinstance(item, list) or len(item) != 2
                         or not isinstance(item[0], (str, int))):
                     raise self._fail(at, f"a dict item must be [key, node], found {item!r:.80}")
-                result[item[0]] = self.decode(item[1], f"{at}[{item[0]!r}]")
+                result[item[0]] = self.decode(item[1], f"{at}[{item[0]!r:.40}]", depth + 1)
             return result
         if kind in ("list", "tuple"):
             items = node.get("items")
             if not isinstance(items, list):
                 raise self._fail(at, f"a {kind} node without an items list")
-            values = [self.decode(value, f"{at}[{i}]") for i, value in enumerate(items)]
+            values = [self.decode(value, f"{at}[{i}]", depth + 1)
+                      for i, value in enumerate(items)]
             return tuple(values) if kind == "tuple" else values
         if kind in _ARRAY_TYPES:
             return self._array(node, kind, at)

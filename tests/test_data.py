@@ -331,3 +331,163 @@ def test_spawn_with_an_unpicklable_collate_fn_is_a_clear_error():
                         collate_fn=lambda samples: samples)
     with pytest.raises(DataLoaderError, match="must be picklable"):
         next(iter(loader))
+
+
+# -- workers that die or stall mid-transfer ------------------------------------------------------
+
+class BigDataset(Dataset):
+    """``n`` samples of ``floats`` float32 each: big enough that sending one batch fills the
+    pipe many times over, so a worker spends most of its life mid-transfer."""
+
+    def __init__(self, n: int, floats: int) -> None:
+        self.n = n
+        self.floats = floats
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int):
+        return np.full(self.floats, i, np.float32)
+
+
+def _consume_in_thread(it, limit: float) -> dict:
+    """Iterate ``it`` to the end in a daemon thread; returns {"batches": n, "error": e} or
+    {"hung": True} when it did not finish within ``limit`` seconds (the bug this guards)."""
+    import threading
+    result: dict = {"batches": 0}
+
+    def consume():
+        try:
+            for _ in it:
+                result["batches"] += 1
+        except BaseException as e:   # noqa: BLE001 - handed to the test
+            result["error"] = e
+        result["done"] = True
+
+    thread = threading.Thread(target=consume, daemon=True)
+    thread.start()
+    thread.join(limit)
+    if not result.get("done"):
+        result["hung"] = True
+    return result
+
+
+def _assert_reaped(processes) -> None:
+    """Every worker has exited and been waited for (an exit code is only known once the
+    process is reaped: no orphan, no zombie)."""
+    assert all(p.exitcode is not None for p in processes), [p.pid for p in processes]
+
+
+@pytest.mark.parametrize("victim", [0, 1])
+def test_worker_killed_mid_transfer_of_a_40mb_batch_is_reported(victim):
+    import signal
+    # 2 samples of 20 MB: each batch is 40 MB. After batch 0 the main process pauses, so the
+    # workers block mid-send on their next batches; then one is killed (kill -9).
+    it = iter(DataLoader(BigDataset(8, 5_000_000), batch_size=2, num_workers=2, timeout=5))
+    next(it)
+    time.sleep(0.5)
+    processes = list(it._workers)
+    os.kill(processes[victim].pid, signal.SIGKILL)
+    result = _consume_in_thread(it, limit=30)
+    assert not result.get("hung"), "the main process hung after a worker was killed"
+    error = result.get("error")
+    assert isinstance(error, DataLoaderError), error
+    assert f"worker {victim} (pid {processes[victim].pid}) was killed by signal 9 (SIGKILL)" \
+        in str(error)
+    _assert_reaped(processes)
+
+
+def test_worker_stopped_mid_transfer_times_out_and_is_reaped():
+    import signal
+    it = iter(DataLoader(BigDataset(8, 2_000_000), batch_size=2, num_workers=2, timeout=1))
+    next(it)
+    time.sleep(0.3)
+    processes = list(it._workers)
+    for p in processes:   # both stall mid-send (SIGSTOP): a partial batch and no EOF
+        os.kill(p.pid, signal.SIGSTOP)
+    start = time.monotonic()
+    result = _consume_in_thread(it, limit=30)
+    assert not result.get("hung"), "timeout= was not honoured during a partial transfer"
+    assert isinstance(result.get("error"), DataLoaderError), result
+    assert "timed out after 1 s" in str(result["error"])
+    assert time.monotonic() - start < 20
+    _assert_reaped(processes)   # stopped workers are killed, not left behind
+
+
+def test_twenty_kills_at_random_moments_never_hang_nor_orphan():
+    import random
+    import signal
+    import threading
+    rng = random.Random(16)
+    outcomes = []
+    for trial in range(20):
+        # an epoch of 100 batches of 4 MB takes far longer than the 0.15 s before the kill
+        it = iter(DataLoader(BigDataset(200, 500_000), batch_size=2, num_workers=2, timeout=5))
+        processes = list(it._workers)
+        victim = rng.randrange(2)
+
+        def kill(pid=processes[victim].pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:   # the epoch ended first
+                pass
+
+        killer = threading.Timer(rng.uniform(0.0, 0.15), kill)
+        killer.start()
+        result = _consume_in_thread(it, limit=30)
+        killer.join()
+        assert not result.get("hung"), f"trial {trial}: the main process hung"
+        error = result.get("error")
+        if error is not None:
+            assert isinstance(error, DataLoaderError), (trial, error)
+            assert f"worker {victim} " in str(error) and "signal 9" in str(error), str(error)
+        it.close()
+        _assert_reaped(processes)
+        outcomes.append("error" if error is not None else result["batches"])
+    assert outcomes.count("error") >= 15, outcomes   # nearly every kill lands mid-epoch
+
+
+_ABANDONING_MAIN = """
+import sys, time
+sys.path.insert(0, sys.argv[1])
+from test_data import BigDataset
+from duograph.data import DataLoader
+it = iter(DataLoader(BigDataset(16, 2_000_000), batch_size=2, num_workers=2))
+next(it)
+print(*(p.pid for p in it._workers), flush=True)
+time.sleep(60)   # never reads again: both workers block mid-send; then this process is killed
+"""
+
+
+def _gone(pid: int) -> bool:
+    """The process has exited (a zombie waiting for a reaper counts as exited)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except OSError:
+        return True
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads /proc")
+def test_workers_exit_when_the_main_process_is_killed():
+    import signal
+    import subprocess
+    import sys
+    main = subprocess.Popen([sys.executable, "-c", _ABANDONING_MAIN, os.path.dirname(__file__)],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        pids = [int(pid) for pid in main.stdout.readline().split()]
+        assert len(pids) == 2
+        time.sleep(0.3)
+        main.send_signal(signal.SIGKILL)
+        main.wait()
+        deadline = time.monotonic() + 10
+        while not all(map(_gone, pids)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        orphans = [pid for pid in pids if not _gone(pid)]
+        for pid in orphans:
+            os.kill(pid, signal.SIGKILL)
+        assert not orphans, "workers outlived their killed main process"
+    finally:
+        main.kill()
+        main.stdout.close()

@@ -251,3 +251,243 @@ def test_pickles_are_never_unpickled(tmp_path, monkeypatch):
     loaded = dg.load(path)
     assert loaded.dtype == np.uint8 and loaded.tobytes() == payload
     assert not marker.exists()
+
+
+# -- compatibility -------------------------------------------------------------------------------
+
+def _version1_bytes(obj) -> bytes:
+    """What dg.save wrote before checksums (format version 1): safetensors.numpy.save with the
+    tree alone in the metadata."""
+    encoder = dg.io._Encoder()
+    tree = encoder.encode(obj, [])
+    arrays = {name: np.ascontiguousarray(a) for name, a in encoder.arrays.items()}
+    return safetensors.numpy.save(arrays, metadata=_duograph_metadata(tree))
+
+
+def test_files_written_before_checksums_still_load(tmp_path):
+    path = tmp_path / "old.safetensors"
+    path.write_bytes(_version1_bytes(_checkpoint()))
+    for kwargs in ({}, {"mmap": False}, {"verify": False}):
+        loaded = dg.load(path, **kwargs)
+        np.testing.assert_array_equal(loaded["model"]["layer.float16"].numpy(),
+                                      _array("float16"))
+        assert loaded["optimizer"]["state"][0]["step"] == 12
+
+
+def test_the_safetensors_package_reads_our_files(tmp_path):
+    path = tmp_path / "ckpt.safetensors"
+    saved = _checkpoint()
+    saved["strided"] = np.arange(24, dtype=">i4").reshape(4, 6)[:, ::2]   # big-endian, a view
+    dg.save(saved, path)
+    plain = safetensors.numpy.load_file(str(path))
+    np.testing.assert_array_equal(plain["model/layer.float64"], _array("float64"))
+    np.testing.assert_array_equal(plain["strided"], saved["strided"])
+    loaded = dg.load(path)
+    np.testing.assert_array_equal(loaded["strided"], saved["strided"])
+    assert loaded["strided"].dtype == np.int32 and loaded["strided"].dtype.isnative
+    with safetensors.safe_open(str(path), "numpy") as f:
+        metadata = f.metadata()
+    assert metadata["version"] == "2"
+    assert set(json.loads(metadata["checksums"])) == set(plain)
+    assert len(metadata["header_crc32"]) == 8
+
+
+# -- checksums -----------------------------------------------------------------------------------
+
+def _flip(data: bytes, position: int, bit: int) -> bytes:
+    damaged = bytearray(data)
+    damaged[position] ^= 1 << bit
+    return bytes(damaged)
+
+
+def test_a_flipped_bit_anywhere_is_a_checkpoint_error():
+    data = dg.io.to_bytes(_checkpoint())
+    header_end = 8 + struct.unpack("<Q", data[:8])[0]
+    rng = np.random.default_rng(16)
+    positions = list(range(len(data)))   # every byte of header and data, a random bit in each
+    assert header_end > 1000 and len(data) - header_end > 300
+    for position in positions:
+        bit = int(rng.integers(8))
+        with pytest.raises(CheckpointError):
+            dg.io.from_bytes(_flip(data, position, bit))
+    for position in range(16):           # the length prefix and the start: every bit
+        for bit in range(8):
+            with pytest.raises(CheckpointError):
+                dg.io.from_bytes(_flip(data, position, bit))
+
+
+def test_corruption_messages_and_verify_false(tmp_path):
+    data = dg.io.to_bytes({"w": dg.arange(64, dtype="float32")})
+    header_end = 8 + struct.unpack("<Q", data[:8])[0]
+    path = tmp_path / "ckpt.safetensors"
+    path.write_bytes(_flip(data, header_end + 100, 3))   # inside the tensor's bytes
+    for kwargs in ({}, {"mmap": False}):
+        with pytest.raises(CheckpointError, match=r"ckpt\.safetensors: corrupt: tensor 'w' fails "
+                                                  r"its checksum"):
+            dg.load(path, **kwargs)
+    with open(path, "rb") as f:
+        with pytest.raises(CheckpointError, match="fails its checksum"):
+            dg.load(f)
+    assert dg.load(path, verify=False)["w"].shape == (64,)   # the data is not read: no check
+    name_in_tree = data.index(b'\\"w\\"') + 2              # the w of \"w\" in the tree
+    path.write_bytes(_flip(data, name_in_tree, 0))            # "w" -> "v": still valid JSON
+    for verify in (True, False):                              # the header is always checked
+        with pytest.raises(CheckpointError, match="the header fails its checksum"):
+            dg.load(path, verify=verify)
+
+
+# -- memory: streamed saves, mapped loads ----------------------------------------------------------
+
+def test_save_streams_and_load_maps_instead_of_copying(tmp_path):
+    import tracemalloc
+    state = {f"w{i}": dg.from_numpy(np.full(1 << 20, i, np.float32)) for i in range(16)}  # 64 MB
+    state["t"] = np.ones((2048, 2048), np.float32).T                # 16 MB, not contiguous
+    path = tmp_path / "big.safetensors"
+    tracemalloc.start()
+    try:
+        dg.save(state, path)
+        _, save_peak = tracemalloc.get_traced_memory()
+        tracemalloc.reset_peak()
+        loaded = dg.load(path)
+        _, load_peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    # before: to_bytes built the whole 80 MB file in memory (twice at its peak); load read it
+    assert save_peak < 24 << 20, save_peak      # one 16 MB piece of the transposed array
+    assert load_peak < 4 << 20, load_peak
+    assert loaded["w5"].numpy()[0] == 5.0 and loaded["t"].flags.c_contiguous
+    np.testing.assert_array_equal(loaded["t"], state["t"])
+    before = path.read_bytes()
+    loaded["w5"].add_(1.0)                     # mapped copy-on-write: writable, file unchanged
+    assert loaded["w5"].numpy()[0] == 6.0 and path.read_bytes() == before
+    dg.save({"other": 1}, path)                # replacing a mapped file is safe
+    assert loaded["w3"].numpy()[7] == 3.0 and dg.load(path) == {"other": 1}
+
+
+# -- files: modes, stale temporaries, kills --------------------------------------------------------
+
+@pytest.mark.skipif(os.name != "posix", reason="POSIX permission bits")
+def test_resaving_keeps_the_file_mode(tmp_path):
+    path = tmp_path / "ckpt.safetensors"
+    dg.save({"w": dg.ones(2)}, path)
+    umask = os.umask(0)
+    os.umask(umask)
+    assert path.stat().st_mode & 0o777 == 0o666 & ~umask   # a new file: as open() makes it
+    for mode in (0o600, 0o640, 0o444):
+        os.chmod(path, mode)
+        dg.save({"w": dg.zeros(2)}, path)
+        assert path.stat().st_mode & 0o777 == mode
+    assert os.listdir(tmp_path) == ["ckpt.safetensors"]
+
+
+def _stale(path: Path, age: float = 3600.0) -> Path:
+    path.write_bytes(b"partial checkpoint")
+    old = path.stat().st_mtime - age
+    os.utime(path, (old, old))
+    return path
+
+
+@pytest.mark.skipif(os.name != "posix", reason="flock and symlinks")
+def test_next_save_removes_only_our_stale_temporaries(tmp_path):
+    import fcntl
+    target = tmp_path / "ckpt.safetensors"
+    stale = [_stale(tmp_path / f".ckpt.safetensors.{h * 12}.tmp") for h in "0a"]
+    kept = [
+        _stale(tmp_path / ".ckpt.safetensors.0123456789ab.tmp", age=10),    # recent: a writer
+        _stale(tmp_path / ".other.safetensors.0123456789ab.tmp"),           # another target
+        _stale(tmp_path / ".ckpt.safetensors.0123456789ab.tmp.bak"),        # not our name
+        _stale(tmp_path / ".ckpt.safetensors.0123456789AB.tmp"),            # not our name
+        _stale(tmp_path / "ckpt.safetensors.0123456789ab.tmp"),             # not our name
+        _stale(tmp_path / ".ckpt.safetensors.fedcba987654.tmp"),            # locked below
+    ]
+    victim = _stale(tmp_path / "victim.txt")
+    link = tmp_path / ".ckpt.safetensors.ffffffffffff.tmp"
+    link.symlink_to(victim)   # a link with our name is not followed, nor removed
+    kept.append(victim)
+    locked = os.open(kept[-2], os.O_RDONLY)
+    fcntl.flock(locked, fcntl.LOCK_EX)          # a live writer holds its temporary's lock
+    try:
+        dg.save({"epoch": 1}, target)
+    finally:
+        os.close(locked)
+    assert not any(p.exists() for p in stale)
+    assert all(p.exists() for p in kept) and link.is_symlink()
+    assert dg.load(target) == {"epoch": 1}
+
+
+_KILLED_SAVER = """
+import os, sys, numpy as np
+import duograph as dg
+state = {f"w{i}": dg.from_numpy(np.full(1 << 20, i, np.float32)) for i in range(64)}
+real_write = dg.io._Plan.write
+def write(self, f):
+    f.write(self.header_bytes)
+    f.write(memoryview(self.arrays[0].view(np.uint8)))
+    f.flush()
+    os.kill(os.getpid(), 9)          # killed mid-write, after 4 MB of 256
+dg.io._Plan.write = write
+dg.save(state, sys.argv[1])
+"""
+
+
+def test_a_save_killed_midway_keeps_the_old_file_and_the_next_save_cleans_up(tmp_path,
+                                                                              monkeypatch):
+    import subprocess
+    import sys
+    target = tmp_path / "ckpt.safetensors"
+    dg.save({"epoch": 1}, target)
+    for _ in range(3):
+        done = subprocess.run([sys.executable, "-c", _KILLED_SAVER, str(target)])
+        assert done.returncode == -9
+    temporaries = [name for name in os.listdir(tmp_path) if name.endswith(".tmp")]
+    assert len(temporaries) == 3
+    assert dg.load(target) == {"epoch": 1}           # the old checkpoint is intact
+    dg.save({"epoch": 2}, target)                    # too recent to be called stale: kept
+    assert len(os.listdir(tmp_path)) == 4
+    monkeypatch.setattr(dg.io, "STALE_TEMP_SECONDS", 0.0)
+    dg.save({"epoch": 3}, target)                    # dead writers hold no lock: removed
+    assert os.listdir(tmp_path) == ["ckpt.safetensors"] and dg.load(target) == {"epoch": 3}
+
+
+# -- odd content: clear errors, never raw exceptions ---------------------------------------------
+
+def _nested(depth: int):
+    obj: object = dg.ones(1)
+    for i in range(depth):
+        obj = [obj] if i % 2 else {"k": obj}
+    return obj
+
+
+def test_nesting_limit_is_the_same_on_save_and_load():
+    limit = dg.io.MAX_NESTING
+    deep = dg.io.from_bytes(dg.io.to_bytes(_nested(limit)))
+    for i in reversed(range(limit)):
+        deep = deep[0] if i % 2 else deep["k"]
+    assert deep.numpy().tolist() == [1.0]
+    for depth in (limit + 1, 400, 5000):
+        with pytest.raises(CheckpointError, match=f"more than {limit} levels"):
+            dg.io.to_bytes(_nested(depth))
+    tree = {"type": "none"}
+    for _ in range(limit + 1):
+        tree = {"type": "list", "items": [tree]}
+    with pytest.raises(CheckpointError, match=f"nested more than {limit} levels"):
+        dg.io.from_bytes(_raw_safetensors({}, _duograph_metadata(tree)))
+    deeper = '{"type":"list","items":[' * 5000 + '{"type":"none"}' + "]}" * 5000
+    metadata = dict(_duograph_metadata(None), tree=deeper)   # past json's recursion limit
+    with pytest.raises(CheckpointError, match="tree is not valid JSON.*RecursionError"):
+        dg.io.from_bytes(_raw_safetensors({}, metadata))
+
+
+def test_huge_ints_and_version_strings_are_checkpoint_errors():
+    assert dg.io.from_bytes(dg.io.to_bytes({"n": 10**4299}))["n"] == 10**4299
+    with pytest.raises(CheckpointError, match=r"checkpoint\['n'\] is an int of more than 4300"):
+        dg.io.to_bytes({"n": 10**4300})
+    with pytest.raises(CheckpointError, match="more than 4300"):
+        dg.io.to_bytes([-(7**6000)])
+    for version in ("9" * 5000, "0", "²", "", "1.0"):
+        metadata = dict(_duograph_metadata({"type": "none"}), version=version)
+        with pytest.raises(CheckpointError, match="corrupt metadata: format version"):
+            dg.io.from_bytes(_raw_safetensors({}, metadata))
+    big = '{"type": "int", "value": ' + "7" * 5000 + "}"
+    with pytest.raises(CheckpointError, match="tree is not valid JSON"):
+        dg.io.from_bytes(_raw_safetensors({}, dict(_duograph_metadata(None), tree=big)))
