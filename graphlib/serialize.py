@@ -396,30 +396,17 @@ _META_KEY = "duograph.graph"
 
 def save_graph(graph: Graph, path) -> None:
     """Write ``graph`` to ``path``: one safetensors file holding the arrays (constants and
-    state) as tensors and the JSON document in its metadata. Written to a temporary file
-    and renamed, so a crash never leaves half a file."""
+    state) as tensors and the JSON document in its metadata. Written atomically
+    (``files.atomic_write``): a crash never leaves half a file."""
     import os
-    import tempfile
 
     from safetensors.numpy import save
+
+    from .files import atomic_write
     store: Dict[str, np.ndarray] = {}
     doc = graph_to_document(graph, store)
     data = save(store, metadata={_META_KEY: json.dumps(doc, allow_nan=False)})
-    path = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".graph-", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    atomic_write(os.fspath(path), lambda f: f.write(data))
 
 
 def load_graph(path) -> Graph:

@@ -218,34 +218,23 @@ def _has_path(dag: nx.DiGraph, source: int, target: int) -> bool:
     rest of it while the backward side would have stopped at once.)"""
     if source == target:
         return True
-    succ, pred = dag.succ, dag.pred
-    ahead, behind = {source}, {target}
-    forward, backward = [source], [target]
-    grow_forward = True
-    while forward and backward:
-        if len(forward) != len(backward):
-            grow_forward = len(forward) < len(backward)
-        if grow_forward:
-            nxt = []
-            for v in forward:
-                for w in succ[v]:
-                    if w in behind:
-                        return True
-                    if w not in ahead:
-                        ahead.add(w)
-                        nxt.append(w)
-            forward = nxt
-        else:
-            nxt = []
-            for v in backward:
-                for w in pred[v]:
-                    if w in ahead:
-                        return True
-                    if w not in behind:
-                        behind.add(w)
-                        nxt.append(w)
-            backward = nxt
-        grow_forward = not grow_forward
+    ends = [(dag.succ, {source}, [source]), (dag.pred, {target}, [target])]
+    side = 0                                   # 0: forward from source, 1: back from target
+    while ends[0][2] and ends[1][2]:
+        if len(ends[0][2]) != len(ends[1][2]):
+            side = 0 if len(ends[0][2]) < len(ends[1][2]) else 1
+        step, seen, fringe = ends[side]
+        met = ends[1 - side][1]
+        grown = []
+        for v in fringe:
+            for w in step[v]:
+                if w in met:
+                    return True
+                if w not in seen:
+                    seen.add(w)
+                    grown.append(w)
+        ends[side] = (step, seen, grown)
+        side = 1 - side
     return False
 
 

@@ -6,21 +6,12 @@ import numpy as np
 import pytest
 
 import duograph as dg
-from duograph import nn
 from duograph.cli import main
+from steps import small_mlp_step
 
 
 def _step_file(path):
-    dg.manual_seed(0)
-    model = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3))
-    opt = dg.optim.SGD(model.parameters(), lr=0.1)
-    g = dg.Graph("step")
-    with g:
-        x = dg.placeholder("x", ("N", 6))
-        y = dg.placeholder("y", ("N",), "int64")
-        loss = nn.functional.cross_entropy(model(x), y)
-        opt.minimize(loss)
-    g.outputs = [loss]
+    g, _ = small_mlp_step()
     dg.save_graph(g, path)
     return g
 

@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 
 import duograph as dg
-from duograph import nn, passes
+from duograph import passes
 from duograph.graphlib.ops.control import call
 from duograph.graphlib.serialize import GraphFormatError
 from op_samples import OPS, build, grad_targets, tanh_loss_grads
+from steps import small_mlp_step
 
 
 def _samples(select):
@@ -58,25 +59,8 @@ def test_every_gradient_graph_round_trips(op, sample):
     _round_trip(built.graph, built.feeds, tanh_loss_grads(built, grad_targets(op, sample)))
 
 
-def _mlp_step():
-    dg.manual_seed(0)
-    model = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3))
-    opt = dg.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    g = dg.Graph("step")
-    with g:
-        x = dg.placeholder("x", ("N", 6))
-        y = dg.placeholder("y", ("N",), "int64")
-        loss = nn.functional.cross_entropy(model(x), y)
-        opt.minimize(loss)
-    g.outputs = [loss]
-    rng = np.random.default_rng(0)
-    feeds = {"x": rng.standard_normal((5, 6)).astype(np.float32),
-             "y": rng.integers(0, 3, 5).astype(np.int64)}
-    return g, feeds
-
-
 def test_training_step_with_state_round_trips_and_trains_identically(tmp_path):
-    g, feeds = _mlp_step()
+    g, feeds = small_mlp_step()
     path = tmp_path / "step.dg"
     dg.save_graph(g, path)
     g2 = dg.load_graph(path)
@@ -89,7 +73,7 @@ def test_training_step_with_state_round_trips_and_trains_identically(tmp_path):
 
 
 def test_o2_graphs_with_fused_regions_round_trip(tmp_path):
-    g, feeds = _mlp_step()
+    g, feeds = small_mlp_step()
     opt = passes.optimize(g, "O2")
     assert any(n.regions for n in opt.nodes), "O2 should hold fused regions"
     _round_trip(opt, feeds, tmp_path=tmp_path)
@@ -130,7 +114,7 @@ def test_malformed_documents_are_refused_clearly(mutate, match):
 
 
 def test_truncated_and_foreign_files_are_refused(tmp_path):
-    g, _ = _mlp_step()
+    g, _ = small_mlp_step()
     path = tmp_path / "g.dg"
     dg.save_graph(g, path)
     raw = path.read_bytes()
@@ -174,7 +158,7 @@ def test_nothing_in_a_file_is_executed(tmp_path, monkeypatch):
 
 
 def test_save_is_atomic_and_leaves_no_temporary_files(tmp_path):
-    g, _ = _mlp_step()
+    g, _ = small_mlp_step()
     path = tmp_path / "g.dg"
     dg.save_graph(g, path)
     dg.save_graph(g, path)
