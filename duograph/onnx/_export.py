@@ -102,7 +102,7 @@ class Exporter:
         return self.emit(op_type, inputs, 1, **attrs)[0]
 
     def const(self, value, dtype: Optional[str] = None, hint: str = "const") -> str:
-        """An initializer holding ``value`` (cached by content)."""
+        """A Constant node holding ``value`` (cached by content)."""
         arr = np.asarray(value)
         if dtype is not None:
             arr = arr.astype(dtype)
@@ -110,9 +110,11 @@ class Exporter:
             arr = arr.astype(dtypes.infer_data_dtype(arr))
         key = (arr.dtype.str, arr.shape, arr.tobytes())
         name = self._const_cache.get(key)
-        if name is None:
-            name = self.fresh(hint)
-            self.initializers.append(_onnx().numpy_helper.from_array(arr, name))
+        if name is None:          # a Constant node: initializers are the model's state
+            saved, self.doc = self.doc, ""
+            name = self.op("Constant", value=_onnx().numpy_helper.from_array(arr),
+                           hint=hint)
+            self.doc = saved
             self._const_cache[key] = name
         return name
 

@@ -752,6 +752,8 @@ def _space_to_depth(ctx):
     x = ctx.x(0)
     b = ctx.attr("blocksize")
     n, c, h, w = static_shape(ctx)
+    if ctx.attr("mode", "DCR") != "DCR":
+        refuse(f"mode {ctx.attr('mode')!r} (only 'DCR')")
     y = F.permute(F.reshape(x, n, c, h // b, b, w // b, b), 0, 3, 5, 1, 2, 4)
     return F.reshape(y, n, c * b * b, h // b, w // b)
 
@@ -1118,3 +1120,100 @@ def _hardmax(ctx):
 @handler("Einsum")
 def _einsum(ctx):
     refuse("Einsum is not supported")
+
+
+@handler("Swish")
+def _swish(ctx):
+    _float_only(ctx)
+    x = ctx.x(0)
+    return cast(x * F.sigmoid(x * ctx.attr("alpha", 1.0)), x.dtype)
+
+
+@handler("RMSNormalization")
+def _rms_norm(ctx):
+    x = ctx.x(0)
+    _float_only(ctx)
+    axis = _axis(ctx.attr("axis", -1), x.ndim)
+    eps = ctx.attr("epsilon", 1e-5)
+    stash = ctx.attr("stash_type", 1)
+    dt = x.dtype
+    work = "float32" if stash == 1 and dt == "float16" else dt
+    if stash != 1 and dt != "float64":
+        refuse(f"stash_type {stash}")
+    xw = cast(x, work)
+    axes = tuple(range(axis, x.ndim))
+    inv = F.rsqrt(F.mean(xw * xw, axes, keepdim=True) + eps)
+    return cast(cast(xw * inv, dt) * ctx.x(1), dt)
+
+
+def _nll(ctx, logp, target, weight, reduction, ignore_index):
+    """Negative log-likelihood of log-probabilities (N, C, d1...) at class indices (N, d1...)
+    with optional class weights: ONNX's NegativeLogLikelihoodLoss."""
+    target = cast(target, "int64")
+    dt = logp.dtype
+    if ignore_index is not None:
+        valid = F.ne(target, ctx.const(ignore_index, "int64"))
+        safe = F.where(valid, target, ctx.const(0, "int64"))
+    else:
+        valid, safe = None, target
+    picked = F.squeeze(F.gather(logp, 1, F.unsqueeze(safe, 1)), 1)
+    w = F.index_select(weight, 0, F.reshape(safe, -1)) if weight is not None else None
+    if w is not None:
+        w = F.reshape(w, *safe.shape) if safe.ndim != 1 else w
+    if valid is not None:
+        vw = F.cast(valid, dt)
+        w = vw if w is None else w * vw
+    loss = F.neg(picked) if w is None else F.neg(picked) * w
+    if reduction == "none":
+        return cast(loss, dt)
+    total = F.sum(loss)
+    if reduction == "sum":
+        return cast(total, dt)
+    if reduction != "mean":
+        refuse(f"reduction {reduction!r}")
+    count = F.sum(w) if w is not None else float(np.prod(static_shape_of(safe)))
+    return cast(total / count, dt)
+
+
+def static_shape_of(v):
+    if not all(isinstance(d, int) for d in v.shape):
+        refuse("a mean over a symbolic number of elements")
+    return tuple(v.shape)
+
+
+@handler("NegativeLogLikelihoodLoss")
+def _nll_h(ctx):
+    _float_only(ctx)
+    return _nll(ctx, ctx.x(0), ctx.x(1), ctx.x(2) if ctx.has(2) else None,
+                ctx.attr("reduction", "mean"), ctx.attr("ignore_index"))
+
+
+@handler("SoftmaxCrossEntropyLoss")
+def _sce(ctx):
+    _float_only(ctx)
+    x = ctx.x(0)
+    logp = F.log_softmax(x, 1)
+    loss = _nll(ctx, logp, ctx.x(1), ctx.x(2) if ctx.has(2) else None,
+                ctx.attr("reduction", "mean"), ctx.attr("ignore_index"))
+    if len([o for o in ctx.node.output if o]) > 1:
+        return [loss, logp]
+    return loss
+
+
+def _select_last(fn):
+    def run(ctx):
+        x = ctx.x(0)
+        if x.dtype == "bool":
+            refuse("ArgMax/ArgMin of bool")
+        axis = _axis(ctx.attr("axis", 0), x.ndim)
+        keep = bool(ctx.attr("keepdims", 1))
+        if not ctx.attr("select_last_index", 0):
+            return fn(x, axis, keep)
+        n = static_shape(ctx)[axis]
+        flipped = F.index_select(x, axis, ctx.const(np.arange(n)[::-1].copy(), "int64"))
+        return ctx.const(n - 1, "int64") - fn(flipped, axis, keep)
+    return run
+
+
+handler("ArgMax")(_select_last(F.argmax))
+handler("ArgMin")(_select_last(F.argmin))

@@ -105,7 +105,12 @@ class Ctx:
         a = self.attrs.get(name)
         if a is None:
             return default
-        return _onnx().helper.get_attribute_value(a)
+        v = _onnx().helper.get_attribute_value(a)
+        if isinstance(v, bytes):
+            v = v.decode()
+        elif isinstance(v, list) and v and isinstance(v[0], bytes):
+            v = [x.decode() for x in v]
+        return v
 
     def const(self, value, dtype: str):
         """A constant operand of ``dtype`` (eager or in the graph, as the node runs)."""
@@ -302,7 +307,12 @@ class Importer:
             if o is None:
                 raise OnnxImportError(f"onnx import: {where}: output {name!r} is not "
                                       "supported")
-            self.env[name] = o.numpy().copy() if isinstance(o, eager.Tensor) else o
+            if isinstance(o, eager.Tensor):
+                o = o.numpy().copy()
+            elif isinstance(o, Value) and o.node is not None and o.node.op.name == "constant":
+                value = o.node.attrs["value"]          # known after all (Shape of a Value)
+                o = np.asarray(getattr(value, "array", value), dtype=o.dtype)
+            self.env[name] = o
         if len(outs) < len([n for n in node.output if n]):
             missing = [n for n in node.output[len(outs):] if n]
             if missing:

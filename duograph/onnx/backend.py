@@ -111,7 +111,9 @@ class DuographBackend(Backend):
         opset = kwargs.get("opset_version")
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid(
             "", opset or 17)])
-        return cls.run_model(model, arrays, device)
+        if not cls.supports_device(device):
+            raise OnnxImportError(f"onnx backend: device {device!r} is not supported (CPU)")
+        return DuographRep(model, kwargs.get("passes", "O1")).run(arrays)
 
     @classmethod
     def supports_device(cls, device: str) -> bool:
