@@ -40,13 +40,14 @@ bool_ = "bool"
 __version__ = "0.1.0"
 from . import nn, optim  # noqa: E402
 from . import data, io  # noqa: E402
+from . import onnx  # noqa: E402
 from .io import save, load  # noqa: E402
 from .graphlib.serialize import GraphFormatError, load_graph, save_graph  # noqa: E402
 
 # The public names, explicitly: the op functions (graphlib.functional.__all__) and these.
 __all__ = list(graphlib.functional.__all__) + [
     # modules
-    "autograd", "data", "dtypes", "io", "nn", "optim", "passes", "runtime",
+    "autograd", "data", "dtypes", "io", "nn", "onnx", "optim", "passes", "runtime",
     # the IR and graph mode
     "Graph", "Node", "Value", "TensorType", "Executable", "compile_graph", "placeholder",
     "variable", "assign", "grad", "set_capture_source",

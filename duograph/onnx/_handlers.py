@@ -1,0 +1,1219 @@
+"""The ONNX op handlers of the importer, written with duograph's op functions.
+
+Each handler takes a ``Ctx`` (operands, attributes) and returns the outputs. Compositions
+are used only where they are exact; everything else is refused with the reason.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..graphlib import dtypes
+from ..graphlib import functional as F
+from ._import import Ctx, handler, np_dtype_of, refuse, static_shape
+
+FLOATS = ("float16", "float32", "float64")
+
+
+def cast(x, dt: str):
+    return x if x.dtype == dt else F.cast(x, dt)
+
+
+def _axis(a: int, ndim: int) -> int:
+    if not -max(ndim, 1) <= a < max(ndim, 1):
+        refuse(f"axis {a} out of range for {ndim} dims")
+    return a % max(ndim, 1)
+
+
+def _float_only(ctx: Ctx, i: int = 0):
+    if ctx.dtype(i) not in FLOATS:
+        refuse(f"dtype {ctx.dtype(i)} (this op takes floating-point tensors)")
+
+
+def _same_dtype(fn):
+    """The result in the dtype of the first operand (duograph may promote ints to float)."""
+    def run(ctx: Ctx):
+        out = fn(ctx)
+        return cast(out, ctx.dtype(0))
+    return run
+
+
+# -- elementwise unary ---------------------------------------------------------------------------
+def _unary(fn, floats_only=True, dtypes_ok=None):
+    def run(ctx: Ctx):
+        dt = ctx.dtype(0)
+        if floats_only and dt not in FLOATS:
+            refuse(f"dtype {dt} (this op takes floating-point tensors)")
+        if dtypes_ok is not None and dt not in dtypes_ok:
+            refuse(f"dtype {dt}")
+        return cast(fn(ctx, ctx.x(0)), dt)
+    return run
+
+
+NUMERIC = ("uint8", "int32", "int64", "float16", "float32", "float64")
+SIGNED = ("int32", "int64", "float16", "float32", "float64")
+
+HANDLERS_UNARY = {
+    "Abs": (lambda c, x: F.abs(x), False, NUMERIC),
+    "Neg": (lambda c, x: F.neg(x), False, SIGNED),
+    "Exp": (lambda c, x: F.exp(x), True, None),
+    "Log": (lambda c, x: F.log(x), True, None),
+    "Sqrt": (lambda c, x: F.sqrt(x), True, None),
+    "Reciprocal": (lambda c, x: F.reciprocal(x), True, None),
+    "Sin": (lambda c, x: F.sin(x), True, None),
+    "Cos": (lambda c, x: F.cos(x), True, None),
+    "Tan": (lambda c, x: F.sin(x) / F.cos(x), True, None),
+    "Tanh": (lambda c, x: F.tanh(x), True, None),
+    "Sinh": (lambda c, x: (F.exp(x) - F.exp(F.neg(x))) * 0.5, True, None),
+    "Cosh": (lambda c, x: (F.exp(x) + F.exp(F.neg(x))) * 0.5, True, None),
+    "Asinh": (lambda c, x: F.log(x + F.sqrt(x * x + 1.0)), True, None),
+    "Acosh": (lambda c, x: F.log(x + F.sqrt(x * x - 1.0)), True, None),
+    "Atanh": (lambda c, x: F.log((x + 1.0) / (1.0 - x)) * 0.5, True, None),
+    "Sigmoid": (lambda c, x: F.sigmoid(x), True, None),
+    "Relu": (lambda c, x: F.relu(x), False, SIGNED),
+    "Erf": (lambda c, x: F.erf(x), True, None),
+    "Sign": (lambda c, x: F.sign(x), False, NUMERIC),
+    "Softsign": (lambda c, x: x / (F.abs(x) + 1.0), True, None),
+    "Softplus": (lambda c, x: F.log(F.exp(x) + 1.0), True, None),
+    "Mish": (lambda c, x: x * F.tanh(F.log(F.exp(x) + 1.0)), True, None),
+    "HardSwish": (lambda c, x: x * F.clamp(x * (1.0 / 6.0) + 0.5, 0.0, 1.0), True, None),
+}
+for _name, (_fn, _fo, _ok) in HANDLERS_UNARY.items():
+    handler(_name)(_unary(_fn, _fo, _ok))
+
+
+@handler("Identity")
+def _identity(ctx):
+    return ctx.x(0)
+
+
+@handler("Not")
+def _not(ctx):
+    if ctx.dtype(0) != "bool":
+        refuse("Not of a non-bool tensor")
+    return F.logical_not(ctx.x(0))
+
+
+@handler("IsNaN")
+def _isnan(ctx):
+    _float_only(ctx)
+    x = ctx.x(0)
+    return F.ne(x, x)
+
+
+@handler("IsInf")
+def _isinf(ctx):
+    _float_only(ctx)
+    x = ctx.x(0)
+    pos, neg = ctx.attr("detect_positive", 1), ctx.attr("detect_negative", 1)
+    inf = ctx.const(np.inf, x.dtype)
+    if pos and neg:
+        return F.eq(F.abs(x), inf)
+    if pos:
+        return F.eq(x, inf)
+    if neg:
+        return F.eq(F.neg(x), inf)
+    return F.ne(x, x) if False else F.logical_and(F.eq(x, inf), F.ne(x, x))
+
+
+def _floor(ctx, x):
+    """floor(x), exactly: through int64 where |x| < 2**52 (larger floats are integers)."""
+    big = ctx.const(2.0 ** 52 if x.dtype == "float64" else 2.0 ** 23, x.dtype)
+    small = F.lt(F.abs(x), big)
+    safe = F.where(small, x, ctx.const(0, x.dtype))
+    t = F.cast(F.cast(safe, "int64"), x.dtype)
+    fl = F.where(F.gt(t, safe), t - ctx.const(1, x.dtype), t)
+    return F.where(small, fl, x)
+
+
+@handler("Floor")
+def _floor_h(ctx):
+    _float_only(ctx)
+    return _floor(ctx, ctx.x(0))
+
+
+@handler("Ceil")
+def _ceil(ctx):
+    _float_only(ctx)
+    x = ctx.x(0)
+    return F.neg(_floor(ctx, F.neg(x)))
+
+
+@handler("Elu")
+def _elu(ctx):
+    _float_only(ctx)
+    x, a = ctx.x(0), ctx.attr("alpha", 1.0)
+    return cast(F.where(F.gt(x, ctx.const(0, x.dtype)), x, (F.exp(x) - 1.0) * a), x.dtype)
+
+
+@handler("Celu")
+def _celu(ctx):
+    _float_only(ctx)
+    x, a = ctx.x(0), ctx.attr("alpha", 1.0)
+    zero = ctx.const(0, x.dtype)
+    return F.maximum(x, zero) + F.minimum(zero, (F.exp(x / a) - 1.0) * a)
+
+
+@handler("Selu")
+def _selu(ctx):
+    _float_only(ctx)
+    x = ctx.x(0)
+    a = ctx.attr("alpha", 1.67326319217681884765625)
+    g = ctx.attr("gamma", 1.05070102214813232421875)
+    return F.where(F.gt(x, ctx.const(0, x.dtype)), x * g, (F.exp(x) * a - a) * g)
+
+
+@handler("LeakyRelu")
+def _leaky(ctx):
+    _float_only(ctx)
+    x = ctx.x(0)
+    return F.where(F.ge(x, ctx.const(0, x.dtype)), x, x * ctx.attr("alpha", 0.01))
+
+
+@handler("ThresholdedRelu")
+def _thresholded(ctx):
+    _float_only(ctx)
+    x = ctx.x(0)
+    return F.where(F.gt(x, ctx.const(ctx.attr("alpha", 1.0), x.dtype)), x,
+                   ctx.const(0, x.dtype))
+
+
+@handler("HardSigmoid")
+def _hard_sigmoid(ctx):
+    _float_only(ctx)
+    x = ctx.x(0)
+    return F.clamp(x * ctx.attr("alpha", 0.2) + ctx.attr("beta", 0.5), 0.0, 1.0)
+
+
+@handler("Shrink")
+def _shrink(ctx):
+    x = ctx.x(0)
+    if x.dtype not in FLOATS:
+        refuse(f"dtype {x.dtype}")
+    lam, bias = ctx.attr("lambd", 0.5), ctx.attr("bias", 0.0)
+    zero = ctx.const(0, x.dtype)
+    return F.where(F.lt(x, ctx.const(-lam, x.dtype)), x + bias,
+                   F.where(F.gt(x, ctx.const(lam, x.dtype)), x - bias, zero))
+
+
+@handler("Gelu")
+def _gelu(ctx):
+    _float_only(ctx)
+    return F.gelu(ctx.x(0), ctx.attr("approximate", "none"))
+
+
+@handler("PRelu")
+def _prelu(ctx):
+    _float_only(ctx)
+    x, s = ctx.x(0), ctx.x(1)
+    return F.where(F.lt(x, ctx.const(0, x.dtype)), x * s, x)
+
+
+# -- elementwise binary --------------------------------------------------------------------------
+def _check_same(ctx, n=2):
+    dts = {ctx.dtype(i) for i in range(n) if ctx.has(i)}
+    if len(dts) > 1:
+        refuse(f"operands of different dtypes {sorted(dts)}")
+
+
+def _binary(fn, allowed=NUMERIC):
+    def run(ctx):
+        _check_same(ctx)
+        dt = ctx.dtype(0)
+        if dt not in allowed:
+            refuse(f"dtype {dt}")
+        return cast(fn(ctx, ctx.x(0), ctx.x(1)), dt)
+    return run
+
+
+handler("Add")(_binary(lambda c, a, b: F.add(a, b)))
+handler("Sub")(_binary(lambda c, a, b: F.sub(a, b)))
+handler("Mul")(_binary(lambda c, a, b: F.mul(a, b)))
+
+
+def _trunc_div(ctx, a, b):
+    """Integer division toward zero (C's, ONNX's) in int64: a float64 estimate corrected by
+    one step, exact while the estimate is within one of the quotient (|a| < 2**52)."""
+    a, b = cast(a, "int64"), cast(b, "int64")
+    q = F.cast(F.div(F.cast(a, "float64"), F.cast(b, "float64")), "int64")
+    r = a - q * b
+    sa, sb = F.sign(a), F.sign(b)
+    zero = ctx.const(0, "int64")
+    over = F.logical_and(F.ne(r, zero), F.ne(F.sign(r), sa))
+    q = F.where(over, q - sa * sb, q)
+    r = a - q * b
+    under = F.ge(F.abs(r), F.abs(b))
+    return F.where(under, q + sa * sb, q)
+
+
+@handler("Div")
+def _div(ctx):
+    _check_same(ctx)
+    a, b = ctx.x(0), ctx.x(1)
+    dt = a.dtype
+    if dt in FLOATS:
+        return F.div(a, b)
+    if dt == "bool":
+        refuse("Div of bool")
+    return cast(_trunc_div(ctx, a, b), dt)
+
+
+@handler("Pow")
+def _pow(ctx):
+    a, b = ctx.x(0), ctx.x(1)
+    if a.dtype not in FLOATS:
+        refuse(f"Pow of a {a.dtype} base")
+    return cast(F.pow(a, cast(b, a.dtype)), a.dtype)
+
+
+@handler("Mod")
+def _mod(ctx):
+    _check_same(ctx)
+    a, b = ctx.x(0), ctx.x(1)
+    fmod = ctx.attr("fmod", 0)
+    if a.dtype in FLOATS or a.dtype == "bool":
+        refuse(f"Mod of {a.dtype} (no exact duograph form)")
+    a64, b64 = cast(a, "int64"), cast(b, "int64")
+    r = a64 - _trunc_div(ctx, a64, b64) * b64
+    if not fmod:                 # the sign of the divisor, as Python's %
+        zero = ctx.const(0, "int64")
+        fix = F.logical_and(F.ne(r, zero), F.ne(F.lt(r, zero), F.lt(b64, zero)))
+        r = F.where(fix, r + b64, r)
+    return cast(r, a.dtype)
+
+
+def _variadic(fn):
+    def run(ctx):
+        xs = [ctx.x(i) for i in range(len(ctx)) if ctx.has(i)]
+        dts = {x.dtype for x in xs}
+        if len(dts) > 1:
+            refuse(f"operands of different dtypes {sorted(dts)}")
+        out = xs[0]
+        for x in xs[1:]:
+            out = fn(out, x)
+        if len(xs) == 1:
+            out = fn(out, out) if fn in (F.maximum, F.minimum) else out
+        return out
+    return run
+
+
+handler("Max")(_variadic(F.maximum))
+handler("Min")(_variadic(F.minimum))
+handler("Sum")(_variadic(F.add))
+
+
+@handler("Mean")
+def _mean(ctx):
+    xs = [ctx.x(i) for i in range(len(ctx)) if ctx.has(i)]
+    _float_only(ctx)
+    out = xs[0]
+    for x in xs[1:]:
+        out = out + x
+    return cast(out / float(len(xs)), xs[0].dtype)
+
+
+def _compare(fn):
+    def run(ctx):
+        _check_same(ctx)
+        return fn(ctx.x(0), ctx.x(1))
+    return run
+
+
+handler("Equal")(_compare(F.eq))
+handler("Less")(_compare(F.lt))
+handler("LessOrEqual")(_compare(F.le))
+handler("Greater")(_compare(F.gt))
+handler("GreaterOrEqual")(_compare(F.ge))
+
+
+def _logic(fn):
+    def run(ctx):
+        if ctx.dtype(0) != "bool" or ctx.dtype(1) != "bool":
+            refuse("logical ops take bool tensors")
+        return fn(ctx.x(0), ctx.x(1))
+    return run
+
+
+handler("And")(_logic(F.logical_and))
+handler("Or")(_logic(F.logical_or))
+handler("Xor")(_logic(F.ne))
+
+
+@handler("Where")
+def _where(ctx):
+    a, b = ctx.x(1), ctx.x(2)
+    if a.dtype != b.dtype:
+        refuse("branches of different dtypes")
+    return cast(F.where(ctx.x(0), a, b), a.dtype)
+
+
+@handler("Clip")
+def _clip(ctx):
+    x = ctx.x(0)
+    if x.dtype == "bool":
+        refuse("Clip of bool")
+    if ctx.opset < 11:
+        lo, hi = ctx.attr("min"), ctx.attr("max")
+        lo = None if lo is None else ctx.const(lo, x.dtype)
+        hi = None if hi is None else ctx.const(hi, x.dtype)
+    else:
+        lo = ctx.x(1) if ctx.has(1) else None
+        hi = ctx.x(2) if ctx.has(2) else None
+    if lo is not None:
+        x = F.maximum(x, cast(lo, x.dtype))
+    if hi is not None:
+        x = F.minimum(x, cast(hi, x.dtype))
+    return x
+
+
+# -- casts ---------------------------------------------------------------------------------------
+def _cast_to(ctx, x, dt):
+    if dt == x.dtype:
+        return x
+    if x.dtype in FLOATS and dt in ("uint8", "int32", "int64"):
+        # out-of-range and NaN values convert differently everywhere: refuse them at run
+        # time? numpy truncates like C; ONNX's reference does the same for in-range values
+        return F.cast(x, dt)
+    return F.cast(x, dt)
+
+
+@handler("Cast")
+def _cast(ctx):
+    return _cast_to(ctx, ctx.x(0), np_dtype_of(ctx.attr("to")))
+
+
+@handler("CastLike")
+def _cast_like(ctx):
+    return _cast_to(ctx, ctx.x(0), ctx.dtype(1))
+
+
+# -- constants and shapes ------------------------------------------------------------------------
+@handler("Constant")
+def _constant(ctx):
+    from onnx import numpy_helper
+    for key in ("value", "value_float", "value_floats", "value_int", "value_ints"):
+        v = ctx.attr(key)
+        if v is None:
+            continue
+        if key == "value":
+            arr = numpy_helper.to_array(v)
+            arr = arr.astype(np_dtype_of(v.data_type))
+        elif key.startswith("value_float"):
+            arr = np.asarray(v, dtype=np.float32)
+        else:
+            arr = np.asarray(v, dtype=np.int64)
+        return ctx.const(arr, arr.dtype.name)
+    refuse("Constant without a value (sparse and string constants are not supported)")
+
+
+def _shape_vector(ctx, i=0):
+    shape = static_shape(ctx, i)
+    return shape
+
+
+@handler("Shape")
+def _shape(ctx):
+    shape = _shape_vector(ctx)
+    n = len(shape)
+    start, end = ctx.attr("start", 0), ctx.attr("end", n)
+    start = min(max(start + n if start < 0 else start, 0), n)
+    end = min(max(end + n if end < 0 else end, 0), n)
+    return ctx.const(np.asarray(shape[start:end], np.int64), "int64")
+
+
+@handler("Size")
+def _size(ctx):
+    return ctx.const(np.asarray(int(np.prod(_shape_vector(ctx), dtype=np.int64))), "int64")
+
+
+@handler("ConstantOfShape")
+def _constant_of_shape(ctx):
+    from onnx import numpy_helper
+    shape = tuple(int(d) for d in ctx.known(0, "shape"))
+    v = ctx.attr("value")
+    if v is None:
+        arr = np.zeros(1, np.float32)
+    else:
+        arr = numpy_helper.to_array(v).astype(np_dtype_of(v.data_type))
+    return F.full(shape, arr.reshape(-1)[0].item(), dtype=arr.dtype.name)
+
+
+@handler("Range")
+def _range(ctx):
+    start, limit, delta = (ctx.known(i, n) for i, n in enumerate(("start", "limit", "delta")))
+    dt = start.dtype.name
+    n = max(int(math.ceil((limit.item() - start.item()) / delta.item())), 0)
+    # start + i * delta, in the dtype (ONNX's definition)
+    vals = np.asarray(start.item(), dt) + np.arange(n).astype(dt) * np.asarray(delta.item(), dt)
+    return ctx.const(vals.astype(dt), dt)
+
+
+@handler("EyeLike")
+def _eye_like(ctx):
+    n, m = static_shape(ctx)
+    dt = np_dtype_of(ctx.attr("dtype")) if ctx.attr("dtype") is not None else ctx.dtype(0)
+    return ctx.const(np.eye(n, m, k=ctx.attr("k", 0)).astype(dt), dt)
+
+
+@handler("Reshape")
+def _reshape(ctx):
+    x = ctx.x(0)
+    target = [int(d) for d in ctx.known(1, "shape")]
+    allowzero = ctx.attr("allowzero", 0)
+    shape = []
+    for i, d in enumerate(target):
+        if d == 0 and not allowzero:
+            if i >= x.ndim:
+                refuse("a 0 in the target shape past the input's dims")
+            shape.append(x.shape[i])
+        else:
+            shape.append(d)
+    return F.reshape(x, *shape) if shape else F.reshape(x, ())
+
+
+@handler("Flatten")
+def _flatten(ctx):
+    x = ctx.x(0)
+    axis = ctx.attr("axis", 1)
+    axis = axis + x.ndim if axis < 0 else axis
+    shape = static_shape(ctx)
+    a = int(np.prod(shape[:axis], dtype=np.int64))
+    b = int(np.prod(shape[axis:], dtype=np.int64))
+    return F.reshape(x, a, b)
+
+
+@handler("Transpose")
+def _transpose(ctx):
+    x = ctx.x(0)
+    perm = ctx.attr("perm")
+    if perm is None:
+        perm = list(range(x.ndim))[::-1]
+    if x.ndim == 0:
+        return x
+    return F.permute(x, *perm)
+
+
+def _axes_arg(ctx, index: int, attr: str = "axes"):
+    """Axes from an attribute (old opsets) or an input (new ones), or None."""
+    if ctx.has(index):
+        return [int(a) for a in np.ravel(ctx.known(index, "axes"))]
+    v = ctx.attr(attr)
+    return None if v is None else [int(a) for a in v]
+
+
+@handler("Squeeze")
+def _squeeze(ctx):
+    x = ctx.x(0)
+    axes = _axes_arg(ctx, 1)
+    shape = list(x.shape)
+    if axes is None:
+        new = [d for d in shape if d != 1]
+    else:
+        axes = {_axis(a, x.ndim) for a in axes}
+        for a in axes:
+            if shape[a] != 1:
+                refuse(f"cannot squeeze axis {a} of size {shape[a]}")
+        new = [d for i, d in enumerate(shape) if i not in axes]
+    return F.reshape(x, *new) if new else F.reshape(x, ())
+
+
+@handler("Unsqueeze")
+def _unsqueeze(ctx):
+    x = ctx.x(0)
+    axes = _axes_arg(ctx, 1)
+    n = x.ndim + len(axes)
+    axes = sorted(a + n if a < 0 else a for a in axes)
+    shape = list(x.shape)
+    for a in axes:
+        shape.insert(a, 1)
+    return F.reshape(x, *shape)
+
+
+@handler("Concat")
+def _concat(ctx):
+    xs = [ctx.x(i) for i in range(len(ctx)) if ctx.has(i)]
+    axis = _axis(ctx.attr("axis"), xs[0].ndim)
+    if len({x.dtype for x in xs}) > 1:
+        refuse("operands of different dtypes")
+    xs = [x for x in xs if not (isinstance(x.shape[axis], int) and x.shape[axis] == 0)] or xs
+    return F.cat(xs, axis) if len(xs) > 1 else xs[0]
+
+
+@handler("Split")
+def _split(ctx):
+    x = ctx.x(0)
+    axis = _axis(ctx.attr("axis", 0), x.ndim)
+    if ctx.has(1):
+        sizes = [int(s) for s in ctx.known(1, "split")]
+    elif ctx.attr("split") is not None:
+        sizes = [int(s) for s in ctx.attr("split")]
+    else:
+        n = len([o for o in ctx.node.output])
+        n = ctx.attr("num_outputs", n)
+        size = static_shape(ctx)[axis]
+        step = -(-size // n)
+        sizes = [min(step, size - i * step) for i in range(n)]
+    outs = F.split(x, sizes, axis)
+    return list(outs)
+
+
+def _slice_index(x, starts, ends, axes, steps):
+    index = [slice(None)] * x.ndim
+    flips = []
+    for s, e, a, st in zip(starts, ends, axes, steps):
+        a = _axis(a, x.ndim)
+        size = x.shape[a]
+        if not isinstance(size, int):
+            refuse("Slice along a symbolic dim")
+        if st == 0:
+            refuse("slice step 0")
+        rng = range(size)[slice(max(min(s, 2**62), -2**62), max(min(e, 2**62), -2**62), st)]
+        if st > 0:
+            index[a] = slice(rng.start, rng.stop if len(rng) else rng.start, st)
+        else:
+            flips.append((a, np.asarray(list(rng), np.int64)))
+    return index, flips
+
+
+@handler("Slice")
+def _slice(ctx):
+    x = ctx.x(0)
+    if ctx.opset < 10:
+        starts, ends = ctx.attr("starts"), ctx.attr("ends")
+        axes = ctx.attr("axes", list(range(len(starts))))
+        steps = [1] * len(starts)
+    else:
+        starts = [int(v) for v in ctx.known(1, "starts")]
+        ends = [int(v) for v in ctx.known(2, "ends")]
+        axes = ([int(v) for v in ctx.known(3, "axes")] if ctx.has(3)
+                else list(range(len(starts))))
+        steps = [int(v) for v in ctx.known(4, "steps")] if ctx.has(4) else [1] * len(starts)
+    index, flips = _slice_index(x, starts, ends, axes, steps)
+    y = F.getitem(x, tuple(index)) if any(s != slice(None) for s in index) else x
+    for a, picks in flips:           # negative steps: pick the entries in that order
+        y = F.index_select(y, a, ctx.const(picks, "int64"))
+    return y
+
+
+def _fix_negative(ctx, idx, size):
+    """Indices with negatives counted from the end (ONNX allows them)."""
+    idx = cast(idx, "int64")
+    if isinstance(size, int):
+        return F.where(F.lt(idx, ctx.const(0, "int64")), idx + ctx.const(size, "int64"), idx)
+    refuse("indices into a symbolic dim")
+
+
+@handler("Gather")
+def _gather(ctx):
+    x, idx = ctx.x(0), ctx.x(1)
+    axis = _axis(ctx.attr("axis", 0), x.ndim)
+    if idx.dtype not in ("int32", "int64"):
+        refuse(f"indices of dtype {idx.dtype}")
+    idx = _fix_negative(ctx, idx, x.shape[axis])
+    flat = F.reshape(idx, -1) if idx.ndim != 1 else idx
+    y = F.index_select(x, axis, flat)
+    if idx.ndim != 1:
+        shape = tuple(x.shape[:axis]) + tuple(idx.shape) + tuple(x.shape[axis + 1:])
+        y = F.reshape(y, *shape) if shape else F.reshape(y, ())
+    return y
+
+
+@handler("GatherElements")
+def _gather_elements(ctx):
+    x, idx = ctx.x(0), ctx.x(1)
+    axis = _axis(ctx.attr("axis", 0), x.ndim)
+    idx = _fix_negative(ctx, idx, x.shape[axis])
+    return F.gather(x, axis, idx)
+
+
+@handler("ScatterElements", "Scatter")
+def _scatter_elements(ctx):
+    reduction = ctx.attr("reduction", "none")
+    if reduction != "add":
+        refuse(f"reduction {reduction!r} (duograph has scatter_add only)")
+    x, idx, src = ctx.x(0), ctx.x(1), ctx.x(2)
+    axis = _axis(ctx.attr("axis", 0), x.ndim)
+    idx = _fix_negative(ctx, idx, x.shape[axis])
+    return cast(F.scatter_add(x, axis, idx, src), x.dtype)
+
+
+@handler("Expand")
+def _expand(ctx):
+    x = ctx.x(0)
+    target = [int(d) for d in ctx.known(1, "shape")]
+    ndim = max(len(target), x.ndim)
+    src = [1] * (ndim - x.ndim) + list(x.shape)
+    tgt = [1] * (ndim - len(target)) + target
+    out = []
+    for a, b in zip(src, tgt):
+        if a == b or b == 1:
+            out.append(a)
+        elif a == 1:
+            out.append(b)
+        else:
+            refuse(f"cannot broadcast {list(x.shape)} to {target}")
+    if ndim > x.ndim:
+        x = F.reshape(x, *src)
+    return F.expand(x, *out)
+
+
+@handler("Tile")
+def _tile(ctx):
+    x = ctx.x(0)
+    reps = [int(r) for r in ctx.known(1, "repeats")]
+    shape = static_shape(ctx)
+    inter = []
+    big = []
+    for d, r in zip(shape, reps):
+        inter += [1, d]
+        big += [r, d]
+    y = F.expand(F.reshape(x, *inter), *big) if inter else x
+    return F.reshape(y, *[d * r for d, r in zip(shape, reps)]) if inter else y
+
+
+@handler("Pad")
+def _pad(ctx):
+    x = ctx.x(0)
+    mode = ctx.attr("mode", "constant")
+    if isinstance(mode, bytes):
+        mode = mode.decode()
+    if mode != "constant":
+        refuse(f"mode {mode!r} (only 'constant')")
+    if ctx.opset < 11:
+        pads = list(ctx.attr("pads"))
+        value = ctx.attr("value", 0.0)
+        axes = list(range(x.ndim))
+    else:
+        pads = [int(p) for p in ctx.known(1, "pads")]
+        value = ctx.known(2, "constant_value").item() if ctx.has(2) else 0
+        axes = _axes_arg(ctx, 3) or list(range(x.ndim))
+    axes = [_axis(a, x.ndim) for a in axes]
+    if any(p < 0 for p in pads):
+        refuse("negative pads")
+    full = [(0, 0)] * x.ndim
+    k = len(axes)
+    for i, a in enumerate(axes):
+        full[a] = (pads[i], pads[i + k])
+    flat = []
+    for lo, hi in reversed(full):
+        flat += [lo, hi]
+    if x.dtype == "bool":
+        value = bool(value)
+    elif x.dtype not in FLOATS:
+        value = int(value)
+    return cast(F.pad(x, flat, value=value), x.dtype)
+
+
+@handler("Trilu")
+def _trilu(ctx):
+    x = ctx.x(0)
+    k = int(ctx.known(1, "k").item()) if ctx.has(1) else 0
+    n, m = static_shape(ctx)[-2:]
+    upper = ctx.attr("upper", 1)
+    mask = np.triu(np.ones((n, m), bool), k) if upper else np.tril(np.ones((n, m), bool), k)
+    return F.where(ctx.const(mask, "bool"), x, ctx.const(0, x.dtype))
+
+
+@handler("OneHot")
+def _one_hot(ctx):
+    idx, depth, values = ctx.x(0), int(ctx.known(1, "depth").item()), ctx.x(2)
+    axis = ctx.attr("axis", -1)
+    idx = cast(idx, "int64")
+    idx = F.where(F.lt(idx, ctx.const(0, "int64")), idx + ctx.const(depth, "int64"), idx)
+    hot = F.eq(F.unsqueeze(idx, -1), ctx.const(np.arange(depth), "int64"))
+    off, on = F.getitem(values, 0), F.getitem(values, 1)
+    y = F.where(hot, on, off)
+    nd = y.ndim
+    axis = axis + nd if axis < 0 else axis
+    if axis != nd - 1:
+        perm = list(range(nd - 1))
+        perm.insert(axis, nd - 1)
+        y = F.permute(y, *perm)
+    return y
+
+
+@handler("DepthToSpace")
+def _depth_to_space(ctx):
+    x = ctx.x(0)
+    b = ctx.attr("blocksize")
+    n, c, h, w = static_shape(ctx)
+    mode = ctx.attr("mode", "DCR")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    if mode == "DCR":
+        y = F.permute(F.reshape(x, n, b, b, c // (b * b), h, w), 0, 3, 4, 1, 5, 2)
+    else:
+        y = F.permute(F.reshape(x, n, c // (b * b), b, b, h, w), 0, 1, 4, 2, 5, 3)
+    return F.reshape(y, n, c // (b * b), h * b, w * b)
+
+
+@handler("SpaceToDepth")
+def _space_to_depth(ctx):
+    x = ctx.x(0)
+    b = ctx.attr("blocksize")
+    n, c, h, w = static_shape(ctx)
+    if ctx.attr("mode", "DCR") != "DCR":
+        refuse(f"mode {ctx.attr('mode')!r} (only 'DCR')")
+    y = F.permute(F.reshape(x, n, c, h // b, b, w // b, b), 0, 3, 5, 1, 2, 4)
+    return F.reshape(y, n, c * b * b, h // b, w // b)
+
+
+@handler("Dropout")
+def _dropout(ctx):
+    x = ctx.x(0)
+    training = bool(ctx.known(2, "training_mode").item()) if ctx.has(2) else False
+    if training or (ctx.opset < 7 and not ctx.attr("is_test", 0)):
+        ratio = float(ctx.known(1).item()) if ctx.has(1) else ctx.attr("ratio", 0.5)
+        if ratio != 0:
+            refuse("training-mode dropout (random)")
+    outs = [F.stop_gradient(x) if not ctx.eager else x]
+    if len(ctx.node.output) > 1 and ctx.node.output[1]:
+        outs.append(F.full_like(x, True, dtype="bool"))
+    return outs
+
+
+# -- reductions ----------------------------------------------------------------------------------
+def _reduce_axes(ctx, x):
+    uses_input = ctx.node.op_type == "ReduceSum" and ctx.opset >= 13 or ctx.opset >= 18
+    axes = _axes_arg(ctx, 1) if uses_input else (
+        None if ctx.attr("axes") is None else list(ctx.attr("axes")))
+    if axes is None or (len(axes) == 0):
+        if axes is not None and ctx.attr("noop_with_empty_axes", 0):
+            return None
+        if axes is None and ctx.attr("noop_with_empty_axes", 0):
+            return None
+        return tuple(range(x.ndim))
+    return tuple(sorted({_axis(a, x.ndim) for a in axes}))
+
+
+def _reduction(kind):
+    def run(ctx):
+        x = ctx.x(0)
+        keep = bool(ctx.attr("keepdims", 1))
+        axes = _reduce_axes(ctx, x)
+        dt = x.dtype
+        if dt == "bool":
+            refuse("reductions of bool")
+        if axes is None:
+            if kind in ("sum", "mean", "max", "min", "prod"):
+                return x
+            if kind == "l1":
+                return F.abs(x)
+            if kind in ("l2",):
+                return cast(F.sqrt(x * x), dt)
+            if kind == "sumsq":
+                return x * x
+            if kind == "logsum":
+                return F.log(x)
+            if kind == "logsumexp":
+                return x
+        if x.ndim == 0:
+            axes = None
+        if kind == "sum":
+            y = F.sum(x, axes, keep)
+        elif kind == "mean":
+            if dt not in FLOATS:
+                refuse(f"ReduceMean of {dt}")
+            y = F.mean(x, axes, keep)
+        elif kind == "max":
+            y = F.amax(x, axes, keep)
+        elif kind == "min":
+            y = F.amin(x, axes, keep)
+        elif kind == "prod":
+            y = F.prod(x, axes, keep)
+        elif kind == "l1":
+            y = F.sum(F.abs(x), axes, keep)
+        elif kind == "l2":
+            y = F.sqrt(cast(F.sum(x * x, axes, keep), dt)) if dt in FLOATS else \
+                refuse(f"ReduceL2 of {dt}")
+        elif kind == "sumsq":
+            y = F.sum(x * x, axes, keep)
+        elif kind == "logsum":
+            if dt not in FLOATS:
+                refuse(f"ReduceLogSum of {dt}")
+            y = F.log(F.sum(x, axes, keep))
+        else:
+            if dt not in FLOATS:
+                refuse(f"ReduceLogSumExp of {dt}")
+            y = F.logsumexp(x, axes if axes is not None else (), keep) if axes else x
+        return cast(y, dt)
+    return run
+
+
+for _n, _k in (("ReduceSum", "sum"), ("ReduceMean", "mean"), ("ReduceMax", "max"),
+               ("ReduceMin", "min"), ("ReduceProd", "prod"), ("ReduceL1", "l1"),
+               ("ReduceL2", "l2"), ("ReduceSumSquare", "sumsq"), ("ReduceLogSum", "logsum"),
+               ("ReduceLogSumExp", "logsumexp")):
+    handler(_n)(_reduction(_k))
+
+
+def _arg(fn):
+    def run(ctx):
+        x = ctx.x(0)
+        if ctx.attr("select_last_index", 0):
+            refuse("select_last_index=1")
+        if x.dtype == "bool":
+            refuse("ArgMax/ArgMin of bool")
+        axis = _axis(ctx.attr("axis", 0), x.ndim)
+        return fn(x, axis, bool(ctx.attr("keepdims", 1)))
+    return run
+
+
+handler("ArgMax")(_arg(F.argmax))
+handler("ArgMin")(_arg(F.argmin))
+
+
+@handler("CumSum")
+def _cumsum(ctx):
+    x = ctx.x(0)
+    axis = _axis(int(ctx.known(1, "axis").item()), x.ndim)
+    n = static_shape(ctx)[axis]
+    excl, rev = ctx.attr("exclusive", 0), ctx.attr("reverse", 0)
+    i, j = np.arange(n)[:, None], np.arange(n)[None, :]
+    if rev:
+        tri = (i > j) if excl else (i >= j)
+    else:
+        tri = (i < j) if excl else (i <= j)
+    if x.dtype not in FLOATS and x.dtype not in ("int32", "int64"):
+        refuse(f"CumSum of {x.dtype}")
+    m = ctx.const(tri.astype(x.dtype), x.dtype)
+    perm = [d for d in range(x.ndim) if d != axis] + [axis]
+    y = F.matmul(F.permute(x, *perm), m) if x.ndim > 1 else F.matmul(x, m)
+    if x.ndim > 1:
+        inv = [0] * x.ndim
+        for k, p in enumerate(perm):
+            inv[p] = k
+        y = F.permute(y, *inv)
+    return cast(y, x.dtype)
+
+
+# -- linear algebra and nn ---------------------------------------------------------------------
+@handler("MatMul")
+def _matmul(ctx):
+    _check_same(ctx)
+    if ctx.dtype(0) not in ("int32", "int64", "float16", "float32", "float64"):
+        refuse(f"MatMul of {ctx.dtype(0)}")
+    return F.matmul(ctx.x(0), ctx.x(1))
+
+
+@handler("Gemm")
+def _gemm(ctx):
+    a, b = ctx.x(0), ctx.x(1)
+    if ctx.attr("transA", 0):
+        a = F.transpose(a, 0, 1)
+    if ctx.attr("transB", 0):
+        b = F.transpose(b, 0, 1)
+    alpha, beta = ctx.attr("alpha", 1.0), ctx.attr("beta", 1.0)
+    y = F.matmul(a, b)
+    if alpha != 1.0:
+        y = y * alpha
+    if ctx.has(2):
+        c = ctx.x(2)
+        y = y + (c * beta if beta != 1.0 else c)
+    return cast(y, a.dtype)
+
+
+def _pads_2d(ctx, kernel, strides, dilations, in_hw):
+    auto = ctx.attr("auto_pad", "NOTSET")
+    auto = auto.decode() if isinstance(auto, bytes) else auto
+    if auto in ("NOTSET", ""):
+        pads = list(ctx.attr("pads", [0, 0, 0, 0]))
+        return pads[0], pads[2], pads[1], pads[3]
+    if auto == "VALID":
+        return 0, 0, 0, 0
+    out = []
+    for size, k, s, d in zip(in_hw, kernel, strides, dilations):
+        if not isinstance(size, int):
+            refuse("auto_pad over symbolic sizes")
+        o = -(-size // s)
+        total = max(0, (o - 1) * s + (k - 1) * d + 1 - size)
+        lo = total // 2 if auto == "SAME_UPPER" else total - total // 2
+        out.append((lo, total - lo))
+    return out[0][0], out[0][1], out[1][0], out[1][1]
+
+
+@handler("Conv")
+def _conv(ctx):
+    x, w = ctx.x(0), ctx.x(1)
+    if x.ndim != 4:
+        refuse(f"{x.ndim - 2}-D convolution (duograph has 2-D)")
+    _float_only(ctx)
+    kernel = static_shape(ctx, 1)[2:]
+    strides = list(ctx.attr("strides", [1, 1]))
+    dil = list(ctx.attr("dilations", [1, 1]))
+    pt, pb, pl, pr = _pads_2d(ctx, kernel, strides, dil, x.shape[2:])
+    from ..graphlib.ops.conv import conv2d_op
+    ins = [x, w] + ([ctx.x(2)] if ctx.has(2) else [])
+    return conv2d_op(*ins, stride=tuple(strides), padding=(pt, pb, pl, pr),
+                     dilation=tuple(dil), groups=ctx.attr("group", 1))
+
+
+def _pool_common(ctx):
+    x = ctx.x(0)
+    if x.ndim != 4:
+        refuse(f"{x.ndim - 2}-D pooling (duograph has 2-D)")
+    kernel = list(ctx.attr("kernel_shape"))
+    strides = list(ctx.attr("strides", [1, 1]))
+    dil = list(ctx.attr("dilations", [1, 1]))
+    pt, pb, pl, pr = _pads_2d(ctx, kernel, strides, dil, x.shape[2:])
+    if pt != pb or pl != pr:
+        refuse("asymmetric pads")
+    return x, kernel, strides, dil, (pt, pl)
+
+
+@handler("MaxPool")
+def _max_pool(ctx):
+    if len([o for o in ctx.node.output if o]) > 1:
+        refuse("the Indices output")
+    x, kernel, strides, dil, pad = _pool_common(ctx)
+    if ctx.attr("storage_order", 0):
+        refuse("storage_order=1")
+    if any(p > k // 2 for p, k in zip(pad, kernel)):
+        refuse("padding more than half the kernel")
+    return F.max_pool2d(x, kernel, strides, pad, dil, bool(ctx.attr("ceil_mode", 0)))
+
+
+@handler("AveragePool")
+def _avg_pool(ctx):
+    x, kernel, strides, dil, pad = _pool_common(ctx)
+    if dil != [1, 1]:
+        refuse("dilations")
+    if ctx.attr("ceil_mode", 0):
+        refuse("ceil_mode=1")
+    if any(p > k // 2 for p, k in zip(pad, kernel)):
+        refuse("padding more than half the kernel")
+    return F.avg_pool2d(x, kernel, strides, pad, False,
+                        bool(ctx.attr("count_include_pad", 0)))
+
+
+@handler("GlobalAveragePool")
+def _gap(ctx):
+    _float_only(ctx)
+    x = ctx.x(0)
+    return F.mean(x, tuple(range(2, x.ndim)), keepdim=True)
+
+
+@handler("GlobalMaxPool")
+def _gmp(ctx):
+    x = ctx.x(0)
+    return F.amax(x, tuple(range(2, x.ndim)), keepdim=True)
+
+
+def _channel(v, ndim):
+    return F.reshape(v, *([1, -1] + [1] * (ndim - 2)))
+
+
+@handler("BatchNormalization")
+def _batch_norm(ctx):
+    x, s, b, mean, var = (ctx.x(i) for i in range(5))
+    _float_only(ctx)
+    if ctx.attr("training_mode", 0) or len([o for o in ctx.node.output if o]) > 1:
+        refuse("training mode")
+    eps = ctx.attr("epsilon", 1e-5)
+    dt = x.dtype
+    scale = cast(s, dt) * F.rsqrt(cast(var, dt) + eps)
+    y = (x - _channel(cast(mean, dt), x.ndim)) * _channel(scale, x.ndim) + \
+        _channel(cast(b, dt), x.ndim)
+    return cast(y, dt)
+
+
+@handler("InstanceNormalization")
+def _instance_norm(ctx):
+    x, s, b = ctx.x(0), ctx.x(1), ctx.x(2)
+    _float_only(ctx)
+    axes = tuple(range(2, x.ndim))
+    m = F.mean(x, axes, keepdim=True)
+    v = F.var(x, axes, correction=0, keepdim=True)
+    y = (x - m) * F.rsqrt(v + ctx.attr("epsilon", 1e-5))
+    return cast(y * _channel(s, x.ndim) + _channel(b, x.ndim), x.dtype)
+
+
+@handler("LayerNormalization")
+def _layer_norm(ctx):
+    x = ctx.x(0)
+    _float_only(ctx)
+    axis = _axis(ctx.attr("axis", -1), x.ndim)
+    eps = ctx.attr("epsilon", 1e-5)
+    stash = ctx.attr("stash_type", 1)
+    dt = x.dtype
+    work = "float32" if stash == 1 and dt == "float16" else dt
+    if stash != 1 and dt != "float64":
+        refuse(f"stash_type {stash}")
+    xw = cast(x, work)
+    axes = tuple(range(axis, x.ndim))
+    m = F.mean(xw, axes, keepdim=True)
+    d = xw - m
+    v = F.mean(d * d, axes, keepdim=True)
+    inv = F.rsqrt(v + eps)
+    y = cast(d * inv, dt) * ctx.x(1)
+    if ctx.has(2):
+        y = y + ctx.x(2)
+    outs = [cast(y, dt)]
+    names = [o for o in ctx.node.output]
+    if len(names) > 1:
+        outs.append(m)
+    if len(names) > 2:
+        outs.append(inv)
+    return outs
+
+
+@handler("MeanVarianceNormalization")
+def _mvn(ctx):
+    x = ctx.x(0)
+    _float_only(ctx)
+    axes = tuple(_axis(a, x.ndim) for a in ctx.attr("axes", [0, 2, 3]))
+    m = F.mean(x, axes, keepdim=True)
+    d = x - m
+    v = F.mean(d * d, axes, keepdim=True)
+    return cast(d / (F.sqrt(v) + 1e-9), x.dtype)
+
+
+@handler("LpNormalization")
+def _lp_norm(ctx):
+    x = ctx.x(0)
+    _float_only(ctx)
+    axis = _axis(ctx.attr("axis", -1), x.ndim)
+    p = ctx.attr("p", 2)
+    if p == 1:
+        n = F.sum(F.abs(x), axis, keepdim=True)
+    elif p == 2:
+        n = F.sqrt(F.sum(x * x, axis, keepdim=True))
+    else:
+        refuse(f"p={p}")
+    zero = ctx.const(0, x.dtype)
+    return cast(F.where(F.eq(n, zero), zero, x / F.where(F.eq(n, zero), 1.0, n)), x.dtype)
+
+
+def _softmax(fn):
+    def run(ctx):
+        x = ctx.x(0)
+        _float_only(ctx)
+        if ctx.opset < 13:
+            axis = _axis(ctx.attr("axis", 1), x.ndim)
+            shape = static_shape(ctx)
+            a = int(np.prod(shape[:axis], dtype=np.int64))
+            y = fn(F.reshape(x, a, -1), 1)
+            return F.reshape(y, *shape)
+        return fn(x, _axis(ctx.attr("axis", -1), x.ndim))
+    return run
+
+
+handler("Softmax")(_softmax(F.softmax))
+handler("LogSoftmax")(_softmax(F.log_softmax))
+
+
+@handler("Hardmax")
+def _hardmax(ctx):
+    x = ctx.x(0)
+    _float_only(ctx)
+    if ctx.opset < 13:
+        refuse("Hardmax before opset 13")
+    axis = _axis(ctx.attr("axis", -1), x.ndim)
+    n = static_shape(ctx)[axis]
+    idx = F.argmax(x, axis, keepdim=True)
+    shape = [1] * x.ndim
+    shape[axis] = n
+    rng = ctx.const(np.arange(n).reshape(shape), "int64")
+    return F.cast(F.eq(idx, rng), x.dtype)
+
+
+@handler("Einsum")
+def _einsum(ctx):
+    refuse("Einsum is not supported")
+
+
+@handler("Swish")
+def _swish(ctx):
+    _float_only(ctx)
+    x = ctx.x(0)
+    return cast(x * F.sigmoid(x * ctx.attr("alpha", 1.0)), x.dtype)
+
+
+@handler("RMSNormalization")
+def _rms_norm(ctx):
+    x = ctx.x(0)
+    _float_only(ctx)
+    axis = _axis(ctx.attr("axis", -1), x.ndim)
+    eps = ctx.attr("epsilon", 1e-5)
+    stash = ctx.attr("stash_type", 1)
+    dt = x.dtype
+    work = "float32" if stash == 1 and dt == "float16" else dt
+    if stash != 1 and dt != "float64":
+        refuse(f"stash_type {stash}")
+    xw = cast(x, work)
+    axes = tuple(range(axis, x.ndim))
+    inv = F.rsqrt(F.mean(xw * xw, axes, keepdim=True) + eps)
+    return cast(cast(xw * inv, dt) * ctx.x(1), dt)
+
+
+def _nll(ctx, logp, target, weight, reduction, ignore_index):
+    """Negative log-likelihood of log-probabilities (N, C, d1...) at class indices (N, d1...)
+    with optional class weights: ONNX's NegativeLogLikelihoodLoss."""
+    target = cast(target, "int64")
+    dt = logp.dtype
+    if ignore_index is not None:
+        valid = F.ne(target, ctx.const(ignore_index, "int64"))
+        safe = F.where(valid, target, ctx.const(0, "int64"))
+    else:
+        valid, safe = None, target
+    picked = F.squeeze(F.gather(logp, 1, F.unsqueeze(safe, 1)), 1)
+    w = F.index_select(weight, 0, F.reshape(safe, -1)) if weight is not None else None
+    if w is not None:
+        w = F.reshape(w, *safe.shape) if safe.ndim != 1 else w
+    if valid is not None:
+        vw = F.cast(valid, dt)
+        w = vw if w is None else w * vw
+    loss = F.neg(picked) if w is None else F.neg(picked) * w
+    if reduction == "none":
+        return cast(loss, dt)
+    total = F.sum(loss)
+    if reduction == "sum":
+        return cast(total, dt)
+    if reduction != "mean":
+        refuse(f"reduction {reduction!r}")
+    count = F.sum(w) if w is not None else float(np.prod(static_shape_of(safe)))
+    return cast(total / count, dt)
+
+
+def static_shape_of(v):
+    if not all(isinstance(d, int) for d in v.shape):
+        refuse("a mean over a symbolic number of elements")
+    return tuple(v.shape)
+
+
+@handler("NegativeLogLikelihoodLoss")
+def _nll_h(ctx):
+    _float_only(ctx)
+    return _nll(ctx, ctx.x(0), ctx.x(1), ctx.x(2) if ctx.has(2) else None,
+                ctx.attr("reduction", "mean"), ctx.attr("ignore_index"))
+
+
+@handler("SoftmaxCrossEntropyLoss")
+def _sce(ctx):
+    _float_only(ctx)
+    x = ctx.x(0)
+    logp = F.log_softmax(x, 1)
+    loss = _nll(ctx, logp, ctx.x(1), ctx.x(2) if ctx.has(2) else None,
+                ctx.attr("reduction", "mean"), ctx.attr("ignore_index"))
+    if len([o for o in ctx.node.output if o]) > 1:
+        return [loss, logp]
+    return loss
+
+
+def _select_last(fn):
+    def run(ctx):
+        x = ctx.x(0)
+        if x.dtype == "bool":
+            refuse("ArgMax/ArgMin of bool")
+        axis = _axis(ctx.attr("axis", 0), x.ndim)
+        keep = bool(ctx.attr("keepdims", 1))
+        if not ctx.attr("select_last_index", 0):
+            return fn(x, axis, keep)
+        n = static_shape(ctx)[axis]
+        flipped = F.index_select(x, axis, ctx.const(np.arange(n)[::-1].copy(), "int64"))
+        return ctx.const(n - 1, "int64") - fn(flipped, axis, keep)
+    return run
+
+
+handler("ArgMax")(_select_last(F.argmax))
+handler("ArgMin")(_select_last(F.argmin))

@@ -1,0 +1,356 @@
+"""ONNX ModelProto -> duograph Graph.
+
+Each ONNX op has a handler (``HANDLERS``, keyed by op type) written with duograph's public op
+functions, composing them where duograph has no op of its own, and only where the
+composition is exact. A node whose inputs are all known when the graph is built (constants,
+initializers imported as constants, ``static_inputs``) is computed at once: the same handler
+runs on eager tensors (constant folding with the same semantics), which is how shape
+arithmetic (Shape -> Gather -> Concat -> Reshape) becomes the static attributes duograph's
+ops take. Everything else becomes graph nodes. An op, attribute or dtype that cannot be
+imported exactly raises ``OnnxImportError`` naming the node; an input that an op needs as a
+known value (a Reshape's target fed as a graph input) raises ``NeedsStatic``, which the
+backend answers by building again with that input's fed value.
+"""
+from __future__ import annotations
+
+import math
+from typing import Dict, List, Mapping, Optional, Sequence
+
+import numpy as np
+
+from .. import eager
+from ..graphlib import dtypes
+from ..graphlib import functional as F
+from ..graphlib.ir import Graph, Value
+from ..graphlib.types import TensorType
+from . import OnnxImportError
+
+
+class NeedsStatic(OnnxImportError):
+    """An op needs the value of graph input ``name`` when the graph is built."""
+
+    def __init__(self, message: str, names: list):
+        super().__init__(message)
+        self.names = list(names)
+
+
+class _Refuse(Exception):
+    pass
+
+
+def refuse(why: str):
+    raise _Refuse(why)
+
+
+def _onnx():
+    import onnx
+    return onnx
+
+
+def np_dtype_of(elem_type: int) -> str:
+    """The duograph dtype of an ONNX element type; refused when duograph has none."""
+    tp = _onnx().TensorProto
+    table = {tp.BOOL: "bool", tp.UINT8: "uint8", tp.INT32: "int32", tp.INT64: "int64",
+             tp.FLOAT16: "float16", tp.FLOAT: "float32", tp.DOUBLE: "float64"}
+    if elem_type not in table:
+        name = tp.DataType.Name(elem_type) if elem_type in tp.DataType.values() else elem_type
+        refuse(f"element type {name} (duograph has bool, uint8, int32, int64, float16, "
+               f"float32, float64)")
+    return table[elem_type]
+
+
+# -- the context a handler sees ------------------------------------------------------------------
+class Ctx:
+    """One node being imported: its operands (Values, eager tensors, or None for a missing
+    optional input) and attributes."""
+
+    def __init__(self, imp: "Importer", node, operands: list, known: list, eager_mode: bool):
+        self.imp = imp
+        self.node = node
+        self.ins = operands
+        self._known = known
+        self.eager = eager_mode
+        self.attrs = {a.name: a for a in node.attribute}
+        self.opset = imp.opset
+
+    def __len__(self):
+        return len(self.ins)
+
+    def has(self, i: int) -> bool:
+        return i < len(self.ins) and self.ins[i] is not None
+
+    def x(self, i: int = 0):
+        if not self.has(i):
+            refuse(f"input {i} is missing")
+        return self.ins[i]
+
+    def known(self, i: int, what: str = "") -> np.ndarray:
+        """Input ``i``'s value, needed when the graph is built."""
+        if not self.has(i):
+            refuse(f"input {i} is missing")
+        v = self._known[i]
+        if v is None:
+            name = self.node.input[i]
+            sources = self.imp.input_sources(name)
+            if sources:
+                raise NeedsStatic(f"{self.node.op_type}: {what or 'operand'} {i} ({name!r}) "
+                                  f"is computed from the graph inputs {sources}, and duograph "
+                                  "needs it when the graph is built; pass their values in "
+                                  "static_inputs", sources)
+            refuse(f"input {i} ({what or name}) is computed at run time, but duograph needs "
+                   "it when the graph is built")
+        return v
+
+    def attr(self, name: str, default=None):
+        a = self.attrs.get(name)
+        if a is None:
+            return default
+        v = _onnx().helper.get_attribute_value(a)
+        if isinstance(v, bytes):
+            v = v.decode()
+        elif isinstance(v, list) and v and isinstance(v[0], bytes):
+            v = [x.decode() for x in v]
+        return v
+
+    def const(self, value, dtype: str):
+        """A constant operand of ``dtype`` (eager or in the graph, as the node runs)."""
+        arr = np.asarray(value, dtype=dtype)
+        if self.eager:
+            return eager.tensor(arr)
+        return F.constant(arr, dtype)
+
+    def dtype(self, i: int = 0) -> str:
+        return self.x(i).dtype
+
+    def shape(self, i: int = 0) -> tuple:
+        return tuple(self.x(i).shape)
+
+
+def static_shape(ctx: Ctx, i: int = 0) -> tuple:
+    shape = ctx.shape(i)
+    if not all(isinstance(d, int) for d in shape):
+        refuse(f"input {i} has symbolic dims {list(shape)}; this op needs them known "
+               "(load with input_shapes=...)")
+    return shape
+
+
+HANDLERS: Dict[str, callable] = {}
+
+
+def handler(*names: str):
+    def register(fn):
+        for n in names:
+            HANDLERS[n] = fn
+        return fn
+    return register
+
+
+# -- the importer --------------------------------------------------------------------------------
+class Importer:
+    def __init__(self, model, initializers: str = "state",
+                 static_inputs: Optional[Mapping[str, np.ndarray]] = None,
+                 input_shapes: Optional[Mapping[str, Sequence]] = None,
+                 input_types: Optional[Mapping[str, TensorType]] = None):
+        onnx = _onnx()
+        self.model = model
+        self.opset = 1
+        for imp in model.opset_import:
+            if imp.domain in ("", "ai.onnx"):
+                self.opset = imp.version
+            elif model.graph.node and any(n.domain == imp.domain for n in model.graph.node):
+                raise OnnxImportError(f"onnx import: operator domain {imp.domain!r} is not "
+                                      "supported (only the default ONNX domain)")
+        if initializers not in ("state", "constant"):
+            raise ValueError(f"onnx import: initializers must be 'state' or 'constant', "
+                             f"found {initializers!r}")
+        self.initializers = initializers
+        self.static = {k: np.asarray(v) for k, v in (static_inputs or {}).items()}
+        self.input_shapes = dict(input_shapes or {})
+        self.input_types = dict(input_types or {})
+        self.graph = Graph(_identifier(model.graph.name or "onnx_model"))
+        self.env: Dict[str, object] = {}       # name -> Value or np.ndarray (known)
+        self._numpy = onnx.numpy_helper
+        init_names = {t.name for t in model.graph.initializer}
+        self.graph_input_names = [i.name for i in model.graph.input if i.name not in init_names]
+        self._symbols: Dict[str, str] = {}
+
+    def input_sources(self, name: str) -> list:
+        """The graph inputs (not yet static) that the value ``name`` is computed from."""
+        producers = {}
+        for node in self.model.graph.node:
+            for o in node.output:
+                producers[o] = node
+        inputs = set(self.graph_input_names) - set(self.static)
+        found, stack, seen = [], [name], set()
+        while stack:
+            n = stack.pop()
+            if n in seen or not n:
+                continue
+            seen.add(n)
+            if n in inputs:
+                found.append(n)
+            elif n in producers:
+                stack.extend(producers[n].input)
+        return sorted(found)
+
+    def run(self) -> Graph:
+        g = self.graph
+        m = self.model.graph
+        for t in m.initializer:
+            arr = self._array(t)
+            if self.initializers == "constant" or t.name in self.static:
+                self.env[t.name] = arr
+            else:
+                self.env[t.name] = g.add_state(_state_name(t.name, g), arr)
+        for vi in m.input:
+            if vi.name in self.env and vi.name not in self.static:
+                continue            # an initializer listed among the inputs (old exporters)
+            if vi.name in self.static:
+                self.env[vi.name] = self.static[vi.name]
+                continue
+            t = self.input_types.get(vi.name) or self._input_type(vi)
+            name = vi.name if vi.name.isidentifier() else _identifier(vi.name)
+            self.env[vi.name] = g.add_input(name, t)
+        self.run_nodes(m.node)
+        outs = []
+        for vo in m.output:
+            v = self.env.get(vo.name)
+            if v is None:
+                raise OnnxImportError(f"onnx import: output {vo.name!r} is never computed")
+            outs.append(self.as_value(v))
+        g.outputs = outs
+        return g
+
+    def run_nodes(self, nodes) -> None:
+        for node in nodes:
+            self.run_node(node)
+
+    def _array(self, tensor) -> np.ndarray:
+        try:
+            dt = np_dtype_of(tensor.data_type)
+        except _Refuse as e:
+            raise OnnxImportError(f"onnx import: initializer {tensor.name!r}: {e}") from None
+        if tensor.data_location == _onnx().TensorProto.EXTERNAL:
+            raise OnnxImportError(f"onnx import: initializer {tensor.name!r} is stored in an "
+                                  "external file; load the model with onnx.load(path) first")
+        return np.asarray(self._numpy.to_array(tensor)).astype(dt)
+
+    def _input_type(self, vi) -> TensorType:
+        tt = vi.type.tensor_type
+        if not vi.type.HasField("tensor_type"):
+            raise OnnxImportError(f"onnx import: input {vi.name!r} is not a tensor (sequences, "
+                                  "maps and optionals are not supported)")
+        try:
+            dt = np_dtype_of(tt.elem_type)
+        except _Refuse as e:
+            raise OnnxImportError(f"onnx import: input {vi.name!r}: {e}") from None
+        if vi.name in self.input_shapes:
+            return TensorType(tuple(self.input_shapes[vi.name]), dt)
+        if not tt.HasField("shape"):
+            raise OnnxImportError(f"onnx import: input {vi.name!r} has no shape; give it in "
+                                  "input_shapes")
+        dims = []
+        for k, d in enumerate(tt.shape.dim):
+            if d.HasField("dim_value"):
+                dims.append(int(d.dim_value))
+            else:
+                sym = d.dim_param or f"{_identifier(vi.name)}_{k}"
+                dims.append(self._symbols.setdefault(sym, _identifier(sym)))
+        return TensorType(tuple(dims), dt)
+
+    def as_value(self, v):
+        """``v`` as a Value of the graph (a known array becomes a constant)."""
+        if isinstance(v, Value):
+            return v
+        arr = np.asarray(v)
+        with self.graph:
+            return F.constant(arr, arr.dtype.name)
+
+    def run_node(self, node) -> None:
+        where = f"node {node.name!r} ({node.op_type})" if node.name else f"{node.op_type} node"
+        if node.domain not in ("", "ai.onnx"):
+            raise OnnxImportError(f"onnx import: {where}: domain {node.domain!r} is not "
+                                  "supported")
+        fn = HANDLERS.get(node.op_type)
+        if fn is None:
+            raise OnnxImportError(f"onnx import: {where}: op {node.op_type} is not supported")
+        raw = [self.env[n] if n else None for n in node.input]
+        for n, r in zip(node.input, raw):
+            if n and n not in self.env:
+                raise OnnxImportError(f"onnx import: {where}: input {n!r} is not defined")
+        known = [r if isinstance(r, np.ndarray) else None for r in raw]
+        eager_mode = all(r is None or isinstance(r, np.ndarray) for r in raw) and \
+            node.op_type not in _NEVER_FOLD
+        try:
+            if eager_mode:
+                with eager.no_grad():
+                    ops = [None if r is None else eager.tensor(r) for r in raw]
+                    ctx = Ctx(self, node, ops, known, True)
+                    outs = fn(ctx)
+            else:
+                with self.graph:
+                    ops = [None if r is None else self.as_value(r) for r in raw]
+                    ctx = Ctx(self, node, ops, known, False)
+                    outs = fn(ctx)
+        except NeedsStatic:
+            raise
+        except _Refuse as e:
+            raise OnnxImportError(f"onnx import: {where}: {e}") from None
+        except OnnxImportError:
+            raise
+        except Exception as e:
+            raise OnnxImportError(f"onnx import: {where}: {type(e).__name__}: {e}") from e
+        outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+        for name, o in zip(node.output, outs):
+            if not name:
+                continue
+            if o is None:
+                raise OnnxImportError(f"onnx import: {where}: output {name!r} is not "
+                                      "supported")
+            if isinstance(o, eager.Tensor):
+                o = o.numpy().copy()
+            elif isinstance(o, Value) and o.node is not None and o.node.op.name == "constant":
+                value = o.node.attrs["value"]          # known after all (Shape of a Value)
+                o = np.asarray(getattr(value, "array", value), dtype=o.dtype)
+            self.env[name] = o
+        if len(outs) < len([n for n in node.output if n]):
+            missing = [n for n in node.output[len(outs):] if n]
+            if missing:
+                raise OnnxImportError(f"onnx import: {where}: outputs {missing} are not "
+                                      "supported")
+
+
+_NEVER_FOLD = {"RandomUniform", "RandomNormal", "RandomUniformLike", "RandomNormalLike",
+               "Bernoulli", "Multinomial"}
+
+
+def _identifier(name: str) -> str:
+    s = "".join(c if c.isalnum() or c == "_" else "_" for c in name)
+    if not s or not (s[0].isalpha() or s[0] == "_"):
+        s = "v_" + s
+    return s
+
+
+def _state_name(name: str, g: Graph) -> str:
+    ok = all(p.isidentifier() or p.isdigit() for p in name.split("."))
+    base = name if ok and name else _identifier(name)
+    out, k = base, 1
+    while out in g._names:
+        out, k = f"{base}_{k}", k + 1
+    return out
+
+
+def import_model(path_or_model, initializers: str = "state", static_inputs=None,
+                 input_shapes=None, input_types=None) -> Graph:
+    onnx = _onnx()
+    model = path_or_model
+    if isinstance(model, (bytes, bytearray)):
+        model = onnx.load_model_from_string(bytes(model))
+    elif not isinstance(model, onnx.ModelProto):
+        model = onnx.load(str(path_or_model))
+    g = Importer(model, initializers, static_inputs, input_shapes, input_types).run()
+    return g
+
+
+# == handlers ====================================================================================
+from . import _handlers  # noqa: E402,F401  (registers them)
