@@ -10,6 +10,7 @@ import numpy as np
 
 from ..graphlib import dtypes
 from ..graphlib.ir import ConstArray, Graph, Node, Value
+from ..graphlib.kernels import run_kernel
 from ..graphlib.registry import REGISTRY
 from ..graphlib.rewrite import live_roots, make_node, replace_all
 
@@ -109,14 +110,14 @@ def constant_folding(graph: Graph) -> Tuple[Graph, bool]:
             out.append(node)
             continue
         try:
-            with np.errstate(all="ignore"):
-                res = node.op.kernel(np, *arrays, **node.attrs)
+            with np.errstate(all="ignore"):   # the op's reference kernel, on numpy
+                res = run_kernel(node.op.kernel, np, arrays, node.attrs,
+                                 node.op.multi_output or len(node.outputs) != 1,
+                                 [np.dtype(o.dtype) for o in node.outputs])
         except Exception:  # noqa: BLE001 - leave it to fail (clearly) at run time
             out.append(node)
             continue
-        res = res if node.op.multi_output else (res,)
         for o, r in zip(node.outputs, res):
-            r = np.asarray(r).astype(o.dtype, copy=False)
             c = _constant_node(r, node, graph)
             out.append(c)
             mapping[id(o)] = c.outputs[0]
