@@ -843,7 +843,12 @@ def eager_apply(op, inputs, attrs):
         shapes = ", ".join(f"{a.dtype}{list(a.shape)}" for a in arrays)
         raise KernelError(f"{op.name} failed: {type(e).__name__}: {e}\n  inputs: ({shapes})"
                           f"\n  in: {user_source()}") from e
-    outs = [Tensor(r) for r in res]
+    if len(res) == 1:
+        outs = [Tensor(res[0])]
+    else:
+        outs = []
+        for r in res:
+            outs.append(Tensor(r))
     grad = False
     if op.vjp is not None and _grad_enabled():
         nondiff = op.nondiff_inputs

@@ -63,6 +63,12 @@ def run_kernel(kernel: Callable, xp, arrays: Sequence, attrs: dict, multi: bool,
     """
     res = kernel(xp, *arrays, **attrs)
     if not multi:
+        if shapes is None:         # the hot case (eager dispatch): one result, no shape check
+            if type(res) is not xp.ndarray:
+                res = xp.asarray(res)
+            if res.dtype != dtypes[0]:
+                res = res.astype(dtypes[0])
+            return [res]
         res = (res,)
     elif not isinstance(res, (tuple, list)) or len(res) != len(dtypes):
         raise ValueError(f"kernel returned {type(res).__name__}, expected a tuple of "
