@@ -35,8 +35,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import duograph as dg  # noqa: E402
-from duograph.graphlib.ops import _fused_cpu  # noqa: E402
-from duograph.graphlib.ops.fused import set_cpu_strategy  # noqa: E402
+from duograph.runtime.cpu import cpu_backend  # noqa: E402
+from duograph.runtime.cpu import fused as _fused_cpu  # noqa: E402
 
 C = math.sqrt(2.0 / math.pi)
 F32 = np.float32
@@ -161,23 +161,20 @@ def fused_exe(g, y, strategy: str):
     body = [n for n in exe.graph.nodes if n.op.name == "fused"][0].attrs["sub"]
 
     def run(**feeds):
-        old = set_cpu_strategy(strategy)
-        try:
+        with dg.config.override(fused_strategy=strategy):
             return exe(**feeds)
-        finally:
-            set_cpu_strategy(old)
     return run, exe, body
 
 
 def parallel_numba(make, **feeds):
     """An executable whose numba kernels were generated with parallel=True."""
-    old, _fused_cpu.NUMBA_PARALLEL = _fused_cpu.NUMBA_PARALLEL, True
-    try:
-        fn = make()
-        fn(**feeds)                 # plans (and their kernels) are built on the first run
-    finally:
-        _fused_cpu.NUMBA_PARALLEL = old
-    return fn
+    fn = make()
+
+    def run(**kw):
+        with dg.config.override(numba_parallel=True):
+            return fn(**kw)
+    run(**feeds)                    # plans (and their kernels) are built on the first run
+    return run
 
 
 def layer_graph(width: int):
@@ -246,11 +243,8 @@ def run(size: int, rounds: int) -> dict:
 
     def threads(fn, n: int):
         def run_n(**feeds):
-            old, _fused_cpu.THREADS = _fused_cpu.THREADS, n
-            try:
+            with dg.config.override(fused_threads=n):
                 return fn(**feeds)
-            finally:
-                _fused_cpu.THREADS = old
         return run_n
     fused_np2 = threads(fused_np, 2)
     cands["e duograph fused: numpy chunks"] = lambda: fused_np(x=x)
@@ -258,15 +252,12 @@ def run(size: int, rounds: int) -> dict:
     node = [n for n in exe.graph.nodes if n.op.name == "fused"][0]
 
     def into_out():      # the planned runtime's call: results into a preallocated buffer
-        old = set_cpu_strategy("numpy")
-        try:
-            node.op.out_kernel(np, x, out=out, **node.attrs)
-        finally:
-            set_cpu_strategy(old)
+        with dg.config.override(fused_strategy="numpy"):
+            cpu_backend.out_kernel(node.op)(np, x, out=out, **node.attrs)
         return out
-    if getattr(node.op, "out_kernel", None) is not None:
+    if cpu_backend.out_kernel(node.op) is not None:
         cands["e duograph fused: numpy chunks, out= given"] = into_out
-    res["threads"] = _fused_cpu.THREADS
+    res["threads"] = dg.config.fused_threads
     res["chunk"] = _fused_cpu.CHUNK
     res["kernels_unfused"] = o0.kernel_count
     res["kernels_fused"] = exe.kernel_count

@@ -13,6 +13,7 @@
 from . import graphlib, passes, runtime  # noqa: F401
 from .graphlib import dtypes  # noqa: F401
 from .graphlib.autodiff import grad
+from .graphlib.config import config
 from .graphlib.builder import assign, placeholder, variable
 from .graphlib.errors import (DTypeError, DuographError, FeedError, GraphError, KernelError,
                               ShapeError)
@@ -23,6 +24,12 @@ from .graphlib.source import set_capture_source
 from .graphlib.types import TensorType
 from .runtime import Executable, compile_graph
 from . import eager  # noqa: E402  (after the graph API: eager builds on it)
+from .eager.tensors import set_backend_provider as _set_backend_provider  # noqa: E402
+from .runtime.backends import backend_for_device as _backend_for_device  # noqa: E402
+
+# eager dispatch gets its kernels from the runtime's backends through this documented hook
+# (eager never imports the runtime)
+_set_backend_provider(_backend_for_device)
 from .eager import autograd, compile  # noqa: F401
 from .eager import (Tensor, arange, as_tensor, empty, empty_like, enable_grad, eye,  # noqa
                     from_numpy, full, full_like, is_grad_enabled, linspace, manual_seed,

@@ -1,7 +1,8 @@
 """The eager Tensor and the handler that executes ops on it at once.
 
 Every op executed on tensors goes through ``eager_apply``: types are inferred by the op's
-``infer`` (cached per signature), the op's ``kernel`` runs on the tensors' arrays, and, when a
+``infer`` (cached per signature), the kernel of the tensors' device backend runs on their
+arrays (``graphlib.kernels.run_kernel``; the backends come through the hook below), and, when a
 gradient is wanted or a ``record()`` block is open, an ``EagerNode`` is created: an IR
 ``Node`` whose inputs are the tensors themselves, so the registry's vjp rules run on them
 unchanged and ``record()`` can turn the nodes into a ``Graph``.
@@ -17,6 +18,7 @@ from ..graphlib import dtypes
 from ..graphlib.dispatch import Scalar, register_handler, set_default_handler
 from ..graphlib.errors import DTypeError, DuographError, ShapeError
 from ..graphlib.ir import ConstArray, Node
+from ..graphlib.kernels import run_kernel
 from ..graphlib.methods import TensorMethods
 from ..graphlib.registry import REGISTRY
 from ..graphlib.source import capture_source_eagerly, user_source
@@ -40,11 +42,59 @@ def _device_of(arr) -> str:
     return "cpu" if isinstance(arr, np.ndarray) else "cuda"
 
 
+# -- kernels: a backend per device, through a hook -------------------------------------------
+# eager never imports the runtime (the arrow points the other way): the face package installs
+# ``set_backend_provider(provider)``, where ``provider(device)`` returns the backend for
+# "cpu" or "cuda": an object with ``xp`` (its array module) and ``kernels`` (a mapping from
+# OpDef to ``kernel(xp, *arrays, **attrs)``, answering the op's reference kernel for any op it
+# does not specialise), or raises a clear error where the device is unavailable. Without a
+# provider, ops run their reference kernels on numpy and only "cpu" exists.
+class _ReferenceKernels:
+    """OpDef -> its reference kernel."""
+
+    def __getitem__(self, op):
+        return op.kernel
+
+
+class _ReferenceCPU:
+    """The backend used before a provider is installed: numpy and reference kernels."""
+
+    name = "reference"
+    xp = np
+    kernels = _ReferenceKernels()
+
+
+_provider = None
+_backends: dict = {"cpu": _ReferenceCPU()}
+_cpu_kernels = _backends["cpu"].kernels     # the hot path's table
+
+
+def set_backend_provider(provider) -> None:
+    """Install ``provider(device) -> backend`` (see above) for eager dispatch; the face
+    package (``duograph/__init__.py``) installs the runtime's backends. ``None`` goes back
+    to reference kernels on numpy."""
+    global _provider, _cpu_kernels
+    _provider = provider
+    _backends.clear()
+    _backends["cpu"] = _ReferenceCPU() if provider is None else provider("cpu")
+    _cpu_kernels = _backends["cpu"].kernels
+
+
+def backend_for(device: str):
+    """The backend that runs eager ops on ``device``."""
+    backend = _backends.get(device)
+    if backend is None:
+        if _provider is None:
+            raise RuntimeError(f"no backend for device {device!r}: eager has no backend "
+                               "provider installed (import duograph installs it)")
+        backend = _backends[device] = _provider(device)
+    return backend
+
+
 def _xp_for(device: str):
     if device == "cpu":
         return np
-    from ..runtime.backends import get_backend
-    return get_backend("cupy")
+    return backend_for(device).xp
 
 
 class Tensor(TensorMethods):
@@ -306,6 +356,12 @@ class Tensor(TensorMethods):
     @property
     def version(self) -> int:
         return self._version[0]
+
+    def bump_version(self) -> None:
+        """Note that ``data`` was written in place (the state-holder protocol of
+        ``graphlib.kernels``: executors call it after updating bound state), so autograd
+        refuses gradients that saved the old values."""
+        self._version[0] += 1
 
     # -- in-place ops ----------------------------------------------------------------------------
     def _inplace(self, fn, name: str, *others) -> "Tensor":
@@ -770,11 +826,18 @@ def eager_apply(op, inputs, attrs):
     if hit is None:
         hit = _infer(op, key[1], attrs)
     out_types, out_dtypes = hit
-    xp = np if cpu else _xp_for(_device_of(arrays[0]) if arrays else _default_device[-1])
+    if cpu and op is not _TO_DEVICE:
+        xp, kernel = np, _cpu_kernels[op]
+    else:
+        if op is _TO_DEVICE:      # its results belong to the target device
+            backend = backend_for(attrs["device"])
+        else:
+            backend = backend_for(_device_of(arrays[0]) if arrays else _default_device[-1])
+        xp, kernel = backend.xp, backend.kernels[op]
     try:
         # No np.errstate here: it costs ~1 us per op. Like numpy, a division by zero gives
         # inf with a RuntimeWarning (PyTorch gives the same inf silently).
-        res = op.kernel(xp, *arrays, **attrs)
+        res = run_kernel(kernel, xp, arrays, attrs, op.multi_output, out_dtypes)
     except DuographError:
         raise
     except Exception as e:
@@ -782,18 +845,12 @@ def eager_apply(op, inputs, attrs):
         shapes = ", ".join(f"{a.dtype}{list(a.shape)}" for a in arrays)
         raise KernelError(f"{op.name} failed: {type(e).__name__}: {e}\n  inputs: ({shapes})"
                           f"\n  in: {user_source()}") from e
-    if not op.multi_output:
-        res = (res,)
-    if op is _TO_DEVICE:
-        xp = _xp_for(attrs["device"])
-    outs = []
-    ndarray = xp.ndarray
-    for r, dt in zip(res, out_dtypes):
-        if type(r) is not ndarray:
-            r = xp.asarray(r)
-        if r.dtype != dt:
-            r = r.astype(dt)
-        outs.append(Tensor(r))
+    if len(res) == 1:
+        outs = [Tensor(res[0])]
+    else:
+        outs = []
+        for r in res:
+            outs.append(Tensor(r))
     grad = False
     if op.vjp is not None and _grad_enabled():
         nondiff = op.nondiff_inputs

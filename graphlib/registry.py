@@ -3,7 +3,9 @@
 - ``infer(types, attrs) -> [TensorType]``: shape/dtype inference; raises ShapeError/DTypeError
   with a message that says what was expected and what was found.
 - ``kernel(xp, *arrays, **attrs)``: reference implementation over the array module ``xp``
-  (numpy or cupy); returns one array, or a tuple for multi-output ops.
+  (numpy or cupy); returns one array, or a tuple for multi-output ops. No fast paths and no
+  backend branches: a backend (``runtime/``) registers its own faster kernels and ``out=``
+  forms in tables keyed by the OpDef, and falls back to this one.
 - ``vjp(cts, inputs, outputs, attrs, needs) -> [cotangent or None per input]``: the gradient
   rule (``needs[i]`` says whether input i wants a cotangent; skip the work when not),
   written with the public op functions so it serves graph mode, the eager tape and higher
@@ -22,7 +24,7 @@ class OpDef:
     """Definition of one op. Calling it applies the op to Values, tensors or numbers."""
 
     __slots__ = ("name", "infer", "kernel", "vjp", "expr", "elementwise", "promote",
-                 "out_kernel", "prepare_out", "nondiff_inputs", "random", "multi_output",
+                 "nondiff_inputs", "random", "multi_output",
                  "doc", "__weakref__")
 
     def __init__(self, name: str, infer: Callable, kernel: Callable,
@@ -40,15 +42,6 @@ class OpDef:
         self.nondiff_inputs = tuple(nondiff_inputs)
         self.random = random            # reads a seed: never merged or dropped by passes
         self.multi_output = multi_output  # always returns a tuple, even of one output
-        # out_kernel(xp, *arrays, out=array, **attrs) -> bool: write the result into ``out``
-        # (a preallocated array of the output's dtype and shape) and return True, or return
-        # False when it cannot for these operands (the planned runtime then calls ``kernel``
-        # and copies). Set in ops/out_kernels.py.
-        self.out_kernel = None
-        # prepare_out(xp, attrs, input shapes) -> runner(arrays, outs) -> bool, or None: a
-        # shortcut the planned runtime prepares once per program when every shape is known
-        # (the runner returns False to send a call back to ``out_kernel``).
-        self.prepare_out = None
         self.doc = doc
 
     def __call__(self, *inputs, **attrs):

@@ -2,13 +2,15 @@
 
 Graph building always records the user's ``file:line`` (the first frame outside duograph).
 Eager execution skips the stack walk on its hot path unless ``set_capture_source(True)`` asks
-for it (``DUOGRAPH_SOURCE=1`` in the environment does the same).
+for it (that sets ``dg.config.capture_source``; ``DUOGRAPH_SOURCE=1`` seeds it).
 """
 from __future__ import annotations
 
 import os
 import sys
 from typing import NamedTuple, Optional
+
+from .config import config
 
 _ENGINE_FOLDERS = ("graphlib", "eager", "passes", "runtime", "duograph")
 
@@ -28,8 +30,6 @@ def package_dirs(root: str) -> tuple:
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _PACKAGE_DIRS = package_dirs(os.path.dirname(_HERE))
-
-_capture_eager = os.environ.get("DUOGRAPH_SOURCE", "") not in ("", "0")
 
 
 class SourceLocation(NamedTuple):
@@ -60,10 +60,11 @@ def user_source(skip: int = 1) -> Optional[SourceLocation]:
 
 
 def set_capture_source(enabled: bool) -> None:
-    """Record source locations for eagerly executed ops too (slower; for debugging)."""
-    global _capture_eager
-    _capture_eager = bool(enabled)
+    """Record source locations for eagerly executed ops too (slower; for debugging): sets
+    ``dg.config.capture_source``."""
+    config.capture_source = bool(enabled)
 
 
 def capture_source_eagerly() -> bool:
-    return _capture_eager
+    """Whether eager ops record their source line (``config.capture_source``)."""
+    return config.capture_source

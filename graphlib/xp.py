@@ -31,6 +31,15 @@ def add_at(xp, target, index, values) -> None:
         cupyx.scatter_add(target, index, values)
 
 
+def to_device(x, device: str):
+    """``x`` as an array of ``device``: numpy for "cpu", cupy (imported here, lazily) for
+    "cuda"."""
+    if device == "cpu":
+        return x.get() if hasattr(x, "get") else x
+    import cupy   # pragma: no cover - GPU only
+    return cupy.asarray(x)
+
+
 def rng(xp, seed, stream: int):
     """A generator for (seed, stream): same pair, same numbers; streams are independent."""
     seed_int = int(np.asarray(seed.get() if hasattr(seed, "get") else seed).reshape(()))

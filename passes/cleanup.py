@@ -12,6 +12,7 @@ import numpy as np
 
 from ..graphlib import dtypes
 from ..graphlib.ir import ConstArray, Graph, Node, Region, Value
+from ..graphlib.kernels import run_kernel
 from ..graphlib.registry import REGISTRY
 from ..graphlib.rewrite import clone, live_roots, make_node
 from .result import PassResult
@@ -141,13 +142,13 @@ def constant_folding(graph: Graph) -> PassResult:
         if not foldable:
             continue
         try:
-            with np.errstate(all="ignore"):
-                res = node.op.kernel(np, *arrays, **node.attrs)
+            with np.errstate(all="ignore"):   # the op's reference kernel, on numpy
+                res = run_kernel(node.op.kernel, np, arrays, node.attrs,
+                                 node.op.multi_output or len(node.outputs) != 1,
+                                 [np.dtype(o.dtype) for o in node.outputs])
         except Exception:  # noqa: BLE001 - leave it to fail (clearly) at run time
             continue
-        res = res if node.op.multi_output else (res,)
         for o, r in zip(node.outputs, res):
-            r = np.asarray(r).astype(o.dtype, copy=False)
             graph.replace_uses(o, _constant_node(r, node, graph).outputs[0])
         graph.erase(node)
         folded += 1

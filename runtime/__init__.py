@@ -1,8 +1,16 @@
-"""duograph.runtime: backends (numpy, cupy) and the executor of compiled graphs.
+"""duograph.runtime: the backends and the executor of compiled graphs.
 
-It knows graphlib only: never eager.
+- ``backend.py``: ``Backend``, an array module plus kernel tables keyed by the OpDef (plain
+  kernels, ``out=`` forms, a compiler for fused regions), falling back to each op's
+  reference kernel; ``backends.py`` finds one by name or device.
+- ``cpu/``: the CPU backend (numpy, numba, BLAS): everything CPU-specific.
+- ``executable.py`` (the interpreter) and ``planned.py`` (programs over one arena).
+
+It knows graphlib only: never eager or passes.
 """
+from .backend import Backend, FusedCompiler, KernelTable
 from .backends import get_backend
 from .executable import Executable, compile_graph, needed_nodes
 
-__all__ = ["Executable", "compile_graph", "get_backend", "needed_nodes"]
+__all__ = ["Backend", "Executable", "FusedCompiler", "KernelTable", "compile_graph",
+           "get_backend", "needed_nodes"]

@@ -1,20 +1,41 @@
-"""Array backends: numpy on the CPU (always), cupy on the GPU (optional, imported lazily)."""
+"""The backends by name: the CPU backend (always) and a cupy backend (optional, lazy).
+
+``get_backend("numpy")`` (or "cpu") is the CPU backend of ``runtime/cpu``;
+``get_backend("cupy")`` (or "cuda", "gpu") is a backend over cupy that runs every op's
+reference kernel (nothing specialised yet), made on first use.
+"""
 from __future__ import annotations
 
-import numpy as np
+from typing import Dict
+
+from .backend import Backend
 
 BACKENDS = ("numpy", "cupy")
+_ALIASES = {"numpy": "numpy", "cpu": "numpy", "cupy": "cupy", "cuda": "cupy", "gpu": "cupy"}
+_made: Dict[str, Backend] = {}
 
 
-def get_backend(name: str):
-    """The array module for ``name`` ('numpy' or 'cupy')."""
-    if name == "numpy":
-        return np
-    if name == "cupy":
-        try:
-            import cupy
-        except ImportError as e:
-            raise RuntimeError("the cupy backend needs cupy and a CUDA device: "
-                               "pip install 'duograph[gpu]'") from e
-        return cupy
-    raise ValueError(f"unknown backend {name!r}: expected one of {BACKENDS}")
+def get_backend(name: str) -> Backend:
+    """The backend for ``name`` ('numpy'/'cpu' or 'cupy'/'cuda')."""
+    key = _ALIASES.get(name)
+    if key is None:
+        raise ValueError(f"unknown backend {name!r}: expected one of {BACKENDS}")
+    backend = _made.get(key)
+    if backend is None:
+        if key == "numpy":
+            from .cpu import cpu_backend as backend
+        else:
+            try:
+                import cupy
+            except ImportError as e:
+                raise RuntimeError("the cupy backend needs cupy and a CUDA device: "
+                                   "pip install 'duograph[gpu]'") from e
+            backend = Backend("cupy", cupy, "cuda")   # reference kernels only, for now
+        _made[key] = backend
+    return backend
+
+
+def backend_for_device(device: str) -> Backend:
+    """The backend that runs ops on ``device`` ('cpu' or 'cuda'): the hook the face package
+    installs for eager dispatch."""
+    return get_backend(device)

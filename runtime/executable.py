@@ -23,7 +23,9 @@ import numpy as np
 from ..graphlib import dtypes
 from ..graphlib.errors import FeedError, GraphError, KernelError
 from ..graphlib.ir import Graph, Value
-from ..graphlib.types import eval_dim, format_shape
+from ..graphlib.kernels import run_kernel, state_written
+from ..graphlib.types import format_shape
+from .backend import Backend
 from .backends import get_backend
 from .planned import Program, resolve_attrs
 
@@ -38,36 +40,23 @@ def _has_symbol(v) -> bool:
 class Instruction:
     """One prepared kernel call: input slots -> output slots, then the slots to free."""
 
-    __slots__ = ("node", "kernel", "ins", "outs", "attrs", "symbolic", "types", "frees",
-                 "multi")
+    __slots__ = ("node", "kernel", "ins", "outs", "attrs", "symbolic", "dtypes", "shapes",
+                 "frees", "multi")
 
-    def __init__(self, node, ins, outs, frees):
+    def __init__(self, node, kernel, ins, outs, frees):
         self.node = node
-        self.kernel = node.op.kernel
+        self.kernel = kernel
         self.ins = ins
         self.outs = outs
         self.attrs = dict(node.attrs)
         self.symbolic = tuple(k for k, v in self.attrs.items()
                               if k in ("shape", "sizes") and _has_symbol(v))
-        # (dtype, shape): a shape with symbols is resolved against the feeds' bindings per run
-        self.types = tuple((np.dtype(o.dtype), tuple(o.shape)) for o in node.outputs)
+        # dtypes and shapes: a shape with symbols is resolved against the feeds' bindings
+        self.dtypes = tuple(np.dtype(o.dtype) for o in node.outputs)
+        self.shapes = tuple(tuple(o.shape) for o in node.outputs)
         self.frees = frees
         # A multi-output op's kernel returns a tuple, even when it holds a single array.
         self.multi = bool(node.op.multi_output) or len(node.outputs) != 1
-
-
-def _shape_matches(actual: tuple, inferred: tuple, bindings: Dict[str, int]) -> bool:
-    """Whether a kernel's result shape agrees with the inferred one: same rank, equal static
-    dims, and each symbol or derived dim (``N+2``, ``N*6``, ``N[1:]``) equal to the size the
-    feeds' bindings give it; one that cannot be evaluated is not checked."""
-    if len(actual) != len(inferred):
-        return False
-    for a, d in zip(actual, inferred):
-        if isinstance(d, str):
-            d = eval_dim(d, bindings)
-        if d is not None and a != d:
-            return False
-    return True
 
 
 def needed_nodes(graph: Graph, targets: Sequence[Value]) -> List:
@@ -86,7 +75,7 @@ class Executable:
     """A compiled graph. Call it with feeds as keyword arguments; it returns a list of arrays."""
 
     def __init__(self, graph: Graph, outputs: Optional[Sequence[Value]] = None,
-                 backend: str = "numpy", planner: Optional[Callable] = None):
+                 backend="numpy", planner: Optional[Callable] = None):
         if outputs is None:
             outputs = list(graph.outputs)
         elif isinstance(outputs, Value):
@@ -103,8 +92,10 @@ class Executable:
                              "outputs=[...]")
         self.graph = graph
         self.outputs = outputs
-        self.backend = backend
-        self.xp = get_backend(backend)
+        # ``backend``: a name ("numpy", "cupy") or a Backend object; its kernel tables run
+        self.runner: Backend = backend if isinstance(backend, Backend) else get_backend(backend)
+        self.backend = self.runner.name
+        self.xp = self.runner.xp
         self.updates = list(graph.updates.values())
         targets = outputs + [new for _, new in self.updates]
         self.nodes = needed_nodes(graph, targets)
@@ -162,8 +153,9 @@ class Executable:
         for s, i in last_use.items():
             if s not in keep:
                 frees.setdefault(i, []).append(s)
+        kernels = self.runner.kernels
         self.instructions = [
-            Instruction(node, tuple(slot[id(x)] for x in node.inputs),
+            Instruction(node, kernels[node.op], tuple(slot[id(x)] for x in node.inputs),
                         tuple(slot[id(o)] for o in node.outputs), tuple(frees.get(i, ())))
             for i, node in enumerate(self.nodes)]
         self.output_slots = [slot[id(o)] for o in self.outputs]
@@ -322,30 +314,16 @@ class Executable:
         for v, s in self.state_slots:
             env[s] = self._state_array(v)
         xp = self.xp
-        ndarray = xp.ndarray
         with np.errstate(all="ignore"):
             for ins in self.instructions:
                 args = [env[s] for s in ins.ins]
                 attrs = self._resolve(ins, bindings) if ins.symbolic else ins.attrs
                 try:
-                    res = ins.kernel(xp, *args, **attrs)
+                    res = run_kernel(ins.kernel, xp, args, attrs, ins.multi, ins.dtypes,
+                                     ins.shapes, bindings)
                 except Exception as e:
                     raise self._kernel_error(ins, args, e) from e
-                if not ins.multi:
-                    res = (res,)
-                elif not isinstance(res, (tuple, list)) or len(res) != len(ins.outs):
-                    raise self._kernel_error(ins, args, ValueError(
-                        f"kernel returned {type(res).__name__}, expected a tuple of "
-                        f"{len(ins.outs)} arrays"))
-                for s, r, (dt, shape) in zip(ins.outs, res, ins.types):
-                    if type(r) is not ndarray:
-                        r = xp.asarray(r)
-                    if r.dtype != dt:
-                        r = r.astype(dt)
-                    if r.shape != shape and not _shape_matches(r.shape, shape, bindings):
-                        raise self._kernel_error(ins, args, ValueError(
-                            f"kernel returned shape {list(r.shape)}, inferred "
-                            f"{format_shape(shape)}"))
+                for s, r in zip(ins.outs, res):
                     env[s] = r
                 for s in ins.frees:
                     env[s] = None
@@ -364,9 +342,7 @@ class Executable:
                 target = bound[1].data
                 if target is not new:
                     target[...] = new
-                bump = getattr(bound[1], "_version", None)
-                if bump is not None:
-                    bump[0] += 1
+                state_written(bound[1])
                 continue
             if id(new) in held or not getattr(new, "flags", None) or not new.flags.owndata:
                 new = new.copy()
@@ -404,9 +380,7 @@ class Executable:
         for name in prog.inplace_names + [name for name, _ in news]:
             bound = self._bound.get(name)
             if bound is not None:
-                bump = getattr(bound[1], "_version", None)
-                if bump is not None:
-                    bump[0] += 1
+                state_written(bound[1])
         if self.xp is not np:
             outs = [self.xp.asnumpy(o) for o in outs]
         return outs
@@ -499,10 +473,11 @@ class StateView:
         return "StateView(" + ", ".join(self.keys()) + ")"
 
 
-def compile_graph(graph: Graph, outputs=None, backend: str = "numpy", device=None,
+def compile_graph(graph: Graph, outputs=None, backend="numpy", device=None,
                   planner: Optional[Callable] = None, **options) -> Executable:
     """Build an Executable for ``graph``; with a ``planner``, a planned one (see the module
-    docstring). ``duograph``'s ``Graph.compile`` joins the passes and this."""
+    docstring). ``backend`` is a name ("numpy", "cupy") or a ``Backend`` object.
+    ``duograph``'s ``Graph.compile`` joins the passes and this."""
     if options:
         raise TypeError(f"compile: unexpected options {sorted(options)}")
     if device is not None:

@@ -9,11 +9,13 @@ runtime only reads the plan's fields, it never imports the passes). Building it
 - runs every ``constant`` node once (``external`` values, never written afterwards);
 - resolves symbolic attributes (``reshape`` to ``("N", 4)``) against the signature;
 - prepares one step per node: ``(mode, node, kernel, out_kernel, input slots, output slots,
-  attrs)``.
+  attrs)``, the kernels taken from the executable's backend (``backend.kernels[op]``,
+  ``backend.out_kernel(op)``, ``backend.prepare_out(...)``).
 
 Running is a loop over the steps on a copy of the prepared slot list: an arena step calls the
-op's ``out_kernel`` (which writes into the planned buffer and returns True) or, where an op
-has none or declines these operands, its kernel followed by one copy into the buffer; a view
+backend's ``out=`` form for the op (which writes into the planned buffer and returns True)
+or, where it has none or declines these operands, its kernel followed by one copy into the
+buffer; a view
 step (``reshape``, ``permute``...) keeps whatever its kernel returns (a view or a copy).
 New state values the plan writes in place get the state's own buffer as their output. In
 steady state nothing is allocated per op, except by kernels without an ``out=`` form.
@@ -29,7 +31,8 @@ from typing import Dict, List, Sequence
 import numpy as np
 
 from ..graphlib.errors import KernelError
-from ..graphlib.types import eval_dim, format_shape
+from ..graphlib.kernels import run_kernel
+from ..graphlib.types import eval_dim
 
 ARENA, VIEW, PREPARED = 0, 1, 2
 
@@ -60,6 +63,8 @@ class Program:
 
     def __init__(self, exe, plan, shapes: Dict[str, int]):
         xp = exe.xp
+        backend = exe.runner
+        kernels = backend.kernels
         self.plan = plan
         slot = exe.slot_of
         align = int(plan.alignment)
@@ -92,27 +97,28 @@ class Program:
                 outs = tuple(slot[id(o)] for o in node.outputs)
                 keys = [id(o) for o in node.outputs]
                 if all(k in external for k in keys):          # constants: once, here
-                    res = node.op.kernel(xp, **attrs)
-                    res = res if exe.is_multi(node) else (res,)
-                    for s, r, o in zip(outs, res, node.outputs):
-                        env[s] = xp.asarray(r).astype(o.dtype, copy=False)
+                    res = run_kernel(kernels[node.op], xp, (), attrs, exe.is_multi(node),
+                                     [np.dtype(o.dtype) for o in node.outputs])
+                    for s, r in zip(outs, res):
+                        env[s] = r
                     continue
-                out_kernel = node.op.out_kernel
+                out_kernel = backend.out_kernel(node.op)
                 if any(k in views for k in keys):
                     mode = VIEW
                     # for a view step the field holds its memo: [input array, results]
                     out_kernel = [None, None] if len(node.inputs) == 1 else None
                 elif all(k in plan.offsets or k in inplace_new for k in keys):
                     mode = ARENA
-                    prepare = node.op.prepare_out
-                    runner = None if prepare is None else prepare(
-                        xp, attrs, [_concrete(x.shape, shapes) for x in node.inputs])
+                    runner = backend.prepare_out(
+                        node.op, attrs, [_concrete(x.shape, shapes) for x in node.inputs])
                     if runner is not None:
                         mode, out_kernel = PREPARED, (runner, out_kernel)
                 else:   # a plan that leaves an output nowhere: run it as the interpreter would
                     mode, out_kernel = VIEW, None
-                steps.append((mode, node, node.op.kernel, out_kernel, ins, outs,
-                              attrs, exe.is_multi(node)))
+                steps.append((mode, node, kernels[node.op], out_kernel, ins, outs, attrs,
+                              exe.is_multi(node),
+                              ([np.dtype(o.dtype) for o in node.outputs],
+                               [_concrete(o.shape, shapes) for o in node.outputs])))
         self.env = env
         self.steps = steps
         # Returned values a step writes into its planned buffer are written into a fresh
@@ -139,7 +145,7 @@ class Program:
             env[s] = env[state_slot]
         for s, (shape, dtype) in self.fresh:
             env[s] = xp.empty(shape, dtype)
-        for mode, node, kernel, out_kernel, ins, outs, attrs, multi in self.steps:
+        for mode, node, kernel, out_kernel, ins, outs, attrs, multi, types in self.steps:
             args = [env[s] for s in ins]
             try:
                 if mode == PREPARED:
@@ -167,20 +173,9 @@ class Program:
                         for s, r in zip(outs, memo[1]):
                             env[s] = r
                         continue
-                    res = kernel(xp, *args, **attrs)
-                    res = res if multi else (res,)
-                    _check_count(node, res, len(outs))
-                    got = []
-                    for s, r, o in zip(outs, res, node.outputs):
-                        if not isinstance(r, xp.ndarray):
-                            r = xp.asarray(r)
-                        if r.dtype != o.dtype:
-                            r = r.astype(o.dtype)
-                        if len(r.shape) != len(o.shape):
-                            raise ValueError(f"kernel returned shape {list(r.shape)}, "
-                                             f"inferred {format_shape(o.shape)}")
+                    got = run_kernel(kernel, xp, args, attrs, multi, *types)
+                    for s, r in zip(outs, got):
                         env[s] = r
-                        got.append(r)
                     if memo is not None:
                         # a result that views its input stays right while the input is the
                         # same array (arena buffers, bound state); a copy would go stale

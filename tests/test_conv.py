@@ -456,10 +456,24 @@ def test_symbolic_spatial_dims_give_derived_dims_the_runtime_evaluates(torch):
 # -- kernel paths: the numba loops and the numpy kernels ---------------------------------------
 
 from duograph.graphlib.ops import conv as conv_ops  # noqa: E402
-from duograph.graphlib.ops._fused_cpu import numba_available  # noqa: E402
+from duograph.runtime.cpu import kernels as cpu_kernels  # noqa: E402
+from duograph.runtime.cpu.fused import numba_available  # noqa: E402
 
 HAVE_NUMBA = numba_available()
 needs_numba = pytest.mark.skipif(not HAVE_NUMBA, reason="numba is not installed")
+
+
+@pytest.fixture(autouse=True)
+def _restore_config():
+    """Tests below switch dg.config.numba; it goes back after each."""
+    with dg.config.override(numba=dg.config.numba):
+        yield
+
+
+# The CPU backend's kernels (numba loops where config.numba allows, else the reference).
+_max_pool2d = cpu_kernels.max_pool2d
+_max_pool2d_backward = cpu_kernels.max_pool2d_backward
+_max_pool2d_gather = cpu_kernels.max_pool2d_gather
 
 # (kernel_size, stride, padding, dilation, ceil_mode), normalised as the op's attrs
 POOL_GEOMETRIES = [
@@ -491,22 +505,22 @@ def _tied_input(shape, dtype, seed: int = 0, nans: bool = False):
 
 def _both_paths(monkeypatch, fn):
     """fn() with the numba loops, then with the numpy kernels."""
-    monkeypatch.setattr(conv_ops, "USE_NUMBA", True)
-    with_numba = fn()
-    monkeypatch.setattr(conv_ops, "USE_NUMBA", False)
-    with_numpy = fn()
+    with dg.config.override(numba=True):
+        with_numba = fn()
+    with dg.config.override(numba=False):
+        with_numpy = fn()
     return with_numba, with_numpy
 
 
 def _pool_kernels(x, g, c, attrs):
-    return (conv_ops._max_pool2d_kernel(np, x, **attrs),
-            conv_ops._max_pool2d_backward_kernel(np, g, x, **attrs),
-            conv_ops._max_pool2d_gather_kernel(np, c, x, **attrs))
+    return (_max_pool2d(np, x, **attrs),
+            _max_pool2d_backward(np, g, x, **attrs),
+            _max_pool2d_gather(np, c, x, **attrs))
 
 
 def _pool_operands(geometry, dtype, nans, shape=(2, 3, 7, 8)):
     x = _tied_input(shape, dtype, nans=nans)
-    pooled = conv_ops._max_pool2d_kernel(np, x, **_pool_attrs(geometry))
+    pooled = _max_pool2d(np, x, **_pool_attrs(geometry))
     rng = np.random.default_rng(1)
     g = rng.standard_normal(pooled.shape).astype("float64" if dtype == "int32" else dtype)
     c = rng.standard_normal(shape).astype(g.dtype)
@@ -532,7 +546,7 @@ def test_max_pool_numba_integer_forward(monkeypatch, dtype):
     for geometry in POOL_GEOMETRIES:
         x = _tied_input((2, 2, 6, 7), dtype)
         attrs = _pool_attrs(geometry)
-        fast, ref = _both_paths(monkeypatch, lambda: conv_ops._max_pool2d_kernel(np, x, **attrs))
+        fast, ref = _both_paths(monkeypatch, lambda: _max_pool2d(np, x, **attrs))
         assert fast.dtype == np.dtype(dtype)
         np.testing.assert_array_equal(fast, ref)
 
@@ -544,16 +558,16 @@ def test_max_pool_kernels_match_torch_with_ties_and_nans(torch, monkeypatch, geo
                                                          use_numba):
     """Forward values and the gradient's routing (first maximum; a NaN takes over, so the
     last NaN wins; -inf inputs next to the padding still beat it) as PyTorch's CPU kernel."""
-    monkeypatch.setattr(conv_ops, "USE_NUMBA", use_numba)
+    dg.config.numba = use_numba
     attrs = _pool_attrs(geometry)
     for nans in (False, True):
         x, g, _ = _pool_operands(geometry, "float64", nans)
         tx = torch.tensor(x, requires_grad=True)
         ty = torch.nn.functional.max_pool2d(tx, **attrs)
         ty.backward(torch.tensor(g))
-        got = conv_ops._max_pool2d_kernel(np, x, **attrs)
+        got = _max_pool2d(np, x, **attrs)
         np.testing.assert_array_equal(got, ty.detach().numpy())
-        got_grad = conv_ops._max_pool2d_backward_kernel(np, g, x, **attrs)
+        got_grad = _max_pool2d_backward(np, g, x, **attrs)
         np.testing.assert_allclose(got_grad, tx.grad.numpy(), rtol=1e-12, atol=0)
 
 
@@ -562,10 +576,10 @@ def test_max_pool_padding_never_wins_over_minus_infinity(torch, monkeypatch):
     g = np.array([[[[1.0, 10.0, 100.0, 1000.0]]]])
     attrs = _pool_attrs(((1, 3), (1, 1), (0, 1), (1, 1), False))
     for use_numba in ([True, False] if HAVE_NUMBA else [False]):
-        monkeypatch.setattr(conv_ops, "USE_NUMBA", use_numba)
-        got = conv_ops._max_pool2d_backward_kernel(np, g, x, **attrs)
+        dg.config.numba = use_numba
+        got = _max_pool2d_backward(np, g, x, **attrs)
         np.testing.assert_array_equal(got, [[[[1.0, 0.0, 1110.0, 0.0]]]])
-        gathered = conv_ops._max_pool2d_gather_kernel(np, np.arange(4.0).reshape(x.shape), x,
+        gathered = _max_pool2d_gather(np, np.arange(4.0).reshape(x.shape), x,
                                                       **attrs)
         np.testing.assert_array_equal(gathered, [[[[0.0, 2.0, 2.0, 2.0]]]])
 
@@ -587,9 +601,9 @@ def test_conv_numba_patch_copies_match_numpy(monkeypatch, case: Case):
     g = np.random.default_rng(5).standard_normal(_out_shape(case, arrays)).astype("float32")
 
     def run():
-        return (conv_ops._conv2d_kernel(np, x, w, b, **node_attrs),
-                conv_ops._conv2d_input_grad_kernel(np, g, w, shape=x.shape, **node_attrs),
-                conv_ops._conv2d_weight_grad_kernel(np, x, g, shape=w.shape, **node_attrs))
+        return (cpu_kernels.conv2d(np, x, w, b, **node_attrs),
+                cpu_kernels.conv2d_input_grad(np, g, w, shape=x.shape, **node_attrs),
+                cpu_kernels.conv2d_weight_grad(np, x, g, shape=w.shape, **node_attrs))
 
     fast, ref = _both_paths(monkeypatch, run)
     for name, a, r in zip(("forward", "input grad", "weight grad"), fast, ref):
@@ -610,7 +624,7 @@ def _conv_node_attrs(case: Case, arrays) -> dict:
                          ids=[c.id for c in CASES if c.op in ("conv2d", "max_pool2d")])
 def test_grad_matches_torch_without_numba(torch, monkeypatch, case: Case):
     """The numpy kernels alone (as on a machine without numba), eager mode."""
-    monkeypatch.setattr(conv_ops, "USE_NUMBA", False)
+    dg.config.numba = False
     arrays = _arrays(case)
     ct = _ct(case, arrays)
     want_y, want_grads = _torch_run(torch, case, arrays, ct)
@@ -628,20 +642,19 @@ def test_numpy_tiled_max_pool_backward_is_the_general_kernel_bit_for_bit(
     """Windows that tile the input take the numpy mask path; it routes each cotangent to
     the same (first) maximum as the general numpy kernel, ties, -inf and signed zeros
     included, and leaves the rows and columns no window covers at 0."""
-    monkeypatch.setattr(conv_ops, "USE_NUMBA", False)
+    dg.config.numba = False
     rng = np.random.default_rng(11)
     x = np.maximum(rng.standard_normal(shape), 0).astype(dtype)     # many tied zeros
     x[0, 0, :2, :2] = -np.inf
     x[-1, -1, :2, :3] = -0.0
     attrs = dict(kernel_size=kernel, stride=kernel, padding=(0, 0), dilation=(1, 1),
                  ceil_mode=False)
-    out = conv_ops._max_pool2d_kernel(np, x, **attrs)
+    out = _max_pool2d(np, x, **attrs)
     g = rng.standard_normal(out.shape).astype(dtype)
     g[0, 0, 0, 0] = -0.0
-    assert conv_ops._tiles(x.shape, out.shape[2:], kernel, kernel, (0, 0), (1, 1))
-    tiled = conv_ops._max_pool2d_backward_kernel(np, g, x, **attrs)
-    monkeypatch.setattr(conv_ops, "_tiles", lambda *a: False)
-    general = conv_ops._max_pool2d_backward_kernel(np, g, x, **attrs)
+    assert cpu_kernels._tiles(x.shape, out.shape[2:], kernel, kernel, (0, 0), (1, 1))
+    tiled = _max_pool2d_backward(np, g, x, **attrs)
+    general = conv_ops._max_pool2d_backward_kernel(np, g, x, **attrs)   # the reference
     assert tiled.dtype == general.dtype and tiled.shape == general.shape
     np.testing.assert_array_equal(tiled.view(f"u{tiled.itemsize}"),
                                   general.view(f"u{general.itemsize}"))

@@ -9,8 +9,9 @@ from hypothesis import strategies as st
 
 import duograph as dg
 from duograph import passes
-from duograph.graphlib.ops import _fused_cpu
-from duograph.graphlib.ops.fused import FusedBody, run_ops, set_cpu_strategy
+from duograph.graphlib.ops.fused import FusedBody, run_ops
+from duograph.runtime.cpu import cpu_backend
+from duograph.runtime.cpu import fused as _fused_cpu
 from duograph.graphlib.rewrite import clone
 from duograph.passes.fusion import fuse_elementwise, fused_nodes
 
@@ -19,9 +20,13 @@ HAVE_NUMBA = _fused_cpu.numba_available()
 
 @pytest.fixture(autouse=True)
 def _default_strategy():
-    old = set_cpu_strategy("auto")
-    yield
-    set_cpu_strategy(old)
+    """Each test starts from the default strategy; whatever it sets is undone after."""
+    with dg.config.override(fused_strategy="auto", fused_threads=1, cblas=True):
+        yield
+
+
+def set_cpu_strategy(name: str) -> None:
+    dg.config.fused_strategy = name
 
 
 def _fused(exe):
@@ -206,8 +211,8 @@ def test_bound_epilogue_runs_the_matmul_in_its_home_output(rows):
         body = node.attrs["sub"]
         feeds = {"x": _x(rows, 32), "w": _x(32, 128, seed=1), "b": _x(128, seed=2)}
         arrays = [feeds[v.name] for v in node.inputs]
-        want = body.run(np, arrays)
-        runner = body.bind(np, [a.shape for a in arrays])
+        want = cpu_backend.fused_compiler.run(body, arrays)
+        runner = cpu_backend.fused_compiler.bind(body, [a.shape for a in arrays])
         assert runner is not None
         (matmul,) = [n for n in body.graph.nodes if n.op.name == "matmul"]
         (relu,) = [n for n in body.graph.nodes if n.op.name == "relu"]
@@ -372,7 +377,7 @@ def test_numpy_chunks_on_non_contiguous_and_broadcast_inputs(monkeypatch):
 def test_numpy_chunks_split_over_threads(monkeypatch):
     monkeypatch.setattr(_fused_cpu, "CHUNK", 256)
     monkeypatch.setattr(_fused_cpu, "DIRECT_SHORT_MAX", 0)
-    monkeypatch.setattr(_fused_cpu, "THREADS", 3)
+    dg.config.fused_threads = 3
     monkeypatch.setattr(_fused_cpu, "THREAD_MIN_ELEMENTS", 1000)
     set_cpu_strategy("numpy")
     g, y = _gelu_graph()
@@ -412,7 +417,8 @@ def test_out_kernel_writes_into_given_arrays(strategy):
     outs = [np.full((6, 4), np.nan, np.float32),
             np.full((4, 6), np.nan, np.float32).T]       # a non-contiguous one
     order = [[id(v) for v in exe.graph.outputs].index(id(o)) for o in node.outputs]
-    assert node.op.out_kernel(np, feeds["x"], feeds["w"], out=outs, **node.attrs)
+    out_kernel = cpu_backend.out_kernel(node.op)
+    assert out_kernel(np, feeds["x"], feeds["w"], out=outs, **node.attrs)
     for k, o in zip(order, outs):
         np.testing.assert_allclose(o, ref[k], rtol=1e-6)
 
@@ -650,7 +656,7 @@ def test_random_dags_in_many_chunks_are_bitwise_equal(dag):
 
 # -- an SGD step on a matmul gradient as one gemm ---------------------------------------------
 def test_cblas_gemm_update_matches_numpy_and_refuses_what_it_cannot_do():
-    from duograph.graphlib.ops import _cblas
+    from duograph.runtime.cpu import cblas as _cblas
     if not _cblas.available():
         pytest.skip("numpy is not built on its bundled OpenBLAS here")
     rng = np.random.default_rng(7)
@@ -676,11 +682,10 @@ def test_sgd_step_on_a_matmul_gradient_runs_as_one_gemm(monkeypatch, cblas):
     """W - lr * (dz.T @ x), fused and planned in place over W, is one BLAS gemm (alpha =
     -lr, beta = 1) where numpy's BLAS can be called, numpy's path otherwise; the weights
     after two steps are those of the unfused graph either way."""
-    from duograph.graphlib.ops import _cblas
+    from duograph.runtime.cpu import cblas as _cblas
     if cblas and not _cblas.available():
         pytest.skip("numpy is not built on its bundled OpenBLAS here")
-    if not cblas:
-        monkeypatch.setattr(_cblas, "_state", {"fns": None})
+    dg.config.cblas = cblas
     rng = np.random.default_rng(8)
     w0 = rng.standard_normal((5, 7)).astype(np.float32)
     xs = rng.standard_normal((3, 7)).astype(np.float32)

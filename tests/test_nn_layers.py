@@ -892,16 +892,23 @@ def test_batch_norm_gradient_of_gradient_matches_torch(mode):
 @pytest.mark.parametrize("use_numba", [True, False])
 @pytest.mark.parametrize("dtype, tol", [("float32", 2e-5), ("float64", 1e-11)])
 def test_batch_norm_kernels_numba_and_numpy_agree(monkeypatch, use_numba, dtype, tol):
-    """batch_norm_train's kernels (numba loops where numba is installed, numpy otherwise)
-    against the formulas in float64: forward (y, mean, var) and backward (dx, dw, db)."""
+    """batch_norm_train's CPU kernels (numba loops where numba is installed and on, numpy
+    with BLAS sums otherwise) and the reference kernels, against the formulas in float64:
+    forward (y, mean, var) and backward (dx, dw, db)."""
     from duograph.graphlib.ops import nn as ops_nn
-    monkeypatch.setattr(ops_nn, "USE_NUMBA", use_numba)
+    from duograph.runtime.cpu import cpu_backend
     rng = np.random.default_rng(9)
     x = (rng.standard_normal((7, 3, 4, 5)) * 2 + 1).astype(dtype)
     w, b = rng.standard_normal(3).astype(dtype), rng.standard_normal(3).astype(dtype)
     dy = rng.standard_normal(x.shape).astype(dtype)
-    y, mean, var = ops_nn._bn_kernel(np, x, w, b, eps=1e-5)
-    dx, dw, db = ops_nn._bn_backward_kernel(np, dy, x, w, mean, var, eps=1e-5)
+    forward, backward = ops_nn.batch_norm_train_op, ops_nn.batch_norm_train_backward_op
+    with dg.config.override(numba=use_numba):
+        y, mean, var = cpu_backend.kernels[forward](np, x, w, b, eps=1e-5)
+        dx, dw, db = cpu_backend.kernels[backward](np, dy, x, w, mean, var, eps=1e-5)
+    ref = forward.kernel(np, x, w, b, eps=1e-5) + backward.kernel(np, dy, x, w, mean, var,
+                                                                  eps=1e-5)
+    for got, want in zip((y, mean, var, dx, dw, db), ref):
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol * 10)
     x64, dy64 = x.astype(np.float64), dy.astype(np.float64)
     m, v = x64.mean(axis=(0, 2, 3)), x64.var(axis=(0, 2, 3))
     sh = (1, 3, 1, 1)

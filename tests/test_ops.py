@@ -490,14 +490,28 @@ def test_every_dtype_pair_infers_and_runs_in_the_promoted_dtype():
 
 
 # -- matmul of a few rows by a transposed weight ------------------------------------------------
-@pytest.mark.parametrize("mode", ["0", "1", "auto"])
+@pytest.mark.parametrize("mode", ["off", "on", "auto"])
 def test_small_batch_matmul_forms_agree_planned_and_interpreted(monkeypatch, mode):
-    """x @ W.T at a small batch runs as (W @ x.T).T where that measured faster (linalg's
-    matmul_into); either form gives numpy's product to rounding, and the planned runtime
-    (out= kernel) and the interpreter give the same bits, inside a fused epilogue too."""
-    from duograph.graphlib.ops import linalg
-    monkeypatch.setattr(linalg, "_SWAP_MODE", mode)
+    """x @ W.T at a small batch runs as (W @ x.T).T when dg.config.matmul_swap asks (the
+    CPU backend's matmul_into; "auto": where that measured faster); either form gives
+    numpy's product to rounding, and the planned runtime (out= kernel) and the interpreter
+    give the same bits, inside a fused epilogue too."""
+    from duograph.runtime.cpu import kernels as linalg
     monkeypatch.setattr(linalg, "_swap_choice", {})
+    with dg.config.override(matmul_swap=mode):
+        _check_small_batch_matmul(linalg, mode)
+
+
+def test_matmul_form_is_deterministic_by_default():
+    """Nothing is timed unless asked: by default x @ W.T runs as it is written."""
+    from duograph.runtime.cpu import kernels as linalg
+    assert dg.config.matmul_swap == "off"
+    xs = np.ones((16, 300), np.float32)
+    ws = np.ones((200, 300), np.float32)
+    assert not linalg._use_swap(xs, ws.T)
+
+
+def _check_small_batch_matmul(linalg, mode):
     rng = np.random.default_rng(3)
     xs = rng.standard_normal((16, 300)).astype(np.float32)
     ws = rng.standard_normal((200, 300)).astype(np.float32)
@@ -514,9 +528,9 @@ def test_small_batch_matmul_forms_agree_planned_and_interpreted(monkeypatch, mod
         np.testing.assert_array_equal(a, b)
     key = (16, 300, 200, np.dtype("float32"))
     assert linalg._swap_choice.get(key, None) in ((None,) if mode != "auto" else (True, False))
-    if mode == "1":                                 # the swapped form, checked on its own
+    if mode == "on":                                # the swapped form, checked on its own
         assert linalg._use_swap(xs, ws.T)
-    if mode == "0":
+    if mode == "off":
         assert not linalg._use_swap(xs, ws.T)
     assert not linalg._use_swap(xs.T.copy().T, ws.T)        # x not C-contiguous: numpy's
 
@@ -537,7 +551,7 @@ def test_small_batch_matmul_forms_agree_planned_and_interpreted(monkeypatch, mod
 @pytest.mark.filterwarnings("ignore:Mean of empty slice")     # the empty sample: NaN, as numpy
 def test_sum_and_mean_over_leading_and_trailing_dims(shape, dims, dtype, keepdim):
     """sum/mean/sum_to over leading and trailing dims run as matrix-vector products
-    (graphlib/ops/_blas_reduce.py); the planned (out=) and interpreted kernels agree
+    (runtime/cpu/blas_reduce.py); the planned (out=) and interpreted kernels agree
     bitwise, and both agree with numpy (float64 sums) to rounding."""
     x = np.random.default_rng(len(shape)).standard_normal(shape).astype(dtype)
     g = dg.Graph("sums")

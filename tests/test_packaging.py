@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # The packages every wheel must hold, at least (a new subpackage is found on disk below).
 REQUIRED = ("duograph", "duograph.graphlib", "duograph.graphlib.ops", "duograph.eager",
-            "duograph.passes", "duograph.runtime")
+            "duograph.passes", "duograph.runtime", "duograph.runtime.cpu")
 # Each top-level folder of the import package -> its import name (setup.cfg's package_dir).
 ROOT_FOLDERS = {
     "duograph": "duograph",

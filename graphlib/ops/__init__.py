@@ -1,4 +1,7 @@
-"""The op set, one file per family; importing this package registers every op."""
+"""The op set, one file per family; importing this package registers every op.
+
+Each op's kernel here is its reference over an array module ``xp`` (numpy or cupy); faster
+forms belong to the backends (``runtime/``), which register them in tables keyed by the op.
+"""
 from . import creation, elementwise, shape, reduction, linalg, nn, fused  # noqa: F401 (in order)
 from . import conv, control  # noqa: F401
-from . import out_kernels  # noqa: F401  (out= forms for the planned runtime; last)

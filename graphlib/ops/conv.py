@@ -28,8 +28,6 @@ from .. import dtypes
 from ..errors import DTypeError, ShapeError, located
 from ..registry import OpDef, register
 from ..types import TensorType, format_shape
-from ._fused_cpu import numba_module
-from ._select import UINT_OF_SIZE, select
 from .reduction import sum as reduce_sum
 from .shape import reshape
 
@@ -116,59 +114,7 @@ def _embed(xp, x, rows: int, cols: int, top: int, left: int, fill=0):
     return out
 
 
-# -- numba ------------------------------------------------------------------------------------
-
-# The numba loops of ``_conv_numba`` (max pooling; conv2d's im2col and col2im) run where numba
-# imports, on numpy arrays of these dtypes (conv2d: float32 and float64); float16 and the rest
-# stay on the numpy kernels, which are the reference (tests/test_conv.py checks both).
-_NUMBA_DTYPES = frozenset(np.dtype(name) for name in (
-    "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
-    "uint64"))
-_FLOAT_DTYPES = frozenset([np.dtype("float32"), np.dtype("float64")])
-# False turns the numba loops off (the numpy kernels run), as DUOGRAPH_NUMBA=0 does for all.
-USE_NUMBA = True
-
-
-def _pool_numba(xp, *arrays):
-    """The numba loops (module ``_conv_numba``) where they apply: numpy arrays of a dtype
-    they compute, numba installed, ``USE_NUMBA`` on; else None."""
-    if xp is not np or not USE_NUMBA:
-        return None
-    for a in arrays:
-        if a.dtype not in _NUMBA_DTYPES:     # a set of dtypes: ``.name`` costs ~2 us
-            return None
-    return numba_module("_conv_numba")
-
-
-def _conv_numba(xp, *arrays):
-    """The numba loops for conv2d's patch copies where they apply (numpy float32/float64
-    arrays), else None."""
-    for a in arrays:
-        if a.dtype not in _FLOAT_DTYPES:
-            return None
-    return _pool_numba(xp, *arrays)
-
-
-def _flat(a):
-    """``a`` C-contiguous and 1-D (a view where ``a`` is contiguous already)."""
-    return np.ascontiguousarray(a).reshape(-1)
-
-
-def _pool_geometry(x_shape, out_hw, kernel_size, stride, padding, dilation) -> tuple:
-    """The geometry arguments of the numba pool loops."""
-    n, c, h, w = x_shape
-    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = kernel_size, stride, padding, dilation
-    return n * c, h, w, out_hw[0], out_hw[1], kh, kw, sh, sw, ph, pw, dh, dw
-
-
 # -- conv2d ------------------------------------------------------------------------------------
-
-
-def _conv_geometry(x_shape, kernel, stride, padding, dilation, out_hw) -> tuple:
-    """The geometry arguments of the numba im2col and col2im loops."""
-    n, c, h, w = x_shape
-    return (n, c, h, w, out_hw[0], out_hw[1], kernel[0], kernel[1], stride[0], stride[1],
-            padding[0], padding[2], dilation[0], dilation[1])
 
 
 def _flat_rows(stride, padded_width: int, out_width: int) -> bool:
@@ -189,12 +135,6 @@ def _im2col(xp, x, kernel, stride, padding, dilation, groups: int, out_hw):
     (kh, kw), (dh, dw), (pt, pb, pl, pr), (ho, wo) = kernel, dilation, padding, out_hw
     cg = c // groups
     wp = w + pl + pr
-    nb = _conv_numba(xp, x)
-    if nb is not None:               # one pass, no padded copy, rows of length W_out
-        cols = np.empty((c * kh * kw, n * ho * wo), dtype=x.dtype)
-        nb.im2col(_flat(x), cols.reshape(-1), *_conv_geometry(x.shape, kernel, stride,
-                                                              padding, dilation, out_hw))
-        return cols.reshape(groups, cg * kh * kw, n * ho * wo), wo
     if _flat_rows(stride, wp, wo):
         hp = h + pt + pb + 1         # one spare row: the last runs read (kw-1)*dw past the end
         xpad = _embed(xp, x, hp, wp, pt, pl)
@@ -259,10 +199,18 @@ def _conv2d_infer(types, attrs):
 
 
 def _conv2d_kernel(xp, x, w, b=None, *, stride, padding, dilation, groups):
-    n = x.shape[0]
+    ho, wo = _spatial_out("conv2d", x.shape, tuple(w.shape[2:]), stride, dilation, padding)
+    cols, row = _im2col(xp, x, tuple(w.shape[2:]), stride, padding, dilation, groups,
+                        (ho, wo))
+    return conv2d_from_patches(xp, cols, row, w, b, x.shape[0], (ho, wo), groups)
+
+
+def conv2d_from_patches(xp, cols, row: int, w, b, n: int, out_hw, groups: int):
+    """conv2d's result from its patches (``_im2col``'s layout: (groups, C/groups*kh*kw,
+    N*H_out*row)): one batched matmul, the transposing copy, the bias. A backend with its
+    own patch copy reuses this."""
     out_ch, cg, kh, kw = w.shape
-    ho, wo = _spatial_out("conv2d", x.shape, (kh, kw), stride, dilation, padding)
-    cols, row = _im2col(xp, x, (kh, kw), stride, padding, dilation, groups, (ho, wo))
+    ho, wo = out_hw
     wmat = w.reshape(groups, out_ch // groups, cg * kh * kw)
     res = xp.matmul(wmat, cols).reshape(out_ch, n, ho, row)[..., :wo]
     out = xp.empty((n, out_ch, ho, wo), dtype=res.dtype)
@@ -302,23 +250,23 @@ def _grad_infer(name: str):
     return infer
 
 
+def patch_cotangents(xp, g, w, groups: int, row: int):
+    """The cotangents of conv2d's patches, (groups, C/groups*kh*kw, N*H_out*row): one
+    matmul per group of the weight's transpose by ``g`` (rows of length ``row``)."""
+    out_ch, cg, kh, kw = w.shape
+    wmat = w.reshape(groups, out_ch // groups, cg * kh * kw)
+    return xp.matmul(wmat.swapaxes(-1, -2), _grad_rows(xp, g, groups, row))
+
+
 def _conv2d_input_grad_kernel(xp, g, w, *, shape, stride, padding, dilation, groups):
     n, c, h, wd = shape
     out_ch, cg, kh, kw = w.shape
     (dh, dw), (pt, pb, pl, pr) = dilation, padding
     ho, wo = g.shape[2:]
     wp = wd + pl + pr
-    nb = _conv_numba(xp, g, w)
-    flat = nb is None and _flat_rows(stride, wp, wo)
+    flat = _flat_rows(stride, wp, wo)
     row = wp if flat else wo
-    wmat = w.reshape(groups, out_ch // groups, cg * kh * kw)
-    # the patch cotangents, (C, kh, kw, N, L): one matmul per group
-    dcols = xp.matmul(wmat.swapaxes(-1, -2), _grad_rows(xp, g, groups, row))
-    if nb is not None:               # col2im straight into gx: no padded copy, no transpose
-        gx = np.zeros(shape, dtype=g.dtype)
-        nb.col2im(dcols.reshape(-1), gx.reshape(-1), *_conv_geometry(
-            shape, (kh, kw), stride, padding, dilation, (ho, wo)))
-        return gx
+    dcols = patch_cotangents(xp, g, w, groups, row)
     dcols = dcols.reshape(c, kh, kw, n, ho * row)
     if flat:                         # each offset adds one contiguous run (see _im2col)
         hp, length = h + pt + pb + 1, ho * wp
@@ -350,9 +298,13 @@ conv2d_input_grad_op = register(OpDef(
 
 
 def _conv2d_weight_grad_kernel(xp, x, g, *, shape, stride, padding, dilation, groups):
-    out_ch, cg, kh, kw = shape
-    ho, wo = g.shape[2:]
-    cols, row = _im2col(xp, x, (kh, kw), stride, padding, dilation, groups, (ho, wo))
+    cols, row = _im2col(xp, x, tuple(shape[2:]), stride, padding, dilation, groups,
+                        tuple(g.shape[2:]))
+    return weight_grad_from_patches(xp, cols, row, g, groups, shape)
+
+
+def weight_grad_from_patches(xp, cols, row: int, g, groups: int, shape):
+    """conv2d's weight gradient from the input's patches (``_im2col``'s layout)."""
     rows = _grad_rows(xp, g, groups, row)                 # (G, C_out/G, N*L)
     # patches @ rows^T, then transposed: BLAS runs this orientation markedly faster
     grad_t = xp.matmul(cols, rows.swapaxes(-1, -2))       # (G, C/G*kh*kw, C_out/G)
@@ -412,13 +364,6 @@ def _lowest(xp, dtype):
     return -np.inf if dtype.kind == "f" else np.iinfo(dtype).min
 
 
-def _is_2x2(x_shape, out_hw, kernel_size, stride, padding, dilation) -> bool:
-    """2x2 windows at stride 2 that tile the input exactly (no padding, dilation or rest)."""
-    return (kernel_size == (2, 2) and stride == (2, 2) and padding == (0, 0)
-            and dilation == (1, 1) and x_shape[2] == 2 * out_hw[0]
-            and x_shape[3] == 2 * out_hw[1])
-
-
 def _pool_source(xp, x, rows: int, cols: int, padding, fill):
     """``x`` padded to (rows, cols) with ``fill``: ``x`` itself where no padding is needed."""
     if (rows, cols) == tuple(x.shape[2:]):
@@ -458,25 +403,14 @@ def _max_pool_argmax(xp, x, kernel_size, stride, padding, dilation, ceil_mode):
             valid = valid_rows[k // kw][:, None] & valid_cols[k % kw][None, :]
             better |= valid & ~seen
             seen = seen | valid
-        best = select(xp, better, win, best)
-        index = select(xp, ~better, index, xp.asarray(k, dtype=xp.int32))
+        best = xp.where(better, win, best)
+        index = xp.where(~better, index, xp.asarray(k, dtype=xp.int32))
     return index, out_hw, (rows, cols)
 
 
 def _max_pool2d_kernel(xp, x, kernel_size, stride, padding, dilation, ceil_mode):
     out_hw, (rows, cols) = _pool_layout(x.shape, kernel_size, stride, padding, dilation,
                                         ceil_mode)
-    nb = _pool_numba(xp, x)
-    if nb is not None:
-        n, c = x.shape[:2]
-        out = np.empty((n, c) + tuple(out_hw), dtype=x.dtype)
-        geometry = _pool_geometry(x.shape, out_hw, kernel_size, stride, padding, dilation)
-        if _is_2x2(x.shape, out_hw, kernel_size, stride, padding, dilation):
-            nb.max_pool_forward_2x2(_flat(x), out.reshape(-1), *geometry[:5])
-        else:
-            nb.max_pool_forward(_flat(x), out.reshape(-1), *geometry,
-                                x.dtype.type(_lowest(xp, x.dtype)))
-        return out
     xpad = _pool_source(xp, x, rows, cols, padding, _lowest(xp, x.dtype))
     kh, kw = kernel_size
     out = _window(xpad, 0, 0, stride, dilation, out_hw).copy()
@@ -499,75 +433,8 @@ def _max_pool2d_backward_infer(types, attrs):
     return [TensorType(x.shape, g.dtype)]
 
 
-def _windows_overlap(kernel_size, stride, dilation) -> bool:
-    """Whether an input element can lie in more than one window."""
-    return any(s < d * (k - 1) + 1 for k, s, d in zip(kernel_size, stride, dilation))
-
-
-def _tiles(x_shape, out_hw, kernel_size, stride, padding, dilation) -> bool:
-    """Windows that tile the input: stride = kernel, no padding or dilation, no partial
-    window (ceil_mode's last one)."""
-    return (tuple(kernel_size) == tuple(stride) and tuple(padding) == (0, 0)
-            and tuple(dilation) == (1, 1) and out_hw[0] * stride[0] <= x_shape[2]
-            and out_hw[1] * stride[1] <= x_shape[3])
-
-
-def _max_pool_tiled_backward(xp, g, x, kernel_size, out_hw):
-    """The numpy backward for windows that tile x (each element in one window at most):
-    per tap, a mask of the windows whose first maximum sits there, and the cotangent's bits
-    moved through it (no branches, no argmax array); bit for bit the general kernel's
-    result (0 + g at the winner). None where a window holds a NaN (the general kernel's
-    rule for NaNs applies then) or for a dtype without a same-size unsigned integer."""
-    kh, kw = kernel_size
-    ho, wo = out_hw
-    name = UINT_OF_SIZE.get(g.dtype.itemsize)
-    if name is None or g.dtype.kind != "f":
-        return None
-
-    def tap(a, i, j):
-        return a[:, :, i:i + kh * ho:kh, j:j + kw * wo:kw]
-    best = tap(x, 0, 0).copy()
-    for k in range(1, kh * kw):
-        xp.maximum(best, tap(x, k // kw, k % kw), out=best)
-    if x.dtype.kind == "f" and bool(xp.isnan(best).any()):
-        return None
-    it = getattr(xp, name)
-    bits = (g + g.dtype.type(0)).view(it)           # 0 + g, as the general kernel adds it
-    gx = xp.zeros(x.shape, dtype=g.dtype)
-    mask = xp.empty(best.shape, dtype=it)
-    free = None                                     # windows whose winner is still unplaced
-    for k in range(kh * kw):
-        i, j = divmod(k, kw)
-        eq = tap(x, i, j) == best
-        if free is None:
-            free = ~eq
-        else:
-            eq &= free
-            free &= ~eq
-        xp.subtract(0, eq, out=mask, dtype=it)      # True -> all ones
-        xp.bitwise_and(bits, mask, out=tap(gx, i, j).view(it))
-    return gx
-
-
 def _max_pool2d_backward_kernel(xp, g, x, kernel_size, stride, padding, dilation, ceil_mode):
     n, c, h, w = x.shape
-    nb = _pool_numba(xp, g, x)
-    if nb is not None:
-        out_hw = tuple(g.shape[2:])
-        geometry = _pool_geometry(x.shape, out_hw, kernel_size, stride, padding, dilation)
-        if _is_2x2(x.shape, out_hw, kernel_size, stride, padding, dilation):
-            gx = np.empty((n, c, h, w), dtype=g.dtype)
-            nb.max_pool_backward_2x2(_flat(g), _flat(x), gx.reshape(-1), *geometry[:5],
-                                     g.dtype.type(0))
-        else:
-            gx = np.zeros((n, c, h, w), dtype=g.dtype)
-            nb.max_pool_backward(_flat(g), _flat(x), gx.reshape(-1), *geometry,
-                                 _windows_overlap(kernel_size, stride, dilation))
-        return gx
-    if _tiles(x.shape, g.shape[2:], kernel_size, stride, padding, dilation):
-        gx = _max_pool_tiled_backward(xp, g, x, kernel_size, tuple(g.shape[2:]))
-        if gx is not None:
-            return gx
     index, out_hw, (rows, cols) = _max_pool_argmax(xp, x, kernel_size, stride, padding,
                                                    dilation, ceil_mode)
     kh, kw = kernel_size
@@ -575,7 +442,7 @@ def _max_pool2d_backward_kernel(xp, g, x, kernel_size, stride, padding, dilation
     gx = xp.zeros((n, c, rows, cols), dtype=g.dtype)
     for k in range(kh * kw):
         win = _window(gx, k // kw, k % kw, stride, dilation, out_hw)
-        win += select(xp, index == k, g, zero)
+        win += xp.where(index == k, g, zero)
     ph, pw = padding
     if (rows, cols) == (h, w):
         return gx
@@ -596,14 +463,6 @@ def _max_pool2d_gather_infer(types, attrs):
 
 
 def _max_pool2d_gather_kernel(xp, c, x, kernel_size, stride, padding, dilation, ceil_mode):
-    nb = _pool_numba(xp, c, x)
-    if nb is not None:
-        out_hw, _ = _pool_layout(x.shape, kernel_size, stride, padding, dilation, ceil_mode)
-        out = np.empty(tuple(x.shape[:2]) + tuple(out_hw), dtype=c.dtype)
-        nb.max_pool_gather(_flat(c), _flat(x), out.reshape(-1),
-                           *_pool_geometry(x.shape, out_hw, kernel_size, stride, padding,
-                                           dilation))
-        return out
     index, out_hw, (rows, cols) = _max_pool_argmax(xp, x, kernel_size, stride, padding,
                                                    dilation, ceil_mode)
     cpad = _pool_source(xp, c, rows, cols, padding, 0)

@@ -316,10 +316,7 @@ def _to_device_infer(types, attrs):
 
 
 def _to_device_kernel(xp, x, device):
-    if device == "cpu":
-        return x.get() if hasattr(x, "get") else x
-    import cupy   # pragma: no cover - GPU only
-    return cupy.asarray(x)
+    return xpu.to_device(x, device)
 
 
 to_device_op = register(OpDef(

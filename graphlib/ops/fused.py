@@ -11,10 +11,10 @@ step calls the producer's kernel, the elementwise chain follows).
                               return (%c) }
 
 ``infer`` re-runs the body's inference on the given input types, so ``graph.verify()`` checks
-fused nodes like any other. The kernel picks a strategy per input signature (see
-``_fused_cpu``): on numpy, cache-sized chunks with reused scratch buffers, or a numba kernel
-generated from the ``expr`` templates where that measures faster; on any other array module
-(cupy), the body's kernels op by op.
+fused nodes like any other. The reference kernel runs the body op by op; how a backend runs
+it faster is the backend's business (its fused compiler: the CPU backend's, in
+``runtime/cpu/fused.py``, generates cache-sized numpy chunks or numba loops from the ``expr``
+templates).
 
 There is no gradient rule (``vjp=None``): fusion runs after autodiff, on graphs whose
 backward is already built, so nothing differentiates through a fused node.
@@ -22,16 +22,16 @@ backward is already built, so nothing differentiates through a fused node.
 from __future__ import annotations
 
 import threading
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
 from ..ir import Graph, Node, Region
+from ..kernels import run_kernel
 from ..printer import format_attrs
 from ..registry import OpDef, register
 from ..serialize import register_region_kind
 from ..types import TensorType
-from . import _fused_cpu
 
 
 class FusedBody(Region):
@@ -40,7 +40,8 @@ class FusedBody(Region):
 
     Two bodies are equal when they hold the same ops on the same wiring with the same
     attributes and input types, so CSE can merge equal fused nodes. The body is never changed
-    after the node is made; it caches its run plans per input signature.
+    after the node is made; backends cache their run plans for it in ``_plans`` (per input
+    signature, under ``_lock``).
     """
 
     __slots__ = ("_plans", "_lock")
@@ -123,13 +124,6 @@ class FusedBody(Region):
                     taken.add(k)
         return homes
 
-    def bind(self, xp, in_shapes: Sequence[tuple]):
-        """A shortcut ``runner(arrays, outs) -> bool`` for inputs that always have
-        ``in_shapes`` (see ``_fused_cpu.bind``), or None."""
-        if xp is not np:
-            return None
-        return _fused_cpu.bind(self, in_shapes)
-
     # -- text ----------------------------------------------------------------------------------
     def body_text(self) -> str:
         """``{ %a = mul(%i0, %i1); %b = tanh(%a); return (%b) }``: one line, scalar constants
@@ -151,18 +145,6 @@ class FusedBody(Region):
         parts.append("return (" + ", ".join(names[id(o)] for o in g.outputs) + ")")
         return "{ " + "; ".join(parts) + " }"
 
-    # -- running -------------------------------------------------------------------------------
-    def run(self, xp, arrays: Sequence, out: Optional[Sequence] = None) -> Tuple:
-        """The body's outputs for ``arrays`` (a tuple, one array per output), written into
-        ``out`` when given (one preallocated array per output)."""
-        if xp is not np or _fused_cpu.get_strategy() == "ops":
-            res = run_ops(self.graph, xp, arrays)
-            if out is None:
-                return res
-            for r, o in zip(res, out):
-                xp.copyto(o, r, casting="unsafe")
-            return tuple(out)
-        return _fused_cpu.run(self, arrays, out)
 
 
 def _letters(i: int) -> str:
@@ -176,33 +158,32 @@ def _letters(i: int) -> str:
 
 
 def eval_nodes(nodes: Sequence[Node], env: Dict[int, object], xp,
-               keep: Sequence = ()) -> None:
-    """Run ``nodes`` op by op with each op's own kernel (any array module), reading and
-    writing ``env`` (id(value) -> array) and dropping each value at its last use unless it
-    is in ``keep``."""
+               keep: Sequence = (), kernels: Optional[Mapping] = None) -> None:
+    """Run ``nodes`` op by op (any array module), reading and writing ``env`` (id(value) ->
+    array) and dropping each value at its last use unless it is in ``keep``. ``kernels``
+    maps an OpDef to the kernel to run (a backend's table); by default each op's own
+    reference kernel."""
     last: Dict[int, int] = {}
     for i, node in enumerate(nodes):
         for x in node.inputs:
             last[id(x)] = i
     kept = {id(v) for v in keep}
     for i, node in enumerate(nodes):
-        res = node.op.kernel(xp, *[env[id(x)] for x in node.inputs], **node.attrs)
-        res = res if node.op.multi_output else (res,)
+        op = node.op
+        kernel = op.kernel if kernels is None else kernels[op]
+        res = run_kernel(kernel, xp, [env[id(x)] for x in node.inputs], node.attrs,
+                         op.multi_output, [np.dtype(o.dtype) for o in node.outputs])
         for o, r in zip(node.outputs, res):
-            if not isinstance(r, xp.ndarray):
-                r = xp.asarray(r)
-            if r.dtype != np.dtype(o.dtype):
-                r = r.astype(o.dtype)
             env[id(o)] = r
         for x in node.inputs:
             if last.get(id(x)) == i and id(x) not in kept:
                 env.pop(id(x), None)
 
 
-def run_ops(graph: Graph, xp, arrays: Sequence) -> Tuple:
-    """Evaluate ``graph`` op by op: the reference strategy, and the one used off numpy."""
+def run_ops(graph: Graph, xp, arrays: Sequence, kernels: Optional[Mapping] = None) -> Tuple:
+    """Evaluate ``graph`` op by op (with ``kernels``, as ``eval_nodes``): the reference."""
     env: Dict[int, object] = {id(v): a for v, a in zip(graph.inputs, arrays)}
-    eval_nodes(graph.nodes, env, xp, graph.outputs)
+    eval_nodes(graph.nodes, env, xp, graph.outputs, kernels)
     return tuple(env[id(o)] for o in graph.outputs)
 
 
@@ -211,20 +192,7 @@ def _fused_infer(types, attrs):
 
 
 def _fused_kernel(xp, *arrays, sub: FusedBody):
-    return sub.run(xp, arrays)
-
-
-def _fused_out_kernel(xp, *arrays, out, sub: FusedBody) -> bool:
-    """Write the outputs into ``out`` (an array, or a sequence of one per output) for the
-    planned runtime; False off numpy (the runtime then calls the kernel and copies).
-    An output may share memory with an input only as ``FusedBody.inplace_pairs`` allows."""
-    if xp is not np:
-        return False
-    outs = list(out) if isinstance(out, (tuple, list)) else [out]
-    if len(outs) != len(sub.graph.outputs):
-        return False
-    sub.run(xp, arrays, outs)
-    return True
+    return run_ops(sub.graph, xp, arrays)
 
 
 register_region_kind("fused", FusedBody)
@@ -232,9 +200,6 @@ register_region_kind("fused", FusedBody)
 # vjp=None on purpose: fusion runs after autodiff, so no gradient flows through fused nodes.
 fused_op = register(OpDef("fused", _fused_infer, _fused_kernel, None, multi_output=True,
                           doc="a fused sub-graph of elementwise ops run as one kernel"))
-if "out_kernel" in OpDef.__slots__:        # the planned runtime's out= protocol
-    fused_op.out_kernel = _fused_out_kernel
-    fused_op.prepare_out = lambda xp, attrs, in_shapes: attrs["sub"].bind(xp, in_shapes)
 
 
 def make_fused_node(inputs: Sequence, body: FusedBody, like: Node, graph: Graph) -> Node:
@@ -243,9 +208,3 @@ def make_fused_node(inputs: Sequence, body: FusedBody, like: Node, graph: Graph)
     from ..rewrite import make_node
     return make_node(fused_op, inputs, {"sub": body}, like, graph)
 
-
-def set_cpu_strategy(name: str) -> str:
-    """Choose how fused nodes run on numpy: "auto" (measured default: numba kernels where
-    they are faster, else chunked numpy), "numpy" (chunked numpy with scratch buffers),
-    "numba" (numba wherever the body translates), "ops" (op by op). Returns the old one."""
-    return _fused_cpu.set_strategy(name)

@@ -1,12 +1,6 @@
 """Linear algebra: matmul with numpy semantics (1-D operands, batching, broadcasting)."""
 from __future__ import annotations
 
-import os
-import time
-from typing import Dict
-
-import numpy as np
-
 from .. import dtypes
 from ..errors import DTypeError, ShapeError, located
 from ..registry import OpDef, register
@@ -61,63 +55,8 @@ def _matmul_vjp(cts, ins, outs, attrs, needs):
     return [ga, gb]
 
 
-# -- the 2-D product of a few rows by a transposed weight --------------------------------------
-# x @ W.T with x (M, K) C-contiguous and W.T a transposed view (K, N), M small, is a Linear
-# layer at a small batch. OpenBLAS here runs it markedly faster as (W @ x.T).T, then one copy
-# of the small (N, M) result (M = 32, 784 -> 256, float32: 120 -> 77 us; M = 256: 1.2x
-# slower). Which form wins depends on the BLAS kernel in use, so it is measured once per
-# (M, K, N, dtype) at the first such product and the faster one kept for the process (as
-# cuDNN's benchmark mode picks convolution algorithms). The two forms sum in different
-# orders: results may differ in the last bits between processes that picked differently.
-# DUOGRAPH_MATMUL_SWAP=0 turns this off (always x @ W.T), =1 always swaps these products.
-SWAP_MAX_ROWS = 64
-_SWAP_MODE = os.environ.get("DUOGRAPH_MATMUL_SWAP", "auto")
-_swap_choice: Dict[tuple, bool] = {}
-
-
-def _swappable(a, b) -> bool:
-    return (a.ndim == 2 and b.ndim == 2 and 2 <= a.shape[0] <= SWAP_MAX_ROWS
-            and a.dtype == b.dtype and a.dtype.kind == "f" and a.flags.c_contiguous
-            and b.flags.f_contiguous and not b.flags.c_contiguous
-            and b.shape[1] > a.shape[0])
-
-
-def _swapped(a, b):
-    return np.matmul(b.T, a.T).T                      # (N, M) C-contiguous, viewed (M, N)
-
-
-def _measure_swap(a, b) -> bool:
-    """Whether the swapped form ran faster (best of 3 each, interleaved) by 10%."""
-    best = [float("inf"), float("inf")]
-    for _ in range(3):
-        for k, run in enumerate((lambda: np.matmul(a, b), lambda: _swapped(a, b))):
-            t = time.perf_counter()
-            run()
-            best[k] = min(best[k], time.perf_counter() - t)
-    return best[1] < 0.9 * best[0]
-
-
-def _use_swap(a, b) -> bool:
-    if _SWAP_MODE == "0" or not _swappable(a, b):
-        return False
-    if _SWAP_MODE == "1":
-        return True
-    key = (a.shape[0], a.shape[1], b.shape[1], a.dtype)
-    choice = _swap_choice.get(key)
-    if choice is None:
-        choice = _swap_choice[key] = _measure_swap(a, b)
-    return choice
-
-
 def matmul_into(xp, a, b, out=None):
-    """``xp.matmul(a, b)`` (into ``out`` when given), in the faster form for a few rows
-    times a transposed weight (see above)."""
-    if xp is np and _use_swap(a, b):
-        r = _swapped(a, b)
-        if out is None:
-            return np.ascontiguousarray(r)
-        np.copyto(out, r)
-        return out
+    """``xp.matmul(a, b)`` (into ``out`` when given): the reference kernel."""
     return xp.matmul(a, b) if out is None else xp.matmul(a, b, out=out)
 
 

@@ -256,13 +256,6 @@ def _sce_backward_kernel(xp, g, x, t, *, ignore_index, reduction):
     return _sce_grad(xp, g, x, t, ignore_index, reduction, xp.empty(x.shape, x.dtype))
 
 
-def _sce_backward_out(xp, g, x, t, *, out, ignore_index, reduction):
-    if out.dtype != x.dtype or xp.may_share_memory(out, x):
-        return False
-    _sce_grad(xp, g, x, t, ignore_index, reduction, out)
-    return True
-
-
 def _sce_backward_vjp(cts, ins, outs, a, needs):
     """Second order: d = w * (p - onehot) with p = softmax(x), w the per-row weight; for a
     cotangent c, d<c, d>/dx = w * p * (c - sum(c * p)) and d<c, d>/dg = sum over the
@@ -301,7 +294,6 @@ softmax_cross_entropy_backward_op = register(OpDef(
     "softmax_cross_entropy_backward", _sce_backward_infer, _sce_backward_kernel,
     _sce_backward_vjp, nondiff_inputs=(2,),
     doc="d softmax_cross_entropy / d logits: (softmax - one_hot) scaled per row"))
-softmax_cross_entropy_backward_op.out_kernel = _sce_backward_out
 
 
 def softmax_cross_entropy(logits, target, ignore_index: int = -100, reduction: str = "mean"):
@@ -338,39 +330,14 @@ def _bn_infer(types, attrs):
 
 
 def _channel_sum(xp, a, dims):
-    from . import _blas_reduce
-    parts = _blas_reduce.split(a, dims)
-    if parts is not None:
-        return _blas_reduce.blas_sum(a, parts)
+    """The sum over ``dims`` in ``a``'s dtype (a backend may pass a faster one to
+    ``_bn_forward`` and ``_bn_backward``)."""
     return a.sum(axis=dims, dtype=a.dtype)
 
 
 def _bn_count(x) -> int:
     """Elements per channel (static shapes)."""
     return math.prod(x.shape) // x.shape[1] if x.shape[1] else 0
-
-
-USE_NUMBA = True          # the numba loops of _norm_numba where they apply (tests turn off)
-
-
-def _norm_numba(xp, *arrays):
-    """The ``_norm_numba`` module for C-contiguous numpy float32/float64 arrays of one
-    dtype with something in them, where numba is installed; else None."""
-    if not USE_NUMBA or xp is not np:
-        return None
-    dt = arrays[0].dtype
-    for a in arrays:
-        if type(a) is not np.ndarray or a.dtype != dt or not a.flags.c_contiguous:
-            return None
-    if dt not in (np.float32, np.float64) or arrays[0].size == 0:
-        return None
-    from ._fused_cpu import numba_module
-    return numba_module("_norm_numba")
-
-
-def _as3(a):
-    """(N, C, S) view of a C-contiguous (N, C, ...) array."""
-    return a.reshape(a.shape[0], a.shape[1], -1)
 
 
 def _bn_rows(x):
@@ -394,21 +361,16 @@ def _bn_buffers(x, xp=np):
             xp.empty(c, dtype=x.dtype))
 
 
-def _bn_forward(xp, x, w, b, eps, out=None):
+def _bn_forward(xp, x, w, b, eps, out=None, channel_sum=_channel_sum):
     """(y, mean, biased var) over every dim but 1, into ``out`` when given."""
-    nb = _norm_numba(xp, x, w, b, *(out or ()))
-    if nb is not None:
-        y, mean, var = out if out is not None else _bn_buffers(x)
-        nb.forward(_as3(x), w, b, eps, _as3(y), mean, var)
-        return y, mean, var
     dims = _bn_dims(x)
     y, mean, var = out if out is not None else _bn_buffers(x, xp)
     n = x.dtype.type(_bn_count(x))
     rows, per = _bn_rows(x)
     with np.errstate(invalid="ignore", divide="ignore"):
-        m = _channel_sum(xp, x, dims) / n
+        m = channel_sum(xp, x, dims) / n
         xc = rows - per(m)
-        v = _channel_sum(xp, xp.square(xc).reshape(x.shape), dims) / n
+        v = channel_sum(xp, xp.square(xc).reshape(x.shape), dims) / n
         scale = w / xp.sqrt(v + x.dtype.type(eps))
     y2 = y.reshape(rows.shape)
     xp.multiply(xc, per(scale), out=y2)
@@ -429,15 +391,6 @@ def _bn_kernel(xp, x, w, b, *, eps):
     if x.dtype == xp.float16:
         return _half_in_float32(xp, lambda *a: _bn_forward(xp, *a, eps), x, w, b)
     return _bn_forward(xp, x, w, b, eps)
-
-
-def _bn_out(xp, x, w, b, *, out, eps):
-    if x.dtype == xp.float16 or any(o.dtype != x.dtype for o in out) \
-            or not out[0].flags.c_contiguous \
-            or xp.may_share_memory(out[0], x):
-        return False
-    _bn_forward(xp, x, w, b, eps, out)
-    return True
 
 
 def _bn_vjp(cts, ins, outs, a, needs):
@@ -462,7 +415,6 @@ def _bn_vjp(cts, ins, outs, a, needs):
 batch_norm_train_op = register(OpDef(
     "batch_norm_train", _bn_infer, _bn_kernel, _bn_vjp, multi_output=True,
     doc="batch normalisation with batch statistics: (y, mean, biased variance)"))
-batch_norm_train_op.out_kernel = _bn_out
 
 
 def _bn_backward_infer(types, attrs):
@@ -474,15 +426,10 @@ def _bn_backward_infer(types, attrs):
     return [TensorType(x.shape, x.dtype), c, c]
 
 
-def _bn_backward(xp, dy, x, w, mean, var, eps, out=None):
+def _bn_backward(xp, dy, x, w, mean, var, eps, out=None, channel_sum=_channel_sum):
     """(dx, dweight, dbias) of y = (x - mean) / sqrt(var + eps) * w + b over the batch:
     dx = w / sqrt(var + eps) * (dy - mean(dy) - (x - mean) / (var + eps) * mean(dy (x - mean)))
     """
-    nb = _norm_numba(xp, dy, x, w, mean, var, *(out or ()))
-    if nb is not None:
-        dx, dw, db = out if out is not None else _bn_buffers(x)
-        nb.backward(_as3(dy), _as3(x), w, mean, var, eps, _as3(dx), dw, db)
-        return dx, dw, db
     dims = _bn_dims(x)
     dx, dw, db = out if out is not None else _bn_buffers(x, xp)
     n = x.dtype.type(_bn_count(x))
@@ -490,10 +437,10 @@ def _bn_backward(xp, dy, x, w, mean, var, eps, out=None):
     dy2 = dy.reshape(rows.shape)
     with np.errstate(invalid="ignore", divide="ignore"):
         invstd = x.dtype.type(1) / xp.sqrt(var + x.dtype.type(eps))
-        sum_dy = _channel_sum(xp, dy, dims)
+        sum_dy = channel_sum(xp, dy, dims)
         xc = rows - per(mean)
         t = xp.multiply(dy2, xc)
-        dot = _channel_sum(xp, t.reshape(x.shape), dims)
+        dot = channel_sum(xp, t.reshape(x.shape), dims)
         k1 = w * invstd
         k2 = k1 * invstd * invstd * dot / n
         k3 = k1 * sum_dy / n
@@ -511,15 +458,6 @@ def _bn_backward_kernel(xp, dy, x, w, mean, var, *, eps):
     if x.dtype == xp.float16:
         return _half_in_float32(xp, lambda *a: _bn_backward(xp, *a, eps), dy, x, w, mean, var)
     return _bn_backward(xp, dy, x, w, mean, var, eps)
-
-
-def _bn_backward_out(xp, dy, x, w, mean, var, *, out, eps):
-    if x.dtype == xp.float16 or any(o.dtype != x.dtype for o in out) \
-            or not out[0].flags.c_contiguous \
-            or xp.may_share_memory(out[0], x) or xp.may_share_memory(out[0], dy):
-        return False
-    _bn_backward(xp, dy, x, w, mean, var, eps, out)
-    return True
 
 
 def _bn_backward_formula(dy, x, w, mean, var, eps):
@@ -548,7 +486,6 @@ def _bn_backward_vjp(cts, ins, outs, a, needs):
 batch_norm_train_backward_op = register(OpDef(
     "batch_norm_train_backward", _bn_backward_infer, _bn_backward_kernel, _bn_backward_vjp,
     multi_output=True, doc="(dx, dweight, dbias) of batch_norm_train"))
-batch_norm_train_backward_op.out_kernel = _bn_backward_out
 
 
 def batch_norm_train(x, weight, bias, eps: float = 1e-5):

@@ -5,7 +5,6 @@ from .. import dtypes
 from ..errors import DTypeError, ShapeError
 from ..registry import OpDef, register
 from ..types import TensorType, normalize_dim, normalize_dims
-from . import _blas_reduce
 from .elementwise import cast, exp, logical_and, where
 from .shape import expand, reshape
 
@@ -74,10 +73,6 @@ def _sum_dtype(dt, attrs):
 
 
 def _sum_kernel(xp, x, dim, keepdim, dtype=None):
-    parts = None if dtype is not None else _blas_reduce.split(x, dim)
-    if parts is not None:
-        return _blas_reduce.blas_sum(x, parts).reshape(
-            _reduced_shape(x.shape, dim, keepdim))
     out_dtype = dtype or (x.dtype.name if x.dtype.kind == "f" else "int64")
     acc = "float32" if out_dtype == "float16" else out_dtype
     out = xp.sum(x, axis=_axis(dim, x.ndim), keepdims=keepdim, dtype=acc)
@@ -91,11 +86,6 @@ sum_op = register(OpDef(
 
 
 def _mean_kernel(xp, x, dim, keepdim):
-    parts = _blas_reduce.split(x, dim)
-    if parts is not None:
-        total = _blas_reduce.blas_sum(x, parts)
-        total /= x.dtype.type(x.size // total.size)
-        return total.reshape(_reduced_shape(x.shape, dim, keepdim))
     return _acc_back(xp.mean(x, axis=_axis(dim, x.ndim), keepdims=keepdim, dtype=_acc(xp, x)),
                      x)
 

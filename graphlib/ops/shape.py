@@ -15,7 +15,6 @@ from ..errors import DTypeError, ShapeError, located
 from ..registry import OpDef, register
 from ..types import (TensorType, as_shape, dim_add, dim_product, dim_slice, dims_product,
                      format_shape, normalize_dim)
-from . import _blas_reduce
 
 # -- reshape -----------------------------------------------------------------------------------
 
@@ -146,26 +145,13 @@ def _sum_to_kernel(xp, x, shape):
     axes, lead = _sum_to_axes(x.shape, shape)
     if not axes:
         return x
-    parts = _blas_reduce.split(x, axes)
-    if parts is not None:           # a bias gradient: BLAS sums at memory speed
-        return _blas_reduce.blas_sum(x, parts).reshape(shape)
     out = xp.sum(x, axis=axes, keepdims=True)
     return out.reshape(shape) if lead else out
-
-
-def _sum_to_out(xp, x, *, out, shape):
-    axes, _ = _sum_to_axes(x.shape, shape)
-    parts = _blas_reduce.split(x, axes) if axes else None
-    if parts is None or out.dtype != x.dtype or not out.flags.c_contiguous:
-        return False
-    _blas_reduce.blas_sum(x, parts, out=out)
-    return True
 
 
 sum_to_op = register(OpDef(
     "sum_to", _sum_to_infer, _sum_to_kernel,
     lambda cts, ins, outs, a, needs: [expand(cts[0], *ins[0].shape)]))
-sum_to_op.out_kernel = _sum_to_out
 
 # -- cat and split -----------------------------------------------------------------------------
 

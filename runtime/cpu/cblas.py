@@ -8,8 +8,8 @@ scipy ships its own OpenBLAS: its threads and numpy's spin-wait against each oth
 measured a 5-25x slower MLP training step on 2 cores (4-18 ms instead of 0.7). So the
 gemm called here is the one numpy itself uses, found in the OpenBLAS library numpy's wheels
 bundle (symbols ``scipy_cblas_sgemm64_`` / ``scipy_cblas_dgemm64_``, 64-bit integers). Where
-numpy is built otherwise (MKL, Accelerate...), ``gemm_update`` returns False and callers keep
-numpy's path.
+numpy is built otherwise (MKL, Accelerate...), or with ``dg.config.cblas = False``,
+``gemm_update`` returns False and callers keep numpy's path.
 """
 from __future__ import annotations
 
@@ -20,31 +20,34 @@ from typing import Optional
 
 import numpy as np
 
+from ...graphlib.config import config
+
 _ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
 _state: dict = {}
 
 
 def _library() -> Optional[dict]:
+    if not config.cblas:
+        return None
     if "fns" in _state:
         return _state["fns"]
     fns = None
-    if os.environ.get("DUOGRAPH_CBLAS", "1") != "0":
-        try:
-            folder = os.path.join(os.path.dirname(os.path.dirname(np.__file__)), "numpy.libs")
-            for path in sorted(glob.glob(os.path.join(folder, "libscipy_openblas64_*"))):
-                lib = ctypes.CDLL(path)
-                found = {}
-                for dt, name, real in (("float32", "scipy_cblas_sgemm64_", ctypes.c_float),
-                                       ("float64", "scipy_cblas_dgemm64_", ctypes.c_double)):
-                    fn = getattr(lib, name)
-                    i, i64, p = ctypes.c_int, ctypes.c_int64, ctypes.c_void_p
-                    fn.argtypes = [i, i, i, i64, i64, i64, real, p, i64, p, i64, real, p, i64]
-                    fn.restype = None
-                    found[np.dtype(dt)] = (fn, real)
-                fns = found
-                break
-        except (OSError, AttributeError):
-            fns = None
+    try:
+        folder = os.path.join(os.path.dirname(os.path.dirname(np.__file__)), "numpy.libs")
+        for path in sorted(glob.glob(os.path.join(folder, "libscipy_openblas64_*"))):
+            lib = ctypes.CDLL(path)
+            found = {}
+            for dt, name, real in (("float32", "scipy_cblas_sgemm64_", ctypes.c_float),
+                                   ("float64", "scipy_cblas_dgemm64_", ctypes.c_double)):
+                fn = getattr(lib, name)
+                i, i64, p = ctypes.c_int, ctypes.c_int64, ctypes.c_void_p
+                fn.argtypes = [i, i, i, i64, i64, i64, real, p, i64, p, i64, real, p, i64]
+                fn.restype = None
+                found[np.dtype(dt)] = (fn, real)
+            fns = found
+            break
+    except (OSError, AttributeError):
+        fns = None
     _state["fns"] = fns
     return fns
 

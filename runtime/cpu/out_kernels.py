@@ -1,17 +1,20 @@
-"""``out=`` forms of the hot ops, for the planned runtime (kernels write into the arena).
+"""The CPU backend's ``out=`` forms of the hot ops, for the planned runtime (kernels write
+into the arena).
 
 Each entry writes ``op(*arrays)`` into a preallocated ``out`` of the op's output dtype and
 shape and returns True, or returns False when it cannot do so exactly for these operands (a
-dtype the ufunc would compute differently, say); the runtime then falls back to ``kernel``.
-Only operands whose dtypes already equal the output's take the ufunc path, so the result is
-bit-for-bit what ``kernel`` computes.
+dtype the ufunc would compute differently, say); the runtime then falls back to the
+backend's plain kernel. Only operands whose dtypes already equal the output's take the ufunc
+path, so the result is bit-for-bit what the plain kernel computes.
 """
 from __future__ import annotations
 
-from ..registry import REGISTRY
-from . import _blas_reduce
-from ._select import where_bits as _where_bits
-from .linalg import matmul_into as _matmul_into
+from ...graphlib.ops import nn, shape
+from ...graphlib.registry import REGISTRY
+from . import blas_reduce as _blas_reduce
+from .kernels import bn_backward, bn_forward
+from .kernels import matmul_into as _matmul_into
+from .select import where_bits as _where_bits
 
 # op name -> xp ufunc name, for elementwise ops that are one ufunc
 _UFUNCS = {
@@ -126,18 +129,59 @@ def _full_like_out(xp, x, out, fill_value, dtype):
     return True
 
 
-def install() -> None:
+def _sum_to_out(xp, x, *, out, shape):
+    axes, _ = _sum_to_axes(x.shape, shape)
+    parts = _blas_reduce.split(x, axes) if axes else None
+    if parts is None or out.dtype != x.dtype or not out.flags.c_contiguous:
+        return False
+    _blas_reduce.blas_sum(x, parts, out=out)
+    return True
+
+
+_sum_to_axes = shape._sum_to_axes
+
+
+def _sce_backward_out(xp, g, x, t, *, out, ignore_index, reduction):
+    if out.dtype != x.dtype or xp.may_share_memory(out, x):
+        return False
+    nn._sce_grad(xp, g, x, t, ignore_index, reduction, out)
+    return True
+
+
+def _bn_out(xp, x, w, b, *, out, eps):
+    if x.dtype == xp.float16 or any(o.dtype != x.dtype for o in out) \
+            or not out[0].flags.c_contiguous \
+            or xp.may_share_memory(out[0], x):
+        return False
+    bn_forward(xp, x, w, b, eps, out)
+    return True
+
+
+def _bn_backward_out(xp, dy, x, w, mean, var, *, out, eps):
+    if x.dtype == xp.float16 or any(o.dtype != x.dtype for o in out) \
+            or not out[0].flags.c_contiguous \
+            or xp.may_share_memory(out[0], x) or xp.may_share_memory(out[0], dy):
+        return False
+    bn_backward(xp, dy, x, w, mean, var, eps, out)
+    return True
+
+
+def table() -> dict:
+    """op -> out= form, for the backend to register."""
+    forms = {}
     for name, uf in _UFUNCS.items():
-        REGISTRY[name].out_kernel = _ufunc_out(uf)
+        forms[REGISTRY[name]] = _ufunc_out(uf)
     for name, uf in _COMPARE.items():
-        REGISTRY[name].out_kernel = _ufunc_out(uf, compare=True)
-    table = {"square": _square_out, "relu": _relu_out, "sigmoid": _sigmoid_out,
+        forms[REGISTRY[name]] = _ufunc_out(uf, compare=True)
+    named = {"square": _square_out, "relu": _relu_out, "sigmoid": _sigmoid_out,
              "matmul": _matmul_out, "sum": _reduce_out("sum"), "mean": _reduce_out("mean"),
              "amax": _reduce_out("amax"), "amin": _reduce_out("amin"),
              "pow_scalar": _pow_scalar_out, "where": _where_out, "cast": _cast_out,
              "full_like": _full_like_out}
-    for name, fn in table.items():
-        REGISTRY[name].out_kernel = fn
-
-
-install()
+    for name, fn in named.items():
+        forms[REGISTRY[name]] = fn
+    forms[shape.sum_to_op] = _sum_to_out
+    forms[nn.softmax_cross_entropy_backward_op] = _sce_backward_out
+    forms[nn.batch_norm_train_op] = _bn_out
+    forms[nn.batch_norm_train_backward_op] = _bn_backward_out
+    return forms

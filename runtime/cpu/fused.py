@@ -1,7 +1,8 @@
-"""How fused nodes run on numpy: strategies picked by measurement (``benchmarks/fusion.py``).
+"""The CPU backend's compiler for fused regions: strategies picked by measurement
+(``benchmarks/fusion.py``).
 
 A fused body is split into its *prologue* (a matmul or reduction whose epilogue was fused: run
-whole with its own kernel) and its elementwise *region*. The region runs with one of:
+whole with the backend's kernel for it) and its elementwise *region*. The region runs with one of:
 
 - ``numpy`` (the default without numba): generated Python that walks the iteration space in
   cache-sized chunks (``CHUNK`` elements) and calls numpy ufuncs with ``out=`` into a few
@@ -13,7 +14,7 @@ whole with its own kernel) and its elementwise *region*. The region runs with on
   broadcasting handles smaller operands. Small fused kernels are all overhead, so this
   path keeps each one to a few microseconds plus its ufuncs.
 - ``numba``: one ``@njit`` loop generated from the ops' ``expr`` templates, compiled once and
-  cached on disk across processes, single-threaded by default (see ``NUMBA_PARALLEL``).
+  cached on disk across processes, single-threaded by default (``config.numba_parallel``).
   Used where it measured faster. There is no SVML here, so numba's ``np.tanh``, ``exp`` and
   ``log`` are scalar libm calls (tanh ~17 ns an element, 20-40x slower than numpy's SIMD
   loops): the generated code computes float32 tanh (and sigmoid, tanh-GELU) with a
@@ -21,8 +22,10 @@ whole with its own kernel) and its elementwise *region*. The region runs with on
   transcendental ops stay on numpy. Python float literals are cast to the compute dtype, so
   float32 code never promotes to float64.
 
-``set_strategy`` (or the ``DUOGRAPH_FUSED`` environment variable) forces one: ``auto``,
-``numpy``, ``numba`` or ``ops`` (op by op, the reference).
+``dg.config.fused_strategy`` (seeded by ``DUOGRAPH_FUSED``) forces one: ``auto``,
+``numpy``, ``numba`` or ``ops`` (op by op, the reference). Every op a region or prologue
+calls as a whole runs the CPU backend's kernel for it (``tables.KERNELS``), so a fused body
+gives the bits the unfused graph gives on this backend.
 """
 from __future__ import annotations
 
@@ -39,6 +42,11 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from ...graphlib.config import config
+from ...graphlib.ops.fused import eval_nodes
+from ..backend import FusedCompiler
+from .tables import KERNELS, OUT_KERNELS
+
 # Elements per chunk (float32: 256 KiB per buffer; the few live ones stay in a 2 MiB L2):
 # 64K-128K measured fastest here, 8K-16K lose to per-call overhead, 1M+ spill the cache.
 CHUNK = 1 << 16
@@ -49,41 +57,24 @@ CHUNK = 1 << 16
 # chunks from ~200K on (benchmarks/fusion.py has the sweep).
 DIRECT_SHORT_OPS = 3
 DIRECT_SHORT_MAX = 1 << 20
-# Threads splitting the chunks of one large fused kernel (numpy's ufuncs release the GIL),
-# from THREAD_MIN_ELEMENTS on; below it the hand-off costs more than a second core gives.
-# Off by default (1): two threads measured 1.6x faster on an idle 2-core machine, but slower
-# than one next to BLAS (its threads spin on the cores after each matmul) or other work.
-THREADS = max(1, int(os.environ.get("DUOGRAPH_FUSED_THREADS", "1")))
+# Threads splitting the chunks of one large fused kernel (numpy's ufuncs release the GIL:
+# ``config.fused_threads``), from THREAD_MIN_ELEMENTS on; below it the hand-off costs more
+# than a second core gives. Off by default (1): two threads measured 1.6x faster on an idle
+# 2-core machine, but slower than one next to BLAS (its threads spin on the cores after each
+# matmul) or other work.
 THREAD_MIN_ELEMENTS = 1 << 20
 # Below this many elements a numba kernel saves under ~50 us a call, which rarely repays
 # its first compilation (~1 s; later processes load it from the disk cache in ~0.1 s).
 NUMBA_MIN_ELEMENTS = 1 << 16
 # numba kernels run on one thread by default: with parallel=True, numba's OpenMP threads
 # and OpenBLAS's threads spin-wait on each other's cores after every call, which measured
-# a 12x slower MLP training step on 2 cores. DUOGRAPH_NUMBA_PARALLEL=1 turns it on.
-NUMBA_PARALLEL = os.environ.get("DUOGRAPH_NUMBA_PARALLEL", "0") == "1"
+# a 12x slower MLP training step on 2 cores. ``config.numba_parallel = True`` turns it on.
 # LLVM may contract a * b + c into one fused multiply-add (one rounding instead of two, as
 # float reassociation allows): the float32 GELU-tanh chain measured 3.4 -> 2.2 ms on 4M
 # elements. No other fast-math flag: NaN and infinity semantics stay IEEE's, and the others
 # (arcp, reassoc, nsz, afn) measured no faster here.
 NUMBA_FASTMATH = {"contract"}
 STRATEGIES = ("auto", "numpy", "numba", "ops")
-_strategy = os.environ.get("DUOGRAPH_FUSED", "auto")
-if _strategy not in STRATEGIES:
-    _strategy = "auto"
-
-
-def set_strategy(name: str) -> str:
-    """Force a CPU strategy for fused nodes (one of STRATEGIES); returns the previous one."""
-    global _strategy
-    if name not in STRATEGIES:
-        raise ValueError(f"fused strategy must be one of {STRATEGIES}, found {name!r}")
-    old, _strategy = _strategy, name
-    return old
-
-
-def get_strategy() -> str:
-    return _strategy
 
 
 # -- layout: prologue, region, inputs and outputs of a body ----------------------------------
@@ -121,7 +112,9 @@ def _layout(body) -> Layout:
 
 
 def _plan(body, lay: Layout, ins: Sequence[np.ndarray]):
-    key = (_strategy, tuple([(a.shape, a.dtype.char, a.flags.c_contiguous) for a in ins]))
+    # the switches a plan depends on are part of its key: a change takes effect at once
+    key = (config.fused_strategy, config.numba, config.numba_parallel,
+           tuple([(a.shape, a.dtype.char, a.flags.c_contiguous) for a in ins]))
     plan = body._plans.get(key)
     if plan is None:
         with body._lock:
@@ -140,18 +133,17 @@ def run(body, arrays: Sequence, out: Optional[Sequence[np.ndarray]] = None) -> T
         plan = _plan(body, lay, arrays)
         if plan is not False:
             return tuple(plan(arrays, out))
-    from .fused import eval_nodes
     env: Dict[int, object] = {id(v): a for v, a in zip(body.graph.inputs, arrays)}
     if lay.prologue:
-        eval_nodes(lay.prologue, env, np, body.graph.outputs + lay.region_inputs)
+        eval_nodes(lay.prologue, env, np, body.graph.outputs + lay.region_inputs, KERNELS)
     ins = [env[id(v)] for v in lay.region_inputs]
     where = {id(o): k for k, o in enumerate(lay.outputs)}
     if lay.region:
         plan = _plan(body, lay, ins)
         if plan is False:       # no chunked form: the region's kernels op by op
             for c in lay.constants:
-                env[id(c.outputs[0])] = c.op.kernel(np, **c.attrs)
-            eval_nodes(lay.region, env, np, lay.outputs)   # prologue outputs too
+                env[id(c.outputs[0])] = KERNELS[c.op](np, **c.attrs)
+            eval_nodes(lay.region, env, np, lay.outputs, KERNELS)   # prologue outputs too
         else:
             region_out = None if out is None else [out[where[id(v)]]
                                                    for v in lay.region_outputs]
@@ -196,7 +188,7 @@ def _region_shapes(lay: Layout, in_shapes: Sequence[tuple]):
     shapes: Dict[int, tuple] = {id(v): tuple(s) for v, s in zip(lay.region_inputs, in_shapes)}
     consts: Dict[int, np.ndarray] = {}
     for c in lay.constants:
-        arr = np.asarray(c.op.kernel(np, **c.attrs))
+        arr = np.asarray(KERNELS[c.op](np, **c.attrs))
         consts[id(c.outputs[0])] = arr
         shapes[id(c.outputs[0])] = arr.shape
     try:
@@ -219,7 +211,7 @@ def bind(body, in_shapes: Sequence[tuple]):
     the per-call plan lookup; it returns False (the caller then takes the general path)
     once the strategy has been changed. None when no such shortcut applies: only small
     regions without a prologue, whose plan (``DirectPlan``) depends on shapes alone."""
-    strategy = _strategy
+    strategy = config.fused_strategy
     if strategy not in ("auto", "numpy"):
         return None
     lay = _layout(body)
@@ -239,7 +231,7 @@ def bind(body, in_shapes: Sequence[tuple]):
     plan = DirectPlan(lay, shapes, consts, full)
 
     def runner(arrays, outs) -> bool:
-        if _strategy != strategy:
+        if config.fused_strategy != strategy:
             return False
         plan(arrays, outs)
         return True
@@ -251,7 +243,7 @@ def _bind_gemm_update(body, in_shapes: Sequence[tuple], strategy: str):
     whose gradient is that product, as one gemm with alpha = -s (or s) and beta = 1 into the
     output, over P's own buffer when the plan updates P in place (see ``_cblas``). None for
     any other body, or where numpy's BLAS cannot be called."""
-    from . import _cblas
+    from . import cblas as _cblas
     if not _cblas.available():
         return None
     g = body.graph
@@ -290,7 +282,7 @@ def _bind_gemm_update(body, in_shapes: Sequence[tuple], strategy: str):
         return None
 
     def runner(arrays, outs) -> bool:
-        if _strategy != strategy:
+        if config.fused_strategy != strategy:
             return False
         p, out = arrays[ip], outs[0]
         if out is not p and np.may_share_memory(out, p):
@@ -309,7 +301,7 @@ def _bind_prologue(body, lay: Layout, in_shapes: Sequence[tuple], strategy: str)
     here, once; the region then runs over it (a DirectPlan when small, else the cached
     chunk or numba plan). None where the prologue is not simple (several outputs, or
     inputs that are not the body's own)."""
-    from ..types import TensorType
+    from ...graphlib.types import TensorType
     g = body.graph
     index = {id(v): j for j, v in enumerate(g.inputs)}
     types = {id(v): TensorType(tuple(s), v.dtype) for v, s in zip(g.inputs, in_shapes)}
@@ -325,7 +317,7 @@ def _bind_prologue(body, lay: Layout, in_shapes: Sequence[tuple], strategy: str)
         p = node.outputs[0]
         home = homes.get(id(p))
         target = home if home is not None else np.empty(t.shape, t.dtype)
-        steps.append((node.op.kernel, node.op.out_kernel,
+        steps.append((KERNELS[node.op], OUT_KERNELS.get(node.op),
                       tuple(index[id(x)] for x in node.inputs), dict(node.attrs), target))
         made[id(p)] = (len(steps) - 1, t.shape)
     sources = []        # region input -> ("in", j) or ("pro", step)
@@ -356,7 +348,7 @@ def _bind_prologue(body, lay: Layout, in_shapes: Sequence[tuple], strategy: str)
               if id(o) in made and homes.get(id(o)) != k]
 
     def runner(arrays, outs) -> bool:
-        if _strategy != strategy:
+        if config.fused_strategy != strategy:
             return False
         results = []
         for kernel, out_kernel, ins, attrs, target in steps:
@@ -388,8 +380,9 @@ def _build(lay: Layout, ins: Sequence[np.ndarray]):
     if found is None:
         return False
     shapes, consts, full = found
-    if _strategy in ("auto", "numba"):
-        plan = NumbaPlan.build(lay, ins, shapes, consts, full, forced=_strategy == "numba")
+    strategy = config.fused_strategy
+    if strategy in ("auto", "numba"):
+        plan = NumbaPlan.build(lay, ins, shapes, consts, full, forced=strategy == "numba")
         if plan is not None:
             return plan
     if _direct(lay, math.prod(full)):
@@ -473,7 +466,7 @@ class _Scratch:
 
 def _call(node, i: int, args: List[str], glob) -> str:
     """The code calling ``node``'s own kernel (``K{i}``, attrs ``A{i}``) on ``args``."""
-    glob[f"K{i}"] = node.op.kernel
+    glob[f"K{i}"] = KERNELS[node.op]
     glob[f"A{i}"] = dict(node.attrs)
     return f"K{i}(np, {', '.join(args)}, **A{i})" if args else f"K{i}(np, **A{i})"
 
@@ -485,7 +478,7 @@ def _emit(node, i: int, args: List[str], call: str, glob, body: List[str],
     or out= kernel can write one, or a fresh ``t{i}`` from the kernel itself."""
     target = out
     if target is None and (_ufunc_lines(node, args, "T") is not None
-                           or node.op.out_kernel is not None):
+                           or OUT_KERNELS.get(node.op) is not None):
         target = scratch()
     lines = _ufunc_lines(node, args, target) if target else None
     if lines is not None:
@@ -503,9 +496,10 @@ def _kernel_lines(node, i: int, args: List[str], target: str, call: str, glob) -
     tolerates ``target`` sharing bytes with an input, as in-place elementwise kernels
     must), or its kernel and a copy where it has none or declines the operands."""
     copy = f"np.copyto({target}, {call}, casting='unsafe')"
-    if node.op.out_kernel is None:
+    out_kernel = OUT_KERNELS.get(node.op)
+    if out_kernel is None:
         return [copy]
-    glob[f"OK{i}"] = node.op.out_kernel
+    glob[f"OK{i}"] = out_kernel
     head = ", ".join(["np"] + args)
     return [f"if not OK{i}({head}, out={target}, **A{i}):", "    " + copy]
 
@@ -673,13 +667,13 @@ class ChunkPlan:
         else:
             views = work
         lead, rows = self.lead, self.rows
-        threads = min(THREADS, lead // rows)
+        threads = min(config.fused_threads, lead // rows)
         if threads < 2 or self.size < THREAD_MIN_ELEMENTS:
             self._part(ins, views, 0, lead)
             _copy_back(outs, work)
             return outs
         per = -(-lead // threads // rows) * rows          # whole chunks per thread
-        pool = _pool()
+        pool = _pool(threads)
         err = np.geterr()
         futures = [pool.submit(self._part, ins, views, lo, min(lo + per, lead), err)
                    for lo in range(per, lead, per)]
@@ -691,15 +685,18 @@ class ChunkPlan:
 
 
 _executor = None
+_executor_size = 0
 
 
-def _pool():
-    """The thread pool that runs the other parts of a large chunked kernel."""
-    global _executor
+def _pool(threads: int):
+    """The thread pool that runs the other parts of a large chunked kernel (at least
+    ``threads - 1`` workers; grown when ``config.fused_threads`` grows)."""
+    global _executor, _executor_size
     with _kernels_lock:
-        if _executor is None:
+        if _executor is None or _executor_size < threads - 1:
             from concurrent.futures import ThreadPoolExecutor
-            _executor = ThreadPoolExecutor(max(THREADS - 1, 1), thread_name_prefix="dg-fused")
+            _executor_size = max(threads - 1, 1)
+            _executor = ThreadPoolExecutor(_executor_size, thread_name_prefix="dg-fused")
     return _executor
 
 
@@ -709,9 +706,9 @@ _numba_state: Dict[str, object] = {}
 
 def numba_available() -> bool:
     """Whether numba imports (it is the optional ``fast`` extra) and is not turned off with
-    ``DUOGRAPH_NUMBA=0`` (every numba kernel then gives way to numpy's: fused regions,
+    ``config.numba = False`` (every numba kernel then gives way to numpy's: fused regions,
     convolutions, pooling, batch norm)."""
-    if os.environ.get("DUOGRAPH_NUMBA", "1") == "0":
+    if not config.numba:
         return False
     if "ok" not in _numba_state:
         try:
@@ -723,9 +720,11 @@ def numba_available() -> bool:
 
 
 def numba_module(name: str):
-    """The module ``graphlib.ops.<name>`` of hand-written numba kernels (``_conv_numba``,
-    ``_norm_numba``), imported once; None where numba is not available, or (with a warning)
+    """The module ``runtime.cpu.<name>`` of hand-written numba kernels (``conv_numba``,
+    ``norm_numba``), imported once; None where numba is not available, or (with a warning)
     where the module fails to import."""
+    if not config.numba:
+        return None
     key = "module:" + name
     if key not in _numba_state:
         module = None
@@ -916,7 +915,7 @@ def c_to_python(expr: str, literal: str) -> str:
 
 def _cache_dir() -> str:
     """Where generated kernel sources (and numba's cache beside them) live."""
-    base = os.environ.get("DUOGRAPH_CACHE_DIR") or os.path.join(
+    base = config.cache_dir or os.path.join(
         os.path.expanduser("~"), ".cache", "duograph")
     for path in (os.path.join(base, "numba"),
                  os.path.join(tempfile.gettempdir(), "duograph-numba")):
@@ -1084,7 +1083,7 @@ class NumbaPlan:
         helpers = _HELPERS.replace("TANH", "_tanh_f32" if dt == "float32" else "np.tanh")
         src = ["import math", "", "import numpy as np", "from numba import njit, prange", "",
                f"F = np.{dt}", f"FASTMATH = {NUMBA_FASTMATH!r}", helpers, "",
-               f'@njit(parallel={NUMBA_PARALLEL}, cache=True, error_model="numpy", '
+               f'@njit(parallel={config.numba_parallel}, cache=True, error_model="numpy", '
                f'fastmath=FASTMATH)',
                f"def kernel(rows, cols, {', '.join(ins + outs)}):"]
         if rows_mode:
@@ -1138,3 +1137,16 @@ class NumbaPlan:
             return self.fallback(ins, out)
         _copy_back(outs, work)
         return outs
+
+
+class CPUFusedCompiler(FusedCompiler):
+    """The CPU backend's compiler for fused bodies: ``run`` and ``bind`` above, or op by op
+    with the backend's kernels when ``config.fused_strategy`` is ``"ops"``."""
+
+    def run(self, body, arrays: Sequence, out: Optional[Sequence] = None) -> Tuple:
+        if config.fused_strategy == "ops":
+            return super().run(body, arrays, out)
+        return run(body, arrays, out)
+
+    def bind(self, body, in_shapes: Sequence[tuple]):
+        return bind(body, in_shapes)

@@ -1,0 +1,127 @@
+"""The backend: how ops execute on one kind of device.
+
+A ``Backend`` holds an array module (``xp``: numpy, cupy) and kernel tables keyed by the
+``OpDef`` object (never by name), so that everything backend-specific lives beside the ops,
+not inside them (as JAX keeps lowering rules in tables keyed by primitive and platform):
+
+- ``kernels[op]``: the plain kernel ``kernel(xp, *arrays, **attrs)``. A backend registers
+  specialisations with ``register_kernel``; for any other op the table answers the op's own
+  reference ``op.kernel`` (the table fills itself on first lookup, so a lookup is one dict
+  access on the hot path).
+- ``out_kernel(op)``: an ``out=`` form ``fn(xp, *arrays, out=..., **attrs) -> bool`` that writes
+  the result into a preallocated buffer (an array, or a tuple of arrays for a multi-output op)
+  and returns True, or returns False where it cannot for these operands (the planned runtime
+  then calls the plain kernel and copies). None where the backend has none.
+- ``prepare_out(op, attrs, in_shapes)``: a shortcut ``runner(arrays, outs) -> bool`` the
+  planned runtime prepares once per program when every input shape is known, or None (a
+  runner returning False sends the call back to the ``out=`` form).
+- ``fused_compiler``: how the ``fused`` op's body runs (``run(body, arrays, out=None)`` and
+  ``bind(body, in_shapes)``). The base ``FusedCompiler`` evaluates the body op by op with the
+  backend's own kernel table; the CPU backend generates numpy-chunk and numba code.
+
+Adding a backend is a subclass (or instance) of ``Backend`` that registers what it speeds up;
+no file of ``graphlib`` changes.
+"""
+from __future__ import annotations
+
+from typing import Callable, Dict, Optional, Sequence, Tuple
+
+from ..graphlib.ops.fused import FusedBody, fused_op, run_ops
+from ..graphlib.registry import OpDef
+
+
+class KernelTable(dict):
+    """OpDef -> kernel: the specialisations registered, and the op's reference kernel for
+    every other op (filled in on first lookup)."""
+
+    def __missing__(self, op: OpDef) -> Callable:
+        kernel = op.kernel
+        self[op] = kernel
+        return kernel
+
+
+class FusedCompiler:
+    """Runs a fused body op by op with its backend's kernels: correct on any array module,
+    and the reference every faster compiler is tested against."""
+
+    def __init__(self, backend: "Backend"):
+        self.backend = backend
+
+    def run(self, body: FusedBody, arrays: Sequence, out: Optional[Sequence] = None) -> Tuple:
+        """The body's outputs for ``arrays`` (a tuple, one array per output), written into
+        ``out`` when given (one preallocated array per output)."""
+        xp = self.backend.xp
+        res = run_ops(body.graph, xp, arrays, self.backend.kernels)
+        if out is None:
+            return res
+        for r, o in zip(res, out):
+            xp.copyto(o, r, casting="unsafe")
+        return tuple(out)
+
+    def bind(self, body: FusedBody, in_shapes: Sequence[tuple]):
+        """A shortcut runner for inputs that always have ``in_shapes``, or None (none here)."""
+        return None
+
+
+class Backend:
+    """One execution backend: an array module and kernel tables keyed by OpDef (see the
+    module docstring)."""
+
+    def __init__(self, name: str, xp, device: str = "cpu", *,
+                 kernels: Optional[KernelTable] = None,
+                 out_kernels: Optional[Dict[OpDef, Callable]] = None,
+                 prepare: Optional[Dict[OpDef, Callable]] = None,
+                 fused_compiler: Optional[type] = None):
+        self.name = name
+        self.xp = xp
+        self.device = device
+        self.kernels = KernelTable() if kernels is None else kernels
+        self._out: Dict[OpDef, Callable] = {} if out_kernels is None else out_kernels
+        self._prepare: Dict[OpDef, Callable] = {} if prepare is None else prepare
+        self.fused_compiler = (fused_compiler or FusedCompiler)(self)
+        # the fused op runs through whatever compiler the backend holds at call time
+        self.register_kernel(fused_op, self._fused_kernel)
+        self.register_out(fused_op, self._fused_out, self._fused_prepare)
+
+    # -- registration --------------------------------------------------------------------------
+    def register_kernel(self, op: OpDef, kernel: Callable) -> None:
+        """Run ``kernel(xp, *arrays, **attrs)`` for ``op`` on this backend."""
+        self.kernels[op] = kernel
+
+    def register_out(self, op: OpDef, out_kernel: Callable,
+                     prepare: Optional[Callable] = None) -> None:
+        """Give ``op`` an ``out=`` form (and optionally a per-program ``prepare``)."""
+        self._out[op] = out_kernel
+        if prepare is not None:
+            self._prepare[op] = prepare
+
+    # -- lookup --------------------------------------------------------------------------------
+    def kernel(self, op: OpDef) -> Callable:
+        """The kernel this backend runs for ``op`` (a specialisation, or ``op.kernel``)."""
+        return self.kernels[op]
+
+    def out_kernel(self, op: OpDef) -> Optional[Callable]:
+        """The ``out=`` form for ``op``, or None."""
+        return self._out.get(op)
+
+    def prepare_out(self, op: OpDef, attrs: dict, in_shapes: Sequence[tuple]):
+        """A prepared runner for ``op`` with ``attrs`` on inputs of ``in_shapes``, or None."""
+        prepare = self._prepare.get(op)
+        return None if prepare is None else prepare(self.xp, attrs, in_shapes)
+
+    # -- the fused op --------------------------------------------------------------------------
+    def _fused_kernel(self, xp, *arrays, sub: FusedBody):
+        return self.fused_compiler.run(sub, arrays)
+
+    def _fused_out(self, xp, *arrays, out, sub: FusedBody) -> bool:
+        outs = list(out) if isinstance(out, (tuple, list)) else [out]
+        if len(outs) != len(sub.graph.outputs):
+            return False
+        self.fused_compiler.run(sub, arrays, outs)
+        return True
+
+    def _fused_prepare(self, xp, attrs: dict, in_shapes: Sequence[tuple]):
+        return self.fused_compiler.bind(attrs["sub"], in_shapes)
+
+    def __repr__(self) -> str:
+        return f"<Backend {self.name} ({self.device}): {len(self._out)} out= forms>"

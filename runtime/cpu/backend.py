@@ -1,0 +1,27 @@
+"""The CPU backend: numpy arrays, with numba loops, BLAS calls and generated fused kernels
+where they measured faster than the ops' reference kernels."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..backend import Backend
+from . import kernels, out_kernels, tables
+from .fused import CPUFusedCompiler
+
+
+class CPUBackend(Backend):
+    """numpy + numba + BLAS. Its tables are ``tables.KERNELS`` / ``OUT_KERNELS`` /
+    ``PREPARE`` (shared with the fused compiler); what it does not specialise runs the ops'
+    reference kernels on numpy."""
+
+    def __init__(self):
+        super().__init__("numpy", np, "cpu", kernels=tables.KERNELS,
+                         out_kernels=tables.OUT_KERNELS, prepare=tables.PREPARE,
+                         fused_compiler=CPUFusedCompiler)
+        for op, kernel in kernels.table().items():
+            self.register_kernel(op, kernel)
+        for op, form in out_kernels.table().items():
+            self.register_out(op, form)
+
+
+cpu_backend = CPUBackend()

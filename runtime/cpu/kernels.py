@@ -1,0 +1,399 @@
+"""The CPU backend's plain kernels: where numpy + numba + BLAS beat an op's reference kernel.
+
+Each function here takes the reference kernel's arguments, does the fast thing where it
+applies (numba loops, BLAS sums, the small-batch matmul form) and otherwise calls the op's
+reference kernel, so the two never drift apart; tests check that both give the same bits
+(``dg.config.override(numba=False)`` runs the reference where numba would).
+
+- conv2d and its gradients: im2col and col2im as numba loops (``conv_numba``).
+- max pooling, its backward and gather: numba loops; without numba, the backward of
+  windows that tile the input moves the cotangent's bits through masks (``select``).
+- batch norm (training) and its backward: numba loops (``norm_numba``), else the reference
+  formula with its channel sums as BLAS matrix-vector products (``blas_reduce``).
+- sum, mean, sum_to: leading and trailing dims summed through BLAS.
+- matmul: the small-batch ``x @ W.T`` form chosen by ``config.matmul_swap``.
+"""
+from __future__ import annotations
+
+import time
+from typing import Dict
+
+import numpy as np
+
+from ...graphlib.config import config
+from ...graphlib.ops import conv, linalg, nn, reduction
+from ...graphlib.ops import shape as shape_ops
+from ...graphlib.ops._common import promoting_kernel
+from . import blas_reduce
+from .fused import numba_module
+from .select import UINT_OF_SIZE
+
+# -- numba loops for conv2d and pooling --------------------------------------------------------
+# The loops of ``conv_numba`` (max pooling; conv2d's im2col and col2im) run on numpy arrays of
+# these dtypes (conv2d: float32 and float64); float16 and the rest stay on the reference
+# kernels (tests/test_conv.py checks both).
+_NUMBA_DTYPES = frozenset(np.dtype(name) for name in (
+    "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
+    "uint64"))
+_FLOAT_DTYPES = frozenset([np.dtype("float32"), np.dtype("float64")])
+
+
+def _pool_numba(*arrays):
+    """The numba loops (module ``conv_numba``) where they apply: arrays of a dtype they
+    compute, numba installed and ``config.numba`` on; else None."""
+    for a in arrays:
+        if a.dtype not in _NUMBA_DTYPES:     # a set of dtypes: ``.name`` costs ~2 us
+            return None
+    return numba_module("conv_numba")
+
+
+def _conv_numba(*arrays):
+    """The numba loops for conv2d's patch copies where they apply (float32/float64 arrays),
+    else None."""
+    for a in arrays:
+        if a.dtype not in _FLOAT_DTYPES:
+            return None
+    return _pool_numba(*arrays)
+
+
+def _flat(a):
+    """``a`` C-contiguous and 1-D (a view where ``a`` is contiguous already)."""
+    return np.ascontiguousarray(a).reshape(-1)
+
+
+def _pool_geometry(x_shape, out_hw, kernel_size, stride, padding, dilation) -> tuple:
+    """The geometry arguments of the numba pool loops."""
+    n, c, h, w = x_shape
+    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = kernel_size, stride, padding, dilation
+    return n * c, h, w, out_hw[0], out_hw[1], kh, kw, sh, sw, ph, pw, dh, dw
+
+
+def _conv_geometry(x_shape, kernel, stride, padding, dilation, out_hw) -> tuple:
+    """The geometry arguments of the numba im2col and col2im loops."""
+    n, c, h, w = x_shape
+    return (n, c, h, w, out_hw[0], out_hw[1], kernel[0], kernel[1], stride[0], stride[1],
+            padding[0], padding[2], dilation[0], dilation[1])
+
+
+# -- conv2d ------------------------------------------------------------------------------------
+def conv2d(xp, x, w, b=None, *, stride, padding, dilation, groups):
+    nb = _conv_numba(x)
+    if nb is None:
+        return conv._conv2d_kernel(xp, x, w, b, stride=stride, padding=padding,
+                                   dilation=dilation, groups=groups)
+    n, c = x.shape[:2]
+    kernel = tuple(w.shape[2:])
+    out_hw = conv._spatial_out("conv2d", x.shape, kernel, stride, dilation, padding)
+    cols = _im2col(nb, x, kernel, stride, padding, dilation, out_hw)
+    cols = cols.reshape(groups, c // groups * kernel[0] * kernel[1], -1)
+    return conv.conv2d_from_patches(xp, cols, out_hw[1], w, b, n, out_hw, groups)
+
+
+def _im2col(nb, x, kernel, stride, padding, dilation, out_hw):
+    """conv2d's patches in one numba pass: no padded copy, rows of length W_out."""
+    n, c = x.shape[:2]
+    cols = np.empty((c * kernel[0] * kernel[1], n * out_hw[0] * out_hw[1]), dtype=x.dtype)
+    nb.im2col(_flat(x), cols.reshape(-1), *_conv_geometry(x.shape, kernel, stride, padding,
+                                                          dilation, out_hw))
+    return cols
+
+
+def conv2d_input_grad(xp, g, w, *, shape, stride, padding, dilation, groups):
+    nb = _conv_numba(g, w)
+    if nb is None:
+        return conv._conv2d_input_grad_kernel(xp, g, w, shape=shape, stride=stride,
+                                              padding=padding, dilation=dilation,
+                                              groups=groups)
+    out_hw = tuple(g.shape[2:])
+    dcols = conv.patch_cotangents(xp, g, w, groups, out_hw[1])
+    gx = np.zeros(shape, dtype=g.dtype)   # col2im straight into gx: no padded copy
+    nb.col2im(dcols.reshape(-1), gx.reshape(-1), *_conv_geometry(
+        shape, tuple(w.shape[2:]), stride, padding, dilation, out_hw))
+    return gx
+
+
+def conv2d_weight_grad(xp, x, g, *, shape, stride, padding, dilation, groups):
+    nb = _conv_numba(x)
+    if nb is None:
+        return conv._conv2d_weight_grad_kernel(xp, x, g, shape=shape, stride=stride,
+                                               padding=padding, dilation=dilation,
+                                               groups=groups)
+    out_hw = tuple(g.shape[2:])
+    kernel = tuple(shape[2:])
+    cols = _im2col(nb, x, kernel, stride, padding, dilation, out_hw)
+    cols = cols.reshape(groups, x.shape[1] // groups * kernel[0] * kernel[1], -1)
+    return conv.weight_grad_from_patches(xp, cols, out_hw[1], g, groups, shape)
+
+
+# -- max pooling -------------------------------------------------------------------------------
+def _is_2x2(x_shape, out_hw, kernel_size, stride, padding, dilation) -> bool:
+    """2x2 windows at stride 2 that tile the input exactly (no padding, dilation or rest)."""
+    return (kernel_size == (2, 2) and stride == (2, 2) and padding == (0, 0)
+            and dilation == (1, 1) and x_shape[2] == 2 * out_hw[0]
+            and x_shape[3] == 2 * out_hw[1])
+
+
+def max_pool2d(xp, x, kernel_size, stride, padding, dilation, ceil_mode):
+    nb = _pool_numba(x)
+    if nb is None:
+        return conv._max_pool2d_kernel(xp, x, kernel_size, stride, padding, dilation,
+                                       ceil_mode)
+    out_hw, _ = conv._pool_layout(x.shape, kernel_size, stride, padding, dilation, ceil_mode)
+    n, c = x.shape[:2]
+    out = np.empty((n, c) + tuple(out_hw), dtype=x.dtype)
+    geometry = _pool_geometry(x.shape, out_hw, kernel_size, stride, padding, dilation)
+    if _is_2x2(x.shape, out_hw, kernel_size, stride, padding, dilation):
+        nb.max_pool_forward_2x2(_flat(x), out.reshape(-1), *geometry[:5])
+    else:
+        nb.max_pool_forward(_flat(x), out.reshape(-1), *geometry,
+                            x.dtype.type(conv._lowest(xp, x.dtype)))
+    return out
+
+
+def _windows_overlap(kernel_size, stride, dilation) -> bool:
+    """Whether an input element can lie in more than one window."""
+    return any(s < d * (k - 1) + 1 for k, s, d in zip(kernel_size, stride, dilation))
+
+
+def _tiles(x_shape, out_hw, kernel_size, stride, padding, dilation) -> bool:
+    """Windows that tile the input: stride = kernel, no padding or dilation, no partial
+    window (ceil_mode's last one)."""
+    return (tuple(kernel_size) == tuple(stride) and tuple(padding) == (0, 0)
+            and tuple(dilation) == (1, 1) and out_hw[0] * stride[0] <= x_shape[2]
+            and out_hw[1] * stride[1] <= x_shape[3])
+
+
+def _max_pool_tiled_backward(xp, g, x, kernel_size, out_hw):
+    """The numpy backward for windows that tile x (each element in one window at most):
+    per tap, a mask of the windows whose first maximum sits there, and the cotangent's bits
+    moved through it (no branches, no argmax array); bit for bit the general kernel's
+    result (0 + g at the winner). None where a window holds a NaN (the general kernel's
+    rule for NaNs applies then) or for a dtype without a same-size unsigned integer."""
+    kh, kw = kernel_size
+    ho, wo = out_hw
+    name = UINT_OF_SIZE.get(g.dtype.itemsize)
+    if name is None or g.dtype.kind != "f":
+        return None
+
+    def tap(a, i, j):
+        return a[:, :, i:i + kh * ho:kh, j:j + kw * wo:kw]
+    best = tap(x, 0, 0).copy()
+    for k in range(1, kh * kw):
+        xp.maximum(best, tap(x, k // kw, k % kw), out=best)
+    if x.dtype.kind == "f" and bool(xp.isnan(best).any()):
+        return None
+    it = getattr(xp, name)
+    bits = (g + g.dtype.type(0)).view(it)           # 0 + g, as the general kernel adds it
+    gx = xp.zeros(x.shape, dtype=g.dtype)
+    mask = xp.empty(best.shape, dtype=it)
+    free = None                                     # windows whose winner is still unplaced
+    for k in range(kh * kw):
+        i, j = divmod(k, kw)
+        eq = tap(x, i, j) == best
+        if free is None:
+            free = ~eq
+        else:
+            eq &= free
+            free &= ~eq
+        xp.subtract(0, eq, out=mask, dtype=it)      # True -> all ones
+        xp.bitwise_and(bits, mask, out=tap(gx, i, j).view(it))
+    return gx
+
+
+def max_pool2d_backward(xp, g, x, kernel_size, stride, padding, dilation, ceil_mode):
+    n, c, h, w = x.shape
+    out_hw = tuple(g.shape[2:])
+    nb = _pool_numba(g, x)
+    if nb is not None:
+        geometry = _pool_geometry(x.shape, out_hw, kernel_size, stride, padding, dilation)
+        if _is_2x2(x.shape, out_hw, kernel_size, stride, padding, dilation):
+            gx = np.empty((n, c, h, w), dtype=g.dtype)
+            nb.max_pool_backward_2x2(_flat(g), _flat(x), gx.reshape(-1), *geometry[:5],
+                                     g.dtype.type(0))
+        else:
+            gx = np.zeros((n, c, h, w), dtype=g.dtype)
+            nb.max_pool_backward(_flat(g), _flat(x), gx.reshape(-1), *geometry,
+                                 _windows_overlap(kernel_size, stride, dilation))
+        return gx
+    if _tiles(x.shape, out_hw, kernel_size, stride, padding, dilation):
+        gx = _max_pool_tiled_backward(xp, g, x, kernel_size, out_hw)
+        if gx is not None:
+            return gx
+    return conv._max_pool2d_backward_kernel(xp, g, x, kernel_size, stride, padding, dilation,
+                                            ceil_mode)
+
+
+def max_pool2d_gather(xp, c, x, kernel_size, stride, padding, dilation, ceil_mode):
+    nb = _pool_numba(c, x)
+    if nb is None:
+        return conv._max_pool2d_gather_kernel(xp, c, x, kernel_size, stride, padding,
+                                              dilation, ceil_mode)
+    out_hw, _ = conv._pool_layout(x.shape, kernel_size, stride, padding, dilation, ceil_mode)
+    out = np.empty(tuple(x.shape[:2]) + tuple(out_hw), dtype=c.dtype)
+    nb.max_pool_gather(_flat(c), _flat(x), out.reshape(-1),
+                       *_pool_geometry(x.shape, out_hw, kernel_size, stride, padding,
+                                       dilation))
+    return out
+
+
+# -- batch norm (training) ---------------------------------------------------------------------
+def _norm_numba(*arrays):
+    """The ``norm_numba`` module for C-contiguous numpy float32/float64 arrays of one dtype
+    with something in them, where numba is installed and on; else None."""
+    dt = arrays[0].dtype
+    for a in arrays:
+        if type(a) is not np.ndarray or a.dtype != dt or not a.flags.c_contiguous:
+            return None
+    if dt not in (np.float32, np.float64) or arrays[0].size == 0:
+        return None
+    return numba_module("norm_numba")
+
+
+def _as3(a):
+    """(N, C, S) view of a C-contiguous (N, C, ...) array."""
+    return a.reshape(a.shape[0], a.shape[1], -1)
+
+
+def channel_sum(xp, a, dims):
+    """The sum over ``dims`` in ``a``'s dtype, through BLAS where that applies."""
+    parts = blas_reduce.split(a, dims)
+    if parts is not None:
+        return blas_reduce.blas_sum(a, parts)
+    return a.sum(axis=dims, dtype=a.dtype)
+
+
+def bn_forward(xp, x, w, b, eps, out=None):
+    """(y, mean, biased var): numba loops, or the reference formula with BLAS sums."""
+    nb = _norm_numba(x, w, b, *(out or ()))
+    if nb is not None:
+        y, mean, var = out if out is not None else nn._bn_buffers(x)
+        nb.forward(_as3(x), w, b, eps, _as3(y), mean, var)
+        return y, mean, var
+    return nn._bn_forward(xp, x, w, b, eps, out, channel_sum)
+
+
+def bn_backward(xp, dy, x, w, mean, var, eps, out=None):
+    """(dx, dweight, dbias): numba loops, or the reference formula with BLAS sums."""
+    nb = _norm_numba(dy, x, w, mean, var, *(out or ()))
+    if nb is not None:
+        dx, dw, db = out if out is not None else nn._bn_buffers(x)
+        nb.backward(_as3(dy), _as3(x), w, mean, var, eps, _as3(dx), dw, db)
+        return dx, dw, db
+    return nn._bn_backward(xp, dy, x, w, mean, var, eps, out, channel_sum)
+
+
+def batch_norm_train(xp, x, w, b, *, eps):
+    if x.dtype == np.float16:
+        return nn._half_in_float32(xp, lambda *a: bn_forward(xp, *a, eps), x, w, b)
+    return bn_forward(xp, x, w, b, eps)
+
+
+def batch_norm_train_backward(xp, dy, x, w, mean, var, *, eps):
+    if x.dtype == np.float16:
+        return nn._half_in_float32(xp, lambda *a: bn_backward(xp, *a, eps), dy, x, w, mean,
+                                   var)
+    return bn_backward(xp, dy, x, w, mean, var, eps)
+
+
+# -- sums through BLAS -------------------------------------------------------------------------
+def sum_(xp, x, dim, keepdim, dtype=None):
+    parts = None if dtype is not None else blas_reduce.split(x, dim)
+    if parts is not None:
+        return blas_reduce.blas_sum(x, parts).reshape(
+            reduction._reduced_shape(x.shape, dim, keepdim))
+    return reduction._sum_kernel(xp, x, dim, keepdim, dtype)
+
+
+def mean(xp, x, dim, keepdim):
+    parts = blas_reduce.split(x, dim)
+    if parts is not None:
+        total = blas_reduce.blas_sum(x, parts)
+        total /= x.dtype.type(x.size // total.size)
+        return total.reshape(reduction._reduced_shape(x.shape, dim, keepdim))
+    return reduction._mean_kernel(xp, x, dim, keepdim)
+
+
+def sum_to(xp, x, shape):
+    axes, _ = shape_ops._sum_to_axes(x.shape, shape)
+    parts = blas_reduce.split(x, axes) if axes else None
+    if parts is not None:           # a bias gradient: BLAS sums at memory speed
+        return blas_reduce.blas_sum(x, parts).reshape(shape)
+    return shape_ops._sum_to_kernel(xp, x, shape)
+
+
+# -- matmul: the 2-D product of a few rows by a transposed weight ------------------------------
+# x @ W.T with x (M, K) C-contiguous and W.T a transposed view (K, N), M small, is a Linear
+# layer at a small batch. OpenBLAS here runs it markedly faster as (W @ x.T).T, then one copy
+# of the small (N, M) result (M = 32, 784 -> 256, float32: 120 -> 77 us; M = 256: 1.2x
+# slower). ``config.matmul_swap``: "off" (the default: always x @ W.T), "on" (always swap
+# these products) or "auto" (measured once per (M, K, N, dtype) at the first such product and
+# the faster form kept for the process, as cuDNN's benchmark mode picks convolution
+# algorithms). The two forms sum in different orders, so with "auto" two processes that
+# picked differently may differ in the last bits: it is an explicit opt-in.
+SWAP_MAX_ROWS = 64
+_swap_choice: Dict[tuple, bool] = {}
+
+
+def _swappable(a, b) -> bool:
+    return (a.ndim == 2 and b.ndim == 2 and 2 <= a.shape[0] <= SWAP_MAX_ROWS
+            and a.dtype == b.dtype and a.dtype.kind == "f" and a.flags.c_contiguous
+            and b.flags.f_contiguous and not b.flags.c_contiguous
+            and b.shape[1] > a.shape[0])
+
+
+def _swapped(a, b):
+    return np.matmul(b.T, a.T).T                      # (N, M) C-contiguous, viewed (M, N)
+
+
+def _measure_swap(a, b) -> bool:
+    """Whether the swapped form ran faster (best of 3 each, interleaved) by 10%."""
+    best = [float("inf"), float("inf")]
+    for _ in range(3):
+        for k, run in enumerate((lambda: np.matmul(a, b), lambda: _swapped(a, b))):
+            t = time.perf_counter()
+            run()
+            best[k] = min(best[k], time.perf_counter() - t)
+    return best[1] < 0.9 * best[0]
+
+
+def _use_swap(a, b) -> bool:
+    mode = config.matmul_swap
+    if mode == "off" or not _swappable(a, b):
+        return False
+    if mode == "on":
+        return True
+    key = (a.shape[0], a.shape[1], b.shape[1], a.dtype)
+    choice = _swap_choice.get(key)
+    if choice is None:
+        choice = _swap_choice[key] = _measure_swap(a, b)
+    return choice
+
+
+def matmul_into(xp, a, b, out=None):
+    """``np.matmul(a, b)`` (into ``out`` when given), in the form ``config.matmul_swap``
+    picks for a few rows times a transposed weight (see above)."""
+    if _use_swap(a, b):
+        r = _swapped(a, b)
+        if out is None:
+            return np.ascontiguousarray(r)
+        np.copyto(out, r)
+        return out
+    return np.matmul(a, b) if out is None else np.matmul(a, b, out=out)
+
+
+matmul = promoting_kernel(matmul_into)
+
+
+def table() -> dict:
+    """op -> CPU kernel, for the backend to register."""
+    return {
+        conv.conv2d_op: conv2d, conv.conv2d_input_grad_op: conv2d_input_grad,
+        conv.conv2d_weight_grad_op: conv2d_weight_grad, conv.max_pool2d_op: max_pool2d,
+        conv.max_pool2d_backward_op: max_pool2d_backward,
+        conv.max_pool2d_gather_op: max_pool2d_gather,
+        nn.batch_norm_train_op: batch_norm_train,
+        nn.batch_norm_train_backward_op: batch_norm_train_backward,
+        reduction.sum_op: sum_, reduction.mean_op: mean, shape_ops.sum_to_op: sum_to,
+        linalg.matmul_op: matmul,
+    }
+
