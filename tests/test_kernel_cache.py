@@ -87,3 +87,50 @@ def test_existing_identical_file_is_kept(tmp_path):
     assert write_verified(folder, "k.py", "x = 1\n") == path
     assert os.stat(path).st_mtime_ns == before
     assert sys.modules.get("k") is None
+
+
+_FUSED_SCRIPT = """
+import numpy as np
+import duograph as dg
+g = dg.Graph("k")
+with g:
+    x = dg.placeholder("x", (64, 64), "float32")
+    y = dg.exp(dg.tanh(x) * 2.0) + 1.0
+exe = g.compile(outputs=[y], passes="O2")
+a = np.linspace(-1, 1, 64 * 64, dtype=np.float32).reshape(64, 64)
+with dg.config.override(fused_strategy="numba"):
+    out, = exe(x=a)
+np.testing.assert_allclose(out, np.exp(np.tanh(a) * 2.0) + 1.0, rtol=1e-5)
+print("ok")
+"""
+
+
+@posix
+def test_planted_files_in_the_real_cache_never_run(tmp_path):
+    """End to end: a process fills the cache with generated numba kernels; every cached file is
+    then replaced by code that leaves a marker; a fresh process running the same graph must
+    run the real kernels (right numbers), never the planted ones, and restore the files."""
+    pytest.importorskip("numba")
+    import subprocess
+    env = dict(os.environ, DUOGRAPH_CACHE_DIR=str(tmp_path / "cache"))
+
+    def run():
+        proc = subprocess.run([sys.executable, "-c", _FUSED_SCRIPT], env=env,
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.strip().endswith("ok")
+
+    run()
+    folder = tmp_path / "cache" / "numba"
+    planted = sorted(folder.glob("fused_*.py"))
+    assert planted, "the first run cached no generated kernel"
+    marker = tmp_path / "pwned"
+    evil = (f"open({str(marker)!r}, 'w').write('ran')\n"
+            "def kernel(*args):\n    raise SystemExit(3)\n")
+    originals = {p: p.read_text() for p in planted}
+    for p in planted:
+        p.write_text(evil)
+    run()
+    assert not marker.exists()
+    for p, text in originals.items():
+        assert p.read_text() == text

@@ -30,13 +30,12 @@ gives the bits the unfused graph gives on this backend.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
+import importlib
 import math
-import os
 import re
 import sys
-import tempfile
 import threading
+import types
 import warnings
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -45,6 +44,7 @@ import numpy as np
 from ...graphlib.config import config
 from ...graphlib.ops.fused import eval_nodes
 from ..backend import FusedCompiler
+from ..kernel_cache import cache_dir, write_verified
 from .tables import KERNELS, OUT_KERNELS
 
 # Elements per chunk (float32: 256 KiB per buffer; the few live ones stay in a 2 MiB L2):
@@ -914,18 +914,10 @@ def c_to_python(expr: str, literal: str) -> str:
 
 
 def _cache_dir() -> str:
-    """Where generated kernel sources (and numba's cache beside them) live."""
-    base = config.cache_dir or os.path.join(
-        os.path.expanduser("~"), ".cache", "duograph")
-    for path in (os.path.join(base, "numba"),
-                 os.path.join(tempfile.gettempdir(), "duograph-numba")):
-        try:
-            os.makedirs(path, exist_ok=True)
-            if os.access(path, os.W_OK):
-                return path
-        except OSError:
-            continue
-    raise OSError("no writable directory for numba kernels")
+    """The private directory for generated kernel sources (and numba's cache beside them):
+    created 0700, refused when another user owns it or others can write to it (see
+    ``runtime.kernel_cache``)."""
+    return cache_dir(config.cache_dir)
 
 
 _kernels: Dict[str, object] = {}
@@ -941,18 +933,14 @@ def load_kernel(source: str):
         fn = _kernels.get(digest)
         if fn is not None:
             return fn
-        folder = _cache_dir()
-        path = os.path.join(folder, f"fused_{digest}.py")
-        if not os.path.exists(path):
-            tmp = f"{path}.{os.getpid()}.tmp"
-            with open(tmp, "w") as f:
-                f.write(source)
-            os.replace(tmp, path)
+        path = write_verified(_cache_dir(), f"fused_{digest}.py", source)
+        # Run the source generated here, never the file's bytes (which another process of
+        # this user could change after the check); the file only gives numba's cache a home.
         modname = f"_duograph_fused_{digest}"
-        spec = importlib.util.spec_from_file_location(modname, path)
-        mod = importlib.util.module_from_spec(spec)
+        mod = types.ModuleType(modname)
+        mod.__file__ = path
         sys.modules[modname] = mod
-        spec.loader.exec_module(mod)
+        exec(compile(source, path, "exec"), mod.__dict__)
         fn = _kernels[digest] = mod.kernel
         return fn
 
