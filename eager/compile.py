@@ -276,8 +276,8 @@ class CompiledFunction:
                     "functions only write back arguments that need no gradient")
             s.arg_updates.append(pos)
             updates.append(final)
-        s.updated_holders = [g.bindings[id(st)] for st, _ in g.updates.values()
-                             if id(st) in g.bindings]
+        s.updated_holders = [g.bindings[st] for st, _ in g.updates.values()
+                             if st in g.bindings]
         wants_grad = grad_mode.is_grad_enabled() and any(
             t.requires_grad for t in input_tensors)
         diff_outs = [i for i, (o, t) in enumerate(zip(outs, out_leaves))

@@ -208,7 +208,7 @@ class Recorder:
                     views[id(o)] = (node.op.name, tensors[0])
         for old, target in written.values():
             final = values[id(target)]
-            if id(old) in g.state_init or id(old) in g.bindings:
+            if old in g.state_init or old in g.bindings:
                 g.update(old, final)
             elif self.bind:
                 self.input_updates.append((old, final, target))

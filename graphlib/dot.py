@@ -87,7 +87,7 @@ def to_dot(graph, plan=None, timings: Optional[Mapping] = None):
     elif plan is not None:
         offsets = {}
         for node in graph.nodes:
-            off = getattr(plan, "offsets", {}).get(id(node.outputs[0])) if node.outputs \
+            off = getattr(plan, "offsets", {}).get(node.outputs[0]) if node.outputs \
                 else None
             if off is not None:
                 offsets[node] = off

@@ -295,12 +295,12 @@ class Graph:
         self._nodes: List[Node] = []
         self.inputs: List[Value] = []
         self.state: List[Value] = []
-        self.state_init: Dict[int, np.ndarray] = {}   # id(state value) -> initial array
+        self.state_init: Dict[Value, np.ndarray] = {}  # state value -> initial array
         self.outputs: List[Value] = []
-        self.updates: Dict[int, tuple] = {}           # id(state) -> (state, new value)
+        self.updates: Dict[Value, tuple] = {}          # state -> (state, new value)
         self._names: Dict[str, Value] = {}
-        self.bindings: Dict[int, object] = {}       # id(state value) -> live holder (.data)
-        self._bound: Dict[int, Value] = {}          # id(holder) -> its state value
+        self.bindings: Dict[Value, object] = {}        # state value -> live holder (.data)
+        self._bound: Dict[object, Value] = {}          # holder (identity-hashed) -> its value
         self._random_streams = itertools.count()
         self._const_cache: Dict[tuple, Value] = {}
         self.id = next(_graph_ids)
@@ -345,7 +345,7 @@ class Graph:
         self._check_name(name, dotted=True)
         v = Value(TensorType(arr.shape, arr.dtype.name), None, 0, self, name)
         self.state.append(v)
-        self.state_init[id(v)] = np.array(arr, copy=True)
+        self.state_init[v] = np.array(arr, copy=True)
         self._names[name] = v
         return v
 
@@ -354,7 +354,7 @@ class Graph:
         tensor or Parameter): each run reads its current data, and an ``update`` of it is
         written back into that array in place. Binding the same object twice gives the same
         Value."""
-        v = self._bound.get(id(holder))
+        v = self._bound.get(holder)
         if v is not None:
             return v
         arr = holder.data
@@ -366,13 +366,13 @@ class Graph:
         v = Value(TensorType(tuple(arr.shape), dt), None, 0, self, name)
         self.state.append(v)
         self._names[name] = v
-        self.bindings[id(v)] = holder
-        self._bound[id(holder)] = v
+        self.bindings[v] = holder
+        self._bound[holder] = v
         return v
 
     def bound_value(self, holder) -> Optional[Value]:
         """The state Value bound to ``holder``, or None."""
-        return self._bound.get(id(holder))
+        return self._bound.get(holder)
 
     def seed_state(self) -> Value:
         """An int64 state input that advances by one each run: the default seed of random
@@ -489,8 +489,8 @@ class Graph:
 
     def update(self, state: Value, new_value) -> None:
         """Bind ``new_value`` as the value ``state`` holds after each run of the graph."""
-        if not isinstance(state, Value) or (id(state) not in self.state_init
-                                             and id(state) not in self.bindings):
+        if not isinstance(state, Value) or (state not in self.state_init
+                                             and state not in self.bindings):
             raise GraphError(located(f"graph {self.name!r}: update() expects a state Value "
                                      f"made by dg.variable(), found {state!r}"))
         if not isinstance(new_value, Value):
@@ -502,7 +502,7 @@ class Graph:
         if new_value.type != state.type:
             raise GraphError(located(f"graph {self.name!r}: update of state {state.name!r} "
                                      f"expects {state.type!r}, found {new_value.type!r}"))
-        self.updates[id(state)] = (state, new_value)
+        self.updates[state] = (state, new_value)
 
     def __getitem__(self, name: str) -> Value:
         try:

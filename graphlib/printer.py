@@ -36,18 +36,18 @@ class Namer:
     """Stable names at print time: inputs by their name, everything else %0, %1, ..."""
 
     def __init__(self):
-        self.names: Dict[int, str] = {}
+        self.names: Dict[object, str] = {}   # identity-hashed Values
         self.count = 0
 
     def name(self, v) -> str:
-        n = self.names.get(id(v))
+        n = self.names.get(v)
         if n is None:
             if getattr(v, "name", None):
                 n = f"%{v.name}"
             else:
                 n = f"%{self.count}"
                 self.count += 1
-            self.names[id(v)] = n
+            self.names[v] = n
         return n
 
 

@@ -21,11 +21,11 @@ def clone(graph: Graph, outputs: Sequence[Value] = None) -> Tuple[Graph, Dict[Va
     for v in graph.inputs:
         m[v] = g.add_input(v.name, v.type)
     for v in graph.state:
-        holder = graph.bindings.get(id(v))
+        holder = graph.bindings.get(v)
         if holder is not None:
             m[v] = g.bind_state(holder, v.name)
         else:
-            m[v] = g.add_state(v.name, graph.state_init[id(v)])
+            m[v] = g.add_state(v.name, graph.state_init[v])
     for node in graph.nodes:
         new = Node(node.op, [m[x] for x in node.inputs], dict(node.attrs), (), node.source,
                    node.provenance)
@@ -35,7 +35,7 @@ def clone(graph: Graph, outputs: Sequence[Value] = None) -> Tuple[Graph, Dict[Va
     outs = graph.outputs if outputs is None else outputs
     g.outputs = [m[o] for o in outs]
     for state, new_value in graph.updates.values():
-        g.updates[id(m[state])] = (m[state], m[new_value])
+        g.updates[m[state]] = (m[state], m[new_value])
     g._random_streams = graph._random_streams
     g.gradient_blockers = list(graph.gradient_blockers)
     return g, m

@@ -229,9 +229,9 @@ def _graph_to_json(graph: Graph, arrays: _Arrays, depth: int = 0) -> dict:
     state = []
     for v in graph.state:
         ids[v] = len(ids)
-        init = graph.state_init.get(id(v))
+        init = graph.state_init.get(v)
         if init is None:                       # bound to a live tensor: its current data
-            init = np.asarray(graph.bindings[id(v)].data)
+            init = np.asarray(graph.bindings[v].data)
         state.append({"name": v.name, "type": _type_to_json(v.type),
                       "init": arrays.encode(np.asarray(init))})
     nodes = []
@@ -335,7 +335,7 @@ def _graph_from_json(obj, arrays: _Arrays, depth: int = 0) -> Graph:
         s, v = get(pair[0], "an update"), get(pair[1], "an update")
         if all(s is not x for x in g.state):
             raise GraphFormatError(f"{where}: an update targets {s!r}, which is not state")
-        g.updates[id(s)] = (s, v)
+        g.updates[s] = (s, v)
     streams = obj.get("random_streams", 0)
     if not isinstance(streams, int) or isinstance(streams, bool) or streams < 0:
         raise GraphFormatError(f"{where}: bad random_streams {streams!r:.40}")

@@ -57,7 +57,7 @@ from __future__ import annotations
 import random
 import re
 from dataclasses import dataclass, field
-from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import Callable, Dict, Hashable, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
 from ..graphlib import dtypes
 from ..graphlib.errors import GraphError
@@ -124,8 +124,8 @@ def align(nbytes: int, alignment: int) -> int:
     return -(-nbytes // alignment) * alignment
 
 
-def printed_names(graph: Graph) -> Dict[int, str]:
-    """id(value) -> the name ``print(graph)`` gives it (``%x``, ``%12``)."""
+def printed_names(graph: Graph) -> Dict[Value, str]:
+    """value -> the name ``print(graph)`` gives it (``%x``, ``%12``)."""
     return graph_namer(graph).names
 
 
@@ -159,35 +159,34 @@ def value_nbytes(value: Value, shapes: Mapping[str, int], name: str = "",
 class Liveness:
     """Where each value of a schedule is defined, read and stored (shared by the passes).
 
-    Keys are ``id(value)``; ``values`` maps them back. ``last`` is the last node reading the
+    Keys are the Values themselves (identity-hashed). ``last`` is the last node reading the
     value itself, ``keep`` the last index its bytes must stay intact (``last``, the last use
     of any view of it, or ``end`` for outputs and updates). ``buffer`` maps each arena value
     to the arena value that first owned its bytes (itself, or the head of its in-place chain).
     """
     order: List[Node]
     end: int
-    values: Dict[int, Value] = field(default_factory=dict)
-    define: Dict[int, int] = field(default_factory=dict)
-    last: Dict[int, int] = field(default_factory=dict)
-    keep: Dict[int, int] = field(default_factory=dict)
-    sizes: Dict[int, int] = field(default_factory=dict)
-    views: Dict[int, int] = field(default_factory=dict)
-    external: Set[int] = field(default_factory=set)
-    roots: Set[int] = field(default_factory=set)
+    define: Dict[Value, int] = field(default_factory=dict)
+    last: Dict[Value, int] = field(default_factory=dict)
+    keep: Dict[Value, int] = field(default_factory=dict)
+    sizes: Dict[Value, int] = field(default_factory=dict)
+    views: Dict[Value, Value] = field(default_factory=dict)
+    external: Set[Value] = field(default_factory=set)
+    roots: Set[Value] = field(default_factory=set)
     outputs: List[Value] = field(default_factory=list)
-    aliases: Dict[int, int] = field(default_factory=dict)
-    state_new: Dict[int, Value] = field(default_factory=dict)   # id(new) -> state
-    buffer: Dict[int, int] = field(default_factory=dict)
+    aliases: Dict[Value, Value] = field(default_factory=dict)
+    state_new: Dict[Value, Value] = field(default_factory=dict)   # new -> state
+    buffer: Dict[Value, Value] = field(default_factory=dict)
 
-    def source(self, key: int) -> int:
+    def source(self, key: Value) -> Value:
         """The first non-view value a view chain starting at ``key`` reads."""
         while key in self.views:
             key = self.views[key]
         return key
 
-    def buffers(self, alignment: int) -> Dict[int, Tuple[int, int, int]]:
-        """id(owner) -> (first, last, aligned size) of each arena buffer."""
-        out: Dict[int, Tuple[int, int, int]] = {}
+    def buffers(self, alignment: int) -> Dict[Value, Tuple[int, int, int]]:
+        """owner -> (first, last, aligned size) of each arena buffer."""
+        out: Dict[Value, Tuple[int, int, int]] = {}
         for key, owner in self.buffer.items():
             first, last, size = out.get(owner, (self.define[owner], -1,
                                                 align(self.sizes[owner], alignment)))
@@ -218,40 +217,35 @@ def analyse(graph: Graph, nodes: Optional[Sequence[Node]] = None,
     shapes = dict(shapes or {})
     live = Liveness(order, len(order), outputs=outs)
     names = printed_names(graph)
-    for v in list(graph.inputs) + list(graph.state):
-        live.values[id(v)] = v
     for i, node in enumerate(order):
         for x in node.inputs:
-            live.values.setdefault(id(x), x)
-            live.last[id(x)] = i
+            live.last[x] = i
         view = views and is_view_node(node)
         for o in node.outputs:
-            key = id(o)
-            live.values[key] = o
+            key = o
             live.define[key] = i
             live.last.setdefault(key, i)        # an unread output dies where it is made
             live.sizes[key] = value_nbytes(o, shapes, names.get(key, ""), default_dim)
             if view:
-                live.views[key] = id(node.inputs[0])
+                live.views[key] = node.inputs[0]
             elif node.op.name in EXTERNAL_OPS:
                 live.external.add(key)
     updates = list(graph.updates.values())
     for v in outs + [new for _, new in updates]:
-        live.roots.add(id(v))
-        live.values.setdefault(id(v), v)
-        live.last[id(v)] = live.end
+        live.roots.add(v)
+        live.last[v] = live.end
     live.keep = dict(live.last)
     for node in reversed(order):                # later views first: chains reach the source
         for o in node.outputs:
-            src = live.views.get(id(o))
+            src = live.views.get(o)
             if src is not None:
-                live.keep[src] = max(live.keep.get(src, -1), live.keep[id(o)])
+                live.keep[src] = max(live.keep.get(src, -1), live.keep[o])
     if inplace:
         _inplace_updates(live, updates)
     for i, node in enumerate(order):
         taken = _inplace_sources(live, node, i) if inplace else {}
         for k, o in enumerate(node.outputs):
-            key = id(o)
+            key = o
             if key in live.views or key in live.external or key in live.state_new:
                 continue
             src = taken.get(k)
@@ -265,14 +259,14 @@ def analyse(graph: Graph, nodes: Optional[Sequence[Node]] = None,
 
 def _inplace_updates(live: Liveness, updates: Iterable[Tuple[Value, Value]]) -> None:
     """Mark the new values that can be written straight into their state's buffer."""
-    out_ids = {id(v) for v in live.outputs}
+    out_ids = {v for v in live.outputs}
     for state, new in updates:
-        key = id(new)
+        key = new
         if (key not in live.define or key in live.views or key in live.external
                 or key in out_ids or key in live.state_new):
             continue
         at = live.define[key]
-        read = live.keep.get(id(state), -1)
+        read = live.keep.get(state, -1)
         if read > at:
             continue
         node = new.node
@@ -281,29 +275,29 @@ def _inplace_updates(live: Liveness, updates: Iterable[Tuple[Value, Value]]) -> 
         live.state_new[key] = state
 
 
-def _overwrites(node: Node, out: Value, x: Value, source: Callable[[int], int]) -> bool:
+def _overwrites(node: Node, out: Value, x: Value, source: Callable[[Value], Value]) -> bool:
     """Whether ``node`` may write ``out`` over its input ``x``: the kernel allows that pair
     (``inplace_pairs``) and reads ``x``'s bytes through no other input (a view of them)."""
     pairs = inplace_pairs(node)
     if not any(node.outputs[k] is out and node.inputs[j] is x for k, j in pairs
                if k < len(node.outputs) and j < len(node.inputs)):
         return False
-    return all(y is x or source(id(y)) != source(id(x)) for y in node.inputs)
+    return all(y is x or source(y) is not source(x) for y in node.inputs)
 
 
-def _inplace_sources(live: Liveness, node: Node, at: int) -> Dict[int, int]:
-    """Output index -> id of the input whose arena buffer that output takes over."""
-    taken: Dict[int, int] = {}
-    used: Set[int] = set()
+def _inplace_sources(live: Liveness, node: Node, at: int) -> Dict[int, Value]:
+    """Output index -> the input whose arena buffer that output takes over."""
+    taken: Dict[int, Value] = {}
+    used: Set[Value] = set()
     for k, j in inplace_pairs(node):
         if k in taken or k >= len(node.outputs) or j >= len(node.inputs):
             continue
         out, x = node.outputs[k], node.inputs[j]
-        key = id(x)
-        if (id(out) in live.roots or id(out) in live.state_new   # outputs keep their own
+        key = x
+        if (out in live.roots or out in live.state_new   # outputs keep their own
                 or key in used or key not in live.buffer or key in live.roots
                 or live.keep[key] != at or x.dtype != out.dtype
-                or live.sizes[key] != live.sizes[id(out)]
+                or live.sizes[key] != live.sizes[out]
                 or not _overwrites(node, out, x, live.source)):
             continue
         taken[k] = key
@@ -316,17 +310,16 @@ def _inplace_sources(live: Liveness, node: Node, at: int) -> Dict[int, int]:
 class MemoryPlan:
     """Where every value of a schedule lives: arena offsets, aliases, views, state writes.
 
-    Dict keys are ``id(value)``; ``values`` maps a key back to its Value (and keeps it alive,
-    so the ids stay valid). ``plan.storage(value)`` answers for one value.
+    Dict keys are the Values themselves (identity-hashed, as everywhere in the engine).
+    ``plan.storage(value)`` answers for one value.
     """
     order: List[Node]                         # the schedule the plan is for
     outputs: List[Value]                      # values kept to the end (with the updates)
-    values: Dict[int, Value]
-    offsets: Dict[int, int]                   # arena values (aliases too) -> byte offset
-    sizes: Dict[int, int]                     # node outputs -> exact nbytes
-    intervals: Dict[int, Tuple[int, int]]     # node outputs -> (defined at, bytes kept until)
-    aliases: Dict[int, int]                   # in place: id(output) -> id(input) it overwrites
-    views: Dict[int, int]                     # id(view) -> id(the value it views)
+    offsets: Dict[Value, int]                   # arena values (aliases too) -> byte offset
+    sizes: Dict[Value, int]                     # node outputs -> exact nbytes
+    intervals: Dict[Value, Tuple[int, int]]     # node outputs -> (defined at, bytes kept until)
+    aliases: Dict[Value, Value]                 # in place: output -> input it overwrites
+    views: Dict[Value, Value]                   # view -> the value it views
     inplace_updates: List[Tuple[Value, Value]]  # (state, new value written into its buffer)
     external: List[Value]                     # constants: prepared once, outside the arena
     arena_bytes: int
@@ -334,29 +327,25 @@ class MemoryPlan:
     no_reuse_bytes: int                       # every non-view intermediate in its own buffer
     alignment: int
     shapes: Dict[str, int]
-    names: Dict[int, str]                     # printed names (``%12``) for messages
+    names: Dict[Value, str]                     # printed names (``%12``) for messages
     strategy: str = "greedy-by-size"
 
-    def value(self, key: int) -> Value:
-        return self.values[key]
-
-    def name(self, value_or_key) -> str:
-        key = value_or_key if isinstance(value_or_key, int) else id(value_or_key)
-        return self.names.get(key) or repr(self.values.get(key))
+    def name(self, value: Value) -> str:
+        return self.names.get(value) or repr(value)
 
     def offset(self, value: Value) -> Optional[int]:
         """The arena offset of ``value``, or None when it is not in the arena."""
-        return self.offsets.get(id(value))
+        return self.offsets.get(value)
 
     def storage(self, value: Value) -> Tuple[str, object]:
         """How the executor holds one value: ``("arena", offset)``, ``("view", source
         Value)``, ``("state", state Value)``, ``("external", None)`` for constants, or
         ``("input", None)`` for placeholders and state."""
-        key = id(value)
+        key = value
         if key in self.offsets:
             return "arena", self.offsets[key]
         if key in self.views:
-            return "view", self.values[self.views[key]]
+            return "view", self.views[key]
         for state, new in self.inplace_updates:
             if new is value:
                 return "state", state
@@ -432,8 +421,8 @@ def _place(items: List[Tuple[int, int, int]], conflicts: List[List[int]],
     return offsets, arena
 
 
-def assign_offsets(buffers: Dict[int, Tuple[int, int, int]], lower_bound: int = 0,
-                   search_steps: int = 200) -> Tuple[Dict[int, int], int, str]:
+def assign_offsets(buffers: Dict[Hashable, Tuple[int, int, int]], lower_bound: int = 0,
+                   search_steps: int = 200) -> Tuple[Dict[Hashable, int], int, str]:
     """Offsets for buffers ``key -> (first, last, aligned size)`` in one arena.
 
     Greedy by size (TFLite; Pisarchyk & Lee 2020): largest first, first fit and best fit;
@@ -509,12 +498,12 @@ def plan_memory(graph: Graph, shapes: Optional[Mapping[str, int]] = None,
                    if k not in live.views and k not in live.external)
     intervals = {k: (live.define[k], live.keep[k]) for k in live.define}
     return MemoryPlan(
-        order=live.order, outputs=list(live.outputs), values=live.values,
+        order=live.order, outputs=list(live.outputs),
         offsets={k: buffer_offsets[owner] for k, owner in live.buffer.items()},
         sizes=dict(live.sizes), intervals=intervals, aliases=dict(live.aliases),
         views=dict(live.views),
-        inplace_updates=[(state, live.values[k]) for k, state in live.state_new.items()],
-        external=[live.values[k] for k in live.external if k in live.define],
+        inplace_updates=[(state, k) for k, state in live.state_new.items()],
+        external=[k for k in live.external if k in live.define],
         arena_bytes=arena, lower_bound_bytes=max(profile, default=0), no_reuse_bytes=no_reuse,
         alignment=alignment, shapes=shapes, names=printed_names(graph), strategy=strategy)
 
@@ -544,52 +533,50 @@ def verify_plan(graph: Graph, plan: MemoryPlan) -> None:
     names = printed_names(graph)
 
     def nm(key: int) -> str:
-        return names.get(key) or repr(plan.values.get(key))
+        return names.get(key) or repr(key)
 
     def fail(msg: str):
         raise MemoryPlanError(f"verify_plan: {msg}")
 
     order, end = plan.order, len(plan.order)
-    known = {id(v) for v in list(graph.inputs) + list(graph.state)}
-    define: Dict[int, int] = {}
-    last: Dict[int, int] = {}
-    values: Dict[int, Value] = {}
+    known = {v for v in list(graph.inputs) + list(graph.state)}
+    define: Dict[Value, int] = {}
+    last: Dict[Value, int] = {}
     for i, node in enumerate(order):
         for x in node.inputs:
-            if id(x) not in known and id(x) not in define:
-                fail(f"node {i} ({node.op.name}) reads {nm(id(x))} before it is defined")
-            last[id(x)] = i
+            if x not in known and x not in define:
+                fail(f"node {i} ({node.op.name}) reads {nm(x)} before it is defined")
+            last[x] = i
         for o in node.outputs:
-            if id(o) in define:
-                fail(f"{nm(id(o))} is defined twice in the order")
-            define[id(o)] = i
-            last.setdefault(id(o), i)
-            values[id(o)] = o
+            if o in define:
+                fail(f"{nm(o)} is defined twice in the order")
+            define[o] = i
+            last.setdefault(o, i)
     for v in list(plan.outputs) + [new for _, new in graph.updates.values()]:
-        last[id(v)] = end
+        last[v] = end
     keep = dict(last)
     for key, src in plan.views.items():
-        node = values[key].node if key in values else None
-        if node is None or not is_view_node(node) or id(node.inputs[0]) != src:
+        node = key.node if key in define else None
+        if node is None or not is_view_node(node) or node.inputs[0] is not src:
             fail(f"{nm(key)} is planned as a view of {nm(src)}, but it is not made by a view "
                  "op reading it")
     for node in reversed(order):
         for o in node.outputs:
-            if id(o) in plan.views:
-                src = plan.views[id(o)]
-                keep[src] = max(keep.get(src, -1), keep[id(o)])
+            if o in plan.views:
+                src = plan.views[o]
+                keep[src] = max(keep.get(src, -1), keep[o])
 
-    def source(key: int) -> int:
+    def source(key: Value) -> Value:
         while key in plan.views:
             key = plan.views[key]
         return key
 
-    state_new = {id(new): state for state, new in plan.inplace_updates}
-    for key, v in values.items():
+    state_new = {new: state for state, new in plan.inplace_updates}
+    for key in define:
         homes = [key in plan.offsets, key in plan.views, key in state_new,
-                 v.node.op.name in EXTERNAL_OPS and key not in plan.offsets]
+                 key.node.op.name in EXTERNAL_OPS and key not in plan.offsets]
         if sum(homes) != 1:
-            fail(f"{nm(key)} ({v.type!r}) must have exactly one storage (arena, view, state or "
+            fail(f"{nm(key)} ({key.type!r}) must have exactly one storage (arena, view, state or "
                  f"constant); it has {sum(homes)}")
     for key, off in plan.offsets.items():
         nbytes = plan.sizes[key]
@@ -598,9 +585,9 @@ def verify_plan(graph: Graph, plan: MemoryPlan) -> None:
         if off < 0 or off + nbytes > plan.arena_bytes:
             fail(f"{nm(key)} occupies bytes [{off}, {off + nbytes}), outside the arena of "
                  f"{plan.arena_bytes} bytes")
-    out_ids = {id(v) for v in plan.outputs}
+    out_ids = {v for v in plan.outputs}
     for key, src in plan.aliases.items():
-        out, x = values.get(key), plan.values.get(src)
+        out, x = (key if key in define else None), src
         node = out.node if out is not None else None
         at = define.get(key)
         why = None
@@ -618,18 +605,18 @@ def verify_plan(graph: Graph, plan: MemoryPlan) -> None:
             why = "dtypes or sizes differ"
         elif plan.offsets.get(src) != plan.offsets.get(key):
             why = "their offsets differ"
-        elif any(y is not x and source(id(y)) == src for y in node.inputs):
+        elif any(y is not x and source(y) is src for y in node.inputs):
             why = "the node also reads the input through a view"
         if why:
             fail(f"{nm(key)} may not overwrite {nm(src)} in place: {why}")
-    seen_states: Set[int] = set()
+    seen_states: Set[Value] = set()
     for state, new in plan.inplace_updates:
-        key, at = id(new), define.get(id(new))
-        read = keep.get(id(state), -1)
+        key, at = new, define.get(new)
+        read = keep.get(state, -1)
         why = None
         if at is None or key in plan.views or key in out_ids:
             why = "the new value is not an intermediate of its own"
-        elif id(state) in seen_states:
+        elif state in seen_states:
             why = "the state is updated in place twice"
         elif read > at:
             why = f"the old value is still read at node {read}, after node {at} writes it"
@@ -637,19 +624,18 @@ def verify_plan(graph: Graph, plan: MemoryPlan) -> None:
             why = ("its producer reads the old value but may not overwrite it in place "
                    "(inplace_pairs), or reads it through a view too")
         if why:
-            fail(f"state {nm(id(state))} cannot take {nm(key)} in place: {why}")
-        seen_states.add(id(state))
-    items = sorted((off, define[k], off + plan.sizes[k], k) for k, off in plan.offsets.items()
-                   if plan.sizes[k] > 0)
+            fail(f"state {nm(state)} cannot take {nm(key)} in place: {why}")
+        seen_states.add(state)
+    items = sorted(((off, define[k], off + plan.sizes[k], k) for k, off in plan.offsets.items()
+                    if plan.sizes[k] > 0), key=lambda item: item[:3])
     for i, (lo, _, hi, a) in enumerate(items):
         for lo2, _, hi2, b in items[i + 1:]:
             if lo2 >= hi:
                 break
             if define[a] > keep[b] or define[b] > keep[a]:
                 continue
-            if plan.aliases.get(a) == b or plan.aliases.get(b) == a:
+            if plan.aliases.get(a) is b or plan.aliases.get(b) is a:
                 continue
-            va, vb = values[a], values[b]
-            fail(f"{nm(a)} ({va.type!r}, bytes [{lo}, {hi}), live at nodes {define[a]}.."
-                 f"{keep[a]}) and {nm(b)} ({vb.type!r}, bytes [{lo2}, {hi2}), live at nodes "
+            fail(f"{nm(a)} ({a.type!r}, bytes [{lo}, {hi}), live at nodes {define[a]}.."
+                 f"{keep[a]}) and {nm(b)} ({b.type!r}, bytes [{lo2}, {hi2}), live at nodes "
                  f"{define[b]}..{keep[b]}) overlap in the arena while both are live")

@@ -42,17 +42,17 @@ def _candidates(graph: Graph, live: Liveness, step: int, alignment: int
     """Values idle across ``step`` that one cheap node could make again after it:
     (size, gap, value, positions of the late readers), largest first."""
     order = live.order
-    readers: Dict[int, List[int]] = {}          # buffer source -> positions reading it
+    readers: Dict[Value, List[int]] = {}          # buffer source -> positions reading it
     for i, node in enumerate(order):
-        for key in {live.source(id(x)) for x in node.inputs}:
+        for key in {live.source(x) for x in node.inputs}:
             readers.setdefault(key, []).append(i)
-    fed = {id(v) for v in graph.inputs} | live.external
+    fed = {v for v in graph.inputs} | live.external
     pinned = {live.source(k) for k in live.roots}
     found = []
     for key, first in live.define.items():
         if key not in live.buffer or key in pinned or not first < step < live.keep[key]:
             continue
-        value = live.values[key]
+        value = key
         if not _cheap(value.node):
             continue
         uses = readers.get(key, [])
@@ -60,7 +60,7 @@ def _candidates(graph: Graph, live: Liveness, step: int, alignment: int
         if not late or step in uses:
             continue
         at = late[0]
-        if all(id(x) in fed or live.keep.get(id(x), -1) >= at for x in value.node.inputs):
+        if all(x in fed or live.keep.get(x, -1) >= at for x in value.node.inputs):
             before = max([i for i in uses if i < step], default=first)
             found.append((align(live.sizes[key], alignment), at - before, value, late))
     found.sort(key=lambda c: (-c[0], -c[1]))
@@ -73,22 +73,22 @@ def _recompute(graph: Graph, live: Liveness, value: Value, late: List[int]):
     reader is left. Returns a function undoing all of it."""
     order = live.order
     at = late[0]
-    made: Dict[int, Value] = {}
+    made: Dict[Value, Value] = {}
     new_nodes: List[Node] = []
 
     def early_view(x: Value) -> bool:
         """``x`` is ``value`` or a view of it, made before the first late reader."""
-        return live.source(id(x)) == id(value) and live.define.get(id(x), at) < at
+        return live.source(x) is value and live.define.get(x, at) < at
 
     def again(v: Value) -> Value:
-        if id(v) not in made:
+        if v not in made:
             node = v.node
             ins = node.inputs if v is value else [again(x) if early_view(x) else x
                                                    for x in node.inputs]
             twin = make_node(node.op, ins, dict(node.attrs), node, graph)
             new_nodes.append(twin)
-            made.update((id(o), t) for o, t in zip(node.outputs, twin.outputs))
-        return made[id(v)]
+            made.update((o, t) for o, t in zip(node.outputs, twin.outputs))
+        return made[v]
 
     changed: List[Tuple[Node, tuple]] = []
     for i in late:

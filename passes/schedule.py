@@ -14,7 +14,7 @@ from typing import Dict, List, Mapping, Optional, Set
 
 import networkx as nx
 
-from ..graphlib.ir import Graph, Node
+from ..graphlib.ir import Graph, Node, Value
 from .memory import align, analyse, peak_live_bytes
 from .result import PassResult
 
@@ -27,14 +27,14 @@ def _dependency_graph(nodes: List[Node]) -> nx.DiGraph:
     """Node positions as a DAG: an edge producer -> consumer for every value read."""
     dag = nx.DiGraph()
     dag.add_nodes_from(range(len(nodes)))
-    made: Dict[int, int] = {}
+    made: Dict[Value, int] = {}
     for i, node in enumerate(nodes):
         for x in node.inputs:
-            j = made.get(id(x))
+            j = made.get(x)
             if j is not None:
                 dag.add_edge(j, i)
         for o in node.outputs:
-            made[id(o)] = i
+            made[o] = i
     return dag
 
 
@@ -56,20 +56,20 @@ def greedy_order(graph: Graph, shapes: Optional[Mapping[str, int]] = None,
     size = {k: align(s, alignment) for k, s in live.sizes.items()}
     arena = {k for k in live.sizes if k not in live.views and k not in live.external}
     # the buffers each node reads (a view reads its source's buffer) and their reader counts
-    reads: List[Set[int]] = [{live.source(id(x)) for x in node.inputs} for node in nodes]
-    readers: Dict[int, int] = {}
+    reads: List[Set[Value]] = [{live.source(x) for x in node.inputs} for node in nodes]
+    readers: Dict[Value, int] = {}
     for r in reads:
         for key in r:
             readers[key] = readers.get(key, 0) + 1
     pinned = {live.source(k) for k in live.roots}
-    state_of = {id(new): id(state) for state, new in graph.updates.values()}
+    state_of = {new: state for state, new in graph.updates.values()}
 
     def early_update(i: int) -> bool:
         """Whether node i makes a state's new value while the old one has other readers
         left: run now, the new value would need an arena buffer to the end of the run;
         run later, it is written into the state's buffer."""
         for o in nodes[i].outputs:
-            state = state_of.get(id(o))
+            state = state_of.get(o)
             if state is not None and readers.get(state, 0) - (state in reads[i]) > 0:
                 return True
         return False
@@ -79,17 +79,17 @@ def greedy_order(graph: Graph, shapes: Optional[Mapping[str, int]] = None,
                     if k in arena and k not in pinned and readers[k] == 1)
         made = 0
         for o in nodes[i].outputs:
-            key = id(o)
+            key = o
             if key in arena and not (key in state_of and not early_update(i)):
                 made += size[key]
         return freed - made
 
-    made_at: Dict[int, int] = {}            # id(value) -> its position in the new order
+    made_at: Dict[Value, int] = {}            # value -> its position in the new order
 
     def priority(i: int) -> tuple:
         recent = 0
         if depth_first:
-            recent = max((made_at.get(id(x), -1) for x in nodes[i].inputs), default=-1)
+            recent = max((made_at.get(x, -1) for x in nodes[i].inputs), default=-1)
         return (not early_update(i), gain(i), recent, -i)
 
     ready = [i for i, d in waiting.items() if d == 0]
@@ -98,7 +98,7 @@ def greedy_order(graph: Graph, shapes: Optional[Mapping[str, int]] = None,
         pick = max(ready, key=priority)
         ready.remove(pick)
         node = nodes[pick]
-        made_at.update((id(o), len(order)) for o in node.outputs)
+        made_at.update((o, len(order)) for o in node.outputs)
         order.append(node)
         for k in reads[pick]:
             readers[k] -= 1

@@ -61,12 +61,12 @@ class Instruction:
 
 def needed_nodes(graph: Graph, targets: Sequence[Value]) -> List:
     """The nodes of ``graph`` that ``targets`` depend on, in graph order."""
-    want = {id(t) for t in targets}
+    want = set(targets)
     keep = []
     for node in reversed(graph.nodes):
-        if any(id(o) in want for o in node.outputs):
+        if any(o in want for o in node.outputs):
             keep.append(node)
-            want.update(id(i) for i in node.inputs)
+            want.update(node.inputs)
     keep.reverse()
     return keep
 
@@ -103,10 +103,10 @@ class Executable:
         # state owned by the executable (dg.variable) and state bound to live objects
         # (eager parameters, buffers, optimizer slots: read and written in place each run)
         self._owned: Dict[str, np.ndarray] = {
-            v.name: self.xp.asarray(graph.state_init[id(v)]).copy() for v in graph.state
-            if id(v) not in graph.bindings}
-        self._bound = {v.name: (v, graph.bindings[id(v)]) for v in graph.state
-                       if id(v) in graph.bindings}
+            v.name: self.xp.asarray(graph.state_init[v]).copy() for v in graph.state
+            if v not in graph.bindings}
+        self._bound = {v.name: (v, graph.bindings[v]) for v in graph.state
+                       if v in graph.bindings}
         self.state = StateView(self)
         self._checked: Dict[str, object] = {}    # bound state arrays already validated
         # planner(graph, shapes=..., nodes=..., outputs=...) -> a memory plan; None: interpret
@@ -121,45 +121,45 @@ class Executable:
     # -- preparation ---------------------------------------------------------------------------
     def _build(self, targets):
         graph = self.graph
-        slot: Dict[int, int] = {}
+        slot: Dict[Value, int] = {}
 
         def number(v):
-            slot[id(v)] = len(slot)
-            return slot[id(v)]
+            slot[v] = len(slot)
+            return slot[v]
 
-        used = {id(i) for n in self.nodes for i in n.inputs} | {id(t) for t in targets}
-        self.feeds = [(v, number(v)) for v in graph.inputs if id(v) in used]
+        used = {i for n in self.nodes for i in n.inputs} | {t for t in targets}
+        self.feeds = [(v, number(v)) for v in graph.inputs if v in used]
         self.feed_names = {v.name for v in graph.inputs}
         self._feed_dtypes = {s: np.dtype(v.dtype) for v, s in self.feeds}
         self.state_slots = [(v, number(v)) for v in graph.state]
-        updated = {id(st) for st, _ in self.updates}
+        updated = {st for st, _ in self.updates}
         # the state a run reads or writes (a training graph may carry slots it never uses)
         self.live_state_slots = [(v, s) for v, s in self.state_slots
-                                 if id(v) in used or id(v) in updated]
+                                 if v in used or v in updated]
         for node in self.nodes:
             for o in node.outputs:
                 number(o)
         self.num_slots = len(slot)
         self.slot_of = slot
-        keep = {slot[id(t)] for t in targets} | {s for _, s in self.state_slots}
+        keep = {slot[t] for t in targets} | {s for _, s in self.state_slots}
         keep |= {s for _, s in self.feeds}
         last_use: Dict[int, int] = {}
         for i, node in enumerate(self.nodes):
             for x in node.inputs:
-                last_use[slot[id(x)]] = i
+                last_use[slot[x]] = i
             for o in node.outputs:   # an unused output dies right where it is made
-                last_use.setdefault(slot[id(o)], i)
+                last_use.setdefault(slot[o], i)
         frees: Dict[int, List[int]] = {}
         for s, i in last_use.items():
             if s not in keep:
                 frees.setdefault(i, []).append(s)
         kernels = self.runner.kernels
         self.instructions = [
-            Instruction(node, kernels[node.op], tuple(slot[id(x)] for x in node.inputs),
-                        tuple(slot[id(o)] for o in node.outputs), tuple(frees.get(i, ())))
+            Instruction(node, kernels[node.op], tuple(slot[x] for x in node.inputs),
+                        tuple(slot[o] for o in node.outputs), tuple(frees.get(i, ())))
             for i, node in enumerate(self.nodes)]
-        self.output_slots = [slot[id(o)] for o in self.outputs]
-        self.update_slots = [(state.name, slot[id(new)]) for state, new in self.updates]
+        self.output_slots = [slot[o] for o in self.outputs]
+        self.update_slots = [(state.name, slot[new]) for state, new in self.updates]
 
     @property
     def kernel_count(self) -> int:

@@ -74,7 +74,7 @@ class Program:
         env: List = [None] * exe.num_slots
         made: Dict[tuple, object] = {}   # values over the same bytes share one array object
         for key, off in plan.offsets.items():
-            v = plan.values[key]
+            v = key
             shape = _concrete(v.shape, shapes)
             nbytes = plan.sizes[key]
             spec = (off, nbytes, v.dtype, shape)
@@ -84,18 +84,18 @@ class Program:
                     np.dtype(v.dtype)).reshape(shape)
             env[slot[key]] = buf
         # new state values written straight into the state's buffer: (slot, state name)
-        self.state_outputs = [(slot[id(new)], slot[id(state)], state.name)
+        self.state_outputs = [(slot[new], slot[state], state.name)
                               for state, new in plan.inplace_updates]
-        inplace_new = {id(new) for _, new in plan.inplace_updates}
-        external = {id(v) for v in plan.external}
+        inplace_new = {new for _, new in plan.inplace_updates}
+        external = set(plan.external)
         views = set(plan.views)
         steps = []
         with np.errstate(all="ignore"):
             for node in exe.nodes:
                 attrs = resolve_attrs(node, node.attrs, shapes)
-                ins = tuple(slot[id(x)] for x in node.inputs)
-                outs = tuple(slot[id(o)] for o in node.outputs)
-                keys = [id(o) for o in node.outputs]
+                ins = tuple(slot[x] for x in node.inputs)
+                outs = tuple(slot[o] for o in node.outputs)
+                keys = node.outputs
                 if all(k in external for k in keys):          # constants: once, here
                     res = run_kernel(kernels[node.op], xp, (), attrs, exe.is_multi(node),
                                      [np.dtype(o.dtype) for o in node.outputs])
@@ -125,13 +125,13 @@ class Program:
         # array per run instead (nothing reuses an output's bytes: it lives to the end), so
         # they are returned as they are. The others are copied out: they view the arena, a
         # state or a feed, or are constants.
-        state_ids = {id(v) for v in exe.graph.state}
+        state_ids = {v for v in exe.graph.state}
         written = {s for step in steps if step[0] in (ARENA, PREPARED) for s in step[5]}
-        fresh = {slot[id(v)] for v in exe.outputs
-                 if slot[id(v)] in written and id(v) not in state_ids
-                 and id(v) not in inplace_new and plan.storage(v)[0] == "arena"}
+        fresh = {slot[v] for v in exe.outputs
+                 if slot[v] in written and v not in state_ids
+                 and v not in inplace_new and plan.storage(v)[0] == "arena"}
         self.fresh = [(s, (env[s].shape, env[s].dtype)) for s in sorted(fresh)]
-        self.copy_outputs = [slot[id(v)] not in fresh for v in exe.outputs]
+        self.copy_outputs = [slot[v] not in fresh for v in exe.outputs]
         updated_in_place = {name for _, _, name in self.state_outputs}
         self.writebacks = [(name, s, plan.storage(new)[0] == "arena")
                            for (name, s), (_, new) in zip(exe.update_slots, exe.updates)

@@ -209,7 +209,7 @@ def test_verify_foreign_input():
 def test_verify_bad_update_type():
     g = build_affine()
     (state, _new), = g.updates.values()
-    g.updates[id(state)] = (state, g.outputs[0])
+    g.updates[state] = (state, g.outputs[0])
     with pytest.raises(dg.GraphError, match=r"update of 'w' has type f32\[N,2\], expected "
                                             r"f32\[3,2\]"):
         g.verify()

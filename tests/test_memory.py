@@ -28,7 +28,7 @@ def run_in_arena(graph, plan, feeds):
     into the state's own array. Returns (outputs, state arrays by name)."""
     arena = np.zeros(plan.arena_bytes + plan.alignment, np.uint8)
     env = {id(v): np.asarray(feeds[v.name]) for v in graph.inputs if v.name in feeds}
-    state = {v.name: np.array(graph.state_init[id(v)], copy=True) for v in graph.state}
+    state = {v.name: np.array(graph.state_init[v], copy=True) for v in graph.state}
     for v in graph.state:
         env[id(v)] = state[v.name]
     with np.errstate(all="ignore"):
@@ -40,7 +40,7 @@ def run_in_arena(graph, plan, feeds):
             for o, r in zip(node.outputs, res):
                 kind, where = plan.storage(o)
                 if kind == "arena":
-                    nbytes = plan.sizes[id(o)]
+                    nbytes = plan.sizes[o]
                     buf = arena[where:where + nbytes].view(o.dtype).reshape(o.shape)
                     buf[...] = r
                     env[id(o)] = buf
@@ -117,10 +117,10 @@ def test_intervals_and_offsets_without_reuse_are_exact():
     g, (a, b, c, d), feeds = four_nodes()
     plan = plan_memory(g, inplace=False)
     e = g.outputs[0]
-    assert [plan.intervals[id(v)] for v in (a, b, c, d, e)] == [
+    assert [plan.intervals[v] for v in (a, b, c, d, e)] == [
         (0, 2), (1, 2), (2, 3), (3, 4), (4, 5)]
-    assert [plan.sizes[id(v)] for v in (a, b, c, d, e)] == [64] * 4 + [4]
-    assert [plan.offsets[id(v)] for v in (a, b, c, d, e)] == [0, 64, 128, 0, 64]
+    assert [plan.sizes[v] for v in (a, b, c, d, e)] == [64] * 4 + [4]
+    assert [plan.offsets[v] for v in (a, b, c, d, e)] == [0, 64, 128, 0, 64]
     assert (plan.arena_bytes, plan.lower_bound_bytes, plan.no_reuse_bytes) == (192, 192, 320)
     assert plan.aliases == {}
     verify_plan(g, plan)
@@ -131,10 +131,10 @@ def test_in_place_reuse_of_dying_inputs_is_exact():
     g, (a, b, c, d), feeds = four_nodes()
     plan = plan_memory(g)
     # %2 takes over %0's bytes (it dies at %2), %3 those of %2: one buffer for a, c, d
-    assert plan.aliases == {id(c): id(a), id(d): id(c)}
+    assert {id(k): id(v) for k, v in plan.aliases.items()} == {id(c): id(a), id(d): id(c)}
     e = g.outputs[0]
-    assert [plan.offsets[id(v)] for v in (a, b, c, d, e)] == [0, 64, 0, 0, 64]
-    assert [plan.intervals[id(v)] for v in (a, b, c, d, e)] == [
+    assert [plan.offsets[v] for v in (a, b, c, d, e)] == [0, 64, 0, 0, 64]
+    assert [plan.intervals[v] for v in (a, b, c, d, e)] == [
         (0, 2), (1, 2), (2, 3), (3, 4), (4, 5)]
     assert (plan.arena_bytes, plan.lower_bound_bytes, plan.no_reuse_bytes) == (128, 128, 320)
     assert plan.storage(c) == ("arena", 0) and plan.storage(g["x"]) == ("input", None)
@@ -154,9 +154,9 @@ def test_greedy_by_size_places_largest_first_and_reuses_freed_bytes():
         g.outputs = [w]
     plan = plan_memory(g, inplace=False)
     values = (a, b, c, s, t, u, v, w)
-    assert [plan.intervals[id(x)] for x in values] == [
+    assert [plan.intervals[x] for x in values] == [
         (0, 3), (1, 4), (2, 5), (3, 6), (4, 6), (5, 7), (6, 7), (7, 8)]
-    assert [plan.offsets[id(x)] for x in values] == [0, 256, 384, 448, 0, 64, 128, 0]
+    assert [plan.offsets[x] for x in values] == [0, 256, 384, 448, 0, 64, 128, 0]
     assert (plan.arena_bytes, plan.lower_bound_bytes, plan.no_reuse_bytes) == (512, 512, 768)
     assert plan.strategy.startswith("greedy-by-size")
     verify_plan(g, plan)
@@ -172,7 +172,7 @@ def test_alignment_rounds_sizes_and_offsets():
         b = dg.sin(x)
         g.outputs = [a * b]
     plan = plan_memory(g, inplace=False)
-    assert plan.sizes[id(a)] == 12
+    assert plan.sizes[a] == 12
     assert sorted(plan.offsets.values()) == [0, 64, 128]
     plan16 = plan_memory(g, alignment=16, inplace=False)
     assert sorted(plan16.offsets.values()) == [0, 16, 32] and plan16.arena_bytes == 48
@@ -189,8 +189,8 @@ def test_symbolic_shapes_take_sizes_from_shapes_and_name_unbound_values():
         flat = dg.tanh(a).reshape(-1)               # f32[N*16]
         g.outputs = [flat * 2.0]
     plan = plan_memory(g, shapes={"N": 64})
-    assert plan.sizes[id(a)] == 64 * 16 * 4
-    assert plan.sizes[id(flat)] == 64 * 16 * 4
+    assert plan.sizes[a] == 64 * 16 * 4
+    assert plan.sizes[flat] == 64 * 16 * 4
     verify_plan(g, plan)
     with pytest.raises(MemoryPlanError, match=r"%0 .*f32\[N,16\].*'N'"):
         plan_memory(g)
@@ -208,13 +208,14 @@ def test_no_in_place_reuse_of_an_input_still_needed_later():
         c = a * b
         g.outputs = [c.sum()]
     plan = plan_memory(g)
-    assert id(b) not in plan.aliases and plan.aliases == {id(c): id(a)}
+    assert b not in plan.aliases
+    assert {id(k): id(v) for k, v in plan.aliases.items()} == {id(c): id(a)}
     feeds = {"x": np.arange(8, dtype=F32) / 8}
     assert_same(run_in_arena(g, plan, feeds), reference(g, feeds))
     # the same plan with b forced over a: the verifier refuses it, the arena run corrupts a
-    plan.aliases = {id(b): id(a)}
-    plan.offsets[id(b)] = plan.offsets[id(a)]
-    plan.offsets[id(c)] = plan.arena_bytes
+    plan.aliases = {b: a}
+    plan.offsets[b] = plan.offsets[a]
+    plan.offsets[c] = plan.arena_bytes
     plan.arena_bytes += 64
     with pytest.raises(MemoryPlanError, match=r"%1 may not overwrite %0 in place.*still needed"):
         verify_plan(g, plan)
@@ -234,9 +235,9 @@ def test_views_extend_their_source_and_block_in_place_writes():
         z = y + dg.permute(y, 1, 0)     # y dies here, but is also read transposed
         g.outputs = [c, dg.tanh(z)]
     plan = plan_memory(g)
-    assert plan.views[id(t)] == id(a)
-    assert plan.intervals[id(a)] == (0, 3)          # kept until c reads the view
-    assert id(b) not in plan.aliases and id(z) not in plan.aliases
+    assert plan.views[t] is a
+    assert plan.intervals[a] == (0, 3)          # kept until c reads the view
+    assert b not in plan.aliases and z not in plan.aliases
     assert plan.storage(t) == ("view", a)
     verify_plan(g, plan)
     feeds = {"x": np.arange(16, dtype=F32).reshape(4, 4) / 16}
@@ -254,7 +255,7 @@ def test_outputs_are_never_aliases_and_keep_their_bytes_to_the_end():
         g.outputs = [b, d]
     plan = plan_memory(g)
     assert plan.aliases == {}
-    assert [plan.intervals[id(v)] for v in (a, b, c, d)] == [(0, 1), (1, 4), (2, 3), (3, 4)]
+    assert [plan.intervals[v] for v in (a, b, c, d)] == [(0, 1), (1, 4), (2, 3), (3, 4)]
     verify_plan(g, plan)
 
 
@@ -280,7 +281,7 @@ def test_state_updates_in_place_only_when_the_old_value_is_no_longer_read():
     assert_same(run_in_arena(g, plan, feeds), reference(g, feeds))
     # forcing v in place breaks the late read of v: the verifier says so
     plan.inplace_updates.append((v, v_new))
-    del plan.offsets[id(v_new)]
+    del plan.offsets[v_new]
     with pytest.raises(MemoryPlanError, match="state %v cannot take .* still read"):
         verify_plan(g, plan)
 
@@ -288,11 +289,11 @@ def test_state_updates_in_place_only_when_the_old_value_is_no_longer_read():
 def test_verifier_catches_overlap_misalignment_and_overflow():
     g, (a, b, c, d), _ = four_nodes()
     plan = plan_memory(g, inplace=False)
-    plan.offsets[id(b)] = plan.offsets[id(a)]
+    plan.offsets[b] = plan.offsets[a]
     with pytest.raises(MemoryPlanError, match=r"%0 .* and %1 .* overlap in the arena"):
         verify_plan(g, plan)
     plan = plan_memory(g, inplace=False)
-    plan.offsets[id(b)] = 96
+    plan.offsets[b] = 96
     with pytest.raises(MemoryPlanError, match="%1 is at offset 96, not a multiple of 64"):
         verify_plan(g, plan)
     plan = plan_memory(g, inplace=False)
@@ -300,7 +301,7 @@ def test_verifier_catches_overlap_misalignment_and_overflow():
     with pytest.raises(MemoryPlanError, match="outside the arena"):
         verify_plan(g, plan)
     plan = plan_memory(g, inplace=False)
-    del plan.offsets[id(c)]
+    del plan.offsets[c]
     with pytest.raises(MemoryPlanError, match="%2 .* exactly one storage"):
         verify_plan(g, plan)
 

@@ -280,7 +280,7 @@ def test_each_executable_has_its_own_state():
     first(step=5.0)
     np.testing.assert_array_equal(first.state["count"], [5, 5])
     np.testing.assert_array_equal(second.state["count"], [0, 0])
-    np.testing.assert_array_equal(g.state_init[id(count)], [0, 0])   # the graph is untouched
+    np.testing.assert_array_equal(g.state_init[count], [0, 0])   # the graph is untouched
 
 
 def test_state_can_be_set_between_calls():

@@ -132,7 +132,7 @@ def _record_graph(target, args, names) -> Graph:
             continue
         data = next(np.asarray(t.numpy()) for val, t in rec.external if val is v)
         g.state.append(v)
-        g.state_init[id(v)] = data
+        g.state_init[v] = data
     g.inputs = placeholders
     return g
 

@@ -1026,12 +1026,12 @@ def _value_info(name: str, v_dtype: str, shape):
 
 
 def _state_array(graph: Graph, v: Value) -> np.ndarray:
-    holder = graph.bindings.get(id(v))
+    holder = graph.bindings.get(v)
     if holder is not None:
         arr = holder.data
         arr = arr.get() if hasattr(arr, "get") else arr
         return np.asarray(arr)
-    return np.asarray(graph.state_init[id(v)])
+    return np.asarray(graph.state_init[v])
 
 
 def graph_to_model(graph: Graph, opset: int = 17, output_names: Optional[Sequence[str]] = None,
