@@ -26,7 +26,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ..ir import Graph, Node, Region
+from ..ir import Graph, Node, Region, Value
 from ..kernels import run_kernel
 from ..printer import format_attrs
 from ..registry import OpDef, register
@@ -80,25 +80,25 @@ class FusedBody(Region):
         made, last_read = self._order()
         pairs = []
         for k, o in enumerate(g.outputs):
-            if id(o) not in made:
+            if o not in made:
                 continue
             for j, x in enumerate(g.inputs):
-                if x.type == o.type and last_read.get(id(x), -1) <= made[id(o)]:
+                if x.type == o.type and last_read.get(x, -1) <= made[o]:
                     pairs.append((k, j))
         return pairs
 
-    def _order(self) -> Tuple[Dict[int, int], Dict[int, int]]:
-        """(id(value) -> index of the node making it, id(value) -> index of its last read)."""
-        made: Dict[int, int] = {}
-        last_read: Dict[int, int] = {}
+    def _order(self) -> Tuple[Dict[Value, int], Dict[Value, int]]:
+        """(value -> index of the node making it, value -> index of its last read)."""
+        made: Dict[Value, int] = {}
+        last_read: Dict[Value, int] = {}
         for i, node in enumerate(self.graph.nodes):
             for x in node.inputs:
-                last_read[id(x)] = i
+                last_read[x] = i
             for o in node.outputs:
-                made[id(o)] = i
+                made[o] = i
         return made, last_read
 
-    def prologue_homes(self) -> Dict[int, int]:
+    def prologue_homes(self) -> Dict[Value, int]:
         """id(prologue value) -> the output whose buffer the CPU kernel computes it in (an
         epilogue ``relu(x @ w + b)`` runs the matmul straight into the output buffer and the
         chain in place over it): the value itself when it is an output, else the first
@@ -107,20 +107,20 @@ class FusedBody(Region):
         into ``w``). A home never overwrites an input (``inplace_pairs`` leaves it out)."""
         g = self.graph
         made, last_read = self._order()
-        homes: Dict[int, int] = {}
+        homes: Dict[Value, int] = {}
         taken = {k for k, _ in self._candidate_pairs()}
-        where = {id(o): k for k, o in enumerate(g.outputs)}
+        where = {o: k for k, o in enumerate(g.outputs)}
         prologue = [n for n in g.nodes if not n.op.elementwise and n.op.name != "constant"]
         for node in prologue:
             for p in node.outputs:
-                k = where.get(id(p))
+                k = where.get(p)
                 if k is None:
                     k = next((k for k, o in enumerate(g.outputs)
-                              if k not in taken and id(o) in made and id(o) != id(p)
-                              and g.nodes[made[id(o)]].op.elementwise and o.type == p.type
-                              and made[id(o)] >= last_read.get(id(p), -1)), None)
+                              if k not in taken and o in made and o is not p
+                              and g.nodes[made[o]].op.elementwise and o.type == p.type
+                              and made[o] >= last_read.get(p, -1)), None)
                 if k is not None and k not in taken:
-                    homes[id(p)] = k
+                    homes[p] = k
                     taken.add(k)
         return homes
 
@@ -129,20 +129,20 @@ class FusedBody(Region):
         """``{ %a = mul(%i0, %i1); %b = tanh(%a); return (%b) }``: one line, scalar constants
         written in place."""
         g = self.graph
-        names: Dict[int, str] = {id(v): f"%{v.name}" for v in g.inputs}
+        names: Dict[Value, str] = {v: f"%{v.name}" for v in g.inputs}
         parts = []
         count = 0
         for node in g.nodes:
             if node.op.name == "constant" and not hasattr(node.attrs["value"], "array"):
-                names[id(node.outputs[0])] = repr(node.attrs["value"])
+                names[node.outputs[0]] = repr(node.attrs["value"])
                 continue
             for o in node.outputs:
-                names[id(o)] = "%" + _letters(count)
+                names[o] = "%" + _letters(count)
                 count += 1
-            outs = ", ".join(names[id(o)] for o in node.outputs)
-            ins = ", ".join(names[id(x)] for x in node.inputs)
+            outs = ", ".join(names[o] for o in node.outputs)
+            ins = ", ".join(names[x] for x in node.inputs)
             parts.append(f"{outs} = {node.op.name}({ins}){format_attrs(node.attrs)}")
-        parts.append("return (" + ", ".join(names[id(o)] for o in g.outputs) + ")")
+        parts.append("return (" + ", ".join(names[o] for o in g.outputs) + ")")
         return "{ " + "; ".join(parts) + " }"
 
 
@@ -157,34 +157,34 @@ def _letters(i: int) -> str:
             return s
 
 
-def eval_nodes(nodes: Sequence[Node], env: Dict[int, object], xp,
+def eval_nodes(nodes: Sequence[Node], env: Dict[Value, object], xp,
                keep: Sequence = (), kernels: Optional[Mapping] = None) -> None:
-    """Run ``nodes`` op by op (any array module), reading and writing ``env`` (id(value) ->
+    """Run ``nodes`` op by op (any array module), reading and writing ``env`` (value ->
     array) and dropping each value at its last use unless it is in ``keep``. ``kernels``
     maps an OpDef to the kernel to run (a backend's table); by default each op's own
     reference kernel."""
-    last: Dict[int, int] = {}
+    last: Dict[Value, int] = {}
     for i, node in enumerate(nodes):
         for x in node.inputs:
-            last[id(x)] = i
-    kept = {id(v) for v in keep}
+            last[x] = i
+    kept = {v for v in keep}
     for i, node in enumerate(nodes):
         op = node.op
         kernel = op.kernel if kernels is None else kernels[op]
-        res = run_kernel(kernel, xp, [env[id(x)] for x in node.inputs], node.attrs,
+        res = run_kernel(kernel, xp, [env[x] for x in node.inputs], node.attrs,
                          op.multi_output, [np.dtype(o.dtype) for o in node.outputs])
         for o, r in zip(node.outputs, res):
-            env[id(o)] = r
+            env[o] = r
         for x in node.inputs:
-            if last.get(id(x)) == i and id(x) not in kept:
-                env.pop(id(x), None)
+            if last.get(x) == i and x not in kept:
+                env.pop(x, None)
 
 
 def run_ops(graph: Graph, xp, arrays: Sequence, kernels: Optional[Mapping] = None) -> Tuple:
     """Evaluate ``graph`` op by op (with ``kernels``, as ``eval_nodes``): the reference."""
-    env: Dict[int, object] = {id(v): a for v, a in zip(graph.inputs, arrays)}
+    env: Dict[Value, object] = {v: a for v, a in zip(graph.inputs, arrays)}
     eval_nodes(graph.nodes, env, xp, graph.outputs, kernels)
-    return tuple(env[id(o)] for o in graph.outputs)
+    return tuple(env[o] for o in graph.outputs)
 
 
 def _fused_infer(types, attrs):

@@ -42,6 +42,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ...graphlib.config import config
+from ...graphlib.ir import Value
 from ...graphlib.ops.fused import eval_nodes
 from ..backend import FusedCompiler
 from ..kernel_cache import cache_dir, write_verified
@@ -89,19 +90,20 @@ class Layout:
                          if not n.op.elementwise and n.op.name != "constant"]
         self.constants = [n for n in graph.nodes if n.op.name == "constant"]
         self.region = [n for n in graph.nodes if n.op.elementwise]
-        made = {id(o) for n in self.region for o in n.outputs}
-        consts = {id(n.outputs[0]) for n in self.constants}
-        seen: Dict[int, object] = {}
+        made = {o for n in self.region for o in n.outputs}
+        consts = {n.outputs[0] for n in self.constants}
+        seen: Dict[Value, object] = {}
         for n in self.region:
             for x in n.inputs:
-                if id(x) not in made and id(x) not in consts:
-                    seen.setdefault(id(x), x)
+                if x not in made and x not in consts:
+                    seen.setdefault(x, x)
         self.region_inputs = list(seen.values())
-        self.region_outputs = [o for o in graph.outputs if id(o) in made]
+        self.region_outputs = [o for o in graph.outputs if o in made]
         self.outputs = list(graph.outputs)
         # no prologue, and the region reads the body's inputs in order: no remapping needed
         self.direct = (not self.prologue and len(self.region_outputs) == len(self.outputs)
-                       and [id(v) for v in self.region_inputs] == [id(v) for v in graph.inputs])
+                       and len(self.region_inputs) == len(graph.inputs)
+                       and all(a is b for a, b in zip(self.region_inputs, graph.inputs)))
 
 
 def _layout(body) -> Layout:
@@ -133,23 +135,23 @@ def run(body, arrays: Sequence, out: Optional[Sequence[np.ndarray]] = None) -> T
         plan = _plan(body, lay, arrays)
         if plan is not False:
             return tuple(plan(arrays, out))
-    env: Dict[int, object] = {id(v): a for v, a in zip(body.graph.inputs, arrays)}
+    env: Dict[Value, object] = {v: a for v, a in zip(body.graph.inputs, arrays)}
     if lay.prologue:
         eval_nodes(lay.prologue, env, np, body.graph.outputs + lay.region_inputs, KERNELS)
-    ins = [env[id(v)] for v in lay.region_inputs]
-    where = {id(o): k for k, o in enumerate(lay.outputs)}
+    ins = [env[v] for v in lay.region_inputs]
+    where = {o: k for k, o in enumerate(lay.outputs)}
     if lay.region:
         plan = _plan(body, lay, ins)
         if plan is False:       # no chunked form: the region's kernels op by op
             for c in lay.constants:
-                env[id(c.outputs[0])] = KERNELS[c.op](np, **c.attrs)
+                env[c.outputs[0]] = KERNELS[c.op](np, **c.attrs)
             eval_nodes(lay.region, env, np, lay.outputs, KERNELS)   # prologue outputs too
         else:
-            region_out = None if out is None else [out[where[id(v)]]
+            region_out = None if out is None else [out[where[v]]
                                                    for v in lay.region_outputs]
             for v, r in zip(lay.region_outputs, plan(ins, region_out)):
-                env[id(v)] = r
-    results = [env[id(o)] for o in lay.outputs]
+                env[v] = r
+    results = [env[o] for o in lay.outputs]
     if out is not None:
         for r, o in zip(results, out):
             if r is not o:
@@ -185,18 +187,18 @@ def _region_shapes(lay: Layout, in_shapes: Sequence[tuple]):
     """(shape of every region value, constant arrays, the iteration shape) for region
     inputs of ``in_shapes``, or None when the region cannot run as one loop (outputs of
     different shapes, an empty iteration space)."""
-    shapes: Dict[int, tuple] = {id(v): tuple(s) for v, s in zip(lay.region_inputs, in_shapes)}
-    consts: Dict[int, np.ndarray] = {}
+    shapes: Dict[Value, tuple] = {v: tuple(s) for v, s in zip(lay.region_inputs, in_shapes)}
+    consts: Dict[Value, np.ndarray] = {}
     for c in lay.constants:
         arr = np.asarray(KERNELS[c.op](np, **c.attrs))
-        consts[id(c.outputs[0])] = arr
-        shapes[id(c.outputs[0])] = arr.shape
+        consts[c.outputs[0]] = arr
+        shapes[c.outputs[0]] = arr.shape
     try:
         for n in lay.region:
-            s = np.broadcast_shapes(*[shapes[id(x)] for x in n.inputs])
+            s = np.broadcast_shapes(*[shapes[x] for x in n.inputs])
             for o in n.outputs:
-                shapes[id(o)] = s
-        out_shapes = [shapes[id(v)] for v in lay.region_outputs]
+                shapes[o] = s
+        out_shapes = [shapes[v] for v in lay.region_outputs]
         full = np.broadcast_shapes(*out_shapes)
     except ValueError:
         return None
@@ -253,9 +255,9 @@ def _bind_gemm_update(body, in_shapes: Sequence[tuple], strategy: str):
             or g.outputs[0] is not nodes[2].outputs[0]:
         return None
     mm, mul, last = nodes
-    index = {id(v): j for j, v in enumerate(g.inputs)}
+    index = {v: j for j, v in enumerate(g.inputs)}
     prod, scaled = mm.outputs[0], mul.outputs[0]
-    if any(id(x) not in index for x in mm.inputs) or not any(x is prod for x in mul.inputs):
+    if any(x not in index for x in mm.inputs) or not any(x is prod for x in mul.inputs):
         return None
     scale = mul.inputs[1] if mul.inputs[0] is prod else mul.inputs[0]
     if last.op.name == "sub" and last.inputs[1] is scaled:
@@ -264,17 +266,17 @@ def _bind_gemm_update(body, in_shapes: Sequence[tuple], strategy: str):
         base, sign = last.inputs[1] if last.inputs[0] is scaled else last.inputs[0], 1.0
     else:
         return None
-    if id(base) not in index or base is scale:
+    if base not in index or base is scale:
         return None
     shapes = [tuple(s) for s in in_shapes]
-    ia, ib, ip = index[id(mm.inputs[0])], index[id(mm.inputs[1])], index[id(base)]
+    ia, ib, ip = index[mm.inputs[0]], index[mm.inputs[1]], index[base]
     if len(shapes[ia]) != 2 or len(shapes[ib]) != 2 \
             or shapes[ip] != (shapes[ia][0], shapes[ib][1]):
         return None
     if len({v.dtype for v in (mm.inputs[0], mm.inputs[1], prod, scaled, base, scale)}) != 1:
         return None
-    if id(scale) in index and math.prod(shapes[index[id(scale)]]) == 1:
-        js, fixed = index[id(scale)], None
+    if scale in index and math.prod(shapes[index[scale]]) == 1:
+        js, fixed = index[scale], None
     elif scale.node is not None and scale.node.op.name == "constant" \
             and not hasattr(scale.node.attrs["value"], "array"):
         js, fixed = None, float(scale.node.attrs["value"])
@@ -303,36 +305,36 @@ def _bind_prologue(body, lay: Layout, in_shapes: Sequence[tuple], strategy: str)
     inputs that are not the body's own)."""
     from ...graphlib.types import TensorType
     g = body.graph
-    index = {id(v): j for j, v in enumerate(g.inputs)}
-    types = {id(v): TensorType(tuple(s), v.dtype) for v, s in zip(g.inputs, in_shapes)}
+    index = {v: j for j, v in enumerate(g.inputs)}
+    types = {v: TensorType(tuple(s), v.dtype) for v, s in zip(g.inputs, in_shapes)}
     homes = body.prologue_homes()
     steps = []          # (kernel, out_kernel, input indices, attrs, home k or scratch array)
-    made: Dict[int, tuple] = {}
+    made: Dict[Value, tuple] = {}
     for node in lay.prologue:
-        if len(node.outputs) != 1 or any(id(x) not in index for x in node.inputs):
+        if len(node.outputs) != 1 or any(x not in index for x in node.inputs):
             return None
-        (t,) = node.op.infer([types[id(x)] for x in node.inputs], node.attrs)
+        (t,) = node.op.infer([types[x] for x in node.inputs], node.attrs)
         if any(not isinstance(d, int) for d in t.shape):
             return None
         p = node.outputs[0]
-        home = homes.get(id(p))
+        home = homes.get(p)
         target = home if home is not None else np.empty(t.shape, t.dtype)
         steps.append((KERNELS[node.op], OUT_KERNELS.get(node.op),
-                      tuple(index[id(x)] for x in node.inputs), dict(node.attrs), target))
-        made[id(p)] = (len(steps) - 1, t.shape)
+                      tuple(index[x] for x in node.inputs), dict(node.attrs), target))
+        made[p] = (len(steps) - 1, t.shape)
     sources = []        # region input -> ("in", j) or ("pro", step)
     shapes = []
     for v in lay.region_inputs:
-        if id(v) in index:
-            sources.append((0, index[id(v)]))
-            shapes.append(tuple(in_shapes[index[id(v)]]))
-        elif id(v) in made:
-            sources.append((1, made[id(v)][0]))
-            shapes.append(made[id(v)][1])
+        if v in index:
+            sources.append((0, index[v]))
+            shapes.append(tuple(in_shapes[index[v]]))
+        elif v in made:
+            sources.append((1, made[v][0]))
+            shapes.append(made[v][1])
         else:
             return None
-    where = {id(o): k for k, o in enumerate(lay.outputs)}
-    region_out = [where[id(v)] for v in lay.region_outputs]
+    where = {o: k for k, o in enumerate(lay.outputs)}
+    region_out = [where[v] for v in lay.region_outputs]
     plan = None
     if lay.region:
         found = _region_shapes(lay, shapes)
@@ -344,8 +346,8 @@ def _bind_prologue(body, lay: Layout, in_shapes: Sequence[tuple], strategy: str)
                                and numba_available()):
             plan = DirectPlan(lay, rshapes, consts, full)
     # outputs that are prologue values without a home of their own are copied at the end
-    copies = [(k, made[id(o)][0]) for k, o in enumerate(lay.outputs)
-              if id(o) in made and homes.get(id(o)) != k]
+    copies = [(k, made[o][0]) for k, o in enumerate(lay.outputs)
+              if o in made and homes.get(o) != k]
 
     def runner(arrays, outs) -> bool:
         if config.fused_strategy != strategy:
@@ -445,11 +447,11 @@ class _Scratch:
     def __init__(self, region):
         self.specs: List[tuple] = []            # (shape, dtype) per buffer
         self._free: Dict[tuple, List[int]] = {}
-        self._owner: Dict[int, int] = {}        # id(value) -> buffer index
-        self._last = {id(x): i for i, node in enumerate(region) for x in node.inputs}
+        self._owner: Dict[Value, int] = {}        # value -> buffer index
+        self._last = {x: i for i, node in enumerate(region) for x in node.inputs}
 
     def release_inputs(self, node, at: int) -> None:
-        for key in dict.fromkeys(id(x) for x in node.inputs):
+        for key in dict.fromkeys(x for x in node.inputs):
             b = self._owner.get(key)
             if b is not None and self._last.get(key) == at:
                 self._free.setdefault(self.specs[b], []).append(b)
@@ -460,7 +462,7 @@ class _Scratch:
         if b is None:
             b = len(self.specs)
             self.specs.append(spec)
-        self._owner[id(value)] = b
+        self._owner[value] = b
         return b
 
 
@@ -511,11 +513,11 @@ class DirectPlan:
     def __init__(self, lay: Layout, shapes, consts, full: tuple):
         self.full = full
         self.out_dtypes = [np.dtype(v.dtype) for v in lay.region_outputs]
-        region_out = {id(v): k for k, v in enumerate(lay.region_outputs)}
+        region_out = {v: k for k, v in enumerate(lay.region_outputs)}
         glob: Dict[str, object] = {"np": np}
-        name: Dict[int, str] = {}
+        name: Dict[Value, str] = {}
         for j, v in enumerate(lay.region_inputs):
-            name[id(v)] = f"i{j}"
+            name[v] = f"i{j}"
         for j, (key, arr) in enumerate(consts.items()):
             glob[f"k{j}"] = arr[()] if arr.ndim == 0 else arr
             name[key] = f"k{j}"
@@ -526,13 +528,13 @@ class DirectPlan:
         body: List[str] = []
         for i, node in enumerate(lay.region):
             v = node.outputs[0]
-            args = [name[id(x)] for x in node.inputs]
+            args = [name[x] for x in node.inputs]
             call = _call(node, i, args, glob)
             pool.release_inputs(node, i)
-            k = region_out.get(id(v))
+            k = region_out.get(v)
             out = f"o{k}" if k is not None else None
-            name[id(v)] = _emit(node, i, args, call, glob, body, out, lambda: "s{}".format(
-                pool.take(v, (tuple(shapes[id(v)]), np.dtype(v.dtype)))))
+            name[v] = _emit(node, i, args, call, glob, body, out, lambda: "s{}".format(
+                pool.take(v, (tuple(shapes[v]), np.dtype(v.dtype)))))
         n_in, n_out = len(lay.region_inputs), len(lay.region_outputs)
         head = [f"i{j} = ins[{j}]" for j in range(n_in)]
         head += [f"o{k} = outs[{k}]" for k in range(n_out)]
@@ -587,23 +589,23 @@ class ChunkPlan:
             rows = lead
         self.lead, self.rows = lead, rows
 
-        region_out = {id(v): k for k, v in enumerate(lay.region_outputs)}
+        region_out = {v: k for k, v in enumerate(lay.region_outputs)}
         pshape = {k: rank_shape(s) for k, s in shapes.items()}
 
         def sliced(v) -> bool:
-            s = pshape[id(v)]
+            s = pshape[v]
             return len(s) == rank and rank > 0 and s[0] == lead
 
-        name: Dict[int, str] = {}
+        name: Dict[Value, str] = {}
         glob: Dict[str, object] = {"np": np}
         head, pre, loop_views, body = [], [], [], []
         for j, v in enumerate(lay.region_inputs):
             head.append(f"i{j} = ins[{j}]")
             if sliced(v):
                 loop_views.append(f"x{j} = i{j}[lo:hi]")
-                name[id(v)] = f"x{j}"
+                name[v] = f"x{j}"
             else:
-                name[id(v)] = f"i{j}"
+                name[v] = f"i{j}"
         for j, (key, arr) in enumerate(consts.items()):
             glob[f"k{j}"] = arr[()] if arr.ndim == 0 else arr   # a numpy scalar: cheaper
             name[key] = f"k{j}"
@@ -618,17 +620,17 @@ class ChunkPlan:
         self.scratch = pool.specs       # (chunk shape, dtype) per buffer
         for i, node in enumerate(lay.region):
             v = node.outputs[0]
-            args = [name[id(x)] for x in node.inputs]
+            args = [name[x] for x in node.inputs]
             call = _call(node, i, args, glob)
             if not sliced(v):
                 pre.append(f"w{i} = {call}")
-                name[id(v)] = f"w{i}"
+                name[v] = f"w{i}"
                 continue
             pool.release_inputs(node, i)
-            k = region_out.get(id(v))
+            k = region_out.get(v)
             out = f"r{k}" if k is not None else None
-            name[id(v)] = _emit(node, i, args, call, glob, body, out, lambda: "b{}".format(
-                pool.take(v, ((rows,) + pshape[id(v)][1:], np.dtype(v.dtype)))))
+            name[v] = _emit(node, i, args, call, glob, body, out, lambda: "b{}".format(
+                pool.take(v, ((rows,) + pshape[v][1:], np.dtype(v.dtype)))))
         views_full = [f"b{b} = s{b}" for b in range(len(self.scratch))]
         views_tail = [f"b{b} = s{b}[:hi - lo]" for b in range(len(self.scratch))]
         head += [f"s{b} = scratch[{b}]" for b in range(len(self.scratch))]
@@ -1027,9 +1029,9 @@ class NumbaPlan:
         LLVM's run-time overlap check fails and it runs the scalar loop: an in-place SGD
         update of 200K float32 measured 70 us that way, 20 us with one argument."""
         lit = "F"
-        name: Dict[int, str] = {}
+        name: Dict[Value, str] = {}
         for j, v in enumerate(lay.region_inputs):
-            name[id(v)] = f"x{j}"
+            name[v] = f"x{j}"
         for key, arr in consts.items():
             val = arr.reshape(-1)[0].item() if arr.size == 1 else None
             if val is None:
@@ -1043,7 +1045,7 @@ class NumbaPlan:
         stmts = []
         for i, node in enumerate(lay.region):
             v = node.outputs[0]
-            args = [name[id(x)] for x in node.inputs]
+            args = [name[x] for x in node.inputs]
             try:
                 text = node.op.expr.format(*args, **node.attrs)
                 py = c_to_python(text, lit)
@@ -1053,7 +1055,7 @@ class NumbaPlan:
                 stmts.append(f"v{i} = {py}")
             else:
                 stmts.append(f"v{i} = {lit}({py})")
-            name[id(v)] = f"v{i}"
+            name[v] = f"v{i}"
         ins = [f"a{j}" for j in range(len(lay.region_inputs))]
         into = dict(alias)
         outs = [f"o{k}" for k in range(len(lay.region_outputs)) if k not in into]
@@ -1066,7 +1068,7 @@ class NumbaPlan:
                 loads.append(f"x{j} = a{j}[j]")
             else:
                 loads.append(f"x{j} = a{j}[{idx}]")
-        stores = [f"{f'a{into[k]}' if k in into else f'o{k}'}[{idx}] = {name[id(v)]}"
+        stores = [f"{f'a{into[k]}' if k in into else f'o{k}'}[{idx}] = {name[v]}"
                   for k, v in enumerate(lay.region_outputs)]
         helpers = _HELPERS.replace("TANH", "_tanh_f32" if dt == "float32" else "np.tanh")
         src = ["import math", "", "import numpy as np", "from numba import njit, prange", "",
