@@ -5,12 +5,13 @@ value (a slot), records for each instruction its kernel, input and output slots,
 and the slots to free afterwards (each value dies at its last use, as in torch.fx's
 Interpreter). Running it checks the feeds, binds symbolic dims, and runs the tight loop.
 
-Given a ``planner`` (the face package passes ``duograph.passes.memory.plan_memory`` for the
-O2 pipeline, or when asked with ``plan=True``), the executable is *planned* instead: per
-concrete shape signature it asks the planner for a memory plan and prepares a ``Program``
-(``planned.py``) whose intermediates all live in one preallocated arena, written by the ops'
-``out=`` kernels. Programs are cached per signature (the most recent ``MAX_PROGRAMS``);
-``exe.memory_plan`` is the plan of the last run.
+How a run executes is the executable's ``steps``, one of two types: ``Interpreted`` runs the
+instruction list; ``Planned`` (chosen by passing a ``planner``: the face package passes
+``duograph.passes.memory.plan_memory`` when the pipeline's ``plan`` option or ``plan=True``
+asks for it) asks the planner, per concrete shape signature, for a memory plan and prepares
+a ``Program`` (``planned.py``) whose intermediates all live in one preallocated arena,
+written by the ops' ``out=`` kernels. Programs are cached per signature (the most recent
+``MAX_PROGRAMS``); ``exe.memory_plan`` is the plan of the last run.
 """
 from __future__ import annotations
 
@@ -111,12 +112,11 @@ class Executable:
         self._checked: Dict[str, object] = {}    # bound state arrays already validated
         # planner(graph, shapes=..., nodes=..., outputs=...) -> a memory plan; None: interpret
         self.planner = planner
-        self._programs: "OrderedDict[tuple, Program]" = OrderedDict()
-        self._lock = threading.Lock()
-        self._last_program: Optional[Program] = None
         # the symbolic dims the feeds bind: a plan is made per tuple of their sizes
         self.symbols = tuple(sorted({d for v, _ in self.feeds for d in v.shape
                                      if isinstance(d, str)}))
+        # how a run executes: the interpreter's instruction list, or planned programs
+        self.steps = Interpreted() if planner is None else Planned(planner)
 
     # -- preparation ---------------------------------------------------------------------------
     def _build(self, targets):
@@ -164,14 +164,12 @@ class Executable:
     @property
     def kernel_count(self) -> int:
         """Kernels launched per run (a planned executable prepares constants once)."""
-        if self.planner is not None:
-            return sum(1 for n in self.nodes if n.op.name != "constant")
-        return len(self.instructions)
+        return self.steps.kernel_count(self)
 
     @property
     def planned(self) -> bool:
         """Whether runs execute a memory plan over one arena (else: the interpreter)."""
-        return self.planner is not None
+        return isinstance(self.steps, Planned)
 
     @property
     def memory_plan(self):
@@ -179,43 +177,22 @@ class Executable:
         ``summary()``); before any run, the plan of a graph without symbolic dims. None for
         an interpreted executable, or before the first run binds the symbolic dims (see
         ``plan_for``)."""
-        if self.planner is None:
-            return None
-        if self._last_program is not None:
-            return self._last_program.plan
-        if self.symbols:
-            return None
-        return self._program({}).plan
+        return self.steps.memory_plan(self)
 
     def plan_for(self, **shapes: int):
         """The memory plan for the symbolic dims ``shapes`` (``exe.plan_for(N=32)``)."""
-        if self.planner is None:
+        if not self.planned:
             raise GraphError(f"{self.graph.name}: this executable is not planned; compile "
                              "with passes='O2' or plan=True")
         missing = [d for d in self.symbols if d not in shapes]
         if missing:
             raise GraphError(f"{self.graph.name}: plan_for needs sizes for the symbolic dims "
                              f"{missing}, found {sorted(shapes)}")
-        return self._program({d: int(shapes[d]) for d in self.symbols}).plan
+        return self.steps.program(self, {d: int(shapes[d]) for d in self.symbols}).plan
 
     def is_multi(self, node) -> bool:
         """A multi-output op's kernel returns a tuple, even when it holds a single array."""
         return bool(node.op.multi_output) or len(node.outputs) != 1
-
-    def _program(self, bindings: Dict[str, int]) -> Program:
-        key = tuple(bindings.get(d) for d in self.symbols)
-        prog = self._programs.get(key)
-        if prog is None:
-            shapes = {d: bindings[d] for d in self.symbols if d in bindings}
-            plan = self.planner(self.graph, shapes=shapes, nodes=self.nodes,
-                                outputs=self.outputs)
-            prog = Program(self, plan, shapes)
-            self._programs[key] = prog
-            while len(self._programs) > MAX_PROGRAMS:
-                self._programs.popitem(last=False)
-        else:
-            self._programs.move_to_end(key)
-        return prog
 
     # -- running -------------------------------------------------------------------------------
     def _bind_feeds(self, feeds: dict, env: list) -> Dict[str, int]:
@@ -305,82 +282,9 @@ class Executable:
 
     def run(self, feeds: Optional[dict] = None) -> list:
         """Run once: returns the outputs (numpy arrays) and updates the state."""
-        feeds = feeds or {}
         env: list = [None] * self.num_slots
-        bindings = self._bind_feeds(feeds, env)
-        if self.planner is not None:
-            with self._lock:          # one arena per program: one run at a time
-                return self._run_planned(env, bindings)
-        for v, s in self.state_slots:
-            env[s] = self._state_array(v)
-        xp = self.xp
-        with np.errstate(all="ignore"):
-            for ins in self.instructions:
-                args = [env[s] for s in ins.ins]
-                attrs = self._resolve(ins, bindings) if ins.symbolic else ins.attrs
-                try:
-                    res = run_kernel(ins.kernel, xp, args, attrs, ins.multi, ins.dtypes,
-                                     ins.shapes, bindings)
-                except Exception as e:
-                    raise self._kernel_error(ins, args, e) from e
-                for s, r in zip(ins.outs, res):
-                    env[s] = r
-                for s in ins.frees:
-                    env[s] = None
-        # Every state buffer and every returned array is its own: none aliases another, a
-        # feed, or a view, so a caller writing into an output never changes the state.
-        held = {id(a) for a in self._owned.values()}
-        held.update(id(h.data) for _, h in self._bound.values())
-        outs = [env[s] for s in self.output_slots]
-        outs = [o.copy() if id(o) in held else o for o in outs]
-        held.update(id(o) for o in outs)
-        held.update(id(env[fs]) for _, fs in self.feeds)
-        for name, s in self.update_slots:
-            new = env[s]
-            bound = self._bound.get(name)
-            if bound is not None:         # written into the live object's own array
-                target = bound[1].data
-                if target is not new:
-                    target[...] = new
-                state_written(bound[1])
-                continue
-            if id(new) in held or not getattr(new, "flags", None) or not new.flags.owndata:
-                new = new.copy()
-            held.add(id(new))
-            self._owned[name] = new
-        if xp is not np:
-            outs = [xp.asnumpy(o) for o in outs]
-        return outs
-
-    def _run_planned(self, fed: list, bindings: Dict[str, int]) -> list:
-        prog = self._program(bindings)
-        self._last_program = prog
-        env = list(prog.env)
-        for _, s in self.feeds:
-            env[s] = fed[s]
-        for v, s in self.live_state_slots:
-            env[s] = self._state_array(v)
-        with np.errstate(all="ignore"):
-            prog.run(self, env)
-        outs = []
-        seen = set()
-        for s, copy in zip(self.output_slots, prog.copy_outputs):
-            o = env[s]
-            if copy or id(o) in seen:
-                o = o.copy()
-            seen.add(id(o))
-            outs.append(o)
-        # new state values: copy those that may view a state, feed or constant first, so a
-        # swap (a <- b, b <- a) reads the old values; then write each into its buffer
-        news = [(name, env[s] if in_arena else env[s].copy())
-                for name, s, in_arena in prog.writebacks]
-        for name, new in news:
-            target = self._state_target(name)
-            target[...] = new
-        for name in prog.inplace_names + [name for name, _ in news]:
-            bound = self._bound.get(name)
-            if bound is not None:
-                state_written(bound[1])
+        bindings = self._bind_feeds(feeds or {}, env)
+        outs = self.steps.run(self, env, bindings)
         if self.xp is not np:
             outs = [self.xp.asnumpy(o) for o in outs]
         return outs
@@ -419,7 +323,7 @@ class Executable:
 
     def __repr__(self):
         n = len(self.outputs)
-        planned = ", planned" if self.planner is not None else ""
+        planned = ", planned" if self.planned else ""
         return (f"<Executable {self.graph.name!r}: {self.kernel_count} kernels, "
                 f"{n} output{'' if n == 1 else 's'}, backend={self.backend}{planned}>")
 
@@ -471,6 +375,126 @@ class StateView:
 
     def __repr__(self):
         return "StateView(" + ", ".join(self.keys()) + ")"
+
+
+class Interpreted:
+    """An interpreted executable's steps: the instruction list run in order over numbered
+    slots, each value freed at its last use (torch.fx's Interpreter)."""
+
+    def kernel_count(self, exe: "Executable") -> int:
+        return len(exe.instructions)
+
+    def memory_plan(self, exe: "Executable"):
+        return None
+
+    def run(self, exe: "Executable", env: list, bindings: Dict[str, int]) -> list:
+        for v, s in exe.state_slots:
+            env[s] = exe._state_array(v)
+        xp = exe.xp
+        with np.errstate(all="ignore"):
+            for ins in exe.instructions:
+                args = [env[s] for s in ins.ins]
+                attrs = exe._resolve(ins, bindings) if ins.symbolic else ins.attrs
+                try:
+                    res = run_kernel(ins.kernel, xp, args, attrs, ins.multi, ins.dtypes,
+                                     ins.shapes, bindings)
+                except Exception as e:
+                    raise exe._kernel_error(ins, args, e) from e
+                for s, r in zip(ins.outs, res):
+                    env[s] = r
+                for s in ins.frees:
+                    env[s] = None
+        # Every state buffer and every returned array is its own: none aliases another, a
+        # feed, or a view, so a caller writing into an output never changes the state.
+        # (Arrays are not hashable: they are told apart by identity.)
+        held = {id(a) for a in exe._owned.values()}
+        held.update(id(h.data) for _, h in exe._bound.values())
+        outs = [env[s] for s in exe.output_slots]
+        outs = [o.copy() if id(o) in held else o for o in outs]
+        held.update(id(o) for o in outs)
+        held.update(id(env[fs]) for _, fs in exe.feeds)
+        for name, s in exe.update_slots:
+            new = env[s]
+            bound = exe._bound.get(name)
+            if bound is not None:         # written into the live object's own array
+                target = bound[1].data
+                if target is not new:
+                    target[...] = new
+                state_written(bound[1])
+                continue
+            if id(new) in held or not getattr(new, "flags", None) or not new.flags.owndata:
+                new = new.copy()
+            held.add(id(new))
+            exe._owned[name] = new
+        return outs
+
+
+class Planned:
+    """A planned executable's steps: per concrete shape signature, a memory plan from
+    ``planner`` and a ``Program`` over one arena (the most recent ``MAX_PROGRAMS`` kept);
+    one run at a time per executable, since a program's arena is shared."""
+
+    def __init__(self, planner: Callable):
+        self.planner = planner
+        self.programs: "OrderedDict[tuple, Program]" = OrderedDict()
+        self.lock = threading.Lock()
+        self.last_program: Optional[Program] = None
+
+    def kernel_count(self, exe: "Executable") -> int:
+        return sum(1 for n in exe.nodes if n.op.name != "constant")
+
+    def memory_plan(self, exe: "Executable"):
+        if self.last_program is not None:
+            return self.last_program.plan
+        if exe.symbols:
+            return None
+        return self.program(exe, {}).plan
+
+    def program(self, exe: "Executable", bindings: Dict[str, int]) -> Program:
+        key = tuple(bindings.get(d) for d in exe.symbols)
+        prog = self.programs.get(key)
+        if prog is None:
+            shapes = {d: bindings[d] for d in exe.symbols if d in bindings}
+            plan = self.planner(exe.graph, shapes=shapes, nodes=exe.nodes,
+                                outputs=exe.outputs)
+            prog = Program(exe, plan, shapes)
+            self.programs[key] = prog
+            while len(self.programs) > MAX_PROGRAMS:
+                self.programs.popitem(last=False)
+        else:
+            self.programs.move_to_end(key)
+        return prog
+
+    def run(self, exe: "Executable", fed: list, bindings: Dict[str, int]) -> list:
+        with self.lock:
+            prog = self.program(exe, bindings)
+            self.last_program = prog
+            env = list(prog.env)
+            for _, s in exe.feeds:
+                env[s] = fed[s]
+            for v, s in exe.live_state_slots:
+                env[s] = exe._state_array(v)
+            with np.errstate(all="ignore"):
+                prog.run(exe, env)
+            outs = []
+            seen = set()
+            for s, copy in zip(exe.output_slots, prog.copy_outputs):
+                o = env[s]
+                if copy or id(o) in seen:     # arrays, told apart by identity
+                    o = o.copy()
+                seen.add(id(o))
+                outs.append(o)
+            # new state values: copy those that may view a state, feed or constant first, so
+            # a swap (a <- b, b <- a) reads the old values; then write each into its buffer
+            news = [(name, env[s] if in_arena else env[s].copy())
+                    for name, s, in_arena in prog.writebacks]
+            for name, new in news:
+                exe._state_target(name)[...] = new
+            for name in prog.inplace_names + [name for name, _ in news]:
+                bound = exe._bound.get(name)
+                if bound is not None:
+                    state_written(bound[1])
+        return outs
 
 
 def compile_graph(graph: Graph, outputs=None, backend="numpy", device=None,

@@ -5,6 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import duograph as dg
+from duograph.runtime.executable import Interpreted, Planned
 from duograph import passes
 from duograph.graphlib.rewrite import clone
 
@@ -295,7 +296,8 @@ def test_planning_is_the_pipelines_option_not_its_name():
     passes.PIPELINES["planned_cleanup"] = passes.Pipeline(["dce", "cse"], plan=True)
     try:
         exe = g.compile(outputs=[out], passes="planned_cleanup")
-        assert exe.planned
+        assert exe.planned and isinstance(exe.steps, Planned)
+        assert isinstance(g.compile(outputs=[out], passes="O1").steps, Interpreted)
         assert not g.compile(outputs=[out], passes="planned_cleanup", plan=False).planned
         np.testing.assert_allclose(exe(x=np.ones(8, np.float32))[0], 2 * np.e, rtol=1e-6)
     finally:

@@ -214,7 +214,7 @@ def test_outputs_are_copied_out_of_the_arena():
     for p in (a1, b1, s1):
         for q in (a2, b2):
             assert not np.shares_memory(p, q)
-    arena = exe._last_program.arena
+    arena = exe.steps.last_program.arena
     assert not any(np.shares_memory(arena, r) for r in (a1, b1, s1, a2, b2))
 
 
@@ -236,7 +236,7 @@ def test_results_a_step_writes_are_fresh_arrays_not_copies():
         np.testing.assert_allclose(r_out, np.full((4, 4), np.exp(value)))
         np.testing.assert_allclose(t_out, np.tanh(np.exp(value)), rtol=1e-6)
         assert e_out.base is None and t_out.base is None        # owned, not arena views
-    prog = exe._last_program
+    prog = exe.steps.last_program
     assert len(prog.fresh) == 2 and prog.copy_outputs == [False, True, False]
     np.testing.assert_allclose(prog_runs[0][0], 1.0)           # not overwritten by run 2
 
