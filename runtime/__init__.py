@@ -4,7 +4,9 @@
   kernels, ``out=`` forms, a compiler for fused regions), falling back to each op's
   reference kernel; ``backends.py`` finds one by name or device.
 - ``cpu/``: the CPU backend (numpy, numba, BLAS): everything CPU-specific.
-- ``executable.py`` (the interpreter) and ``planned.py`` (programs over one arena).
+- ``executable.py``: the ``Executable`` and its two step types, ``Interpreted`` (the
+  instruction list) and ``Planned`` (``planned.py``: programs over one arena).
+- ``kernel_cache.py``: the private, verified disk cache for generated kernel sources.
 
 It knows graphlib only: never eager or passes.
 """
