@@ -20,6 +20,7 @@ import pytest
 import duograph as dg
 from duograph import nn
 from duograph.passes.memory import verify_plan
+from steps import training_step
 from op_samples import (F64, OPS, Sample, assert_matches, build, grad_targets, reference,
                         tanh_loss_grads)
 
@@ -106,13 +107,7 @@ def mlp_step(hidden=64, lr=0.1, seed=0):
     dg.manual_seed(seed)
     model = nn.Sequential(nn.Linear(20, hidden), nn.ReLU(), nn.Linear(hidden, hidden),
                           nn.GELU(), nn.Linear(hidden, 5))
-    opt = dg.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
-    g = dg.Graph("step")
-    with g:
-        x = dg.placeholder("x", ("N", 20))
-        y = dg.placeholder("y", ("N",), "int64")
-        loss = nn.functional.cross_entropy(model(x), y)
-        opt.minimize(loss)
+    g, loss = training_step(model, 20, lr)
     return g, loss, model
 
 
