@@ -72,3 +72,18 @@ def test_compile_time_benchmark_prints_a_row_per_size():
     rows = [ln.split() for ln in proc.stdout.splitlines()[1:]]
     assert [int(r[0]) for r in rows] == [102, 402]
     assert all(float(r[1]) >= float(r[2]) >= 0 for r in rows)
+
+
+def test_before_after_runs_both_checkouts_alternately():
+    """Against itself as the 'old' checkout: the same figures on both sides, ratios printed."""
+    proc = run_benchmark("before_after.py", "--old", ROOT, "--old-python", sys.executable,
+                         "--rounds", "1", "eager_overhead.py", "--", "--ops", "4",
+                         "--repeat", "1")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    assert lines[1].split() == ["figure", "old", "new", "new/old"]
+    rows = {ln.split()[0]: ln.split()[1:] for ln in lines[2:]}
+    assert set(rows) == {"duograph_fwd", "duograph_fwd_bwd"}
+    for old, new, ratio in rows.values():
+        assert float(old) > 0 and float(new) > 0
+        assert abs(float(ratio) - float(new) / float(old)) < 1e-3 * float(ratio) + 1e-3
