@@ -393,8 +393,8 @@ def test_eager_graph_and_compile_paths_agree(name, kwargs):
     assert curves["eager"][-1] < curves["eager"][0]
     # the optimizer slots agree too
     for p_e, p_g in zip(m_eager.parameters(), m_graph.parameters()):
-        for k, v in o_eager.state[id(p_e)].items():
-            np.testing.assert_allclose(_np(o_graph.state[id(p_g)][k]), _np(v), rtol=1e-11)
+        for k, v in o_eager.state[p_e].items():
+            np.testing.assert_allclose(_np(o_graph.state[p_g][k]), _np(v), rtol=1e-11)
 
 
 def test_graph_training_step_with_batchnorm_updates_everything():
@@ -552,12 +552,12 @@ def test_scheduler_changes_the_lr_of_a_compiled_graph_without_rebuilding():
     # setting the lr by hand also reaches the compiled graph; lr 0 freezes the parameters
     opt.param_groups[0]["lr"] = 0.0
     before = [_np(p).copy() for p in ours.parameters()]
-    before_momentum = [_np(opt.state[id(p)]["momentum_buffer"]).copy()
+    before_momentum = [_np(opt.state[p]["momentum_buffer"]).copy()
                        for p in ours.parameters()]
     exe(x=x, y=y)
     for b, p in zip(before, ours.parameters()):
         np.testing.assert_array_equal(_np(p), b)
-    assert not all(np.array_equal(_np(opt.state[id(p)]["momentum_buffer"]), m)
+    assert not all(np.array_equal(_np(opt.state[p]["momentum_buffer"]), m)
                    for p, m in zip(ours.parameters(), before_momentum))
 
 
@@ -637,7 +637,7 @@ def _train_in_mode(mode, name, kwargs, steps=4, groups=False):
         opt.step()
         losses.append(loss.item())
     state = {k: _np(v).copy() for i, p in enumerate(model.parameters())
-             for k, v in ((f"{i}.{k}", v) for k, v in opt.state[id(p)].items())}
+             for k, v in ((f"{i}.{k}", v) for k, v in opt.state[p].items())}
     return losses, [_np(p).copy() for p in model.parameters()], state
 
 

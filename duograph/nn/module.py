@@ -158,9 +158,9 @@ class Module:
         while stack:
             name, mod = stack.pop()
             if remove_duplicate:
-                if id(mod) in memo:
+                if mod in memo:
                     continue
-                memo.add(id(mod))
+                memo.add(mod)
             yield name, mod
             children = [(f"{name}.{k}" if name else k, m) for k, m in mod._modules.items()
                         if m is not None]
@@ -184,9 +184,9 @@ class Module:
         mods = self.named_modules(prefix=prefix) if recurse else [(prefix, self)]
         for mname, mod in mods:
             for k, t in getattr(mod, store).items():
-                if t is None or id(t) in seen:
+                if t is None or t in seen:
                     continue
-                seen.add(id(t))
+                seen.add(t)
                 yield (f"{mname}.{k}" if mname else k), t
 
     def named_parameters(self, prefix: str = "", recurse: bool = True):

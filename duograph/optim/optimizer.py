@@ -41,7 +41,7 @@ class Optimizer:
     def __init__(self, params, defaults: dict):
         self.defaults = dict(defaults)
         self.param_groups: List[dict] = []
-        self.state: Dict[int, Dict[str, Tensor]] = {}   # id(param) -> slots
+        self.state: Dict[Tensor, Dict[str, Tensor]] = {}   # param -> slots, as PyTorch
         params = list(params)
         if not params:
             raise ValueError(f"{type(self).__name__}: got an empty parameter list")
@@ -59,8 +59,8 @@ class Optimizer:
             if not isinstance(p, Tensor) or not p.is_leaf:
                 raise TypeError(f"{type(self).__name__}: can only optimise leaf tensors, "
                                 f"found {type(p).__name__}")
-        seen = {id(p) for g in self.param_groups for p in g["params"]}
-        if any(id(p) in seen for p in group["params"]):
+        seen = {p for g in self.param_groups for p in g["params"]}
+        if any(p in seen for p in group["params"]):
             raise ValueError("some parameters appear in more than one parameter group")
         for k, v in self.defaults.items():
             group.setdefault(k, v)
@@ -91,9 +91,9 @@ class Optimizer:
         raise NotImplementedError
 
     def _slots_of(self, p: Tensor, group: dict) -> Dict[str, Tensor]:
-        state = self.state.get(id(p))
+        state = self.state.get(p)
         if state is None:
-            state = self.state[id(p)] = self._init_slots(p, group)
+            state = self.state[p] = self._init_slots(p, group)
         return state
 
     # -- eager ------------------------------------------------------------------------------
@@ -134,11 +134,11 @@ class Optimizer:
                 if p.requires_grad:
                     pairs.append((gi, group, p, g.bind_state(p)))
         grads = symbolic_grad(loss, [v for _, _, _, v in pairs])
-        names = {id(v): v.name for _, _, _, v in pairs}
+        names = {v: v.name for _, _, _, v in pairs}
         with g:
             for (gi, group, p, pv), gv in zip(pairs, grads):
                 state = self._slots_of(p, group)
-                svals = {k: g.bind_state(t, f"{names[id(pv)]}.{k}") for k, t in state.items()}
+                svals = {k: g.bind_state(t, f"{names[pv]}.{k}") for k, t in state.items()}
                 holder = self._lr_holders.get(id(group))
                 if holder is None:
                     holder = self._lr_holders[id(group)] = _LearningRate(group, pv.dtype)
@@ -156,12 +156,12 @@ class Optimizer:
         for group in self.param_groups:
             ids = []
             for p in group["params"]:
-                index.setdefault(id(p), len(index))
-                ids.append(index[id(p)])
+                index.setdefault(p, len(index))
+                ids.append(index[p])
             groups.append({**{k: v for k, v in group.items() if k != "params"},
                            "params": ids})
-        state = {index[pid]: {k: t.detach() for k, t in s.items()}
-                 for pid, s in self.state.items() if pid in index}
+        state = {index[p]: {k: t.detach() for k, t in s.items()}
+                 for p, s in self.state.items() if p in index}
         return {"state": state, "param_groups": groups}
 
     def load_state_dict(self, state_dict: dict) -> None:
@@ -178,10 +178,10 @@ class Optimizer:
                     mine[k] = v
             params.extend(zip(theirs["params"], mine["params"]))
         saved = {int(k): v for k, v in state_dict["state"].items()}
-        group_of = {id(p): g for g in self.param_groups for p in g["params"]}
+        group_of = {p: g for g in self.param_groups for p in g["params"]}
         for idx, p in params:
             if idx in saved:
-                slots = self._slots_of(p, group_of[id(p)])
+                slots = self._slots_of(p, group_of[p])
                 if "step" not in saved[idx] and saved[idx]:
                     # a checkpoint without step counts (PyTorch's SGD): its slots exist, so
                     # at least one step was taken
