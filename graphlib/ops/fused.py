@@ -99,7 +99,7 @@ class FusedBody(Region):
         return made, last_read
 
     def prologue_homes(self) -> Dict[Value, int]:
-        """id(prologue value) -> the output whose buffer the CPU kernel computes it in (an
+        """prologue value -> the output whose buffer the CPU kernel computes it in (an
         epilogue ``relu(x @ w + b)`` runs the matmul straight into the output buffer and the
         chain in place over it): the value itself when it is an output, else the first
         output of its type made at or after its last read that could not overwrite an input
