@@ -553,6 +553,13 @@ class Graph:
         from .serialize import from_json
         return from_json(text)
 
+    def __reduce__(self):
+        """``pickle`` and ``copy.deepcopy`` go through the lossless JSON form (never pickled
+        code): the copy has the same nodes, types, attributes, regions and state values;
+        state bound to a live object (an eager Parameter) becomes plain state holding that
+        object's current data."""
+        return (Graph.from_json, (self.to_json(),))
+
     def __repr__(self) -> str:
         return (f"<Graph {self.name!r}: {len(self.inputs)} inputs, {len(self.state)} state, "
                 f"{len(self.nodes)} nodes>")

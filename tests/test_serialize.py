@@ -72,6 +72,21 @@ def test_training_step_with_state_round_trips_and_trains_identically(tmp_path):
         np.testing.assert_array_equal(b.state[name], a.state[name])
 
 
+@pytest.mark.parametrize("how", ["pickle", "deepcopy"])
+def test_pickle_and_deepcopy_go_through_json_and_train_identically(how):
+    import copy
+    import pickle
+    g, feeds = small_mlp_step()
+    opt = passes.optimize(g, "O2")           # fused regions too
+    for graph in (g, opt):
+        g2 = pickle.loads(pickle.dumps(graph)) if how == "pickle" else copy.deepcopy(graph)
+        assert g2 is not graph and str(g2) == str(graph)
+        assert not set(map(id, g2.nodes)) & set(map(id, graph.nodes))
+        a, b = graph.compile(passes="O0"), g2.compile(passes="O0")
+        for _ in range(2):
+            _identical(b(**feeds), a(**feeds))
+
+
 def test_o2_graphs_with_fused_regions_round_trip(tmp_path):
     g, feeds = small_mlp_step()
     opt = passes.optimize(g, "O2")
