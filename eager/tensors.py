@@ -769,8 +769,8 @@ def _as_tensor(x, device: str) -> Tensor:
         return Tensor(_xp_for(device).asarray(arr))
     if isinstance(x, (list, tuple)):
         return Tensor(_xp_for(device).asarray(np.asarray(x, dtype=dtypes.infer_data_dtype(x))))
-    raise TypeError(f"expected a tensor, array or number as an operand, found "
-                    f"{type(x).__name__}")
+    raise TypeError(f"expected each operand to be a tensor, array, number or list of numbers, "
+                    f"found {type(x).__name__}")
 
 
 _default_device = ["cpu"]
@@ -788,7 +788,10 @@ def _prepare(op, inputs):
                 raise RuntimeError(f"{op.name}: expected all tensors on one device, found "
                                    f"{device} and {d}\n  in: {user_source()}")
     device = device or _default_device[-1]
-    return tuple(_as_tensor(x, device) for x in inputs), device
+    try:
+        return tuple(_as_tensor(x, device) for x in inputs), device
+    except TypeError as e:
+        raise TypeError(f"{op.name}: {e}\n  in: {user_source()}") from None
 
 
 def eager_apply(op, inputs, attrs):

@@ -3,10 +3,33 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
+import numpy as np
+
 from .. import dtypes
-from ..errors import DTypeError
+from ..errors import DTypeError, located
 from ..registry import OpDef, register
 from ..types import TensorType, broadcast_shapes
+
+
+def operand(x, op: str, what: str = "input"):
+    """``x`` ready for an op function that reads its ``ndim``/``shape`` before applying the
+    op: tensors, Values and arrays as they are; Python numbers and (nested) lists or tuples
+    of numbers as arrays of PyTorch's default dtypes (float32 for floats), as elementwise
+    ops already take them; anything else a TypeError naming ``op`` and the user's line."""
+    if hasattr(x, "ndim") and hasattr(x, "shape") and hasattr(x, "dtype"):
+        return x
+    if isinstance(x, (bool, int, float, list, tuple)):
+        try:
+            arr = np.asarray(x)
+            if arr.dtype == object or arr.dtype.kind not in "biuf":
+                raise ValueError("not a rectangular nest of numbers")
+            return arr.astype(dtypes.infer_data_dtype(x), copy=False)
+        except (ValueError, TypeError) as e:
+            raise TypeError(located(f"{op}: expected {what} to be a tensor or a rectangular "
+                                    f"nest of numbers, found a {type(x).__name__} that is "
+                                    f"not ({e})")) from None
+    raise TypeError(located(f"{op}: expected {what} to be a tensor, found "
+                            f"{type(x).__name__}"))
 
 
 def unary_infer(float_out: bool = False, out_dtype: Optional[str] = None,

@@ -30,6 +30,7 @@ from ..registry import OpDef, register
 from ..types import TensorType, format_shape
 from .reduction import sum as reduce_sum
 from .shape import reshape
+from ._common import operand
 
 IntOrPair = Union[int, Tuple[int, int]]
 
@@ -618,6 +619,7 @@ def _pair(value, name: str, arg: str, minimum: int) -> Tuple[int, int]:
 
 def _batched(x, fn):
     """Run ``fn`` on a 4-D ``x``; a 3-D (unbatched) ``x`` gets a batch dim and loses it after."""
+    x = operand(x, getattr(fn, "__name__", "conv"))
     if x.ndim == 3:
         out = fn(reshape(x, 1, *x.shape))
         return reshape(out, *out.shape[1:])

@@ -5,7 +5,7 @@ from .. import dtypes
 from ..errors import DTypeError, ShapeError, located
 from ..registry import OpDef, register
 from ..types import TensorType, broadcast_shapes, format_shape
-from ._common import promoting_kernel
+from ._common import operand, promoting_kernel
 from .shape import reshape, sum_to, transpose, unsqueeze
 
 
@@ -71,6 +71,8 @@ def matmul(a, b):
 
 def mm(a, b):
     """2-D matrix product."""
+    b = operand(b, "mm")
+    a = operand(a, "mm")
     if a.ndim != 2 or b.ndim != 2:
         raise ShapeError(located(f"mm: expected 2-D operands, found {format_shape(a.shape)} "
                                  f"and {format_shape(b.shape)}"))

@@ -12,6 +12,7 @@ from ..registry import OpDef, register
 from ..types import TensorType, normalize_dim
 from .elementwise import exp
 from .reduction import sum
+from ._common import operand
 
 
 def _softmax_infer(name):
@@ -90,11 +91,13 @@ one_hot_op = register(OpDef("one_hot", _one_hot_infer, _one_hot_kernel))
 
 def softmax(x, dim: int):
     """exp(x) / sum(exp(x), dim), shifted by the max for stability."""
+    x = operand(x, "softmax")
     return softmax_op(x, dim=normalize_dim(dim, max(x.ndim, 1), "softmax") if x.ndim else 0)
 
 
 def log_softmax(x, dim: int):
     """x - logsumexp(x, dim), computed stably."""
+    x = operand(x, "log_softmax")
     return log_softmax_op(x, dim=normalize_dim(dim, max(x.ndim, 1), "log_softmax")
                           if x.ndim else 0)
 

@@ -1,12 +1,15 @@
 """Reductions over one, several or all dims, with ``keepdim`` (PyTorch names and defaults)."""
 from __future__ import annotations
 
+import numpy as np
+
 from .. import dtypes
-from ..errors import DTypeError, ShapeError
+from ..errors import DTypeError, ShapeError, located
 from ..registry import OpDef, register
 from ..types import TensorType, normalize_dim, normalize_dims
 from .elementwise import cast, exp, logical_and, where
 from .shape import expand, reshape
+from ._common import operand
 
 
 def _reduced_shape(shape, dims, keepdim):
@@ -246,65 +249,87 @@ def _dims(x, dim, name):
     return normalize_dims(dim, x.ndim, name)
 
 
+def _keepdim(keepdim, name: str) -> bool:
+    """``keepdim`` must be a bool, as PyTorch requires (``keepdim=1.5`` is a mistake)."""
+    if not isinstance(keepdim, (bool, np.bool_)):
+        raise TypeError(located(f"{name}: expected keepdim to be a bool, found "
+                                f"{type(keepdim).__name__} {keepdim!r}"))
+    return bool(keepdim)
+
+
 def sum(x, dim=None, keepdim: bool = False, *, dtype=None):
     """Sum over ``dim`` (an int, a tuple, or None for all). Integers and bools sum to int64."""
-    return sum_op(x, dim=_dims(x, dim, "sum"), keepdim=bool(keepdim),
+    x = operand(x, "sum")
+    return sum_op(x, dim=_dims(x, dim, "sum"), keepdim=_keepdim(keepdim, "sum"),
                   dtype=dtypes.as_dtype(dtype) if dtype is not None else None)
 
 
 def mean(x, dim=None, keepdim: bool = False):
     """Arithmetic mean over ``dim`` (floating-point tensors only, as in PyTorch)."""
-    return mean_op(x, dim=_dims(x, dim, "mean"), keepdim=bool(keepdim))
+    x = operand(x, "mean")
+    return mean_op(x, dim=_dims(x, dim, "mean"), keepdim=_keepdim(keepdim, "mean"))
 
 
 def amax(x, dim=None, keepdim: bool = False):
     """Maximum over ``dim``; ties share the gradient evenly."""
-    return amax_op(x, dim=_dims(x, dim, "amax"), keepdim=bool(keepdim))
+    x = operand(x, "amax")
+    return amax_op(x, dim=_dims(x, dim, "amax"), keepdim=_keepdim(keepdim, "amax"))
 
 
 def amin(x, dim=None, keepdim: bool = False):
     """Minimum over ``dim``; ties share the gradient evenly."""
-    return amin_op(x, dim=_dims(x, dim, "amin"), keepdim=bool(keepdim))
+    x = operand(x, "amin")
+    return amin_op(x, dim=_dims(x, dim, "amin"), keepdim=_keepdim(keepdim, "amin"))
 
 
 def prod(x, dim=None, keepdim: bool = False):
     """Product over ``dim``."""
-    return prod_op(x, dim=_dims(x, dim, "prod"), keepdim=bool(keepdim))
+    x = operand(x, "prod")
+    return prod_op(x, dim=_dims(x, dim, "prod"), keepdim=_keepdim(keepdim, "prod"))
 
 
 def var(x, dim=None, *, correction: int = 1, keepdim: bool = False, unbiased=None):
     """Variance over ``dim`` with Bessel's ``correction`` (1 = unbiased, the default)."""
+    x = operand(x, "var")
     if unbiased is not None:
         correction = 1 if unbiased else 0
-    return var_op(x, dim=_dims(x, dim, "var"), keepdim=bool(keepdim), correction=int(correction))
+    return var_op(x, dim=_dims(x, dim, "var"), keepdim=_keepdim(keepdim, "var"),
+                  correction=int(correction))
 
 
 def std(x, dim=None, *, correction: int = 1, keepdim: bool = False, unbiased=None):
     """Standard deviation over ``dim`` with Bessel's ``correction`` (default 1)."""
+    x = operand(x, "std")
     if unbiased is not None:
         correction = 1 if unbiased else 0
-    return std_op(x, dim=_dims(x, dim, "std"), keepdim=bool(keepdim), correction=int(correction))
+    return std_op(x, dim=_dims(x, dim, "std"), keepdim=_keepdim(keepdim, "std"),
+                  correction=int(correction))
 
 
 def argmax(x, dim=None, keepdim: bool = False):
     """Index of the maximum along ``dim`` (over the flattened tensor when dim is None)."""
+    x = operand(x, "argmax")
     if dim is not None:   # one int dim, as torch.argmax (a tuple is a TypeError there too)
         dim = normalize_dim(dim, max(x.ndim, 1), "argmax")
-    return argmax_op(x, dim=dim, keepdim=bool(keepdim))
+    return argmax_op(x, dim=dim, keepdim=_keepdim(keepdim, "argmax"))
 
 
 def argmin(x, dim=None, keepdim: bool = False):
     """Index of the minimum along ``dim`` (over the flattened tensor when dim is None)."""
+    x = operand(x, "argmin")
     if dim is not None:   # one int dim, as torch.argmin (a tuple is a TypeError there too)
         dim = normalize_dim(dim, max(x.ndim, 1), "argmin")
-    return argmin_op(x, dim=dim, keepdim=bool(keepdim))
+    return argmin_op(x, dim=dim, keepdim=_keepdim(keepdim, "argmin"))
 
 
 def logsumexp(x, dim, keepdim: bool = False):
     """log(sum(exp(x), dim)), computed stably."""
-    return logsumexp_op(x, dim=_dims(x, dim, "logsumexp"), keepdim=bool(keepdim))
+    x = operand(x, "logsumexp")
+    return logsumexp_op(x, dim=_dims(x, dim, "logsumexp"),
+                        keepdim=_keepdim(keepdim, "logsumexp"))
 
 
 def numel(x, dim=None, dtype="float32"):
     """Number of elements of ``x`` over ``dim`` as a 0-d tensor (works for symbolic dims)."""
+    x = operand(x, "numel")
     return numel_op(x, dim=_dims(x, dim, "numel"), dtype=dtypes.as_dtype(dtype))

@@ -15,6 +15,7 @@ from ..errors import DTypeError, ShapeError, located
 from ..registry import OpDef, register
 from ..types import (TensorType, as_shape, dim_add, dim_product, dim_slice, dims_product,
                      format_shape, normalize_dim)
+from ._common import operand
 
 # -- reshape -----------------------------------------------------------------------------------
 
@@ -483,12 +484,14 @@ def reshape(x, *shape):
 
 def permute(x, *dims):
     """Reorder dims: ``permute(x, 2, 0, 1)``."""
+    x = operand(x, "permute")
     dims = _shape_args(dims, "permute")
     return permute_op(x, dims=tuple(normalize_dim(d, x.ndim, "permute") for d in dims))
 
 
 def transpose(x, dim0: int, dim1: int):
     """Swap two dims."""
+    x = operand(x, "transpose")
     dims = list(range(x.ndim))
     a, b = normalize_dim(dim0, x.ndim, "transpose"), normalize_dim(dim1, x.ndim, "transpose")
     dims[a], dims[b] = dims[b], dims[a]
@@ -497,6 +500,7 @@ def transpose(x, dim0: int, dim1: int):
 
 def expand(x, *sizes):
     """Broadcast ``x`` to ``sizes`` without copying (-1 keeps a dim)."""
+    x = operand(x, "expand")
     sizes = _shape_args(sizes, "expand")
     if tuple(sizes) == tuple(x.shape):
         return x
@@ -510,6 +514,7 @@ def broadcast_to(x, shape):
 
 def sum_to(x, shape):
     """Sum ``x`` down to ``shape`` (the adjoint of broadcasting to it)."""
+    x = operand(x, "sum_to")
     shape = as_shape(shape)
     if tuple(x.shape) == shape:
         return x
@@ -518,6 +523,7 @@ def sum_to(x, shape):
 
 def squeeze(x, dim=None):
     """Remove size-1 dims (all static ones, or only ``dim``; a no-op when it is not 1)."""
+    x = operand(x, "squeeze")
     if dim is None:
         shape = tuple(d for d in x.shape if d != 1)
     else:
@@ -531,6 +537,7 @@ def squeeze(x, dim=None):
 
 def unsqueeze(x, dim: int):
     """Insert a size-1 dim at ``dim``."""
+    x = operand(x, "unsqueeze")
     d = normalize_dim(dim, x.ndim, "unsqueeze", allow_end=True)
     shape = tuple(x.shape)
     return reshape_op(x, shape=shape[:d] + (1,) + shape[d:])
@@ -538,6 +545,7 @@ def unsqueeze(x, dim: int):
 
 def flatten(x, start_dim: int = 0, end_dim: int = -1):
     """Merge dims ``start_dim..end_dim`` into one."""
+    x = operand(x, "flatten")
     if x.ndim == 0:
         return reshape_op(x, shape=(1,))
     s = normalize_dim(start_dim, x.ndim, "flatten")
@@ -560,7 +568,10 @@ def _tensor_list(tensors, name: str) -> list:
     if hasattr(tensors, "shape") and hasattr(tensors, "dtype"):
         raise TypeError(located(f"{name}: expected a sequence of tensors, found one tensor "
                                 f"of shape {format_shape(tensors.shape)}; wrap it in a list"))
-    return list(tensors)
+    if not isinstance(tensors, (list, tuple)):
+        raise TypeError(located(f"{name}: expected a list or tuple of tensors, found "
+                                f"{type(tensors).__name__}"))
+    return [operand(t, name, f"item {i}") for i, t in enumerate(tensors)]
 
 
 def cat(tensors: Sequence, dim: int = 0):
@@ -593,6 +604,7 @@ def stack(tensors: Sequence, dim: int = 0):
 
 def split(x, split_size_or_sections, dim: int = 0):
     """Split into chunks of a given size (the last may be smaller) or of given sizes."""
+    x = operand(x, "split")
     d = normalize_dim(dim, x.ndim, "split")
     size = x.shape[d]
     if isinstance(split_size_or_sections, int):
@@ -610,6 +622,7 @@ def split(x, split_size_or_sections, dim: int = 0):
 
 def chunk(x, chunks: int, dim: int = 0):
     """Split into ``chunks`` nearly equal pieces (as torch.chunk)."""
+    x = operand(x, "chunk")
     if isinstance(chunks, bool) or not isinstance(chunks, int) or chunks <= 0:
         raise ValueError(located(f"chunk: chunks must be a positive int, found {chunks!r}"))
     size = x.shape[normalize_dim(dim, x.ndim, "chunk")]
@@ -622,6 +635,7 @@ def chunk(x, chunks: int, dim: int = 0):
 def getitem(x, index):
     """Basic indexing: ints, slices (positive steps), None and ... ; a 1-D integer tensor
     index selects along the first dim (index_select)."""
+    x = operand(x, "getitem")
     if hasattr(index, "dtype") and hasattr(index, "shape") and not isinstance(index, int):
         dt = index.dtype if isinstance(index.dtype, str) else dtypes.as_dtype(index.dtype)
         if dt == "bool":
@@ -637,21 +651,25 @@ def getitem(x, index):
 
 def gather(x, dim: int, index):
     """out[i][j] = x[index[i][j]][j] for dim=0 (torch.gather)."""
+    x = operand(x, "gather")
     return gather_op(x, index, dim=normalize_dim(dim, x.ndim, "gather"))
 
 
 def scatter_add(x, dim: int, index, src):
     """out = x; out[index[i][j]][j] += src[i][j] for dim=0 (torch.scatter_add)."""
+    x = operand(x, "scatter_add")
     return scatter_add_op(x, index, src, dim=normalize_dim(dim, x.ndim, "scatter_add"))
 
 
 def index_select(x, dim: int, index):
     """Pick entries ``index`` (1-D integers) along ``dim``."""
+    x = operand(x, "index_select")
     return index_select_op(x, index, dim=normalize_dim(dim, x.ndim, "index_select"))
 
 
 def index_add(x, dim: int, index, src):
     """out = x; out[..., index[i], ...] += src[..., i, ...] along ``dim``."""
+    x = operand(x, "index_add")
     return index_add_op(x, index, src, dim=normalize_dim(dim, x.ndim, "index_add"))
 
 

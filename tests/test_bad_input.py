@@ -1,0 +1,119 @@
+"""Bad input gets a clear error: a fuzz over the op table (hypothesis, bounded).
+
+Each call is an op-table sample with one argument replaced by a mistake (a Python list, None,
+a string, a float, a bool, a wrong-rank tensor...). A call may succeed (lists of numbers are
+accepted wherever tensors are, as elementwise ops always did) or raise a duograph error or the
+built-in type PyTorch raises (TypeError, ValueError, IndexError, RuntimeError). It must never
+escape as another exception (AttributeError, KeyError, ZeroDivisionError, a bare numpy
+error); a mistaken tensor operand's message names the op.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import duograph as dg
+from op_samples import OPS
+
+CLEAR = (dg.DuographError, TypeError, ValueError, IndexError, RuntimeError, NotImplementedError)
+TENSOR_MISTAKES = ("list", "none", "str", "rank+1", "bool", "int")
+VALUE_MISTAKES = ("none", "str", "float", "negative", "large", "list", "bad tuple", "bool")
+
+
+def _eager(x):
+    if isinstance(x, np.ndarray):
+        return dg.tensor(x)
+    if isinstance(x, (list, tuple)):
+        return type(x)(_eager(i) for i in x)
+    return x
+
+
+def _mistake(value, kind):
+    if isinstance(value, np.ndarray):
+        return {"list": value.tolist(), "none": None, "str": "abc",
+                "rank+1": dg.tensor(value[None]), "bool": dg.tensor(value.astype(bool)),
+                "int": dg.tensor(value.astype(np.int64))}[kind]
+    return {"none": None, "str": "abc", "float": 1.5, "negative": -7, "large": 99,
+            "list": list(value) if isinstance(value, (list, tuple)) else [value],
+            "bad tuple": (1.5, "x"), "bool": True}[kind]
+
+
+CALLS = [(op, s) for op in OPS for s in op.samples[:2]]
+
+
+@st.composite
+def mistaken_calls(draw):
+    op, sample = draw(st.sampled_from(CALLS))
+    args, kwargs = list(sample.args), dict(sample.kwargs)
+    slots = [("arg", i) for i in range(len(args))] + [("kw", k) for k in kwargs]
+    if not slots:
+        return op, tuple(args), kwargs, None, None
+    where, key = draw(st.sampled_from(slots))
+    value = args[key] if where == "arg" else kwargs[key]
+    kinds = TENSOR_MISTAKES if isinstance(value, np.ndarray) else VALUE_MISTAKES
+    kind = draw(st.sampled_from(kinds))
+    args, kwargs = [_eager(a) for a in args], {k: _eager(v) for k, v in kwargs.items()}
+    if where == "arg":
+        args[key] = _mistake(value, kind)
+    else:
+        kwargs[key] = _mistake(value, kind)
+    return op, tuple(args), kwargs, kind, isinstance(value, np.ndarray)
+
+
+@settings(max_examples=600, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(mistaken_calls())
+def test_mistakes_raise_clear_errors_never_bare_ones(call):
+    op, args, kwargs, kind, was_tensor = call
+    try:
+        op.fn(*args, **kwargs)
+    except CLEAR as e:
+        if was_tensor and kind in ("none", "str"):
+            names = {op.name, op.fn.__name__}
+            assert any(n in str(e) for n in names) or "expected" in str(e), (
+                f"{op.name} with a {kind} operand: {type(e).__name__}: {e}")
+    except Exception as e:  # noqa: BLE001 - what the test is about
+        pytest.fail(f"{op.name}{args!r:.200}: bare {type(e).__name__}: {e}")
+
+
+# -- lists wherever tensors go, and what PyTorch refuses --------------------------------------
+@pytest.mark.parametrize("fn, args, want", [
+    (dg.sum, ([[1.0, 2.0], [3.0, 4.0]],), 10.0),
+    (dg.mean, ([1.0, 2.0, 3.0],), 2.0),
+    (lambda x: dg.softmax(x, 0), ([0.0, 0.0],), [0.5, 0.5]),
+    (lambda x: dg.transpose(x, 0, 1), ([[1, 2], [3, 4]],), [[1, 3], [2, 4]]),
+    (lambda x: dg.reshape(x, 4), ([[1, 2], [3, 4]],), [1, 2, 3, 4]),
+    (lambda a, b: dg.mm(a, b), ([[1.0, 2.0]], [[3.0], [4.0]]), [[11.0]]),
+    (lambda x: dg.cat([x, [5.0]]), ([1.0],), [1.0, 5.0]),
+    (lambda x: dg.argmax(x), ([1.0, 7.0, 3.0],), 1),
+])
+def test_python_lists_are_accepted_where_tensors_are(fn, args, want):
+    out = fn(*args)
+    np.testing.assert_allclose(np.asarray(out.numpy()), want)
+    assert out.dtype in (dg.float32, dg.int64), out.dtype      # PyTorch's default dtypes
+
+
+@pytest.mark.parametrize("fn", [dg.sum, dg.mean, dg.amax, dg.argmax, dg.logsumexp])
+def test_keepdim_must_be_a_bool(fn):
+    x = dg.tensor([[1.0, 2.0]])
+    with pytest.raises(TypeError, match=r"keepdim to be a bool, found float 1\.5"):
+        fn(x, 1, keepdim=1.5)
+
+
+def test_ragged_lists_are_refused_naming_the_op():
+    with pytest.raises(TypeError, match=r"^sum: expected input to be a tensor or a "
+                                        r"rectangular nest of numbers"):
+        dg.sum([[1.0, 2.0], [3.0]])
+
+
+def test_graph_mode_names_the_op_for_a_bad_operand():
+    g = dg.Graph("bad")
+    with g:
+        x = dg.placeholder("x", (2, 3))
+        with pytest.raises(TypeError, match=r"^permute: expected input to be a tensor, "
+                                            r"found str[\s\S]*test_bad_input\.py"):
+            dg.permute("abc", 1, 0)
+        with pytest.raises(TypeError, match=r"^add: "):
+            dg.add(x, None)
