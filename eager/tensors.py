@@ -844,10 +844,10 @@ def eager_apply(op, inputs, attrs):
     except DuographError:
         raise
     except Exception as e:
-        from ..graphlib.errors import KernelError
+        from ..graphlib.errors import kernel_error
         shapes = ", ".join(f"{a.dtype}{list(a.shape)}" for a in arrays)
-        raise KernelError(f"{op.name} failed: {type(e).__name__}: {e}\n  inputs: ({shapes})"
-                          f"\n  in: {user_source()}") from e
+        raise kernel_error(f"{op.name} failed: {type(e).__name__}: {e}\n  inputs: ({shapes})"
+                           f"\n  in: {user_source()}", e) from e
     if len(res) == 1:
         outs = [Tensor(res[0])]
     else:

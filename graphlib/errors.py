@@ -26,6 +26,17 @@ class KernelError(DuographError, RuntimeError):
     """A kernel failed while running; the message names the op and its source line."""
 
 
+class KernelIndexError(KernelError, IndexError):
+    """A kernel refused an index (out of bounds): also an ``IndexError``, as PyTorch raises
+    for ``index_select`` and friends."""
+
+
+def kernel_error(message: str, cause: BaseException) -> KernelError:
+    """The KernelError for a kernel that raised ``cause``: an index refused stays an
+    IndexError too, so code catching PyTorch's exception catches ours."""
+    return (KernelIndexError if isinstance(cause, IndexError) else KernelError)(message)
+
+
 def located(message: str) -> str:
     """``message`` followed by the user's line (once): for errors an op function raises while
     checking its arguments, before graph building or eager dispatch would add the line."""

@@ -22,7 +22,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 import numpy as np
 
 from ..graphlib import dtypes
-from ..graphlib.errors import FeedError, GraphError, KernelError
+from ..graphlib.errors import FeedError, GraphError, KernelError, kernel_error
 from ..graphlib.ir import Graph, Value
 from ..graphlib.kernels import run_kernel, state_written
 from ..graphlib.types import format_shape
@@ -318,8 +318,8 @@ class Executable:
         shapes = ", ".join(f"{getattr(a, 'dtype', '?')}{list(getattr(a, 'shape', ()))}"
                            for a in args)
         where = f"\n  in: {node.source}" if node.source else ""
-        return KernelError(f"{node.op.name} failed at run time: {type(e).__name__}: {e}\n"
-                           f"  inputs: ({shapes})  attrs: {node.attrs}{where}")
+        return kernel_error(f"{node.op.name} failed at run time: {type(e).__name__}: {e}\n"
+                            f"  inputs: ({shapes})  attrs: {node.attrs}{where}", e)
 
     def __repr__(self):
         n = len(self.outputs)

@@ -117,3 +117,33 @@ def test_graph_mode_names_the_op_for_a_bad_operand():
             dg.permute("abc", 1, 0)
         with pytest.raises(TypeError, match=r"^add: "):
             dg.add(x, None)
+
+
+@pytest.mark.parametrize("call, exc", [
+    (lambda x: dg.gather(x, 1, dg.tensor([[-1, 0], [0, 1]])), RuntimeError),
+    (lambda x: dg.gather(x, 1, dg.tensor([[2, 0], [0, 1]])), RuntimeError),
+    (lambda x: dg.index_select(x, 0, dg.tensor([-1])), IndexError),
+    (lambda x: dg.index_select(x, 0, dg.tensor([2])), IndexError),
+    (lambda x: dg.index_add(x, 0, dg.tensor([-1]), dg.ones(1, 2)), IndexError),
+    (lambda x: dg.scatter_add(x, 0, dg.tensor([[5, 0]]), dg.ones(1, 2)), IndexError),
+])
+def test_out_of_range_indices_are_refused_as_pytorch_refuses_them(call, exc):
+    x = dg.tensor([[1.0, 2.0], [3.0, 4.0]])
+    with pytest.raises(exc, match=r"out of bounds for dim \d with size 2"):
+        call(x)
+    g = dg.Graph("idx")                       # the same at run time in graph mode
+    with g:
+        out = call(dg.placeholder("x", (2, 2)))
+    with pytest.raises(exc, match=r"out of bounds"):
+        g.compile(outputs=[out])(x=x.numpy())
+
+
+@pytest.mark.parametrize("training, eps", [(True, 0.0), (True, -1.0), (False, -1.0),
+                                           (True, None)])
+def test_batch_norm_refuses_eps_pytorch_refuses(training, eps):
+    x = dg.randn(4, 2)
+    with pytest.raises(ValueError, match=r"batch_norm: expected eps"):
+        dg.nn.functional.batch_norm(x, dg.zeros(2), dg.ones(2), training=training, eps=eps)
+    if training:
+        with pytest.raises(ValueError, match=r"batch_norm_train: expected eps > 0"):
+            dg.batch_norm_train(x, dg.ones(2), dg.zeros(2), eps)

@@ -105,6 +105,10 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None,
     if input.ndim < 2:
         raise ShapeError(f"batch_norm: expected at least 2 dims (N, C, ...), found "
                          f"{list(input.shape)}{_where(input)}")
+    if not isinstance(eps, (int, float)) or isinstance(eps, bool) or eps < 0 or (
+            training and eps == 0):
+        raise ValueError(f"batch_norm: expected eps {'> 0 in training' if training else '>= 0'}"
+                         f" (a float), found {eps!r}{_where(input)}")
     c = input.shape[1]
     dims = (0,) + tuple(range(2, input.ndim))
     bshape = (1, c) + (1,) * (input.ndim - 2)

@@ -494,4 +494,7 @@ batch_norm_train_backward_op = register(OpDef(
 def batch_norm_train(x, weight, bias, eps: float = 1e-5):
     """Batch normalisation with the statistics of this batch (every dim but 1): returns
     (y, mean, biased variance), the latter two of shape (C,)."""
+    if not isinstance(eps, (int, float)) or isinstance(eps, bool) or not eps > 0:
+        raise ValueError(located(f"batch_norm_train: expected eps > 0 (a float), found "
+                                 f"{eps!r}"))
     return batch_norm_train_op(x, weight, bias, eps=float(eps))

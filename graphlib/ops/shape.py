@@ -337,11 +337,25 @@ def _gather_infer(types, attrs):
     return [TensorType(idx.shape, x.dtype)]
 
 
+def _checked_index(xp, index, size, dim: int, op: str):
+    """``index`` as int64, every entry in ``[0, size)``: PyTorch refuses negative or too
+    large indices here (numpy would wrap a negative one round silently)."""
+    index = index.astype(xp.int64, copy=False)
+    if index.size:
+        lo, hi = int(index.min()), int(index.max())
+        if lo < 0 or hi >= size:
+            bad = lo if lo < 0 else hi
+            raise IndexError(f"{op}: index {bad} is out of bounds for dim {dim} with size "
+                             f"{size}")
+    return index
+
+
 def _gather_kernel(xp, x, index, dim):
     if index.shape != x.shape[:dim] + index.shape[dim:dim + 1] + x.shape[dim + 1:]:
         x = x[tuple(slice(0, s) if i != dim else slice(None)
                     for i, s in enumerate(index.shape))]
-    return xp.take_along_axis(x, index.astype(xp.int64, copy=False), axis=dim)
+    return xp.take_along_axis(x, _checked_index(xp, index, x.shape[dim], dim, "gather"),
+                              axis=dim)
 
 
 gather_op = register(OpDef(
@@ -363,7 +377,7 @@ def _scatter_add_infer(types, attrs):
 def _scatter_add_kernel(xp, x, index, src, dim):
     out = x.astype(xp.result_type(x, src), copy=True)
     grids = list(xp.indices(index.shape, sparse=True))
-    grids[dim] = index.astype(xp.int64, copy=False)
+    grids[dim] = _checked_index(xp, index, x.shape[dim], dim, "scatter_add")
     xpu.add_at(xp, out, tuple(grids), src)
     return out
 
@@ -386,7 +400,8 @@ def _index_select_infer(types, attrs):
 
 index_select_op = register(OpDef(
     "index_select", _index_select_infer,
-    lambda xp, x, index, dim: xp.take(x, index.astype(xp.int64, copy=False), axis=dim),
+    lambda xp, x, index, dim: xp.take(
+        x, _checked_index(xp, index, x.shape[dim], dim, "index_select"), axis=dim),
     lambda cts, ins, outs, a, needs: [
         index_add(zeros_like_for_grad(ins[0], cts[0]), a["dim"], ins[1], cts[0]), None],
     nondiff_inputs=(1,)))
@@ -407,7 +422,7 @@ def _index_add_infer(types, attrs):
 
 def _index_add_kernel(xp, x, index, src, dim):
     out = x.astype(xp.result_type(x, src), copy=True)
-    where = (slice(None),) * dim + (index.astype(xp.int64, copy=False),)
+    where = (slice(None),) * dim + (_checked_index(xp, index, x.shape[dim], dim, "index_add"),)
     xpu.add_at(xp, out, where, src)
     return out
 
