@@ -37,6 +37,16 @@ def state_written(holder) -> None:
         bump(holder)
 
 
+def direct_kernel(kernel: Callable, in_dtypes: Sequence[str]) -> Callable:
+    """``kernel`` itself, or the function it wraps when its casts are known to do nothing
+    for inputs of ``in_dtypes`` (fixed when an executable is built): one call less per run.
+    A wrapping kernel says so with a ``direct(in_dtypes) -> inner kernel or None``
+    attribute (the elementwise ops' float and promoting wrappers have one)."""
+    direct = getattr(kernel, "direct", None)
+    inner = direct(tuple(in_dtypes)) if direct is not None else None
+    return kernel if inner is None else inner
+
+
 def shape_matches(actual: tuple, inferred: tuple, bindings: Dict[str, int]) -> bool:
     """Whether a kernel's result shape agrees with the inferred one: same rank, equal static
     dims, and each symbol or derived dim (``N+2``, ``N*6``, ``N[1:]``) equal to the size the
@@ -62,15 +72,16 @@ def run_kernel(kernel: Callable, xp, arrays: Sequence, attrs: dict, multi: bool,
     through ``bindings``) a result of another shape raises ValueError.
     """
     res = kernel(xp, *arrays, **attrs)
-    if not multi:
-        if shapes is None:         # the hot case (eager dispatch): one result, no shape check
-            if type(res) is not xp.ndarray:
-                res = xp.asarray(res)
-            if res.dtype != dtypes[0]:
-                res = res.astype(dtypes[0])
-            return [res]
-        res = (res,)
-    elif not isinstance(res, (tuple, list)) or len(res) != len(dtypes):
+    if not multi:                  # the hot case (eager dispatch, most instructions)
+        if type(res) is not xp.ndarray:
+            res = xp.asarray(res)
+        if res.dtype != dtypes[0]:
+            res = res.astype(dtypes[0])
+        if shapes is not None and res.shape != shapes[0] and not shape_matches(
+                res.shape, shapes[0], bindings or {}):
+            raise _shape_error(res, shapes[0])
+        return [res]
+    if not isinstance(res, (tuple, list)) or len(res) != len(dtypes):
         raise ValueError(f"kernel returned {type(res).__name__}, expected a tuple of "
                          f"{len(dtypes)} arrays")
     ndarray = xp.ndarray
@@ -84,8 +95,12 @@ def run_kernel(kernel: Callable, xp, arrays: Sequence, attrs: dict, multi: bool,
         if shapes is not None:
             shape = shapes[k]
             if r.shape != shape and not shape_matches(r.shape, shape, bindings or {}):
-                from .types import format_shape
-                raise ValueError(f"kernel returned shape {list(r.shape)}, inferred "
-                                 f"{format_shape(shape)}")
+                raise _shape_error(r, shape)
         out.append(r)
     return out
+
+
+def _shape_error(result, inferred: tuple) -> ValueError:
+    from .types import format_shape
+    return ValueError(f"kernel returned shape {list(result.shape)}, inferred "
+                      f"{format_shape(inferred)}")

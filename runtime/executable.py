@@ -24,7 +24,7 @@ import numpy as np
 from ..graphlib import dtypes
 from ..graphlib.errors import FeedError, GraphError, KernelError, kernel_error
 from ..graphlib.ir import Graph, Value
-from ..graphlib.kernels import run_kernel, state_written
+from ..graphlib.kernels import direct_kernel, run_kernel, state_written
 from ..graphlib.types import format_shape
 from .backend import Backend
 from .backends import get_backend
@@ -46,7 +46,7 @@ class Instruction:
 
     def __init__(self, node, kernel, ins, outs, frees):
         self.node = node
-        self.kernel = kernel
+        self.kernel = direct_kernel(kernel, [x.dtype for x in node.inputs])
         self.ins = ins
         self.outs = outs
         self.attrs = dict(node.attrs)
@@ -381,6 +381,9 @@ class Interpreted:
     """An interpreted executable's steps: the instruction list run in order over numbered
     slots, each value freed at its last use (torch.fx's Interpreter)."""
 
+    def __init__(self):
+        self.rows = None
+
     def kernel_count(self, exe: "Executable") -> int:
         return len(exe.instructions)
 
@@ -391,18 +394,26 @@ class Interpreted:
         for v, s in exe.state_slots:
             env[s] = exe._state_array(v)
         xp = exe.xp
+        rows = self.rows
+        if rows is None:     # each instruction's fields as one tuple: no lookups per run
+            rows = self.rows = [(i.kernel, i.ins, i.attrs, bool(i.symbolic), i.multi,
+                                 i.dtypes, i.shapes, i.outs, i.frees, i)
+                                for i in exe.instructions]
         with np.errstate(all="ignore"):
-            for ins in exe.instructions:
-                args = [env[s] for s in ins.ins]
-                attrs = exe._resolve(ins, bindings) if ins.symbolic else ins.attrs
+            for kernel, slots, attrs, symbolic, multi, dts, shapes, outs, frees, ins in rows:
+                args = [env[s] for s in slots]
+                if symbolic:
+                    attrs = exe._resolve(ins, bindings)
                 try:
-                    res = run_kernel(ins.kernel, xp, args, attrs, ins.multi, ins.dtypes,
-                                     ins.shapes, bindings)
+                    res = run_kernel(kernel, xp, args, attrs, multi, dts, shapes, bindings)
                 except Exception as e:
                     raise exe._kernel_error(ins, args, e) from e
-                for s, r in zip(ins.outs, res):
-                    env[s] = r
-                for s in ins.frees:
+                if multi:
+                    for s, r in zip(outs, res):
+                        env[s] = r
+                else:
+                    env[outs[0]] = res[0]
+                for s in frees:
                     env[s] = None
         # Every state buffer and every returned array is its own: none aliases another, a
         # feed, or a view, so a caller writing into an output never changes the state.

@@ -52,9 +52,14 @@ def float_kernel(kernel: Callable) -> Callable:
     """``kernel`` run on non-float inputs cast to the default float first, so it computes in
     (and returns) the dtype inference gives, not numpy's float64."""
     def run(xp, *arrays, **attrs):
-        arrays = [a if a.dtype.kind == "f" else a.astype(dtypes.DEFAULT_FLOAT)
-                  for a in arrays]
+        for a in arrays:
+            if a.dtype.kind != "f":
+                arrays = [a if a.dtype.kind == "f" else a.astype(dtypes.DEFAULT_FLOAT)
+                          for a in arrays]
+                break
         return kernel(xp, *arrays, **attrs)
+    run.direct = lambda in_dtypes: kernel if all(dtypes.is_float(d) for d in in_dtypes) \
+        else None
     return run
 
 
@@ -70,6 +75,11 @@ def promoting_kernel(kernel: Callable, float_out: bool = False) -> Callable:
         elif float_out and a.dtype.kind != "f":
             a, b = a.astype(dtypes.DEFAULT_FLOAT), b.astype(dtypes.DEFAULT_FLOAT)
         return kernel(xp, a, b, **attrs)
+
+    def direct(in_dtypes):
+        a, b = in_dtypes
+        return kernel if a == b and (not float_out or dtypes.is_float(a)) else None
+    run.direct = direct
     return run
 
 
