@@ -47,8 +47,8 @@ from ..graphlib.registry import OpDef
 from ..graphlib.transform import extract
 from . import grad_mode
 from .creation import draw_seed
-from .guards import (Change, DecisionTracer, Guard, GuardBuilder, RecompileReason, _show_pair,
-                     compile_checker, failed_changes, same_decision, typed_key)
+from .guards import (Change, DecisionTracer, Guard, GuardBuilder, RecompileReason, _show,
+                     _show_pair, compile_checker, failed_changes, same_decision, typed_key)
 from .record import Recorder
 from .tensors import EagerNode, Tensor
 
@@ -121,10 +121,11 @@ def _diff_fields(old: dict, new: dict) -> List[Change]:
         a, b = old.get(field), new.get(field)
         if a is not None and b is not None and a[1] == b[1]:
             continue
+        plain = field.startswith("argument") and ":" not in field   # a non-tensor argument
         if a is None or b is None:
-            shown = ("absent", b[0]) if a is None else (a[0], "absent")
-            changes.append(Change(field, str(shown[0]), str(shown[1])))
-        elif field.startswith("argument") and ":" not in field:
+            shown = [x if x is None else (_show(x[0]) if plain else str(x[0])) for x in (a, b)]
+            changes.append(Change(field, *[x or "absent" for x in shown]))
+        elif plain:
             changes.append(Change(field, *_show_pair(a[0], b[0])))
         else:
             changes.append(Change(field, str(a[0]), str(b[0])))
@@ -135,7 +136,7 @@ def _named_leaves(obj, path: str, out: list) -> None:
     """(path, value) of every leaf of the arguments, for explanations."""
     if isinstance(obj, Tensor):
         out.append((path, obj))
-    elif isinstance(obj, (tuple, list)):
+    elif isinstance(obj, (tuple, list)) and (type(obj) is not tuple or typed_key(obj) is None):
         for i, o in enumerate(obj):
             _named_leaves(o, f"{path}[{i}]", out)
     elif isinstance(obj, dict):

@@ -180,7 +180,11 @@ def is_library_file(filename: Optional[str]) -> bool:
 
 
 def _is_library_module(mod) -> bool:
-    return is_library_file(getattr(mod, "__file__", None))
+    filename = getattr(mod, "__file__", None)
+    if filename is None:      # built in, or made at run time (types.ModuleType): by name
+        top = str(getattr(mod, "__name__", "")).split(".")[0]
+        return top in sys.builtin_module_names or top in sys.stdlib_module_names
+    return is_library_file(filename)
 
 
 def _is_library_class(cls) -> bool:
@@ -457,6 +461,11 @@ class GuardBuilder:
         elif t is types.MethodType:
             self.visit(obj.__func__, path, parent)
             self.visit(obj.__self__, f"{path}.__self__", parent)
+        elif isinstance(obj, property):
+            for part in ("fget", "fset"):
+                self.visit(getattr(obj, part), f"{path}.{part}", parent)
+        elif isinstance(obj, (staticmethod, classmethod)):
+            self.visit(obj.__func__, path, parent)
         elif isinstance(obj, functools.partial):
             self.visit(obj.func, f"{path}.func", parent)
             self.visit(obj.args, f"{path}.args", parent)
