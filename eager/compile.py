@@ -48,7 +48,8 @@ from ..graphlib.transform import extract
 from . import grad_mode
 from .creation import draw_seed
 from .guards import (Change, DecisionTracer, Guard, GuardBuilder, RecompileReason, _show,
-                     _show_pair, compile_checker, failed_changes, same_decision, typed_key)
+                     _show_pair, compile_checker, failed_changes, first_failure,
+                     same_decision, typed_key)
 from .record import Recorder
 from .tensors import EagerNode, Tensor
 
@@ -158,6 +159,7 @@ class Specialization:
         self.guards: List[Guard] = []         # Python values read (globals, attributes...)
         self.check = None                     # the guards' generated checker (None: none)
         self.fields: dict = {}                # argument/grad-mode fields, for explanations
+        self.objects: list = []               # non-tensor arguments keyed by identity
         self.externals: List[Tensor] = []
         self.ext_signature: tuple = ()        # (shape, dtype, requires_grad) of externals
         self.seed_names: List[str] = []       # inputs fed a fresh seed on every call
@@ -246,8 +248,11 @@ class CompiledFunction:
                 self._cache.move_to_end(key)
                 for s in specs:
                     check = s.check
-                    if check is not None and check() != -1:
-                        continue
+                    if check is not None:
+                        failed = check()
+                        # -2: fetching raised (an emptied cell...): check one by one
+                        if failed != -1 and (failed != -2 or first_failure(s.guards)):
+                            continue
                     result, failed = self._replay(s, leaves)
                     if failed is None:
                         self._last = s
@@ -345,6 +350,7 @@ class CompiledFunction:
                 builder.add(d, "get", name, value, f"attribute {type(obj).__name__}.{name}",
                             name, None)
         s.guards = builder.finish()
+        s.objects = objects       # alive, so no other object takes an id the key holds
         s.check = compile_checker(s.guards)
         out_leaves: list = []
         s.out_spec = _flatten(result, out_leaves)

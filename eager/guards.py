@@ -492,9 +492,12 @@ class GuardBuilder:
                 self._defer(obj, path, parent, "class")
         elif isinstance(obj, (types.BuiltinFunctionType, types.CodeType)):
             return
-        elif not _is_library_class(t):
+        else:
+            # an instance: the attributes the walked code names (an optimizer's ``lr`` as
+            # much as a user config's ``scale``); a user class's methods are walked too
             self._defer(obj, path, parent, "object")
-            self.visit(t, f"type({path})", parent)
+            if not _is_library_class(t):
+                self.visit(t, f"type({path})", parent)
 
     def _visit_dict(self, d, path, parent, child_path, prefix="") -> None:
         self.add(d, "len", None, len(d), f"len({path})", path, parent)
@@ -507,6 +510,8 @@ class GuardBuilder:
         self._module_dicts.add(id(d))
         self.add(d, "len", None, len(d), f"number of attributes of {path}", path, parent)
         for name, value in list(d.items()):
+            if name == "_non_persistent":         # only state_dict reads it
+                continue
             field = f"{path}.{name}"
             if name in ("_parameters", "_buffers", "_modules") and type(value) is not list:
                 i = self.add(d, "get", name, value, "attribute " + field, path, parent,

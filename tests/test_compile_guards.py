@@ -635,3 +635,52 @@ def test_guards_are_checked_by_one_generated_function():
     net.use_relu = False
     failed = spec.check()
     assert spec.guards[failed].field == "attribute self.use_relu"
+
+
+def test_attributes_of_library_objects_are_guards():
+    w = dg.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    opt = dg.optim.SGD([w], lr=0.1)
+
+    def f(x):
+        return x * opt.param_groups[0]["lr"]
+
+    fast = dg.compile(f)
+    x = _x()
+    _same(fast(x), f(x))
+    opt.param_groups[0]["lr"] = 0.5
+    _same(fast(x), f(x))
+    assert "opt.param_groups[0]['lr']: 0.1 -> 0.5" in fast.recompile_reasons[-1]
+
+
+def test_fresh_argument_objects_never_share_a_specialisation():
+    class Opts:
+        def __init__(self, k):
+            self.k = k
+
+    def f(t, opts):
+        return t * opts.k
+
+    fast = dg.compile(f, cache_limit=100)
+    x = _x()
+    for k in range(12):               # each object dies after its call: ids get reused
+        _same(fast(x, Opts(float(k))), x * float(k))
+
+
+def test_an_emptied_closure_cell_is_a_guard():
+    def make():
+        def f(t):
+            return t * k if "k" in dir() else t * k
+        k = 2.0
+
+        def clear():
+            nonlocal k
+            del k
+        return f, clear
+
+    f, clear = make()
+    fast = dg.compile(f)
+    x = _x()
+    _same(fast(x), f(x))
+    clear()
+    with pytest.raises(NameError):
+        fast(x)
