@@ -6,14 +6,18 @@ a backward executable made by symbolic autodiff of the recorded graph. Later cal
 while its guards hold:
 
 - the input signature: shapes, dtypes, devices, requires_grad of tensor arguments, grad mode
-  and the non-tensor arguments (which must be hashable);
+  and the non-tensor arguments, by type and value (``2``, ``2.0`` and ``True`` differ, so do
+  ``0.0`` and ``-0.0``) or, for other objects, by identity;
+- every Python value ``fn`` can read (see ``guards.GuardBuilder``): the globals, closure
+  cells and default arguments of the user functions it reaches, and the attributes of the
+  modules and objects it reaches (an ``nn.Module``: all of its attributes, parameters,
+  buffers, submodules and hooks), by type and value or by identity and contents. They are
+  taken before the recording runs and checked on every call by one generated function;
 - every Python decision taken from a tensor's value while recording (``bool(t)``,
   ``t.item()``, ``if t > 0``, ``while t.sum() < 100``, ``t.tolist()``, ``t.numpy()``,
   ``np.asarray(t)``): the forward executable also computes the tensors those decisions read,
   and if any now gives another answer the result is thrown away (state it wrote is restored)
   and ``fn`` is recorded again for the new path;
-- for a module (or a bound method of one): the ``training`` flag of every submodule and the
-  identity of its parameters and buffers;
 - the shape, dtype and requires_grad of every tensor ``fn`` reads from outside.
 
 So a compiled function never returns what the recorded path computes when Python would have
@@ -24,7 +28,13 @@ call (so ``dg.manual_seed`` makes compiled code reproducible too). ``detach()`` 
 ``no_grad()`` inside ``fn`` cut gradients as they do eagerly; double backward
 (``create_graph=True``) through a compiled function is refused with a clear error.
 ``fast.specializations`` lists what was built and why; at most ``max_specializations`` are
-kept (least recently used dropped first).
+kept (least recently used dropped first). ``fast.recompile_reasons`` says why each was
+recorded: every field that differs from the nearest cached specialisation, old -> new, named
+by argument, global or attribute with the line that read it (``RecompileReason``, a str with
+``changes``); ``dg.config.log_recompiles`` logs them as they happen. After
+``dg.config.compile_cache_limit`` recordings (or ``cache_limit``) a call that matches no
+specialisation runs ``fn`` eagerly, with one warning: never a stale answer. Calls from several
+threads are serialised per compiled function, so a shape is recorded once.
 """
 from __future__ import annotations
 
@@ -205,7 +215,8 @@ class CompiledFunction:
 
     @property
     def recompile_reasons(self) -> List[str]:
-        """Why each specialisation (including evicted ones) was recorded, in order."""
+        """Why each specialisation (including evicted ones) was recorded, in order: each a
+        ``RecompileReason`` (a str; ``.changes`` holds its ``Change``s, old -> new)."""
         return list(self._history)
 
     def __len__(self) -> int:

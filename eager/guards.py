@@ -1,6 +1,8 @@
-"""Python decisions taken from tensor values (``bool(t)``, ``t.item()``, ``t.numpy()``,
-``t.tolist()``, ``np.asarray(t)``), noted while ``compile`` records a function so that
-replays can check them (guards)."""
+"""Guards of ``dg.compile``: Python decisions taken from tensor values (``bool(t)``,
+``t.item()``, ``t.numpy()``, ``t.tolist()``, ``np.asarray(t)``), noted while ``compile``
+records a function so that replays can check them; and the Python values the function can
+read (globals, closure cells, defaults, attributes: ``GuardBuilder``), checked before a
+replay, with the ``Change``s that explain a recompile."""
 from __future__ import annotations
 
 import dis
@@ -14,6 +16,7 @@ import types
 from typing import Dict, List, NamedTuple, Optional
 
 import numpy as np
+from operator import is_ as _is
 
 _state = threading.local()
 
@@ -145,8 +148,20 @@ def typed_key(v):
     return None
 
 
+class _Items(tuple):
+    """The snapshot of a large list or dict: its keys (dicts) and items, compared by
+    identity (one C-level pass)."""
+    __slots__ = ()
+
+
 def _same_content(now, recorded) -> bool:
-    """Snapshot comparison for sets and small arrays."""
+    """Snapshot comparison for sets, small arrays and large lists and dicts."""
+    if type(recorded) is _Items:
+        keys, items = recorded
+        if type(now) is list:
+            return keys is None and len(now) == len(items) and all(map(_is, now, items))
+        return (len(now) == len(items) and all(map(_is, now.values(), items))
+                and list(now) == keys)
     if isinstance(recorded, np.ndarray):
         return (type(now) is np.ndarray and now.dtype == recorded.dtype
                 and now.shape == recorded.shape
@@ -155,7 +170,8 @@ def _same_content(now, recorded) -> bool:
     return type(now) is type(recorded) and now == recorded
 
 
-_ARRAY_SNAPSHOT_LIMIT = 1 << 16     # larger arrays are guarded by identity only
+_ARRAY_SNAPSHOT_LIMIT = 4096        # larger arrays are guarded by identity only
+_ITEM_LIMIT = 64                    # larger lists and dicts: one snapshot guard
 
 
 def _library_dirs() -> tuple:
@@ -432,14 +448,17 @@ class GuardBuilder:
             self.visit(value, path, index)
         return index
 
-    def add_snapshot(self, obj, field, parent, where=None) -> None:
+    def add_snapshot(self, obj, field, parent, where=None, items=None) -> None:
         mark = (id(obj), "self", None)
         if mark in self._guarded:
             return
         self._guarded.add(mark)
-        snap = obj.copy() if isinstance(obj, np.ndarray) else frozenset(obj)
-        if isinstance(obj, set):
-            snap = set(obj)
+        if items is not None:
+            snap = items
+        elif isinstance(obj, np.ndarray):
+            snap = obj.copy()
+        else:
+            snap = set(obj) if isinstance(obj, set) else frozenset(obj)
         g = Guard(obj, "self", None, snap, field, where, parent)
         g.mode, g.vkey = "eq", None
         self.guards.append(g)
@@ -470,6 +489,13 @@ class GuardBuilder:
             self.visit(obj.func, f"{path}.func", parent)
             self.visit(obj.args, f"{path}.args", parent)
             self.visit(obj.keywords, f"{path}.keywords", parent)
+        elif isinstance(obj, (list, dict)) and len(obj) > _ITEM_LIMIT:
+            # one identity snapshot of all items; their own contents walked
+            items = list(obj.values()) if isinstance(obj, dict) else list(obj)
+            self.add_snapshot(obj, f"items of {path}", parent, items=_Items((
+                list(obj) if isinstance(obj, dict) else None, tuple(items))))
+            for i, item in enumerate(items):
+                self.visit(item, f"{path}[...]", parent)
         elif isinstance(obj, list):
             self.add(obj, "len", None, len(obj), f"len({path})", path, parent)
             for i, item in enumerate(obj):

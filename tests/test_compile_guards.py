@@ -684,3 +684,27 @@ def test_an_emptied_closure_cell_is_a_guard():
     clear()
     with pytest.raises(NameError):
         fast(x)
+
+
+@pytest.mark.parametrize("kind", ["list", "dict"])
+def test_large_containers_are_one_snapshot_guard(kind):
+    n = 200
+    data = [dg.tensor([float(i)] * 3) for i in range(n)]
+    store = data if kind == "list" else {i: t for i, t in enumerate(data)}
+
+    def f(x):
+        return x + store[3]
+
+    fast = dg.compile(f)
+    x = _x()
+    _same(fast(x), f(x))
+    assert len(fast._last.guards) < 10
+    store[3] = dg.tensor([-1.0, -1.0, -1.0])
+    _same(fast(x), f(x))
+    assert "items of store" in fast.recompile_reasons[-1]
+    if kind == "list":
+        store.append(dg.ones(3))
+    else:
+        store[n] = dg.ones(3)
+    _same(fast(x), f(x))
+    assert len(fast.recompile_reasons) == 3
