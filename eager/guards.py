@@ -518,12 +518,18 @@ class GuardBuilder:
                 self._defer(obj, path, parent, "class")
         elif isinstance(obj, (types.BuiltinFunctionType, types.CodeType)):
             return
+        elif _is_library_class(t):
+            # an instance of a library class (an optimizer...): its code is not walked, so
+            # every attribute it holds is a guard (an optimizer's ``lr`` is read by ``step``)
+            d = getattr(obj, "__dict__", None)
+            if type(d) is dict:
+                self._visit_dict(d, path, parent, lambda k: f"{path}.{k}", "attribute ")
+            else:
+                self._defer(obj, path, parent, "object")
         else:
-            # an instance: the attributes the walked code names (an optimizer's ``lr`` as
-            # much as a user config's ``scale``); a user class's methods are walked too
+            # a user object: the attributes the walked code names; its methods are walked
             self._defer(obj, path, parent, "object")
-            if not _is_library_class(t):
-                self.visit(t, f"type({path})", parent)
+            self.visit(t, f"type({path})", parent)
 
     def _visit_dict(self, d, path, parent, child_path, prefix="") -> None:
         self.add(d, "len", None, len(d), f"len({path})", path, parent)

@@ -708,3 +708,20 @@ def test_large_containers_are_one_snapshot_guard(kind):
         store[n] = dg.ones(3)
     _same(fast(x), f(x))
     assert len(fast.recompile_reasons) == 3
+
+
+def test_every_attribute_of_a_library_object_is_a_guard():
+    """Library code (Optimizer.step reads group["lr"] as a Python float) is not walked, so
+    an object of a library class has all of its attributes guarded, named or not."""
+    w = dg.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    opt = dg.optim.SGD([w], lr=0.1)
+
+    def f(x):
+        return x * 2 if opt is not None else x
+
+    fast = dg.compile(f)
+    x = _x()
+    _same(fast(x), f(x))
+    opt.param_groups[0]["lr"] = 0.01
+    _same(fast(x), f(x))
+    assert "opt.param_groups[0]['lr']: 0.1 -> 0.01" in fast.recompile_reasons[-1]
