@@ -6,14 +6,18 @@ a backward executable made by symbolic autodiff of the recorded graph. Later cal
 while its guards hold:
 
 - the input signature: shapes, dtypes, devices, requires_grad of tensor arguments, grad mode
-  and the non-tensor arguments (which must be hashable);
+  and the non-tensor arguments, by type and value (``2``, ``2.0`` and ``True`` differ, so do
+  ``0.0`` and ``-0.0``) or, for other objects, by identity;
+- every Python value ``fn`` can read (see ``guards.GuardBuilder``): the globals, closure
+  cells and default arguments of the user functions it reaches, and the attributes of the
+  modules and objects it reaches (an ``nn.Module``: all of its attributes, parameters,
+  buffers, submodules and hooks), by type and value or by identity and contents. They are
+  taken before the recording runs and checked on every call by one generated function;
 - every Python decision taken from a tensor's value while recording (``bool(t)``,
   ``t.item()``, ``if t > 0``, ``while t.sum() < 100``, ``t.tolist()``, ``t.numpy()``,
   ``np.asarray(t)``): the forward executable also computes the tensors those decisions read,
   and if any now gives another answer the result is thrown away (state it wrote is restored)
   and ``fn`` is recorded again for the new path;
-- for a module (or a bound method of one): the ``training`` flag of every submodule and the
-  identity of its parameters and buffers;
 - the shape, dtype and requires_grad of every tensor ``fn`` reads from outside.
 
 So a compiled function never returns what the recorded path computes when Python would have
@@ -24,28 +28,43 @@ call (so ``dg.manual_seed`` makes compiled code reproducible too). ``detach()`` 
 ``no_grad()`` inside ``fn`` cut gradients as they do eagerly; double backward
 (``create_graph=True``) through a compiled function is refused with a clear error.
 ``fast.specializations`` lists what was built and why; at most ``max_specializations`` are
-kept (least recently used dropped first).
+kept (least recently used dropped first). ``fast.recompile_reasons`` says why each was
+recorded: every field that differs from the nearest cached specialisation, old -> new, named
+by argument, global or attribute with the line that read it (``RecompileReason``, a str with
+``changes``); ``dg.config.log_recompiles`` logs them as they happen. After
+``dg.config.compile_cache_limit`` recordings (or ``cache_limit``) a call that matches no
+specialisation runs ``fn`` eagerly, with one warning: never a stale answer. Calls from several
+threads are serialised per compiled function, so a shape is recorded once.
 """
 from __future__ import annotations
 
 import functools
+import inspect
+import logging
+import threading
+import types
+import warnings
 from collections import OrderedDict
 from typing import Any, List, Optional
 
 import numpy as np
 
 from ..graphlib import dtypes
+from ..graphlib.config import config
 from ..graphlib.autodiff import backward_pass, value_key
 from ..graphlib.ops.shape import reshape_op
 from ..graphlib.registry import OpDef
 from ..graphlib.transform import extract
 from . import grad_mode
 from .creation import draw_seed
-from .guards import DecisionTracer, same_decision
+from .guards import (Change, DecisionTracer, Guard, GuardBuilder, RecompileReason, _show,
+                     _show_pair, compile_checker, failed_changes, first_failure,
+                     same_decision, typed_key)
 from .record import Recorder
 from .tensors import EagerNode, Tensor
 
 _LEAF = object()
+_log = logging.getLogger("duograph.compile")
 
 
 def _flatten(obj, leaves: list):
@@ -85,13 +104,57 @@ class _Tracer(DecisionTracer):
         self.rec._note_use(tensor)
 
 
-def _hashable(spec):
-    try:
-        hash(spec)
-    except TypeError as e:
-        raise TypeError(f"compile: non-tensor arguments must be hashable to be guarded on "
-                        f"({e})") from None
-    return spec
+def _key_spec(obj, leaves: list, objects: list):
+    """The cache-key form of the arguments: tensors appended to ``leaves`` (their signature
+    is keyed separately), containers by structure, numbers, strings, bools, None and tuples
+    of them by type and value (``typed_key``: ``2``, ``2.0`` and ``True`` differ, so do
+    ``0.0`` and ``-0.0``), every other object by identity (appended to ``objects``, whose
+    contents become guards)."""
+    if isinstance(obj, Tensor):
+        leaves.append(obj)
+        return _LEAF
+    if isinstance(obj, (tuple, list)):
+        return (type(obj), tuple([_key_spec(o, leaves, objects) for o in obj]))
+    if isinstance(obj, dict):
+        return (type(obj), tuple([(typed_key(k) or k, _key_spec(v, leaves, objects))
+                                  for k, v in obj.items()]))
+    vk = typed_key(obj)
+    if vk is not None:
+        return vk
+    objects.append(obj)
+    return ("id", id(obj))
+
+
+def _diff_fields(old: dict, new: dict) -> List[Change]:
+    """Changes between two argument field tables (see ``_call_fields``)."""
+    changes = []
+    for field in list(old) + [f for f in new if f not in old]:
+        a, b = old.get(field), new.get(field)
+        if a is not None and b is not None and a[1] == b[1]:
+            continue
+        plain = field.startswith("argument") and ":" not in field   # a non-tensor argument
+        if a is None or b is None:
+            shown = [x if x is None else (_show(x[0]) if plain else str(x[0])) for x in (a, b)]
+            changes.append(Change(field, *[x or "absent" for x in shown]))
+        elif plain:
+            changes.append(Change(field, *_show_pair(a[0], b[0])))
+        else:
+            changes.append(Change(field, str(a[0]), str(b[0])))
+    return changes
+
+
+def _named_leaves(obj, path: str, out: list) -> None:
+    """(path, value) of every leaf of the arguments, for explanations."""
+    if isinstance(obj, Tensor):
+        out.append((path, obj))
+    elif isinstance(obj, (tuple, list)) and (type(obj) is not tuple or typed_key(obj) is None):
+        for i, o in enumerate(obj):
+            _named_leaves(o, f"{path}[{i}]", out)
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            _named_leaves(v, f"{path}[{k!r}]", out)
+    else:
+        out.append((path, obj))
 
 
 class Specialization:
@@ -103,7 +166,10 @@ class Specialization:
         self.forward = None
         self.backward = None
         self.decisions: List[tuple] = []      # (kind, value, source, what)
-        self.attributes: List[tuple] = []     # (object, attribute, value) Python read
+        self.guards: List[Guard] = []         # Python values read (globals, attributes...)
+        self.check = None                     # the guards' generated checker (None: none)
+        self.fields: dict = {}                # argument/grad-mode fields, for explanations
+        self.objects: list = []               # non-tensor arguments keyed by identity
         self.externals: List[Tensor] = []
         self.ext_signature: tuple = ()        # (shape, dtype, requires_grad) of externals
         self.seed_names: List[str] = []       # inputs fed a fresh seed on every call
@@ -125,14 +191,21 @@ class Specialization:
 class CompiledFunction:
     """The callable ``dg.compile`` returns."""
 
-    def __init__(self, fn, max_specializations: int = 16, passes=None):
+    def __init__(self, fn, max_specializations: int = 16, passes=None,
+                 cache_limit: Optional[int] = None):
         self.passes = passes
         self.fn = fn
         self.max_specializations = int(max_specializations)
+        self.cache_limit = None if cache_limit is None else int(cache_limit)
+        self._lock = threading.RLock()      # one recording or replay at a time
+        self._warned = False                # the cache-limit warning was given
+        self._sig = None
         self._cache: "OrderedDict[Any, List[Specialization]]" = OrderedDict()
         self._history: List[str] = []
         self._last: Optional[Specialization] = None     # the specialisation run last
         functools.update_wrapper(self, fn, updated=())
+        if not hasattr(self, "__name__"):
+            self.__name__ = type(fn).__name__
 
     # -- introspection -------------------------------------------------------------------------
     @property
@@ -142,7 +215,8 @@ class CompiledFunction:
 
     @property
     def recompile_reasons(self) -> List[str]:
-        """Why each specialisation (including evicted ones) was recorded, in order."""
+        """Why each specialisation (including evicted ones) was recorded, in order: each a
+        ``RecompileReason`` (a str; ``.changes`` holds its ``Change``s, old -> new)."""
         return list(self._history)
 
     def __len__(self) -> int:
@@ -172,58 +246,108 @@ class CompiledFunction:
         return n + (last.backward.kernel_count if last.backward is not None else 0)
 
     # -- calling -------------------------------------------------------------------------------
-    def _module_state(self):
-        """For a module (or its bound method): training flags and the identity of its
-        parameters and buffers (replacing one must not leave a stale graph bound)."""
-        module = self.fn if hasattr(self.fn, "training") else getattr(
-            self.fn, "__self__", None)
-        if module is None or not hasattr(module, "modules") or not hasattr(
-                module, "training"):
-            return None
-        subs = list(module.modules())
-        tensors = list(module.parameters()) + list(module.buffers())
-        return (tuple(bool(m.training) for m in subs), tuple(id(t) for t in tensors))
-
     def __call__(self, *args, **kwargs):
         leaves: list = []
-        spec = _flatten((args, kwargs), leaves)
-        key = (grad_mode.is_grad_enabled(), _hashable(spec),
-               tuple((t.shape, t.dtype, t.device, t.requires_grad) for t in leaves),
-               self._module_state())
-        reason = None
-        specs = self._cache.get(key)
-        if specs:
-            self._cache.move_to_end(key)
-            for s in specs:
-                result, failed = self._replay(s, leaves)
-                if failed is None:
-                    self._last = s
-                    return result
-                reason = failed
-        if reason is None:
-            reason = self._signature_reason(key)
-        return self._record(key, spec, leaves, args, kwargs, reason)
+        objects: list = []
+        spec = _key_spec((args, kwargs), leaves, objects)
+        key = (grad_mode.is_grad_enabled(), spec,
+               tuple([(t.shape, t.dtype, t.device, t.requires_grad) for t in leaves]))
+        with self._lock:
+            reason = None
+            specs = self._cache.get(key)
+            if specs:
+                self._cache.move_to_end(key)
+                for s in specs:
+                    check = s.check
+                    if check is not None:
+                        failed = check()
+                        # -2: fetching raised (an emptied cell...): check one by one
+                        if failed != -1 and (failed != -2 or first_failure(s.guards)):
+                            continue
+                    result, failed = self._replay(s, leaves)
+                    if failed is None:
+                        self._last = s
+                        return result
+                    reason = RecompileReason(failed)
+            if reason is None:
+                reason = self._explain(key, args, kwargs)
+            limit = self.cache_limit if self.cache_limit is not None else \
+                config.compile_cache_limit
+            if len(self._history) >= limit:
+                self._fall_back(limit, reason)
+            else:
+                if self._history and config.log_recompiles:
+                    _log.warning("dg.compile: recording %s again: %s", self.__name__, reason)
+                return self._record(key, spec, leaves, objects, args, kwargs, reason)
+        return self.fn(*args, **kwargs)
 
-    def _signature_reason(self, key) -> str:
-        if not self._cache:
-            return "first call"
-        old = next(reversed(self._cache))
-        if old[0] != key[0]:
-            return f"grad mode changed to {key[0]}"
-        if len(old[2]) != len(key[2]):
-            return f"number of tensor arguments changed ({len(old[2])} -> {len(key[2])})"
-        for i, (a, b) in enumerate(zip(old[2], key[2])):
-            for what, x, y in zip(("shape", "dtype", "device", "requires_grad"), a, b):
-                if x != y:
-                    return f"tensor argument {i}: {what} {x} -> {y}"
-        if old[3] != key[3]:
-            if old[3] is not None and key[3] is not None and old[3][0] != key[3][0]:
-                return "module training mode changed (train()/eval())"
-            return "module parameters or buffers were replaced"
-        return "non-tensor arguments changed"
+    def _fall_back(self, limit: int, reason: str) -> None:
+        """The cache limit is reached: this call runs eagerly (warned about once)."""
+        if self._warned:
+            return
+        self._warned = True
+        warnings.warn(
+            f"dg.compile: {self.__name__!r} was recorded {len(self._history)} times, the cache "
+            f"limit (dg.config.compile_cache_limit = {limit}); calls that match none of its "
+            f"specialisations now run eagerly (correct, but not compiled). This call's "
+            f"reason: {reason}", RuntimeWarning, stacklevel=3)
 
-    def _record(self, key, spec, leaves, args, kwargs, reason):
+    # -- explanations --------------------------------------------------------------------------
+    def _call_fields(self, args, kwargs) -> dict:
+        """field -> (shown value, comparison key) for grad mode and every argument leaf."""
+        leaves: list = []
+        for name, value in self._call_leaves(args, kwargs):
+            _named_leaves(value, name, leaves)
+        grad = grad_mode.is_grad_enabled()
+        fields = {"grad mode": (f"{'enabled' if grad else 'disabled'}", grad)}
+        for path, v in leaves:
+            if isinstance(v, Tensor):
+                for what, x in zip(("shape", "dtype", "device", "requires_grad"),
+                                   (v.shape, v.dtype, v.device, v.requires_grad)):
+                    fields[f"argument {path}: {what}"] = (str(x), x)
+            else:
+                vk = typed_key(v)
+                fields[f"argument {path}"] = (v, vk if vk is not None else ("id", id(v)))
+        return fields
+
+    def _signature(self):
+        if self._sig is None:
+            self._sig = inspect.signature(self.fn)
+        return self._sig
+
+    def _explain(self, key, args, kwargs) -> RecompileReason:
+        """Every field that differs from the nearest cached specialisation, old -> new."""
+        if not self._history:
+            return RecompileReason("first call")
+        now = self._call_fields(args, kwargs)
+        best = None
+        for specs in self._cache.values():
+            for s in reversed(specs):
+                changes = _diff_fields(s.fields, now)
+                if s.key[1] != key[1] and not any(c.field.startswith("argument")
+                                                  for c in changes):
+                    changes.append(Change("argument structure", "as recorded", "another"))
+                changes += failed_changes(s.guards)
+                if best is None or len(changes) <= len(best):
+                    best = changes
+        if best is None:          # everything evicted
+            return RecompileReason("not in the cache (evicted)")
+        if not best:
+            return RecompileReason("no cached specialisation matches")
+        return RecompileReason("; ".join(str(c) for c in best), best)
+
+    def _record(self, key, spec, leaves, objects, args, kwargs, reason):
         s = Specialization(reason, key)
+        s.fields = self._call_fields(args, kwargs)
+        builder = GuardBuilder()      # what fn can read, as it is before the call
+        builder.add_root(self.fn, "self" if not isinstance(
+            self.fn, types.FunctionType) else self.__name__)
+        named: list = []
+        for name, value in self._call_leaves(args, kwargs):
+            _named_leaves(value, name, named)
+        arg_paths = {id(v): p for p, v in named}
+        for obj in objects:
+            builder.add_root(obj, f"argument {arg_paths.get(id(obj), '?')}")
         names = {}
         for i, t in enumerate(leaves):
             names.setdefault(id(t), f"arg{i}")
@@ -231,9 +355,16 @@ class CompiledFunction:
                        {n: t for t, n in ((t, names[id(t)]) for t in leaves)}, bind=True)
         with rec, _Tracer(rec) as tracer:
             result = self.fn(*args, **kwargs)
+        for obj, name, value in tracer.attributes.values():
+            d = getattr(obj, "__dict__", None)
+            if type(d) is dict:
+                builder.add(d, "get", name, value, f"attribute {type(obj).__name__}.{name}",
+                            name, None)
+        s.guards = builder.finish()
+        s.objects = objects       # alive, so no other object takes an id the key holds
+        s.check = compile_checker(s.guards)
         out_leaves: list = []
         s.out_spec = _flatten(result, out_leaves)
-        s.attributes = list(tracer.attributes.values())
         self._build(s, rec, leaves, out_leaves, tracer.decisions)
         specs = self._cache.setdefault(key, [])
         specs.insert(0, s)
@@ -247,6 +378,12 @@ class CompiledFunction:
         s.calls = 1
         self._last = s
         return result
+
+    def _call_leaves(self, args, kwargs) -> list:
+        try:
+            return list(self._signature().bind(*args, **kwargs).arguments.items())
+        except (TypeError, ValueError):
+            return [(str(i), a) for i, a in enumerate(args)] + list(kwargs.items())
 
     def _build(self, s: Specialization, rec: Recorder, leaves, out_leaves, decisions):
         g = rec.graph
@@ -350,11 +487,6 @@ class CompiledFunction:
         return OpDef(name, no_infer, no_kernel, vjp, nondiff_inputs=())
 
     def _replay(self, s: Specialization, leaves):
-        for obj, name, value in s.attributes:
-            now = getattr(obj, name, None)
-            if now != value:
-                return None, (f"guard failed: {type(obj).__name__}.{name} was {value!r} "
-                              f"when recorded, now {now!r}")
         for i, (t, sig) in enumerate(zip(s.externals, s.ext_signature)):
             now = (t.shape, t.dtype, t.requires_grad)
             if now != sig:
@@ -407,13 +539,17 @@ class CompiledFunction:
         return result, None
 
 
-def compile(fn=None, *, max_specializations: int = 16, passes=None):
+def compile(fn=None, *, max_specializations: int = 16, passes=None,
+            cache_limit: Optional[int] = None):
     """Compile ``fn`` (or a module: its ``__call__``) to replay through the graph runtime.
 
-    Usable as ``fast = dg.compile(fn)`` or as a decorator ``@dg.compile``.
+    Usable as ``fast = dg.compile(fn)`` or as a decorator ``@dg.compile``. After
+    ``cache_limit`` recordings (default ``dg.config.compile_cache_limit``, read when reached)
+    a call that matches no cached specialisation runs ``fn`` eagerly, with one warning.
     """
     if fn is None:
-        return lambda f: compile(f, max_specializations=max_specializations, passes=passes)
+        return lambda f: compile(f, max_specializations=max_specializations, passes=passes,
+                                 cache_limit=cache_limit)
     if not callable(fn):
         raise TypeError(f"compile: expected a function or module, found {type(fn).__name__}")
-    return CompiledFunction(fn, max_specializations, passes)
+    return CompiledFunction(fn, max_specializations, passes, cache_limit)

@@ -36,6 +36,13 @@ matmul_swap            DUOGRAPH_MATMUL_SWAP       off       small-batch ``x @ W.
                                                             in the last bits)
 capture_source         DUOGRAPH_SOURCE            False     eager ops record the user's source
                                                             line even outside ``record()``
+compile_cache_limit    DUOGRAPH_COMPILE_CACHE_    8         recordings of one ``dg.compile``d
+                       LIMIT                                function; after that, calls that
+                                                            match no specialisation run eagerly
+                                                            (warned once)
+log_recompiles         DUOGRAPH_LOG_RECOMPILES    False     log why at every recompile of a
+                                                            ``dg.compile``d function (logger
+                                                            ``duograph.compile``, WARNING)
 =====================  =========================  ========  =====================================
 
 Results are bit-for-bit reproducible across processes with the defaults: the only option that
@@ -115,6 +122,10 @@ OPTIONS: Dict[str, Option] = {o.name: o for o in (
            "small-batch x @ W.T as (W @ x.T).T: off, on, auto (timed: not reproducible)"),
     Option("capture_source", _as_bool, False, "DUOGRAPH_SOURCE",
            "eager ops record the user's source line even outside record()"),
+    Option("compile_cache_limit", _positive_int, 8, "DUOGRAPH_COMPILE_CACHE_LIMIT",
+           "recordings of one dg.compile'd function before new cases run eagerly"),
+    Option("log_recompiles", _as_bool, False, "DUOGRAPH_LOG_RECOMPILES",
+           "log the reason of every recompile of a dg.compile'd function"),
 )}
 
 
