@@ -1,7 +1,7 @@
 """TensorType: a shape (ints or named symbolic dims) and a dtype; broadcasting rules."""
 from __future__ import annotations
 
-from typing import Iterable, Mapping, Optional, Sequence, Tuple, Union
+from typing import Dict, Iterable, Mapping, Optional, Sequence, Tuple, Union
 
 from . import dtypes
 from .errors import ShapeError, located
@@ -23,6 +23,12 @@ def as_shape(shape) -> Shape:
         if isinstance(d, str):
             if not d:
                 raise ValueError(f"empty symbol name in shape {shape!r}")
+            try:
+                d = as_dim(d)
+            except ValueError as e:
+                raise ValueError(f"bad symbolic dim {d!r} in shape {shape!r}: {e}") from None
+            if isinstance(d, int) and d < 0:
+                raise ValueError(f"negative dimension {d} in shape {shape!r}")
             out.append(d)
         elif hasattr(d, "__index__") and not isinstance(d, bool):
             d = int(d.__index__())
@@ -158,95 +164,248 @@ def normalize_dims(dim, ndim: int, op: str = "") -> Tuple[int, ...]:
     return tuple(sorted(dims))
 
 
-def dims_product(dims: Iterable[Dim]):
-    """Product of dims, as (int coefficient, sorted tuple of symbols); a derived product such
-    as ``N*6`` counts as its factors, so ``[N*6]`` and ``[N,2,3]`` hold as many elements."""
-    coeff, syms = 1, []
-    for d in dims:
-        if isinstance(d, int):
-            coeff *= d
-            continue
-        for factor in _split_top(d, "*"):
-            if factor.isdigit():
-                coeff *= int(factor)
-            else:
-                syms.append(_unparen(factor))
-    return coeff, tuple(sorted(syms))
+# -- symbolic dims -----------------------------------------------------------------------------
+# A symbolic dimension is a sympy expression over integer symbols (the names users give, such
+# as ``N``), held by ``SymDim``: a ``str`` whose text is the expression's one canonical form,
+# so ``N+2`` and ``2+N`` are the same dim (equal, same hash, same JSON) and every place that
+# prints or names a dim keeps working. Arithmetic goes through sympy, never through string
+# concatenation; text (a user's ``"2*N"``, a graph file) is read by a small parser that knows
+# only numbers, names, ``+ - * / //``, parentheses and a few functions: nothing is evaluated.
+
+class SymDim(str):
+    """A symbolic dim: canonical text (``str``) plus its sympy expression (``.expr``)."""
+
+    expr: object          # the sympy expression
+
+    symbols: Tuple[str, ...]   # the names of the symbols it depends on, sorted
+    is_symbol: bool            # a plain symbol (``N``), not an expression (``N+2``)
 
 
-# -- derived dims ------------------------------------------------------------------------------
-# An op whose output size is a function of a symbolic input size names it with an expression
-# over the symbols: ``N+2`` (cat, pad), ``N*6`` (flatten, reshape with -1), ``N[1:]``
-# (slicing). The runtime evaluates them (``eval_dim``) once the feeds bind the symbols.
-
-def _split_top(expr: str, sep: str) -> list:
-    """``expr`` split at ``sep`` where it is outside brackets and parentheses."""
-    parts, depth, start = [], 0, 0
-    for i, ch in enumerate(expr):
-        if ch in "([":
-            depth += 1
-        elif ch in ")]":
-            depth -= 1
-        elif ch == sep and depth == 0:
-            parts.append(expr[start:i])
-            start = i + 1
-    parts.append(expr[start:])
-    return parts
+_SYMPY = None
+_TEXT_CACHE: dict = {}       # text a user or a file wrote -> its dim (int or SymDim)
+_FUNCS = ("floor", "ceiling", "Max", "Min")
 
 
-def _unparen(expr: str) -> str:
-    """``expr`` without parentheses that enclose all of it."""
-    while expr.startswith("(") and _closing(expr, 0) == len(expr) - 1:
-        expr = expr[1:-1]
-    return expr
+def _sympy():
+    global _SYMPY
+    if _SYMPY is None:
+        import sympy
+        _SYMPY = sympy
+    return _SYMPY
 
 
-def _closing(expr: str, start: int) -> int:
-    """Index of the bracket closing the one at ``start``."""
-    depth = 0
-    for i in range(start, len(expr)):
-        if expr[i] in "([":
-            depth += 1
-        elif expr[i] in ")]":
-            depth -= 1
-            if depth == 0:
-                return i
-    return -1
+def _symbol(name: str):
+    # symbols stand for sizes of at least 1 (a batch, a length): sympy then simplifies
+    # ``N[1:]`` to ``N-1`` and ``max(N, 1)`` to ``N``
+    return _sympy().Symbol(name, integer=True, positive=True)
 
 
-def _operand(d: Dim, ops: str) -> str:
-    """``d`` as an operand next to a higher-precedence operator: parenthesised when it holds
-    one of ``ops`` at its top level."""
-    s = str(d)
-    return f"({s})" if any(len(_split_top(s, op)) > 1 for op in ops) else s
+def _from_expr(expr) -> Dim:
+    """An int when ``expr`` is a number, else the SymDim of its canonical text."""
+    sp = _sympy()
+    expr = sp.sympify(expr) if not isinstance(expr, sp.Basic) else expr
+    if expr.is_Integer:
+        return int(expr)
+    if expr.is_number:
+        raise ValueError(f"a dim must be a whole number, found {expr}")
+    text = str(expr).replace(" ", "")
+    d = _TEXT_CACHE.get(text)
+    if d is None:
+        d = SymDim(text)
+        d.expr = expr
+        d.symbols = tuple(sorted(str(x) for x in expr.free_symbols))
+        d.is_symbol = bool(expr.is_Symbol)
+        _TEXT_CACHE[text] = d
+    return d
+
+
+def _parse_dim(text: str):
+    """Parse ``text`` (``N``, ``2*N+1``, ``floor((H-3)/2)+1``) into a sympy expression."""
+    sp = _sympy()
+    tokens = []
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if ch.isspace():
+            i += 1
+        elif ch.isdigit():
+            j = i
+            while j < len(text) and text[j].isdigit():
+                j += 1
+            tokens.append(("num", text[i:j]))
+            i = j
+        elif ch.isalpha() or ch == "_":
+            j = i
+            while j < len(text) and (text[j].isalnum() or text[j] == "_"):
+                j += 1
+            tokens.append(("name", text[i:j]))
+            i = j
+        elif text.startswith("//", i):
+            tokens.append(("op", "//"))
+            i += 2
+        elif ch in "+-*/(),":
+            tokens.append(("op", ch))
+            i += 1
+        else:
+            raise ValueError(f"unexpected {ch!r} in the dim {text!r}")
+    tokens.append(("end", ""))
+    pos = [0]
+
+    def peek():
+        return tokens[pos[0]]
+
+    def take(value=None):
+        tok = tokens[pos[0]]
+        if value is not None and tok[1] != value:
+            raise ValueError(f"expected {value!r} in the dim {text!r}, found {tok[1]!r}")
+        pos[0] += 1
+        return tok
+
+    def atom():
+        kind, val = take()
+        if kind == "num":
+            return sp.Integer(int(val))
+        if kind == "name":
+            if peek()[1] == "(" and val in _FUNCS:
+                take("(")
+                args = [expr()]
+                while peek()[1] == ",":
+                    take(",")
+                    args.append(expr())
+                take(")")
+                return getattr(sp, val)(*args)
+            if val in _FUNCS:
+                raise ValueError(f"{val} needs arguments in the dim {text!r}")
+            return _symbol(val)
+        if val == "(":
+            e = expr()
+            take(")")
+            return e
+        if val == "-":
+            return -atom()
+        raise ValueError(f"unexpected {val or 'end'!r} in the dim {text!r}")
+
+    def term():
+        e = atom()
+        while peek()[1] in ("*", "/", "//"):
+            op = take()[1]
+            rhs = atom()
+            e = e * rhs if op == "*" else (e / rhs if op == "/" else sp.floor(e / rhs))
+        return e
+
+    def expr():
+        e = term()
+        while peek()[1] in ("+", "-"):
+            op = take()[1]
+            rhs = term()
+            e = e + rhs if op == "+" else e - rhs
+        return e
+
+    out = expr()
+    if peek()[0] != "end":
+        raise ValueError(f"unexpected {peek()[1]!r} in the dim {text!r}")
+    return out
+
+
+def as_dim(d) -> Dim:
+    """An int, or the canonical SymDim of a symbol name or expression (``"2+N"`` gives the
+    same dim as ``"N+2"``)."""
+    if isinstance(d, SymDim):
+        return d
+    if isinstance(d, str):
+        cached = _TEXT_CACHE.get(d)
+        if cached is not None:
+            return cached
+        if not d.strip():
+            raise ValueError("empty symbol name")
+        out = _from_expr(_parse_dim(d))
+        _TEXT_CACHE[d] = out
+        return out
+    if hasattr(d, "__index__") and not isinstance(d, bool):
+        return int(d.__index__())
+    return _from_expr(d)
+
+
+def _expr(d):
+    sp = _sympy()
+    if isinstance(d, int):
+        return sp.Integer(d)
+    d = as_dim(d)
+    return sp.Integer(d) if isinstance(d, int) else d.expr
+
+
+def dim_symbols(d: Dim) -> Tuple[str, ...]:
+    """The symbol names a dim depends on (none for an int)."""
+    if isinstance(d, int):
+        return ()
+    d = as_dim(d)
+    return () if isinstance(d, int) else d.symbols
 
 
 def dim_add(a: Dim, b: Dim) -> Dim:
-    """``a + b`` for dims: an int, or a derived symbol such as ``N+2``."""
+    """``a + b`` for dims: an int, or a symbolic dim such as ``N+2``."""
     if isinstance(a, int) and isinstance(b, int):
         return a + b
-    if b == 0:
-        return a
-    if a == 0:
-        return b
-    return f"{a}+{b}"
+    return _from_expr(_expr(a) + _expr(b))
 
 
 def dim_product(dims: Iterable[Dim]) -> Dim:
-    """The product of ``dims``: an int, a symbol, or a derived symbol such as ``N*6``."""
-    coeff, syms = dims_product(dims)
-    if coeff == 0 or not syms:
-        return coeff
-    factors = [_operand(s, "+") for s in syms] + ([str(coeff)] if coeff != 1 else [])
-    return "*".join(factors)
+    """The product of ``dims``: an int, a symbol, or a symbolic dim such as ``6*N``."""
+    dims = list(dims)
+    if all(isinstance(d, int) for d in dims):
+        n = 1
+        for d in dims:
+            n *= d
+        return n
+    return _from_expr(_sympy().Mul(*[_expr(d) for d in dims]))
 
 
-def dim_slice(d: Dim, start, stop, step) -> str:
-    """The size of ``x[start:stop:step]`` along a symbolic dim ``d``, e.g. ``N[1:]``."""
-    spec = f"{'' if start is None else start}:{'' if stop is None else stop}"
-    if step not in (None, 1):
-        spec += f":{step}"
-    return f"{_operand(d, '+*')}[{spec}]"
+def dim_ceil_div(a: Dim, b: int) -> Dim:
+    """``ceil(a / b)`` for a dim ``a`` and a positive int ``b``."""
+    if isinstance(a, int):
+        return -(-a // b)
+    return _from_expr(_sympy().ceiling(_expr(a) / b))
+
+
+def dim_floor_div(a: Dim, b: int) -> Dim:
+    """``a // b`` for a dim ``a`` and a positive int ``b``."""
+    if isinstance(a, int):
+        return a // b
+    return _from_expr(_sympy().floor(_expr(a) / b))
+
+
+def dim_quotient(a: Dim, b: Dim) -> Optional[Dim]:
+    """``a / b`` when it divides exactly for every value of the symbols (a polynomial with
+    integer coefficients), else None."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a // b if b and a % b == 0 else None
+    sp = _sympy()
+    if _expr(b) == 0:
+        return None
+    q = sp.cancel(_expr(a) / _expr(b))
+    num, den = sp.fraction(q)
+    if not den.is_Integer or den != 1:
+        return None
+    poly = sp.Poly(num, *sorted(num.free_symbols, key=str)) if num.free_symbols else None
+    if poly is not None and not all(c.is_Integer for c in poly.coeffs()):
+        return None
+    return _from_expr(num)
+
+
+def dim_slice(d: Dim, start, stop, step) -> Dim:
+    """The length of ``x[start:stop:step]`` along a dim ``d`` (Python's slice rules) for
+    ``step > 0``."""
+    sp = _sympy()
+    n = _expr(d)
+    step = 1 if step is None else step
+
+    def bound(v, default):
+        if v is None:
+            return default
+        return sp.Max(0, n + v) if v < 0 else sp.Min(n, v)
+
+    lo, hi = bound(start, sp.Integer(0)), bound(stop, n)
+    return _from_expr(sp.Max(0, sp.ceiling((hi - lo) / step)))
 
 
 def eval_dim(d: Dim, bindings: Mapping[str, int]) -> Optional[int]:
@@ -254,31 +413,68 @@ def eval_dim(d: Dim, bindings: Mapping[str, int]) -> Optional[int]:
     evaluated (an unbound symbol)."""
     if isinstance(d, int):
         return d
-    if d in bindings:
-        return bindings[d]
-    for sep in "+*":
-        parts = _split_top(d, sep)
-        if len(parts) > 1:
-            sizes = [eval_dim(p, bindings) for p in parts]
-            if any(s is None for s in sizes):
-                return None
-            total = 0 if sep == "+" else 1
-            for s in sizes:
-                total = total + s if sep == "+" else total * s
-            return total
-    if d.isdigit():
-        return int(d)
-    if d.startswith("(") and _closing(d, 0) == len(d) - 1:
-        return eval_dim(d[1:-1], bindings)
-    if d.endswith("]"):
-        open_at = next((i for i in range(len(d) - 2, 0, -1)
-                        if d[i] == "[" and _closing(d, i) == len(d) - 1), 0)
-        size = eval_dim(d[:open_at], bindings) if open_at else None
-        try:
-            bounds = [int(b) if b else None for b in d[open_at + 1:-1].split(":")]
-        except ValueError:
-            return None
-        if size is None or not 2 <= len(bounds) <= 3:
-            return None
-        return len(range(*slice(*bounds).indices(size)))
+    v = bindings.get(d)
+    if v is not None:
+        return v
+    d = as_dim(d)
+    if isinstance(d, int):
+        return d
+    names = d.symbols
+    if any(s not in bindings for s in names):
+        return None
+    key = (d, tuple(int(bindings[s]) for s in names))
+    size = _EVAL_CACHE.get(key)
+    if size is None:
+        # exact rational arithmetic (floats would floor 11/3 - 5/3 to 1)
+        sp = _sympy()
+        size = int(d.expr.xreplace({_symbol(s): sp.Integer(v) for s, v in zip(names, key[1])}))
+        if len(_EVAL_CACHE) > 65536:
+            _EVAL_CACHE.clear()
+        _EVAL_CACHE[key] = size
+    return size
+
+
+_EVAL_CACHE: dict = {}
+
+
+def solve_dim(d: Dim, size: int, bindings: Mapping[str, int]) -> Optional[Dict[str, int]]:
+    """The values of ``d``'s one unbound symbol that make it ``size`` ({} when all its
+    symbols are bound and it equals ``size``); None when no whole non-negative value does,
+    or when more than one symbol is unbound."""
+    if isinstance(d, int):
+        return {} if d == size else None
+    d = as_dim(d)
+    if isinstance(d, int):
+        return {} if d == size else None
+    unbound = [s for s in d.symbols if s not in bindings]
+    if not unbound:
+        return {} if eval_dim(d, bindings) == size else None
+    if len(unbound) > 1:
+        return None
+    sp = _sympy()
+    known = {_symbol(s): int(bindings[s]) for s in d.symbols if s in bindings}
+    x = _symbol(unbound[0])
+    expr = d.expr.subs(known)
+    try:
+        roots = sp.solve(sp.Eq(expr, size), x)
+    except (NotImplementedError, TypeError):
+        roots = []
+    for r in roots:
+        if r.is_Integer and r >= 0:
+            return {unbound[0]: int(r)}
     return None
+
+
+def dim_to_json(d: Dim):
+    """A dim for a graph file: the int, or ``{"sym": canonical text}``."""
+    return d if isinstance(d, int) else {"sym": str(as_dim(d))}
+
+
+def dim_from_json(obj) -> Dim:
+    """The dim ``dim_to_json`` wrote (text parsed, never evaluated)."""
+    if isinstance(obj, int) and not isinstance(obj, bool) and obj >= 0:
+        return obj
+    if isinstance(obj, dict) and set(obj) == {"sym"} and isinstance(obj["sym"], str) \
+            and 0 < len(obj["sym"]) <= 1000:
+        return as_dim(obj["sym"])
+    raise ValueError("expected a non-negative int or {\"sym\": text}")

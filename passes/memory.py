@@ -55,7 +55,6 @@ then hill-climbs on the order (a seeded, bounded search) while it is above the l
 from __future__ import annotations
 
 import random
-import re
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Hashable, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
@@ -63,7 +62,7 @@ from ..graphlib import dtypes
 from ..graphlib.errors import GraphError
 from ..graphlib.ir import Graph, Node, Value
 from ..graphlib.printer import graph_namer
-from ..graphlib.types import eval_dim
+from ..graphlib.types import dim_symbols, eval_dim
 
 # Ops whose numpy kernels may return a view of (or the very array of) their first input.
 VIEW_OPS = frozenset({"reshape", "permute", "expand", "getitem", "split", "squeeze",
@@ -72,7 +71,6 @@ VIEW_OPS = frozenset({"reshape", "permute", "expand", "getitem", "split", "squee
 # skips them for the same reason).
 EXTERNAL_OPS = frozenset({"constant"})
 
-_SYMBOL = re.compile(r"[A-Za-z_]\w*")
 # The hill climb of assign_offsets stops after this much work (buffers + conflicts visited).
 SEARCH_WORK = 1_000_000
 
@@ -139,12 +137,12 @@ def value_nbytes(value: Value, shapes: Mapping[str, int], name: str = "",
         size = d if isinstance(d, int) else eval_dim(d, shapes)
         if size is None and default_dim is not None:
             bound = dict(shapes)
-            for sym in _SYMBOL.findall(d):
+            for sym in dim_symbols(d):
                 bound.setdefault(sym, default_dim)
             size = eval_dim(d, bound)
             size = default_dim if size is None else size
         if size is None:
-            missing = sorted({s for s in _SYMBOL.findall(d) if s not in shapes})
+            missing = sorted({s for s in dim_symbols(d) if s not in shapes})
             example = ", ".join(f"{s!r}: 32" for s in missing) or f"{d!r}: 32"
             raise MemoryPlanError(
                 f"plan_memory: {name or repr(value)} has type {value.type!r}, whose dim {d!r} "

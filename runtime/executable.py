@@ -25,7 +25,7 @@ from ..graphlib import dtypes
 from ..graphlib.errors import FeedError, GraphError, KernelError, kernel_error
 from ..graphlib.ir import Graph, Value
 from ..graphlib.kernels import direct_kernel, run_kernel, state_written
-from ..graphlib.types import format_shape
+from ..graphlib.types import dim_symbols, format_shape, solve_dim
 from .backend import Backend
 from .backends import get_backend
 from .planned import Program, resolve_attrs
@@ -113,8 +113,8 @@ class Executable:
         # planner(graph, shapes=..., nodes=..., outputs=...) -> a memory plan; None: interpret
         self.planner = planner
         # the symbolic dims the feeds bind: a plan is made per tuple of their sizes
-        self.symbols = tuple(sorted({d for v, _ in self.feeds for d in v.shape
-                                     if isinstance(d, str)}))
+        self.symbols = tuple(sorted({s for v, _ in self.feeds for d in v.shape
+                                     for s in dim_symbols(d)}))
         # how a run executes: the interpreter's instruction list, or planned programs
         self.steps = Interpreted() if planner is None else Planned(planner)
 
@@ -202,6 +202,7 @@ class Executable:
                             f"the graph's placeholders are {sorted(self.feed_names)}")
         bindings: Dict[str, int] = {}
         origin: Dict[str, str] = {}
+        derived: list = []        # dims such as 2*N: solved once the plain symbols are bound
         xp = self.xp
         for v, s in self.feeds:
             if v.name not in feeds:
@@ -228,13 +229,14 @@ class Executable:
             if ok:
                 for d, w in zip(shape, want):
                     if isinstance(w, str):
-                        if w in bindings and bindings[w] != d:
-                            raise FeedError(
-                                f"{self.graph.name}: feed {v.name!r} has shape {list(shape)}, "
-                                f"but {w}={bindings[w]} from feed {origin[w]!r} (expected "
-                                f"{v.type!r})")
-                        bindings[w] = d
-                        origin[w] = v.name
+                        if w in bindings:
+                            if bindings[w] != d:
+                                self._feed_conflict(v, shape, w, bindings, origin)
+                        elif getattr(w, "is_symbol", True):
+                            bindings[w] = d
+                            origin[w] = v.name
+                        else:
+                            derived.append((v, shape, w, d))
                     elif w != d:
                         ok = False
             if not ok:
@@ -243,7 +245,24 @@ class Executable:
             if not isinstance(arr, xp.ndarray):
                 arr = xp.asarray(arr)
             env[s] = arr
+        for v, shape, w, d in derived:
+            found = solve_dim(w, d, bindings)
+            if found is None:
+                self._feed_conflict(v, shape, w, bindings, origin)
+            for name, size in found.items():
+                bindings[name] = size
+                origin[name] = v.name
         return bindings
+
+    def _feed_conflict(self, v: Value, shape: tuple, w, bindings, origin) -> None:
+        """Raise the FeedError for feed ``v`` whose dim ``w`` disagrees with the sizes the
+        other feeds bound (or has no whole solution)."""
+        bound = ", ".join(f"{s}={bindings[s]} from feed {origin[s]!r}"
+                          for s in dim_symbols(w) if s in bindings)
+        raise FeedError(f"{self.graph.name}: feed {v.name!r} has shape {list(shape)}, which "
+                        f"does not fit its dim {w}" + (f" with {bound}" if bound else
+                                                        " for any whole size") +
+                        f" (expected {v.type!r})")
 
     def _python_feed(self, v: Value, data) -> np.ndarray:
         """A Python number or (nested) list fed to placeholder ``v``, as an array of its dtype.

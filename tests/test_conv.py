@@ -437,8 +437,12 @@ def test_symbolic_spatial_dims_give_derived_dims_the_runtime_evaluates(torch):
         pooled = dg.max_pool2d(strided, 2, ceil_mode=True)
         grads = dg.grad(dg.sum(pooled * pooled), [x, w, w2])
     assert tuple(same.shape) == ("N", 4, "H", "W")
-    assert tuple(strided.shape) == ("N", 2, "H[2::2]", "W[2::2]")
-    assert tuple(pooled.shape) == ("N", 2, "(H[2::2])[::2]", "(W[2::2])[::2]")
+    # sympy-simplified: (H + 2 - 3) // 2 + 1 and its ceil-mode pooling; any spelling of the
+    # same expression is the same dim
+    assert tuple(strided.shape) == ("N", 2, "floor(H/2-3/2)+1", "floor(W/2-3/2)+1")
+    assert strided.shape[2] == dg.graphlib.types.as_dim("(H-3)//2+1")
+    assert tuple(pooled.shape) == ("N", 2, "ceiling(floor(H/2-3/2)/2+1/2)",
+                                   "ceiling(floor(W/2-3/2)/2+1/2)")
     exe = graph.compile(outputs=[pooled] + grads)
     for shape in ((2, 3, 7, 9), (1, 3, 8, 6)):
         xa = rng.standard_normal(shape)

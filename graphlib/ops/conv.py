@@ -27,7 +27,7 @@ import numpy as np
 from .. import dtypes
 from ..errors import DTypeError, ShapeError, located
 from ..registry import OpDef, register
-from ..types import TensorType, format_shape
+from ..types import TensorType, dim_add, dim_ceil_div, dim_floor_div, format_shape
 from .reduction import sum as reduce_sum
 from .shape import reshape
 from ._common import operand
@@ -44,8 +44,8 @@ def _out_dim(size, kernel: int, stride: int, dilation: int, pad_lo: int, pad_hi:
     The windows start at t * stride for the t with t * stride < size + c, where c is
     pad_lo + pad_hi - span + 1 (floor mode) or min(pad_lo + pad_hi - span + stride, pad_lo)
     (ceil mode: partial windows count, but the last must start inside the input or the left
-    padding). A symbolic ``size`` gives that count as a derived dim the runtime evaluates:
-    ``H`` itself, ``H+2``, ``H[2:]`` or ``H[1::2]`` (the length of a slice)."""
+    padding). A symbolic ``size`` gives that count as a symbolic dim (``H-2``,
+    ``ceiling(H/2)``...), simplified by sympy."""
     span = dilation * (kernel - 1) + 1
     c = pad_lo + pad_hi - span + 1
     if ceil_mode:
@@ -54,13 +54,10 @@ def _out_dim(size, kernel: int, stride: int, dilation: int, pad_lo: int, pad_hi:
         if size + pad_lo + pad_hi < span:
             return 0
         return -(-(size + c) // stride)
-    if not size.isidentifier():
-        size = f"({size})"
-    if stride == 1 and c >= 0:
-        return size if c == 0 else f"{size}+{c}"
-    base = f"({size}+{c})" if c > 0 else size
-    start = str(-c) if c < 0 else ""
-    return f"{base}[{start}::{stride}]" if stride > 1 else f"{base}[{start}:]"
+    if ceil_mode:
+        return dim_ceil_div(dim_add(size, c), stride)
+    # PyTorch's floor((size + pads - span) / stride) + 1, which sympy keeps readable
+    return dim_add(dim_floor_div(dim_add(size, c - 1), stride), 1)
 
 
 def _spatial_out(name: str, shape, kernel, stride, dilation, padding, ceil_mode=False):

@@ -13,7 +13,7 @@ from .. import dtypes
 from .. import xp as xpu
 from ..errors import DTypeError, ShapeError, located
 from ..registry import OpDef, register
-from ..types import (TensorType, as_shape, dim_add, dim_product, dim_slice, dims_product,
+from ..types import (TensorType, as_shape, dim_add, dim_product, dim_quotient, dim_slice,
                      format_shape, normalize_dim)
 from ._common import operand
 
@@ -30,23 +30,16 @@ def _resolve_reshape(src, target, name="reshape"):
     for d in target:
         if isinstance(d, int) and d < -1:
             raise ShapeError(f"{name}: invalid size {d} in {format_shape(target)}")
-    sc, ssyms = dims_product(src)
+    have = dim_product(src)
     known = [d for d in target if not (isinstance(d, int) and d == -1)]
-    tc, tsyms = dims_product(known)
+    want = dim_product(known)
     if holes:
-        rest = list(ssyms)
-        for s in tsyms:
-            if s in rest:
-                rest.remove(s)
-            else:
-                rest = None
-                break
-        if rest is None or tc == 0 or sc % tc != 0:
+        fill = dim_quotient(have, want)
+        if fill is None:
             raise ShapeError(f"{name}: cannot infer the -1 in {format_shape(target)} from "
                              f"shape {format_shape(src)}")
-        fill = dim_product([sc // tc] + rest)
         target = target[:holes[0]] + (fill,) + target[holes[0] + 1:]
-    elif (sc, ssyms) != (tc, tsyms):
+    elif have != want:
         raise ShapeError(f"{name}: cannot reshape {format_shape(src)} "
                          f"into {format_shape(target)} (element counts differ)")
     return as_shape(target)
