@@ -165,7 +165,7 @@ class Executable:
     def kernel_count(self) -> int:
         """Kernels launched per run (a planned executable prepares constants once)."""
         if self.planner is not None:
-            return sum(1 for n in self.nodes if n.op.name != "constant")
+            return sum(1 for n in self.nodes if not n.op.constant)
         return len(self.instructions)
 
     @property

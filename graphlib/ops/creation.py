@@ -30,7 +30,8 @@ def _constant_kernel(xp, value, dtype):
     return xp.asarray(value, dtype=dtype)
 
 
-constant_op = register(OpDef("constant", _constant_infer, _constant_kernel))
+constant_op = register(OpDef("constant", _constant_infer, _constant_kernel, constant=True,
+                             external=True))
 
 
 def _filled_infer(types, attrs):
@@ -39,7 +40,8 @@ def _filled_infer(types, attrs):
 
 full_op = register(OpDef(
     "full", _filled_infer,
-    lambda xp, shape, fill_value, dtype: xp.full(shape, fill_value, dtype=dtype)))
+    lambda xp, shape, fill_value, dtype: xp.full(shape, fill_value, dtype=dtype),
+    cheap=True))
 
 
 def _like_infer(types, attrs):
@@ -50,7 +52,7 @@ def _like_infer(types, attrs):
 full_like_op = register(OpDef(
     "full_like", _like_infer,
     lambda xp, x, fill_value, dtype: xp.full(x.shape, fill_value, dtype=dtype or x.dtype),
-    nondiff_inputs=(0,)))
+    nondiff_inputs=(0,), cheap=True))
 
 
 def _arange_infer(types, attrs):

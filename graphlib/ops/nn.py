@@ -66,9 +66,9 @@ def _log_softmax_vjp(cts, ins, outs, a, needs):
 
 
 softmax_op = register(OpDef("softmax", _softmax_infer("softmax"), _softmax_kernel,
-                            _softmax_vjp))
+                            _softmax_vjp, vjp_reads_output=True))
 log_softmax_op = register(OpDef("log_softmax", _softmax_infer("log_softmax"),
-                                _log_softmax_kernel, _log_softmax_vjp))
+                                _log_softmax_kernel, _log_softmax_vjp, vjp_reads_output=True))
 
 
 def _one_hot_infer(types, attrs):
@@ -116,7 +116,8 @@ def one_hot(indices, num_classes: int = -1):
 
 stop_gradient_op = register(OpDef(
     "stop_gradient", lambda types, attrs: [types[0]], lambda xp, x: x,
-    lambda cts, ins, outs, a, needs: [None], elementwise=True, expr="{0}"))
+    lambda cts, ins, outs, a, needs: [None], elementwise=True, expr="{0}",
+    returns_input=True))
 
 
 def stop_gradient(x):
@@ -414,6 +415,7 @@ def _bn_vjp(cts, ins, outs, a, needs):
 
 batch_norm_train_op = register(OpDef(
     "batch_norm_train", _bn_infer, _bn_kernel, _bn_vjp, multi_output=True,
+    vjp_reads_output=True,
     doc="batch normalisation with batch statistics: (y, mean, biased variance)"))
 
 

@@ -82,7 +82,8 @@ def _sum_kernel(xp, x, dim, keepdim, dtype=None):
 sum_op = register(OpDef(
     "sum", _reduce_infer("sum", _sum_dtype), _sum_kernel,
     lambda cts, ins, outs, a, needs: [
-        expand_back(cts[0], ins[0], a["dim"], a["keepdim"])]))
+        expand_back(cts[0], ins[0], a["dim"], a["keepdim"])],
+    saves_no_data=True, epilogue_host=True))
 
 
 def _mean_kernel(xp, x, dim, keepdim):
@@ -93,7 +94,8 @@ def _mean_kernel(xp, x, dim, keepdim):
 mean_op = register(OpDef(
     "mean", _reduce_infer("mean", float_only=True), _mean_kernel,
     lambda cts, ins, outs, a, needs: [
-        expand_back(cts[0], ins[0], a["dim"], a["keepdim"]) / _count(ins[0], a["dim"])]))
+        expand_back(cts[0], ins[0], a["dim"], a["keepdim"]) / _count(ins[0], a["dim"])],
+    saves_no_data=True, epilogue_host=True))
 
 
 def _extreme_vjp(cts, ins, outs, a, needs):
@@ -107,11 +109,11 @@ def _extreme_vjp(cts, ins, outs, a, needs):
 amax_op = register(OpDef(
     "amax", _reduce_infer("amax"),
     lambda xp, x, dim, keepdim: xp.amax(x, axis=_axis(dim, x.ndim), keepdims=keepdim),
-    _extreme_vjp))
+    _extreme_vjp, vjp_reads_output=True))
 amin_op = register(OpDef(
     "amin", _reduce_infer("amin"),
     lambda xp, x, dim, keepdim: xp.amin(x, axis=_axis(dim, x.ndim), keepdims=keepdim),
-    _extreme_vjp))
+    _extreme_vjp, vjp_reads_output=True))
 
 
 def _prod_kernel(xp, x, dim, keepdim):
@@ -167,7 +169,8 @@ def _std_vjp(cts, ins, outs, a, needs):
 
 
 var_op = register(OpDef("var", _reduce_infer("var", float_only=True), _var_kernel, _var_vjp))
-std_op = register(OpDef("std", _reduce_infer("std", float_only=True), _std_kernel, _std_vjp))
+std_op = register(OpDef("std", _reduce_infer("std", float_only=True), _std_kernel, _std_vjp,
+                        vjp_reads_output=True))
 
 
 def _arg_infer(name):
@@ -223,7 +226,7 @@ def _lse_dtype(dt, attrs):
 
 
 logsumexp_op = register(OpDef("logsumexp", _reduce_infer("logsumexp", _lse_dtype),
-                              _logsumexp_kernel, _logsumexp_vjp))
+                              _logsumexp_kernel, _logsumexp_vjp, vjp_reads_output=True))
 
 
 def _numel_infer(types, attrs):

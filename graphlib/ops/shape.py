@@ -58,7 +58,8 @@ def _reshape_infer(types, attrs):
 
 reshape_op = register(OpDef(
     "reshape", _reshape_infer, lambda xp, x, shape: xp.reshape(x, shape),
-    lambda cts, ins, outs, a, needs: [reshape(cts[0], ins[0].shape)]))
+    lambda cts, ins, outs, a, needs: [reshape(cts[0], ins[0].shape)],
+    view=True, saves_no_data=True))
 
 # -- permute -----------------------------------------------------------------------------------
 
@@ -80,7 +81,8 @@ def _permute_vjp(cts, ins, outs, a, needs):
 
 
 permute_op = register(OpDef("permute", _permute_infer,
-                            lambda xp, x, dims: xp.transpose(x, dims), _permute_vjp))
+                            lambda xp, x, dims: xp.transpose(x, dims), _permute_vjp,
+                            view=True, saves_no_data=True))
 
 # -- expand and sum_to (its adjoint) -----------------------------------------------------------
 
@@ -114,7 +116,8 @@ def _expand_kernel(xp, x, shape):
 
 expand_op = register(OpDef(
     "expand", _expand_infer, _expand_kernel,
-    lambda cts, ins, outs, a, needs: [sum_to(cts[0], ins[0].shape)]))
+    lambda cts, ins, outs, a, needs: [sum_to(cts[0], ins[0].shape)],
+    view=True, saves_no_data=True))
 
 
 def _sum_to_axes(src_shape, shape):
@@ -151,7 +154,8 @@ def _sum_to_kernel(xp, x, shape):
 
 sum_to_op = register(OpDef(
     "sum_to", _sum_to_infer, _sum_to_kernel,
-    lambda cts, ins, outs, a, needs: [expand(cts[0], *ins[0].shape)]))
+    lambda cts, ins, outs, a, needs: [expand(cts[0], *ins[0].shape)],
+    saves_no_data=True))
 
 # -- cat and split -----------------------------------------------------------------------------
 
@@ -181,7 +185,8 @@ def _cat_vjp(cts, ins, outs, a, needs):
 
 
 cat_op = register(OpDef("cat", _cat_infer,
-                        lambda xp, *xs, dim: xp.concatenate(xs, axis=dim), _cat_vjp))
+                        lambda xp, *xs, dim: xp.concatenate(xs, axis=dim), _cat_vjp,
+                        saves_no_data=True))
 
 
 def _split_infer(types, attrs):
@@ -208,7 +213,8 @@ def _split_vjp(cts, ins, outs, a, needs):
     return [cat(list(cts), a["dim"])]
 
 
-split_op = register(OpDef("split", _split_infer, _split_kernel, _split_vjp, multi_output=True))
+split_op = register(OpDef("split", _split_infer, _split_kernel, _split_vjp, multi_output=True,
+                          view=True, saves_no_data=True))
 
 # -- basic indexing ----------------------------------------------------------------------------
 
@@ -295,7 +301,8 @@ def _getitem_infer(types, attrs):
 
 getitem_op = register(OpDef(
     "getitem", _getitem_infer, lambda xp, x, index: x[_python_index(index)],
-    lambda cts, ins, outs, a, needs: [getitem_grad_op(cts[0], ins[0], index=a["index"])]))
+    lambda cts, ins, outs, a, needs: [getitem_grad_op(cts[0], ins[0], index=a["index"])],
+    view=True, saves_no_data=True))
 
 
 def _getitem_grad_infer(types, attrs):
@@ -312,7 +319,7 @@ def _getitem_grad_kernel(xp, g, x, index):
 getitem_grad_op = register(OpDef(
     "getitem_grad", _getitem_grad_infer, _getitem_grad_kernel,
     lambda cts, ins, outs, a, needs: [getitem(cts[0], _python_index(a["index"])), None],
-    nondiff_inputs=(1,)))
+    nondiff_inputs=(1,), saves_no_data=True))
 
 # -- gather / scatter_add / index_select / index_add -------------------------------------------
 
@@ -455,7 +462,7 @@ pad_op = register(OpDef(
     "pad", _pad_infer,
     lambda xp, x, pad, value: xp.pad(x, _pad_width(x.ndim, pad), mode="constant",
                                      constant_values=value),
-    _pad_vjp))
+    _pad_vjp, saves_no_data=True))
 
 # -- public functions --------------------------------------------------------------------------
 builtin_sum = sum
