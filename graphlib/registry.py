@@ -12,6 +12,9 @@
   orders alike. Broadcasting and dtype are undone centrally (``autodiff``), not per rule.
 - ``expr``: for elementwise ops, a scalar expression template over ``{0}``, ``{1}``... used by
   fusion code generators.
+- ``attrs``: the attribute schema (``attrs.Attrs``: each attribute's kind, default and
+  constraints), checked whenever a node is built (``dispatch.apply``). Every registered op
+  declares one (``Attrs()`` when it takes none); None leaves an ad-hoc op unchecked.
 
 Traits: every fact about an op that a pass, the eager tape or the memory planner needs is a
 keyword of its OpDef, never a set of op names kept elsewhere:
@@ -51,7 +54,7 @@ class OpDef:
                  "nondiff_inputs", "random", "multi_output",
                  "view", "returns_input", "vjp_reads_output", "saves_no_data",
                  "inplace_pairs", "epilogue_host", "cheap", "external", "constant",
-                 "doc", "__weakref__")
+                 "attrs", "doc", "__weakref__")
 
     def __init__(self, name: str, infer: Callable, kernel: Callable,
                  vjp: Optional[Callable] = None, *, expr: Optional[str] = None,
@@ -61,7 +64,7 @@ class OpDef:
                  vjp_reads_output: bool = False, saves_no_data: bool = False,
                  inplace_pairs: Optional[Callable] = None, epilogue_host: bool = False,
                  cheap: Optional[bool] = None, external: bool = False, constant: bool = False,
-                 doc: str = ""):
+                 attrs=None, doc: str = ""):
         self.name = name
         self.infer = infer
         self.kernel = kernel
@@ -83,6 +86,7 @@ class OpDef:
         self.cheap = elementwise if cheap is None else cheap
         self.external = external
         self.constant = constant
+        self.attrs = attrs              # the attribute schema (attrs.Attrs), or None
         self.doc = doc
 
     def __call__(self, *inputs, **attrs):

@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Callable, Optional
 
 from .. import dtypes
+from ..attrs import Attrs
 from ..errors import DTypeError
 from ..registry import OpDef, register
 from ..types import TensorType, broadcast_shapes
@@ -62,6 +63,7 @@ def unary(name: str, kernel: Callable, vjp: Optional[Callable] = None, *,
             return [vjp(cts[0], ins[0], outs[0], **attrs)]
     if float_out:
         kernel = float_kernel(kernel)
+    traits.setdefault("attrs", Attrs())
     return register(OpDef(name, unary_infer(float_out, out_dtype, allowed, name), kernel,
                           rule, expr=expr, elementwise=True, doc=doc, **traits))
 
@@ -110,6 +112,7 @@ def binary(name: str, kernel: Callable, vjp: Optional[Callable] = None, *,
                     rule_b(g, a, b, y) if needs[1] else None]
     if out_dtype is None:   # comparisons and logic compare mixed dtypes exactly as they are
         kernel = promoting_kernel(kernel, float_out)
+    traits.setdefault("attrs", Attrs())
     return register(OpDef(name, binary_infer(name, out_dtype, float_out, allowed_kinds,
                                              bool_ok),
                           kernel, rule, expr=expr, elementwise=True, promote=True, doc=doc,

@@ -5,6 +5,7 @@ import math
 
 from .. import dtypes
 from .. import xp as xpu
+from ..attrs import Attr, Attrs
 from ..errors import DTypeError, located
 from ..registry import OpDef, register
 from ..types import TensorType, broadcast_shapes
@@ -58,7 +59,8 @@ leaky_relu_op = unary(
     "leaky_relu",
     lambda xp, x, negative_slope: xp.where(x > 0, x, x * negative_slope),
     lambda g, x, y, negative_slope: where(x > 0, g, g * negative_slope),
-    expr="({0} > 0 ? {0} : {0} * {negative_slope})", float_out=True)
+    expr="({0} > 0 ? {0} : {0} * {negative_slope})", float_out=True,
+    attrs=Attrs(negative_slope=Attr("number")))
 
 
 def _gelu_kernel(xp, x, approximate):
@@ -79,7 +81,8 @@ def _gelu_vjp(g, x, y, approximate):
 
 
 gelu_op = unary("gelu", _gelu_kernel, _gelu_vjp, float_out=True,
-                expr="gelu_{approximate}({0})")
+                expr="gelu_{approximate}({0})",
+                attrs=Attrs(approximate=Attr(str, choices=("none", "tanh"))))
 
 
 def _softplus_kernel(xp, x, beta, threshold):
@@ -92,7 +95,8 @@ def _softplus_kernel(xp, x, beta, threshold):
 softplus_op = unary(
     "softplus", _softplus_kernel,
     lambda g, x, y, beta, threshold: where(x * beta > threshold, g, g * sigmoid(x * beta)),
-    float_out=True)
+    float_out=True,
+    attrs=Attrs(beta=Attr(float), threshold=Attr(float)))
 erf_op = unary("erf", lambda xp, x: xpu.erf(xp, x),
                lambda g, x, y: g * _TWO_OVER_SQRTPI * exp(-(x * x)), expr="erf({0})",
                float_out=True)
@@ -142,7 +146,9 @@ def _clamp_vjp(cts, ins, outs, attrs, needs):
     return [where(keep, g, 0.0)]
 
 
-clamp_op = register(OpDef("clamp", _clamp_infer, _clamp_kernel, _clamp_vjp, elementwise=True))
+clamp_op = register(OpDef("clamp", _clamp_infer, _clamp_kernel, _clamp_vjp, elementwise=True,
+                          attrs=Attrs(min=Attr("number", default=None),
+                                      max=Attr("number", default=None))))
 
 
 def _pow_scalar_dtype(dtype: str, exponent) -> str:
@@ -178,7 +184,8 @@ def _pow_scalar_vjp(cts, ins, outs, attrs, needs):
 
 
 pow_scalar_op = register(OpDef("pow_scalar", _pow_scalar_infer, _pow_scalar_kernel,
-                               _pow_scalar_vjp, expr="pow({0}, {exponent})", elementwise=True))
+                               _pow_scalar_vjp, expr="pow({0}, {exponent})", elementwise=True,
+                               attrs=Attrs(exponent=Attr("number"))))
 
 
 def _cast_infer(types, attrs):
@@ -194,7 +201,8 @@ cast_op = register(OpDef("cast", _cast_infer,
                          lambda xp, x, dtype: x.astype(dtype, copy=False),
                          lambda cts, ins, outs, attrs, needs: [cts[0]],
                          expr="(({dtype}){0})", elementwise=True, saves_no_data=True,
-                         returns_input=_same_dtype, cheap=True))
+                         returns_input=_same_dtype, cheap=True,
+                         attrs=Attrs(dtype=Attr("dtype"))))
 
 # -- binary ------------------------------------------------------------------------------------
 add_op = binary("add", lambda xp, a, b: xp.add(a, b),
@@ -266,7 +274,8 @@ def _where_kernel(xp, c, a, b):
 
 where_op = register(OpDef("where", _where_infer, _where_kernel,
                           _where_vjp, expr="({0} ? {1} : {2})", elementwise=True,
-                          promote=(1, 2), nondiff_inputs=(0,)))
+                          promote=(1, 2), nondiff_inputs=(0,),
+                          attrs=Attrs()))
 
 
 # -- public functions --------------------------------------------------------------------------

@@ -26,6 +26,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
+from ..attrs import Attr, Attrs
 from ..ir import Graph, Node, Region
 from ..kernels import run_kernel
 from ..printer import format_attrs
@@ -201,7 +202,8 @@ register_region_kind("fused", FusedBody)
 # The body declares which outputs may overwrite which inputs (FusedBody.inplace_pairs).
 fused_op = register(OpDef("fused", _fused_infer, _fused_kernel, None, multi_output=True,
                           inplace_pairs=lambda node: node.attrs["sub"].inplace_pairs(),
-                          doc="a fused sub-graph of elementwise ops run as one kernel"))
+                          doc="a fused sub-graph of elementwise ops run as one kernel",
+                          attrs=Attrs(sub=Attr("region"))))
 
 
 def make_fused_node(inputs: Sequence, body: FusedBody, like: Node, graph: Graph) -> Node:
