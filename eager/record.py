@@ -33,7 +33,7 @@ from ..graphlib.registry import REGISTRY
 from ..graphlib.types import TensorType
 from . import grad_mode
 from . import tensors as tensor_mod
-from .tensors import VIEW_OPS, SeedTensor, Tensor, host_array
+from .tensors import SeedTensor, Tensor, host_array
 
 _STOP_GRADIENT = REGISTRY["stop_gradient"]
 
@@ -203,7 +203,7 @@ class Recorder:
                 made.append(o)
                 if carries and dtypes.is_float(o.dtype):
                     self._carries.add(id(v))
-            if node.op.name in VIEW_OPS:
+            if node.op.view:
                 for o in outs:
                     views[id(o)] = (node.op.name, tensors[0])
         for old, target in written.values():

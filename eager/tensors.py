@@ -25,17 +25,6 @@ from ..graphlib.source import capture_source_eagerly, user_source
 from ..graphlib.types import TensorType
 from . import grad_mode
 
-# Ops whose output may be a view of input 0: they share its version counter.
-VIEW_OPS = frozenset({"reshape", "permute", "expand", "getitem", "split"})
-# Ops whose vjp reads their output's data (y = exp(x): dx = g * y).
-READS_OUTPUT = frozenset({"exp", "sqrt", "rsqrt", "reciprocal", "tanh", "sigmoid", "div", "pow",
-                          "std", "amax", "amin", "logsumexp", "softmax", "log_softmax",
-                          "relu", "batch_norm_train"})
-# Ops whose vjp reads no input or output *data* (only shapes/dtypes): in-place changes to
-# their operands after the fact cannot corrupt their gradient.
-NO_SAVED_DATA = frozenset({"add", "sub", "neg", "sum", "mean", "expand", "reshape", "permute",
-                           "cat", "split", "getitem", "pad", "sum_to", "cast", "full_like",
-                           "getitem_grad"})
 
 
 def _device_of(arr) -> str:
@@ -377,7 +366,7 @@ class Tensor(TensorMethods):
             raise RuntimeError(f"{name}: a leaf tensor that requires grad is being used in an "
                                "in-place operation; wrap it in dg.no_grad() or use the "
                                f"out-of-place form\n  in: {user_source()}")
-        if tracked and self.grad_fn is not None and self.grad_fn.op.name in VIEW_OPS:
+        if tracked and self.grad_fn is not None and self.grad_fn.op.view:
             raise RuntimeError(
                 f"{name}: this tensor is a view ({self.grad_fn.op.name}) of another tensor "
                 "that requires grad; an in-place change through a view would change the base "
@@ -647,9 +636,10 @@ class EagerNode(Node):
         self.input_keys = tuple(keys)
         self.next_nodes = tuple(nexts)
         # a view's gradient path assumes its base is unchanged: views save versions too
-        if for_grad and (op.name not in NO_SAVED_DATA or op.name in VIEW_OPS):
+        # (the op's traits: ``view``, ``saves_no_data``, ``vjp_reads_output``)
+        if for_grad and (not op.saves_no_data or op.view):
             self.saved_versions = tuple(x._version[0] for x in inputs) + (tuple(
-                o._version[0] for o in outputs) if op.name in READS_OUTPUT else ())
+                o._version[0] for o in outputs) if op.vjp_reads_output else ())
         else:
             self.saved_versions = None
 
@@ -680,7 +670,7 @@ class EagerNode(Node):
         data[i] = tensor.data
         self._out_data = tuple(data)
         # an in-place op's result now lives in ``tensor`` (at its new version): a vjp that
-        # reads this output (READS_OUTPUT) reads exactly that
+        # reads this output (``vjp_reads_output``) reads exactly that
         saved = self.saved_versions
         if saved is not None and len(saved) > len(self.inputs) + i:
             saved = list(saved)
@@ -861,7 +851,7 @@ def eager_apply(op, inputs, attrs):
             if x.requires_grad and i not in nondiff:
                 grad = True
                 break
-    if op.name in VIEW_OPS:
+    if op.view:
         shared = tensors[0]._version
         for o in outs:
             o._version = shared

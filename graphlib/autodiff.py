@@ -209,7 +209,7 @@ def composite_vjp(formula: Callable, cts: Sequence, ins: Sequence,
     for node in scratch.nodes:
         if node not in needed:
             continue
-        if node.op.name == "constant":
+        if node.op.constant:
             value = node.attrs["value"]
             env[node.outputs[0]] = getattr(value, "array", value)
             continue

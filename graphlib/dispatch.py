@@ -128,7 +128,11 @@ def _handler_for(x) -> Optional[Callable]:
 
 
 def apply(op, inputs, attrs):
-    """Run or record ``op`` on ``inputs``; see the module docstring for who does it."""
+    """Run or record ``op`` on ``inputs``; see the module docstring for who does it. The
+    attributes are checked against the op's schema first (``attrs.Attrs.validate``)."""
+    schema = op.attrs
+    if schema is not None and (attrs or schema.required):
+        attrs = schema.validate(op.name, attrs)
     graph: Optional[Graph] = None
     handler = None
     numbers = False

@@ -12,10 +12,37 @@
   orders alike. Broadcasting and dtype are undone centrally (``autodiff``), not per rule.
 - ``expr``: for elementwise ops, a scalar expression template over ``{0}``, ``{1}``... used by
   fusion code generators.
+- ``attrs``: the attribute schema (``attrs.Attrs``: each attribute's kind, default and
+  constraints), checked whenever a node is built (``dispatch.apply``). Every registered op
+  declares one (``Attrs()`` when it takes none); None leaves an ad-hoc op unchecked.
+
+Traits: every fact about an op that a pass, the eager tape or the memory planner needs is a
+keyword of its OpDef, never a set of op names kept elsewhere:
+
+- ``view``: the output may be a view of input 0 (shares its memory): eager outputs share
+  input 0's version counter, in-place ops through them are refused while autograd tracks
+  them, and the planner gives them no arena bytes (it keeps the viewed buffer alive instead).
+- ``returns_input``: the kernel may return input 0 itself (``True``, or a predicate
+  ``(node) -> bool``, e.g. a cast to the same dtype); the planner treats such outputs as
+  views. Unlike ``view`` it does not make eager tensors share version counters.
+- ``vjp_reads_output``: the vjp reads the output's data (``y = exp(x)``: ``dx = g * y``),
+  so eager autograd saves the output's version too.
+- ``saves_no_data``: the vjp reads no input or output *data*, only shapes and dtypes (it
+  runs on placeholders): in-place changes to the operands cannot corrupt its gradient.
+- ``inplace_pairs``: ``(node) -> [(output index, input index)]``, the pairs whose bytes the
+  kernel may share (it finishes reading each element before writing it); by default every
+  input of a single-output elementwise op, and none for other ops.
+- ``epilogue_host``: elementwise consumers may be fused after it (the fused kernel runs
+  this op's kernel first, then the chain on its result).
+- ``cheap``: about as cheap to recompute as to read (rematerialisation may recompute it);
+  defaults to ``elementwise``.
+- ``external``: outputs are prepared once outside the memory arena and never written.
+- ``constant``: the op is the constant op (its value is ``attrs["value"]``).
+- ``random``: it reads a seed: never merged or dropped by passes.
 """
 from __future__ import annotations
 
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, Optional, Union
 
 REGISTRY: Dict[str, "OpDef"] = {}
 
@@ -25,13 +52,19 @@ class OpDef:
 
     __slots__ = ("name", "infer", "kernel", "vjp", "expr", "elementwise", "promote",
                  "nondiff_inputs", "random", "multi_output",
-                 "doc", "__weakref__")
+                 "view", "returns_input", "vjp_reads_output", "saves_no_data",
+                 "inplace_pairs", "epilogue_host", "cheap", "external", "constant",
+                 "attrs", "doc", "__weakref__")
 
     def __init__(self, name: str, infer: Callable, kernel: Callable,
                  vjp: Optional[Callable] = None, *, expr: Optional[str] = None,
                  elementwise: bool = False, promote: bool = False,
                  nondiff_inputs: tuple = (), random: bool = False, multi_output: bool = False,
-                 doc: str = ""):
+                 view: bool = False, returns_input: Union[bool, Callable, None] = None,
+                 vjp_reads_output: bool = False, saves_no_data: bool = False,
+                 inplace_pairs: Optional[Callable] = None, epilogue_host: bool = False,
+                 cheap: Optional[bool] = None, external: bool = False, constant: bool = False,
+                 attrs=None, doc: str = ""):
         self.name = name
         self.infer = infer
         self.kernel = kernel
@@ -42,6 +75,18 @@ class OpDef:
         self.nondiff_inputs = tuple(nondiff_inputs)
         self.random = random            # reads a seed: never merged or dropped by passes
         self.multi_output = multi_output  # always returns a tuple, even of one output
+        # traits (see the module docstring)
+        self.view = view
+        self.returns_input = (lambda node: True) if returns_input is True else (
+            returns_input or None)
+        self.vjp_reads_output = vjp_reads_output
+        self.saves_no_data = saves_no_data
+        self.inplace_pairs = inplace_pairs
+        self.epilogue_host = epilogue_host
+        self.cheap = elementwise if cheap is None else cheap
+        self.external = external
+        self.constant = constant
+        self.attrs = attrs              # the attribute schema (attrs.Attrs), or None
         self.doc = doc
 
     def __call__(self, *inputs, **attrs):

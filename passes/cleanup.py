@@ -107,7 +107,7 @@ def common_subexpression_elimination(graph: Graph) -> PassResult:
 
 def _const_array(v: Value) -> Optional[np.ndarray]:
     node = v.node
-    if node is None or node.op.name != "constant":
+    if node is None or not node.op.constant:
         return None
     val = node.attrs["value"]
     arr = val.array if isinstance(val, ConstArray) else np.asarray(val, dtype=node.attrs["dtype"])
@@ -134,7 +134,7 @@ def constant_folding(graph: Graph) -> PassResult:
     folded = 0
     for node in list(graph.nodes):
         arrays = [_const_array(x) for x in node.inputs]
-        foldable = (node.inputs and not node.op.random and node.op.name != "constant"
+        foldable = (node.inputs and not node.op.random and not node.op.constant
                     and not node.regions
                     and all(a is not None for a in arrays)
                     and all(o.type.numel() is not None and o.type.numel() <= FOLD_LIMIT

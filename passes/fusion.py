@@ -36,9 +36,6 @@ from .cleanup import dead_code_elimination
 from .result import PassResult
 from .schedule import ESTIMATE_DIM
 
-# Producers whose elementwise consumers may be fused after them (an epilogue): the fused
-# kernel calls the producer's own kernel first, then runs the chain on its result.
-EPILOGUE_HOSTS = ("matmul", "sum", "mean")
 # Horizontal fusion only for shared inputs at least this large (elements): one float32
 # chunk of the fused kernels (CHUNK, 64K elements) is about where reading the input once
 # starts to repay a fused kernel's fixed cost.
@@ -47,12 +44,12 @@ HORIZONTAL_MIN_ELEMENTS = 1 << 16
 
 def _elementwise(node: Node) -> bool:
     return (node.op.elementwise and not node.op.random and len(node.outputs) == 1
-            and node.op.name != "constant")
+            and not node.op.constant)
 
 
 def _scalar_constant(v: Value) -> bool:
     n = v.node
-    return (n is not None and n.op.name == "constant"
+    return (n is not None and n.op.constant
             and not isinstance(n.attrs["value"], ConstArray))
 
 
@@ -99,7 +96,10 @@ class _Groups:
         return self.index.get(v.node) if v.node is not None else None
 
     def is_host(self, i: int) -> bool:
-        return self.epilogues and self.nodes[i].op.name in EPILOGUE_HOSTS
+        """Whether node ``i`` may host an epilogue (its op's ``epilogue_host`` trait): its
+        elementwise consumers fused after it, the fused kernel calling its own kernel first,
+        then running the chain on its result."""
+        return self.epilogues and self.nodes[i].op.epilogue_host
 
     def outside_outputs(self, member_ids: List[int]) -> List[Value]:
         """Outputs of the members read outside them (or graph outputs, state updates)."""

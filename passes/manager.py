@@ -107,7 +107,7 @@ def planned_bytes(graph: Graph) -> int:
 
 def kernel_count(graph: Graph) -> int:
     """Kernels a run launches: every node but constants (prepared once)."""
-    return sum(1 for n in graph.nodes if n.op.name != "constant")
+    return sum(1 for n in graph.nodes if not n.op.constant)
 
 
 def pipeline_plans(passes) -> bool:

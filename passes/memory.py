@@ -20,12 +20,13 @@ reuses the bytes. Where each node output lives (``plan.storage(value)``), the co
   in). An *alias* (``plan.aliases``: in-place reuse) has the offset of the input it replaces:
   the kernel reads that input and writes its output over the same bytes. Only node kinds
   that allow it take part (``inplace_pairs``): single-output elementwise ops (numpy ufuncs
-  allow exact overlap), and ops registered with ``register_inplace``, whose kernels promise
+  allow exact overlap), and ops whose OpDef declares ``inplace_pairs``, whose kernels promise
   to finish reading each element of the input before writing it (or to compute into scratch
   and copy). A kernel that returns a fresh result which the executor then copies is always
   safe.
-- ``"view"``: ``reshape``, ``permute``, ``expand``, ``getitem``, ``split`` (and
-  ``stop_gradient`` and same-dtype ``cast``, which return their input) run as they are and
+- ``"view"``: ops with the ``view`` trait (``reshape``, ``permute``, ``expand``, ``getitem``,
+  ``split``) and the ``returns_input`` trait (``stop_gradient`` and same-dtype ``cast``,
+  which return their input) run as they are and
   their result may be a numpy view of their input: it takes no arena bytes, and the planner
   keeps the viewed buffer intact until the view's last use (a view extends its source's
   lifetime; views of views reach the first source). A kernel that copies instead (``reshape``
@@ -35,7 +36,8 @@ reuses the bytes. Where each node output lives (``plan.storage(value)``), the co
   is at or before that node, and a producer that reads the old value itself may overwrite
   that input in place (``inplace_pairs``) and reads it exactly (not through a view). The
   executor then skips the copy-back.
-- ``"external"``: ``constant`` outputs, prepared once outside the arena and never written.
+- ``"external"``: outputs of ops with the ``external`` trait (``constant``), prepared once
+  outside the arena and never written.
 
 Graph inputs (placeholders) and state are fed or bound buffers, never in the arena. Outputs
 and state updates stay intact to the end of the run: the index ``len(plan.order)`` stands for
@@ -64,35 +66,16 @@ from ..graphlib.ir import Graph, Node, Value
 from ..graphlib.printer import graph_namer
 from ..graphlib.types import dim_symbols, eval_dim
 
-# Ops whose numpy kernels may return a view of (or the very array of) their first input.
-VIEW_OPS = frozenset({"reshape", "permute", "expand", "getitem", "split", "squeeze",
-                      "unsqueeze", "transpose", "stop_gradient"})
-# Ops whose outputs are prepared once, outside the arena (the pass manager's kernel count
-# skips them for the same reason).
-EXTERNAL_OPS = frozenset({"constant"})
-
 # The hill climb of assign_offsets stops after this much work (buffers + conflicts visited).
 SEARCH_WORK = 1_000_000
 
 
-# op name -> rule(node) giving the (output index, input index) pairs whose bytes the op's
-# kernel may share (see the module docstring); ``inplace_pairs`` is the default.
-INPLACE_RULES: Dict[str, Callable[[Node], Sequence[Tuple[int, int]]]] = {}
-
-
-def register_inplace(op_name: str, rule: Callable[[Node], Sequence[Tuple[int, int]]]) -> None:
-    """Declare which outputs of ``op_name`` nodes may overwrite which inputs in place.
-
-    Example: ``register_inplace("fused", lambda node: [(0, 0)])`` lets a fused node's first
-    output take its first input's bytes when that input dies there (same size and dtype).
-    """
-    INPLACE_RULES[op_name] = rule
-
-
 def inplace_pairs(node: Node) -> List[Tuple[int, int]]:
-    """(output index, input index) pairs ``node``'s kernel may compute in place: every input
-    of a single-output elementwise op, or what ``register_inplace`` declared."""
-    rule = INPLACE_RULES.get(node.op.name)
+    """(output index, input index) pairs ``node``'s kernel may compute in place: what its
+    OpDef's ``inplace_pairs`` trait declares, else every input of a single-output elementwise
+    op. E.g. ``OpDef(..., inplace_pairs=lambda node: [(0, 0)])`` lets a node's first output
+    take its first input's bytes when that input dies there (same size and dtype)."""
+    rule = node.op.inplace_pairs
     if rule is not None:
         return [tuple(p) for p in rule(node)]
     if node.op.elementwise and len(node.outputs) == 1:
@@ -100,21 +83,19 @@ def inplace_pairs(node: Node) -> List[Tuple[int, int]]:
     return []
 
 
-# A fused node's kernel declares which outputs may overwrite which inputs (FusedBody).
-register_inplace("fused", lambda node: node.attrs["sub"].inplace_pairs())
-
-
 class MemoryPlanError(GraphError):
     """A memory plan cannot be made (an unbound symbolic dim) or is unsafe (verify_plan)."""
 
 
 def is_view_node(node: Node) -> bool:
-    """Whether ``node``'s outputs may share their first input's memory (see VIEW_OPS)."""
+    """Whether ``node``'s outputs may share their first input's memory: its op's ``view``
+    trait, or ``returns_input`` (the kernel may return the input itself) holds."""
     if not node.inputs:
         return False
-    if node.op.name in VIEW_OPS:
+    op = node.op
+    if op.view:
         return True
-    return node.op.name == "cast" and node.inputs[0].dtype == node.outputs[0].dtype
+    return op.returns_input is not None and op.returns_input(node)
 
 
 def align(nbytes: int, alignment: int) -> int:
@@ -226,7 +207,7 @@ def analyse(graph: Graph, nodes: Optional[Sequence[Node]] = None,
             live.sizes[key] = value_nbytes(o, shapes, names.get(key, ""), default_dim)
             if view:
                 live.views[key] = node.inputs[0]
-            elif node.op.name in EXTERNAL_OPS:
+            elif node.op.external:
                 live.external.add(key)
     updates = list(graph.updates.values())
     for v in outs + [new for _, new in updates]:
@@ -572,7 +553,7 @@ def verify_plan(graph: Graph, plan: MemoryPlan) -> None:
     state_new = {new: state for state, new in plan.inplace_updates}
     for key in define:
         homes = [key in plan.offsets, key in plan.views, key in state_new,
-                 key.node.op.name in EXTERNAL_OPS and key not in plan.offsets]
+                 key.node.op.external and key not in plan.offsets]
         if sum(homes) != 1:
             fail(f"{nm(key)} ({key.type!r}) must have exactly one storage (arena, view, state or "
                  f"constant); it has {sum(homes)}")

@@ -20,14 +20,11 @@ from .memory import Liveness, align, analyse, assign_offsets
 from .result import PassResult
 from .schedule import ESTIMATE_DIM
 
-# Not elementwise, but as cheap to run again as a fill.
-CHEAP_OPS = frozenset({"full_like", "full", "cast"})
-
 
 def _cheap(node: Node) -> bool:
-    """Elementwise (not random), a fill or a cast: about as cheap as reading the value."""
-    return (len(node.outputs) == 1 and not node.op.random
-            and (node.op.elementwise or node.op.name in CHEAP_OPS))
+    """Elementwise (not random), a fill or a cast (the op's ``cheap`` trait): about as cheap as
+    reading the value."""
+    return len(node.outputs) == 1 and not node.op.random and node.op.cheap
 
 
 def _score(live: Liveness, alignment: int) -> Tuple[int, int]:

@@ -471,7 +471,7 @@ class Planned:
         self.last_program: Optional[Program] = None
 
     def kernel_count(self, exe: "Executable") -> int:
-        return sum(1 for n in exe.nodes if n.op.name != "constant")
+        return sum(1 for n in exe.nodes if not n.op.constant)
 
     def memory_plan(self, exe: "Executable"):
         if self.last_program is not None:

@@ -98,7 +98,7 @@ def test_python_lists_are_accepted_where_tensors_are(fn, args, want):
 @pytest.mark.parametrize("fn", [dg.sum, dg.mean, dg.amax, dg.argmax, dg.logsumexp])
 def test_keepdim_must_be_a_bool(fn):
     x = dg.tensor([[1.0, 2.0]])
-    with pytest.raises(TypeError, match=r"keepdim to be a bool, found float 1\.5"):
+    with pytest.raises(TypeError, match=r"attribute keepdim must be a bool, found float 1\.5"):
         fn(x, 1, keepdim=1.5)
 
 

@@ -6,6 +6,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from .. import dtypes
+from ..attrs import Attrs
 from ..errors import DTypeError, located
 from ..registry import OpDef, register
 from ..types import TensorType, broadcast_shapes
@@ -86,16 +87,18 @@ def promoting_kernel(kernel: Callable, float_out: bool = False) -> Callable:
 def unary(name: str, kernel: Callable, vjp: Optional[Callable] = None, *,
           expr: Optional[str] = None, float_out: bool = False,
           out_dtype: Optional[str] = None, allowed: Optional[tuple] = None,
-          doc: str = "") -> OpDef:
-    """Register an elementwise unary op. ``vjp(ct, x, y, **attrs)`` returns the input cotangent."""
+          doc: str = "", **traits) -> OpDef:
+    """Register an elementwise unary op. ``vjp(ct, x, y, **attrs)`` returns the input cotangent;
+    ``traits`` are OpDef traits (``vjp_reads_output=True``...)."""
     rule = None
     if vjp is not None:
         def rule(cts, ins, outs, attrs, needs):
             return [vjp(cts[0], ins[0], outs[0], **attrs)]
     if float_out:
         kernel = float_kernel(kernel)
+    traits.setdefault("attrs", Attrs())
     return register(OpDef(name, unary_infer(float_out, out_dtype, allowed, name), kernel,
-                          rule, expr=expr, elementwise=True, doc=doc))
+                          rule, expr=expr, elementwise=True, doc=doc, **traits))
 
 
 def binary_infer(name: str, out_dtype: Optional[str] = None, float_out: bool = False,
@@ -123,13 +126,14 @@ def binary_infer(name: str, out_dtype: Optional[str] = None, float_out: bool = F
 def binary(name: str, kernel: Callable, vjp: Optional[Callable] = None, *,
            expr: Optional[str] = None, out_dtype: Optional[str] = None,
            float_out: bool = False, allowed_kinds: Optional[str] = None,
-           bool_ok: bool = True, doc: str = "") -> OpDef:
+           bool_ok: bool = True, doc: str = "", **traits) -> OpDef:
     """Register an elementwise binary op with broadcasting and weak-scalar promotion.
 
     ``vjp`` is a pair of rules ``(for_a, for_b)``, each ``rule(ct, a, b, y)`` giving that
     operand's cotangent in the broadcast shape (``autodiff`` sums it back to the operand's
     shape); only the rules for operands that need a gradient run. ``bool_ok=False`` refuses
-    two bool operands (numpy and PyTorch have no bool subtraction).
+    two bool operands (numpy and PyTorch have no bool subtraction). ``traits`` are OpDef
+    traits (``saves_no_data=True``...).
     """
     rule = None
     if vjp is not None:
@@ -141,6 +145,8 @@ def binary(name: str, kernel: Callable, vjp: Optional[Callable] = None, *,
                     rule_b(g, a, b, y) if needs[1] else None]
     if out_dtype is None:   # comparisons and logic compare mixed dtypes exactly as they are
         kernel = promoting_kernel(kernel, float_out)
+    traits.setdefault("attrs", Attrs())
     return register(OpDef(name, binary_infer(name, out_dtype, float_out, allowed_kinds,
                                              bool_ok),
-                          kernel, rule, expr=expr, elementwise=True, promote=True, doc=doc))
+                          kernel, rule, expr=expr, elementwise=True, promote=True, doc=doc,
+                          **traits))

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
+from ..attrs import Attr, Attrs
 from ..autodiff import composite_vjp
 from ..errors import GraphError
 from ..ir import Graph, Region
@@ -50,7 +51,8 @@ def _vjp(cts, ins, outs, attrs, needs):
 
 
 call_op = register(OpDef("call", _infer, _kernel, _vjp, multi_output=True,
-                         doc="apply a sub-graph (a region) to the operands"))
+                         doc="apply a sub-graph (a region) to the operands",
+                         attrs=Attrs(body=Attr("region"))))
 
 
 def trace_region(fn: Callable, types: Sequence[TensorType], name: str = "region") -> Region:

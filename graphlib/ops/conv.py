@@ -25,6 +25,7 @@ from typing import Optional, Tuple, Union
 import numpy as np
 
 from .. import dtypes
+from ..attrs import Attr, Attrs
 from ..errors import DTypeError, ShapeError, located
 from ..registry import OpDef, register
 from ..types import TensorType, dim_add, dim_ceil_div, dim_floor_div, format_shape
@@ -232,7 +233,9 @@ def _conv2d_vjp(cts, ins, outs, a, needs):
 
 
 conv2d_op = register(OpDef("conv2d", _conv2d_infer, _conv2d_kernel, _conv2d_vjp,
-                           doc="2-D cross-correlation over NCHW images (torch conv2d)"))
+                           doc="2-D cross-correlation over NCHW images (torch conv2d)",
+                           attrs=Attrs(stride=Attr("dims", min=1), padding=Attr("dims", min=0),
+                                       dilation=Attr("dims", min=1), groups=Attr(int, min=1))))
 
 
 def _conv_attrs(attrs) -> dict:
@@ -292,7 +295,10 @@ def _conv2d_input_grad_vjp(cts, ins, outs, a, needs):
 
 conv2d_input_grad_op = register(OpDef(
     "conv2d_input_grad", _grad_infer("conv2d_input_grad"), _conv2d_input_grad_kernel,
-    _conv2d_input_grad_vjp, doc="gradient of conv2d for its input (a transposed conv)"))
+    _conv2d_input_grad_vjp, doc="gradient of conv2d for its input (a transposed conv)",
+    attrs=Attrs(shape=Attr("shape"), stride=Attr("dims", min=1),
+                padding=Attr("dims", min=0), dilation=Attr("dims", min=1),
+                groups=Attr(int, min=1))))
 
 
 def _conv2d_weight_grad_kernel(xp, x, g, *, shape, stride, padding, dilation, groups):
@@ -318,7 +324,10 @@ def _conv2d_weight_grad_vjp(cts, ins, outs, a, needs):
 
 conv2d_weight_grad_op = register(OpDef(
     "conv2d_weight_grad", _grad_infer("conv2d_weight_grad"), _conv2d_weight_grad_kernel,
-    _conv2d_weight_grad_vjp, doc="gradient of conv2d for its weight"))
+    _conv2d_weight_grad_vjp, doc="gradient of conv2d for its weight",
+    attrs=Attrs(shape=Attr("shape"), stride=Attr("dims", min=1),
+                padding=Attr("dims", min=0), dilation=Attr("dims", min=1),
+                groups=Attr(int, min=1))))
 
 # -- pooling -----------------------------------------------------------------------------------
 
@@ -418,10 +427,20 @@ def _max_pool2d_kernel(xp, x, kernel_size, stride, padding, dilation, ceil_mode)
 
 
 _max_pool2d_infer = _pool_infer("max_pool2d", False, True)
+
+# The attributes of the pooling ops (their kernels' keyword arguments).
+_POOL_ATTRS = dict(kernel_size=Attr("dims", min=1), stride=Attr("dims", min=1),
+                   padding=Attr("dims", min=0), dilation=Attr("dims", min=1),
+                   ceil_mode=Attr(bool))
+_AVG_POOL_ATTRS = dict(kernel_size=Attr("dims", min=1), stride=Attr("dims", min=1),
+                       padding=Attr("dims", min=0), ceil_mode=Attr(bool),
+                       count_include_pad=Attr(bool), dilation=Attr("dims", default=(1, 1), min=1))
+
 max_pool2d_op = register(OpDef(
     "max_pool2d", _max_pool2d_infer, _max_pool2d_kernel,
     lambda cts, ins, outs, a, needs: [max_pool2d_backward_op(cts[0], ins[0], **a)],
-    doc="max over sliding windows (torch max_pool2d)"))
+    doc="max over sliding windows (torch max_pool2d)",
+    attrs=Attrs(**_POOL_ATTRS)))
 
 
 def _max_pool2d_backward_infer(types, attrs):
@@ -450,7 +469,8 @@ def _max_pool2d_backward_kernel(xp, g, x, kernel_size, stride, padding, dilation
 max_pool2d_backward_op = register(OpDef(
     "max_pool2d_backward", _max_pool2d_backward_infer, _max_pool2d_backward_kernel,
     lambda cts, ins, outs, a, needs: [max_pool2d_gather_op(cts[0], ins[1], **a), None],
-    nondiff_inputs=(1,), doc="routes each window's cotangent to its argmax in x"))
+    nondiff_inputs=(1,), doc="routes each window's cotangent to its argmax in x",
+    attrs=Attrs(**_POOL_ATTRS)))
 
 
 def _max_pool2d_gather_infer(types, attrs):
@@ -475,7 +495,8 @@ def _max_pool2d_gather_kernel(xp, c, x, kernel_size, stride, padding, dilation, 
 max_pool2d_gather_op = register(OpDef(
     "max_pool2d_gather", _max_pool2d_gather_infer, _max_pool2d_gather_kernel,
     lambda cts, ins, outs, a, needs: [max_pool2d_backward_op(cts[0], ins[1], **a), None],
-    nondiff_inputs=(1,), doc="picks c at each window's argmax in x (adjoint of the backward)"))
+    nondiff_inputs=(1,), doc="picks c at each window's argmax in x (adjoint of the backward)",
+    attrs=Attrs(**_POOL_ATTRS)))
 
 
 def _avg_divisor(xp, size: int, kernel: int, stride: int, pad: int, out: int,
@@ -517,7 +538,8 @@ avg_pool2d_op = register(OpDef(
     "avg_pool2d", _pool_infer("avg_pool2d", True, False), _avg_pool2d_kernel,
     lambda cts, ins, outs, a, needs: [
         avg_pool2d_backward_op(cts[0], shape=tuple(ins[0].shape), **a)],
-    doc="mean over sliding windows (torch avg_pool2d)"))
+    doc="mean over sliding windows (torch avg_pool2d)",
+    attrs=Attrs(**_AVG_POOL_ATTRS)))
 
 
 def _avg_pool2d_backward_kernel(xp, g, shape, kernel_size, stride, padding, ceil_mode,
@@ -538,7 +560,8 @@ def _avg_pool2d_backward_kernel(xp, g, shape, kernel_size, stride, padding, ceil
 avg_pool2d_backward_op = register(OpDef(
     "avg_pool2d_backward", _grad_infer("avg_pool2d_backward"), _avg_pool2d_backward_kernel,
     lambda cts, ins, outs, a, needs: [avg_pool2d_op(cts[0], **_conv_attrs(a))],
-    doc="gradient of avg_pool2d (spreads each window's cotangent evenly over it)"))
+    doc="gradient of avg_pool2d (spreads each window's cotangent evenly over it)",
+    attrs=Attrs(shape=Attr("shape"), **_AVG_POOL_ATTRS)))
 
 
 def _adaptive_infer(types, attrs):
@@ -572,7 +595,8 @@ adaptive_avg_pool2d_op = register(OpDef(
     "adaptive_avg_pool2d", _adaptive_infer, _adaptive_kernel,
     lambda cts, ins, outs, a, needs: [
         adaptive_avg_pool2d_backward_op(cts[0], shape=tuple(ins[0].shape), **a)],
-    doc="mean over output_size windows that cover the input (torch adaptive_avg_pool2d)"))
+    doc="mean over output_size windows that cover the input (torch adaptive_avg_pool2d)",
+    attrs=Attrs(output_size=Attr("dims", min=1))))
 
 
 def _adaptive_backward_kernel(xp, g, shape, output_size):
@@ -593,7 +617,8 @@ adaptive_avg_pool2d_backward_op = register(OpDef(
     _adaptive_backward_kernel,
     lambda cts, ins, outs, a, needs: [
         adaptive_avg_pool2d_op(cts[0], output_size=a["output_size"])],
-    doc="gradient of adaptive_avg_pool2d"))
+    doc="gradient of adaptive_avg_pool2d",
+    attrs=Attrs(shape=Attr("shape"), output_size=Attr("dims", min=1))))
 
 # -- public functions --------------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ from typing import Callable, Optional
 
 from .. import dtypes
 from .. import xp as xpu
+from ..attrs import Attr, Attrs
 from ..errors import DTypeError, GraphError, ShapeError, located
 from ..ir import ConstArray, current_graph
 from ..registry import OpDef, register
@@ -30,7 +31,9 @@ def _constant_kernel(xp, value, dtype):
     return xp.asarray(value, dtype=dtype)
 
 
-constant_op = register(OpDef("constant", _constant_infer, _constant_kernel))
+constant_op = register(OpDef("constant", _constant_infer, _constant_kernel, constant=True,
+                             external=True,
+                             attrs=Attrs(value=Attr("constant"), dtype=Attr("dtype"))))
 
 
 def _filled_infer(types, attrs):
@@ -39,7 +42,9 @@ def _filled_infer(types, attrs):
 
 full_op = register(OpDef(
     "full", _filled_infer,
-    lambda xp, shape, fill_value, dtype: xp.full(shape, fill_value, dtype=dtype)))
+    lambda xp, shape, fill_value, dtype: xp.full(shape, fill_value, dtype=dtype),
+    cheap=True,
+    attrs=Attrs(shape=Attr("shape"), fill_value=Attr("number"), dtype=Attr("dtype"))))
 
 
 def _like_infer(types, attrs):
@@ -50,7 +55,8 @@ def _like_infer(types, attrs):
 full_like_op = register(OpDef(
     "full_like", _like_infer,
     lambda xp, x, fill_value, dtype: xp.full(x.shape, fill_value, dtype=dtype or x.dtype),
-    nondiff_inputs=(0,)))
+    nondiff_inputs=(0,), cheap=True,
+    attrs=Attrs(fill_value=Attr("number"), dtype=Attr("dtype", default=None))))
 
 
 def _arange_infer(types, attrs):
@@ -60,7 +66,9 @@ def _arange_infer(types, attrs):
 
 arange_op = register(OpDef(
     "arange", _arange_infer,
-    lambda xp, start, end, step, dtype: xp.arange(start, end, step, dtype=dtype)))
+    lambda xp, start, end, step, dtype: xp.arange(start, end, step, dtype=dtype),
+    attrs=Attrs(start=Attr("number"), end=Attr("number"), step=Attr("number"),
+                dtype=Attr("dtype"))))
 
 
 def _eye_infer(types, attrs):
@@ -68,7 +76,8 @@ def _eye_infer(types, attrs):
 
 
 eye_op = register(OpDef("eye", _eye_infer,
-                        lambda xp, n, m, dtype: xp.eye(n, m, dtype=dtype)))
+                        lambda xp, n, m, dtype: xp.eye(n, m, dtype=dtype),
+                        attrs=Attrs(n=Attr(int, min=0), m=Attr(int, min=0), dtype=Attr("dtype"))))
 
 
 def _linspace_infer(types, attrs):
@@ -77,7 +86,9 @@ def _linspace_infer(types, attrs):
 
 linspace_op = register(OpDef(
     "linspace", _linspace_infer,
-    lambda xp, start, end, steps, dtype: xp.linspace(start, end, steps, dtype=dtype)))
+    lambda xp, start, end, steps, dtype: xp.linspace(start, end, steps, dtype=dtype),
+    attrs=Attrs(start=Attr("number"), end=Attr("number"), steps=Attr(int, min=0),
+                dtype=Attr("dtype"))))
 
 
 def _random_infer(types, attrs):
@@ -107,9 +118,14 @@ def _normal_kernel(xp, seed, shape, mean, std, dtype, stream):
 
 
 uniform_op = register(OpDef("uniform", _random_infer, _uniform_kernel, random=True,
-                            nondiff_inputs=(0,)))
+                            nondiff_inputs=(0,),
+                            attrs=Attrs(shape=Attr("shape"), low=Attr("number"),
+                                        high=Attr("number"), dtype=Attr("dtype"),
+                                        stream=Attr(int, default=None))))
 normal_op = register(OpDef("normal", _random_infer, _normal_kernel, random=True,
-                           nondiff_inputs=(0,)))
+                           nondiff_inputs=(0,),
+                           attrs=Attrs(shape=Attr("shape"), mean=Attr("number"), std=Attr("number"),
+                                       dtype=Attr("dtype"), stream=Attr(int, default=None))))
 
 
 def _bernoulli_infer(types, attrs):
@@ -126,7 +142,8 @@ def _bernoulli_kernel(xp, p, seed, stream):
 
 
 bernoulli_op = register(OpDef("bernoulli", _bernoulli_infer, _bernoulli_kernel, random=True,
-                              nondiff_inputs=(0, 1)))
+                              nondiff_inputs=(0, 1),
+                              attrs=Attrs(stream=Attr(int, default=None))))
 
 
 def _randint_infer(types, attrs):
@@ -143,7 +160,9 @@ def _randint_kernel(xp, seed, shape, low, high, dtype, stream):
 
 
 randint_op = register(OpDef("randint", _randint_infer, _randint_kernel, random=True,
-                            nondiff_inputs=(0,)))
+                            nondiff_inputs=(0,),
+                            attrs=Attrs(shape=Attr("shape"), low=Attr(int), high=Attr(int),
+                                        dtype=Attr("dtype"), stream=Attr(int, default=None))))
 
 # -- public functions --------------------------------------------------------------------------
 _default_seed: Optional[Callable[[], int]] = None
@@ -321,7 +340,8 @@ def _to_device_kernel(xp, x, device):
 
 to_device_op = register(OpDef(
     "to_device", _to_device_infer, _to_device_kernel,
-    lambda cts, ins, outs, a, needs: [to_device(cts[0], getattr(ins[0], "device", "cpu"))]))
+    lambda cts, ins, outs, a, needs: [to_device(cts[0], getattr(ins[0], "device", "cpu"))],
+    attrs=Attrs(device=Attr(str, choices=("cpu", "cuda")))))
 
 
 def to_device(x, device: str):

@@ -5,6 +5,7 @@ import math
 
 from .. import dtypes
 from .. import xp as xpu
+from ..attrs import Attr, Attrs
 from ..errors import DTypeError, located
 from ..registry import OpDef, register
 from ..types import TensorType, broadcast_shapes
@@ -19,27 +20,28 @@ NUMERIC = ("uint8", "int32", "int64", "float16", "float32", "float64")
 
 # -- unary -------------------------------------------------------------------------------------
 neg_op = unary("neg", lambda xp, x: xp.negative(x), lambda g, x, y: -g, expr="(-{0})",
-               allowed=NUMERIC)
+               allowed=NUMERIC, saves_no_data=True)
 abs_op = unary("abs", lambda xp, x: xp.abs(x), lambda g, x, y: g * sign(x), expr="abs({0})",
                allowed=NUMERIC)
 exp_op = unary("exp", lambda xp, x: xp.exp(x), lambda g, x, y: g * y, expr="exp({0})",
-               float_out=True)
+               float_out=True, vjp_reads_output=True)
 log_op = unary("log", lambda xp, x: xp.log(x), lambda g, x, y: g / x, expr="log({0})",
                float_out=True)
 sqrt_op = unary("sqrt", lambda xp, x: xp.sqrt(x), lambda g, x, y: g * 0.5 / y,
-                expr="sqrt({0})", float_out=True)
+                expr="sqrt({0})", float_out=True, vjp_reads_output=True)
 rsqrt_op = unary("rsqrt", lambda xp, x: xp.reciprocal(xp.sqrt(x)),
-                 lambda g, x, y: g * -0.5 * y / x, expr="(1 / sqrt({0}))", float_out=True)
+                 lambda g, x, y: g * -0.5 * y / x, expr="(1 / sqrt({0}))", float_out=True,
+                 vjp_reads_output=True)
 square_op = unary("square", lambda xp, x: xp.multiply(x, x), lambda g, x, y: g * 2.0 * x,
                   expr="({0} * {0})", allowed=NUMERIC)
 reciprocal_op = unary("reciprocal", lambda xp, x: xp.reciprocal(x), lambda g, x, y: -g * y * y,
-                      expr="(1 / {0})", float_out=True)
+                      expr="(1 / {0})", float_out=True, vjp_reads_output=True)
 sin_op = unary("sin", lambda xp, x: xp.sin(x), lambda g, x, y: g * cos(x), expr="sin({0})",
                float_out=True)
 cos_op = unary("cos", lambda xp, x: xp.cos(x), lambda g, x, y: -g * sin(x), expr="cos({0})",
                float_out=True)
 tanh_op = unary("tanh", lambda xp, x: xp.tanh(x), lambda g, x, y: g * (1.0 - y * y),
-                expr="tanh({0})", float_out=True)
+                expr="tanh({0})", float_out=True, vjp_reads_output=True)
 
 
 def _sigmoid_kernel(xp, x):
@@ -49,14 +51,16 @@ def _sigmoid_kernel(xp, x):
 
 
 sigmoid_op = unary("sigmoid", _sigmoid_kernel, lambda g, x, y: g * y * (1.0 - y),
-                   expr="(0.5 * (tanh(0.5 * {0}) + 1))", float_out=True)
+                   expr="(0.5 * (tanh(0.5 * {0}) + 1))", float_out=True,
+                   vjp_reads_output=True)
 relu_op = unary("relu", lambda xp, x: xp.maximum(x, 0), lambda g, x, y: where(y > 0, g, 0.0),
-                expr="max({0}, 0)", allowed=NUMERIC)
+                expr="max({0}, 0)", allowed=NUMERIC, vjp_reads_output=True)
 leaky_relu_op = unary(
     "leaky_relu",
     lambda xp, x, negative_slope: xp.where(x > 0, x, x * negative_slope),
     lambda g, x, y, negative_slope: where(x > 0, g, g * negative_slope),
-    expr="({0} > 0 ? {0} : {0} * {negative_slope})", float_out=True)
+    expr="({0} > 0 ? {0} : {0} * {negative_slope})", float_out=True,
+    attrs=Attrs(negative_slope=Attr("number")))
 
 
 def _gelu_kernel(xp, x, approximate):
@@ -77,7 +81,8 @@ def _gelu_vjp(g, x, y, approximate):
 
 
 gelu_op = unary("gelu", _gelu_kernel, _gelu_vjp, float_out=True,
-                expr="gelu_{approximate}({0})")
+                expr="gelu_{approximate}({0})",
+                attrs=Attrs(approximate=Attr(str, choices=("none", "tanh"))))
 
 
 def _softplus_kernel(xp, x, beta, threshold):
@@ -90,7 +95,8 @@ def _softplus_kernel(xp, x, beta, threshold):
 softplus_op = unary(
     "softplus", _softplus_kernel,
     lambda g, x, y, beta, threshold: where(x * beta > threshold, g, g * sigmoid(x * beta)),
-    float_out=True)
+    float_out=True,
+    attrs=Attrs(beta=Attr(float), threshold=Attr(float)))
 erf_op = unary("erf", lambda xp, x: xpu.erf(xp, x),
                lambda g, x, y: g * _TWO_OVER_SQRTPI * exp(-(x * x)), expr="erf({0})",
                float_out=True)
@@ -140,7 +146,9 @@ def _clamp_vjp(cts, ins, outs, attrs, needs):
     return [where(keep, g, 0.0)]
 
 
-clamp_op = register(OpDef("clamp", _clamp_infer, _clamp_kernel, _clamp_vjp, elementwise=True))
+clamp_op = register(OpDef("clamp", _clamp_infer, _clamp_kernel, _clamp_vjp, elementwise=True,
+                          attrs=Attrs(min=Attr("number", default=None),
+                                      max=Attr("number", default=None))))
 
 
 def _pow_scalar_dtype(dtype: str, exponent) -> str:
@@ -176,36 +184,45 @@ def _pow_scalar_vjp(cts, ins, outs, attrs, needs):
 
 
 pow_scalar_op = register(OpDef("pow_scalar", _pow_scalar_infer, _pow_scalar_kernel,
-                               _pow_scalar_vjp, expr="pow({0}, {exponent})", elementwise=True))
+                               _pow_scalar_vjp, expr="pow({0}, {exponent})", elementwise=True,
+                               attrs=Attrs(exponent=Attr("number"))))
 
 
 def _cast_infer(types, attrs):
     return [TensorType(types[0].shape, attrs["dtype"])]
 
 
+def _same_dtype(node) -> bool:
+    """A cast to the input's own dtype returns the input itself (``astype(copy=False)``)."""
+    return node.inputs[0].dtype == node.outputs[0].dtype
+
+
 cast_op = register(OpDef("cast", _cast_infer,
                          lambda xp, x, dtype: x.astype(dtype, copy=False),
                          lambda cts, ins, outs, attrs, needs: [cts[0]],
-                         expr="(({dtype}){0})", elementwise=True))
+                         expr="(({dtype}){0})", elementwise=True, saves_no_data=True,
+                         returns_input=_same_dtype, cheap=True,
+                         attrs=Attrs(dtype=Attr("dtype"))))
 
 # -- binary ------------------------------------------------------------------------------------
 add_op = binary("add", lambda xp, a, b: xp.add(a, b),
-                (lambda g, a, b, y: g, lambda g, a, b, y: g), expr="({0} + {1})")
+                (lambda g, a, b, y: g, lambda g, a, b, y: g), expr="({0} + {1})",
+                saves_no_data=True)
 sub_op = binary("sub", lambda xp, a, b: xp.subtract(a, b),
                 (lambda g, a, b, y: g, lambda g, a, b, y: -g), expr="({0} - {1})",
-                bool_ok=False)
+                bool_ok=False, saves_no_data=True)
 mul_op = binary("mul", lambda xp, a, b: xp.multiply(a, b),
                 (lambda g, a, b, y: g * b, lambda g, a, b, y: g * a), expr="({0} * {1})")
 div_op = binary("div", lambda xp, a, b: xp.true_divide(a, b),
                 (lambda g, a, b, y: g / b, lambda g, a, b, y: -g * y / b), expr="({0} / {1})",
-                float_out=True)
+                float_out=True, vjp_reads_output=True)
 
 
 # d/da a**b = b * a**(b-1); d/db a**b = a**b * log(a), taken as 0 where a <= 0.
 pow_op = binary("pow", lambda xp, a, b: xp.power(a, b),
                 (lambda g, a, b, y: g * b * pow(a, b - 1.0),
                  lambda g, a, b, y: g * where(a > 0, y * log(where(a > 0, a, 1.0)), 0.0)),
-                expr="pow({0}, {1})")
+                expr="pow({0}, {1})", vjp_reads_output=True)
 
 
 def _winner(g, mine, theirs, wins):
@@ -257,7 +274,8 @@ def _where_kernel(xp, c, a, b):
 
 where_op = register(OpDef("where", _where_infer, _where_kernel,
                           _where_vjp, expr="({0} ? {1} : {2})", elementwise=True,
-                          promote=(1, 2), nondiff_inputs=(0,)))
+                          promote=(1, 2), nondiff_inputs=(0,),
+                          attrs=Attrs()))
 
 
 # -- public functions --------------------------------------------------------------------------

@@ -26,6 +26,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
+from ..attrs import Attr, Attrs
 from ..ir import Graph, Node, Region, Value
 from ..kernels import run_kernel
 from ..printer import format_attrs
@@ -58,7 +59,7 @@ class FusedBody(Region):
     @property
     def ops(self) -> List[str]:
         """The op names in the body, constants left out."""
-        return [n.op.name for n in self.graph.nodes if n.op.name != "constant"]
+        return [n.op.name for n in self.graph.nodes if not n.op.constant]
 
     # -- types ---------------------------------------------------------------------------------
     def infer(self, types: Sequence[TensorType], op: str = "fused") -> List[TensorType]:
@@ -110,7 +111,7 @@ class FusedBody(Region):
         homes: Dict[Value, int] = {}
         taken = {k for k, _ in self._candidate_pairs()}
         where = {o: k for k, o in enumerate(g.outputs)}
-        prologue = [n for n in g.nodes if not n.op.elementwise and n.op.name != "constant"]
+        prologue = [n for n in g.nodes if not n.op.elementwise and not n.op.constant]
         for node in prologue:
             for p in node.outputs:
                 k = where.get(p)
@@ -133,7 +134,7 @@ class FusedBody(Region):
         parts = []
         count = 0
         for node in g.nodes:
-            if node.op.name == "constant" and not hasattr(node.attrs["value"], "array"):
+            if node.op.constant and not hasattr(node.attrs["value"], "array"):
                 names[node.outputs[0]] = repr(node.attrs["value"])
                 continue
             for o in node.outputs:
@@ -198,8 +199,11 @@ def _fused_kernel(xp, *arrays, sub: FusedBody):
 register_region_kind("fused", FusedBody)
 
 # vjp=None on purpose: fusion runs after autodiff, so no gradient flows through fused nodes.
+# The body declares which outputs may overwrite which inputs (FusedBody.inplace_pairs).
 fused_op = register(OpDef("fused", _fused_infer, _fused_kernel, None, multi_output=True,
-                          doc="a fused sub-graph of elementwise ops run as one kernel"))
+                          inplace_pairs=lambda node: node.attrs["sub"].inplace_pairs(),
+                          doc="a fused sub-graph of elementwise ops run as one kernel",
+                          attrs=Attrs(sub=Attr("region"))))
 
 
 def make_fused_node(inputs: Sequence, body: FusedBody, like: Node, graph: Graph) -> Node:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from .. import dtypes
+from ..attrs import Attrs
 from ..errors import DTypeError, ShapeError, located
 from ..registry import OpDef, register
 from ..types import TensorType, broadcast_shapes, format_shape
@@ -61,7 +62,8 @@ def matmul_into(xp, a, b, out=None):
 
 
 matmul_op = register(OpDef("matmul", _matmul_infer, promoting_kernel(matmul_into),
-                           _matmul_vjp, promote=True))
+                           _matmul_vjp, promote=True, epilogue_host=True,
+                           attrs=Attrs()))
 
 
 def matmul(a, b):

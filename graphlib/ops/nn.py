@@ -6,6 +6,7 @@ import math
 import numpy as np
 
 from .. import dtypes
+from ..attrs import Attr, Attrs
 from ..autodiff import composite_vjp, is_zero_cotangent
 from ..errors import DTypeError, ShapeError, located
 from ..registry import OpDef, register
@@ -67,9 +68,11 @@ def _log_softmax_vjp(cts, ins, outs, a, needs):
 
 
 softmax_op = register(OpDef("softmax", _softmax_infer("softmax"), _softmax_kernel,
-                            _softmax_vjp))
+                            _softmax_vjp, vjp_reads_output=True,
+                            attrs=Attrs(dim=Attr(int))))
 log_softmax_op = register(OpDef("log_softmax", _softmax_infer("log_softmax"),
-                                _log_softmax_kernel, _log_softmax_vjp))
+                                _log_softmax_kernel, _log_softmax_vjp, vjp_reads_output=True,
+                                attrs=Attrs(dim=Attr(int))))
 
 
 def _one_hot_infer(types, attrs):
@@ -86,7 +89,8 @@ def _one_hot_kernel(xp, x, num_classes):
     return (x[..., None] == xp.arange(num_classes)).astype(xp.int64)
 
 
-one_hot_op = register(OpDef("one_hot", _one_hot_infer, _one_hot_kernel))
+one_hot_op = register(OpDef("one_hot", _one_hot_infer, _one_hot_kernel,
+                            attrs=Attrs(num_classes=Attr(int, min=0))))
 
 
 def softmax(x, dim: int):
@@ -119,7 +123,9 @@ def one_hot(indices, num_classes: int = -1):
 
 stop_gradient_op = register(OpDef(
     "stop_gradient", lambda types, attrs: [types[0]], lambda xp, x: x,
-    lambda cts, ins, outs, a, needs: [None], elementwise=True, expr="{0}"))
+    lambda cts, ins, outs, a, needs: [None], elementwise=True, expr="{0}",
+    returns_input=True,
+    attrs=Attrs()))
 
 
 def stop_gradient(x):
@@ -243,7 +249,9 @@ def _sce_vjp(cts, ins, outs, a, needs):
 softmax_cross_entropy_op = register(OpDef(
     "softmax_cross_entropy", _sce_infer, _sce_kernel, _sce_vjp, nondiff_inputs=(1,),
     doc="cross-entropy of logits (N, C) against class indices (N,), PyTorch's "
-        "ignore_index and reduction; one kernel forward, one backward"))
+        "ignore_index and reduction; one kernel forward, one backward",
+    attrs=Attrs(ignore_index=Attr(int),
+                reduction=Attr(str, choices=("mean", "sum", "none")))))
 
 
 def _sce_backward_infer(types, attrs):
@@ -296,7 +304,9 @@ def _sce_backward_vjp(cts, ins, outs, a, needs):
 softmax_cross_entropy_backward_op = register(OpDef(
     "softmax_cross_entropy_backward", _sce_backward_infer, _sce_backward_kernel,
     _sce_backward_vjp, nondiff_inputs=(2,),
-    doc="d softmax_cross_entropy / d logits: (softmax - one_hot) scaled per row"))
+    doc="d softmax_cross_entropy / d logits: (softmax - one_hot) scaled per row",
+    attrs=Attrs(ignore_index=Attr(int),
+                reduction=Attr(str, choices=("mean", "sum", "none")))))
 
 
 def softmax_cross_entropy(logits, target, ignore_index: int = -100, reduction: str = "mean"):
@@ -417,7 +427,9 @@ def _bn_vjp(cts, ins, outs, a, needs):
 
 batch_norm_train_op = register(OpDef(
     "batch_norm_train", _bn_infer, _bn_kernel, _bn_vjp, multi_output=True,
-    doc="batch normalisation with batch statistics: (y, mean, biased variance)"))
+    vjp_reads_output=True,
+    doc="batch normalisation with batch statistics: (y, mean, biased variance)",
+    attrs=Attrs(eps=Attr(float, min=0))))
 
 
 def _bn_backward_infer(types, attrs):
@@ -488,7 +500,8 @@ def _bn_backward_vjp(cts, ins, outs, a, needs):
 
 batch_norm_train_backward_op = register(OpDef(
     "batch_norm_train_backward", _bn_backward_infer, _bn_backward_kernel, _bn_backward_vjp,
-    multi_output=True, doc="(dx, dweight, dbias) of batch_norm_train"))
+    multi_output=True, doc="(dx, dweight, dbias) of batch_norm_train",
+    attrs=Attrs(eps=Attr(float, min=0))))
 
 
 def batch_norm_train(x, weight, bias, eps: float = 1e-5):

@@ -1,10 +1,10 @@
 """Reductions over one, several or all dims, with ``keepdim`` (PyTorch names and defaults)."""
 from __future__ import annotations
 
-import numpy as np
 
 from .. import dtypes
-from ..errors import DTypeError, ShapeError, located
+from ..attrs import Attr, Attrs
+from ..errors import DTypeError, ShapeError
 from ..registry import OpDef, register
 from ..types import TensorType, normalize_dim, normalize_dims
 from .elementwise import cast, exp, logical_and, where
@@ -85,7 +85,9 @@ def _sum_kernel(xp, x, dim, keepdim, dtype=None):
 sum_op = register(OpDef(
     "sum", _reduce_infer("sum", _sum_dtype), _sum_kernel,
     lambda cts, ins, outs, a, needs: [
-        expand_back(cts[0], ins[0], a["dim"], a["keepdim"])]))
+        expand_back(cts[0], ins[0], a["dim"], a["keepdim"])],
+    saves_no_data=True, epilogue_host=True,
+    attrs=Attrs(dim=Attr("dims"), keepdim=Attr(bool), dtype=Attr("dtype", default=None))))
 
 
 def _mean_kernel(xp, x, dim, keepdim):
@@ -96,7 +98,9 @@ def _mean_kernel(xp, x, dim, keepdim):
 mean_op = register(OpDef(
     "mean", _reduce_infer("mean", float_only=True), _mean_kernel,
     lambda cts, ins, outs, a, needs: [
-        expand_back(cts[0], ins[0], a["dim"], a["keepdim"]) / _count(ins[0], a["dim"])]))
+        expand_back(cts[0], ins[0], a["dim"], a["keepdim"]) / _count(ins[0], a["dim"])],
+    saves_no_data=True, epilogue_host=True,
+    attrs=Attrs(dim=Attr("dims"), keepdim=Attr(bool))))
 
 
 def _extreme_vjp(cts, ins, outs, a, needs):
@@ -110,11 +114,13 @@ def _extreme_vjp(cts, ins, outs, a, needs):
 amax_op = register(OpDef(
     "amax", _reduce_infer("amax"),
     lambda xp, x, dim, keepdim: xp.amax(x, axis=_axis(dim, x.ndim), keepdims=keepdim),
-    _extreme_vjp))
+    _extreme_vjp, vjp_reads_output=True,
+    attrs=Attrs(dim=Attr("dims"), keepdim=Attr(bool))))
 amin_op = register(OpDef(
     "amin", _reduce_infer("amin"),
     lambda xp, x, dim, keepdim: xp.amin(x, axis=_axis(dim, x.ndim), keepdims=keepdim),
-    _extreme_vjp))
+    _extreme_vjp, vjp_reads_output=True,
+    attrs=Attrs(dim=Attr("dims"), keepdim=Attr(bool))))
 
 
 def _prod_kernel(xp, x, dim, keepdim):
@@ -141,7 +147,8 @@ def _prod_vjp(cts, ins, outs, a, needs):
     return [expand_back(g, x, dims, keepdim) * others]
 
 
-prod_op = register(OpDef("prod", _reduce_infer("prod", _sum_dtype), _prod_kernel, _prod_vjp))
+prod_op = register(OpDef("prod", _reduce_infer("prod", _sum_dtype), _prod_kernel, _prod_vjp,
+                         attrs=Attrs(dim=Attr("dims"), keepdim=Attr(bool))))
 
 
 def _var_kernel(xp, x, dim, keepdim, correction):
@@ -169,8 +176,11 @@ def _std_vjp(cts, ins, outs, a, needs):
     return [centered * scale]
 
 
-var_op = register(OpDef("var", _reduce_infer("var", float_only=True), _var_kernel, _var_vjp))
-std_op = register(OpDef("std", _reduce_infer("std", float_only=True), _std_kernel, _std_vjp))
+var_op = register(OpDef("var", _reduce_infer("var", float_only=True), _var_kernel, _var_vjp,
+                        attrs=Attrs(dim=Attr("dims"), keepdim=Attr(bool), correction=Attr(int))))
+std_op = register(OpDef("std", _reduce_infer("std", float_only=True), _std_kernel, _std_vjp,
+                        vjp_reads_output=True,
+                        attrs=Attrs(dim=Attr("dims"), keepdim=Attr(bool), correction=Attr(int))))
 
 
 def _arg_infer(name):
@@ -198,8 +208,10 @@ def _arg_kernel(fn_name):
     return kernel
 
 
-argmax_op = register(OpDef("argmax", _arg_infer("argmax"), _arg_kernel("argmax")))
-argmin_op = register(OpDef("argmin", _arg_infer("argmin"), _arg_kernel("argmin")))
+argmax_op = register(OpDef("argmax", _arg_infer("argmax"), _arg_kernel("argmax"),
+                           attrs=Attrs(dim=Attr(int, default=None), keepdim=Attr(bool))))
+argmin_op = register(OpDef("argmin", _arg_infer("argmin"), _arg_kernel("argmin"),
+                           attrs=Attrs(dim=Attr(int, default=None), keepdim=Attr(bool))))
 
 
 def _logsumexp_kernel(xp, x, dim, keepdim):
@@ -226,7 +238,8 @@ def _lse_dtype(dt, attrs):
 
 
 logsumexp_op = register(OpDef("logsumexp", _reduce_infer("logsumexp", _lse_dtype),
-                              _logsumexp_kernel, _logsumexp_vjp))
+                              _logsumexp_kernel, _logsumexp_vjp, vjp_reads_output=True,
+                              attrs=Attrs(dim=Attr("dims"), keepdim=Attr(bool))))
 
 
 def _numel_infer(types, attrs):
@@ -241,7 +254,8 @@ def _numel_kernel(xp, x, dim, dtype):
     return xp.asarray(n, dtype=dtype)
 
 
-numel_op = register(OpDef("numel", _numel_infer, _numel_kernel, nondiff_inputs=(0,)))
+numel_op = register(OpDef("numel", _numel_infer, _numel_kernel, nondiff_inputs=(0,),
+                          attrs=Attrs(dim=Attr("dims"), dtype=Attr("dtype"))))
 
 
 # -- public functions --------------------------------------------------------------------------
@@ -249,43 +263,35 @@ def _dims(x, dim, name):
     return normalize_dims(dim, x.ndim, name)
 
 
-def _keepdim(keepdim, name: str) -> bool:
-    """``keepdim`` must be a bool, as PyTorch requires (``keepdim=1.5`` is a mistake)."""
-    if not isinstance(keepdim, (bool, np.bool_)):
-        raise TypeError(located(f"{name}: expected keepdim to be a bool, found "
-                                f"{type(keepdim).__name__} {keepdim!r}"))
-    return bool(keepdim)
-
-
 def sum(x, dim=None, keepdim: bool = False, *, dtype=None):
     """Sum over ``dim`` (an int, a tuple, or None for all). Integers and bools sum to int64."""
     x = operand(x, "sum")
-    return sum_op(x, dim=_dims(x, dim, "sum"), keepdim=_keepdim(keepdim, "sum"),
+    return sum_op(x, dim=_dims(x, dim, "sum"), keepdim=keepdim,
                   dtype=dtypes.as_dtype(dtype) if dtype is not None else None)
 
 
 def mean(x, dim=None, keepdim: bool = False):
     """Arithmetic mean over ``dim`` (floating-point tensors only, as in PyTorch)."""
     x = operand(x, "mean")
-    return mean_op(x, dim=_dims(x, dim, "mean"), keepdim=_keepdim(keepdim, "mean"))
+    return mean_op(x, dim=_dims(x, dim, "mean"), keepdim=keepdim)
 
 
 def amax(x, dim=None, keepdim: bool = False):
     """Maximum over ``dim``; ties share the gradient evenly."""
     x = operand(x, "amax")
-    return amax_op(x, dim=_dims(x, dim, "amax"), keepdim=_keepdim(keepdim, "amax"))
+    return amax_op(x, dim=_dims(x, dim, "amax"), keepdim=keepdim)
 
 
 def amin(x, dim=None, keepdim: bool = False):
     """Minimum over ``dim``; ties share the gradient evenly."""
     x = operand(x, "amin")
-    return amin_op(x, dim=_dims(x, dim, "amin"), keepdim=_keepdim(keepdim, "amin"))
+    return amin_op(x, dim=_dims(x, dim, "amin"), keepdim=keepdim)
 
 
 def prod(x, dim=None, keepdim: bool = False):
     """Product over ``dim``."""
     x = operand(x, "prod")
-    return prod_op(x, dim=_dims(x, dim, "prod"), keepdim=_keepdim(keepdim, "prod"))
+    return prod_op(x, dim=_dims(x, dim, "prod"), keepdim=keepdim)
 
 
 def var(x, dim=None, *, correction: int = 1, keepdim: bool = False, unbiased=None):
@@ -293,8 +299,7 @@ def var(x, dim=None, *, correction: int = 1, keepdim: bool = False, unbiased=Non
     x = operand(x, "var")
     if unbiased is not None:
         correction = 1 if unbiased else 0
-    return var_op(x, dim=_dims(x, dim, "var"), keepdim=_keepdim(keepdim, "var"),
-                  correction=int(correction))
+    return var_op(x, dim=_dims(x, dim, "var"), keepdim=keepdim, correction=int(correction))
 
 
 def std(x, dim=None, *, correction: int = 1, keepdim: bool = False, unbiased=None):
@@ -302,8 +307,7 @@ def std(x, dim=None, *, correction: int = 1, keepdim: bool = False, unbiased=Non
     x = operand(x, "std")
     if unbiased is not None:
         correction = 1 if unbiased else 0
-    return std_op(x, dim=_dims(x, dim, "std"), keepdim=_keepdim(keepdim, "std"),
-                  correction=int(correction))
+    return std_op(x, dim=_dims(x, dim, "std"), keepdim=keepdim, correction=int(correction))
 
 
 def argmax(x, dim=None, keepdim: bool = False):
@@ -311,7 +315,7 @@ def argmax(x, dim=None, keepdim: bool = False):
     x = operand(x, "argmax")
     if dim is not None:   # one int dim, as torch.argmax (a tuple is a TypeError there too)
         dim = normalize_dim(dim, max(x.ndim, 1), "argmax")
-    return argmax_op(x, dim=dim, keepdim=_keepdim(keepdim, "argmax"))
+    return argmax_op(x, dim=dim, keepdim=keepdim)
 
 
 def argmin(x, dim=None, keepdim: bool = False):
@@ -319,14 +323,13 @@ def argmin(x, dim=None, keepdim: bool = False):
     x = operand(x, "argmin")
     if dim is not None:   # one int dim, as torch.argmin (a tuple is a TypeError there too)
         dim = normalize_dim(dim, max(x.ndim, 1), "argmin")
-    return argmin_op(x, dim=dim, keepdim=_keepdim(keepdim, "argmin"))
+    return argmin_op(x, dim=dim, keepdim=keepdim)
 
 
 def logsumexp(x, dim, keepdim: bool = False):
     """log(sum(exp(x), dim)), computed stably."""
     x = operand(x, "logsumexp")
-    return logsumexp_op(x, dim=_dims(x, dim, "logsumexp"),
-                        keepdim=_keepdim(keepdim, "logsumexp"))
+    return logsumexp_op(x, dim=_dims(x, dim, "logsumexp"), keepdim=keepdim)
 
 
 def numel(x, dim=None, dtype="float32"):

@@ -11,6 +11,7 @@ import numpy as np
 
 from .. import dtypes
 from .. import xp as xpu
+from ..attrs import Attr, Attrs
 from ..errors import DTypeError, ShapeError, located
 from ..registry import OpDef, register
 from ..types import (TensorType, as_shape, dim_add, dim_product, dim_quotient, dim_slice,
@@ -52,7 +53,9 @@ def _reshape_infer(types, attrs):
 
 reshape_op = register(OpDef(
     "reshape", _reshape_infer, lambda xp, x, shape: xp.reshape(x, shape),
-    lambda cts, ins, outs, a, needs: [reshape(cts[0], ins[0].shape)]))
+    lambda cts, ins, outs, a, needs: [reshape(cts[0], ins[0].shape)],
+    view=True, saves_no_data=True,
+    attrs=Attrs(shape=Attr("shape"))))
 
 # -- permute -----------------------------------------------------------------------------------
 
@@ -74,7 +77,9 @@ def _permute_vjp(cts, ins, outs, a, needs):
 
 
 permute_op = register(OpDef("permute", _permute_infer,
-                            lambda xp, x, dims: xp.transpose(x, dims), _permute_vjp))
+                            lambda xp, x, dims: xp.transpose(x, dims), _permute_vjp,
+                            view=True, saves_no_data=True,
+                            attrs=Attrs(dims=Attr("dims", min=0))))
 
 # -- expand and sum_to (its adjoint) -----------------------------------------------------------
 
@@ -108,7 +113,9 @@ def _expand_kernel(xp, x, shape):
 
 expand_op = register(OpDef(
     "expand", _expand_infer, _expand_kernel,
-    lambda cts, ins, outs, a, needs: [sum_to(cts[0], ins[0].shape)]))
+    lambda cts, ins, outs, a, needs: [sum_to(cts[0], ins[0].shape)],
+    view=True, saves_no_data=True,
+    attrs=Attrs(shape=Attr("shape"))))
 
 
 def _sum_to_axes(src_shape, shape):
@@ -145,7 +152,9 @@ def _sum_to_kernel(xp, x, shape):
 
 sum_to_op = register(OpDef(
     "sum_to", _sum_to_infer, _sum_to_kernel,
-    lambda cts, ins, outs, a, needs: [expand(cts[0], *ins[0].shape)]))
+    lambda cts, ins, outs, a, needs: [expand(cts[0], *ins[0].shape)],
+    saves_no_data=True,
+    attrs=Attrs(shape=Attr("shape"))))
 
 # -- cat and split -----------------------------------------------------------------------------
 
@@ -175,7 +184,9 @@ def _cat_vjp(cts, ins, outs, a, needs):
 
 
 cat_op = register(OpDef("cat", _cat_infer,
-                        lambda xp, *xs, dim: xp.concatenate(xs, axis=dim), _cat_vjp))
+                        lambda xp, *xs, dim: xp.concatenate(xs, axis=dim), _cat_vjp,
+                        saves_no_data=True,
+                        attrs=Attrs(dim=Attr(int))))
 
 
 def _split_infer(types, attrs):
@@ -202,7 +213,9 @@ def _split_vjp(cts, ins, outs, a, needs):
     return [cat(list(cts), a["dim"])]
 
 
-split_op = register(OpDef("split", _split_infer, _split_kernel, _split_vjp, multi_output=True))
+split_op = register(OpDef("split", _split_infer, _split_kernel, _split_vjp, multi_output=True,
+                          view=True, saves_no_data=True,
+                          attrs=Attrs(dim=Attr(int), sizes=Attr("shape"))))
 
 # -- basic indexing ----------------------------------------------------------------------------
 
@@ -289,7 +302,9 @@ def _getitem_infer(types, attrs):
 
 getitem_op = register(OpDef(
     "getitem", _getitem_infer, lambda xp, x, index: x[_python_index(index)],
-    lambda cts, ins, outs, a, needs: [getitem_grad_op(cts[0], ins[0], index=a["index"])]))
+    lambda cts, ins, outs, a, needs: [getitem_grad_op(cts[0], ins[0], index=a["index"])],
+    view=True, saves_no_data=True,
+    attrs=Attrs(index=Attr("any"))))
 
 
 def _getitem_grad_infer(types, attrs):
@@ -306,7 +321,8 @@ def _getitem_grad_kernel(xp, g, x, index):
 getitem_grad_op = register(OpDef(
     "getitem_grad", _getitem_grad_infer, _getitem_grad_kernel,
     lambda cts, ins, outs, a, needs: [getitem(cts[0], _python_index(a["index"])), None],
-    nondiff_inputs=(1,)))
+    nondiff_inputs=(1,), saves_no_data=True,
+    attrs=Attrs(index=Attr("any"))))
 
 # -- gather / scatter_add / index_select / index_add -------------------------------------------
 
@@ -355,7 +371,8 @@ gather_op = register(OpDef(
     "gather", _gather_infer, _gather_kernel,
     lambda cts, ins, outs, a, needs: [
         scatter_add(zeros_like_for_grad(ins[0], cts[0]), a["dim"], ins[1], cts[0]), None],
-    nondiff_inputs=(1,)))
+    nondiff_inputs=(1,),
+    attrs=Attrs(dim=Attr(int))))
 
 
 def _scatter_add_infer(types, attrs):
@@ -379,7 +396,8 @@ scatter_add_op = register(OpDef(
     "scatter_add", _scatter_add_infer, _scatter_add_kernel,
     lambda cts, ins, outs, a, needs: [
         cts[0], None, gather(cts[0], a["dim"], ins[1]) if needs[2] else None],
-    nondiff_inputs=(1,)))
+    nondiff_inputs=(1,),
+    attrs=Attrs(dim=Attr(int))))
 
 
 def _index_select_infer(types, attrs):
@@ -397,7 +415,8 @@ index_select_op = register(OpDef(
         x, _checked_index(xp, index, x.shape[dim], dim, "index_select"), axis=dim),
     lambda cts, ins, outs, a, needs: [
         index_add(zeros_like_for_grad(ins[0], cts[0]), a["dim"], ins[1], cts[0]), None],
-    nondiff_inputs=(1,)))
+    nondiff_inputs=(1,),
+    attrs=Attrs(dim=Attr(int))))
 
 
 def _index_add_infer(types, attrs):
@@ -424,7 +443,8 @@ index_add_op = register(OpDef(
     "index_add", _index_add_infer, _index_add_kernel,
     lambda cts, ins, outs, a, needs: [
         cts[0], None, index_select(cts[0], a["dim"], ins[1]) if needs[2] else None],
-    nondiff_inputs=(1,)))
+    nondiff_inputs=(1,),
+    attrs=Attrs(dim=Attr(int))))
 
 # -- pad ---------------------------------------------------------------------------------------
 
@@ -464,7 +484,8 @@ pad_op = register(OpDef(
     "pad", _pad_infer,
     lambda xp, x, pad, value: xp.pad(x, _pad_width(x.ndim, pad), mode="constant",
                                      constant_values=value),
-    _pad_vjp))
+    _pad_vjp, saves_no_data=True,
+    attrs=Attrs(pad=Attr("dims"), value=Attr("number"))))
 
 # -- public functions --------------------------------------------------------------------------
 builtin_sum = sum

@@ -87,8 +87,8 @@ class Layout:
 
     def __init__(self, graph):
         self.prologue = [n for n in graph.nodes
-                         if not n.op.elementwise and n.op.name != "constant"]
-        self.constants = [n for n in graph.nodes if n.op.name == "constant"]
+                         if not n.op.elementwise and not n.op.constant]
+        self.constants = [n for n in graph.nodes if n.op.constant]
         self.region = [n for n in graph.nodes if n.op.elementwise]
         made = {o for n in self.region for o in n.outputs}
         consts = {n.outputs[0] for n in self.constants}
@@ -249,7 +249,7 @@ def _bind_gemm_update(body, in_shapes: Sequence[tuple], strategy: str):
     if not _cblas.available():
         return None
     g = body.graph
-    nodes = [n for n in g.nodes if n.op.name != "constant"]
+    nodes = [n for n in g.nodes if not n.op.constant]
     if len(nodes) != 3 or [n.op.name for n in nodes[:2]] != ["matmul", "mul"] \
             or nodes[2].op.name not in ("sub", "add") or len(g.outputs) != 1 \
             or g.outputs[0] is not nodes[2].outputs[0]:
@@ -277,7 +277,7 @@ def _bind_gemm_update(body, in_shapes: Sequence[tuple], strategy: str):
         return None
     if scale in index and math.prod(shapes[index[scale]]) == 1:
         js, fixed = index[scale], None
-    elif scale.node is not None and scale.node.op.name == "constant" \
+    elif scale.node is not None and scale.node.op.constant \
             and not hasattr(scale.node.attrs["value"], "array"):
         js, fixed = None, float(scale.node.attrs["value"])
     else:

@@ -1,0 +1,298 @@
+"""Registry consistency: the traits each OpDef declares (graphlib/registry.py) agree with what
+its infer, kernel and vjp actually do, checked on every node the op-sample table builds
+(forward graphs and their gradient graphs); and no engine folder keeps a set of op names
+that stands in for a trait.
+
+- ``view``: the output has input 0's dtype, and the kernel's result shares its memory on a
+  sample; ``returns_input``: where the predicate holds, the kernel returns its input's memory;
+- ``saves_no_data``: the vjp builds on placeholders, and on eager tensors its cotangents do not
+  change when the inputs' and outputs' data do;
+- ``vjp_reads_output`` is declared exactly where the cotangents depend on the outputs' data;
+- ``epilogue_host``, ``cheap``, ``external``, ``constant``, ``expr``: structural rules.
+"""
+from __future__ import annotations
+
+import ast
+import functools
+import os
+from collections import defaultdict
+from typing import Dict, List, NamedTuple
+
+import numpy as np
+import pytest
+
+import duograph as dg
+from duograph.graphlib.ops.fused import eval_nodes
+from duograph.graphlib.registry import REGISTRY, OpDef
+from op_samples import OPS, build, grad_targets, tanh_loss_grads
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# Elementwise ops whose scalar expression is not written yet (the fused-kernel compilers run
+# their reference kernels instead). A new elementwise op without an ``expr`` fails below.
+NO_EXPR_YET = {
+    "clamp": "min or max may be None; the expression language has no optional operand",
+    "softplus": "the expression language has no log1p, which the stable form needs",
+}
+# Tables of strings that happen to be op names but name something else (allowed).
+NOT_OP_TABLES = {("runtime/cpu/fused.py", "NUMBA_FAST"),          # a backend's measurements
+                 ("runtime/cpu/fused.py", "NUMBA_FAST_F32"),
+                 ("graphlib/ops/nn.py", "_SCE_REDUCTIONS")}       # values of an attribute
+
+
+class NodeSample(NamedTuple):
+    node: object               # a Node of a sample graph
+    arrays: tuple              # its input arrays, as the sample computes them
+
+
+@functools.lru_cache(maxsize=None)
+def node_samples() -> Dict[str, List[NodeSample]]:
+    """op name -> every node of that op in the sample graphs (forward and gradient), with
+    the arrays its inputs hold when the sample runs."""
+    found: Dict[str, List[NodeSample]] = defaultdict(list)
+    for info in OPS:
+        if info.random:
+            continue
+        for sample in info.samples:
+            built = build(info, sample)
+            targets = grad_targets(info, sample)
+            if targets:
+                tanh_loss_grads(built, targets)
+            graph = built.graph
+            env = {v: built.feeds[v.name] for v in graph.inputs}
+            values = list(graph.inputs) + [o for n in graph.nodes for o in n.outputs]
+            with np.errstate(all="ignore"):
+                eval_nodes(graph.nodes, env, np, values)
+            for node in graph.nodes:
+                found[node.op.name].append(
+                    NodeSample(node, tuple(env[x] for x in node.inputs)))
+    return dict(found)
+
+
+def ops_with(trait: str) -> List[str]:
+    return sorted(name for name, op in REGISTRY.items() if getattr(op, trait))
+
+
+def samples_of(name: str) -> List[NodeSample]:
+    samples = node_samples().get(name, [])
+    assert samples, f"{name}: no node of this op in the op-sample table's graphs"
+    return samples
+
+
+def raw_kernel(node, arrays):
+    with np.errstate(all="ignore"):
+        return node.op.kernel(np, *arrays, **node.attrs)
+
+
+# -- view and returns_input ----------------------------------------------------------------------
+@pytest.mark.parametrize("name", ops_with("view"))
+def test_view_ops_keep_the_dtype_and_share_memory(name):
+    shared = False
+    for s in samples_of(name):
+        for out in s.node.outputs:
+            assert out.dtype == s.node.inputs[0].dtype, (
+                f"{name}: a view must have its input's dtype; infer gave {out.dtype} for "
+                f"{s.node.inputs[0].dtype}")
+        res = raw_kernel(s.node, s.arrays)
+        res = res if isinstance(res, tuple) else (res,)
+        shared = shared or all(np.shares_memory(r, s.arrays[0]) for r in res)
+    assert shared, f"{name} declares view=True, but its kernel never returned a view"
+
+
+def test_returns_input_ops_return_their_input():
+    names = [n for n, op in REGISTRY.items() if op.returns_input is not None]
+    assert sorted(names) == ["cast", "stop_gradient"]
+    for name in names:
+        held = 0
+        for s in samples_of(name):
+            if s.node.op.returns_input(s.node):
+                held += 1
+                assert np.shares_memory(raw_kernel(s.node, s.arrays), s.arrays[0]), name
+        assert held, f"{name}: no sample where returns_input holds"
+
+
+def test_view_traits_drive_the_planner_and_eager_versions():
+    from duograph.passes.memory import is_view_node
+    with dg.Graph("views") as g:
+        x = dg.placeholder("x", (2, 3))
+        r = dg.reshape(x, 3, 2)
+        same = dg.cast(x, "float32")
+        other = dg.cast(x, "float64")
+        e = dg.exp(x)
+    assert is_view_node(r.node) and is_view_node(same.node)
+    assert not is_view_node(other.node) and not is_view_node(e.node)
+    t = dg.tensor(np.ones((2, 3), np.float32))
+    assert t.reshape(3, 2)._version is t._version
+    assert dg.exp(t)._version is not t._version
+
+
+# -- what the vjp reads ----------------------------------------------------------------------------
+def _poison(array: np.ndarray, rng) -> np.ndarray:
+    """Other data of the same shape and dtype."""
+    if array.dtype.kind == "f":
+        return rng.standard_normal(array.shape).astype(array.dtype) * 3 + 7
+    if array.dtype.kind == "b":
+        return ~array
+    return np.zeros_like(array)
+
+
+def _eager_vjp(node, ins, outs, cts):
+    """The op's vjp on eager tensors, as numpy arrays (None where no cotangent)."""
+    tensors = lambda arrays: [dg.tensor(a) for a in arrays]   # noqa: E731
+    needs = [a.dtype.kind == "f" and i not in node.op.nondiff_inputs for i, a in enumerate(ins)]
+    got = node.op.vjp(tensors(cts), tensors(ins), tensors(outs), dict(node.attrs), needs)
+    return [None if g is None else np.asarray(g.numpy()) for g, n in zip(got, needs)]
+
+
+def _vjp_cases(name):
+    """(node, input arrays, output arrays, cotangents) for the samples with a float output."""
+    rng = np.random.default_rng(0)
+    for s in samples_of(name):
+        if not any(dg.dtypes.is_float(o.dtype) for o in s.node.outputs):
+            continue
+        outs = raw_kernel(s.node, s.arrays)
+        outs = [np.asarray(o).astype(v.dtype) for o, v in
+                zip(outs if isinstance(outs, tuple) else (outs,), s.node.outputs)]
+        cts = [rng.standard_normal(o.shape).astype(o.dtype) for o in outs]
+        yield s.node, list(s.arrays), outs, cts
+
+
+def _assert_same_cotangents(name, want, got, what):
+    for i, (a, b) in enumerate(zip(want, got)):
+        assert (a is None) == (b is None), f"{name}: cotangent {i}"
+        if a is not None:
+            np.testing.assert_array_equal(a, b, err_msg=f"{name}: cotangent {i} {what}")
+
+
+@pytest.mark.parametrize("name", ops_with("saves_no_data"))
+def test_saves_no_data_vjps_read_no_data(name):
+    op = REGISTRY[name]
+    assert op.vjp is not None, f"{name} declares saves_no_data but has no vjp"
+    rng = np.random.default_rng(1)
+    checked = 0
+    for node, ins, outs, cts in _vjp_cases(name):
+        # placeholders: the rule builds on types alone
+        with dg.Graph(f"{name}_vjp"):
+            ph = lambda arrays, p: [dg.placeholder(f"{p}{i}", a.shape, a.dtype.name)  # noqa
+                                    for i, a in enumerate(arrays)]
+            needs = [a.dtype.kind == "f" for a in ins]
+            op.vjp(ph(cts, "ct"), ph(ins, "in"), ph(outs, "out"), dict(node.attrs), needs)
+        want = _eager_vjp(node, ins, outs, cts)
+        got = _eager_vjp(node, [_poison(a, rng) for a in ins], [_poison(o, rng) for o in outs],
+                         cts)
+        _assert_same_cotangents(name, want, got, "changed with the operands' data")
+        checked += 1
+    assert checked, f"{name}: no sample with a float output"
+
+
+DIFFERENTIABLE = sorted(name for name, op in REGISTRY.items()
+                        if op.vjp is not None and name != "call")
+
+
+@pytest.mark.parametrize("name", DIFFERENTIABLE)
+def test_vjp_reads_output_is_declared_exactly_where_it_holds(name):
+    """Cotangents change with the outputs' data if and only if ``vjp_reads_output``."""
+    if name not in node_samples():
+        pytest.skip(f"{name}: no node of this op in the sample graphs")
+    rng = np.random.default_rng(2)
+    changed = False
+    for node, ins, outs, cts in _vjp_cases(name):
+        want = _eager_vjp(node, ins, outs, cts)
+        got = _eager_vjp(node, ins, [_poison(o, rng) for o in outs], cts)
+        if REGISTRY[name].vjp_reads_output:
+            changed = changed or any(
+                a is not None and not np.array_equal(a, b, equal_nan=True)
+                for a, b in zip(want, got))
+        else:
+            _assert_same_cotangents(name, want, got, "read the outputs' data, but the op "
+                                    "does not declare vjp_reads_output")
+    if REGISTRY[name].vjp_reads_output:
+        assert changed, f"{name} declares vjp_reads_output, but no sample's vjp read it"
+
+
+# -- structural rules ------------------------------------------------------------------------------
+def test_structural_traits():
+    for name, op in REGISTRY.items():
+        assert isinstance(op, OpDef)
+        if op.epilogue_host:
+            assert not op.elementwise and not op.multi_output, name
+        if op.cheap:
+            assert not op.random, name
+        if op.constant:
+            assert op.external and op.vjp is None, name
+        if op.view:
+            assert op.returns_input is None, f"{name}: view already covers returns_input"
+    assert ops_with("constant") == ["constant"]
+    assert ops_with("epilogue_host") == ["matmul", "mean", "sum"]
+    assert set(ops_with("random")) == {"bernoulli", "normal", "randint", "uniform"}
+
+
+def test_elementwise_ops_have_an_expression():
+    for name, op in REGISTRY.items():
+        if op.expr is not None:
+            assert op.elementwise, f"{name} has an expr but is not elementwise"
+        elif op.elementwise:
+            assert name in NO_EXPR_YET, f"{name} is elementwise but declares no expr"
+    for name in NO_EXPR_YET:
+        assert REGISTRY[name].expr is None, f"{name} has an expr now: drop it from NO_EXPR_YET"
+
+
+@pytest.mark.parametrize("name", sorted(n for n, op in REGISTRY.items()
+                                        if op.elementwise and op.inplace_pairs is None))
+def test_default_inplace_pairs_of_elementwise_ops(name):
+    from duograph.passes.memory import inplace_pairs
+    for s in node_samples().get(name, [])[:2]:
+        assert inplace_pairs(s.node) == [(0, j) for j in range(len(s.node.inputs))]
+
+
+# -- no name-keyed op sets outside the registry ----------------------------------------------------
+def _engine_files():
+    for folder in ("graphlib", "eager", "passes", "runtime"):
+        for root, _, files in os.walk(os.path.join(ROOT, folder)):
+            for f in sorted(files):
+                if f.endswith(".py"):
+                    path = os.path.join(root, f)
+                    yield os.path.relpath(path, ROOT).replace(os.sep, "/"), path
+
+
+def _string_items(node):
+    """The strings of a set/frozenset/tuple/list literal (or ``frozenset({...})``)."""
+    if isinstance(node, ast.Call) and getattr(node.func, "id", "") in ("frozenset", "set") \
+            and len(node.args) == 1:
+        node = node.args[0]
+    if isinstance(node, (ast.Set, ast.List, ast.Tuple)) and node.elts and all(
+            isinstance(e, ast.Constant) and isinstance(e.value, str) for e in node.elts):
+        return [e.value for e in node.elts]
+    return None
+
+
+def test_no_op_name_sets_in_the_engine_folders():
+    """A module-level table of op names (``VIEW_OPS = frozenset({"reshape", ...})``) or a
+    check ``op.name == "constant"`` stands in for a trait; declare the trait on the OpDef."""
+    names = set(REGISTRY)
+    found = []
+    for rel, path in _engine_files():
+        tree = ast.parse(open(path, encoding="utf-8").read())
+        for stmt in tree.body:
+            if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None:
+                items = _string_items(stmt.value)
+                targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+                target = getattr(targets[0], "id", "?")
+                if items and sum(s in names for s in items) >= 2 and target != "__all__" \
+                        and (rel, target) not in NOT_OP_TABLES:
+                    found.append(f"{rel}:{stmt.lineno} {target} = {items[:4]}...")
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Compare) and any(
+                    isinstance(c, ast.Constant) and c.value == "constant"
+                    for c in [node.left] + node.comparators):
+                text = ast.unparse(node)
+                if ".op.name" in text:
+                    found.append(f"{rel}:{node.lineno} {text}")
+    assert not found, "op-name tables outside the registry:\n" + "\n".join(found)
+
+
+def test_the_guard_sees_a_name_table(tmp_path):
+    source = 'VIEW_OPS = frozenset({"reshape", "permute"})\nok = ("a", "b")\n'
+    tree = ast.parse(source)
+    items = [_string_items(s.value) for s in tree.body]
+    assert items == [["reshape", "permute"], ["a", "b"]]
