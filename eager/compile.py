@@ -125,6 +125,22 @@ def _key_spec(obj, leaves: list, objects: list):
     return ("id", id(obj))
 
 
+def _unreplayable(rec: Recorder, watched: dict, grads: list) -> Optional[str]:
+    """What the recorded run did that its graph cannot: assign a tensor's ``.grad`` (it
+    called ``backward()`` or ``zero_grad()``), or write a tensor's data other than through
+    a recorded op (an optimizer's ``step()`` writes ``.data`` directly). None if nothing."""
+    for t, before in grads:
+        if t.grad is not before:
+            return (f"assigns .grad of a tensor of shape {list(t.shape)} (it calls backward() "
+                    "or zero_grad())")
+    noted = rec.inplace_writes()
+    for key, (t, version) in watched.items():
+        if t._version[0] - version > noted.get(key, 0):
+            return (f"writes the data of a tensor of shape {list(t.shape)} outside the "
+                    "recorded ops (as an optimizer's step() does)")
+    return None
+
+
 def _diff_fields(old: dict, new: dict) -> List[Change]:
     """Changes between two argument field tables (see ``_call_fields``)."""
     changes = []
@@ -200,6 +216,7 @@ class CompiledFunction:
         self._lock = threading.RLock()      # one recording or replay at a time
         self._warned = False                # the cache-limit warning was given
         self._sig = None
+        self._eager_only: Optional[str] = None   # why fn cannot be replayed, once found
         self._cache: "OrderedDict[Any, List[Specialization]]" = OrderedDict()
         self._history: List[str] = []
         self._last: Optional[Specialization] = None     # the specialisation run last
@@ -252,6 +269,8 @@ class CompiledFunction:
         spec = _key_spec((args, kwargs), leaves, objects)
         key = (grad_mode.is_grad_enabled(), spec,
                tuple([(t.shape, t.dtype, t.device, t.requires_grad) for t in leaves]))
+        if self._eager_only is not None:
+            return self.fn(*args, **kwargs)
         with self._lock:
             reason = None
             specs = self._cache.get(key)
@@ -348,13 +367,23 @@ class CompiledFunction:
         arg_paths = {id(v): p for p, v in named}
         for obj in objects:
             builder.add_root(obj, f"argument {arg_paths.get(id(obj), '?')}")
+        builder.finish()
         names = {}
         for i, t in enumerate(leaves):
             names.setdefault(id(t), f"arg{i}")
         rec = Recorder(getattr(self.fn, "__name__", "compiled"),
                        {n: t for t, n in ((t, names[id(t)]) for t in leaves)}, bind=True)
+        watched = {id(t._version): (t, t._version[0]) for t in builder.tensors + leaves}
+        grads = [(t, t.grad) for t in builder.tensors + leaves]
         with rec, _Tracer(rec) as tracer:
             result = self.fn(*args, **kwargs)
+        problem = _unreplayable(rec, watched, grads)
+        if problem is not None:
+            self._eager_only = problem
+            warnings.warn(f"dg.compile: {self.__name__!r} {problem}; a replay could not repeat "
+                          "that, so it runs eagerly from now on (compile the part without it)",
+                          RuntimeWarning, stacklevel=3)
+            return result
         for obj, name, value in tracer.attributes.values():
             d = getattr(obj, "__dict__", None)
             if type(d) is dict:

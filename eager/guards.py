@@ -426,6 +426,7 @@ class GuardBuilder:
         self._guarded = set()                     # (id(holder), access, key)
         self._deferred: List[list] = []           # [obj, path, parent, kind, names done]
         self._module_dicts = set()                # ids of nn.Module __dict__s walked
+        self.tensors: list = []                   # tensors reached (read live, not guarded)
         self.attributes: Dict[str, str] = {}      # attribute name -> where first read
 
     # -- adding guards -----------------------------------------------------------------------
@@ -470,7 +471,10 @@ class GuardBuilder:
             return
         self._seen[id(obj)] = obj
         from .tensors import Tensor
-        if isinstance(obj, Tensor) or typed_key(obj) is not None:
+        if isinstance(obj, Tensor):
+            self.tensors.append(obj)
+            return
+        if typed_key(obj) is not None:
             return
         t = type(obj)
         if _is_module(obj):
