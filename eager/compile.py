@@ -33,8 +33,14 @@ recorded: every field that differs from the nearest cached specialisation, old -
 by argument, global or attribute with the line that read it (``RecompileReason``, a str with
 ``changes``); ``dg.config.log_recompiles`` logs them as they happen. After
 ``dg.config.compile_cache_limit`` recordings (or ``cache_limit``) a call that matches no
-specialisation runs ``fn`` eagerly, with one warning: never a stale answer. Calls from several
-threads are serialised per compiled function, so a shape is recorded once.
+specialisation runs ``fn`` eagerly, with one warning: never a stale answer. A function whose
+recorded run did what its graph cannot hold (assigned a tensor's ``.grad``: ``backward()``,
+``zero_grad()``; wrote tensor data outside recorded ops: an optimizer's ``step()``) runs
+eagerly from then on, warned once. Calls from several threads are serialised per compiled
+function, so a shape is recorded once. Not guarded: arrays over 4096 elements changed in
+place (identity only), values only reached by names built at run time (``getattr(o, name)``
+with a computed name) outside modules and library objects, and Python-level randomness
+(``random.random()`` is recorded as a constant).
 """
 from __future__ import annotations
 
@@ -331,7 +337,8 @@ class CompiledFunction:
 
     def _signature(self):
         if self._sig is None:
-            self._sig = inspect.signature(self.fn)
+            forward = getattr(self.fn, "forward", None)     # a module: name forward's args
+            self._sig = inspect.signature(forward if callable(forward) else self.fn)
         return self._sig
 
     def _explain(self, key, args, kwargs) -> RecompileReason:

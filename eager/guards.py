@@ -472,7 +472,10 @@ class GuardBuilder:
         self._seen[id(obj)] = obj
         from .tensors import Tensor
         if isinstance(obj, Tensor):
+            # its data, shape and dtype are read live or checked at replay; ``t.grad`` is
+            # another tensor object after every backward(): guarded when the code names it
             self.tensors.append(obj)
+            self._defer(obj, path, parent, "tensor")
             return
         if typed_key(obj) is not None:
             return
@@ -613,6 +616,10 @@ class GuardBuilder:
             d = obj.__dict__
             if name in d:
                 self.add(d, "get", name, d[name], f"global {field}", field, parent, where)
+            return
+        if kind == "tensor":
+            if name == "grad":
+                self.add(obj, "attr", "grad", obj.grad, f"{field}", field, parent, where)
             return
         if kind == "class":
             for cls in obj.__mro__:

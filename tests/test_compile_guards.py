@@ -781,3 +781,26 @@ def test_a_function_changing_an_attribute_it_reads_is_never_stale():
     with pytest.warns(RuntimeWarning, match="cache limit"):
         got = [fast(x).tolist()[0] for _ in range(6)]
     assert got == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
+
+
+def test_reading_a_tensors_grad_follows_the_new_grad():
+    w = dg.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    (w * 2).sum().backward()
+
+    def f(x):
+        return x * w.grad
+
+    fast = dg.compile(f)
+    x = _x()
+    _same(fast(x), f(x))
+    (w * 5).sum().backward()          # w.grad is a new tensor: [7, 7, 7]
+    _same(fast(x), f(x))
+    assert "w.grad: <Tensor [3] float32> -> another" in fast.recompile_reasons[-1]
+
+
+def test_a_compiled_module_names_forwards_arguments():
+    dg.manual_seed(0)
+    fast = dg.compile(Net())
+    fast(dg.ones(2, 3))
+    fast(dg.ones(5, 3))
+    assert fast.recompile_reasons[-1] == "argument x: shape (2, 3) -> (5, 3)"
