@@ -63,9 +63,9 @@ from ..graphlib.registry import OpDef
 from ..graphlib.transform import extract
 from . import grad_mode
 from .creation import draw_seed
-from .guards import (Change, DecisionTracer, Guard, GuardBuilder, RecompileReason, _show,
-                     _show_pair, compile_checker, failed_changes, first_failure,
-                     same_decision, typed_key)
+from .guards import (_TENSOR_PROPERTIES, Change, DecisionTracer, Guard, GuardBuilder,
+                     RecompileReason, _show, _show_pair, compile_checker, failed_changes,
+                     first_failure, same_decision, typed_key)
 from .record import Recorder
 from .tensors import EagerNode, Tensor
 
@@ -154,7 +154,8 @@ def _diff_fields(old: dict, new: dict) -> List[Change]:
         a, b = old.get(field), new.get(field)
         if a is not None and b is not None and a[1] == b[1]:
             continue
-        plain = field.startswith("argument") and ":" not in field   # a non-tensor argument
+        plain = (field.startswith("argument")          # a non-tensor argument
+                 and field.rpartition(": ")[2] not in _TENSOR_PROPERTIES)
         if a is None or b is None:
             shown = [x if x is None else (_show(x[0]) if plain else str(x[0])) for x in (a, b)]
             changes.append(Change(field, *[x or "absent" for x in shown]))

@@ -288,6 +288,9 @@ def _show_pair(old, new):
     return a, b
 
 
+_TENSOR_PROPERTIES = ("shape", "dtype", "device", "requires_grad")
+
+
 class Change(NamedTuple):
     """One field of a cache key that differs: ``field: old -> new (read at where)``."""
     field: str
@@ -297,8 +300,10 @@ class Change(NamedTuple):
 
     def __str__(self) -> str:
         at = f" (read at {self.where})" if self.where else ""
-        sep = " " if ":" in self.field else ": "     # "argument x: shape (2,) -> (3,)"
-        return f"{self.field}{sep}{self.old} -> {self.new}{at}"
+        # a tensor argument's property reads "argument x: shape (2,) -> (3,)"
+        tensor = (self.field.startswith("argument ")
+                  and self.field.rpartition(": ")[2] in _TENSOR_PROPERTIES)
+        return f"{self.field}{' ' if tensor else ': '}{self.old} -> {self.new}{at}"
 
 
 class RecompileReason(str):
