@@ -295,22 +295,23 @@ class CompiledFunction:
                         self._last = s
                         return result
                     reason = RecompileReason(failed)
-            if reason is None:
-                reason = self._explain(key, args, kwargs)
             limit = self.cache_limit if self.cache_limit is not None else \
                 config.compile_cache_limit
-            if len(self._history) >= limit:
-                self._fall_back(limit, reason)
-            else:
-                if self._history and config.log_recompiles:
-                    _log.warning("dg.compile: recording %s again: %s", self.__name__, reason)
-                return self._record(key, spec, leaves, objects, args, kwargs, reason)
+            full = len(self._history) >= limit
+            if not (full and self._warned):       # explained only when someone reads it
+                if reason is None:
+                    reason = self._explain(key, args, kwargs)
+                if full:
+                    self._fall_back(limit, reason)
+                else:
+                    if self._history and config.log_recompiles:
+                        _log.warning("dg.compile: recording %s again: %s", self.__name__,
+                                     reason)
+                    return self._record(key, spec, leaves, objects, args, kwargs, reason)
         return self.fn(*args, **kwargs)
 
     def _fall_back(self, limit: int, reason: str) -> None:
         """The cache limit is reached: this call runs eagerly (warned about once)."""
-        if self._warned:
-            return
         self._warned = True
         warnings.warn(
             f"dg.compile: {self.__name__!r} was recorded {len(self._history)} times, the cache "
@@ -367,8 +368,12 @@ class CompiledFunction:
         s = Specialization(reason, key)
         s.fields = self._call_fields(args, kwargs)
         builder = GuardBuilder()      # what fn can read, as it is before the call
-        builder.add_root(self.fn, "self" if not isinstance(
-            self.fn, types.FunctionType) else self.__name__)
+        if isinstance(self.fn, types.MethodType):
+            builder.add_root(self.fn.__func__, self.__name__)
+            builder.add_root(self.fn.__self__, "self")
+        else:
+            builder.add_root(self.fn, self.__name__ if isinstance(
+                self.fn, types.FunctionType) else "self")
         named: list = []
         for name, value in self._call_leaves(args, kwargs):
             _named_leaves(value, name, named)

@@ -804,3 +804,20 @@ def test_a_compiled_module_names_forwards_arguments():
     fast(dg.ones(2, 3))
     fast(dg.ones(5, 3))
     assert fast.recompile_reasons[-1] == "argument x: shape (2, 3) -> (5, 3)"
+
+
+def test_a_compiled_bound_method_guards_its_objects_attributes():
+    class Model:
+        def __init__(self):
+            self.k = 2.0
+
+        def apply(self, x):
+            return x * self.k
+
+    m = Model()
+    fast = dg.compile(m.apply)
+    x = _x()
+    _same(fast(x), m.apply(x))
+    m.k = -1.0
+    _same(fast(x), m.apply(x))
+    assert fast.recompile_reasons[-1].startswith("attribute self.k: 2.0 -> -1.0 (read at ")
