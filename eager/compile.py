@@ -33,8 +33,14 @@ recorded: every field that differs from the nearest cached specialisation, old -
 by argument, global or attribute with the line that read it (``RecompileReason``, a str with
 ``changes``); ``dg.config.log_recompiles`` logs them as they happen. After
 ``dg.config.compile_cache_limit`` recordings (or ``cache_limit``) a call that matches no
-specialisation runs ``fn`` eagerly, with one warning: never a stale answer. Calls from several
-threads are serialised per compiled function, so a shape is recorded once.
+specialisation runs ``fn`` eagerly, with one warning: never a stale answer. A function whose
+recorded run did what its graph cannot hold (assigned a tensor's ``.grad``: ``backward()``,
+``zero_grad()``; wrote tensor data outside recorded ops: an optimizer's ``step()``) runs
+eagerly from then on, warned once. Calls from several threads are serialised per compiled
+function, so a shape is recorded once. Not guarded: arrays over 4096 elements changed in
+place (identity only), values only reached by names built at run time (``getattr(o, name)``
+with a computed name) outside modules and library objects, and Python-level randomness
+(``random.random()`` is recorded as a constant).
 """
 from __future__ import annotations
 
@@ -57,9 +63,9 @@ from ..graphlib.registry import OpDef
 from ..graphlib.transform import extract
 from . import grad_mode
 from .creation import draw_seed
-from .guards import (Change, DecisionTracer, Guard, GuardBuilder, RecompileReason, _show,
-                     _show_pair, compile_checker, failed_changes, first_failure,
-                     same_decision, typed_key)
+from .guards import (_TENSOR_PROPERTIES, Change, DecisionTracer, Guard, GuardBuilder,
+                     RecompileReason, _show, _show_pair, compile_checker, failed_changes,
+                     first_failure, same_decision, typed_key)
 from .record import Recorder
 from .tensors import EagerNode, Tensor
 
@@ -125,6 +131,22 @@ def _key_spec(obj, leaves: list, objects: list):
     return ("id", id(obj))
 
 
+def _unreplayable(rec: Recorder, watched: dict, grads: list) -> Optional[str]:
+    """What the recorded run did that its graph cannot: assign a tensor's ``.grad`` (it
+    called ``backward()`` or ``zero_grad()``), or write a tensor's data other than through
+    a recorded op (an optimizer's ``step()`` writes ``.data`` directly). None if nothing."""
+    for t, before in grads:
+        if t.grad is not before:
+            return (f"assigns .grad of a tensor of shape {list(t.shape)} (it calls backward() "
+                    "or zero_grad())")
+    noted = rec.inplace_writes()
+    for key, (t, version) in watched.items():
+        if t._version[0] - version > noted.get(key, 0):
+            return (f"writes the data of a tensor of shape {list(t.shape)} outside the "
+                    "recorded ops (as an optimizer's step() does)")
+    return None
+
+
 def _diff_fields(old: dict, new: dict) -> List[Change]:
     """Changes between two argument field tables (see ``_call_fields``)."""
     changes = []
@@ -132,7 +154,8 @@ def _diff_fields(old: dict, new: dict) -> List[Change]:
         a, b = old.get(field), new.get(field)
         if a is not None and b is not None and a[1] == b[1]:
             continue
-        plain = field.startswith("argument") and ":" not in field   # a non-tensor argument
+        plain = (field.startswith("argument")          # a non-tensor argument
+                 and field.rpartition(": ")[2] not in _TENSOR_PROPERTIES)
         if a is None or b is None:
             shown = [x if x is None else (_show(x[0]) if plain else str(x[0])) for x in (a, b)]
             changes.append(Change(field, *[x or "absent" for x in shown]))
@@ -200,6 +223,7 @@ class CompiledFunction:
         self._lock = threading.RLock()      # one recording or replay at a time
         self._warned = False                # the cache-limit warning was given
         self._sig = None
+        self._eager_only: Optional[str] = None   # why fn cannot be replayed, once found
         self._cache: "OrderedDict[Any, List[Specialization]]" = OrderedDict()
         self._history: List[str] = []
         self._last: Optional[Specialization] = None     # the specialisation run last
@@ -252,6 +276,8 @@ class CompiledFunction:
         spec = _key_spec((args, kwargs), leaves, objects)
         key = (grad_mode.is_grad_enabled(), spec,
                tuple([(t.shape, t.dtype, t.device, t.requires_grad) for t in leaves]))
+        if self._eager_only is not None:
+            return self.fn(*args, **kwargs)
         with self._lock:
             reason = None
             specs = self._cache.get(key)
@@ -269,22 +295,23 @@ class CompiledFunction:
                         self._last = s
                         return result
                     reason = RecompileReason(failed)
-            if reason is None:
-                reason = self._explain(key, args, kwargs)
             limit = self.cache_limit if self.cache_limit is not None else \
                 config.compile_cache_limit
-            if len(self._history) >= limit:
-                self._fall_back(limit, reason)
-            else:
-                if self._history and config.log_recompiles:
-                    _log.warning("dg.compile: recording %s again: %s", self.__name__, reason)
-                return self._record(key, spec, leaves, objects, args, kwargs, reason)
+            full = len(self._history) >= limit
+            if not (full and self._warned):       # explained only when someone reads it
+                if reason is None:
+                    reason = self._explain(key, args, kwargs)
+                if full:
+                    self._fall_back(limit, reason)
+                else:
+                    if self._history and config.log_recompiles:
+                        _log.warning("dg.compile: recording %s again: %s", self.__name__,
+                                     reason)
+                    return self._record(key, spec, leaves, objects, args, kwargs, reason)
         return self.fn(*args, **kwargs)
 
     def _fall_back(self, limit: int, reason: str) -> None:
         """The cache limit is reached: this call runs eagerly (warned about once)."""
-        if self._warned:
-            return
         self._warned = True
         warnings.warn(
             f"dg.compile: {self.__name__!r} was recorded {len(self._history)} times, the cache "
@@ -312,7 +339,8 @@ class CompiledFunction:
 
     def _signature(self):
         if self._sig is None:
-            self._sig = inspect.signature(self.fn)
+            forward = getattr(self.fn, "forward", None)     # a module: name forward's args
+            self._sig = inspect.signature(forward if callable(forward) else self.fn)
         return self._sig
 
     def _explain(self, key, args, kwargs) -> RecompileReason:
@@ -340,21 +368,35 @@ class CompiledFunction:
         s = Specialization(reason, key)
         s.fields = self._call_fields(args, kwargs)
         builder = GuardBuilder()      # what fn can read, as it is before the call
-        builder.add_root(self.fn, "self" if not isinstance(
-            self.fn, types.FunctionType) else self.__name__)
+        if isinstance(self.fn, types.MethodType):
+            builder.add_root(self.fn.__func__, self.__name__)
+            builder.add_root(self.fn.__self__, "self")
+        else:
+            builder.add_root(self.fn, self.__name__ if isinstance(
+                self.fn, types.FunctionType) else "self")
         named: list = []
         for name, value in self._call_leaves(args, kwargs):
             _named_leaves(value, name, named)
         arg_paths = {id(v): p for p, v in named}
         for obj in objects:
             builder.add_root(obj, f"argument {arg_paths.get(id(obj), '?')}")
+        builder.finish()
         names = {}
         for i, t in enumerate(leaves):
             names.setdefault(id(t), f"arg{i}")
         rec = Recorder(getattr(self.fn, "__name__", "compiled"),
                        {n: t for t, n in ((t, names[id(t)]) for t in leaves)}, bind=True)
+        watched = {id(t._version): (t, t._version[0]) for t in builder.tensors + leaves}
+        grads = [(t, t.grad) for t in builder.tensors + leaves]
         with rec, _Tracer(rec) as tracer:
             result = self.fn(*args, **kwargs)
+        problem = _unreplayable(rec, watched, grads)
+        if problem is not None:
+            self._eager_only = problem
+            warnings.warn(f"dg.compile: {self.__name__!r} {problem}; a replay could not repeat "
+                          "that, so it runs eagerly from now on (compile the part without it)",
+                          RuntimeWarning, stacklevel=3)
+            return result
         for obj, name, value in tracer.attributes.values():
             d = getattr(obj, "__dict__", None)
             if type(d) is dict:

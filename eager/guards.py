@@ -288,6 +288,9 @@ def _show_pair(old, new):
     return a, b
 
 
+_TENSOR_PROPERTIES = ("shape", "dtype", "device", "requires_grad")
+
+
 class Change(NamedTuple):
     """One field of a cache key that differs: ``field: old -> new (read at where)``."""
     field: str
@@ -297,8 +300,10 @@ class Change(NamedTuple):
 
     def __str__(self) -> str:
         at = f" (read at {self.where})" if self.where else ""
-        sep = " " if ":" in self.field else ": "     # "argument x: shape (2,) -> (3,)"
-        return f"{self.field}{sep}{self.old} -> {self.new}{at}"
+        # a tensor argument's property reads "argument x: shape (2,) -> (3,)"
+        tensor = (self.field.startswith("argument ")
+                  and self.field.rpartition(": ")[2] in _TENSOR_PROPERTIES)
+        return f"{self.field}{' ' if tensor else ': '}{self.old} -> {self.new}{at}"
 
 
 class RecompileReason(str):
@@ -426,6 +431,7 @@ class GuardBuilder:
         self._guarded = set()                     # (id(holder), access, key)
         self._deferred: List[list] = []           # [obj, path, parent, kind, names done]
         self._module_dicts = set()                # ids of nn.Module __dict__s walked
+        self.tensors: list = []                   # tensors reached (read live, not guarded)
         self.attributes: Dict[str, str] = {}      # attribute name -> where first read
 
     # -- adding guards -----------------------------------------------------------------------
@@ -470,7 +476,13 @@ class GuardBuilder:
             return
         self._seen[id(obj)] = obj
         from .tensors import Tensor
-        if isinstance(obj, Tensor) or typed_key(obj) is not None:
+        if isinstance(obj, Tensor):
+            # its data, shape and dtype are read live or checked at replay; ``t.grad`` is
+            # another tensor object after every backward(): guarded when the code names it
+            self.tensors.append(obj)
+            self._defer(obj, path, parent, "tensor")
+            return
+        if typed_key(obj) is not None:
             return
         t = type(obj)
         if _is_module(obj):
@@ -609,6 +621,10 @@ class GuardBuilder:
             d = obj.__dict__
             if name in d:
                 self.add(d, "get", name, d[name], f"global {field}", field, parent, where)
+            return
+        if kind == "tensor":
+            if name == "grad":
+                self.add(obj, "attr", "grad", obj.grad, f"{field}", field, parent, where)
             return
         if kind == "class":
             for cls in obj.__mro__:

@@ -86,6 +86,16 @@ class Recorder:
         self._entries.append(("use", t))
         self._keep.append(t)
 
+    def inplace_writes(self) -> Dict[int, int]:
+        """id(version counter) -> in-place ops recorded on the tensors sharing it (what a
+        caller compares with version counters to find writes the graph does not hold)."""
+        counts: Dict[int, int] = {}
+        for e in self._entries:
+            if e[0] == "inplace":
+                k = id(e[1]._version)
+                counts[k] = counts.get(k, 0) + 1
+        return counts
+
     # called by Tensor.detach: `alias` has `source`'s value but no gradient path
     def _note_detach(self, alias: Tensor, source: Tensor) -> None:
         self._entries.append(("detach", alias, source))

@@ -725,3 +725,99 @@ def test_every_attribute_of_a_library_object_is_a_guard():
     opt.param_groups[0]["lr"] = 0.01
     _same(fast(x), f(x))
     assert "opt.param_groups[0]['lr']: 0.1 -> 0.01" in fast.recompile_reasons[-1]
+
+
+def test_a_training_step_with_backward_and_step_runs_eagerly_not_stale():
+    """``.grad`` assignments and an optimizer's direct ``.data`` writes have no place in the
+    recorded graph: such a function is run eagerly (warned once), never replayed stale."""
+    def run(compiled, with_backward=True):
+        dg.manual_seed(0)
+        model = nn.Linear(3, 1)
+        opt = dg.optim.SGD(model.parameters(), lr=0.1)
+        x, y = dg.randn(8, 3), dg.randn(8, 1)
+        if not with_backward:
+            ((model(x) - y) ** 2).mean().backward()
+
+        def step():
+            if with_backward:
+                opt.zero_grad()
+                loss = ((model(x) - y) ** 2).mean()
+                loss.backward()
+            else:
+                loss = model.weight.sum()
+            opt.step()
+            return loss.detach()
+
+        fn = dg.compile(step) if compiled else step
+        losses = []
+        for i in range(6):
+            if i == 3:
+                opt.param_groups[0]["lr"] = 0.01
+            losses.append(fn().item())
+        return losses, model.weight.detach().numpy().copy()
+
+    for with_backward, what in ((True, "assigns .grad"), (False, "writes the data")):
+        eager, w_eager = run(False, with_backward)
+        with pytest.warns(RuntimeWarning, match=what) as caught:
+            compiled, w_compiled = run(True, with_backward)
+        assert len(caught) == 1
+        np.testing.assert_allclose(compiled, eager, rtol=1e-6)
+        np.testing.assert_allclose(w_compiled, w_eager, rtol=1e-6)
+
+
+def test_a_function_changing_an_attribute_it_reads_is_never_stale():
+    class Counter:
+        def __init__(self):
+            self.n = 0
+
+    c = Counter()
+
+    def f(x):
+        c.n += 1
+        return x * c.n
+
+    fast = dg.compile(f, cache_limit=4)
+    x = _x()
+    with pytest.warns(RuntimeWarning, match="cache limit"):
+        got = [fast(x).tolist()[0] for _ in range(6)]
+    assert got == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
+
+
+def test_reading_a_tensors_grad_follows_the_new_grad():
+    w = dg.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    (w * 2).sum().backward()
+
+    def f(x):
+        return x * w.grad
+
+    fast = dg.compile(f)
+    x = _x()
+    _same(fast(x), f(x))
+    (w * 5).sum().backward()          # w.grad is a new tensor: [7, 7, 7]
+    _same(fast(x), f(x))
+    assert "w.grad: <Tensor [3] float32> -> another" in fast.recompile_reasons[-1]
+
+
+def test_a_compiled_module_names_forwards_arguments():
+    dg.manual_seed(0)
+    fast = dg.compile(Net())
+    fast(dg.ones(2, 3))
+    fast(dg.ones(5, 3))
+    assert fast.recompile_reasons[-1] == "argument x: shape (2, 3) -> (5, 3)"
+
+
+def test_a_compiled_bound_method_guards_its_objects_attributes():
+    class Model:
+        def __init__(self):
+            self.k = 2.0
+
+        def apply(self, x):
+            return x * self.k
+
+    m = Model()
+    fast = dg.compile(m.apply)
+    x = _x()
+    _same(fast(x), m.apply(x))
+    m.k = -1.0
+    _same(fast(x), m.apply(x))
+    assert fast.recompile_reasons[-1].startswith("attribute self.k: 2.0 -> -1.0 (read at ")
