@@ -229,8 +229,9 @@ class Attrs:
         self.required: Tuple[str, ...] = tuple(n for n, a in fields.items() if a.required)
         # name -> (exact types, exact element types or None): values passing these need
         # no conversion and no constraint check
-        self._fast = {n: (a.kind.exact, a.kind.items) for n, a in fields.items()
-                      if a.choices is None and a.min is None}
+        self._fast = {n: (a.kind.exact | ({type(None)} if a.default is None else set()),
+                          a.kind.items)
+                      for n, a in fields.items() if a.choices is None and a.min is None}
 
     def __iter__(self):
         return iter(self.fields)
@@ -248,7 +249,7 @@ class Attrs:
         for name, value in attrs.items():
             rule = fast.get(name)
             if rule is not None and type(value) in rule[0] and (
-                    rule[1] is None or all(type(d) in rule[1] for d in value)):
+                    rule[1] is None or value is None or all(type(d) in rule[1] for d in value)):
                 continue
             new = self._check(op_name, name, value)
             if new is not value:
