@@ -377,15 +377,15 @@ class CompiledFunction:
         named: list = []
         for name, value in self._call_leaves(args, kwargs):
             _named_leaves(value, name, named)
-        arg_paths = {id(v): p for p, v in named}
+        arg_paths = {id(v): p for p, v in named}    # any objects: by identity
         for obj in objects:
             builder.add_root(obj, f"argument {arg_paths.get(id(obj), '?')}")
         builder.finish()
         names = {}
         for i, t in enumerate(leaves):
-            names.setdefault(id(t), f"arg{i}")
+            names.setdefault(t, f"arg{i}")
         rec = Recorder(getattr(self.fn, "__name__", "compiled"),
-                       {n: t for t, n in ((t, names[id(t)]) for t in leaves)}, bind=True)
+                       {n: t for t, n in ((t, names[t]) for t in leaves)}, bind=True)
         watched = {id(t._version): (t, t._version[0]) for t in builder.tensors + leaves}
         grads = [(t, t.grad) for t in builder.tensors + leaves]
         with rec, _Tracer(rec) as tracer:
@@ -429,9 +429,9 @@ class CompiledFunction:
 
     def _build(self, s: Specialization, rec: Recorder, leaves, out_leaves, decisions):
         g = rec.graph
-        placeholders = {id(t): v for v, t in rec.external}
+        placeholders = {t: v for v, t in rec.external}
         # an argument's placeholder (its value may since have been replaced in place)
-        arg_values = [placeholders[id(t)] if id(t) in placeholders else rec.value_or_input(t)
+        arg_values = [placeholders[t] if t in placeholders else rec.value_or_input(t)
                       for t in leaves]
         outs = [rec.value_or_input(t) for t in out_leaves]
         dec_values = list(rec.decision_values)
@@ -480,17 +480,17 @@ class CompiledFunction:
                 from ..graphlib.functional import zeros_like
                 grads = [got.get(value_key(w)) for w in wrt]
                 grads = [gv if gv is not None else zeros_like(w) for gv, w in zip(grads, wrt)]
-                made = {id(o) for n in g.nodes[n_forward:] for o in n.outputs}
+                made = {o for n in g.nodes[n_forward:] for o in n.outputs}
                 # a gradient that is an input as it is (y = x: dx = ct) gets a node of its own
-                grads = [gv if id(gv) in made else reshape_op(gv, shape=tuple(gv.shape))
+                grads = [gv if gv in made else reshape_op(gv, shape=tuple(gv.shape))
                          for gv in grads]
             bwd_nodes = g.nodes[n_forward:]
             bg, boundary, mapping = extract(bwd_nodes, f"{g.name}_backward")
             bg.outputs = [mapping[gv] for gv in grads]
-            ct_ids = {id(c): diff_outs[j] for j, c in enumerate(ct_vals)}
+            ct_ids = {c: diff_outs[j] for j, c in enumerate(ct_vals)}
             for b in boundary:
-                if id(b) in ct_ids:
-                    s.saved_sources.append(("ct", ct_ids[id(b)]))
+                if b in ct_ids:
+                    s.saved_sources.append(("ct", ct_ids[b]))
                 else:
                     s.saved_sources.append(("fwd", len(saved)))
                     saved.append(b)

@@ -45,15 +45,15 @@ class Recorder:
                  bind: bool = False):
         self.name = name
         self.bind = bind
-        self._names = {id(t): n for n, t in (names or {}).items()}
+        self._names = {t: n for n, t in (names or {}).items()}
         # ("op", node, outs, raw, tensors, grad_enabled), ("inplace", target, result),
         # ("alias", alias, source), ("detach", alias, source) or ("use", tensor), in
         # execution order
         self._entries: List[tuple] = []
         self._graph: Optional[Graph] = None
         self._failed = False
-        self._values: Dict[int, Value] = {}
-        self._keep: List[Tensor] = []        # tensors kept alive so ids stay unique
+        self._values: Dict[Tensor, Value] = {}   # tensors hash by identity
+        self._keep: List[Tensor] = []        # tensors the entries need kept alive
         self.external: List[tuple] = []      # (Value, Tensor) for tensors from outside
         self.seeds: List[tuple] = []         # (Value, SeedTensor): drawn random seeds
         # (placeholder Value, its final Value, Tensor) for outside tensors that the block
@@ -114,7 +114,7 @@ class Recorder:
 
     # -- building the graph ----------------------------------------------------------------
     def _external(self, g: Graph, t: Tensor) -> Value:
-        name = self._names.get(id(t))
+        name = self._names.get(t)
         if isinstance(t, SeedTensor) and name is None:
             v = g.add_input(f"seed{len(self.seeds)}", TensorType((), "int64"))
             self.seeds.append((v, t))
@@ -135,32 +135,32 @@ class Recorder:
         return v
 
     def _lookup(self, g: Graph, t: Tensor) -> Value:
-        v = self._values.get(id(t))
+        v = self._values.get(t)
         if v is None:
-            v = self._values[id(t)] = self._external(g, t)
+            v = self._values[t] = self._external(g, t)
             if t.requires_grad and dtypes.is_float(t.dtype):
-                self._carries.add(id(v))
+                self._carries.add(v)
         return v
 
     def _stop_gradient(self, g: Graph, v: Value, source) -> Value:
         """``v`` cut from the gradient (one stop_gradient node per value)."""
-        cut = self._cut.get(id(v))
+        cut = self._cut.get(v)
         if cut is None:
             node = Node(_STOP_GRADIENT, (v,), {}, (), source)
             node.outputs = (Value(v.type, node, 0, g),)
             g.append(node)
-            cut = self._cut[id(v)] = node.outputs[0]
+            cut = self._cut[v] = node.outputs[0]
         return cut
 
     def _build(self) -> None:
         g = Graph(self.name)
         values = self._values
-        self._carries: set = set()     # ids of Values a gradient can flow through
-        self._cut: Dict[int, Value] = {}
+        self._carries: set = set()     # Values a gradient can flow through
+        self._cut: Dict[Value, Value] = {}
         consumed = set()
         made: List[Tensor] = []
-        views: Dict[int, tuple] = {}   # id(view tensor) -> (op name, base tensor)
-        written: Dict[int, tuple] = {}  # id(outside Value) -> (Value, Tensor) written in place
+        views: Dict[Tensor, tuple] = {}   # view tensor -> (op name, base tensor)
+        written: Dict[Value, tuple] = {}  # outside Value -> (Value, Tensor) written in place
         for entry in self._entries:
             if entry[0] == "use":
                 self.decision_values.append(self._lookup(g, entry[1]))
@@ -168,23 +168,23 @@ class Recorder:
             if entry[0] in ("alias", "detach"):
                 _, alias, source = entry
                 v = self._lookup(g, source)
-                if entry[0] == "detach" and id(v) in self._carries:
+                if entry[0] == "detach" and v in self._carries:
                     v = self._stop_gradient(g, v, None)
-                values[id(alias)] = v
+                values[alias] = v
                 continue
             if entry[0] == "inplace":
                 _, target, result = entry
-                view = views.get(id(target))
+                view = views.get(target)
                 if view is not None and np.may_share_memory(target.data, view[1].data):
                     raise GraphError(
                         f"record: an in-place op changed a view ({view[0]}) of another "
                         "tensor; the graph cannot express the change to the base tensor. "
                         "Modify the base tensor itself, or .clone() the view first")
                 old = self._lookup(g, target)
-                new = values[id(result)] if id(result) in values else self._lookup(g, result)
-                values[id(target)] = new
-                if old.node is None and id(old) not in written:
-                    written[id(old)] = (old, target)
+                new = values[result] if result in values else self._lookup(g, result)
+                values[target] = new
+                if old.node is None and old not in written:
+                    written[old] = (old, target)
                 continue
             _, node, outs, raw, tensors, grad_on = entry
             in_vals = []
@@ -196,8 +196,8 @@ class Recorder:
                     v = constant_value(g, np.asarray(host_array(t)))
                 else:
                     v = self._lookup(g, t)
-                    consumed.add(id(v))
-                    if (not grad_on and id(v) in self._carries and op.vjp is not None
+                    consumed.add(v)
+                    if (not grad_on and v in self._carries and op.vjp is not None
                             and i not in op.nondiff_inputs):
                         v = self._stop_gradient(g, v, node.source)   # ran under no_grad
                 in_vals.append(v)
@@ -206,18 +206,18 @@ class Recorder:
                                 for i, o in enumerate(outs))
             g.append(new)
             carries = grad_on and op.vjp is not None and any(
-                id(v) in self._carries for i, v in enumerate(in_vals)
+                v in self._carries for i, v in enumerate(in_vals)
                 if i not in op.nondiff_inputs)
             for o, v in zip(outs, new.outputs):
-                values[id(o)] = v
+                values[o] = v
                 made.append(o)
                 if carries and dtypes.is_float(o.dtype):
-                    self._carries.add(id(v))
+                    self._carries.add(v)
             if node.op.view:
                 for o in outs:
-                    views[id(o)] = (node.op.name, tensors[0])
+                    views[o] = (node.op.name, tensors[0])
         for old, target in written.values():
-            final = values[id(target)]
+            final = values[target]
             if old in g.state_init or old in g.bindings:
                 g.update(old, final)
             elif self.bind:
@@ -228,13 +228,13 @@ class Recorder:
                     "was modified in place inside it; that cannot be expressed as "
                     "a graph input (make it a state input with requires_grad, or "
                     "record with bind=True)")
-        g.outputs = [values[id(o)] for o in made if id(values[id(o)]) not in consumed
-                     and values[id(o)].node is not None]
+        g.outputs = [values[o] for o in made if values[o] not in consumed
+                     and values[o].node is not None]
         self._graph = g
 
     def carries_gradient(self, v: Value) -> bool:
         """Whether a gradient can flow through ``v`` (as it could through its tensor)."""
-        return id(v) in self._carries
+        return v in self._carries
 
     @property
     def graph(self) -> Graph:
@@ -247,7 +247,7 @@ class Recorder:
 
     def value(self, t: Tensor) -> Value:
         """The Value of ``rec.graph`` that stands for tensor ``t``."""
-        v = self._values.get(id(t))
+        v = self._values.get(t)
         if v is None:
             raise GraphError(f"record: this tensor (shape {list(t.shape)}) was neither made "
                              "inside the block nor used by it")
@@ -259,9 +259,9 @@ class Recorder:
 
     def feeds(self) -> Dict[str, np.ndarray]:
         """Current data of the placeholder inputs, by name (state lives in the graph)."""
-        placeholders = {id(v) for v in self.graph.inputs}
+        placeholders = set(self.graph.inputs)
         return {v.name: np.asarray(host_array(t)) for v, t in self.external
-                if id(v) in placeholders}
+                if v in placeholders}
 
     @property
     def nodes(self) -> list:
