@@ -639,9 +639,9 @@ def _pair(value, name: str, arg: str, minimum: int) -> Tuple[int, int]:
     return pair
 
 
-def _batched(x, fn):
+def _batched(x, fn, name: str):
     """Run ``fn`` on a 4-D ``x``; a 3-D (unbatched) ``x`` gets a batch dim and loses it after."""
-    x = operand(x, getattr(fn, "__name__", "conv"))
+    x = operand(x, name)
     if x.ndim == 3:
         out = fn(reshape(x, 1, *x.shape))
         return reshape(out, *out.shape[1:])
@@ -683,7 +683,7 @@ def conv2d(input, weight, bias=None, stride: IntOrPair = 1,
         pads = (ph, ph, pw, pw)
     inputs = (weight,) if bias is None else (weight, bias)
     return _batched(input, lambda x: conv2d_op(
-        x, *inputs, stride=stride, padding=pads, dilation=dilation, groups=int(groups)))
+        x, *inputs, stride=stride, padding=pads, dilation=dilation, groups=int(groups)), "conv2d")
 
 
 def _pool_args(name, kernel_size, stride, padding):
@@ -702,7 +702,7 @@ def max_pool2d(input, kernel_size: IntOrPair, stride: Optional[IntOrPair] = None
     dilation = _pair(dilation, "max_pool2d", "dilation", 1)
     return _batched(input, lambda x: max_pool2d_op(
         x, kernel_size=kernel, stride=stride, padding=padding, dilation=dilation,
-        ceil_mode=bool(ceil_mode)))
+        ceil_mode=bool(ceil_mode)), "max_pool2d")
 
 
 def avg_pool2d(input, kernel_size: IntOrPair, stride: Optional[IntOrPair] = None,
@@ -713,13 +713,14 @@ def avg_pool2d(input, kernel_size: IntOrPair, stride: Optional[IntOrPair] = None
     kernel, stride, padding = _pool_args("avg_pool2d", kernel_size, stride, padding)
     return _batched(input, lambda x: avg_pool2d_op(
         x, kernel_size=kernel, stride=stride, padding=padding, ceil_mode=bool(ceil_mode),
-        count_include_pad=bool(count_include_pad)))
+        count_include_pad=bool(count_include_pad)), "avg_pool2d")
 
 
 def adaptive_avg_pool2d(input, output_size: Union[int, Tuple[Optional[int], Optional[int]]]):
     """Mean over the windows that split the input into ``output_size`` cells (as
     torch.nn.functional.adaptive_avg_pool2d): cell i covers [floor(i*H/out), ceil((i+1)*H/out)).
     A None in ``output_size`` keeps that input size."""
+    input = operand(input, "adaptive_avg_pool2d")
     if isinstance(output_size, (tuple, list)) and len(output_size) == 2:
         sizes = list(output_size)
         for k, s in enumerate(sizes):
@@ -733,4 +734,5 @@ def adaptive_avg_pool2d(input, output_size: Union[int, Tuple[Optional[int], Opti
         output_size = tuple(sizes)
     out = _pair(output_size, "adaptive_avg_pool2d", "output_size", 1)
     return _batched(input,
-                    lambda x: adaptive_avg_pool2d_op(x, output_size=out))
+                    lambda x: adaptive_avg_pool2d_op(x, output_size=out),
+                    "adaptive_avg_pool2d")

@@ -17,6 +17,7 @@ from ..errors import DTypeError, GraphError, ShapeError, located
 from ..ir import ConstArray, current_graph
 from ..registry import OpDef, register
 from ..types import TensorType, as_shape
+from ._common import operand
 
 
 def _constant_infer(types, attrs):
@@ -188,13 +189,42 @@ def _size(shape, name):
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = tuple(shape[0])
     try:
-        return as_shape(shape)
+        out = as_shape(shape)
     except (TypeError, ValueError) as e:
         raise ShapeError(located(f"{name}: {e}")) from None
+    if current_graph() is None and any(isinstance(d, str) for d in out):
+        raise ShapeError(located(f"{name}: expected int sizes (a symbolic size such as "
+                                 f"{next(d for d in out if isinstance(d, str))!r} needs "
+                                 f"graph mode), found {list(shape)}"))
+    return out
 
 
-def _float_dtype(dtype):
-    return dtypes.as_dtype(dtype) if dtype is not None else dtypes.DEFAULT_FLOAT
+def _number(value, name: str, what: str, integer: bool = False):
+    """A Python number argument (numpy scalars count), else a TypeError naming ``name``."""
+    if hasattr(value, "item") and getattr(value, "shape", None) == () and not hasattr(
+            value, "graph"):
+        value = value.item()
+    ok = isinstance(value, int) if integer else isinstance(value, (int, float))
+    if isinstance(value, bool) or not ok:
+        raise TypeError(located(f"{name}: expected {what} to be "
+                                f"{'an int' if integer else 'a number'}, found "
+                                f"{type(value).__name__} {value!r}"))
+    return value
+
+
+def _dtype(dtype, name: str, default=None):
+    """``dtype`` as a dtype name (``default`` for None); a bad one is a TypeError naming
+    ``name``."""
+    if dtype is None:
+        return default
+    try:
+        return dtypes.as_dtype(dtype)
+    except (TypeError, ValueError) as e:
+        raise TypeError(located(f"{name}: {e}")) from None
+
+
+def _float_dtype(dtype, name: str = "tensor"):
+    return _dtype(dtype, name, dtypes.DEFAULT_FLOAT)
 
 
 def constant(value, dtype=None):
@@ -230,87 +260,100 @@ def _fill_value(value, name):
 def full(size, fill_value, dtype=None):
     """A tensor of shape ``size`` filled with ``fill_value``."""
     fill_value = _fill_value(fill_value, "full")
-    dt = dtypes.as_dtype(dtype) if dtype is not None else dtypes.default_dtype_for(fill_value)
+    dt = _dtype(dtype, "full", dtypes.default_dtype_for(fill_value))
     return full_op(shape=_size((size,) if isinstance(size, (int, str)) else size, "full"),
                    fill_value=fill_value, dtype=dt)
 
 
 def zeros(*size, dtype=None):
     """A tensor of zeros (float32 unless ``dtype`` says otherwise)."""
-    return full_op(shape=_size(size, "zeros"), fill_value=0, dtype=_float_dtype(dtype))
+    return full_op(shape=_size(size, "zeros"), fill_value=0,
+                   dtype=_float_dtype(dtype, "zeros"))
 
 
 def ones(*size, dtype=None):
     """A tensor of ones (float32 unless ``dtype`` says otherwise)."""
-    return full_op(shape=_size(size, "ones"), fill_value=1, dtype=_float_dtype(dtype))
+    return full_op(shape=_size(size, "ones"), fill_value=1,
+                   dtype=_float_dtype(dtype, "ones"))
 
 
-def full_like(x, fill_value, dtype=None):
+def full_like(x, fill_value, dtype=None, _name="full_like"):
     """A tensor shaped like ``x`` (and of its dtype unless ``dtype`` is given), filled."""
-    return full_like_op(x, fill_value=_fill_value(fill_value, "full_like"),
-                        dtype=dtypes.as_dtype(dtype) if dtype is not None else None)
+    x = operand(x, _name)
+    return full_like_op(x, fill_value=_fill_value(fill_value, _name),
+                        dtype=_dtype(dtype, _name))
 
 
 def zeros_like(x, dtype=None):
     """Zeros shaped like ``x``."""
-    return full_like(x, 0, dtype)
+    return full_like(x, 0, dtype, _name="zeros_like")
 
 
 def ones_like(x, dtype=None):
     """Ones shaped like ``x``."""
-    return full_like(x, 1, dtype)
+    return full_like(x, 1, dtype, _name="ones_like")
 
 
 def arange(start, end=None, step=1, dtype=None):
     """Values from ``start`` (inclusive) to ``end`` (exclusive) by ``step``."""
     if end is None:
         start, end = 0, start
+    start, end, step = (_number(v, "arange", w) for v, w in
+                        ((start, "start"), (end, "end"), (step, "step")))
     if step == 0:
         raise ValueError(located("arange: step must not be 0"))
     if dtype is None:
         dtype = (dtypes.DEFAULT_FLOAT if any(isinstance(v, float) for v in (start, end, step))
                  else dtypes.DEFAULT_INT)
-    return arange_op(start=start, end=end, step=step, dtype=dtypes.as_dtype(dtype))
+    return arange_op(start=start, end=end, step=step, dtype=_dtype(dtype, "arange"))
 
 
 def eye(n: int, m: Optional[int] = None, dtype=None):
     """Identity matrix of shape (n, m)."""
-    return eye_op(n=int(n), m=int(n if m is None else m), dtype=_float_dtype(dtype))
+    n = _number(n, "eye", "n", integer=True)
+    m = n if m is None else _number(m, "eye", "m", integer=True)
+    return eye_op(n=n, m=m, dtype=_float_dtype(dtype, "eye"))
 
 
 def linspace(start, end, steps: int, dtype=None):
     """``steps`` evenly spaced values from ``start`` to ``end`` inclusive."""
+    start, end = _number(start, "linspace", "start"), _number(end, "linspace", "end")
+    steps = _number(steps, "linspace", "steps", integer=True)
     if steps < 0:
         raise ValueError(located(f"linspace: steps must be non-negative, found {steps}"))
     return linspace_op(start=float(start), end=float(end), steps=int(steps),
-                       dtype=_float_dtype(dtype))
+                       dtype=_float_dtype(dtype, "linspace"))
 
 
-def uniform(*size, seed=None, low: float = 0.0, high: float = 1.0, dtype=None):
+def uniform(*size, seed=None, low: float = 0.0, high: float = 1.0, dtype=None,
+            _name="uniform"):
     """Uniform samples in [low, high) drawn from ``seed``."""
+    low, high = _number(low, _name, "low"), _number(high, _name, "high")
     if not low <= high:
-        raise ValueError(located(f"uniform: expected low <= high, found low={low}, "
+        raise ValueError(located(f"{_name}: expected low <= high, found low={low}, "
                                  f"high={high}"))
-    return uniform_op(_seed_operand(seed, "uniform"), shape=_size(size, "uniform"),
-                      low=float(low), high=float(high), dtype=_float_dtype(dtype))
+    return uniform_op(_seed_operand(seed, _name), shape=_size(size, _name),
+                      low=float(low), high=float(high), dtype=_float_dtype(dtype, _name))
 
 
 def rand(*size, seed=None, dtype=None):
     """Uniform samples in [0, 1)."""
-    return uniform(*size, seed=seed, dtype=dtype)
+    return uniform(*size, seed=seed, dtype=dtype, _name="rand")
 
 
-def normal(*size, seed=None, mean: float = 0.0, std: float = 1.0, dtype=None):
+def normal(*size, seed=None, mean: float = 0.0, std: float = 1.0, dtype=None,
+           _name="normal"):
     """Normal samples N(mean, std**2) drawn from ``seed``."""
+    mean, std = _number(mean, _name, "mean"), _number(std, _name, "std")
     if not std >= 0:
-        raise ValueError(located(f"normal: std must be >= 0, found {std}"))
-    return normal_op(_seed_operand(seed, "normal"), shape=_size(size, "normal"),
-                     mean=float(mean), std=float(std), dtype=_float_dtype(dtype))
+        raise ValueError(located(f"{_name}: std must be >= 0, found {std}"))
+    return normal_op(_seed_operand(seed, _name), shape=_size(size, _name),
+                     mean=float(mean), std=float(std), dtype=_float_dtype(dtype, _name))
 
 
 def randn(*size, seed=None, dtype=None):
     """Standard normal samples."""
-    return normal(*size, seed=seed, dtype=dtype)
+    return normal(*size, seed=seed, dtype=dtype, _name="randn")
 
 
 def bernoulli(p, seed=None):
@@ -322,9 +365,10 @@ def randint(low, high=None, size=(), seed=None, dtype=None):
     """Integers uniformly drawn from [low, high)."""
     if high is None:
         low, high = 0, low
+    low, high = _number(low, "randint", "low", True), _number(high, "randint", "high", True)
     return randint_op(_seed_operand(seed, "randint"), shape=_size((size,) if isinstance(
         size, (int, str)) else size, "randint"), low=int(low), high=int(high),
-        dtype=dtypes.as_dtype(dtype) if dtype is not None else dtypes.DEFAULT_INT)
+        dtype=_dtype(dtype, "randint", dtypes.DEFAULT_INT))
 
 
 # -- device transfer ---------------------------------------------------------------------------
