@@ -56,8 +56,8 @@ class Value(TensorMethods):
     def size(self, dim=None):
         return self.type.shape if dim is None else self.type.shape[dim]
 
-    def __hash__(self):
-        return object.__hash__(self)
+    # identity hash, as a C slot: engine dicts and sets keyed by Values pay no Python call
+    __hash__ = object.__hash__
 
     def __bool__(self):
         raise GraphError(
