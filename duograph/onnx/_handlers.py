@@ -9,7 +9,6 @@ import math
 
 import numpy as np
 
-from ..graphlib import dtypes
 from ..graphlib import functional as F
 from ._import import Ctx, handler, np_dtype_of, refuse, static_shape
 
@@ -1028,19 +1027,24 @@ def _instance_norm(ctx):
     return cast(y * _channel(s, x.ndim) + _channel(b, x.ndim), x.dtype)
 
 
-@handler("LayerNormalization")
-def _layer_norm(ctx):
+def _norm_input(ctx):
+    """(x in its working dtype, the normalised axes, epsilon, x's dtype) for the
+    normalisations with ``axis``, ``epsilon`` and ``stash_type`` (float32 statistics for
+    float16 inputs)."""
     x = ctx.x(0)
     _float_only(ctx)
     axis = _axis(ctx.attr("axis", -1), x.ndim)
-    eps = ctx.attr("epsilon", 1e-5)
     stash = ctx.attr("stash_type", 1)
     dt = x.dtype
-    work = "float32" if stash == 1 and dt == "float16" else dt
     if stash != 1 and dt != "float64":
         refuse(f"stash_type {stash}")
-    xw = cast(x, work)
-    axes = tuple(range(axis, x.ndim))
+    work = "float32" if stash == 1 and dt == "float16" else dt
+    return cast(x, work), tuple(range(axis, x.ndim)), ctx.attr("epsilon", 1e-5), dt
+
+
+@handler("LayerNormalization")
+def _layer_norm(ctx):
+    xw, axes, eps, dt = _norm_input(ctx)
     m = F.mean(xw, axes, keepdim=True)
     d = xw - m
     v = F.mean(d * d, axes, keepdim=True)
@@ -1131,17 +1135,7 @@ def _swish(ctx):
 
 @handler("RMSNormalization")
 def _rms_norm(ctx):
-    x = ctx.x(0)
-    _float_only(ctx)
-    axis = _axis(ctx.attr("axis", -1), x.ndim)
-    eps = ctx.attr("epsilon", 1e-5)
-    stash = ctx.attr("stash_type", 1)
-    dt = x.dtype
-    work = "float32" if stash == 1 and dt == "float16" else dt
-    if stash != 1 and dt != "float64":
-        refuse(f"stash_type {stash}")
-    xw = cast(x, work)
-    axes = tuple(range(axis, x.ndim))
+    xw, axes, eps, dt = _norm_input(ctx)
     inv = F.rsqrt(F.mean(xw * xw, axes, keepdim=True) + eps)
     return cast(cast(xw * inv, dt) * ctx.x(1), dt)
 
