@@ -7,7 +7,8 @@ from .ops.conv import adaptive_avg_pool2d, avg_pool2d, conv2d, max_pool2d  # noq
 from .ops.creation import (arange, bernoulli, constant, eye, full, full_like, linspace,  # noqa
                            normal, ones, ones_like, rand, randint, randn, uniform, zeros,
                            zeros_like)
-from .ops.elementwise import (abs, add, cast, clamp, clip, cos, div, eq, erf, exp, ge,  # noqa
+from .ops.elementwise import (abs, add, bitwise_and, bitwise_not, bitwise_or,  # noqa
+                              bitwise_xor, cast, clamp, clip, cos, div, eq, erf, exp, ge,
                               gelu, gt, le, leaky_relu, log, logical_and, logical_not,
                               logical_or, lt, maximum, minimum, mul, ne, neg, pow, reciprocal,
                               relu, rsqrt, sigmoid, sign, sin, softplus, sqrt, square, sub,
@@ -45,7 +46,8 @@ concat = cat
 # what `from duograph.graphlib.functional import *` (and so `dg.*`) takes: the op functions
 __all__ = ["adaptive_avg_pool2d", "avg_pool2d", "conv2d", "max_pool2d", "arange", "bernoulli",
            "constant", "eye", "full", "full_like", "linspace", "normal", "ones", "ones_like",
-           "rand", "randint", "randn", "uniform", "zeros", "zeros_like", "abs", "add", "cast",
+           "rand", "randint", "randn", "uniform", "zeros", "zeros_like", "abs", "add",
+           "bitwise_and", "bitwise_not", "bitwise_or", "bitwise_xor", "cast",
            "clamp", "clip", "cos", "div", "eq", "erf", "exp", "ge", "gelu", "gt", "le",
            "leaky_relu", "log", "logical_and", "logical_not", "logical_or", "lt", "maximum",
            "minimum", "mul", "ne", "neg", "pow", "reciprocal", "relu", "rsqrt", "sigmoid", "sign",

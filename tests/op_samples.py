@@ -484,6 +484,17 @@ def _logic_samples():
     ]
 
 
+def _bitwise_samples():
+    return [
+        Sample("i32", (np.array([1, 2, 0x1337, -5], np.int32), np.array([3, 6, 0x1337, 9],
+                                                                          np.int32))),
+        Sample("i64_bcast", (np.array([[12], [-7]], np.int64), np.array([10, 3, -1], np.int64))),
+        Sample("mixed", (np.array([1, 255, 16], np.uint8), np.array([3, 6, 9], np.int32))),
+        Sample("bool", (bools(2, 3), bools(2, 3))),
+        Sample("scalar", (np.array([0x1337, 5, -3], np.int32), 0x1337)),
+    ]
+
+
 def _where_samples():
     return [
         Sample("f64", (bools(2, 3), rand(2, 3), rand(2, 3))),
@@ -521,6 +532,22 @@ def _elementwise_binary() -> List[OpInfo]:
         OpInfo("logical_or", dg.logical_or, _logic_samples(), np.logical_or,
                errors=_bcast_error(), binary=True,
                make_input=lambda rng, shape: np.asarray(rng.uniform(size=shape) < 0.5)),
+    ] + [
+        OpInfo(name, getattr(dg, name), _bitwise_samples(), getattr(np, name),
+               binary=True, errors=[
+                   ErrorCase("bcast", (ints(2, 3), ints(4)), {}, dg.ShapeError,
+                             "cannot be broadcast"),
+                   ErrorCase("float", (rand(2), rand(2)), {}, dg.DTypeError,
+                             "unsupported dtype float64")],
+               make_input=lambda rng, shape: np.asarray(rng.integers(-50, 50, size=shape)))
+        for name in ("bitwise_and", "bitwise_or", "bitwise_xor")
+    ] + [
+        OpInfo("bitwise_not", dg.bitwise_not, [
+            Sample("i32", (np.array([0, 1, -2, 0x1337], np.int32),)),
+            Sample("i64", (np.array([[5, -6], [7, 0]], np.int64),)),
+            Sample("u8", (np.array([0, 1, 254], np.uint8),)),
+            Sample("bool", (bools(2, 3),))], np.invert, errors=[
+            ErrorCase("float", (rand(2),), {}, dg.DTypeError, "bitwise_not")]),
         OpInfo("logical_not", dg.logical_not, [
             Sample("bool", (bools(2, 3),)),
             Sample("f64", (np.array([0.0, 1.0, -2.0]),)),

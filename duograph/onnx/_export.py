@@ -472,6 +472,25 @@ CONVERTERS["logical_and"] = _logic("And")
 CONVERTERS["logical_or"] = _logic("Or")
 
 
+def _bitwise(op_type: str, logical: str):
+    """Bools: ONNX's logical op; integers (in the result dtype): Bitwise* (opset 18)."""
+    def conv(ex, node, ins):
+        out = _out(node)
+        if out == "bool":
+            return [ex.op(logical, *ins)]
+        if ex.opset < 18:
+            _refuse(f"{node.op.name} on integers needs opset >= 18 ({op_type})")
+        args = [ex.cast(n, t.dtype, out) for n, t in zip(ins, node.inputs)]
+        return [ex.op(op_type, *args)]
+    return conv
+
+
+CONVERTERS["bitwise_and"] = _bitwise("BitwiseAnd", "And")
+CONVERTERS["bitwise_or"] = _bitwise("BitwiseOr", "Or")
+CONVERTERS["bitwise_xor"] = _bitwise("BitwiseXor", "Xor")
+CONVERTERS["bitwise_not"] = _bitwise("BitwiseNot", "Not")
+
+
 @converter("where")
 def _where(ex, node, ins):
     out = _out(node)

@@ -13,13 +13,11 @@ backend answers by building again with that input's fed value.
 """
 from __future__ import annotations
 
-import math
-from typing import Dict, List, Mapping, Optional, Sequence
+from typing import Dict, Mapping, Optional, Sequence
 
 import numpy as np
 
 from .. import eager
-from ..graphlib import dtypes
 from ..graphlib import functional as F
 from ..graphlib.ir import Graph, Value
 from ..graphlib.types import TensorType

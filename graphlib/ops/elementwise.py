@@ -249,6 +249,15 @@ logical_and_op = binary("logical_and", lambda xp, a, b: xp.logical_and(a, b), ou
                         expr="({0} && {1})")
 logical_or_op = binary("logical_or", lambda xp, a, b: xp.logical_or(a, b), out_dtype="bool",
                        expr="({0} || {1})")
+# Bitwise on integers, logical on bools (as PyTorch's &, |, ^, ~); floats are refused.
+bitwise_and_op = binary("bitwise_and", lambda xp, a, b: xp.bitwise_and(a, b),
+                        expr="({0} & {1})", allowed_kinds="bi")
+bitwise_or_op = binary("bitwise_or", lambda xp, a, b: xp.bitwise_or(a, b),
+                       expr="({0} | {1})", allowed_kinds="bi")
+bitwise_xor_op = binary("bitwise_xor", lambda xp, a, b: xp.bitwise_xor(a, b),
+                        expr="({0} ^ {1})", allowed_kinds="bi")
+bitwise_not_op = unary("bitwise_not", lambda xp, x: xp.invert(x), None, expr="(~{0})",
+                       allowed=("bool",) + dtypes.INT_DTYPES)
 
 
 def _where_infer(types, attrs):
@@ -375,6 +384,26 @@ def sign(x):
 def logical_not(x):
     """Elementwise not, as bool (nonzero counts as True)."""
     return logical_not_op(x)
+
+
+def bitwise_not(x):
+    """``~x``: bitwise not of an integer tensor, logical not of a bool tensor."""
+    return bitwise_not_op(x)
+
+
+def bitwise_and(a, b):
+    """``a & b``: bitwise and of integers, logical and of bools (floats are refused)."""
+    return bitwise_and_op(a, b)
+
+
+def bitwise_or(a, b):
+    """``a | b``: bitwise or of integers, logical or of bools (floats are refused)."""
+    return bitwise_or_op(a, b)
+
+
+def bitwise_xor(a, b):
+    """``a ^ b``: bitwise exclusive or of integers, logical xor of bools."""
+    return bitwise_xor_op(a, b)
 
 
 def _scalar_attr(v, name):
