@@ -115,6 +115,11 @@ class Executable:
         # the symbolic dims the feeds bind: a plan is made per tuple of their sizes
         self.symbols = tuple(sorted({s for v, _ in self.feeds for d in v.shape
                                      for s in dim_symbols(d)}))
+        # feeds of fully static types, checked by one loop of exact comparisons
+        self._static_feeds = None
+        if not self.symbols and len(self.feeds) == len(self.feed_names):
+            self._static_feeds = [(v.name, s, np.dtype(v.dtype), tuple(v.shape))
+                                  for v, s in self.feeds]
         # how a run executes: the interpreter's instruction list, or planned programs
         self.steps = Interpreted() if planner is None else Planned(planner)
 
@@ -196,6 +201,17 @@ class Executable:
 
     # -- running -------------------------------------------------------------------------------
     def _bind_feeds(self, feeds: dict, env: list) -> Dict[str, int]:
+        static = self._static_feeds
+        if static is not None and len(feeds) == len(static):
+            # the common case: every feed an array of the placeholder's exact static type
+            ndarray = self.xp.ndarray
+            for name, s, dt, shape in static:
+                arr = feeds.get(name)
+                if type(arr) is not ndarray or arr.dtype != dt or arr.shape != shape:
+                    break
+                env[s] = arr
+            else:
+                return {}
         extra = [k for k in feeds if k not in self.feed_names]
         if extra:
             raise FeedError(f"{self.graph.name}: unknown feed {', '.join(map(repr, extra))}; "
@@ -434,6 +450,8 @@ class Interpreted:
                     env[outs[0]] = res[0]
                 for s in frees:
                     env[s] = None
+        if not exe.update_slots and not exe._owned and not exe._bound:
+            return [env[s] for s in exe.output_slots]     # no state an output could alias
         # Every state buffer and every returned array is its own: none aliases another, a
         # feed, or a view, so a caller writing into an output never changes the state.
         # (Arrays are not hashable: they are told apart by identity.)
@@ -497,8 +515,9 @@ class Planned:
 
     def run(self, exe: "Executable", fed: list, bindings: Dict[str, int]) -> list:
         with self.lock:
-            prog = self.program(exe, bindings)
-            self.last_program = prog
+            prog = self.last_program
+            if prog is None or exe.symbols:       # without symbols there is one program
+                prog = self.last_program = self.program(exe, bindings)
             env = list(prog.env)
             for _, s in exe.feeds:
                 env[s] = fed[s]
@@ -506,25 +525,34 @@ class Planned:
                 env[s] = exe._state_array(v)
             with np.errstate(all="ignore"):
                 prog.run(exe, env)
-            outs = []
-            seen = set()
-            for s, copy in zip(exe.output_slots, prog.copy_outputs):
-                o = env[s]
-                if copy or id(o) in seen:     # arrays, told apart by identity
-                    o = o.copy()
-                seen.add(id(o))
-                outs.append(o)
-            # new state values: copy those that may view a state, feed or constant first, so
-            # a swap (a <- b, b <- a) reads the old values; then write each into its buffer
-            news = [(name, env[s] if in_arena else env[s].copy())
-                    for name, s, in_arena in prog.writebacks]
-            for name, new in news:
-                exe._state_target(name)[...] = new
-            for name in prog.inplace_names + [name for name, _ in news]:
-                bound = exe._bound.get(name)
-                if bound is not None:
-                    state_written(bound[1])
+            if len(exe.output_slots) == 1:
+                o = env[exe.output_slots[0]]
+                outs = [o.copy() if prog.copy_outputs[0] else o]
+            else:
+                outs = []
+                seen = set()
+                for s, copy in zip(exe.output_slots, prog.copy_outputs):
+                    o = env[s]
+                    if copy or id(o) in seen:     # arrays, told apart by identity
+                        o = o.copy()
+                    seen.add(id(o))
+                    outs.append(o)
+            if prog.writebacks or prog.inplace_names:
+                self._write_back(exe, prog, env)
         return outs
+
+    @staticmethod
+    def _write_back(exe: "Executable", prog: Program, env: list) -> None:
+        # new state values: copy those that may view a state, feed or constant first, so
+        # a swap (a <- b, b <- a) reads the old values; then write each into its buffer
+        news = [(name, env[s] if in_arena else env[s].copy())
+                for name, s, in_arena in prog.writebacks]
+        for name, new in news:
+            exe._state_target(name)[...] = new
+        for name in prog.inplace_names + [name for name, _ in news]:
+            bound = exe._bound.get(name)
+            if bound is not None:
+                state_written(bound[1])
 
 
 def compile_graph(graph: Graph, outputs=None, backend="numpy", device=None,

@@ -87,3 +87,13 @@ def test_before_after_runs_both_checkouts_alternately():
     for old, new, ratio in rows.values():
         assert float(old) > 0 and float(new) > 0
         assert abs(float(ratio) - float(new) / float(old)) < 1e-3 * float(ratio) + 1e-3
+
+
+def test_executable_overhead_benchmark_runs(tmp_path):
+    out = tmp_path / "exe.json"
+    proc = run_benchmark("executable_overhead.py", "--ops", "10", "--repeat", "1",
+                         "--json", str(out))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    r = json.loads(out.read_text())
+    assert r["ops"] == 10 and all(r[k] > 0 for k in ("chain_O0", "call_O0", "call_O2"))
+    assert "overhead per kernel" in proc.stdout
