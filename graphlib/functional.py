@@ -7,7 +7,8 @@ from .ops.conv import adaptive_avg_pool2d, avg_pool2d, conv2d, max_pool2d  # noq
 from .ops.creation import (arange, bernoulli, constant, eye, full, full_like, linspace,  # noqa
                            normal, ones, ones_like, rand, randint, randn, uniform, zeros,
                            zeros_like)
-from .ops.elementwise import (abs, add, cast, clamp, clip, cos, div, eq, erf, exp, ge,  # noqa
+from .ops.elementwise import (bitwise_and, bitwise_not, bitwise_or, bitwise_xor,  # noqa
+                              abs, add, cast, clamp, clip, cos, div, eq, erf, exp, ge,  # noqa
                               gelu, gt, le, leaky_relu, log, logical_and, logical_not,
                               logical_or, lt, maximum, minimum, mul, ne, neg, pow, reciprocal,
                               relu, rsqrt, sigmoid, sign, sin, softplus, sqrt, square, sub,
@@ -55,5 +56,6 @@ __all__ = ["adaptive_avg_pool2d", "avg_pool2d", "conv2d", "max_pool2d", "arange"
            "prod", "std", "sum", "var", "broadcast_to", "cat", "chunk", "concatenate", "expand",
            "flatten", "gather", "getitem", "index_add", "index_select", "pad", "permute",
            "reshape", "scatter_add", "split", "squeeze", "stack", "sum_to", "transpose",
-           "unsqueeze", "MaxMin", "max", "min", "concat", "subtract", "multiply", "divide",
+           "unsqueeze", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "MaxMin",
+           "max", "min", "concat", "subtract", "multiply", "divide",
            "true_divide", "negative", "absolute"]

@@ -77,20 +77,27 @@ class TensorMethods:
     def __ge__(self, other):
         return F.ge(self, other)
 
+    # bitwise on integers, logical on bool, refused on floats (as in PyTorch)
     def __and__(self, other):
-        return F.logical_and(self, other)
+        return F.bitwise_and(self, other)
 
     def __rand__(self, other):
-        return F.logical_and(other, self)
+        return F.bitwise_and(other, self)
 
     def __or__(self, other):
-        return F.logical_or(self, other)
+        return F.bitwise_or(self, other)
 
     def __ror__(self, other):
-        return F.logical_or(other, self)
+        return F.bitwise_or(other, self)
+
+    def __xor__(self, other):
+        return F.bitwise_xor(self, other)
+
+    def __rxor__(self, other):
+        return F.bitwise_xor(other, self)
 
     def __invert__(self):
-        return F.logical_not(self)
+        return F.bitwise_not(self)
 
     __hash__ = object.__hash__
 
@@ -282,6 +289,24 @@ class TensorMethods:
 
     def logical_not(self):
         return F.logical_not(self)
+
+    def logical_and(self, other):
+        return F.logical_and(self, other)
+
+    def logical_or(self, other):
+        return F.logical_or(self, other)
+
+    def bitwise_and(self, other):
+        return F.bitwise_and(self, other)
+
+    def bitwise_or(self, other):
+        return F.bitwise_or(self, other)
+
+    def bitwise_xor(self, other):
+        return F.bitwise_xor(self, other)
+
+    def bitwise_not(self):
+        return F.bitwise_not(self)
 
     def cast(self, dtype):
         return F.cast(self, dtype)

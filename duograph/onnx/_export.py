@@ -472,6 +472,22 @@ CONVERTERS["logical_and"] = _logic("And")
 CONVERTERS["logical_or"] = _logic("Or")
 
 
+def _bitwise(op_type: str):
+    def conv(ex, node, ins):
+        if ex.opset < 18:
+            _refuse(f"{op_type} needs opset >= 18")
+        out = _out(node)
+        args = [ex.cast(n, t.dtype, out) for n, t in zip(ins, node.inputs)]
+        return [ex.op(op_type, *args)]
+    return conv
+
+
+CONVERTERS["bitwise_and"] = _bitwise("BitwiseAnd")
+CONVERTERS["bitwise_or"] = _bitwise("BitwiseOr")
+CONVERTERS["bitwise_xor"] = _bitwise("BitwiseXor")
+CONVERTERS["bitwise_not"] = _bitwise("BitwiseNot")
+
+
 @converter("where")
 def _where(ex, node, ins):
     out = _out(node)

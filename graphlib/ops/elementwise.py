@@ -469,3 +469,96 @@ def logical_or(a, b):
 def where(condition, a, b):
     """``a`` where ``condition`` holds, else ``b`` (broadcast together)."""
     return where_op(condition, a, b)
+
+
+# -- bitwise (integers and bool, as PyTorch: logical on bool, refused on floats) ---------------
+def _bitwise_check(name, types):
+    for t in types:
+        if dtypes.kind(t.dtype) == "f":
+            raise DTypeError(f"{name}: expected integer or bool tensors, found {t.dtype} (as "
+                             "in PyTorch, bitwise ops are not defined for floating point; "
+                             "compare first, e.g. (x > 0) & (x < 1))")
+
+
+def _bitwise_binary_infer(name):
+    def infer(types, attrs):
+        _bitwise_check(name, types)
+        a, b = types
+        shape = broadcast_shapes(a.shape, b.shape, op=name)
+        return [TensorType(shape, dtypes.result_dtype(a.dtype, b.dtype))]
+    return infer
+
+
+def _bitwise_kernel(ufunc):
+    def kernel(xp, a, b):
+        if a.dtype != b.dtype:
+            dt = dtypes.result_dtype(a.dtype.name, b.dtype.name)
+            a, b = a.astype(dt, copy=False), b.astype(dt, copy=False)
+        return getattr(xp, ufunc)(a, b)
+    return kernel
+
+
+bitwise_and_op = register(OpDef("bitwise_and", _bitwise_binary_infer("bitwise_and"),
+                                _bitwise_kernel("bitwise_and"), expr="({0} & {1})",
+                                elementwise=True, promote=True))
+bitwise_or_op = register(OpDef("bitwise_or", _bitwise_binary_infer("bitwise_or"),
+                               _bitwise_kernel("bitwise_or"), expr="({0} | {1})",
+                               elementwise=True, promote=True))
+bitwise_xor_op = register(OpDef("bitwise_xor", _bitwise_binary_infer("bitwise_xor"),
+                                _bitwise_kernel("bitwise_xor"), expr="({0} ^ {1})",
+                                elementwise=True, promote=True))
+
+
+def _bitwise_not_infer(types, attrs):
+    (t,) = types
+    _bitwise_check("bitwise_not", types)
+    if t.dtype == "bool":   # the public function sends bool to logical_not
+        raise DTypeError("bitwise_not: expected an integer tensor, found bool (use "
+                         "logical_not)")
+    return [t]
+
+
+# integers only: C's and Python's ``~`` are bitwise there (on a bool they are not)
+bitwise_not_op = register(OpDef("bitwise_not", _bitwise_not_infer,
+                                lambda xp, x: xp.invert(x), expr="(~{0})", elementwise=True))
+
+
+def _is_bool(x) -> bool:
+    if isinstance(x, bool):
+        return True
+    if isinstance(x, (int, float)):
+        return False
+    dt = getattr(x, "dtype", None)
+    if dt is None:
+        return False
+    return (dt if isinstance(dt, str) else dtypes.as_dtype(dt)) == "bool"
+
+
+def bitwise_and(a, b):
+    """Bitwise and of integer tensors, as ``a & b`` (two bools: logical and); floats raise."""
+    if _is_bool(a) and _is_bool(b):     # the same op masks always used (fusion, export)
+        return logical_and_op(a, b)
+    return bitwise_and_op(a, b)
+
+
+def bitwise_or(a, b):
+    """Bitwise or of integer tensors, as ``a | b`` (two bools: logical or); floats raise."""
+    if _is_bool(a) and _is_bool(b):
+        return logical_or_op(a, b)
+    return bitwise_or_op(a, b)
+
+
+def bitwise_xor(a, b):
+    """Bitwise exclusive or of integer tensors, as ``a ^ b`` (two bools: ``a != b``);
+    floats raise."""
+    if _is_bool(a) and _is_bool(b):
+        return ne_op(a, b)
+    return bitwise_xor_op(a, b)
+
+
+def bitwise_not(x):
+    """Bitwise not of an integer tensor (``~x``: ``-x - 1``); on bool, logical not; floats
+    raise."""
+    if _is_bool(x):
+        return logical_not_op(x)
+    return bitwise_not_op(x)
