@@ -181,7 +181,7 @@ def test_layernorm_and_multihead_attention(tmp_path):
         def __init__(self):
             super().__init__()
             self.ln = nn.LayerNorm(16)
-            self.attn = nn.MultiheadAttention(16, 4)
+            self.attn = nn.MultiheadAttention(16, 4, batch_first=True)
 
         def forward(self, x):
             h = self.ln(x)

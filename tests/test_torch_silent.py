@@ -108,3 +108,26 @@ def test_bitwise_on_floats_raises_as_torch(fn, torch_fn):
         fn(dg.placeholder("x", shape=(2,)))
     with pytest.raises((TypeError, RuntimeError)):   # torch raises too
         (torch_fn or fn)(torch.from_numpy(x))
+
+
+# -- nn.MultiheadAttention takes (L, N, E) by default -------------------------------------------
+def test_multihead_attention_defaults_to_sequence_first_as_torch():
+    from duograph import nn
+    dg.manual_seed(0)
+    ours = nn.MultiheadAttention(8, 2).double()
+    theirs = torch.nn.MultiheadAttention(8, 2).double()
+    assert ours.batch_first is False and theirs.batch_first is False
+    rng = np.random.default_rng(0)
+    with dg.no_grad():
+        ours.in_proj_bias.copy_(dg.tensor(rng.standard_normal(24) * 0.1))
+        ours.out_proj.bias.copy_(dg.tensor(rng.standard_normal(8) * 0.1))
+    theirs.load_state_dict({k: torch.from_numpy(v.detach().numpy().copy())
+                            for k, v in ours.state_dict().items()})
+    q, k = rng.standard_normal((5, 3, 8)), rng.standard_normal((4, 3, 8))   # (L, N, E)
+    out, w = ours(dg.tensor(q), dg.tensor(k), dg.tensor(k))
+    tout, tw = theirs(torch.from_numpy(q), torch.from_numpy(k), torch.from_numpy(k))
+    assert tuple(out.shape) == (5, 3, 8) and tuple(w.shape) == (3, 5, 4)
+    np.testing.assert_allclose(out.detach().numpy(), tout.detach().numpy(), rtol=1e-10,
+                               atol=1e-12)
+    np.testing.assert_allclose(w.detach().numpy(), tw.detach().numpy(), rtol=1e-10,
+                               atol=1e-12)
