@@ -484,17 +484,6 @@ def _logic_samples():
     ]
 
 
-def _bitwise_samples():
-    return [
-        Sample("i32", (np.array([1, 2, 0x1337, -5], np.int32), np.array([3, 6, 0x1337, 9],
-                                                                          np.int32))),
-        Sample("i64_bcast", (np.array([[12], [-7]], np.int64), np.array([10, 3, -1], np.int64))),
-        Sample("mixed", (np.array([1, 255, 16], np.uint8), np.array([3, 6, 9], np.int32))),
-        Sample("bool", (bools(2, 3), bools(2, 3))),
-        Sample("scalar", (np.array([0x1337, 5, -3], np.int32), 0x1337)),
-    ]
-
-
 def _where_samples():
     return [
         Sample("f64", (bools(2, 3), rand(2, 3), rand(2, 3))),
@@ -503,6 +492,34 @@ def _where_samples():
         Sample("f32_f64", (bools(3,), rand(3, dtype=F32), rand(3))),
         Sample("i64", (bools(3,), ints(3,), ints(3,))),
     ]
+
+
+def _bitwise_samples():
+    return [
+        Sample("i32_scalar", (ints(2, 3, low=-9000, high=9000, dtype=I32), 0x1337)),
+        Sample("i64_bcast", (ints(2, 1, low=-50, high=50), ints(3, low=-50, high=50))),
+        Sample("u8_i32", (ints(3, low=0, high=255, dtype=U8), ints(3, low=-99, high=99,
+                                                                     dtype=I32))),
+        Sample("i32_i64", (ints(3, low=-7, high=7, dtype=I32), ints(3, low=-7, high=7))),
+        Sample("bool", (bools(2, 3), bools(2, 3))),
+        Sample("bool_int_scalar", (bools(3,), 1), dtype=I64),
+        Sample("bool_i32", (bools(3,), ints(3, dtype=I32))),
+        Sample("i64_0d", (ints(low=-9, high=9), ints(2, low=-9, high=9))),
+    ]
+
+
+def _bitwise_errors():
+    return [
+        ErrorCase("bcast", (ints(2, 3), ints(4)), {}, dg.ShapeError, "cannot be broadcast"),
+        ErrorCase("float", (rand(2), ints(2)), {}, dg.DTypeError, "unsupported dtype float64"),
+        ErrorCase("float_scalar", (ints(2), 1.5), {}, dg.DTypeError,
+                  "unsupported dtype float32")]
+
+
+def _bitwise(name):
+    return OpInfo(name, getattr(dg, name), _bitwise_samples(), getattr(np, name),
+                  errors=_bitwise_errors(), binary=True,
+                  make_input=lambda rng, shape: rng.integers(-99, 99, size=shape))
 
 
 def _elementwise_binary() -> List[OpInfo]:
@@ -533,21 +550,6 @@ def _elementwise_binary() -> List[OpInfo]:
                errors=_bcast_error(), binary=True,
                make_input=lambda rng, shape: np.asarray(rng.uniform(size=shape) < 0.5)),
     ] + [
-        OpInfo(name, getattr(dg, name), _bitwise_samples(), getattr(np, name),
-               binary=True, errors=[
-                   ErrorCase("bcast", (ints(2, 3), ints(4)), {}, dg.ShapeError,
-                             "cannot be broadcast"),
-                   ErrorCase("float", (rand(2), rand(2)), {}, dg.DTypeError,
-                             "unsupported dtype float64")],
-               make_input=lambda rng, shape: np.asarray(rng.integers(-50, 50, size=shape)))
-        for name in ("bitwise_and", "bitwise_or", "bitwise_xor")
-    ] + [
-        OpInfo("bitwise_not", dg.bitwise_not, [
-            Sample("i32", (np.array([0, 1, -2, 0x1337], np.int32),)),
-            Sample("i64", (np.array([[5, -6], [7, 0]], np.int64),)),
-            Sample("u8", (np.array([0, 1, 254], np.uint8),)),
-            Sample("bool", (bools(2, 3),))], np.invert, errors=[
-            ErrorCase("float", (rand(2),), {}, dg.DTypeError, "bitwise_not")]),
         OpInfo("logical_not", dg.logical_not, [
             Sample("bool", (bools(2, 3),)),
             Sample("f64", (np.array([0.0, 1.0, -2.0]),)),
@@ -558,6 +560,13 @@ def _elementwise_binary() -> List[OpInfo]:
                       "bool condition"),
             ErrorCase("bcast", (bools(2, 3), rand(4), rand(2, 3)), {}, dg.ShapeError,
                       "cannot be broadcast")]),
+    ] + [_bitwise(name) for name in ("bitwise_and", "bitwise_or", "bitwise_xor")] + [
+        OpInfo("bitwise_not", dg.bitwise_not, [
+            Sample("i32", (ints(2, 3, low=-9000, high=9000, dtype=I32),)),
+            Sample("i64_0d", (ints(low=-9, high=9),)),
+            Sample("u8", (ints(4, low=0, high=255, dtype=U8),)),
+            Sample("bool", (bools(2, 3),))], np.invert, errors=[
+                ErrorCase("float", (rand(2),), {}, dg.DTypeError, "bitwise_not")]),
     ] + ([
         OpInfo("stop_gradient", F.stop_gradient, [   # differentiable, but its gradient is 0
             Sample("f64", (rand(2, 3),)), Sample("i64_0d", (ints(),))], lambda x: x),

@@ -106,9 +106,12 @@ CASES = {
                        lambda: torch.nn.Sequential(torch.nn.Linear(4, 5), torch.nn.Tanh(),
                                                    torch.nn.Linear(5, 2)), [((3, 4), "f")],
                        True),
-    "mha_self": (lambda: nn.MultiheadAttention(4, 2),
-                 lambda: torch.nn.MultiheadAttention(4, 2, batch_first=True),
+    "mha_self": (lambda: nn.MultiheadAttention(4, 2),      # both default to (L, N, E)
+                 lambda: torch.nn.MultiheadAttention(4, 2),
                  [((2, 3, 4), "f")], True),
+    "mha_self_batch_first": (lambda: nn.MultiheadAttention(4, 2, batch_first=True),
+                             lambda: torch.nn.MultiheadAttention(4, 2, batch_first=True),
+                             [((2, 3, 4), "f")], True),
 }
 CONV_CASES = {
     "conv2d": (lambda: nn.Conv2d(2, 3, 3), lambda: torch.nn.Conv2d(2, 3, 3),
@@ -412,7 +415,7 @@ def test_embedding_index_out_of_range(bad):
 # -- MultiheadAttention ------------------------------------------------------------------------
 def _mha_pair(e=8, h=2, seed=0, bias=True):
     dg.manual_seed(seed)
-    ours = nn.MultiheadAttention(e, h, bias=bias)
+    ours = nn.MultiheadAttention(e, h, bias=bias, batch_first=True)
     theirs = torch.nn.MultiheadAttention(e, h, batch_first=True, bias=bias)
     if bias:
         rng = np.random.default_rng(seed)

@@ -84,6 +84,8 @@ TORCH: Dict[str, Callable] = {
     "eq": torch.eq, "ne": torch.ne, "lt": torch.lt, "le": torch.le, "gt": torch.gt,
     "ge": torch.ge, "logical_and": torch.logical_and, "logical_or": torch.logical_or,
     "logical_not": torch.logical_not, "where": torch.where,
+    "bitwise_and": torch.bitwise_and, "bitwise_or": torch.bitwise_or,
+    "bitwise_xor": torch.bitwise_xor, "bitwise_not": torch.bitwise_not,
     "cast": lambda x, dtype: x.to(TORCH_DTYPES[dg.dtypes.as_dtype(dtype)]),
     "sum": _sum, "mean": _reduce(torch.mean), "amax": _reduce(torch.amax),
     "amin": _reduce(torch.amin), "prod": _prod, "var": _var(torch.var), "std": _var(torch.std),

@@ -491,11 +491,12 @@ class MultiheadAttention(Module):
     boolean ``attn_mask`` (L, S) or (batch * num_heads, L, S), and a boolean
     ``key_padding_mask`` (batch, S), are True where attention is NOT allowed; float masks are
     added to the scores. Unlike PyTorch, ``is_causal=True`` alone (no ``attn_mask``) builds
-    the causal mask, and ``batch_first`` defaults to True: inputs are (batch, seq, embed).
+    the causal mask. As in PyTorch, ``batch_first`` defaults to False: inputs are
+    (seq, batch, embed); pass ``batch_first=True`` for (batch, seq, embed).
     """
 
     def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0,
-                 bias: bool = True, batch_first: bool = True):
+                 bias: bool = True, batch_first: bool = False):
         super().__init__()
         if embed_dim % num_heads:
             raise ValueError(f"MultiheadAttention: embed_dim ({embed_dim}) must be divisible "
@@ -587,14 +588,15 @@ class MultiheadAttention(Module):
 
 
 class TransformerBlock(Module):
-    """Pre-norm transformer encoder block: x + attn(ln(x)); x + mlp(ln(x))."""
+    """Pre-norm transformer encoder block: x + attn(ln(x)); x + mlp(ln(x)), over
+    (batch, seq, embed) inputs."""
 
     def __init__(self, embed_dim: int, num_heads: int, mlp_ratio: float = 4.0,
                  dropout: float = 0.0):
         super().__init__()
         hidden = int(embed_dim * mlp_ratio)
         self.ln1 = LayerNorm(embed_dim)
-        self.attn = MultiheadAttention(embed_dim, num_heads, dropout)
+        self.attn = MultiheadAttention(embed_dim, num_heads, dropout, batch_first=True)
         self.ln2 = LayerNorm(embed_dim)
         self.mlp = Sequential(Linear(embed_dim, hidden), GELU(), Linear(hidden, embed_dim),
                               Dropout(dropout))

@@ -1,0 +1,133 @@
+"""Regression tests for differences from PyTorch that used to give silently wrong answers
+(issue 10, section 1). PyTorch is the oracle; each check runs eagerly, in graph mode and
+compiled (O0/O1/O2) where the op can be built there."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import duograph as dg
+
+torch = pytest.importorskip("torch")
+
+PIPELINES = ("O0", "O1", "O2")
+
+
+def _np(x):
+    return x.detach().numpy() if hasattr(x, "detach") else np.asarray(x.numpy())
+
+
+def all_modes(fn, *arrays):
+    """``fn`` applied to ``arrays`` eagerly, in graph mode under each pipeline and through
+    ``dg.compile`` under each pipeline: a list of (mode, numpy result)."""
+    out = [("eager", fn(*[dg.tensor(a) for a in arrays]).numpy())]
+    for passes in PIPELINES:
+        g = dg.Graph("t")
+        with g:
+            xs = [dg.placeholder(f"x{i}", shape=a.shape, dtype=a.dtype.name)
+                  for i, a in enumerate(arrays)]
+            y = fn(*xs)
+        got = g.compile(outputs=[y], passes=passes)(
+            **{f"x{i}": a for i, a in enumerate(arrays)})[0]
+        out.append((f"graph-{passes}", np.asarray(got)))
+        compiled = dg.compile(fn, passes=passes)
+        for _ in range(2):           # the recording call and a replay
+            res = compiled(*[dg.tensor(a) for a in arrays])
+        out.append((f"compile-{passes}", res.numpy()))
+    return out
+
+
+def assert_all_modes(fn, torch_fn, *arrays, rtol=0.0, atol=0.0):
+    want = _np(torch_fn(*[torch.from_numpy(np.array(a)) for a in arrays]))
+    for mode, got in all_modes(fn, *arrays):
+        assert got.dtype == want.dtype, (mode, got.dtype, want.dtype)
+        np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, err_msg=mode)
+
+
+# -- bitwise operators -------------------------------------------------------------------------
+INTS = np.array([[0, 1, -2, 0x1337], [-9000, 255, 77, -1]], np.int32)
+OTHER = np.array([3, -1, 0x0F0F, 12], np.int64)
+MASK_A = np.array([True, False, True, False])
+MASK_B = np.array([True, True, False, False])
+
+
+@pytest.mark.parametrize("name, fn", [
+    ("and_scalar", lambda a: a & 0x1337), ("or_scalar", lambda a: a | 0x1337),
+    ("xor_scalar", lambda a: a ^ 0x1337), ("rand_scalar", lambda a: 0x1337 & a),
+    ("ror_scalar", lambda a: 6 | a), ("rxor_scalar", lambda a: 6 ^ a),
+    ("invert", lambda a: ~a), ("chain", lambda a: ~(a & 0xFF) ^ (a | 3))])
+def test_bitwise_operators_on_integers_match_torch(name, fn):
+    assert_all_modes(fn, fn, INTS)
+
+
+@pytest.mark.parametrize("name, fn", [
+    ("and", lambda a, b: a & b), ("or", lambda a, b: a | b), ("xor", lambda a, b: a ^ b)])
+def test_bitwise_operators_promote_mixed_integers_as_torch(name, fn):
+    assert_all_modes(fn, fn, INTS, OTHER)
+
+
+@pytest.mark.parametrize("name, fn", [
+    ("and", lambda a, b: a & b), ("or", lambda a, b: a | b), ("xor", lambda a, b: a ^ b),
+    ("not", lambda a, b: ~a), ("mixed", lambda a, b: ~(a & b) | (a ^ True))])
+def test_bitwise_operators_on_bool_are_logical(name, fn):
+    assert_all_modes(fn, fn, MASK_A, MASK_B)
+
+
+def test_bool_with_int_scalar_gives_int64_as_torch():
+    assert_all_modes(lambda m: m & 1, lambda m: m & 1, MASK_A)
+    assert_all_modes(lambda m, a: m | a, lambda m, a: m | a, MASK_A, OTHER)
+
+
+@pytest.mark.parametrize("name", ["bitwise_and", "bitwise_or", "bitwise_xor"])
+def test_bitwise_functions_match_torch(name):
+    fn, tfn = getattr(dg, name), getattr(torch, name)
+    assert_all_modes(fn, tfn, INTS, OTHER)
+    assert_all_modes(fn, tfn, MASK_A, MASK_B)
+    x = dg.tensor(INTS)
+    assert np.array_equal(getattr(x, name)(OTHER).numpy(),
+                          tfn(torch.from_numpy(INTS), torch.from_numpy(OTHER)).numpy())
+
+
+def test_bitwise_not_function_and_method_match_torch():
+    assert_all_modes(dg.bitwise_not, torch.bitwise_not, INTS)
+    assert_all_modes(dg.bitwise_not, torch.bitwise_not, MASK_A)
+    assert np.array_equal(dg.tensor(INTS).bitwise_not().numpy(), ~INTS)
+
+
+@pytest.mark.parametrize("fn, torch_fn", [
+    (lambda a: a & 1, None), (lambda a: a | a, None), (lambda a: a ^ 2, None),
+    (lambda a: ~a, None),
+    (lambda a: dg.bitwise_and(a, 1.5), lambda a: torch.bitwise_and(a, 1.5))],
+    ids=["and", "or", "xor", "invert", "float_scalar"])
+def test_bitwise_on_floats_raises_as_torch(fn, torch_fn):
+    x = np.array([1.0, 2.0], np.float32)
+    with pytest.raises(TypeError, match="bitwise"):
+        fn(dg.tensor(x))
+    g = dg.Graph("t")
+    with g, pytest.raises(TypeError, match="bitwise"):
+        fn(dg.placeholder("x", shape=(2,)))
+    with pytest.raises((TypeError, RuntimeError)):   # torch raises too
+        (torch_fn or fn)(torch.from_numpy(x))
+
+
+# -- nn.MultiheadAttention takes (L, N, E) by default -------------------------------------------
+def test_multihead_attention_defaults_to_sequence_first_as_torch():
+    from duograph import nn
+    dg.manual_seed(0)
+    ours = nn.MultiheadAttention(8, 2).double()
+    theirs = torch.nn.MultiheadAttention(8, 2).double()
+    assert ours.batch_first is False and theirs.batch_first is False
+    rng = np.random.default_rng(0)
+    with dg.no_grad():
+        ours.in_proj_bias.copy_(dg.tensor(rng.standard_normal(24) * 0.1))
+        ours.out_proj.bias.copy_(dg.tensor(rng.standard_normal(8) * 0.1))
+    theirs.load_state_dict({k: torch.from_numpy(v.detach().numpy().copy())
+                            for k, v in ours.state_dict().items()})
+    q, k = rng.standard_normal((5, 3, 8)), rng.standard_normal((4, 3, 8))   # (L, N, E)
+    out, w = ours(dg.tensor(q), dg.tensor(k), dg.tensor(k))
+    tout, tw = theirs(torch.from_numpy(q), torch.from_numpy(k), torch.from_numpy(k))
+    assert tuple(out.shape) == (5, 3, 8) and tuple(w.shape) == (3, 5, 4)
+    np.testing.assert_allclose(out.detach().numpy(), tout.detach().numpy(), rtol=1e-10,
+                               atol=1e-12)
+    np.testing.assert_allclose(w.detach().numpy(), tw.detach().numpy(), rtol=1e-10,
+                               atol=1e-12)
