@@ -13,6 +13,10 @@ from .ops.elementwise import (abs, add, bitwise_and, bitwise_not, bitwise_or,  #
                               logical_or, lt, maximum, minimum, mul, ne, neg, pow, reciprocal,
                               relu, rsqrt, sigmoid, sign, sin, softplus, sqrt, square, sub,
                               tanh, where)
+from .ops.elementwise import (acos, acosh, arccos, arccosh, arcsin, arcsinh,  # noqa: F401
+                              arctan, arctanh, asin, asinh, atan, atanh, ceil, cosh, exp2,
+                              expm1, fix, floor, frac, isfinite, isinf, isnan, log10, log1p,
+                              log2, sinh, tan, trunc)
 from .ops.linalg import matmul, mm  # noqa: F401
 from .ops.nn import (batch_norm_train, log_softmax, one_hot, softmax,  # noqa: F401
                      softmax_cross_entropy, stop_gradient)
@@ -58,4 +62,7 @@ __all__ = ["adaptive_avg_pool2d", "avg_pool2d", "conv2d", "max_pool2d", "arange"
            "flatten", "gather", "getitem", "index_add", "index_select", "pad", "permute",
            "reshape", "scatter_add", "split", "squeeze", "stack", "sum_to", "transpose",
            "unsqueeze", "MaxMin", "max", "min", "concat", "subtract", "multiply", "divide",
-           "true_divide", "negative", "absolute"]
+           "true_divide", "negative", "absolute",
+           "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "log1p",
+           "expm1", "log2", "log10", "exp2", "floor", "ceil", "trunc", "fix", "frac", "isnan",
+           "isinf", "isfinite", "arcsin", "arccos", "arctan", "arcsinh", "arccosh", "arctanh"]

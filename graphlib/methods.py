@@ -99,6 +99,73 @@ class TensorMethods:
     def __invert__(self):
         return F.bitwise_not(self)
 
+    def tan(self):
+        return F.tan(self)
+
+    def asin(self):
+        return F.asin(self)
+
+    def acos(self):
+        return F.acos(self)
+
+    def atan(self):
+        return F.atan(self)
+
+    def sinh(self):
+        return F.sinh(self)
+
+    def cosh(self):
+        return F.cosh(self)
+
+    def asinh(self):
+        return F.asinh(self)
+
+    def acosh(self):
+        return F.acosh(self)
+
+    def atanh(self):
+        return F.atanh(self)
+
+    def log1p(self):
+        return F.log1p(self)
+
+    def expm1(self):
+        return F.expm1(self)
+
+    def log2(self):
+        return F.log2(self)
+
+    def log10(self):
+        return F.log10(self)
+
+    def exp2(self):
+        return F.exp2(self)
+
+    def floor(self):
+        return F.floor(self)
+
+    def ceil(self):
+        return F.ceil(self)
+
+    def trunc(self):
+        return F.trunc(self)
+
+    def frac(self):
+        return F.frac(self)
+
+    def isnan(self):
+        return F.isnan(self)
+
+    def isinf(self):
+        return F.isinf(self)
+
+    def isfinite(self):
+        return F.isfinite(self)
+
+    arcsin, arccos, arctan = asin, acos, atan
+    arcsinh, arccosh, arctanh = asinh, acosh, atanh
+    fix = trunc
+
     def bitwise_and(self, other):
         return F.bitwise_and(self, other)
 

@@ -267,6 +267,15 @@ def _unary_float_samples(make=rand):
             Sample("i64_to_f32", (ints(2, 2, low=1, high=4),), dtype=F32)]
 
 
+def _math_samples(lo, hi, ilo, ihi):
+    """float64 (and 0-d), float32 in [lo, hi]; integers in [ilo, ihi) give float32."""
+    def make(*shape, dtype=F64):
+        return rand(*shape, low=lo, high=hi, dtype=dtype)
+    return [Sample("f64", (make(2, 3),)), Sample("f64_0d", (make(),)),
+            Sample("f32", (make(4, dtype=F32),)),
+            Sample("i64_to_f32", (ints(2, 2, low=ilo, high=ihi),), dtype=F32)]
+
+
 def _wide(*shape, **kw):
     return rand(*shape, low=-3.0, high=3.0, **kw)
 
@@ -361,6 +370,39 @@ def _elementwise_unary() -> List[OpInfo]:
             Sample("f32", (rand(4, dtype=F32, low=-3, high=3),))],
             _softplus_ref, differentiable=True),
         OpInfo("erf", dg.erf, _unary_float_samples(), special.erf, differentiable=True),
+    ] + [
+        OpInfo(name, getattr(dg, name), _math_samples(lo, hi, ilo, ihi), ref,
+               differentiable=True)
+        for name, ref, lo, hi, ilo, ihi in (
+            ("tan", np.tan, -1.2, 1.2, -1, 2), ("asin", np.arcsin, -0.9, 0.9, 0, 1),
+            ("acos", np.arccos, -0.9, 0.9, 0, 1), ("atan", np.arctan, -3.0, 3.0, -3, 4),
+            ("sinh", np.sinh, -2.0, 2.0, -2, 3), ("cosh", np.cosh, -2.0, 2.0, -2, 3),
+            ("asinh", np.arcsinh, -3.0, 3.0, -3, 4), ("acosh", np.arccosh, 1.2, 3.0, 1, 4),
+            ("atanh", np.arctanh, -0.9, 0.9, 0, 1), ("log1p", np.log1p, -0.5, 2.0, 0, 4),
+            ("expm1", np.expm1, -2.0, 2.0, -2, 3), ("log2", np.log2, 0.5, 4.0, 1, 9),
+            ("log10", np.log10, 0.5, 4.0, 1, 9), ("exp2", np.exp2, -2.0, 2.0, -2, 3))
+    ] + [
+        OpInfo(name, getattr(dg, name), [
+            Sample("f64", (np.array([[-2.7, -0.3, 0.4], [1.6, 2.2, -1.5]]),)),
+            Sample("f32", (np.array([-2.5, 0.49, 3.7], np.float32),)),
+            Sample("f64_0d", (zero_d(-1.25),)), Sample("i64", (ints(2, 3),)),
+            Sample("i32", (ints(3, dtype=I32),))], ref, differentiable=True,
+            errors=_bool_error())
+        for name, ref in (("floor", np.floor), ("ceil", np.ceil), ("trunc", np.trunc))
+    ] + [
+        OpInfo("frac", dg.frac, [
+            Sample("f64", (np.array([[-2.7, -0.3, 0.4], [1.6, 2.2, -1.5]]),)),
+            Sample("f32", (np.array([-2.5, 0.49, 3.7], np.float32),))],
+            lambda x: x - np.trunc(x), differentiable=True, errors=[
+                ErrorCase("int", (ints(2),), {}, dg.DTypeError, "frac: expected a tensor")]),
+    ] + [
+        OpInfo(name, getattr(dg, name), [
+            Sample("f64", (np.array([0.0, np.nan, np.inf, -np.inf, 1.5]),)),
+            Sample("f32", (np.array([[np.nan, 2.0], [-np.inf, 0.0]], np.float32),)),
+            Sample("i64", (ints(3),))], ref)
+        for name, ref in (("isnan", np.isnan), ("isinf", np.isinf),
+                          ("isfinite", np.isfinite))
+    ] + [
         OpInfo("sign", dg.sign, [
             Sample("f64", (np.array([-1.5, 0.0, 2.0, -0.0]),)),
             Sample("i64", (ints(2, 3),)), Sample("f32_0d", (zero_d(-2.0, F32),))],

@@ -72,6 +72,10 @@ TORCH: Dict[str, Callable] = {
     "neg": torch.neg, "abs": torch.abs, "exp": torch.exp, "log": torch.log,
     "sqrt": torch.sqrt, "rsqrt": torch.rsqrt, "square": torch.square,
     "reciprocal": torch.reciprocal, "sin": torch.sin, "cos": torch.cos, "tanh": torch.tanh,
+    **{name: getattr(torch, name) for name in (
+        "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "log1p",
+        "expm1", "log2", "log10", "exp2", "floor", "ceil", "trunc", "frac", "isnan", "isinf",
+        "isfinite")},
     "sigmoid": torch.sigmoid, "relu": torch.relu, "erf": torch.erf, "sign": torch.sign,
     "leaky_relu": lambda x, negative_slope=0.01: TF.leaky_relu(x, negative_slope),
     "gelu": lambda x, approximate="none": TF.gelu(x, approximate=approximate),

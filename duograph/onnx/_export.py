@@ -293,6 +293,61 @@ def _unary_numeric(build: Callable, allowed=("int32", "int64", "float32", "float
     return conv
 
 
+for _name, _op_type in (("tan", "Tan"), ("asin", "Asin"), ("acos", "Acos"), ("atan", "Atan"),
+                        ("sinh", "Sinh"), ("cosh", "Cosh"), ("asinh", "Asinh"),
+                        ("acosh", "Acosh"), ("atanh", "Atanh")):
+    CONVERTERS[_name] = _unary_float(_op_type)
+# log2, log10, exp2 through natural log / exp (within an ulp); log1p and expm1 have no ONNX
+# form that keeps their accuracy near 0, so they are refused (see REFUSED in the tests)
+CONVERTERS["log2"] = _unary_numeric(
+    lambda ex, x, dt: ex.op("Div", ex.op("Log", x), ex.const(math.log(2.0), dt)),
+    ("float32", "float64"))
+CONVERTERS["log10"] = _unary_numeric(
+    lambda ex, x, dt: ex.op("Div", ex.op("Log", x), ex.const(math.log(10.0), dt)),
+    ("float32", "float64"))
+CONVERTERS["exp2"] = _unary_numeric(
+    lambda ex, x, dt: ex.op("Pow", ex.const(2.0, dt), x), ("float32", "float64"))
+
+
+def _rounding(op_type: str):
+    """Floor/Ceil on floats; integers pass through; trunc as sign(x) * floor(|x|)."""
+    def conv(ex, node, ins):
+        out = _out(node)
+        if not out.startswith("float"):
+            return [ex.op("Identity", ins[0])]
+        work = _compute_dtype(out, ("float32", "float64"))
+        x = ex.cast(ins[0], _in(node), work)
+        if op_type == "Trunc":
+            y = ex.op("Mul", ex.op("Sign", x), ex.op("Floor", ex.op("Abs", x)))
+        elif op_type == "Frac":
+            y = ex.op("Sub", x, ex.op("Mul", ex.op("Sign", x), ex.op("Floor", ex.op("Abs", x))))
+        else:
+            y = ex.op(op_type, x)
+        return [ex.cast(y, work, out)]
+    return conv
+
+
+for _name, _op_type in (("floor", "Floor"), ("ceil", "Ceil"), ("trunc", "Trunc"),
+                        ("frac", "Frac")):
+    CONVERTERS[_name] = _rounding(_op_type)
+
+
+def _float_test(build: Callable, integers: bool):
+    """IsNaN/IsInf on floats; integers are never NaN or infinite (the answer ``integers``)."""
+    def conv(ex, node, ins):
+        dt = _in(node)
+        if not dt.startswith("float"):
+            same = ex.op("Equal", ins[0], ins[0])       # all True, in the input's shape
+            return [same if integers else ex.op("Not", same)]
+        x = ex.cast(ins[0], dt, _compute_dtype(dt, ("float32", "float64")))
+        return [build(ex, x)]
+    return conv
+
+
+CONVERTERS["isnan"] = _float_test(lambda ex, x: ex.op("IsNaN", x), False)
+CONVERTERS["isinf"] = _float_test(lambda ex, x: ex.op("IsInf", x), False)
+CONVERTERS["isfinite"] = _float_test(
+    lambda ex, x: ex.op("Not", ex.op("Or", ex.op("IsNaN", x), ex.op("IsInf", x))), True)
 CONVERTERS["neg"] = _unary_numeric(lambda ex, x, dt: ex.op("Neg", x))
 CONVERTERS["abs"] = _unary_numeric(lambda ex, x, dt: ex.op("Abs", x))
 CONVERTERS["square"] = _unary_numeric(lambda ex, x, dt: ex.op("Mul", x, x))

@@ -104,6 +104,58 @@ erf_op = unary("erf", lambda xp, x: xpu.erf(xp, x),
 # so rules built on it (abs) have second derivatives.
 sign_op = unary("sign", lambda xp, x: xp.sign(x), lambda g, x, y: None, expr="sign({0})",
                 allowed=NUMERIC)
+# -- more math (PyTorch's names, gradients and integer-to-float32 promotion) -----------------
+_LN2, _LN10 = math.log(2.0), math.log(10.0)
+tan_op = unary("tan", lambda xp, x: xp.tan(x), lambda g, x, y: g * (1.0 + y * y),
+               expr="tan({0})", float_out=True, vjp_reads_output=True)
+asin_op = unary("asin", lambda xp, x: xp.arcsin(x), lambda g, x, y: g * rsqrt(1.0 - x * x),
+                expr="asin({0})", float_out=True)
+acos_op = unary("acos", lambda xp, x: xp.arccos(x), lambda g, x, y: -g * rsqrt(1.0 - x * x),
+                expr="acos({0})", float_out=True)
+atan_op = unary("atan", lambda xp, x: xp.arctan(x), lambda g, x, y: g / (1.0 + x * x),
+                expr="atan({0})", float_out=True)
+sinh_op = unary("sinh", lambda xp, x: xp.sinh(x), lambda g, x, y: g * cosh(x),
+                expr="sinh({0})", float_out=True)
+cosh_op = unary("cosh", lambda xp, x: xp.cosh(x), lambda g, x, y: g * sinh(x),
+                expr="cosh({0})", float_out=True)
+asinh_op = unary("asinh", lambda xp, x: xp.arcsinh(x), lambda g, x, y: g * rsqrt(x * x + 1.0),
+                 expr="asinh({0})", float_out=True)
+acosh_op = unary("acosh", lambda xp, x: xp.arccosh(x),
+                 lambda g, x, y: g * rsqrt((x - 1.0) * (x + 1.0)), expr="acosh({0})",
+                 float_out=True)
+atanh_op = unary("atanh", lambda xp, x: xp.arctanh(x), lambda g, x, y: g / (1.0 - x * x),
+                 expr="atanh({0})", float_out=True)
+log1p_op = unary("log1p", lambda xp, x: xp.log1p(x), lambda g, x, y: g / (1.0 + x),
+                 expr="log1p({0})", float_out=True)
+expm1_op = unary("expm1", lambda xp, x: xp.expm1(x), lambda g, x, y: g * (y + 1.0),
+                 expr="expm1({0})", float_out=True, vjp_reads_output=True)
+log2_op = unary("log2", lambda xp, x: xp.log2(x), lambda g, x, y: g / (x * _LN2),
+                expr="log2({0})", float_out=True)
+log10_op = unary("log10", lambda xp, x: xp.log10(x), lambda g, x, y: g / (x * _LN10),
+                 expr="log10({0})", float_out=True)
+exp2_op = unary("exp2", lambda xp, x: xp.exp2(x), lambda g, x, y: g * y * _LN2,
+                expr="exp2({0})", float_out=True, vjp_reads_output=True)
+# rounding keeps the dtype (integers pass through) and has a zero gradient (zeros, as
+# PyTorch gives, not "no gradient")
+def _zero_grad(g, x, y):
+    from .creation import zeros_like
+    return zeros_like(g)
+
+
+floor_op = unary("floor", lambda xp, x: xp.floor(x) if x.dtype.kind == "f" else x.copy(),
+                 _zero_grad, expr="floor({0})", allowed=NUMERIC, saves_no_data=True)
+ceil_op = unary("ceil", lambda xp, x: xp.ceil(x) if x.dtype.kind == "f" else x.copy(),
+                _zero_grad, expr="ceil({0})", allowed=NUMERIC, saves_no_data=True)
+trunc_op = unary("trunc", lambda xp, x: xp.trunc(x) if x.dtype.kind == "f" else x.copy(),
+                 _zero_grad, expr="trunc({0})", allowed=NUMERIC, saves_no_data=True)
+frac_op = unary("frac", lambda xp, x: x - xp.trunc(x), lambda g, x, y: g,
+                expr="({0} - trunc({0}))", allowed=dtypes.FLOAT_DTYPES)
+isnan_op = unary("isnan", lambda xp, x: xp.isnan(x), None, out_dtype="bool",
+                 expr="isnan({0})")
+isinf_op = unary("isinf", lambda xp, x: xp.isinf(x), None, out_dtype="bool",
+                 expr="isinf({0})")
+isfinite_op = unary("isfinite", lambda xp, x: xp.isfinite(x), None, out_dtype="bool",
+                    expr="isfinite({0})")
 logical_not_op = unary("logical_not", lambda xp, x: xp.logical_not(x), None, out_dtype="bool",
                        expr="(!{0})")
 
@@ -516,3 +568,37 @@ def logical_or(a, b):
 def where(condition, a, b):
     """``a`` where ``condition`` holds, else ``b`` (broadcast together)."""
     return where_op(condition, a, b)
+
+
+def _unary_function(op, doc: str):
+    def fn(x):
+        return op(x)
+    fn.__name__ = fn.__qualname__ = op.name
+    fn.__doc__ = doc
+    return fn
+
+
+tan = _unary_function(tan_op, "Tangent, elementwise.")
+asin = _unary_function(asin_op, "Arcsine, elementwise (NaN outside [-1, 1]).")
+acos = _unary_function(acos_op, "Arccosine, elementwise (NaN outside [-1, 1]).")
+atan = _unary_function(atan_op, "Arctangent, elementwise.")
+sinh = _unary_function(sinh_op, "Hyperbolic sine, elementwise.")
+cosh = _unary_function(cosh_op, "Hyperbolic cosine, elementwise.")
+asinh = _unary_function(asinh_op, "Inverse hyperbolic sine, elementwise.")
+acosh = _unary_function(acosh_op, "Inverse hyperbolic cosine, elementwise (NaN below 1).")
+atanh = _unary_function(atanh_op, "Inverse hyperbolic tangent, elementwise.")
+log1p = _unary_function(log1p_op, "log(1 + x), accurate for small x.")
+expm1 = _unary_function(expm1_op, "exp(x) - 1, accurate for small x.")
+log2 = _unary_function(log2_op, "Base-2 logarithm, elementwise.")
+log10 = _unary_function(log10_op, "Base-10 logarithm, elementwise.")
+exp2 = _unary_function(exp2_op, "2 ** x, elementwise.")
+floor = _unary_function(floor_op, "Round down (integers unchanged); gradient 0.")
+ceil = _unary_function(ceil_op, "Round up (integers unchanged); gradient 0.")
+trunc = _unary_function(trunc_op, "Round toward zero (integers unchanged); gradient 0.")
+fix = trunc
+frac = _unary_function(frac_op, "x - trunc(x) (floating point only).")
+isnan = _unary_function(isnan_op, "True where x is NaN.")
+isinf = _unary_function(isinf_op, "True where x is +inf or -inf.")
+isfinite = _unary_function(isfinite_op, "True where x is neither NaN nor infinite.")
+arcsin, arccos, arctan = asin, acos, atan
+arcsinh, arccosh, arctanh = asinh, acosh, atanh

@@ -816,7 +816,13 @@ def _sigmoid(x):
 _FUNCS = {"exp": "np.exp", "log": "np.log", "sqrt": "np.sqrt", "sin": "np.sin",
           "cos": "np.cos", "tanh": "_tanh", "abs": "abs", "max": "_maximum",
           "min": "_minimum", "pow": "_pow", "sign": "np.sign", "erf": "math.erf",
-          "gelu_tanh": "_gelu_tanh", "gelu_none": "_gelu_none"}
+          "gelu_tanh": "_gelu_tanh", "gelu_none": "_gelu_none", "tan": "np.tan",
+          "asin": "np.arcsin", "acos": "np.arccos", "atan": "np.arctan", "sinh": "np.sinh",
+          "cosh": "np.cosh", "asinh": "np.arcsinh", "acosh": "np.arccosh",
+          "atanh": "np.arctanh", "log1p": "np.log1p", "expm1": "np.expm1", "log2": "np.log2",
+          "log10": "np.log10", "exp2": "np.exp2", "floor": "np.floor", "ceil": "np.ceil",
+          "trunc": "np.trunc", "isnan": "np.isnan", "isinf": "np.isinf",
+          "isfinite": "np.isfinite"}
 _DTYPE_NAMES = {"float16", "float32", "float64", "int32", "int64", "uint8", "bool"}
 _TOKEN = re.compile(r"\s*(?:(\d+\.\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|"
                     r"\d+(?:[eE][-+]?\d+)?)|([A-Za-z_]\w*)|(&&|\|\||==|!=|<=|>=|[-+*/?:!<>(),]))")
