@@ -7,6 +7,8 @@ from .layers import (AdaptiveAvgPool2d, AvgPool2d, BatchNorm1d, BatchNorm2d, BCE
                      LogSoftmax, MaxPool2d, ModuleDict, ModuleList, MSELoss,
                      MultiheadAttention, NLLLoss, ReLU, Sequential, Sigmoid, Softmax, Tanh,
                      TransformerBlock)
+from .layers import (CELU, ELU, GLU, SELU, Hardsigmoid, Hardswish, Hardtanh, Mish,  # noqa
+                     PReLU, ReLU6, SiLU, Softmin, Softsign, Tanhshrink, Threshold)
 from .module import Module, StateDictError
 
 __all__ = [
@@ -14,6 +16,8 @@ __all__ = [
     "Identity", "Linear", "Conv2d", "MaxPool2d", "AvgPool2d", "AdaptiveAvgPool2d",
     "BatchNorm1d", "BatchNorm2d", "LayerNorm", "Dropout", "Embedding", "Flatten", "ReLU",
     "LeakyReLU", "GELU", "Sigmoid", "Tanh", "Softmax", "LogSoftmax", "MultiheadAttention",
+    "SiLU", "Mish", "ELU", "SELU", "CELU", "Hardtanh", "ReLU6", "Hardsigmoid", "Hardswish",
+    "Softsign", "Tanhshrink", "Threshold", "GLU", "Softmin", "PReLU",
     "TransformerBlock", "MSELoss", "L1Loss", "CrossEntropyLoss", "NLLLoss", "BCELoss",
     "BCEWithLogitsLoss", "KLDivLoss", "functional", "init", "utils",
 ]

@@ -400,3 +400,105 @@ def _attention(q, k, v, attn_mask=None, dropout_p: float = 0.0, is_causal: bool 
     if dropout_p > 0.0:
         attn = dropout(attn, dropout_p, True)
     return F.matmul(attn, v), attn
+
+
+# -- activations, as PyTorch defines them (compositions: gradients come from the parts, and
+#    elementwise fusion turns each into one kernel) -------------------------------------------
+_SELU_ALPHA = 1.6732632423543772848170429916717
+_SELU_SCALE = 1.0507009873554804934193349852946
+
+
+def silu(input, inplace: bool = False):
+    """x * sigmoid(x) (also called swish)."""
+    return input * F.sigmoid(input)
+
+
+def mish(input, inplace: bool = False):
+    """x * tanh(softplus(x))."""
+    return input * F.tanh(F.softplus(input))
+
+
+def elu(input, alpha: float = 1.0, inplace: bool = False):
+    """x for x > 0, else alpha * (exp(x) - 1)."""
+    neg = F.minimum(input, 0.0)         # exp of the positive side never overflows
+    return F.where(input > 0, input, F.expm1(neg) * alpha)
+
+
+def selu(input, inplace: bool = False):
+    """scale * elu(x, alpha) with the self-normalising constants."""
+    return elu(input, _SELU_ALPHA) * _SELU_SCALE
+
+
+def celu(input, alpha: float = 1.0, inplace: bool = False):
+    """max(0, x) + min(0, alpha * (exp(x / alpha) - 1))."""
+    if alpha == 0:
+        raise ValueError(f"celu: alpha must not be 0{_where(input)}")
+    neg = F.minimum(input, 0.0)
+    return F.where(input > 0, input, F.expm1(neg / alpha) * alpha)
+
+
+def hardtanh(input, min_val: float = -1.0, max_val: float = 1.0, inplace: bool = False):
+    """x clamped to [min_val, max_val]."""
+    if min_val > max_val:
+        raise ValueError(f"hardtanh: min_val ({min_val}) must not exceed max_val "
+                         f"({max_val}){_where(input)}")
+    return F.clamp(input, min_val, max_val)
+
+
+def relu6(input, inplace: bool = False):
+    """min(max(x, 0), 6)."""
+    return F.clamp(input, 0.0, 6.0)
+
+
+def hardsigmoid(input, inplace: bool = False):
+    """relu6(x + 3) / 6, computed exactly (PyTorch's CPU kernel multiplies by a float32 1/6,
+    so its float64 results differ from this by up to 3e-8 relative)."""
+    return F.clamp(input + 3.0, 0.0, 6.0) / 6.0
+
+
+def hardswish(input, inplace: bool = False):
+    """x * relu6(x + 3) / 6."""
+    return input * (F.clamp(input + 3.0, 0.0, 6.0) / 6.0)
+
+
+def softsign(input):
+    """x / (1 + |x|)."""
+    return input / (F.abs(input) + 1.0)
+
+
+def tanhshrink(input):
+    """x - tanh(x)."""
+    return input - F.tanh(input)
+
+
+def threshold(input, threshold: float, value: float, inplace: bool = False):
+    """x where x > threshold, else ``value``."""
+    return F.where(input > threshold, input, F.full_like(input, value))
+
+
+def glu(input, dim: int = -1):
+    """a * sigmoid(b), where a and b are the two halves of ``input`` along ``dim``."""
+    size = input.shape[dim]
+    if isinstance(size, int) and size % 2:
+        raise ShapeError(f"glu: halving dim {dim} needs an even size, found {size}"
+                         f"{_where(input)}")
+    a, b = F.chunk(input, 2, dim)
+    return a * F.sigmoid(b)
+
+
+def softmin(input, dim: Optional[int] = None, dtype=None):
+    """softmax(-x) along ``dim``."""
+    if dim is None:
+        raise TypeError(f"softmin: pass dim explicitly (PyTorch's implicit dim is "
+                        f"deprecated){_where(input)}")
+    out = F.softmax(-input, dim)
+    return out if dtype is None else F.cast(out, dtype)
+
+
+def prelu(input, weight):
+    """x where x >= 0, else weight * x; ``weight`` has 1 element or one per channel
+    (dim 1)."""
+    n = weight.shape[0] if weight.ndim else 1
+    if n != 1 and input.ndim >= 2:
+        weight = F.reshape(weight, *((1, n) + (1,) * (input.ndim - 2)))
+    return F.where(input >= 0, input, input * weight)

@@ -465,6 +465,79 @@ class Tanh(Module):
         return F.tanh(x)
 
 
+class _Activation(Module):
+    """A module applying ``fn(x, **its settings)`` from ``duograph.nn.functional``."""
+
+    fn = None
+    settings: tuple = ()
+
+    def forward(self, x):
+        return type(self).fn(x, **{k: getattr(self, k) for k in self.settings})
+
+    def extra_repr(self) -> str:
+        return ", ".join(f"{k}={getattr(self, k)}" for k in self.settings)
+
+
+def _activation(name: str, fn, doc: str, **defaults):
+    """A Module class for ``fn`` whose constructor takes ``defaults`` (PyTorch's arguments,
+    ``inplace`` accepted and ignored)."""
+    settings = tuple(defaults)
+
+    def __init__(self, *args, inplace: bool = False, **kwargs):
+        _Activation.__init__(self)
+        values = dict(defaults)
+        if len(args) > len(settings):
+            raise TypeError(f"{name}() takes at most {len(settings)} arguments, found "
+                            f"{len(args)}")
+        values.update(zip(settings, args))
+        unknown = set(kwargs) - set(settings)
+        if unknown:
+            raise TypeError(f"{name}() got unexpected arguments {sorted(unknown)}")
+        values.update(kwargs)
+        for k, v in values.items():
+            setattr(self, k, v)
+        self.inplace = inplace
+
+    return type(name, (_Activation,), {"__init__": __init__, "fn": staticmethod(fn),
+                                       "settings": settings, "__doc__": doc})
+
+
+SiLU = _activation("SiLU", NF.silu, "x * sigmoid(x).")
+Mish = _activation("Mish", NF.mish, "x * tanh(softplus(x)).")
+ELU = _activation("ELU", NF.elu, "x if x > 0 else alpha * (exp(x) - 1).", alpha=1.0)
+SELU = _activation("SELU", NF.selu, "scale * elu(x, alpha), self-normalising.")
+CELU = _activation("CELU", NF.celu, "max(0, x) + min(0, alpha * (exp(x / alpha) - 1)).",
+                   alpha=1.0)
+Hardtanh = _activation("Hardtanh", NF.hardtanh, "x clamped to [min_val, max_val].",
+                       min_val=-1.0, max_val=1.0)
+ReLU6 = _activation("ReLU6", NF.relu6, "min(max(x, 0), 6).")
+Hardsigmoid = _activation("Hardsigmoid", NF.hardsigmoid, "relu6(x + 3) / 6.")
+Hardswish = _activation("Hardswish", NF.hardswish, "x * relu6(x + 3) / 6.")
+Softsign = _activation("Softsign", NF.softsign, "x / (1 + |x|).")
+Tanhshrink = _activation("Tanhshrink", NF.tanhshrink, "x - tanh(x).")
+Threshold = _activation("Threshold", NF.threshold, "x if x > threshold else value.",
+                        threshold=0.0, value=0.0)
+GLU = _activation("GLU", NF.glu, "a * sigmoid(b) over the halves of dim.", dim=-1)
+Softmin = _activation("Softmin", NF.softmin, "softmax(-x) along dim.", dim=None)
+
+
+class PReLU(Module):
+    """x if x >= 0 else a * x, with a learnt slope ``a`` (one, or one per channel)."""
+
+    def __init__(self, num_parameters: int = 1, init: float = 0.25, device=None,
+                 dtype=None):
+        super().__init__()
+        self.num_parameters = num_parameters
+        self.weight = Parameter(np.full((num_parameters,), init,
+                                        dtype=np.dtype(dtype or "float32")))
+
+    def forward(self, x):
+        return NF.prelu(x, self.weight)
+
+    def extra_repr(self) -> str:
+        return f"num_parameters={self.num_parameters}"
+
+
 class Softmax(Module):
     def __init__(self, dim: int = -1):
         super().__init__()
