@@ -51,6 +51,12 @@ from . import onnx  # noqa: E402
 from .io import save, load  # noqa: E402
 from .graphlib.serialize import GraphFormatError, load_graph, save_graph  # noqa: E402
 
+# PyTorch's names for the same things (dtype aliases, device objects, dg.cuda, Variable)
+from .compat import bool, cuda, device, double, float, half, int, long  # noqa: E402,A004
+from .eager.grad_mode import inference_mode  # noqa: E402
+from . import compat, utils  # noqa: E402  (dg.utils.data is duograph.data)
+autograd.Variable = compat.Variable
+
 # The public names, explicitly: the op functions (graphlib.functional.__all__) and these.
 __all__ = list(graphlib.functional.__all__) + [
     # modules
@@ -69,5 +75,8 @@ __all__ = list(graphlib.functional.__all__) + [
     "save", "load", "save_graph", "load_graph", "GraphFormatError",
     # dtype names
     "float16", "float32", "float64", "int32", "int64", "uint8", "bool_",
+    # PyTorch's aliases
+    "long", "int", "float", "double", "half", "bool", "device", "cuda", "utils",
+    "inference_mode",
 ]
 __all__ = list(dict.fromkeys(__all__))

@@ -51,6 +51,36 @@ class no_grad(_GradModeContext):
     _target = False
 
 
+class inference_mode(_GradModeContext):
+    """PyTorch's ``inference_mode``: here the same as ``no_grad`` (nothing is recorded);
+    ``inference_mode(False)`` leaves grad mode as it is."""
+
+    def __new__(cls, mode=True):
+        if callable(mode) and not isinstance(mode, bool):
+            return cls()(mode)        # used bare as a decorator
+        self = object.__new__(cls)
+        self._mode = bool(mode)
+        return self
+
+    def __init__(self, mode=True):
+        pass
+
+    def __enter__(self):
+        self._prev = is_grad_enabled()
+        if self._mode:
+            _set(False)
+        return self
+
+    def __call__(self, fn):
+        mode = self._mode
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            with inference_mode(mode):
+                return fn(*args, **kwargs)
+        return wrapper
+
+
 class enable_grad(_GradModeContext):
     """Re-enable gradient recording inside a ``no_grad`` block."""
 
