@@ -131,3 +131,44 @@ def test_multihead_attention_defaults_to_sequence_first_as_torch():
                                atol=1e-12)
     np.testing.assert_allclose(w.detach().numpy(), tw.detach().numpy(), rtol=1e-10,
                                atol=1e-12)
+
+
+# -- dg.Tensor(...) is PyTorch's legacy constructor ---------------------------------------------
+@pytest.mark.parametrize("args", [
+    ([0.2, 0.2, 0.6],), ([[1, 2], [3, 4]],), ((2, 3),), (np.array([1.5, 2.5]),),
+    (np.array([1, 2], np.int64),), (np.array(3.0),), ([True, False],), (4, 4), (3,), (),
+    (0,), (2, 0, 3)], ids=lambda a: repr(a)[:30])
+def test_tensor_constructor_matches_torch(args):
+    got = dg.Tensor(*args)
+    want = torch.Tensor(*args)
+    assert isinstance(got, dg.Tensor)
+    assert got.dtype == "float32" and tuple(got.shape) == tuple(want.shape)
+    if not (len(args) and all(isinstance(a, int) for a in args)):   # sizes: uninitialised
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
+    else:
+        assert not got.numpy().any()
+
+
+def test_tensor_constructor_from_float64_array_is_float32_and_works_later():
+    t = dg.Tensor(np.array([0.2, 0.2, 0.6]))
+    assert t.dtype == "float32"
+    w = dg.Tensor([0.2, 0.2, 0.6])
+    np.testing.assert_allclose((w * 2).sum().item(), 2.0, rtol=1e-6)
+    assert (w + t).dtype == "float32"
+
+
+def test_tensor_constructor_of_a_tensor_shares_it():
+    src = dg.tensor([1, 2, 3])
+    t = dg.Tensor(src)
+    assert t.dtype == "int64" and np.shares_memory(t.numpy(), src.numpy())
+
+
+@pytest.mark.parametrize("args, kwargs", [
+    ((2.5,), {}), ((True,), {}), ((-1,), {}), ((2, 3), {"dtype": "float64"}),
+    (([1.0],), {"requires_grad": True}), ((2, "a"), {})])
+def test_tensor_constructor_refuses_what_torch_refuses(args, kwargs):
+    with pytest.raises((TypeError, RuntimeError)):
+        torch.Tensor(*args, **{k: (torch.float64 if k == "dtype" else v)
+                               for k, v in kwargs.items()})
+    with pytest.raises((TypeError, RuntimeError)):
+        dg.Tensor(*args, **kwargs)
