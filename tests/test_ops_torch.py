@@ -132,7 +132,6 @@ if "conv2d" in BY_NAME:
 # Samples torch rejects (duograph promotes, or accepts more index dtypes) or where duograph
 # deliberately differs (documented in the op's docstring).
 NOT_IN_TORCH = {
-    "pow_scalar-i64_neg": "torch refuses integers to negative powers; duograph gives float32",
     "one_hot-i32_0d": "torch.one_hot needs int64 indices",
     "matmul-i32_f32": "torch.matmul needs operands of one dtype",
     "index_add-f32_f64": "torch.index_add needs src of the input's dtype",

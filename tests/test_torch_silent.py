@@ -172,3 +172,87 @@ def test_tensor_constructor_refuses_what_torch_refuses(args, kwargs):
                                for k, v in kwargs.items()})
     with pytest.raises((TypeError, RuntimeError)):
         dg.Tensor(*args, **kwargs)
+
+
+# -- linspace and integer powers -----------------------------------------------------------------
+@pytest.mark.parametrize("args", [(5, -5, 20), (-5, 5, 20), (0, 10, 7), (-3.7, 2.2, 6),
+                                  (2.9, -2.9, 5), (0, 255, 9)])
+@pytest.mark.parametrize("dtype", ["int32", "int64"])
+def test_integer_linspace_truncates_toward_zero_as_torch(args, dtype):
+    want = torch.linspace(*args, dtype=getattr(torch, dtype)).numpy()
+    np.testing.assert_array_equal(dg.linspace(*args, dtype=dtype).numpy(), want)
+    g = dg.Graph("t")
+    with g:
+        y = dg.linspace(*args, dtype=dtype)
+    np.testing.assert_array_equal(g.compile(outputs=[y])()[0], want)
+
+
+def test_linspace_bool_raises_as_torch():
+    with pytest.raises(RuntimeError):
+        torch.linspace(0, 1, 5, dtype=torch.bool)
+    with pytest.raises(TypeError, match="linspace: dtype bool"):
+        dg.linspace(0, 1, 5, dtype="bool")
+
+
+@pytest.mark.parametrize("dtype", ["int64", "int32", "uint8", "bool"])
+def test_integer_tensor_to_negative_integer_power_raises_as_torch(dtype):
+    x = np.array([1, 2, 3]).astype(dtype)
+    with pytest.raises(RuntimeError, match="negative integer powers"):
+        torch.from_numpy(x) ** -2
+    with pytest.raises(RuntimeError, match="negative integer powers"):
+        dg.tensor(x) ** -2
+    g = dg.Graph("t")
+    with g, pytest.raises(RuntimeError, match="negative integer powers"):
+        dg.placeholder("x", shape=(3,), dtype=dtype) ** -1
+    assert (dg.tensor(x) ** -2.0).dtype == "float32"       # a float exponent is fine
+
+
+def test_integer_tensor_to_negative_integer_tensor_power_raises():
+    with pytest.raises(RuntimeError, match="negative integer powers"):
+        dg.tensor([1, 2]) ** dg.tensor([-2, 1])
+
+
+# -- pow gradients at the edges ----------------------------------------------------------------
+POW_BASE = np.array([0.0, 0.0, 0.0, -2.0, -2.0, 2.0, 0.0, -0.0, 3.0])
+POW_EXP = np.array([0.0, -1.0, 2.0, 2.0, 0.5, 0.0, -2.5, -1.0, 1.5])
+
+
+def _torch_pow_grads(a, b):
+    ta, tb = (torch.tensor(v, requires_grad=isinstance(v, np.ndarray)) if isinstance(
+        v, np.ndarray) else v for v in (a, b))
+    y = torch.pow(ta, tb)
+    leaves = [t for t in (ta, tb) if isinstance(t, torch.Tensor) and t.requires_grad]
+    return [g.numpy() for g in torch.autograd.grad(y.sum(), leaves)]
+
+
+def _dg_pow_grads(a, b):
+    """(eager grads, graph-mode grads) of sum(a ** b) w.r.t. the array operands."""
+    ta, tb = (dg.tensor(v, requires_grad=True) if isinstance(v, np.ndarray) else v
+              for v in (a, b))
+    leaves = [t for t in (ta, tb) if isinstance(t, dg.Tensor)]
+    dg.pow(ta, tb).sum().backward()
+    eager = [t.grad.numpy() for t in leaves]
+    g = dg.Graph("t")
+    feeds = {}
+    with g:
+        ops = []
+        for i, v in enumerate((a, b)):
+            if isinstance(v, np.ndarray):
+                ops.append(dg.placeholder(f"v{i}", shape=v.shape, dtype="float64"))
+                feeds[f"v{i}"] = v
+            else:
+                ops.append(v)
+        grads = dg.grad(dg.sum(dg.pow(*ops)), [o for o in ops if isinstance(o, dg.Value)])
+    graph = [np.asarray(r) for r in g.compile(outputs=grads)(**feeds)]
+    return eager, graph
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("a, b", [(POW_BASE, POW_EXP), (0.0, POW_EXP), (-2.0, POW_EXP),
+                                  (2.0, POW_EXP)], ids=["tensors", "zero_base",
+                                                        "negative_base", "positive_base"])
+def test_pow_gradients_at_edge_cases_match_torch(a, b):
+    want = _torch_pow_grads(a, b)
+    for mode, got in zip(("eager", "graph"), _dg_pow_grads(a, b)):
+        for w, gv in zip(want, got):
+            np.testing.assert_allclose(gv, w, rtol=1e-12, err_msg=mode)   # NaN/inf in place

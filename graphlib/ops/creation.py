@@ -75,9 +75,14 @@ def _linspace_infer(types, attrs):
     return [TensorType((attrs["steps"],), attrs["dtype"])]
 
 
-linspace_op = register(OpDef(
-    "linspace", _linspace_infer,
-    lambda xp, start, end, steps, dtype: xp.linspace(start, end, steps, dtype=dtype)))
+def _linspace_kernel(xp, start, end, steps, dtype):
+    if dtypes.is_float(dtype):
+        return xp.linspace(start, end, steps, dtype=dtype)
+    # integers truncate toward zero, as PyTorch (numpy's integer linspace rounds down)
+    return xp.trunc(xp.linspace(start, end, steps, dtype="float64")).astype(dtype)
+
+
+linspace_op = register(OpDef("linspace", _linspace_infer, _linspace_kernel))
 
 
 def _random_infer(types, attrs):
@@ -260,11 +265,15 @@ def eye(n: int, m: Optional[int] = None, dtype=None):
 
 
 def linspace(start, end, steps: int, dtype=None):
-    """``steps`` evenly spaced values from ``start`` to ``end`` inclusive."""
+    """``steps`` evenly spaced values from ``start`` to ``end`` inclusive (integer dtypes
+    truncate toward zero, as PyTorch; bool is refused)."""
     if steps < 0:
         raise ValueError(located(f"linspace: steps must be non-negative, found {steps}"))
-    return linspace_op(start=float(start), end=float(end), steps=int(steps),
-                       dtype=_float_dtype(dtype))
+    dtype = _float_dtype(dtype)
+    if dtype == "bool":
+        raise DTypeError(located("linspace: dtype bool is not supported (as in PyTorch); "
+                                 "expected an integer or floating-point dtype"))
+    return linspace_op(start=float(start), end=float(end), steps=int(steps), dtype=dtype)
 
 
 def uniform(*size, seed=None, low: float = 0.0, high: float = 1.0, dtype=None):

@@ -143,12 +143,20 @@ def _clamp_vjp(cts, ins, outs, attrs, needs):
 clamp_op = register(OpDef("clamp", _clamp_infer, _clamp_kernel, _clamp_vjp, elementwise=True))
 
 
+class NegativeIntegerPowerError(DTypeError, RuntimeError):
+    """An integer tensor raised to a negative integer power (PyTorch raises a RuntimeError
+    there, so this is both a DTypeError and a RuntimeError)."""
+
+
 def _pow_scalar_dtype(dtype: str, exponent) -> str:
-    """Weak-scalar promotion, except that integers to a negative power give the default
-    float (as ``reciprocal`` does) instead of truncating to 0."""
+    """Weak-scalar promotion; integers to a negative integer power are refused, as in
+    PyTorch (``x.float() ** -2`` or ``x ** -2.0`` give floats)."""
     dt = dtypes.weak_result_dtype(dtype, exponent)
     if not dtypes.is_float(dt) and exponent < 0:
-        return dtypes.DEFAULT_FLOAT
+        raise NegativeIntegerPowerError(
+            f"pow: integers to negative integer powers are not allowed (as in PyTorch): "
+            f"found a {dtype} tensor ** {exponent}; use a float exponent ({exponent}.0) or "
+            f"cast the tensor to a float dtype first")
     return dt
 
 
@@ -201,11 +209,20 @@ div_op = binary("div", lambda xp, a, b: xp.true_divide(a, b),
                 float_out=True)
 
 
-# d/da a**b = b * a**(b-1); d/db a**b = a**b * log(a), taken as 0 where a <= 0.
+def _pow_grad_base(g, a, b, y):
+    """d/da a**b = b * a**(b-1), and 0 where b == 0 (so 0**0 gives 0, as PyTorch)."""
+    return where(b == 0, 0.0, g * b * pow(a, b - 1.0))
+
+
+def _pow_grad_exponent(g, a, b, y):
+    """d/db a**b = a**b * log(a), as PyTorch: 0 where a == 0 and b >= 0; NaN for a < 0
+    (log of a negative base); -inf/inf for 0 ** negative (inf * log 0)."""
+    log_a = where(a > 0, log(where(a > 0, a, 1.0)), where(a == 0, -math.inf, math.nan))
+    return where(logical_and(a == 0, b >= 0), 0.0, g * (y * log_a))
+
+
 pow_op = binary("pow", lambda xp, a, b: xp.power(a, b),
-                (lambda g, a, b, y: g * b * pow(a, b - 1.0),
-                 lambda g, a, b, y: g * where(a > 0, y * log(where(a > 0, a, 1.0)), 0.0)),
-                expr="pow({0}, {1})")
+                (_pow_grad_base, _pow_grad_exponent), expr="pow({0}, {1})")
 
 
 def _winner(g, mine, theirs, wins):
