@@ -8,6 +8,7 @@ from .ops.creation import (arange, bernoulli, constant, eye, full, full_like, li
                            normal, ones, ones_like, rand, randint, randn, uniform, zeros,
                            zeros_like)
 from .ops.elementwise import (bitwise_and, bitwise_not, bitwise_or, bitwise_xor,  # noqa
+                              logsigmoid,
                               abs, add, cast, clamp, clip, cos, div, eq, erf, exp, ge,  # noqa
                               gelu, gt, le, leaky_relu, log, logical_and, logical_not,
                               logical_or, lt, maximum, minimum, mul, ne, neg, pow, reciprocal,
@@ -56,6 +57,7 @@ __all__ = ["adaptive_avg_pool2d", "avg_pool2d", "conv2d", "max_pool2d", "arange"
            "prod", "std", "sum", "var", "broadcast_to", "cat", "chunk", "concatenate", "expand",
            "flatten", "gather", "getitem", "index_add", "index_select", "pad", "permute",
            "reshape", "scatter_add", "split", "squeeze", "stack", "sum_to", "transpose",
-           "unsqueeze", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "MaxMin",
+           "unsqueeze", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "logsigmoid",
+           "MaxMin",
            "max", "min", "concat", "subtract", "multiply", "divide",
            "true_divide", "negative", "absolute"]

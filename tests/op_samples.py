@@ -332,8 +332,15 @@ def _elementwise_unary() -> List[OpInfo]:
         OpInfo("cos", dg.cos, _unary_float_samples(_wide), np.cos, differentiable=True),
         OpInfo("tanh", dg.tanh, _unary_float_samples(), np.tanh, differentiable=True),
         OpInfo("sigmoid", dg.sigmoid, _unary_float_samples() + [
-            Sample("f64_extreme", (np.array([-800.0, -30.0, 30.0, 800.0]),))],
+            Sample("f64_extreme", (np.array([-800.0, -30.0, 30.0, 800.0]),)),
+            Sample("f32_tails", (np.array([-88.0, -40.0, -20.0, -15.0, -10.0, 0.0, 10.0, 20.0,
+                                           40.0], F32),))],
             special.expit, differentiable=True),
+        OpInfo("logsigmoid", dg.logsigmoid, _unary_float_samples(_wide) + [
+            Sample("f64_extreme", (np.array([-800.0, -30.0, 0.0, 30.0, 800.0]),)),
+            Sample("f32_tails", (np.array([-100.0, -20.0, -1e-3, 0.0, 15.0, 20.0, 90.0],
+                                          F32),))],
+            lambda x: -np.logaddexp(0, -x), differentiable=True),
         OpInfo("relu", dg.relu, _numeric_unary_samples(away) + [_at_zero()],
                lambda x: np.maximum(x, 0),
                differentiable=True, errors=_bool_error()),

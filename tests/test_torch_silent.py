@@ -256,3 +256,48 @@ def test_pow_gradients_at_edge_cases_match_torch(a, b):
     for mode, got in zip(("eager", "graph"), _dg_pow_grads(a, b)):
         for w, gv in zip(want, got):
             np.testing.assert_allclose(gv, w, rtol=1e-12, err_msg=mode)   # NaN/inf in place
+
+
+# -- sigmoid tails, softplus gradient, logsigmoid ------------------------------------------------
+TAILS = {"float32": np.array([-100.0, -88.0, -40.0, -20.0, -15.0, -10.0, -1.0, 0.0, 1.0, 10.0,
+                              20.0, 40.0], np.float32),
+         "float64": np.array([-800.0, -700.0, -100.0, -38.0, -20.0, -1.0, 0.0, 1.0, 20.0, 40.0,
+                              800.0])}
+
+
+def _assert_tails(got, want, what):
+    """Equal to 1e-6 relative everywhere torch is not 0, and nonzero where torch is."""
+    assert got.dtype == want.dtype, what
+    nz = want != 0
+    assert np.all(got[nz] != 0), what
+    np.testing.assert_allclose(got[nz], want[nz], rtol=2e-6, err_msg=what)
+    assert np.all(np.abs(got[~nz]) < np.finfo(want.dtype).tiny), what   # 0 or subnormal
+
+
+@pytest.mark.parametrize("strategy", ["numpy", "numba", "ops"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("name", ["sigmoid", "logsigmoid"])
+def test_sigmoid_and_logsigmoid_keep_torch_tails(name, dtype, strategy):
+    x = TAILS[dtype]
+    fn = getattr(dg, name)
+    want = getattr(torch.nn.functional, name)(torch.from_numpy(x)).numpy()
+    with dg.config.override(fused_strategy=strategy):
+        for mode, got in all_modes(lambda t: fn(t * 1.0) + 0.0, x):   # a fusable chain
+            _assert_tails(got, want, f"{mode} {strategy}")
+
+
+@pytest.mark.parametrize("name", ["sigmoid", "logsigmoid", "softplus"])
+def test_sigmoid_logsigmoid_softplus_gradients_match_torch(name):
+    x = np.concatenate([TAILS["float64"], np.linspace(-5, 5, 11)])
+    t = torch.tensor(x, requires_grad=True)
+    getattr(torch.nn.functional, name)(t).sum().backward()
+    d = dg.tensor(x, requires_grad=True)
+    getattr(dg.nn.functional, name)(d).sum().backward()
+    np.testing.assert_allclose(d.grad.numpy(), t.grad.numpy(), rtol=1e-12, atol=1e-300)
+
+
+def test_logsigmoid_module_and_method():
+    x = TAILS["float32"]
+    want = torch.nn.LogSigmoid()(torch.from_numpy(x)).numpy()
+    np.testing.assert_allclose(dg.nn.LogSigmoid()(dg.tensor(x)).numpy(), want, rtol=1e-6)
+    np.testing.assert_allclose(dg.tensor(x).logsigmoid().numpy(), want, rtol=1e-6)

@@ -460,6 +460,13 @@ class Sigmoid(Module):
         return F.sigmoid(x)
 
 
+class LogSigmoid(Module):
+    """log(sigmoid(x)), computed stably (``torch.nn.LogSigmoid``)."""
+
+    def forward(self, x):
+        return F.logsigmoid(x)
+
+
 class Tanh(Module):
     def forward(self, x):
         return F.tanh(x)

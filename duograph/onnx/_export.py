@@ -293,6 +293,11 @@ def _unary_numeric(build: Callable, allowed=("int32", "int64", "float32", "float
     return conv
 
 
+# logsigmoid(x) = min(x, 0) - softplus(-|x|) (ONNX has no LogSigmoid)
+CONVERTERS["logsigmoid"] = _unary_numeric(
+    lambda ex, x, dt: ex.op("Sub", ex.op("Min", x, ex.const(0, dt)),
+                            ex.op("Softplus", ex.op("Neg", ex.op("Abs", x)))),
+    ("float32", "float64"))
 CONVERTERS["neg"] = _unary_numeric(lambda ex, x, dt: ex.op("Neg", x))
 CONVERTERS["abs"] = _unary_numeric(lambda ex, x, dt: ex.op("Abs", x))
 CONVERTERS["square"] = _unary_numeric(lambda ex, x, dt: ex.op("Mul", x, x))

@@ -43,13 +43,16 @@ tanh_op = unary("tanh", lambda xp, x: xp.tanh(x), lambda g, x, y: g * (1.0 - y *
 
 
 def _sigmoid_kernel(xp, x):
-    # 0.5 * (1 + tanh(x / 2)) never overflows, unlike 1 / (1 + exp(-x)).
-    half = x.dtype.type(0.5) if x.dtype.kind == "f" else 0.5
-    return half * (xp.tanh(x * half) + 1)
+    # split at 0 so that exp never overflows and the negative tail keeps its relative
+    # precision (0.5 * (1 + tanh(x / 2)) rounds to 0 from x = -20 in float32):
+    # 1 / (1 + e^-x) for x >= 0, e^x / (1 + e^x) below
+    e = xp.exp(-xp.abs(x))
+    return xp.where(x >= 0, x.dtype.type(1), e) / (1 + e)
 
 
 sigmoid_op = unary("sigmoid", _sigmoid_kernel, lambda g, x, y: g * y * (1.0 - y),
-                   expr="(0.5 * (tanh(0.5 * {0}) + 1))", float_out=True)
+                   expr="({0} >= 0 ? 1 / (1 + exp(-{0})) : exp({0}) / (1 + exp({0})))",
+                   float_out=True)
 relu_op = unary("relu", lambda xp, x: xp.maximum(x, 0), lambda g, x, y: where(y > 0, g, 0.0),
                 expr="max({0}, 0)", allowed=NUMERIC)
 leaky_relu_op = unary(
@@ -334,7 +337,7 @@ def tanh(x):
 
 
 def sigmoid(x):
-    """1 / (1 + exp(-x)), computed without overflow."""
+    """1 / (1 + exp(-x)), computed without overflow and keeping both tails (as PyTorch)."""
     return sigmoid_op(x)
 
 
@@ -579,3 +582,20 @@ def bitwise_not(x):
     if _is_bool(x):
         return logical_not_op(x)
     return bitwise_not_op(x)
+
+
+# -- logsigmoid ----------------------------------------------------------------------------------
+def _logsigmoid_kernel(xp, x):
+    # log(sigmoid(x)) = min(x, 0) - log1p(exp(-|x|)): no overflow, no log(0)
+    return xp.minimum(x, 0) - xp.log1p(xp.exp(-xp.abs(x)))
+
+
+# no expr: the fused-kernel translators have no log1p, and log(1 + e) loses the positive tail
+logsigmoid_op = unary("logsigmoid", _logsigmoid_kernel,
+                      lambda g, x, y: g * sigmoid(-x), float_out=True)
+
+
+def logsigmoid(x):
+    """log(sigmoid(x)), computed stably (as ``torch.nn.functional.logsigmoid``); its
+    gradient is sigmoid(-x)."""
+    return logsigmoid_op(x)
