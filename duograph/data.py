@@ -153,11 +153,11 @@ class TensorDataset(Dataset[tuple]):
     @property
     def tensors(self) -> tuple:
         """The stored tensors and arrays (tensors detached)."""
-        return tuple(Tensor(a) if t else a for a, t in zip(self._arrays, self._is_tensor))
+        return tuple(Tensor._wrap(a) if t else a for a, t in zip(self._arrays, self._is_tensor))
 
     def __getitem__(self, index: int) -> tuple:
         # a[index, ...] is an array even for a 1-d a (a[index] would be a numpy scalar)
-        return tuple(Tensor(a[index, ...]) if t else a[index]
+        return tuple(Tensor._wrap(a[index, ...]) if t else a[index]
                      for a, t in zip(self._arrays, self._is_tensor))
 
     def __len__(self) -> int:
@@ -321,7 +321,7 @@ def numpy_convert(sample: Any) -> Any:
 def arrays_to_tensors(tree: Any) -> Any:
     """``tree`` with every numpy array turned into a dg tensor (sharing its memory)."""
     if isinstance(tree, np.ndarray):
-        return Tensor(_supported_array(tree, "DataLoader"))
+        return Tensor._wrap(_supported_array(tree, "DataLoader"))
     if isinstance(tree, cabc.Mapping):
         return {key: arrays_to_tensors(value) for key, value in tree.items()}
     if _is_namedtuple(tree):

@@ -658,7 +658,7 @@ class _Decoder:
             if arr.dtype.name not in dtypes.DTYPE_NAMES:
                 raise self._fail(at, f"a tensor of dtype {arr.dtype}, which duograph tensors "
                                      "cannot hold")
-            result = Tensor(arr)
+            result = Tensor._wrap(arr)
             if self.device is not None and self.device != "cpu":
                 result = result.to(device=self.device)
             if node.get("requires_grad") is True:

@@ -159,13 +159,13 @@ def _accumulate(t: Tensor, ct: Tensor, create_graph: bool) -> None:
             t.grad = ct + 0 if t.grad is None else t.grad + ct
         return
     if not create_graph:
-        ct = Tensor(ct.data.copy() if t.grad is None else ct.data)
+        ct = Tensor._wrap(ct.data.copy() if t.grad is None else ct.data)
     if t.grad is None:
         t.grad = ct
     elif create_graph:
         t.grad = t.grad + ct
     else:
-        t.grad = Tensor(t.grad.data + ct.data)
+        t.grad = Tensor._wrap(t.grad.data + ct.data)
 
 
 def _leaf_hooks(t: Tensor, ct):
@@ -344,7 +344,7 @@ def gradcheck(fn, inputs, eps: float = 1e-6, atol: float = 1e-5, rtol: float = 1
                 cot = np.zeros(n_out)
                 cot[j] = 1.0
                 g, = grad(fn_out(fn, inputs, oi), [t],
-                          [Tensor(cot.reshape(out.shape).astype(out.dtype))],
+                          [Tensor._wrap(cot.reshape(out.shape).astype(out.dtype))],
                           allow_unused=True)
                 if g is not None:
                     analytic[j] = np.asarray(g.data, dtype=np.float64).reshape(-1)

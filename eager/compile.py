@@ -516,7 +516,7 @@ class CompiledFunction:
             results = s.backward.run(feeds)
             grads = [None] * len(ins)
             for slot, arr in enumerate(results):
-                grads[s.grad_inputs[slot]] = Tensor(arr)
+                grads[s.grad_inputs[slot]] = Tensor._wrap(arr)
             return grads
 
         def no_kernel(*a, **k):
@@ -568,7 +568,7 @@ class CompiledFunction:
             t._version[0] += 1
         for h in s.updated_holders:
             h._version[0] += 1
-        tensors = [Tensor(a) for a in outs]
+        tensors = [Tensor._wrap(a) for a in outs]
         if s.op is not None:
             for i in s.diff_outs:
                 tensors[i].requires_grad = True

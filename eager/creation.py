@@ -94,7 +94,7 @@ def as_tensor(data, dtype=None, device=None) -> Tensor:
     if isinstance(data, np.ndarray) and (device in (None, "cpu")) and (
             dtype is None or dtypes.as_dtype(dtype) == data.dtype.name) and \
             data.dtype.name in dtypes.DTYPE_NAMES:
-        return Tensor(data)
+        return Tensor._wrap(data)
     return tensor(data, dtype, device)
 
 
@@ -105,7 +105,7 @@ def from_numpy(array: np.ndarray) -> Tensor:
     if array.dtype.name not in dtypes.DTYPE_NAMES:
         raise TypeError(f"from_numpy: unsupported dtype {array.dtype}; supported: "
                         f"{', '.join(dtypes.DTYPE_NAMES)}")
-    return Tensor(array)
+    return Tensor._wrap(array)
 
 
 def to_device(t: Tensor, device: str) -> Tensor:

@@ -86,21 +86,86 @@ def _xp_for(device: str):
     return backend_for(device).xp
 
 
+_new = object.__new__
+
+
+def _init(t, data, requires_grad: bool) -> None:
+    t.data = data
+    t.requires_grad = requires_grad
+    t.grad = None
+    t.grad_fn = None
+    t._index = 0
+    t._version = [0]
+    t._hooks = None
+    t._retains_grad = False
+
+
+def _is_size(x) -> bool:
+    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
+
+
+def _legacy_data(args, device):
+    """The array ``Tensor(*args)`` holds (see ``Tensor.__init__``)."""
+    if device is not None:
+        device = str(device).split(":")[0]
+        if device not in ("cpu", "cuda"):
+            raise ValueError(f"Tensor: unknown device {device!r}: expected 'cpu' or 'cuda'")
+    device = device or _default_device[-1]
+    if len(args) == 1 and isinstance(args[0], Tensor):
+        other = args[0]
+        if other.device != device:
+            raise RuntimeError(f"Tensor: the tensor is on {other.device}, not {device}; use "
+                               ".to(device)")
+        return other.data
+    if all(_is_size(a) for a in args):
+        sizes = tuple(int(a) for a in args) if args else (0,)
+        bad = [n for n in sizes if n < 0]
+        if bad:
+            raise RuntimeError(f"Tensor: cannot create a tensor with negative dimension "
+                               f"{bad[0]}: {list(sizes)}")
+        arr = np.zeros(sizes, np.float32)
+    elif len(args) == 1 and (isinstance(args[0], (list, tuple, np.ndarray))
+                             or hasattr(args[0], "__array__")):
+        data = args[0]
+        try:
+            arr = np.array(data, dtype=np.float32)
+        except (TypeError, ValueError) as e:
+            raise TypeError(f"Tensor: cannot make a float32 tensor from "
+                            f"{type(data).__name__}: {e}") from None
+    else:
+        found = ", ".join(type(a).__name__ for a in args)
+        raise TypeError(f"Tensor: expected sizes (ints) or one sequence of data, found "
+                        f"({found}); for a 0-d tensor of a number use dg.tensor(value)")
+    return arr if device == "cpu" else _xp_for(device).asarray(arr)
+
+
 class Tensor(TensorMethods):
     """An eager tensor: an array (numpy on "cpu", cupy on "cuda") plus autograd state."""
 
     __slots__ = ("data", "requires_grad", "grad", "grad_fn", "_index", "_version", "_hooks",
                  "_retains_grad", "__weakref__")
 
-    def __init__(self, data, requires_grad: bool = False):
-        self.data = data
-        self.requires_grad = requires_grad
-        self.grad: Optional[Tensor] = None
-        self.grad_fn: Optional[EagerNode] = None
-        self._index = 0
-        self._version = [0]
-        self._hooks = None
-        self._retains_grad = False
+    def __init__(self, *args, device=None):
+        """PyTorch's legacy constructor ``torch.Tensor(...)``, always float32:
+
+        - ``Tensor()``: an empty (0,) tensor;
+        - ``Tensor(4, 4)`` (sizes): a tensor of that shape (zero-filled here, where PyTorch
+          leaves it uninitialised);
+        - ``Tensor(data)`` (a list, tuple or array; ``Tensor(ndarray_float64)`` too):
+          a float32 copy of ``data``;
+        - ``Tensor(other_tensor)``: a tensor sharing ``other_tensor``'s data and dtype.
+
+        Use ``dg.tensor(data, dtype=..., requires_grad=...)`` to choose the dtype.
+        """
+        _init(self, _legacy_data(args, device), False)
+
+    @classmethod
+    def _wrap(cls, data, requires_grad: bool = False) -> "Tensor":
+        """The engine's constructor: a tensor around ``data`` (a numpy or cupy array, kept
+        as it is: no copy, no dtype change)."""
+        t = _new(cls)
+        _init(t, data, requires_grad)
+        return t
 
     # -- the value protocol shared with graph Values (see graphlib.autodiff) ------------------
     @property
@@ -295,7 +360,7 @@ class Tensor(TensorMethods):
     # -- autograd ------------------------------------------------------------------------------
     def detach(self) -> "Tensor":
         """The same data, cut from the autograd graph (shares memory and version counter)."""
-        t = Tensor(self.data)
+        t = Tensor._wrap(self.data)
         t._version = self._version
         for rec in _recorders:
             rec._note_detach(t, self)
@@ -374,7 +439,7 @@ class Tensor(TensorMethods):
                 f"view first\n  in: {user_source()}")
         src = self
         if tracked:
-            src = Tensor(self.data.copy(), self.requires_grad)
+            src = Tensor._wrap(self.data.copy(), self.requires_grad)
             src.grad_fn, src._index = self.grad_fn, self._index
             for rec in _recorders:
                 rec._note_alias(src, self)
@@ -568,7 +633,7 @@ class Parameter(Tensor):
             data = data.data
         elif not hasattr(data, "dtype"):
             data = np.asarray(data, dtype=dtypes.infer_data_dtype(data))
-        super().__init__(data, False)
+        _init(self, data, False)
         if requires_grad:
             self.requires_grad_(True)
 
@@ -584,6 +649,9 @@ class SeedTensor(Tensor):
     """
 
     __slots__ = ()
+
+    def __init__(self, data):
+        _init(self, data, False)
 
     def __int__(self):
         return int(self.data)
@@ -649,7 +717,7 @@ class EagerNode(Node):
         for i, ref in enumerate(self._out_refs):
             t = ref()
             if t is None:
-                t = Tensor(self._out_data[i], True)
+                t = Tensor._wrap(self._out_data[i], True)
                 t.grad_fn, t._index = self, i
             outs.append(t)
         return tuple(outs)
@@ -734,6 +802,20 @@ _recorders: list = []   # open record() blocks (innermost last)
 _TO_DEVICE = REGISTRY["to_device"]
 
 
+def _wrap(data) -> Tensor:
+    """``Tensor._wrap(data)`` inlined for the eager hot path."""
+    t = _new(Tensor)
+    t.data = data
+    t.requires_grad = False
+    t.grad = None
+    t.grad_fn = None
+    t._index = 0
+    t._version = [0]
+    t._hooks = None
+    t._retains_grad = False
+    return t
+
+
 _scalar_cache: dict = {}
 
 
@@ -747,7 +829,7 @@ def _as_tensor(x, device: str) -> Tensor:
             arr = _xp_for(device).asarray(x.value, dtype=x.dtype)
             if device == "cpu":
                 arr.flags.writeable = False
-            t = Tensor(arr)
+            t = _wrap(arr)
             if len(_scalar_cache) > 4096:
                 _scalar_cache.clear()
             _scalar_cache[key] = t
@@ -756,9 +838,9 @@ def _as_tensor(x, device: str) -> Tensor:
         arr = np.asarray(x)
         if arr.dtype.name not in dtypes.DTYPE_NAMES:
             arr = arr.astype(dtypes.infer_data_dtype(arr))
-        return Tensor(_xp_for(device).asarray(arr))
+        return _wrap(_xp_for(device).asarray(arr))
     if isinstance(x, (list, tuple)):
-        return Tensor(_xp_for(device).asarray(np.asarray(x, dtype=dtypes.infer_data_dtype(x))))
+        return _wrap(_xp_for(device).asarray(np.asarray(x, dtype=dtypes.infer_data_dtype(x))))
     raise TypeError(f"expected each operand to be a tensor, array, number or list of numbers, "
                     f"found {type(x).__name__}")
 
@@ -839,11 +921,11 @@ def eager_apply(op, inputs, attrs):
         raise kernel_error(f"{op.name} failed: {type(e).__name__}: {e}\n  inputs: ({shapes})"
                            f"\n  in: {user_source()}", e) from e
     if len(res) == 1:
-        outs = [Tensor(res[0])]
+        outs = [_wrap(res[0])]
     else:
         outs = []
         for r in res:
-            outs.append(Tensor(r))
+            outs.append(_wrap(r))
     grad = False
     if op.vjp is not None and _grad_enabled():
         nondiff = op.nondiff_inputs
@@ -890,7 +972,7 @@ def tensor_from_data(data, dtype=None, device=None) -> Tensor:
     dt = dtypes.as_dtype(dtype) if dtype is not None else dtypes.infer_data_dtype(data)
     arr = np.array(data, dtype=dt)
     device = device or _default_device[-1]
-    return Tensor(arr if device == "cpu" else _xp_for(device).asarray(arr))
+    return _wrap(arr if device == "cpu" else _xp_for(device).asarray(arr))
 
 
 def _capture_into_graph(graph, t: Tensor):

@@ -16,7 +16,7 @@ from .ops.elementwise import (abs, add, bitwise_and, bitwise_not, bitwise_or,  #
 from .ops.elementwise import (acos, acosh, arccos, arccosh, arcsin, arcsinh,  # noqa: F401
                               arctan, arctanh, asin, asinh, atan, atanh, ceil, cosh, exp2,
                               expm1, fix, floor, frac, isfinite, isinf, isnan, log10, log1p,
-                              log2, sinh, tan, trunc)
+                              log2, logsigmoid, sinh, tan, trunc)
 from .ops.linalg import matmul, mm  # noqa: F401
 from .ops.nn import (batch_norm_train, log_softmax, one_hot, softmax,  # noqa: F401
                      softmax_cross_entropy, stop_gradient)
@@ -65,4 +65,5 @@ __all__ = ["adaptive_avg_pool2d", "avg_pool2d", "conv2d", "max_pool2d", "arange"
            "true_divide", "negative", "absolute",
            "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "log1p",
            "expm1", "log2", "log10", "exp2", "floor", "ceil", "trunc", "fix", "frac", "isnan",
-           "isinf", "isfinite", "arcsin", "arccos", "arctan", "arcsinh", "arccosh", "arctanh"]
+           "isinf", "isfinite", "logsigmoid", "arcsin", "arccos", "arctan", "arcsinh",
+           "arccosh", "arctanh"]

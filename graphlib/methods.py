@@ -303,6 +303,9 @@ class TensorMethods:
     def sigmoid(self):
         return F.sigmoid(self)
 
+    def logsigmoid(self):
+        return F.logsigmoid(self)
+
     def relu(self):
         return F.relu(self)
 

@@ -316,7 +316,7 @@ def _clamp_ref(x, min=None, max=None):
 
 
 def _pow_ref(x, exponent):
-    if isinstance(exponent, int) and exponent < 0 and np.asarray(x).dtype.kind in "iu":
+    if isinstance(exponent, float) and np.asarray(x).dtype.kind in "iu":
         return np.power(x.astype(F32), exponent)
     return np.power(x, exponent)
 
@@ -341,8 +341,15 @@ def _elementwise_unary() -> List[OpInfo]:
         OpInfo("cos", dg.cos, _unary_float_samples(_wide), np.cos, differentiable=True),
         OpInfo("tanh", dg.tanh, _unary_float_samples(), np.tanh, differentiable=True),
         OpInfo("sigmoid", dg.sigmoid, _unary_float_samples() + [
-            Sample("f64_extreme", (np.array([-800.0, -30.0, 30.0, 800.0]),))],
+            Sample("f64_extreme", (np.array([-800.0, -30.0, 30.0, 800.0]),)),
+            Sample("f32_tails", (np.array([-88.0, -40.0, -20.0, -15.0, -10.0, 0.0, 10.0, 20.0,
+                                           40.0], F32),))],
             special.expit, differentiable=True),
+        OpInfo("logsigmoid", dg.logsigmoid, _unary_float_samples(_wide) + [
+            Sample("f64_extreme", (np.array([-800.0, -30.0, 0.0, 30.0, 800.0]),)),
+            Sample("f32_tails", (np.array([-100.0, -20.0, -1e-3, 0.0, 15.0, 20.0, 90.0],
+                                          F32),))],
+            lambda x: -np.logaddexp(0, -x), differentiable=True),
         OpInfo("relu", dg.relu, _numeric_unary_samples(away) + [_at_zero()],
                lambda x: np.maximum(x, 0),
                differentiable=True, errors=_bool_error()),
@@ -433,8 +440,12 @@ def _elementwise_unary() -> List[OpInfo]:
             Sample("i64", (ints(2, 3),), {"exponent": 2}),
             Sample("bool", (bools(2, 2),), {"exponent": 2}, dtype=I64),
             Sample("i64_float", (ints(3, low=1, high=4),), {"exponent": 0.5}, dtype=F32),
-            Sample("i64_neg", (ints(3, low=1, high=4),), {"exponent": -2}, dtype=F32)],
-            _pow_ref, differentiable=True),
+            Sample("i64_neg_float", (ints(3, low=1, high=4),), {"exponent": -2.0}, dtype=F32)],
+            _pow_ref, differentiable=True, errors=[
+                ErrorCase("i64_neg", (ints(3, low=1, high=4),), {"exponent": -2},
+                          RuntimeError, "integers to negative integer powers"),
+                ErrorCase("bool_neg", (bools(3),), {"exponent": -1}, dg.DTypeError,
+                          "negative integer powers")]),
     ]
     return ops
 
@@ -838,6 +849,13 @@ def _linalg() -> List[OpInfo]:
 def _size(size: tuple) -> tuple:
     """``f(x, 2, 3)`` and ``f(x, (2, 3))`` both mean the sizes (2, 3)."""
     return tuple(size[0]) if len(size) == 1 and isinstance(size[0], (tuple, list)) else size
+
+
+def _linspace_ref(start, end, steps, dtype=None):
+    """Integer dtypes truncate toward zero (as PyTorch; numpy's integer linspace floors)."""
+    if dtype in (I32, I64):
+        return np.trunc(np.linspace(start, end, steps)).astype(dtype)
+    return np.linspace(start, end, steps, dtype=dtype or F32)
 
 
 def _expand_ref(x, *sizes):
@@ -1278,9 +1296,11 @@ def _creation() -> List[OpInfo]:
             lambda n, m=None, dtype=None: np.eye(n, m, dtype=dtype or F32)),
         OpInfo("linspace", F.linspace, [
             Sample("unit", (0, 1, 5)), Sample("one", (-1, 1, 1)),
-            Sample("f64", (-2.0, 3.0, 4), {"dtype": F64})],
-            lambda start, end, steps, dtype=None: np.linspace(start, end, steps,
-                                                              dtype=dtype or F32)),
+            Sample("f64", (-2.0, 3.0, 4), {"dtype": F64}),
+            Sample("i32_descending", (5, -5, 20), {"dtype": I32}),
+            Sample("i64_fractional", (-3.7, 2.2, 6), {"dtype": I64})],
+            _linspace_ref, errors=[
+                ErrorCase("bool", (0, 1, 5), {"dtype": B8}, dg.DTypeError, "dtype bool")]),
         OpInfo("zeros_like", F.zeros_like, [
             Sample("f64", (rand(2, 3),)), Sample("i64_to_f32", (ints(3,),), {"dtype": F32})],
             lambda x, dtype=None: np.zeros_like(x, dtype=dtype)),

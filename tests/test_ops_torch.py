@@ -76,7 +76,8 @@ TORCH: Dict[str, Callable] = {
         "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "log1p",
         "expm1", "log2", "log10", "exp2", "floor", "ceil", "trunc", "frac", "isnan", "isinf",
         "isfinite")},
-    "sigmoid": torch.sigmoid, "relu": torch.relu, "erf": torch.erf, "sign": torch.sign,
+    "sigmoid": torch.sigmoid, "logsigmoid": TF.logsigmoid, "relu": torch.relu,
+    "erf": torch.erf, "sign": torch.sign,
     "leaky_relu": lambda x, negative_slope=0.01: TF.leaky_relu(x, negative_slope),
     "gelu": lambda x, approximate="none": TF.gelu(x, approximate=approximate),
     "gelu_tanh": lambda x, approximate="none": TF.gelu(x, approximate=approximate),
@@ -136,7 +137,7 @@ if "conv2d" in BY_NAME:
 # Samples torch rejects (duograph promotes, or accepts more index dtypes) or where duograph
 # deliberately differs (documented in the op's docstring).
 NOT_IN_TORCH = {
-    "pow_scalar-i64_neg": "torch refuses integers to negative powers; duograph gives float32",
+    "logsigmoid-i64_to_f32": "torch has no integer logsigmoid; duograph gives float32",
     "one_hot-i32_0d": "torch.one_hot needs int64 indices",
     "matmul-i32_f32": "torch.matmul needs operands of one dtype",
     "index_add-f32_f64": "torch.index_add needs src of the input's dtype",

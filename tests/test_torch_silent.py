@@ -131,3 +131,173 @@ def test_multihead_attention_defaults_to_sequence_first_as_torch():
                                atol=1e-12)
     np.testing.assert_allclose(w.detach().numpy(), tw.detach().numpy(), rtol=1e-10,
                                atol=1e-12)
+
+
+# -- dg.Tensor(...) is PyTorch's legacy constructor ---------------------------------------------
+@pytest.mark.parametrize("args", [
+    ([0.2, 0.2, 0.6],), ([[1, 2], [3, 4]],), ((2, 3),), (np.array([1.5, 2.5]),),
+    (np.array([1, 2], np.int64),), (np.array(3.0),), ([True, False],), (4, 4), (3,), (),
+    (0,), (2, 0, 3)], ids=lambda a: repr(a)[:30])
+def test_tensor_constructor_matches_torch(args):
+    got = dg.Tensor(*args)
+    want = torch.Tensor(*args)
+    assert isinstance(got, dg.Tensor)
+    assert got.dtype == "float32" and tuple(got.shape) == tuple(want.shape)
+    if not (len(args) and all(isinstance(a, int) for a in args)):   # sizes: uninitialised
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
+    else:
+        assert not got.numpy().any()
+
+
+def test_tensor_constructor_from_float64_array_is_float32_and_works_later():
+    t = dg.Tensor(np.array([0.2, 0.2, 0.6]))
+    assert t.dtype == "float32"
+    w = dg.Tensor([0.2, 0.2, 0.6])
+    np.testing.assert_allclose((w * 2).sum().item(), 2.0, rtol=1e-6)
+    assert (w + t).dtype == "float32"
+
+
+def test_tensor_constructor_of_a_tensor_shares_it():
+    src = dg.tensor([1, 2, 3])
+    t = dg.Tensor(src)
+    assert t.dtype == "int64" and np.shares_memory(t.numpy(), src.numpy())
+
+
+@pytest.mark.parametrize("args, kwargs", [
+    ((2.5,), {}), ((True,), {}), ((-1,), {}), ((2, 3), {"dtype": "float64"}),
+    (([1.0],), {"requires_grad": True}), ((2, "a"), {})])
+def test_tensor_constructor_refuses_what_torch_refuses(args, kwargs):
+    with pytest.raises((TypeError, RuntimeError)):
+        torch.Tensor(*args, **{k: (torch.float64 if k == "dtype" else v)
+                               for k, v in kwargs.items()})
+    with pytest.raises((TypeError, RuntimeError)):
+        dg.Tensor(*args, **kwargs)
+
+
+# -- linspace and integer powers -----------------------------------------------------------------
+@pytest.mark.parametrize("args", [(5, -5, 20), (-5, 5, 20), (0, 10, 7), (-3.7, 2.2, 6),
+                                  (2.9, -2.9, 5), (0, 255, 9)])
+@pytest.mark.parametrize("dtype", ["int32", "int64"])
+def test_integer_linspace_truncates_toward_zero_as_torch(args, dtype):
+    want = torch.linspace(*args, dtype=getattr(torch, dtype)).numpy()
+    np.testing.assert_array_equal(dg.linspace(*args, dtype=dtype).numpy(), want)
+    g = dg.Graph("t")
+    with g:
+        y = dg.linspace(*args, dtype=dtype)
+    np.testing.assert_array_equal(g.compile(outputs=[y])()[0], want)
+
+
+def test_linspace_bool_raises_as_torch():
+    with pytest.raises(RuntimeError):
+        torch.linspace(0, 1, 5, dtype=torch.bool)
+    with pytest.raises(TypeError, match="linspace: dtype bool"):
+        dg.linspace(0, 1, 5, dtype="bool")
+
+
+@pytest.mark.parametrize("dtype", ["int64", "int32", "uint8", "bool"])
+def test_integer_tensor_to_negative_integer_power_raises_as_torch(dtype):
+    x = np.array([1, 2, 3]).astype(dtype)
+    with pytest.raises(RuntimeError, match="negative integer powers"):
+        torch.from_numpy(x) ** -2
+    with pytest.raises(RuntimeError, match="negative integer powers"):
+        dg.tensor(x) ** -2
+    g = dg.Graph("t")
+    with g, pytest.raises(RuntimeError, match="negative integer powers"):
+        dg.placeholder("x", shape=(3,), dtype=dtype) ** -1
+    assert (dg.tensor(x) ** -2.0).dtype == "float32"       # a float exponent is fine
+
+
+def test_integer_tensor_to_negative_integer_tensor_power_raises():
+    with pytest.raises(RuntimeError, match="negative integer powers"):
+        dg.tensor([1, 2]) ** dg.tensor([-2, 1])
+
+
+# -- pow gradients at the edges ----------------------------------------------------------------
+POW_BASE = np.array([0.0, 0.0, 0.0, -2.0, -2.0, 2.0, 0.0, -0.0, 3.0])
+POW_EXP = np.array([0.0, -1.0, 2.0, 2.0, 0.5, 0.0, -2.5, -1.0, 1.5])
+
+
+def _torch_pow_grads(a, b):
+    ta, tb = (torch.tensor(v, requires_grad=isinstance(v, np.ndarray)) if isinstance(
+        v, np.ndarray) else v for v in (a, b))
+    y = torch.pow(ta, tb)
+    leaves = [t for t in (ta, tb) if isinstance(t, torch.Tensor) and t.requires_grad]
+    return [g.numpy() for g in torch.autograd.grad(y.sum(), leaves)]
+
+
+def _dg_pow_grads(a, b):
+    """(eager grads, graph-mode grads) of sum(a ** b) w.r.t. the array operands."""
+    ta, tb = (dg.tensor(v, requires_grad=True) if isinstance(v, np.ndarray) else v
+              for v in (a, b))
+    leaves = [t for t in (ta, tb) if isinstance(t, dg.Tensor)]
+    dg.pow(ta, tb).sum().backward()
+    eager = [t.grad.numpy() for t in leaves]
+    g = dg.Graph("t")
+    feeds = {}
+    with g:
+        ops = []
+        for i, v in enumerate((a, b)):
+            if isinstance(v, np.ndarray):
+                ops.append(dg.placeholder(f"v{i}", shape=v.shape, dtype="float64"))
+                feeds[f"v{i}"] = v
+            else:
+                ops.append(v)
+        grads = dg.grad(dg.sum(dg.pow(*ops)), [o for o in ops if isinstance(o, dg.Value)])
+    graph = [np.asarray(r) for r in g.compile(outputs=grads)(**feeds)]
+    return eager, graph
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("a, b", [(POW_BASE, POW_EXP), (0.0, POW_EXP), (-2.0, POW_EXP),
+                                  (2.0, POW_EXP)], ids=["tensors", "zero_base",
+                                                        "negative_base", "positive_base"])
+def test_pow_gradients_at_edge_cases_match_torch(a, b):
+    want = _torch_pow_grads(a, b)
+    for mode, got in zip(("eager", "graph"), _dg_pow_grads(a, b)):
+        for w, gv in zip(want, got):
+            np.testing.assert_allclose(gv, w, rtol=1e-12, err_msg=mode)   # NaN/inf in place
+
+
+# -- sigmoid tails, softplus gradient, logsigmoid ------------------------------------------------
+TAILS = {"float32": np.array([-100.0, -88.0, -40.0, -20.0, -15.0, -10.0, -1.0, 0.0, 1.0, 10.0,
+                              20.0, 40.0], np.float32),
+         "float64": np.array([-800.0, -700.0, -100.0, -38.0, -20.0, -1.0, 0.0, 1.0, 20.0, 40.0,
+                              800.0])}
+
+
+def _assert_tails(got, want, what):
+    """Equal to 1e-6 relative everywhere torch is not 0, and nonzero where torch is."""
+    assert got.dtype == want.dtype, what
+    nz = want != 0
+    assert np.all(got[nz] != 0), what
+    np.testing.assert_allclose(got[nz], want[nz], rtol=2e-6, err_msg=what)
+    assert np.all(np.abs(got[~nz]) < np.finfo(want.dtype).tiny), what   # 0 or subnormal
+
+
+@pytest.mark.parametrize("strategy", ["numpy", "numba", "ops"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("name", ["sigmoid", "logsigmoid"])
+def test_sigmoid_and_logsigmoid_keep_torch_tails(name, dtype, strategy):
+    x = TAILS[dtype]
+    fn = getattr(dg, name)
+    want = getattr(torch.nn.functional, name)(torch.from_numpy(x)).numpy()
+    with dg.config.override(fused_strategy=strategy):
+        for mode, got in all_modes(lambda t: fn(t * 1.0) + 0.0, x):   # a fusable chain
+            _assert_tails(got, want, f"{mode} {strategy}")
+
+
+@pytest.mark.parametrize("name", ["sigmoid", "logsigmoid", "softplus"])
+def test_sigmoid_logsigmoid_softplus_gradients_match_torch(name):
+    x = np.concatenate([TAILS["float64"], np.linspace(-5, 5, 11)])
+    t = torch.tensor(x, requires_grad=True)
+    getattr(torch.nn.functional, name)(t).sum().backward()
+    d = dg.tensor(x, requires_grad=True)
+    getattr(dg.nn.functional, name)(d).sum().backward()
+    np.testing.assert_allclose(d.grad.numpy(), t.grad.numpy(), rtol=1e-12, atol=1e-300)
+
+
+def test_logsigmoid_module_and_method():
+    x = TAILS["float32"]
+    want = torch.nn.LogSigmoid()(torch.from_numpy(x)).numpy()
+    np.testing.assert_allclose(dg.nn.LogSigmoid()(dg.tensor(x)).numpy(), want, rtol=1e-6)
+    np.testing.assert_allclose(dg.tensor(x).logsigmoid().numpy(), want, rtol=1e-6)

@@ -4,7 +4,7 @@ from . import functional, init, utils
 from .layers import (AdaptiveAvgPool2d, AvgPool2d, BatchNorm1d, BatchNorm2d, BCELoss,
                      BCEWithLogitsLoss, Conv2d, CrossEntropyLoss, Dropout, Embedding, Flatten,
                      GELU, Identity, KLDivLoss, L1Loss, LayerNorm, LeakyReLU, Linear,
-                     LogSoftmax, MaxPool2d, ModuleDict, ModuleList, MSELoss,
+                     LogSigmoid, LogSoftmax, MaxPool2d, ModuleDict, ModuleList, MSELoss,
                      MultiheadAttention, NLLLoss, ReLU, Sequential, Sigmoid, Softmax, Tanh,
                      TransformerBlock)
 from .layers import (CELU, ELU, GLU, SELU, Hardsigmoid, Hardswish, Hardtanh, Mish,  # noqa
@@ -15,7 +15,8 @@ __all__ = [
     "Module", "Parameter", "StateDictError", "Sequential", "ModuleList", "ModuleDict",
     "Identity", "Linear", "Conv2d", "MaxPool2d", "AvgPool2d", "AdaptiveAvgPool2d",
     "BatchNorm1d", "BatchNorm2d", "LayerNorm", "Dropout", "Embedding", "Flatten", "ReLU",
-    "LeakyReLU", "GELU", "Sigmoid", "Tanh", "Softmax", "LogSoftmax", "MultiheadAttention",
+    "LeakyReLU", "GELU", "Sigmoid", "LogSigmoid", "Tanh", "Softmax", "LogSoftmax",
+    "MultiheadAttention",
     "SiLU", "Mish", "ELU", "SELU", "CELU", "Hardtanh", "ReLU6", "Hardsigmoid", "Hardswish",
     "Softsign", "Tanhshrink", "Threshold", "GLU", "Softmin", "PReLU",
     "TransformerBlock", "MSELoss", "L1Loss", "CrossEntropyLoss", "NLLLoss", "BCELoss",

@@ -13,8 +13,8 @@ from ..graphlib import dtypes
 from ..graphlib import functional as F
 from ..graphlib.errors import DTypeError, ShapeError
 from ..graphlib.functional import (adaptive_avg_pool2d, avg_pool2d, conv2d,  # noqa
-                                    gelu, leaky_relu, log_softmax, max_pool2d, one_hot, relu,
-                                    sigmoid, softmax, softplus, tanh)
+                                    gelu, leaky_relu, log_softmax, logsigmoid, max_pool2d,
+                                    one_hot, relu, sigmoid, softmax, softplus, tanh)
 from ..graphlib.ir import Value
 
 

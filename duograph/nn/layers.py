@@ -302,9 +302,9 @@ class _BatchNorm(Module):
             self.register_parameter("weight", None)
             self.register_parameter("bias", None)
         if track_running_stats:
-            self.register_buffer("running_mean", Tensor(np.zeros(num_features, np.float32)))
-            self.register_buffer("running_var", Tensor(np.ones(num_features, np.float32)))
-            self.register_buffer("num_batches_tracked", Tensor(np.zeros((), np.int64)))
+            self.register_buffer("running_mean", Tensor._wrap(np.zeros(num_features, np.float32)))
+            self.register_buffer("running_var", Tensor._wrap(np.ones(num_features, np.float32)))
+            self.register_buffer("num_batches_tracked", Tensor._wrap(np.zeros((), np.int64)))
         else:
             self.register_buffer("running_mean", None)
             self.register_buffer("running_var", None)
@@ -458,6 +458,13 @@ class GELU(Module):
 class Sigmoid(Module):
     def forward(self, x):
         return F.sigmoid(x)
+
+
+class LogSigmoid(Module):
+    """log(sigmoid(x)), computed stably (``torch.nn.LogSigmoid``)."""
+
+    def forward(self, x):
+        return F.logsigmoid(x)
 
 
 class Tanh(Module):
@@ -714,7 +721,7 @@ class _WeightedLoss(_Loss):
                 if not isinstance(value, np.ndarray):
                     raise TypeError(f"{type(self).__name__}: {name} must be a tensor, a "
                                     f"numpy array or None, found {type(value).__name__}")
-                value = Tensor(value)
+                value = Tensor._wrap(value)
             self.register_buffer(name, value)
 
 

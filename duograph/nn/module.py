@@ -317,8 +317,8 @@ class Module:
                 if k in state_dict:
                     src = state_dict[k]
                     arr = src.__array__() if isinstance(src, Tensor) else np.asarray(src)
-                    t.copy_(Tensor(np.asarray(arr)) if t.device == "cpu" else
-                            Tensor(np.asarray(arr)).to(device=t.device))
+                    t.copy_(Tensor._wrap(np.asarray(arr)) if t.device == "cpu" else
+                            Tensor._wrap(np.asarray(arr)).to(device=t.device))
         return IncompatibleKeys(missing, unexpected)
 
     # -- hooks and calling --------------------------------------------------------------------
@@ -391,7 +391,7 @@ def _zeros_like_grad(grad: Tensor) -> Tensor:
     """Fresh zeros shaped like ``grad`` on its device (``grad * 0`` would keep NaN and inf)."""
     zeros = grad.data.copy()
     zeros.fill(0)
-    return Tensor(zeros)
+    return Tensor._wrap(zeros)
 
 
 def _name_layer(error: Exception, module: Module) -> None:

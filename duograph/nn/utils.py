@@ -18,7 +18,7 @@ def clip_grad_norm_(parameters: Union[Tensor, Iterable[Tensor]], max_norm: float
         parameters = [parameters]
     grads = [p.grad for p in parameters if p.grad is not None]
     if not grads:
-        return Tensor(np.zeros((), np.float32))
+        return Tensor._wrap(np.zeros((), np.float32))
     if grads[0].device == "cpu":
         xp = np
     else:  # pragma: no cover - GPU only
@@ -36,4 +36,4 @@ def clip_grad_norm_(parameters: Union[Tensor, Iterable[Tensor]], max_norm: float
         for g in grads:
             g.data *= g.data.dtype.type(coef)
             g._version[0] += 1
-    return Tensor(np.asarray(total, dtype=grads[0].data.dtype))
+    return Tensor._wrap(np.asarray(total, dtype=grads[0].data.dtype))

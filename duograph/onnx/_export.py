@@ -348,6 +348,11 @@ CONVERTERS["isnan"] = _float_test(lambda ex, x: ex.op("IsNaN", x), False)
 CONVERTERS["isinf"] = _float_test(lambda ex, x: ex.op("IsInf", x), False)
 CONVERTERS["isfinite"] = _float_test(
     lambda ex, x: ex.op("Not", ex.op("Or", ex.op("IsNaN", x), ex.op("IsInf", x))), True)
+# logsigmoid(x) = min(x, 0) - softplus(-|x|) (ONNX has no LogSigmoid)
+CONVERTERS["logsigmoid"] = _unary_numeric(
+    lambda ex, x, dt: ex.op("Sub", ex.op("Min", x, ex.const(0, dt)),
+                            ex.op("Softplus", ex.op("Neg", ex.op("Abs", x)))),
+    ("float32", "float64"))
 CONVERTERS["neg"] = _unary_numeric(lambda ex, x, dt: ex.op("Neg", x))
 CONVERTERS["abs"] = _unary_numeric(lambda ex, x, dt: ex.op("Abs", x))
 CONVERTERS["square"] = _unary_numeric(lambda ex, x, dt: ex.op("Mul", x, x))

@@ -85,9 +85,15 @@ def _linspace_infer(types, attrs):
     return [TensorType((attrs["steps"],), attrs["dtype"])]
 
 
+def _linspace_kernel(xp, start, end, steps, dtype):
+    if dtypes.is_float(dtype):
+        return xp.linspace(start, end, steps, dtype=dtype)
+    # integers truncate toward zero, as PyTorch (numpy's integer linspace rounds down)
+    return xp.trunc(xp.linspace(start, end, steps, dtype="float64")).astype(dtype)
+
+
 linspace_op = register(OpDef(
-    "linspace", _linspace_infer,
-    lambda xp, start, end, steps, dtype: xp.linspace(start, end, steps, dtype=dtype),
+    "linspace", _linspace_infer, _linspace_kernel,
     attrs=Attrs(start=Attr("number"), end=Attr("number"), steps=Attr(int, min=0),
                 dtype=Attr("dtype"))))
 
@@ -316,13 +322,17 @@ def eye(n: int, m: Optional[int] = None, dtype=None):
 
 
 def linspace(start, end, steps: int, dtype=None):
-    """``steps`` evenly spaced values from ``start`` to ``end`` inclusive."""
+    """``steps`` evenly spaced values from ``start`` to ``end`` inclusive (integer dtypes
+    truncate toward zero, as PyTorch; bool is refused)."""
     start, end = _number(start, "linspace", "start"), _number(end, "linspace", "end")
     steps = _number(steps, "linspace", "steps", integer=True)
     if steps < 0:
         raise ValueError(located(f"linspace: steps must be non-negative, found {steps}"))
-    return linspace_op(start=float(start), end=float(end), steps=int(steps),
-                       dtype=_float_dtype(dtype, "linspace"))
+    dtype = _float_dtype(dtype, "linspace")
+    if dtype == "bool":
+        raise DTypeError(located("linspace: dtype bool is not supported (as in PyTorch); "
+                                 "expected an integer or floating-point dtype"))
+    return linspace_op(start=float(start), end=float(end), steps=int(steps), dtype=dtype)
 
 
 def uniform(*size, seed=None, low: float = 0.0, high: float = 1.0, dtype=None,

@@ -45,14 +45,16 @@ tanh_op = unary("tanh", lambda xp, x: xp.tanh(x), lambda g, x, y: g * (1.0 - y *
 
 
 def _sigmoid_kernel(xp, x):
-    # 0.5 * (1 + tanh(x / 2)) never overflows, unlike 1 / (1 + exp(-x)).
-    half = x.dtype.type(0.5) if x.dtype.kind == "f" else 0.5
-    return half * (xp.tanh(x * half) + 1)
+    # split at 0 so that exp never overflows and the negative tail keeps its relative
+    # precision (0.5 * (1 + tanh(x / 2)) rounds to 0 from x = -20 in float32):
+    # 1 / (1 + e^-x) for x >= 0, e^x / (1 + e^x) below
+    e = xp.exp(-xp.abs(x))
+    return xp.where(x >= 0, x.dtype.type(1), e) / (1 + e)
 
 
 sigmoid_op = unary("sigmoid", _sigmoid_kernel, lambda g, x, y: g * y * (1.0 - y),
-                   expr="(0.5 * (tanh(0.5 * {0}) + 1))", float_out=True,
-                   vjp_reads_output=True)
+                   expr="({0} >= 0 ? 1 / (1 + exp(-{0})) : exp({0}) / (1 + exp({0})))",
+                   float_out=True, vjp_reads_output=True)
 relu_op = unary("relu", lambda xp, x: xp.maximum(x, 0), lambda g, x, y: where(y > 0, g, 0.0),
                 expr="max({0}, 0)", allowed=NUMERIC, vjp_reads_output=True)
 leaky_relu_op = unary(
@@ -203,12 +205,20 @@ clamp_op = register(OpDef("clamp", _clamp_infer, _clamp_kernel, _clamp_vjp, elem
                                       max=Attr("number", default=None))))
 
 
+class NegativeIntegerPowerError(DTypeError, RuntimeError):
+    """An integer tensor raised to a negative integer power (PyTorch raises a RuntimeError
+    there, so this is both a DTypeError and a RuntimeError)."""
+
+
 def _pow_scalar_dtype(dtype: str, exponent) -> str:
-    """Weak-scalar promotion, except that integers to a negative power give the default
-    float (as ``reciprocal`` does) instead of truncating to 0."""
+    """Weak-scalar promotion; integers to a negative integer power are refused, as in
+    PyTorch (``x.float() ** -2`` or ``x ** -2.0`` give floats)."""
     dt = dtypes.weak_result_dtype(dtype, exponent)
     if not dtypes.is_float(dt) and exponent < 0:
-        return dtypes.DEFAULT_FLOAT
+        raise NegativeIntegerPowerError(
+            f"pow: integers to negative integer powers are not allowed (as in PyTorch): "
+            f"found a {dtype} tensor ** {exponent}; use a float exponent ({exponent}.0) or "
+            f"cast the tensor to a float dtype first")
     return dt
 
 
@@ -270,11 +280,21 @@ div_op = binary("div", lambda xp, a, b: xp.true_divide(a, b),
                 float_out=True, vjp_reads_output=True)
 
 
-# d/da a**b = b * a**(b-1); d/db a**b = a**b * log(a), taken as 0 where a <= 0.
+def _pow_grad_base(g, a, b, y):
+    """d/da a**b = b * a**(b-1), and 0 where b == 0 (so 0**0 gives 0, as PyTorch)."""
+    return where(b == 0, 0.0, g * b * pow(a, b - 1.0))
+
+
+def _pow_grad_exponent(g, a, b, y):
+    """d/db a**b = a**b * log(a), as PyTorch: 0 where a == 0 and b >= 0; NaN for a < 0
+    (log of a negative base); -inf/inf for 0 ** negative (inf * log 0)."""
+    log_a = where(a > 0, log(where(a > 0, a, 1.0)), where(a == 0, -math.inf, math.nan))
+    return where(logical_and(a == 0, b >= 0), 0.0, g * (y * log_a))
+
+
 pow_op = binary("pow", lambda xp, a, b: xp.power(a, b),
-                (lambda g, a, b, y: g * b * pow(a, b - 1.0),
-                 lambda g, a, b, y: g * where(a > 0, y * log(where(a > 0, a, 1.0)), 0.0)),
-                expr="pow({0}, {1})", vjp_reads_output=True)
+                (_pow_grad_base, _pow_grad_exponent), expr="pow({0}, {1})",
+                vjp_reads_output=True)
 
 
 def _winner(g, mine, theirs, wins):
@@ -396,7 +416,7 @@ def tanh(x):
 
 
 def sigmoid(x):
-    """1 / (1 + exp(-x)), computed without overflow."""
+    """1 / (1 + exp(-x)), computed without overflow and keeping both tails (as PyTorch)."""
     return sigmoid_op(x)
 
 
@@ -602,3 +622,20 @@ isinf = _unary_function(isinf_op, "True where x is +inf or -inf.")
 isfinite = _unary_function(isfinite_op, "True where x is neither NaN nor infinite.")
 arcsin, arccos, arctan = asin, acos, atan
 arcsinh, arccosh, arctanh = asinh, acosh, atanh
+
+
+# -- logsigmoid ----------------------------------------------------------------------------------
+def _logsigmoid_kernel(xp, x):
+    # log(sigmoid(x)) = min(x, 0) - log1p(exp(-|x|)): no overflow, no log(0)
+    return xp.minimum(x, 0) - xp.log1p(xp.exp(-xp.abs(x)))
+
+
+logsigmoid_op = unary("logsigmoid", _logsigmoid_kernel,
+                      lambda g, x, y: g * sigmoid(-x), float_out=True,
+                      expr="(min({0}, 0) - log1p(exp(-abs({0}))))")
+
+
+def logsigmoid(x):
+    """log(sigmoid(x)), computed stably (as ``torch.nn.functional.logsigmoid``); its
+    gradient is sigmoid(-x)."""
+    return logsigmoid_op(x)

@@ -432,11 +432,7 @@ def _ufunc_lines(node, names: List[str], out: str) -> Optional[List[str]]:
         return [f"np.copyto({out}, {a}, casting='unsafe')"]
     if name == "rsqrt" and is_float:
         return [f"np.sqrt({a}, out={out})", f"np.reciprocal({out}, out={out})"]
-    if name == "sigmoid" and is_float:
-        half = f"HALF_{dt}"
-        return [f"np.multiply({a}, {half}, out={out})", f"np.tanh({out}, out={out})",
-                f"np.add({out}, 1, out={out})", f"np.multiply({out}, {half}, out={out})"]
-    return None
+    return None                 # (sigmoid: its kernel, split at 0 to keep both tails)
 
 
 class _Scratch:
@@ -810,7 +806,7 @@ def _gelu_none(x):
 
 @njit(inline="always", error_model="numpy", fastmath=FASTMATH)
 def _sigmoid(x):
-    return F(0.5) * (_tanh(F(0.5) * x) + F(1))
+    return F(1) / (F(1) + np.exp(-x)) if x >= F(0) else np.exp(x) / (F(1) + np.exp(x))
 '''
 
 _FUNCS = {"exp": "np.exp", "log": "np.log", "sqrt": "np.sqrt", "sin": "np.sin",

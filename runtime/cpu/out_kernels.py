@@ -61,14 +61,16 @@ def _relu_out(xp, x, out):
 
 
 def _sigmoid_out(xp, x, out):
-    # same formula as the kernel: 0.5 * (tanh(0.5 x) + 1)
+    # same formula as the kernel: e = exp(-|x|); 1 / (1 + e) for x >= 0, e / (1 + e) below
     if x.dtype != out.dtype or x.dtype.kind != "f":
         return False
-    half = x.dtype.type(0.5)
-    xp.multiply(x, half, out=out)
-    xp.tanh(out, out=out)
+    positive = xp.greater_equal(x, 0)      # before ``out`` (which may be ``x``) is written
+    xp.abs(x, out=out)
+    xp.negative(out, out=out)
+    xp.exp(out, out=out)
+    numerator = xp.where(positive, out.dtype.type(1), out)
     xp.add(out, 1, out=out)
-    xp.multiply(out, half, out=out)
+    xp.divide(numerator, out, out=out)
     return True
 
 
