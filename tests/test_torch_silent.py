@@ -301,3 +301,25 @@ def test_logsigmoid_module_and_method():
     want = torch.nn.LogSigmoid()(torch.from_numpy(x)).numpy()
     np.testing.assert_allclose(dg.nn.LogSigmoid()(dg.tensor(x)).numpy(), want, rtol=1e-6)
     np.testing.assert_allclose(dg.tensor(x).logsigmoid().numpy(), want, rtol=1e-6)
+
+
+# -- adaptive_avg_pool2d keeps a NaN/inf in its own windows -------------------------------------
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+@pytest.mark.parametrize("size, out", [((5, 7), (3, 2)), ((7, 5), (3, 4)), ((4, 4), (3, 3))])
+def test_adaptive_avg_pool2d_uneven_windows_keep_nonfinite_local(bad, size, out):
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 3) + size)
+    x[1, 2, 1, 2] = bad
+    want = torch.nn.functional.adaptive_avg_pool2d(torch.from_numpy(x), out).numpy()
+    for mode, got in all_modes(lambda t: dg.adaptive_avg_pool2d(t, out), x):
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-15, err_msg=mode)
+    # backward: one NaN/inf cotangent reaches only its own window
+    ct = rng.standard_normal((2, 3) + out)
+    ct[0, 1, 1, 0] = bad
+    tx = torch.from_numpy(rng.standard_normal((2, 3) + size)).requires_grad_(True)
+    torch.nn.functional.adaptive_avg_pool2d(tx, out).backward(torch.from_numpy(ct))
+    dx = dg.tensor(tx.detach().numpy(), requires_grad=True)
+    dg.adaptive_avg_pool2d(dx, out).backward(dg.tensor(ct))
+    np.testing.assert_allclose(dx.grad.numpy(), tx.grad.numpy(), rtol=1e-12, atol=1e-15)
+    assert np.isfinite(dx.grad.numpy()).sum() == np.isfinite(tx.grad.numpy()).sum()
