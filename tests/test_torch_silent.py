@@ -323,3 +323,17 @@ def test_adaptive_avg_pool2d_uneven_windows_keep_nonfinite_local(bad, size, out)
     dg.adaptive_avg_pool2d(dx, out).backward(dg.tensor(ct))
     np.testing.assert_allclose(dx.grad.numpy(), tx.grad.numpy(), rtol=1e-12, atol=1e-15)
     assert np.isfinite(dx.grad.numpy()).sum() == np.isfinite(tx.grad.numpy()).sum()
+
+
+# -- std/var use a float correction exactly ------------------------------------------------------
+@pytest.mark.parametrize("name", ["var", "std"])
+@pytest.mark.parametrize("correction", [1.5, 0.5, 2.0, 0])
+def test_std_var_float_correction_is_used_exactly(name, correction):
+    x = np.random.default_rng(0).standard_normal((3, 6))
+    want = getattr(torch, name)(torch.from_numpy(x), dim=1, correction=correction).numpy()
+    for mode, got in all_modes(lambda t: getattr(dg, name)(t, 1, correction=correction), x):
+        np.testing.assert_allclose(got, want, rtol=1e-12, err_msg=mode)
+    method = getattr(dg.tensor(x), name)(1, correction=correction).numpy()
+    np.testing.assert_allclose(method, want, rtol=1e-12)
+    if correction == 1.5:        # 1.5 is not 1
+        assert not np.allclose(want, getattr(torch, name)(torch.from_numpy(x), dim=1).numpy())

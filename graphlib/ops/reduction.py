@@ -1,8 +1,10 @@
 """Reductions over one, several or all dims, with ``keepdim`` (PyTorch names and defaults)."""
 from __future__ import annotations
 
+import numpy as np
+
 from .. import dtypes
-from ..errors import DTypeError, ShapeError
+from ..errors import DTypeError, ShapeError, located
 from ..registry import OpDef, register
 from ..types import TensorType, normalize_dim, normalize_dims
 from .elementwise import cast, exp, logical_and, where
@@ -272,18 +274,31 @@ def prod(x, dim=None, keepdim: bool = False):
     return prod_op(x, dim=_dims(x, dim, "prod"), keepdim=bool(keepdim))
 
 
+def _correction(correction, name: str):
+    """The correction as given: an int, or a float used exactly (1.5 stays 1.5, as in
+    PyTorch); integral floats become ints, so equal graphs print the same."""
+    if isinstance(correction, bool) or not isinstance(correction, (int, float, np.integer,
+                                                                   np.floating)):
+        raise TypeError(located(f"{name}: correction must be a number, found "
+                                f"{type(correction).__name__}"))
+    c = float(correction)
+    return int(c) if c.is_integer() else c
+
+
 def var(x, dim=None, *, correction: int = 1, keepdim: bool = False, unbiased=None):
     """Variance over ``dim`` with Bessel's ``correction`` (1 = unbiased, the default)."""
     if unbiased is not None:
         correction = 1 if unbiased else 0
-    return var_op(x, dim=_dims(x, dim, "var"), keepdim=bool(keepdim), correction=int(correction))
+    return var_op(x, dim=_dims(x, dim, "var"), keepdim=bool(keepdim),
+                  correction=_correction(correction, "var"))
 
 
 def std(x, dim=None, *, correction: int = 1, keepdim: bool = False, unbiased=None):
     """Standard deviation over ``dim`` with Bessel's ``correction`` (default 1)."""
     if unbiased is not None:
         correction = 1 if unbiased else 0
-    return std_op(x, dim=_dims(x, dim, "std"), keepdim=bool(keepdim), correction=int(correction))
+    return std_op(x, dim=_dims(x, dim, "std"), keepdim=bool(keepdim),
+                  correction=_correction(correction, "std"))
 
 
 def argmax(x, dim=None, keepdim: bool = False):
