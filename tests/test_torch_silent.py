@@ -337,3 +337,43 @@ def test_std_var_float_correction_is_used_exactly(name, correction):
     np.testing.assert_allclose(method, want, rtol=1e-12)
     if correction == 1.5:        # 1.5 is not 1
         assert not np.allclose(want, getattr(torch, name)(torch.from_numpy(x), dim=1).numpy())
+
+
+# -- 0.0 and -0.0 are different constants ---------------------------------------------------------
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_eager_division_by_signed_zero_is_not_cached_by_value():
+    t = dg.tensor([1.0, -2.0])
+    first = (t / -0.0).numpy().copy()
+    second = (t / 0.0).numpy()
+    want = (torch.tensor([1.0, -2.0]) / 0.0).numpy()
+    np.testing.assert_array_equal(second, want)
+    np.testing.assert_array_equal(first, -want)
+    np.testing.assert_array_equal((t / -0.0).numpy(), -want)   # and the other way round
+    np.testing.assert_array_equal(np.signbit(dg.tensor([1.0]).mul(-0.0).numpy()), [True])
+    np.testing.assert_array_equal(np.signbit(dg.tensor([1.0]).mul(0.0).numpy()), [False])
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("passes", PIPELINES)
+def test_graph_constants_keep_the_sign_of_zero(passes):
+    x = np.array([1.0, -2.0], np.float32)
+    g = dg.Graph("t")
+    with g:
+        v = dg.placeholder("v", shape=(2,))
+        a, b = v / -0.0, v / 0.0
+        c, e = dg.full((2,), -0.0), dg.full((2,), 0.0)       # CSE must not merge them
+        d = v * dg.constant(np.array([0.0, -0.0], np.float32))
+        f = v * dg.constant(np.array([0.0, 0.0], np.float32))
+    got = g.compile(outputs=[a, b, c, e, d, f], passes=passes)(v=x)
+    want = torch.from_numpy(x) / 0.0
+    np.testing.assert_array_equal(got[0], -want.numpy())
+    np.testing.assert_array_equal(got[1], want.numpy())
+    assert np.signbit(got[2]).tolist() == [True, True]
+    assert np.signbit(got[3]).tolist() == [False, False]
+    assert np.signbit(got[4]).tolist() == [False, False] != np.signbit(got[5]).tolist()
+    # the compiled (recorded) path too
+    f = dg.compile(lambda t: (t / -0.0, t / 0.0), passes=passes)
+    for _ in range(2):
+        r1, r2 = f(dg.tensor(x))
+    np.testing.assert_array_equal(r1.numpy(), -want.numpy())
+    np.testing.assert_array_equal(r2.numpy(), want.numpy())
