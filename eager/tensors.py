@@ -9,6 +9,7 @@ unchanged and ``record()`` can turn the nodes into a ``Graph``.
 """
 from __future__ import annotations
 
+import math
 import weakref
 from typing import Optional
 
@@ -819,11 +820,20 @@ def _wrap(data) -> Tensor:
 _scalar_cache: dict = {}
 
 
+def _scalar_key(value, dtype: str, device: str) -> tuple:
+    """The scalar cache's key: by value, except that a float zero also keys its sign (0.0 ==
+    -0.0, but ``t / -0.0`` is not ``t / 0.0``). NaNs need nothing: a NaN key only finds
+    the same float object, so the same payload."""
+    if value or not isinstance(value, float):
+        return (type(value), value, dtype, device)
+    return (type(value), value, dtype, device, math.copysign(1.0, value))
+
+
 def _as_tensor(x, device: str) -> Tensor:
     if isinstance(x, Tensor):
         return x
     if isinstance(x, Scalar):
-        key = (type(x.value), x.value, x.dtype, device)
+        key = _scalar_key(x.value, x.dtype, device)
         t = _scalar_cache.get(key)
         if t is None:
             arr = _xp_for(device).asarray(x.value, dtype=x.dtype)
@@ -874,7 +884,9 @@ def eager_apply(op, inputs, attrs):
     for x in inputs:
         if type(x) is not Tensor and type(x) is not Parameter:
             if type(x) is Scalar and tensors is inputs:
-                t = _scalar_cache.get((type(x.value), x.value, x.dtype, "cpu"))
+                v = x.value     # (_scalar_key inlined for the common nonzero case)
+                t = _scalar_cache.get((type(v), v, x.dtype, "cpu") if v or not isinstance(
+                    v, float) else _scalar_key(v, x.dtype, "cpu"))
                 if t is not None:        # a cached CPU scalar: stay on the fast path
                     arrays.append(t.data)
                     continue

@@ -21,7 +21,7 @@ import numpy as np
 
 from . import dtypes
 from .errors import DTypeError, DuographError, GraphError, ShapeError
-from .ir import ConstArray, Graph, Node, Value, current_graph
+from .ir import ConstArray, Graph, Node, Value, current_graph, value_key
 from .source import user_source
 
 _handlers: Dict[type, Callable] = {}
@@ -181,7 +181,7 @@ def constant_value(graph: Graph, value, dtype: Optional[str] = None) -> Value:
         dt = dtype or dtypes.default_dtype_for(value)
         py = bool(value) if dt == "bool" else (float(value) if dtypes.is_float(dt)
                                                else int(value))
-        key = ("scalar", type(py), py, dt)
+        key = ("scalar", type(py), value_key(py), dt)     # 0.0 and -0.0 apart
         attrs = {"value": py, "dtype": dt}
     cached = graph._const_cache.get(key)
     if cached is not None:

@@ -9,6 +9,7 @@ standalone, and ``record()`` gathers them into one.
 from __future__ import annotations
 
 import itertools
+import struct
 import threading
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -152,11 +153,22 @@ class Node:
         return tuple(v for v in self.attrs.values() if isinstance(v, Region))
 
     def attr_key(self):
-        """A hashable key of the attributes (for CSE and caches)."""
-        return tuple(sorted(self.attrs.items()))
+        """A hashable key of the attributes (for CSE and caches); floats count by their bits,
+        so 0.0 and -0.0 (or two NaN payloads) are different attributes."""
+        return tuple(sorted((k, value_key(v)) for k, v in self.attrs.items()))
 
     def __repr__(self):
         return f"Node({self.op.name}, {len(self.inputs)} inputs, {len(self.outputs)} outputs)"
+
+
+def value_key(value):
+    """``value`` as a key that tells apart what ``==`` does not: a float by its bits (0.0 and
+    -0.0, NaN payloads), inside tuples too; everything else as it is."""
+    if isinstance(value, float):
+        return (float, struct.pack("<d", value))
+    if isinstance(value, tuple):
+        return tuple(value_key(v) for v in value)
+    return value
 
 
 class Region:
@@ -250,10 +262,11 @@ class ConstArray:
         return self._hash
 
     def __eq__(self, other):
+        # equal bits (0.0 is not -0.0; equal NaNs are equal constants)
         return (isinstance(other, ConstArray) and self._hash == other._hash
                 and self.array.shape == other.array.shape
                 and self.array.dtype == other.array.dtype
-                and bool(np.array_equal(self.array, other.array, equal_nan=False)))
+                and self.array.tobytes() == other.array.tobytes())
 
     def __repr__(self):
         if self.array.size <= 6:

@@ -697,6 +697,8 @@ def _var_samples():
         Sample("dims_keepdim", (rand(2, 3, 4),), {"dim": (0, 2), "keepdim": True}),
         Sample("correction0", (rand(3, 4),), {"dim": -1, "correction": 0}),
         Sample("correction2", (rand(5,),), {"correction": 2}),
+        Sample("correction_float", (rand(2, 5),), {"dim": 1, "correction": 1.5}),
+        Sample("correction_float_all", (rand(3, 3),), {"correction": 0.25}),
         Sample("f32", (rand(3, 4, dtype=F32),), {"dim": 0}),
         Sample("f16", (rand(2, 3, dtype=F16),), {"dim": 1}),
     ]

@@ -301,3 +301,79 @@ def test_logsigmoid_module_and_method():
     want = torch.nn.LogSigmoid()(torch.from_numpy(x)).numpy()
     np.testing.assert_allclose(dg.nn.LogSigmoid()(dg.tensor(x)).numpy(), want, rtol=1e-6)
     np.testing.assert_allclose(dg.tensor(x).logsigmoid().numpy(), want, rtol=1e-6)
+
+
+# -- adaptive_avg_pool2d keeps a NaN/inf in its own windows -------------------------------------
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+@pytest.mark.parametrize("size, out", [((5, 7), (3, 2)), ((7, 5), (3, 4)), ((4, 4), (3, 3))])
+def test_adaptive_avg_pool2d_uneven_windows_keep_nonfinite_local(bad, size, out):
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 3) + size)
+    x[1, 2, 1, 2] = bad
+    want = torch.nn.functional.adaptive_avg_pool2d(torch.from_numpy(x), out).numpy()
+    for mode, got in all_modes(lambda t: dg.adaptive_avg_pool2d(t, out), x):
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-15, err_msg=mode)
+    # backward: one NaN/inf cotangent reaches only its own window
+    ct = rng.standard_normal((2, 3) + out)
+    ct[0, 1, 1, 0] = bad
+    tx = torch.from_numpy(rng.standard_normal((2, 3) + size)).requires_grad_(True)
+    torch.nn.functional.adaptive_avg_pool2d(tx, out).backward(torch.from_numpy(ct))
+    dx = dg.tensor(tx.detach().numpy(), requires_grad=True)
+    dg.adaptive_avg_pool2d(dx, out).backward(dg.tensor(ct))
+    np.testing.assert_allclose(dx.grad.numpy(), tx.grad.numpy(), rtol=1e-12, atol=1e-15)
+    assert np.isfinite(dx.grad.numpy()).sum() == np.isfinite(tx.grad.numpy()).sum()
+
+
+# -- std/var use a float correction exactly ------------------------------------------------------
+@pytest.mark.parametrize("name", ["var", "std"])
+@pytest.mark.parametrize("correction", [1.5, 0.5, 2.0, 0])
+def test_std_var_float_correction_is_used_exactly(name, correction):
+    x = np.random.default_rng(0).standard_normal((3, 6))
+    want = getattr(torch, name)(torch.from_numpy(x), dim=1, correction=correction).numpy()
+    for mode, got in all_modes(lambda t: getattr(dg, name)(t, 1, correction=correction), x):
+        np.testing.assert_allclose(got, want, rtol=1e-12, err_msg=mode)
+    method = getattr(dg.tensor(x), name)(1, correction=correction).numpy()
+    np.testing.assert_allclose(method, want, rtol=1e-12)
+    if correction == 1.5:        # 1.5 is not 1
+        assert not np.allclose(want, getattr(torch, name)(torch.from_numpy(x), dim=1).numpy())
+
+
+# -- 0.0 and -0.0 are different constants ---------------------------------------------------------
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_eager_division_by_signed_zero_is_not_cached_by_value():
+    t = dg.tensor([1.0, -2.0])
+    first = (t / -0.0).numpy().copy()
+    second = (t / 0.0).numpy()
+    want = (torch.tensor([1.0, -2.0]) / 0.0).numpy()
+    np.testing.assert_array_equal(second, want)
+    np.testing.assert_array_equal(first, -want)
+    np.testing.assert_array_equal((t / -0.0).numpy(), -want)   # and the other way round
+    np.testing.assert_array_equal(np.signbit(dg.tensor([1.0]).mul(-0.0).numpy()), [True])
+    np.testing.assert_array_equal(np.signbit(dg.tensor([1.0]).mul(0.0).numpy()), [False])
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("passes", PIPELINES)
+def test_graph_constants_keep_the_sign_of_zero(passes):
+    x = np.array([1.0, -2.0], np.float32)
+    g = dg.Graph("t")
+    with g:
+        v = dg.placeholder("v", shape=(2,))
+        a, b = v / -0.0, v / 0.0
+        c, e = dg.full((2,), -0.0), dg.full((2,), 0.0)       # CSE must not merge them
+        d = v * dg.constant(np.array([0.0, -0.0], np.float32))
+        f = v * dg.constant(np.array([0.0, 0.0], np.float32))
+    got = g.compile(outputs=[a, b, c, e, d, f], passes=passes)(v=x)
+    want = torch.from_numpy(x) / 0.0
+    np.testing.assert_array_equal(got[0], -want.numpy())
+    np.testing.assert_array_equal(got[1], want.numpy())
+    assert np.signbit(got[2]).tolist() == [True, True]
+    assert np.signbit(got[3]).tolist() == [False, False]
+    assert np.signbit(got[4]).tolist() == [False, False] != np.signbit(got[5]).tolist()
+    # the compiled (recorded) path too
+    f = dg.compile(lambda t: (t / -0.0, t / 0.0), passes=passes)
+    for _ in range(2):
+        r1, r2 = f(dg.tensor(x))
+    np.testing.assert_array_equal(r1.numpy(), -want.numpy())
+    np.testing.assert_array_equal(r2.numpy(), want.numpy())

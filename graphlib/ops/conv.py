@@ -572,7 +572,8 @@ def _adaptive_infer(types, attrs):
 
 
 def _adaptive_matrix(xp, size: int, out: int, dtype):
-    """(out, size) averaging matrix: row i averages [floor(i*size/out), ceil((i+1)*size/out))."""
+    """(out, size) averaging matrix: row i averages [floor(i*size/out), ceil((i+1)*size/out)).
+    (Used by the ONNX exporter; the kernels average window by window instead.)"""
     i = np.arange(out)
     start = (i * size) // out
     end = -((-(i + 1) * size) // out)
@@ -581,14 +582,20 @@ def _adaptive_matrix(xp, size: int, out: int, dtype):
     return xp.asarray(inside / (end - start)[:, None], dtype=dtype)
 
 
+def _adaptive_windows(size: int, out: int):
+    """(start, end) of each of ``out`` windows: [floor(i*size/out), ceil((i+1)*size/out))."""
+    return [((i * size) // out, -((-(i + 1) * size) // out)) for i in range(out)]
+
+
 def _adaptive_kernel(xp, x, output_size):
     n, c, h, w = x.shape
     oh, ow = output_size
     if h % oh == 0 and w % ow == 0:      # equal windows: a plain mean over a reshape
         return x.reshape(n, c, oh, h // oh, ow, w // ow).mean(axis=(3, 5))
-    rows = _adaptive_matrix(xp, h, oh, x.dtype)
-    cols = _adaptive_matrix(xp, w, ow, x.dtype)
-    return xp.matmul(xp.matmul(rows, x), cols.T)
+    # uneven windows: a mean per window, rows then columns (never a product with an
+    # averaging matrix: its zeros would spread one NaN/inf to every output)
+    rows = xp.stack([x[:, :, a:b, :].mean(axis=2) for a, b in _adaptive_windows(h, oh)], 2)
+    return xp.stack([rows[..., a:b].mean(axis=3) for a, b in _adaptive_windows(w, ow)], 3)
 
 
 adaptive_avg_pool2d_op = register(OpDef(
@@ -607,9 +614,15 @@ def _adaptive_backward_kernel(xp, g, shape, output_size):
         spread = xp.broadcast_to((g / (kh * kw))[:, :, :, None, :, None],
                                  (n, c, oh, kh, ow, kw))
         return spread.reshape(n, c, h, w)
-    rows = _adaptive_matrix(xp, h, oh, g.dtype)
-    cols = _adaptive_matrix(xp, w, ow, g.dtype)
-    return xp.matmul(xp.matmul(rows.T, g), cols)
+    # each window's cotangent spread evenly over it (added where windows overlap), columns
+    # then rows, so that a NaN/inf cotangent stays in its own window
+    spread = xp.zeros((n, c, oh, w), dtype=g.dtype)
+    for j, (a, b) in enumerate(_adaptive_windows(w, ow)):
+        spread[..., a:b] += g[..., j:j + 1] / (b - a)
+    out = xp.zeros((n, c, h, w), dtype=g.dtype)
+    for i, (a, b) in enumerate(_adaptive_windows(h, oh)):
+        out[:, :, a:b, :] += spread[:, :, i:i + 1, :] / (b - a)
+    return out
 
 
 adaptive_avg_pool2d_backward_op = register(OpDef(

@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 
+import numpy as np
+
 from .. import dtypes
 from ..attrs import Attr, Attrs
-from ..errors import DTypeError, ShapeError
+from ..errors import DTypeError, ShapeError, located
 from ..registry import OpDef, register
 from ..types import TensorType, normalize_dim, normalize_dims
 from .elementwise import cast, exp, logical_and, where
@@ -177,10 +179,10 @@ def _std_vjp(cts, ins, outs, a, needs):
 
 
 var_op = register(OpDef("var", _reduce_infer("var", float_only=True), _var_kernel, _var_vjp,
-                        attrs=Attrs(dim=Attr("dims"), keepdim=Attr(bool), correction=Attr(int))))
+                        attrs=Attrs(dim=Attr("dims"), keepdim=Attr(bool), correction=Attr("number"))))
 std_op = register(OpDef("std", _reduce_infer("std", float_only=True), _std_kernel, _std_vjp,
                         vjp_reads_output=True,
-                        attrs=Attrs(dim=Attr("dims"), keepdim=Attr(bool), correction=Attr(int))))
+                        attrs=Attrs(dim=Attr("dims"), keepdim=Attr(bool), correction=Attr("number"))))
 
 
 def _arg_infer(name):
@@ -294,12 +296,24 @@ def prod(x, dim=None, keepdim: bool = False):
     return prod_op(x, dim=_dims(x, dim, "prod"), keepdim=keepdim)
 
 
+def _correction(correction, name: str):
+    """The correction as given: an int, or a float used exactly (1.5 stays 1.5, as in
+    PyTorch); integral floats become ints, so equal graphs print the same."""
+    if isinstance(correction, bool) or not isinstance(correction, (int, float, np.integer,
+                                                                   np.floating)):
+        raise TypeError(located(f"{name}: correction must be a number, found "
+                                f"{type(correction).__name__}"))
+    c = float(correction)
+    return int(c) if c.is_integer() else c
+
+
 def var(x, dim=None, *, correction: int = 1, keepdim: bool = False, unbiased=None):
     """Variance over ``dim`` with Bessel's ``correction`` (1 = unbiased, the default)."""
     x = operand(x, "var")
     if unbiased is not None:
         correction = 1 if unbiased else 0
-    return var_op(x, dim=_dims(x, dim, "var"), keepdim=keepdim, correction=int(correction))
+    return var_op(x, dim=_dims(x, dim, "var"), keepdim=keepdim,
+                  correction=_correction(correction, "var"))
 
 
 def std(x, dim=None, *, correction: int = 1, keepdim: bool = False, unbiased=None):
@@ -307,7 +321,8 @@ def std(x, dim=None, *, correction: int = 1, keepdim: bool = False, unbiased=Non
     x = operand(x, "std")
     if unbiased is not None:
         correction = 1 if unbiased else 0
-    return std_op(x, dim=_dims(x, dim, "std"), keepdim=keepdim, correction=int(correction))
+    return std_op(x, dim=_dims(x, dim, "std"), keepdim=keepdim,
+                  correction=_correction(correction, "std"))
 
 
 def argmax(x, dim=None, keepdim: bool = False):
