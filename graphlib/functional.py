@@ -17,6 +17,8 @@ from .ops.elementwise import (acos, acosh, arccos, arccosh, arcsin, arcsinh,  # 
                               arctan, arctanh, asin, asinh, atan, atanh, ceil, cosh, exp2,
                               expm1, fix, floor, frac, isfinite, isinf, isnan, log10, log1p,
                               log2, logsigmoid, sinh, tan, trunc)
+from .ops.elementwise import (arctan2, atan2, floor_divide, fmod, hypot,  # noqa: F401
+                              logical_xor, remainder)
 from .ops.linalg import matmul, mm  # noqa: F401
 from .ops.nn import (batch_norm_train, log_softmax, one_hot, softmax,  # noqa: F401
                      softmax_cross_entropy, stop_gradient)
@@ -66,4 +68,5 @@ __all__ = ["adaptive_avg_pool2d", "avg_pool2d", "conv2d", "max_pool2d", "arange"
            "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "log1p",
            "expm1", "log2", "log10", "exp2", "floor", "ceil", "trunc", "fix", "frac", "isnan",
            "isinf", "isfinite", "logsigmoid", "arcsin", "arccos", "arctan", "arcsinh",
-           "arccosh", "arctanh"]
+           "arccosh", "arctanh", "remainder", "fmod", "floor_divide", "atan2", "arctan2",
+           "hypot", "logical_xor"]

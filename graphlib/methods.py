@@ -37,6 +37,38 @@ class TensorMethods:
     def __rtruediv__(self, other):
         return F.div(other, self)
 
+    def __mod__(self, other):
+        return F.remainder(self, other)
+
+    def __rmod__(self, other):
+        return F.remainder(other, self)
+
+    def __floordiv__(self, other):
+        return F.floor_divide(self, other)
+
+    def __rfloordiv__(self, other):
+        return F.floor_divide(other, self)
+
+    def remainder(self, other):
+        return F.remainder(self, other)
+
+    def fmod(self, other):
+        return F.fmod(self, other)
+
+    def floor_divide(self, other):
+        return F.floor_divide(self, other)
+
+    def atan2(self, other):
+        return F.atan2(self, other)
+
+    arctan2 = atan2
+
+    def hypot(self, other):
+        return F.hypot(self, other)
+
+    def logical_xor(self, other):
+        return F.logical_xor(self, other)
+
     def __pow__(self, other):
         return F.pow(self, other)
 

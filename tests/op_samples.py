@@ -502,6 +502,20 @@ def _div_samples():
         Sample("i64_scalar", (ints(3,), 2), dtype=F32)]
 
 
+def _mod_samples():
+    """Dividends of both signs, divisors away from 0 (and from integer quotients, so finite
+    differences of floor/trunc steps stay flat)."""
+    return [
+        Sample("f64", (np.array([[5.3, -5.3, 2.2], [-7.9, 0.4, -0.4]]),
+                       np.array([[2.1, 2.1, -1.3], [-3.0, 0.3, 0.3]]))),
+        Sample("f32_bcast", (np.array([[4.7], [-4.7]], np.float32),
+                             np.array([1.5, -1.9], np.float32))),
+        Sample("i64", (np.array([7, -7, 7, -7, 0], np.int64),
+                       np.array([3, 3, -3, -3, 5], np.int64))),
+        Sample("i32_scalar", (np.array([9, -9, 4], np.int32), 4)),
+    ]
+
+
 def _pow_samples():
     return [
         Sample("f64", (pos(2, 3), rand(2, 3, low=-2, high=2))),
@@ -584,6 +598,24 @@ def _elementwise_binary() -> List[OpInfo]:
         _binary("mul", dg.mul, np.multiply),
         _binary("div", dg.div, lambda a, b: np.true_divide(a, b), make=away,
                 samples=_div_samples()),
+    ] + [
+        OpInfo(name, getattr(dg, name), _mod_samples(), ref, binary=True,
+               differentiable=name != "floor_divide",
+               make_input=lambda rng, shape: np.asarray(rng.uniform(0.5, 3.0, size=shape)))
+        for name, ref in (("remainder", np.remainder), ("fmod", np.fmod),
+                          ("floor_divide", np.floor_divide))
+    ] + [
+        OpInfo("atan2", dg.atan2, [
+            Sample("f64", (rand(2, 3), away(2, 3))), Sample("f64_bcast", (rand(2, 1), away(3))),
+            Sample("f32", (rand(4, dtype=F32), away(4, dtype=F32)))], np.arctan2,
+            differentiable=True, binary=True,
+            make_input=lambda rng, shape: np.asarray(rng.uniform(0.5, 2.0, size=shape))),
+        OpInfo("hypot", dg.hypot, [
+            Sample("f64", (away(2, 3), rand(2, 3))), Sample("f64_bcast", (away(2, 1), rand(3))),
+            Sample("f32", (away(4, dtype=F32), rand(4, dtype=F32)))], np.hypot,
+            differentiable=True, binary=True,
+            make_input=lambda rng, shape: np.asarray(rng.uniform(0.5, 2.0, size=shape))),
+    ] + [
         _binary("maximum", dg.maximum, np.maximum, make=distinct, samples=_tie_samples()),
         _binary("minimum", dg.minimum, np.minimum, make=distinct, samples=_tie_samples()),
         OpInfo("pow", dg.pow, _pow_samples(), _pow_ref, differentiable=True,
@@ -603,6 +635,9 @@ def _elementwise_binary() -> List[OpInfo]:
                errors=_bcast_error(), binary=True,
                make_input=lambda rng, shape: np.asarray(rng.uniform(size=shape) < 0.5)),
     ] + [
+        OpInfo("logical_xor", dg.logical_xor, _logic_samples(), np.logical_xor,
+               errors=_bcast_error(), binary=True,
+               make_input=lambda rng, shape: np.asarray(rng.uniform(size=shape) < 0.5)),
         OpInfo("logical_not", dg.logical_not, [
             Sample("bool", (bools(2, 3),)),
             Sample("f64", (np.array([0.0, 1.0, -2.0]),)),

@@ -75,7 +75,7 @@ TORCH: Dict[str, Callable] = {
     **{name: getattr(torch, name) for name in (
         "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "log1p",
         "expm1", "log2", "log10", "exp2", "floor", "ceil", "trunc", "frac", "isnan", "isinf",
-        "isfinite")},
+        "isfinite", "remainder", "fmod", "floor_divide", "atan2", "hypot")},
     "sigmoid": torch.sigmoid, "logsigmoid": TF.logsigmoid, "relu": torch.relu,
     "erf": torch.erf, "sign": torch.sign,
     "leaky_relu": lambda x, negative_slope=0.01: TF.leaky_relu(x, negative_slope),

@@ -113,7 +113,7 @@ def test_returns_input_ops_return_their_input():
 
 def test_view_traits_drive_the_planner_and_eager_versions():
     from duograph.passes.memory import is_view_node
-    with dg.Graph("views") as g:
+    with dg.Graph("views"):
         x = dg.placeholder("x", (2, 3))
         r = dg.reshape(x, 3, 2)
         same = dg.cast(x, "float32")

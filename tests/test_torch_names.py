@@ -47,3 +47,18 @@ def test_variable_is_the_tensor_and_inference_mode_is_no_grad():
         return (v * 2).requires_grad
     assert not bare() and not called() and (v * 2).requires_grad
     np.testing.assert_array_equal(v.detach().numpy(), [1.0, 2.0])
+
+
+@pytest.mark.parametrize("mode", [None, "floor", "trunc"])
+@pytest.mark.parametrize("a, b", [([7, -7, 7, -7, 0], [3, 3, -3, -3, 5]),
+                                  ([5.5, -5.5, 7.25, -0.5, 3.0], [2.0, 2.0, -1.5, 4.0, -3.0])])
+def test_div_rounding_modes_and_the_mod_operators_match_torch(mode, a, b):
+    x, y = dg.tensor(a), dg.tensor(b)
+    tx, ty = torch.tensor(a), torch.tensor(b)
+    for got, want in [(dg.div(x, y, rounding_mode=mode), torch.div(tx, ty, rounding_mode=mode)),
+                      (x % y, tx % ty), (x // y, tx // ty), (7 % y, 7 % ty),
+                      (dg.fmod(x, y), torch.fmod(tx, ty))]:
+        assert str(got.dtype) == str(want.dtype).replace("torch.", "")
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-6)
+    with pytest.raises(ValueError, match="rounding_mode"):
+        dg.div(x, y, rounding_mode="round")

@@ -530,6 +530,7 @@ def _logic(op_type: str):
 
 CONVERTERS["logical_and"] = _logic("And")
 CONVERTERS["logical_or"] = _logic("Or")
+CONVERTERS["logical_xor"] = _logic("Xor")
 
 
 def _bitwise(op_type: str, logical: str):

@@ -321,6 +321,26 @@ logical_and_op = binary("logical_and", lambda xp, a, b: xp.logical_and(a, b), ou
                         expr="({0} && {1})")
 logical_or_op = binary("logical_or", lambda xp, a, b: xp.logical_or(a, b), out_dtype="bool",
                        expr="({0} || {1})")
+# Division's relatives, with PyTorch's sign conventions: remainder takes the divisor's sign
+# (Python's %), fmod the dividend's (C's); floor_divide rounds down (Python's //).
+remainder_op = binary("remainder", lambda xp, a, b: xp.remainder(a, b),
+                      (lambda g, a, b, y: g,
+                       lambda g, a, b, y: -g * floor(div(a, b))),
+                      expr="remainder({0}, {1})", bool_ok=False)
+fmod_op = binary("fmod", lambda xp, a, b: xp.fmod(a, b),
+                 (lambda g, a, b, y: g, lambda g, a, b, y: -g * trunc(div(a, b))),
+                 expr="fmod({0}, {1})", bool_ok=False)
+floor_divide_op = binary("floor_divide", lambda xp, a, b: xp.floor_divide(a, b),
+                         expr="floor_divide({0}, {1})", bool_ok=False)
+atan2_op = binary("atan2", lambda xp, a, b: xp.arctan2(a, b),
+                  (lambda g, a, b, y: g * b / (a * a + b * b),
+                   lambda g, a, b, y: -g * a / (a * a + b * b)),
+                  expr="atan2({0}, {1})", float_out=True)
+hypot_op = binary("hypot", lambda xp, a, b: xp.hypot(a, b),
+                  (lambda g, a, b, y: g * a / y, lambda g, a, b, y: g * b / y),
+                  expr="hypot({0}, {1})", float_out=True, vjp_reads_output=True)
+logical_xor_op = binary("logical_xor", lambda xp, a, b: xp.logical_xor(a, b),
+                        out_dtype="bool", expr="(({0} != 0) != ({1} != 0))")
 # Bitwise on integers, logical on bools (as PyTorch's &, |, ^, ~); floats are refused.
 bitwise_and_op = binary("bitwise_and", lambda xp, a, b: xp.bitwise_and(a, b),
                         expr="({0} & {1})", allowed_kinds="bi")
@@ -530,9 +550,54 @@ def mul(a, b):
     return mul_op(a, b)
 
 
-def div(a, b):
-    """True division (integer operands give the default float dtype)."""
-    return div_op(a, b)
+def div(a, b, *, rounding_mode=None):
+    """True division (integer operands give the default float dtype); ``rounding_mode``
+    "floor" rounds the quotient down (``//``), "trunc" toward zero, as ``torch.div``."""
+    if rounding_mode is None:
+        return div_op(a, b)
+    if rounding_mode == "floor":
+        return floor_divide_op(a, b)
+    if rounding_mode == "trunc":
+        q = floor_divide_op(a, b)
+        r = remainder_op(a, b)
+        # floor and trunc differ where the remainder is nonzero and the signs differ
+        fix = logical_and(r != 0, logical_xor(a < 0, b < 0))
+        return where(fix, q + 1, q)
+    raise ValueError(located(f"div: expected rounding_mode None, 'trunc' or 'floor', found "
+                             f"{rounding_mode!r}"))
+
+
+def remainder(a, b):
+    """a - floor(a / b) * b: the result has the divisor's sign (Python's ``%``)."""
+    return remainder_op(a, b)
+
+
+def fmod(a, b):
+    """a - trunc(a / b) * b: the result has the dividend's sign (C's fmod)."""
+    return fmod_op(a, b)
+
+
+def floor_divide(a, b):
+    """floor(a / b), as ``//`` (integers stay integers)."""
+    return floor_divide_op(a, b)
+
+
+def atan2(a, b):
+    """The angle of the point (b, a), in (-pi, pi]."""
+    return atan2_op(a, b)
+
+
+arctan2 = atan2
+
+
+def hypot(a, b):
+    """sqrt(a**2 + b**2) without overflow."""
+    return hypot_op(a, b)
+
+
+def logical_xor(a, b):
+    """Elementwise exclusive or, as bool (nonzero counts as True)."""
+    return logical_xor_op(a, b)
 
 
 def maximum(a, b):

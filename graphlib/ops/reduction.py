@@ -179,10 +179,12 @@ def _std_vjp(cts, ins, outs, a, needs):
 
 
 var_op = register(OpDef("var", _reduce_infer("var", float_only=True), _var_kernel, _var_vjp,
-                        attrs=Attrs(dim=Attr("dims"), keepdim=Attr(bool), correction=Attr("number"))))
+                        attrs=Attrs(dim=Attr("dims"), keepdim=Attr(bool),
+                                    correction=Attr("number"))))
 std_op = register(OpDef("std", _reduce_infer("std", float_only=True), _std_kernel, _std_vjp,
                         vjp_reads_output=True,
-                        attrs=Attrs(dim=Attr("dims"), keepdim=Attr(bool), correction=Attr("number"))))
+                        attrs=Attrs(dim=Attr("dims"), keepdim=Attr(bool),
+                                    correction=Attr("number"))))
 
 
 def _arg_infer(name):
