@@ -20,8 +20,9 @@ torch = pytest.importorskip("torch")
 TF = torch.nn.functional
 
 TORCH_DTYPES = {
-    "bool": torch.bool, "uint8": torch.uint8, "int32": torch.int32, "int64": torch.int64,
-    "float16": torch.float16, "float32": torch.float32, "float64": torch.float64,
+    "bool": torch.bool, "uint8": torch.uint8, "int8": torch.int8, "int16": torch.int16,
+    "int32": torch.int32, "int64": torch.int64, "float16": torch.float16,
+    "bfloat16": torch.bfloat16, "float32": torch.float32, "float64": torch.float64,
 }
 
 
@@ -72,7 +73,8 @@ TORCH: Dict[str, Callable] = {
     "neg": torch.neg, "abs": torch.abs, "exp": torch.exp, "log": torch.log,
     "sqrt": torch.sqrt, "rsqrt": torch.rsqrt, "square": torch.square,
     "reciprocal": torch.reciprocal, "sin": torch.sin, "cos": torch.cos, "tanh": torch.tanh,
-    "sigmoid": torch.sigmoid, "logsigmoid": TF.logsigmoid, "relu": torch.relu, "erf": torch.erf, "sign": torch.sign,
+    "sigmoid": torch.sigmoid, "relu": torch.relu, "erf": torch.erf, "sign": torch.sign,
+    "logsigmoid": TF.logsigmoid,
     "leaky_relu": lambda x, negative_slope=0.01: TF.leaky_relu(x, negative_slope),
     "gelu": lambda x, approximate="none": TF.gelu(x, approximate=approximate),
     "gelu_tanh": lambda x, approximate="none": TF.gelu(x, approximate=approximate),
