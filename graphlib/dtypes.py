@@ -97,6 +97,17 @@ def _refused_message(name: str) -> str:
             f"Supported: {', '.join(DTYPE_NAMES)}")
 
 
+# numpy dtype objects of the float dtypes: bfloat16's numpy kind is "V", not "f", so kernels
+# ask ``arr.dtype in FLOAT_NP`` (``is_float_array``) rather than ``arr.dtype.kind == "f"``
+FLOAT_NP = frozenset(np.dtype(n) for n in FLOAT_DTYPES)
+HALF_NP = frozenset(np.dtype(n) for n in ("float16", "bfloat16"))
+
+
+def is_float_array(arr) -> bool:
+    """Whether a numpy (or cupy) array, or a numpy dtype, holds one of the float dtypes."""
+    return getattr(arr, "dtype", arr) in FLOAT_NP
+
+
 def kind(dtype: str) -> str:
     """'b' for bool, 'i' for integers (signed or not), 'f' for floats."""
     if dtype == "bool":

@@ -439,3 +439,19 @@ def test_unsupported_unsigned_arrays_are_refused_not_made_int64(name):
     g = dg.Graph("t")
     with g, pytest.raises(TypeError, match=name):
         dg.placeholder("x", shape=(3,)) + arr
+
+
+def test_bfloat16_reductions_accumulate_in_float32_and_track_gradients():
+    x = np.array([[0.5, -1.25, 3.0], [2.0, 3.0, 0.75]], np.float32)
+    tb = torch.from_numpy(x).bfloat16()
+    for name in ("sum", "prod", "amax", "mean"):
+        got = getattr(dg, name)(dg.tensor(x).cast("bfloat16"))
+        want = getattr(torch, name)(tb)
+        assert got.dtype == "bfloat16"
+        assert float(got.cast("float32").numpy()) == float(want.float()), name
+    p = dg.tensor(x).cast("bfloat16").requires_grad_(True)
+    y = dg.exp(p)
+    assert y.requires_grad
+    (p * p).sum().backward()
+    assert p.grad.dtype == "bfloat16"
+    np.testing.assert_array_equal(p.grad.cast("float32").numpy(), 2 * x)
