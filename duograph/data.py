@@ -25,8 +25,8 @@ not float64, and tuples stay tuples, where PyTorch makes them lists):
 sample element                  batched as
 ==============================  ==================================================
 dg tensor / numpy array         stacked; dtype kept (float64 arrays stay float64).
-                                numpy dtypes duograph lacks: other integers ->
-                                int64, longdouble -> float64
+                                longdouble -> float64; uint16/32/64 are refused
+                                (never silently int64: convert them first)
 numpy scalar (``np.float32``)   1-d tensor of its dtype
 Python bool / int / float       1-d bool / int64 / **float32** tensor (PyTorch gives
                                 float64: duograph's default float is float32, as
@@ -235,8 +235,6 @@ def _supported_array(arr: np.ndarray, who: str) -> np.ndarray:
     name = arr.dtype.name
     if name in dtypes.DTYPE_NAMES:
         return arr
-    if arr.dtype.kind in "iu":
-        return arr.astype(np.int64)
     if arr.dtype.kind == "f":
         return arr.astype(np.float64)
     raise TypeError(f"{who}: cannot make a tensor from a numpy array of dtype {arr.dtype}; "

@@ -818,6 +818,7 @@ def _wrap(data) -> Tensor:
 
 
 _scalar_cache: dict = {}
+_FLOAT_NP = dtypes.FLOAT_NP
 
 
 def _scalar_key(value, dtype: str, device: str) -> tuple:
@@ -953,7 +954,7 @@ def eager_apply(op, inputs, attrs):
         source = user_source() if (capture_source_eagerly() or _recorders) else None
         if grad:
             for o in outs:
-                if o.data.dtype.kind == "f":
+                if o.data.dtype in _FLOAT_NP:
                     o.requires_grad = True
         node = EagerNode(op, tuple(tensors), attrs, outs, source, grad)
         for i, o in enumerate(outs):

@@ -4,7 +4,7 @@
   (op, inputs, attributes, outputs, source line, provenance), ``Value`` (a typed SSA value
   that keeps its use list), ``Region`` (a closed sub-graph a node carries: fused bodies,
   ``call``); the editing API (``create_node``, ``replace_uses``, ``erase``...).
-- ``types``/``dtypes``: shapes with symbolic dims, the seven dtypes and promotion.
+- ``types``/``dtypes``: shapes with symbolic dims, the ten dtypes and promotion.
 - ``registry`` and ``ops/``: one ``OpDef`` per op (inference, the reference ``xp`` kernel,
   the vjp rule, the elementwise expression); ``dispatch`` decides whether an op call builds
   a node or runs eagerly; ``functional`` is every op function (``dg.*``).

@@ -1,8 +1,12 @@
 """dtypes and the one place where type promotion is decided.
 
-duograph knows seven dtypes, named as numpy names them:
+duograph knows ten dtypes, named as numpy names them (PyTorch has the same ones):
 
-    bool, uint8, int32, int64, float16, float32, float64
+    bool, uint8, int8, int16, int32, int64, float16, bfloat16, float32, float64
+
+(bfloat16 is numpy's through ``ml_dtypes``.) PyTorch's shell types uint16/uint32/uint64,
+which have almost no ops there, are refused with an error that says what to cast to; so is
+any other array dtype: nothing silently becomes int64.
 
 Defaults: a Python ``float`` (or a list of them) becomes ``float32``; a Python ``int`` becomes
 ``int64``; a Python ``bool`` becomes ``bool``.
@@ -10,8 +14,10 @@ Defaults: a Python ``float`` (or a list of them) becomes ``float32``; a Python `
 Promotion between two tensors (``result_dtype(a, b)``):
 
 1. Same dtype: that dtype.
-2. Same kind (both integers or both floats): the wider one, as numpy does
-   (``uint8 + int32 -> int32``, ``int32 + int64 -> int64``, ``float16 + float32 -> float32``).
+2. Same kind (both integers or both floats): the wider one (``uint8 + int32 -> int32``,
+   ``int32 + int64 -> int64``, ``float16 + float32 -> float32``); two of one width that
+   cannot hold each other take the next width, as PyTorch does (``uint8 + int8 -> int16``,
+   ``float16 + bfloat16 -> float32``).
 3. ``bool`` with anything: the other dtype.
 4. Integer with float: **the float dtype** (``int64 + float32 -> float32``). numpy would widen
    to ``float64`` here; duograph follows PyTorch instead, so integer data never silently turns a
@@ -24,31 +30,40 @@ scalar with a bool tensor gives ``int64``.
 """
 from __future__ import annotations
 
+import ml_dtypes  # noqa: F401  (registers numpy's bfloat16)
 import numpy as np
 
 from .errors import located
 
-DTYPE_NAMES = ("bool", "uint8", "int32", "int64", "float16", "float32", "float64")
-FLOAT_DTYPES = ("float16", "float32", "float64")
-INT_DTYPES = ("uint8", "int32", "int64")
+DTYPE_NAMES = ("bool", "uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16",
+               "float32", "float64")
+FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
+INT_DTYPES = ("uint8", "int8", "int16", "int32", "int64")
+NUMERIC_DTYPES = INT_DTYPES + FLOAT_DTYPES
 
 DEFAULT_FLOAT = "float32"
 DEFAULT_INT = "int64"
 
 SHORT_NAMES = {
-    "bool": "b8", "uint8": "u8", "int32": "i32", "int64": "i64",
-    "float16": "f16", "float32": "f32", "float64": "f64",
+    "bool": "b8", "uint8": "u8", "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64",
+    "float16": "f16", "bfloat16": "bf16", "float32": "f32", "float64": "f64",
 }
 
-# Rank inside a kind: used for "the wider one" (rule 2).
-_RANK = {"bool": 0, "uint8": 1, "int32": 2, "int64": 3, "float16": 4, "float32": 5, "float64": 6}
+# Rank inside a kind: used for "the wider one" (rule 2); equal ranks of different dtypes
+# (uint8/int8, float16/bfloat16) promote to _TIE.
+_RANK = {"bool": 0, "uint8": 1, "int8": 1, "int16": 2, "int32": 3, "int64": 4,
+         "float16": 5, "bfloat16": 5, "float32": 6, "float64": 7}
+_TIE = {1: "int16", 5: "float32"}
+
+# PyTorch's shell dtypes (almost no ops there): refused, naming what to cast to
+_REFUSED = {"uint16": "int32", "uint32": "int64", "uint64": "int64"}
 
 _ALIASES = {
     "float": "float32", "half": "float16", "double": "float64", "long": "int64",
-    "int": "int64", "f16": "float16", "f32": "float32", "f64": "float64",
-    "i32": "int32", "i64": "int64", "u8": "uint8", "b8": "bool",
+    "int": "int64", "short": "int16", "f16": "float16", "f32": "float32", "f64": "float64",
+    "bf16": "bfloat16", "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64",
+    "u8": "uint8", "b8": "bool",
 }
-
 
 def as_dtype(dtype) -> str:
     """Normalise a dtype given as a name, a numpy dtype or a Python type to its duograph name."""
@@ -69,8 +84,28 @@ def as_dtype(dtype) -> str:
             name = None
         if name in DTYPE_NAMES:
             return name
+        dtype = name or dtype
+    if dtype in _REFUSED:
+        raise TypeError(located(_refused_message(dtype)))
     raise TypeError(located(f"unsupported dtype {dtype!r}: expected one of "
                             f"{', '.join(DTYPE_NAMES)}"))
+
+
+def _refused_message(name: str) -> str:
+    return (f"unsupported dtype {name!r}: PyTorch's {name} has almost no ops and duograph does "
+            f"not support it; convert first (e.g. array.astype('{_REFUSED[name]}')). "
+            f"Supported: {', '.join(DTYPE_NAMES)}")
+
+
+# numpy dtype objects of the float dtypes: bfloat16's numpy kind is "V", not "f", so kernels
+# ask ``arr.dtype in FLOAT_NP`` (``is_float_array``) rather than ``arr.dtype.kind == "f"``
+FLOAT_NP = frozenset(np.dtype(n) for n in FLOAT_DTYPES)
+HALF_NP = frozenset(np.dtype(n) for n in ("float16", "bfloat16"))
+
+
+def is_float_array(arr) -> bool:
+    """Whether a numpy (or cupy) array, or a numpy dtype, holds one of the float dtypes."""
+    return getattr(arr, "dtype", arr) in FLOAT_NP
 
 
 def kind(dtype: str) -> str:
@@ -90,7 +125,10 @@ def result_dtype(a: str, b: str) -> str:
         return a
     ka, kb = kind(a), kind(b)
     if ka == kb:
-        return a if _RANK[a] > _RANK[b] else b
+        ra, rb = _RANK[a], _RANK[b]
+        if ra == rb:
+            return _TIE[ra]
+        return a if ra > rb else b
     if ka == "b":
         return b
     if kb == "b":
@@ -129,11 +167,12 @@ def infer_data_dtype(data) -> str:
     if isinstance(data, np.ndarray):
         if data.dtype.name in DTYPE_NAMES:
             return data.dtype.name
+        if data.dtype.name in _REFUSED:     # never silently another integer type
+            raise TypeError(located(_refused_message(data.dtype.name)))
         if data.dtype.kind == "f":
             return "float64" if data.dtype.itemsize > 8 else DEFAULT_FLOAT
-        if data.dtype.kind in "iu":
-            return DEFAULT_INT
-        raise TypeError(f"unsupported array dtype {data.dtype}")
+        raise TypeError(located(f"unsupported array dtype {data.dtype}: expected one of "
+                                f"{', '.join(DTYPE_NAMES)}"))
     if isinstance(data, np.generic):
         return as_dtype(data.dtype)
     arr = np.asarray(data)

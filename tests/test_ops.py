@@ -447,6 +447,9 @@ PROMOTED = {   # the documented rules, written out: wider of a kind; bool yields
     ("bool", "uint8"): "uint8", ("bool", "float16"): "float16",
     ("int64", "float16"): "float16", ("int64", "float32"): "float32",
     ("uint8", "float64"): "float64", ("int32", "float32"): "float32",
+    ("uint8", "int8"): "int16", ("int8", "int16"): "int16", ("uint8", "int16"): "int16",
+    ("float16", "bfloat16"): "float32", ("bfloat16", "float32"): "float32",
+    ("int64", "bfloat16"): "bfloat16", ("bool", "int8"): "int8",
 }
 
 
@@ -459,8 +462,8 @@ def test_promotion_rules_as_documented(pair):
 @pytest.mark.parametrize("scalar, results", [
     (True, dict.fromkeys(DTYPES)),                                        # keeps every dtype
     (2, dict(dict.fromkeys(DTYPES), bool="int64")),
-    (2.5, dict(dict.fromkeys(DTYPES), bool="float32", uint8="float32", int32="float32",
-               int64="float32")),
+    (2.5, dict(dict.fromkeys(DTYPES), bool="float32", uint8="float32", int8="float32",
+               int16="float32", int32="float32", int64="float32")),
 ], ids=["bool", "int", "float"])
 def test_python_scalars_are_weak(scalar, results):
     graph = dg.Graph("weak")

@@ -20,8 +20,9 @@ torch = pytest.importorskip("torch")
 TF = torch.nn.functional
 
 TORCH_DTYPES = {
-    "bool": torch.bool, "uint8": torch.uint8, "int32": torch.int32, "int64": torch.int64,
-    "float16": torch.float16, "float32": torch.float32, "float64": torch.float64,
+    "bool": torch.bool, "uint8": torch.uint8, "int8": torch.int8, "int16": torch.int16,
+    "int32": torch.int32, "int64": torch.int64, "float16": torch.float16,
+    "bfloat16": torch.bfloat16, "float32": torch.float32, "float64": torch.float64,
 }
 
 

@@ -377,3 +377,81 @@ def test_graph_constants_keep_the_sign_of_zero(passes):
         r1, r2 = f(dg.tensor(x))
     np.testing.assert_array_equal(r1.numpy(), -want.numpy())
     np.testing.assert_array_equal(r2.numpy(), want.numpy())
+
+
+# -- int8, int16, bfloat16 supported; uint16/32/64 refused; nothing silently int64 --------------
+NEW_DTYPES = ["int8", "int16", "bfloat16"]
+
+
+def _np_dtype(name):
+    return np.dtype(name)        # bfloat16 through ml_dtypes (imported by duograph)
+
+
+@pytest.mark.parametrize("name", NEW_DTYPES)
+def test_new_dtypes_are_kept_from_numpy_arrays(name):
+    arr = np.array([1, -2, 3], _np_dtype(name))
+    for t in (dg.tensor(arr), dg.as_tensor(arr), dg.from_numpy(arr)):
+        assert t.dtype == name
+    assert dg.tensor([1, 2], dtype=name).dtype == name
+    g = dg.Graph("t")
+    with g:
+        x = dg.placeholder("x", shape=(3,), dtype=name)
+        y = x + dg.constant(arr)
+    assert y.dtype == name
+    np.testing.assert_array_equal(g.compile(outputs=[y])(x=arr)[0].astype("float64"),
+                                  2 * arr.astype("float64"))
+
+
+@pytest.mark.parametrize("a", dg.dtypes.DTYPE_NAMES)
+@pytest.mark.parametrize("b", NEW_DTYPES)
+def test_new_dtypes_promote_and_compute_as_torch(a, b):
+    torch_of = {n: getattr(torch, n) for n in dg.dtypes.DTYPE_NAMES}
+    x = np.array([1, 0, 3], np.int64)
+    y = np.array([2, 1, 1], np.int64)
+    tx, ty = torch.from_numpy(x).to(torch_of[a]), torch.from_numpy(y).to(torch_of[b])
+    want = tx * ty
+    got = dg.tensor(x).cast(a) * dg.tensor(y).cast(b)
+    assert got.dtype == str(want.dtype).replace("torch.", "")
+    assert dg.dtypes.result_dtype(a, b) == dg.dtypes.result_dtype(b, a) == got.dtype
+    np.testing.assert_array_equal(got.cast("float64").numpy(), want.double().numpy())
+
+
+def test_bfloat16_arithmetic_and_weak_scalars_match_torch():
+    x = np.array([1.5, -2.25, 3.0e3, 1e-3], np.float32)
+    tb = torch.from_numpy(x).bfloat16()
+    db = dg.tensor(x).cast("bfloat16")
+    for fn in (lambda t: t * 2.5, lambda t: t + t, lambda t: t - 1, lambda t: -t):
+        got, want = fn(db), fn(tb)
+        assert got.dtype == "bfloat16" and want.dtype == torch.bfloat16
+        np.testing.assert_array_equal(got.cast("float32").numpy(), want.float().numpy())
+
+
+@pytest.mark.parametrize("name", ["uint16", "uint32", "uint64"])
+def test_unsupported_unsigned_arrays_are_refused_not_made_int64(name):
+    arr = np.array([1, 2, 3], name)
+    for make in (dg.tensor, dg.as_tensor, dg.from_numpy):
+        with pytest.raises(TypeError, match=name):
+            make(arr)
+    with pytest.raises(TypeError, match=name):
+        dg.tensor([1, 2]) + arr
+    with pytest.raises(TypeError, match=name):
+        dg.zeros(2, dtype=name)
+    g = dg.Graph("t")
+    with g, pytest.raises(TypeError, match=name):
+        dg.placeholder("x", shape=(3,)) + arr
+
+
+def test_bfloat16_reductions_accumulate_in_float32_and_track_gradients():
+    x = np.array([[0.5, -1.25, 3.0], [2.0, 3.0, 0.75]], np.float32)
+    tb = torch.from_numpy(x).bfloat16()
+    for name in ("sum", "prod", "amax", "mean"):
+        got = getattr(dg, name)(dg.tensor(x).cast("bfloat16"))
+        want = getattr(torch, name)(tb)
+        assert got.dtype == "bfloat16"
+        assert float(got.cast("float32").numpy()) == float(want.float()), name
+    p = dg.tensor(x).cast("bfloat16").requires_grad_(True)
+    y = dg.exp(p)
+    assert y.requires_grad
+    (p * p).sum().backward()
+    assert p.grad.dtype == "bfloat16"
+    np.testing.assert_array_equal(p.grad.cast("float32").numpy(), 2 * x)

@@ -14,6 +14,7 @@ import numpy as np
 
 from ..eager.guards import note_attribute, tracing
 from ..eager.tensors import Parameter, Tensor
+from ..graphlib import dtypes
 from ..graphlib.errors import DTypeError, DuographError, ShapeError
 from ..graphlib.ir import Value, current_graph
 
@@ -244,7 +245,7 @@ class Module:
                     if t is None:
                         continue
                     new = t
-                    if dtype is not None and t.data.dtype.kind == "f":
+                    if dtype is not None and dtypes.is_float_array(t.data):
                         new = new.detach().to(dtype)
                     if device is not None:
                         new = new.detach().to(device=device)

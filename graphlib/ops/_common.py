@@ -54,8 +54,8 @@ def float_kernel(kernel: Callable) -> Callable:
     (and returns) the dtype inference gives, not numpy's float64."""
     def run(xp, *arrays, **attrs):
         for a in arrays:
-            if a.dtype.kind != "f":
-                arrays = [a if a.dtype.kind == "f" else a.astype(dtypes.DEFAULT_FLOAT)
+            if a.dtype not in dtypes.FLOAT_NP:
+                arrays = [a if a.dtype in dtypes.FLOAT_NP else a.astype(dtypes.DEFAULT_FLOAT)
                           for a in arrays]
                 break
         return kernel(xp, *arrays, **attrs)
@@ -73,7 +73,7 @@ def promoting_kernel(kernel: Callable, float_out: bool = False) -> Callable:
             if float_out and not dtypes.is_float(dt):
                 dt = dtypes.DEFAULT_FLOAT
             a, b = a.astype(dt, copy=False), b.astype(dt, copy=False)
-        elif float_out and a.dtype.kind != "f":
+        elif float_out and a.dtype not in dtypes.FLOAT_NP:
             a, b = a.astype(dtypes.DEFAULT_FLOAT), b.astype(dtypes.DEFAULT_FLOAT)
         return kernel(xp, a, b, **attrs)
 

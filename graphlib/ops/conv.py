@@ -368,7 +368,7 @@ def _pool_layout(shape, kernel, stride, padding, dilation, ceil_mode):
 
 
 def _lowest(xp, dtype):
-    return -np.inf if dtype.kind == "f" else np.iinfo(dtype).min
+    return -np.inf if dtypes.is_float_array(dtype) else np.iinfo(dtype).min
 
 
 def _pool_source(xp, x, rows: int, cols: int, padding, fill):
@@ -404,7 +404,7 @@ def _max_pool_argmax(xp, x, kernel_size, stride, padding, dilation, ceil_mode):
     for k in range(1, kh * kw):
         win = xp.ascontiguousarray(_window(xpad, k // kw, k % kw, stride, dilation, out_hw))
         better = win > best
-        if x.dtype.kind == "f":
+        if dtypes.is_float_array(x):
             better |= xp.isnan(win)
         if seen is not None:     # the first input element of a window beats its padding
             valid = valid_rows[k // kw][:, None] & valid_cols[k % kw][None, :]

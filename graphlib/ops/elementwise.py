@@ -16,7 +16,7 @@ _INV_SQRT2PI = 1.0 / math.sqrt(2.0 * math.pi)
 _TWO_OVER_SQRTPI = 2.0 / math.sqrt(math.pi)
 _GELU_C = math.sqrt(2.0 / math.pi)
 
-NUMERIC = ("uint8", "int32", "int64", "float16", "float32", "float64")
+NUMERIC = dtypes.NUMERIC_DTYPES
 
 # -- unary -------------------------------------------------------------------------------------
 neg_op = unary("neg", lambda xp, x: xp.negative(x), lambda g, x, y: -g, expr="(-{0})",

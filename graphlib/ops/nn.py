@@ -29,13 +29,13 @@ def _finite_max(xp, x, dim):
     """The max along ``dim`` (kept), 0 where it is not finite: the shift that keeps exp in
     range (array methods: the numpy function wrappers cost more than the work here)."""
     m = x.max(axis=dim, keepdims=True)
-    if m.dtype.kind == "f":
+    if dtypes.is_float_array(m):
         m = xp.where(xp.isfinite(m), m, 0)
     return m
 
 
 def _softmax_kernel(xp, x, dim):
-    if x.dtype.kind != "f":
+    if not dtypes.is_float_array(x):
         x = x.astype(dtypes.DEFAULT_FLOAT)
     if x.ndim == 0:
         return xp.ones_like(x)
@@ -47,7 +47,7 @@ def _softmax_kernel(xp, x, dim):
 
 
 def _log_softmax_kernel(xp, x, dim):
-    if x.dtype.kind != "f":
+    if not dtypes.is_float_array(x):
         x = x.astype(dtypes.DEFAULT_FLOAT)
     if x.ndim == 0:
         return xp.zeros_like(x)
@@ -396,12 +396,13 @@ def _bn_forward(xp, x, w, b, eps, out=None, channel_sum=_channel_sum):
 def _half_in_float32(xp, fn, *arrays):
     """``fn`` over float16 arrays computed in float32, results cast back (PyTorch's
     accumulation type: float16 sums over a batch overflow or lose every digit)."""
+    half = arrays[0].dtype
     res = fn(*[a.astype(xp.float32) for a in arrays])
-    return tuple(r.astype(xp.float16) for r in res)
+    return tuple(r.astype(half) for r in res)
 
 
 def _bn_kernel(xp, x, w, b, *, eps):
-    if x.dtype == xp.float16:
+    if x.dtype in dtypes.HALF_NP:
         return _half_in_float32(xp, lambda *a: _bn_forward(xp, *a, eps), x, w, b)
     return _bn_forward(xp, x, w, b, eps)
 
@@ -470,7 +471,7 @@ def _bn_backward(xp, dy, x, w, mean, var, eps, out=None, channel_sum=_channel_su
 
 
 def _bn_backward_kernel(xp, dy, x, w, mean, var, *, eps):
-    if x.dtype == xp.float16:
+    if x.dtype in dtypes.HALF_NP:
         return _half_in_float32(xp, lambda *a: _bn_backward(xp, *a, eps), dy, x, w, mean, var)
     return _bn_backward(xp, dy, x, w, mean, var, eps)
 

@@ -40,13 +40,13 @@ def _reduce_infer(name, out_dtype=None, float_only=False):
 
 
 def _acc(xp, x):
-    """Accumulate float16 in float32, as PyTorch does."""
-    return xp.float32 if x.dtype == xp.float16 else None
+    """Accumulate float16 and bfloat16 in float32, as PyTorch does."""
+    return xp.float32 if x.dtype in dtypes.HALF_NP else None
 
 
 def _acc_back(out, x):
-    """A float16 input accumulated in float32 gives a float16 result again."""
-    return out.astype(x.dtype) if out.dtype != x.dtype and x.dtype == "float16" else out
+    """A half input accumulated in float32 gives a result of its dtype again."""
+    return out.astype(x.dtype) if out.dtype != x.dtype and x.dtype in dtypes.HALF_NP else out
 
 
 def _axis(dims, ndim):
@@ -78,8 +78,8 @@ def _sum_dtype(dt, attrs):
 
 
 def _sum_kernel(xp, x, dim, keepdim, dtype=None):
-    out_dtype = dtype or (x.dtype.name if x.dtype.kind == "f" else "int64")
-    acc = "float32" if out_dtype == "float16" else out_dtype
+    out_dtype = dtype or (x.dtype.name if dtypes.is_float_array(x) else "int64")
+    acc = "float32" if out_dtype in ("float16", "bfloat16") else out_dtype
     out = xp.sum(x, axis=_axis(dim, x.ndim), keepdims=keepdim, dtype=acc)
     return out if acc == out_dtype else out.astype(out_dtype)
 
@@ -126,7 +126,7 @@ amin_op = register(OpDef(
 
 
 def _prod_kernel(xp, x, dim, keepdim):
-    acc = _acc(xp, x) or (None if x.dtype.kind == "f" else xp.int64)
+    acc = _acc(xp, x) or (None if dtypes.is_float_array(x) else xp.int64)
     return _acc_back(xp.prod(x, axis=_axis(dim, x.ndim), keepdims=keepdim, dtype=acc), x)
 
 
@@ -219,7 +219,7 @@ argmin_op = register(OpDef("argmin", _arg_infer("argmin"), _arg_kernel("argmin")
 
 
 def _logsumexp_kernel(xp, x, dim, keepdim):
-    if x.dtype.kind != "f":
+    if not dtypes.is_float_array(x):
         x = x.astype(dtypes.DEFAULT_FLOAT)
     axis = _axis(dim, x.ndim)
     if x.size == 0:    # no max to shift by: log of an empty sum is -inf
