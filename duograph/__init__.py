@@ -41,6 +41,7 @@ from .compiler import compile as _compile_with_passes  # noqa: E402
 graphlib.set_compiler(_compile_with_passes)
 
 float16, float32, float64 = "float16", "float32", "float64"
+bfloat16, int8, int16 = "bfloat16", "int8", "int16"
 int32, int64, uint8 = "int32", "int64", "uint8"
 bool_ = "bool"
 
@@ -52,7 +53,7 @@ from .io import save, load  # noqa: E402
 from .graphlib.serialize import GraphFormatError, load_graph, save_graph  # noqa: E402
 
 # PyTorch's names for the same things (dtype aliases, device objects, dg.cuda, Variable)
-from .compat import bool, cuda, device, double, float, half, int, long  # noqa: E402,A004
+from .compat import bool, cuda, device, double, float, half, int, long, short  # noqa: E402,A004
 from .eager.grad_mode import inference_mode  # noqa: E402
 from . import compat, utils  # noqa: E402  (dg.utils.data is duograph.data)
 autograd.Variable = compat.Variable
@@ -74,7 +75,8 @@ __all__ = list(graphlib.functional.__all__) + [
     # checkpoints and graph files
     "save", "load", "save_graph", "load_graph", "GraphFormatError",
     # dtype names
-    "float16", "float32", "float64", "int32", "int64", "uint8", "bool_",
+    "float16", "float32", "float64", "int32", "int64", "uint8", "bool_", "bfloat16", "int8",
+    "int16", "short",
     # PyTorch's aliases
     "long", "int", "float", "double", "half", "bool", "device", "cuda", "utils",
     "inference_mode",

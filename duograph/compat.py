@@ -15,6 +15,7 @@ int = "int32"            # noqa: A001 - PyTorch's name (torch.int is int32)
 float = "float32"        # noqa: A001
 double = "float64"
 half = "float16"
+short = "int16"
 bool = "bool"            # noqa: A001
 
 

@@ -7,7 +7,8 @@ import duograph as dg
 torch = pytest.importorskip("torch")
 
 
-@pytest.mark.parametrize("name", ["long", "int", "float", "double", "half", "bool"])
+@pytest.mark.parametrize("name", ["long", "int", "float", "double", "half", "bool", "short",
+                                  "int8", "int16", "bfloat16"])
 def test_dtype_aliases_are_pytorchs(name):
     assert getattr(dg, name) == str(getattr(torch, name)).replace("torch.", "")
     assert dg.zeros(2, dtype=getattr(dg, name)).dtype == getattr(dg, name)
