@@ -39,8 +39,9 @@ def _onnx():
 def onnx_dtype(dtype: str) -> int:
     """The ``TensorProto`` element type of a duograph dtype."""
     tp = _onnx().TensorProto
-    return {"bool": tp.BOOL, "uint8": tp.UINT8, "int32": tp.INT32, "int64": tp.INT64,
-            "float16": tp.FLOAT16, "float32": tp.FLOAT, "float64": tp.DOUBLE}[dtype]
+    return {"bool": tp.BOOL, "uint8": tp.UINT8, "int8": tp.INT8, "int16": tp.INT16,
+            "int32": tp.INT32, "int64": tp.INT64, "float16": tp.FLOAT16,
+            "bfloat16": tp.BFLOAT16, "float32": tp.FLOAT, "float64": tp.DOUBLE}[dtype]
 
 
 class _Unsupported(Exception):
@@ -260,7 +261,8 @@ def _out(node, i=0) -> str:
 # ONNX runtimes implement arithmetic for a few element types only: compute in a wider type
 # where duograph's dtype has no kernel (exactly: uint8 wraps when cast back, as numpy wraps;
 # float16 is computed in float32 and rounded, as numpy's float16 loops do).
-_WIDE = {"uint8": "int32", "bool": "int32", "float16": "float32"}
+_WIDE = {"uint8": "int32", "int8": "int32", "int16": "int32", "bool": "int32",
+         "float16": "float32", "bfloat16": "float32"}
 
 
 def _compute_dtype(dtype: str, allowed=("int32", "int64", "float32", "float64")) -> str:

@@ -48,12 +48,13 @@ def _onnx():
 def np_dtype_of(elem_type: int) -> str:
     """The duograph dtype of an ONNX element type; refused when duograph has none."""
     tp = _onnx().TensorProto
-    table = {tp.BOOL: "bool", tp.UINT8: "uint8", tp.INT32: "int32", tp.INT64: "int64",
-             tp.FLOAT16: "float16", tp.FLOAT: "float32", tp.DOUBLE: "float64"}
+    table = {tp.BOOL: "bool", tp.UINT8: "uint8", tp.INT8: "int8", tp.INT16: "int16",
+             tp.INT32: "int32", tp.INT64: "int64", tp.FLOAT16: "float16",
+             tp.BFLOAT16: "bfloat16", tp.FLOAT: "float32", tp.DOUBLE: "float64"}
     if elem_type not in table:
         name = tp.DataType.Name(elem_type) if elem_type in tp.DataType.values() else elem_type
-        refuse(f"element type {name} (duograph has bool, uint8, int32, int64, float16, "
-               f"float32, float64)")
+        refuse(f"element type {name} (duograph has bool, uint8, int8, int16, int32, int64, "
+               f"float16, bfloat16, float32, float64)")
     return table[elem_type]
 
 

@@ -17,6 +17,7 @@ import numpy as np
 from onnx import ModelProto, NodeProto, helper
 from onnx.backend.base import Backend, BackendRep, Device, DeviceType
 
+from ..graphlib import dtypes
 from ..graphlib.types import TensorType
 from . import OnnxImportError
 from ._import import Importer, NeedsStatic, np_dtype_of, _Refuse
@@ -67,8 +68,7 @@ class DuographRep(BackendRep):
                 inputs = [inputs]
             feeds = {n: np.asarray(v) for n, v in zip(self.input_names, inputs)}
         for n, a in feeds.items():
-            if a.dtype.name not in ("bool", "uint8", "int32", "int64", "float16", "float32",
-                                    "float64"):
+            if a.dtype.name not in dtypes.DTYPE_NAMES:
                 raise OnnxImportError(f"onnx backend: input {n!r} has dtype {a.dtype}, which "
                                       "duograph does not support")
         exe, names, graph = self._build(feeds)
