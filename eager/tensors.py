@@ -348,6 +348,16 @@ class Tensor(TensorMethods):
     def bool(self) -> "Tensor":
         return self.to("bool")
 
+    def byte(self) -> "Tensor":
+        return self.to("uint8")
+
+    def short(self) -> "Tensor":
+        return self.to("int16")
+
+    def new_tensor(self, data, dtype=None) -> "Tensor":
+        """A new tensor holding a copy of ``data``, of this tensor's dtype unless given."""
+        return tensor_from_data(data, dtype or self.dtype)
+
     def clone(self) -> "Tensor":
         """A copy that stays in the autograd graph."""
         from ..graphlib.functional import add, logical_not

@@ -404,6 +404,117 @@ class TensorMethods:
     def logical_not(self):
         return F.logical_not(self)
 
+    # PyTorch methods written with the op functions ------------------------------------------
+    def chunk(self, chunks, dim=0):
+        return F.chunk(self, chunks, dim)
+
+    def mm(self, other):
+        return F.mm(self, other)
+
+    def bmm(self, other):
+        if self.ndim != 3 or getattr(other, "ndim", 0) != 3:
+            from .errors import ShapeError, located
+            raise ShapeError(located(f"bmm: expected two 3-D tensors, found "
+                                     f"{list(self.shape)} and "
+                                     f"{list(getattr(other, 'shape', ()))}"))
+        return F.matmul(self, other)
+
+    def addmm(self, mat1, mat2, *, beta=1, alpha=1):
+        return self * beta + F.mm(mat1, mat2) * alpha
+
+    def baddbmm(self, batch1, batch2, *, beta=1, alpha=1):
+        return self * beta + F.matmul(batch1, batch2) * alpha
+
+    def view_as(self, other):
+        return F.reshape(self, *other.shape)
+
+    def where(self, condition, other):
+        return F.where(condition, self, other)
+
+    def masked_fill(self, mask, value):
+        """``value`` where ``mask`` holds, else this tensor (PyTorch's masked_fill)."""
+        return F.where(mask, F.full_like(self, value), self)
+
+    def narrow(self, dim, start, length):
+        d = dim % self.ndim if self.ndim else 0
+        index = (slice(None),) * d + (slice(start, start + length),)
+        return F.getitem(self, index)
+
+    def movedim(self, source, destination):
+        n = self.ndim
+        src = [s % n for s in (source if isinstance(source, (tuple, list)) else [source])]
+        dst = [d % n for d in (destination if isinstance(destination, (tuple, list))
+                               else [destination])]
+        rest = [i for i in range(n) if i not in src]
+        order = [None] * n
+        for s_, d_ in zip(src, dst):
+            order[d_] = s_
+        it = iter(rest)
+        return F.permute(self, *[o if o is not None else next(it) for o in order])
+
+    def unflatten(self, dim, sizes):
+        d = dim % self.ndim
+        shape = tuple(self.shape)
+        return F.reshape(self, *(shape[:d] + tuple(sizes) + shape[d + 1:]))
+
+    def outer(self, vec2):
+        return F.unsqueeze(self, -1) * F.unsqueeze(vec2, 0)
+
+    def _triangle(self, diagonal, upper, name):
+        import numpy as np
+        rows, cols = self.shape[-2:]
+        if not (isinstance(rows, int) and isinstance(cols, int)):
+            from .errors import ShapeError, located
+            raise ShapeError(located(f"{name}: needs static last two dims, found "
+                                     f"{list(self.shape)}"))
+        keep = np.tri(rows, cols, diagonal - 1 if upper else diagonal, dtype=bool)
+        keep = ~keep if upper else keep
+        return F.where(F.constant(keep), self, F.zeros_like(self))
+
+    def tril(self, diagonal=0):
+        return self._triangle(diagonal, False, "tril")
+
+    def triu(self, diagonal=0):
+        return self._triangle(diagonal, True, "triu")
+
+    def repeat(self, *sizes):
+        """Tile the tensor ``sizes[i]`` times along dim i (new leading dims where
+        ``sizes`` is longer), as PyTorch's repeat."""
+        if len(sizes) == 1 and isinstance(sizes[0], (tuple, list)):
+            sizes = tuple(sizes[0])
+        if len(sizes) < self.ndim:
+            from .errors import ShapeError, located
+            raise ShapeError(located(f"repeat: expected at least {self.ndim} sizes, found "
+                                     f"{len(sizes)}"))
+        x = F.reshape(self, *((1,) * (len(sizes) - self.ndim) + tuple(self.shape)))
+        inter = []
+        for n, d in zip(sizes, x.shape):
+            inter += [1, d]
+        x = F.reshape(x, *inter)
+        target = []
+        for n, d in zip(sizes, x.shape[1::2]):
+            target += [n, d]
+        x = F.expand(x, *target)
+        return F.reshape(x, *[n * d for n, d in zip(sizes, target[1::2])])
+
+    def new_zeros(self, *size, dtype=None):
+        return F.zeros(*size, dtype=dtype or self.dtype)
+
+    def new_ones(self, *size, dtype=None):
+        return F.ones(*size, dtype=dtype or self.dtype)
+
+    def new_full(self, size, fill_value, dtype=None):
+        return F.full(size, fill_value, dtype=dtype or self.dtype)
+
+    def is_contiguous(self, memory_format=None):
+        return True
+
+    def nelement(self):
+        return self.numel()
+
+    def ndimension(self):
+        return self.ndim
+
     def cast(self, dtype):
         return F.cast(self, dtype)
 
