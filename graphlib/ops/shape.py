@@ -11,8 +11,8 @@ import numpy as np
 
 from .. import dtypes
 from .. import xp as xpu
-from ..attrs import Attr, Attrs
-from ..errors import DTypeError, ShapeError, located
+from ..attrs import Attr, Attrs, AttrValueError
+from ..errors import DTypeError, IndexBoundsError, ShapeError, located
 from ..registry import OpDef, register
 from ..types import (TensorType, as_shape, dim_add, dim_product, dim_quotient, dim_slice,
                      format_shape, normalize_dim)
@@ -263,7 +263,7 @@ def _normalize_index(index, shape, name="getitem"):
             k = int(it.__index__())
             size = shape[axis]
             if isinstance(size, int) and not -size <= k < size:
-                raise ShapeError(f"{name}: index {k} is out of bounds for dim {axis} with "
+                raise IndexBoundsError(f"{name}: index {k} is out of bounds for dim {axis} with "
                                  f"size {size}")
             items.append(("i", k))
             axis += 1
@@ -653,7 +653,7 @@ def chunk(x, chunks: int, dim: int = 0):
     """Split into ``chunks`` nearly equal pieces (as torch.chunk)."""
     x = operand(x, "chunk")
     if isinstance(chunks, bool) or not isinstance(chunks, int) or chunks <= 0:
-        raise ValueError(located(f"chunk: chunks must be a positive int, found {chunks!r}"))
+        raise AttrValueError(located(f"chunk: chunks must be a positive int, found {chunks!r}"))
     size = x.shape[normalize_dim(dim, x.ndim, "chunk")]
     if not isinstance(size, int):
         raise ShapeError(located(f"chunk: cannot chunk symbolic dim {size!r} of "
