@@ -192,6 +192,8 @@ def _seed_operand(seed, name):
 
 
 def _size(shape, name):
+    if not isinstance(shape, (tuple, list)):
+        shape = (shape,)
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = tuple(shape[0])
     try:

@@ -352,4 +352,8 @@ def logsumexp(x, dim, keepdim: bool = False):
 def numel(x, dim=None, dtype="float32"):
     """Number of elements of ``x`` over ``dim`` as a 0-d tensor (works for symbolic dims)."""
     x = operand(x, "numel")
-    return numel_op(x, dim=_dims(x, dim, "numel"), dtype=dtypes.as_dtype(dtype))
+    try:
+        dtype = dtypes.as_dtype(dtype)
+    except TypeError as e:
+        raise TypeError(located(f"numel: {e}")) from None
+    return numel_op(x, dim=_dims(x, dim, "numel"), dtype=dtype)
