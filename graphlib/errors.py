@@ -38,8 +38,9 @@ class UnsupportedDTypeError(DTypeError, NotImplementedError):
     ``NotImplementedError``, as PyTorch raises ("... not implemented for 'Float'")."""
 
 
-class GraphError(DuographError):
-    """The IR is malformed, or a Value was used outside the graph that owns it."""
+class GraphError(DuographError, RuntimeError):
+    """The IR is malformed, or a Value was used outside the graph that owns it (also a
+    ``RuntimeError``, as PyTorch raises for misuse of its autograd graph)."""
 
 
 class FeedError(DuographError, ValueError):

@@ -216,7 +216,7 @@ CASES = [
      None),
     ("autograd.grad of a non-scalar without grad_outputs",
      lambda M, F: _grad_non_scalar(M),
-     None),
+     lambda M, F, p: _graph_grad_non_scalar(M, p)),
     ("item of a tensor with several elements",
      lambda M, F: M.ones(3).item(),
      None),
@@ -233,6 +233,11 @@ def _backward_twice(M):
 def _grad_non_scalar(M):
     x = M.ones(3, requires_grad=True)
     return M.autograd.grad(x * 2, x)
+
+
+def _graph_grad_non_scalar(M, p):
+    x = p((3,))
+    return M.grad(x * 2, [x])
 
 
 def _torch_class(mistake):
@@ -290,5 +295,6 @@ def test_the_hierarchy_keeps_duograph_classes_and_adds_torch_ones():
     assert issubclass(dg.DTypeError, TypeError) and issubclass(dg.DTypeError, RuntimeError)
     assert issubclass(dg.UnsupportedDTypeError, dg.DTypeError)
     assert issubclass(dg.UnsupportedDTypeError, NotImplementedError)
+    assert issubclass(dg.GraphError, RuntimeError)
     with pytest.raises(dg.DimError, match=r"^sum: dim 2 out of range for a tensor with 2 dims"):
         dg.ones(2, 3).sum(2)
