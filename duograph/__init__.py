@@ -15,8 +15,9 @@ from .graphlib import dtypes  # noqa: F401
 from .graphlib.autodiff import grad
 from .graphlib.config import config
 from .graphlib.builder import assign, placeholder, variable
-from .graphlib.errors import (DTypeError, DuographError, FeedError, GraphError, KernelError,
-                              ShapeError)
+from .graphlib.errors import (DimError, DTypeError, DuographError, FeedError, GraphError,
+                              IndexBoundsError, KernelError, ShapeError,
+                              UnsupportedDTypeError)
 from .graphlib.functional import *  # noqa: F401,F403
 from .graphlib.functional import max, min, pow, sum, abs  # noqa: F401  (shadow builtins here)
 from .graphlib.ir import Graph, Node, Value
@@ -80,5 +81,6 @@ __all__ = list(graphlib.functional.__all__) + [
     # PyTorch's aliases
     "long", "int", "float", "double", "half", "bool", "device", "cuda", "utils",
     "inference_mode",
+    "DimError", "IndexBoundsError", "UnsupportedDTypeError",
 ]
 __all__ = list(dict.fromkeys(__all__))
