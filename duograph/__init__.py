@@ -52,6 +52,8 @@ from . import data, io  # noqa: E402
 from . import onnx  # noqa: E402
 from .io import save, load  # noqa: E402
 from .graphlib.serialize import GraphFormatError, load_graph, save_graph  # noqa: E402
+from . import models  # noqa: E402
+from .comparison import Comparison, compare  # noqa: E402
 
 # PyTorch's names for the same things (dtype aliases, device objects, dg.cuda, Variable)
 from .compat import bool, cuda, device, double, float, half, int, long, short  # noqa: E402,A004
@@ -75,6 +77,8 @@ __all__ = list(graphlib.functional.__all__) + [
     "enable_grad", "set_grad_enabled", "is_grad_enabled", "record", "compile",
     # checkpoints and graph files
     "save", "load", "save_graph", "load_graph", "GraphFormatError",
+    # comparing the paradigms
+    "compare", "Comparison", "models",
     # dtype names
     "float16", "float32", "float64", "int32", "int64", "uint8", "bool_", "bfloat16", "int8",
     "int16", "short",

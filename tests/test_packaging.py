@@ -177,6 +177,10 @@ def test_the_import_check_sees_this_repository():
 
 # import name -> the distribution that provides it, where the two differ
 _DISTRIBUTIONS = {"cupy": "cupy", "cupyx": "cupy", "sklearn": "scikit-learn"}
+# Imported only when the user asks for them, never declared: PyTorch is a peer that
+# ``dg.compare``'s torch mode and the model zoo's twins run against (its wheel is the user's
+# choice: an unpinned requirement would pull gigabytes of CUDA packages).
+_PEERS = {"torch"}
 
 
 def _declared_requirements() -> dict:
@@ -217,7 +221,7 @@ def test_every_third_party_import_is_a_declared_dependency():
                     continue
                 for mod in mods:
                     top = mod.split(".")[0]
-                    if top in sys.stdlib_module_names or top == "duograph":
+                    if top in sys.stdlib_module_names or top == "duograph" or top in _PEERS:
                         continue
                     dist = _DISTRIBUTIONS.get(top, top).lower().replace("_", "-")
                     if dist not in declared:
