@@ -209,8 +209,9 @@ def compare_command(args) -> str:
                 "loss": case.loss, "optimizer": case.optimizer}
     else:
         spec = _compare_spec(_load_object(args.target))
-    if "torch" in modes and case is None:
-        raise CommandError("--modes torch needs a bundled model (--model NAME)")
+    if any(m.startswith("torch") for m in modes) and case is None:
+        raise CommandError("--modes torch and torch.compile need a bundled model "
+                           "(--model NAME)")
     cmp = compare(spec["model"], spec["inputs"], targets=spec.get("targets") or (),
                   loss=spec.get("loss"), optimizer=spec.get("optimizer"), modes=modes,
                   steps=args.steps, repeats=args.repeats, case=case, progress=True)
@@ -246,7 +247,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     cmp.add_argument("--model", metavar="NAME", help="a bundled model instead (duograph.models:"
                      " mlp, cnn, transformer, resnet, rnn)")
     cmp.add_argument("--modes", default="eager,compiled,O0,O1,O2",
-                     help="comma-separated: eager, compiled, O0, O1, O2, torch")
+                     help="comma-separated: eager, compiled, O0, O1, O2, torch, "
+                          "torch.compile")
     cmp.add_argument("--steps", type=int, default=3, help="steps for the loss curves")
     cmp.add_argument("--repeats", type=int, default=10, help="timed steps per mode")
     cmp.add_argument("--report", metavar="DIR", help="write an HTML page with plots here")

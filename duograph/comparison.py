@@ -9,12 +9,15 @@
 Modes: ``eager`` (the tape), ``compiled`` (``dg.compile``), ``O0``/``O1``/``O2`` (graph mode:
 the model called on placeholders, the optimizer's update inside the graph via
 ``minimize``), and, for the bundled models (``duograph.models``) when PyTorch is installed,
-``torch`` (PyTorch eager on a twin with the same weights).
+``torch`` (PyTorch eager on a twin with the same weights) and ``torch.compile`` (the twin
+through ``torch.compile``; its first call includes Inductor's compilation).
 
 Every mode starts from the same weights and optimizer state. What is measured per mode:
 
 - time: the first call alone (recording, passes, planning, compiling), then the median,
-  min, max and quartiles of ``repeats`` steps;
+  min, max and quartiles of ``repeats`` steps, and the share of a step spent outside
+  kernels (eager: its kernels timed through the backend-provider hook; interpreted graphs:
+  a timed run of the instruction list; not measured for planned runs and compiled mode);
 - kernels per step and IR nodes (graph modes: after the passes), recompiles and their
   reasons (compiled);
 - memory: the peak of numpy allocations during one step (``tracemalloc``), and for planned
@@ -51,7 +54,8 @@ from .graphlib.ir import Graph
 
 GRAPH_LEVELS = ("O0", "O1", "O2")
 DEFAULT_MODES = ("eager", "compiled", "O0", "O1", "O2")
-KNOWN_MODES = DEFAULT_MODES + ("torch",)
+PEER_MODES = ("torch", "torch.compile")
+KNOWN_MODES = DEFAULT_MODES + PEER_MODES
 
 
 @dataclass
@@ -102,6 +106,7 @@ class ModeResult:
     lower_bound_bytes: Optional[int] = None
     no_reuse_bytes: Optional[int] = None
     live_bytes: List[int] = field(default_factory=list)   # after each node of the plan
+    kernel_s: Optional[float] = None         # seconds inside kernels during one step
     recompiles: Optional[int] = None
     recompile_reasons: List[str] = field(default_factory=list)
     losses: List[float] = field(default_factory=list)
@@ -111,6 +116,14 @@ class ModeResult:
     @property
     def median_s(self) -> Optional[float]:
         return statistics.median(self.times_s) if self.times_s else None
+
+    @property
+    def dispatch_share(self) -> Optional[float]:
+        """The share of a step's median time spent outside kernels (Python dispatch, feed
+        checks, bookkeeping): 1 - kernel time / step time, clamped to [0, 1]."""
+        if self.kernel_s is None or not self.median_s:
+            return None
+        return min(1.0, max(0.0, 1.0 - self.kernel_s / self.median_s))
 
     @property
     def spread_s(self) -> Optional[tuple]:
@@ -135,17 +148,19 @@ class Comparison:
         self.config = config
 
     def table(self) -> str:
-        rows = [("mode", "median ms", "min-max ms", "first ms", "kernels", "nodes",
+        rows = [("mode", "median ms", "min-max ms", "first ms", "outside", "kernels", "nodes",
                  "peak KiB", "arena/lb", "final loss", "drift")]
         for r in self.modes.values():
             if r.error:
                 rows.append((r.mode, "failed: " + r.error.splitlines()[0][:60], "", "", "", "",
-                             "", "", "", ""))
+                             "", "", "", "", ""))
                 continue
             sp = r.spread_s
             rows.append((
                 r.mode, _ms(r.median_s), f"{_ms(sp[0])}-{_ms(sp[3])}" if sp else "-",
-                _ms(r.first_call_s), _int(r.kernels), _int(r.nodes),
+                _ms(r.first_call_s),
+                f"{r.dispatch_share:.0%}" if r.dispatch_share is not None else "-",
+                _int(r.kernels), _int(r.nodes),
                 f"{r.peak_bytes / 1024:.1f}" if r.peak_bytes is not None else "-",
                 f"{r.arena_bytes / r.lower_bound_bytes:.3f}"
                 if r.arena_bytes and r.lower_bound_bytes else "-",
@@ -178,6 +193,7 @@ class Comparison:
             d = asdict(r)
             d["median_s"] = r.median_s
             d["spread_s"] = r.spread_s
+            d["dispatch_share"] = r.dispatch_share
             modes[name] = d
         numerics = {}
         for name, n in self.numerics.items():
@@ -326,6 +342,7 @@ class _Workload:
 
         def step():
             return exe(**feeds)[0]
+        step.feeds = feeds
         return step, exe
 
 
@@ -369,6 +386,60 @@ def _peak_bytes(step: Callable) -> int:
     finally:
         if started:
             tracemalloc.stop()
+
+
+class _TimedKernels:
+    """A backend's kernel table whose kernels add their seconds to ``spent[0]``."""
+
+    def __init__(self, kernels, spent: list):
+        self._kernels = kernels
+        self._spent = spent
+        self._made: dict = {}
+
+    def __getitem__(self, op):
+        timed = self._made.get(op)
+        if timed is None:
+            kernel, spent = self._kernels[op], self._spent
+
+            def timed(xp, *arrays, **attrs):
+                t0 = time.perf_counter()
+                try:
+                    return kernel(xp, *arrays, **attrs)
+                finally:
+                    spent[0] += time.perf_counter() - t0
+            self._made[op] = timed
+        return timed
+
+
+class _TimedBackend:
+    def __init__(self, backend, spent: list):
+        self.name, self.xp = backend.name, backend.xp
+        self.device = getattr(backend, "device", "cpu")
+        self.kernels = _TimedKernels(backend.kernels, spent)
+
+
+def _eager_kernel_seconds(step: Callable) -> float:
+    """Seconds spent inside kernels during one eager step: eager dispatch gets its kernels
+    through the backend-provider hook, so a provider whose kernels time themselves is
+    installed for the step, then the previous one is put back."""
+    from .eager import tensors as eager_tensors
+    previous = eager_tensors.get_backend_provider()
+    spent = [0.0]
+    eager_tensors.set_backend_provider(
+        lambda device: _TimedBackend(previous(device), spent) if previous else None)
+    try:
+        step()
+    finally:
+        eager_tensors.set_backend_provider(previous)
+    return spent[0]
+
+
+def _graph_kernel_seconds(exe, feeds: dict) -> float:
+    """Seconds inside the kernels of one run of ``exe``'s instruction list (a trace: the
+    same kernels, their results kept rather than planned into the arena)."""
+    timings: list = []
+    exe.trace(feeds, timings=timings)
+    return sum(t for _, t in timings)
 
 
 def _plan_figures(result: ModeResult, exe) -> None:
@@ -424,7 +495,10 @@ def _run_mode(work: _Workload, mode: str, steps: int, repeats: int) -> ModeResul
         result.kernels = handle.kernel_count
     elif mode in GRAPH_LEVELS:
         _plan_figures(result, handle)
+        if not handle.planned:      # a planned run's out= kernels are not timed one by one
+            result.kernel_s = min(_graph_kernel_seconds(handle, step.feeds) for _ in range(3))
     elif mode == "eager":
+        result.kernel_s = min(_eager_kernel_seconds(step) for _ in range(3))
         work.reset()
         with record(bind=True) as rec:
             step()
@@ -433,20 +507,20 @@ def _run_mode(work: _Workload, mode: str, steps: int, repeats: int) -> ModeResul
     return result
 
 
-def _run_torch(work: _Workload, case, steps: int, repeats: int) -> ModeResult:
+def _run_torch(work: _Workload, case, steps: int, repeats: int,
+               compiled: bool = False) -> ModeResult:
     import torch
-    result = ModeResult("torch")
+    result = ModeResult("torch.compile" if compiled else "torch")
     work.reset()
     t0 = time.perf_counter()
     twin = case.torch_twin()
-    spec = work.optimizer_spec
+    model = torch.compile(twin) if compiled else twin
 
     def torch_opt(params):
         probe = work.optimizer()
         kind = type(probe).__name__
         return getattr(torch.optim, kind)(params, **probe.defaults)
-    step = case.torch_step(twin, torch_opt)
-    del spec
+    step = case.torch_step(model, torch_opt)
     first = step()
     result.first_call_s = time.perf_counter() - t0
     result.losses.append(float(first.detach()))
@@ -601,8 +675,8 @@ def compare(model_or_fn, example_inputs, *, targets=(), loss=None, optimizer=Non
     for m in modes:
         if m not in KNOWN_MODES:
             raise ValueError(f"compare: unknown mode {m!r}: expected some of {KNOWN_MODES}")
-    if "torch" in modes and case is None:
-        raise ValueError("compare: the torch mode needs a duograph.models case (case=...), "
+    if any(m in PEER_MODES for m in modes) and case is None:
+        raise ValueError("compare: the torch modes need a duograph.models case (case=...), "
                          "whose PyTorch twin shares the model's weights")
     if steps < 1 or repeats < 1:
         raise ValueError(f"compare: steps and repeats must be at least 1, found steps={steps}"
@@ -619,8 +693,8 @@ def compare(model_or_fn, example_inputs, *, targets=(), loss=None, optimizer=Non
     for m in modes:
         bar.set_description(m)
         try:
-            results[m] = (_run_torch(work, case, steps, repeats) if m == "torch"
-                          else _run_mode(work, m, steps, repeats))
+            results[m] = (_run_torch(work, case, steps, repeats, m == "torch.compile")
+                          if m in PEER_MODES else _run_mode(work, m, steps, repeats))
         except Exception as e:          # a mode that fails is reported, not fatal
             results[m] = ModeResult(m, error=f"{type(e).__name__}: {e}")
         bar.update(1)

@@ -70,6 +70,12 @@ def set_backend_provider(provider) -> None:
     _cpu_kernels = _backends["cpu"].kernels
 
 
+def get_backend_provider():
+    """The provider installed by ``set_backend_provider`` (None: reference kernels), so a
+    tool that installs its own for a while (``dg.compare`` times kernels so) can put it back."""
+    return _provider
+
+
 def backend_for(device: str):
     """The backend that runs eager ops on ``device``."""
     backend = _backends.get(device)

@@ -118,13 +118,14 @@ def test_bad_arguments_are_refused_clearly():
     case = models.get("mlp")
     with pytest.raises(ValueError, match="unknown mode 'O3'"):
         dg.compare(case.model, case.inputs, modes=("O3",))
-    with pytest.raises(ValueError, match="the torch mode needs a duograph.models case"):
+    with pytest.raises(ValueError, match="the torch modes need a duograph.models case"):
         dg.compare(case.model, case.inputs, modes=("torch",))
     with pytest.raises(ValueError, match="an optimizer needs a loss"):
         dg.compare(case.model, case.inputs, optimizer=case.optimizer)
     with pytest.raises(ValueError, match="at least 1"):
         dg.compare(case.model, case.inputs, steps=0)
-    assert set(KNOWN_MODES) >= {"eager", "compiled", "O0", "O1", "O2", "torch"}
+    assert set(KNOWN_MODES) >= {"eager", "compiled", "O0", "O1", "O2", "torch",
+                                "torch.compile"}
 
 
 @pytest.fixture(scope="module")
@@ -206,3 +207,22 @@ def test_the_command_compares_a_users_script_and_refuses_mistakes(tmp_path):
     assert missing.returncode == 2 and "defines no 'nothing'" in missing.stderr
     both = _cli()
     assert both.returncode == 2 and "either SCRIPT:BUILD or --model" in both.stderr
+
+
+@pytest.mark.slow
+def test_torch_compile_mode_runs_the_compiled_twin():
+    pytest.importorskip("torch")
+    case = models.get("mlp")
+    cmp = dg.compare(case.model, case.inputs, targets=case.targets, loss=case.loss,
+                     optimizer=case.optimizer, case=case, modes=("eager", "torch.compile"),
+                     **FAST)
+    r = cmp.modes["torch.compile"]
+    assert r.error is None, r.error
+    np.testing.assert_allclose(r.losses, cmp.modes["eager"].losses, rtol=1e-5)
+
+
+def test_the_outside_kernel_share_is_measured_where_it_can_be(mlp_comparison):
+    eager, o0, o2 = (mlp_comparison.modes[m] for m in ("eager", "O0", "O2"))
+    assert 0 < eager.kernel_s < eager.median_s * 5 and 0 <= eager.dispatch_share <= 1
+    assert o0.kernel_s > 0 and o0.dispatch_share is not None
+    assert o2.kernel_s is None and o2.dispatch_share is None     # planned: not timed
