@@ -10,7 +10,7 @@ from ..errors import DTypeError, located
 from ..registry import OpDef, register
 from ..types import TensorType, broadcast_shapes
 from ._common import binary, operand, unary, unary_infer
-from .elementwise import cast, isfinite, where
+from .elementwise import isfinite, logical_and, where
 
 NUMERIC = dtypes.NUMERIC_DTYPES
 
@@ -172,7 +172,8 @@ def _xlogy_kernel(xp, x, y):
 
 
 def _xlogy_grad_x(g, x, y, out):
-    return g * xlogy(cast(x != 0, g.dtype), y)
+    # PyTorch: xlogy(g, y), and 0 where x == 0 and y <= 0
+    return where(logical_and(x == 0, y <= 0), 0.0, xlogy(g, y))
 
 
 xlogy_op = binary("xlogy", _xlogy_kernel, (_xlogy_grad_x, lambda g, x, y, out: g * x / y),
