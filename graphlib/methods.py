@@ -454,25 +454,31 @@ class TensorMethods:
         return F.where(mask, F.full_like(self, value), self)
 
     def narrow(self, dim, start, length):
+        """``dg.narrow(self, dim, start, length)``: a slice along ``dim``."""
         return F.narrow(self, dim, start, length)
 
     def movedim(self, source, destination):
+        """``dg.movedim``: move dims ``source`` to ``destination``."""
         return F.movedim(self, source, destination)
 
     moveaxis = movedim
 
     def unflatten(self, dim, sizes):
+        """``dg.unflatten``: split dim ``dim`` into ``sizes``."""
         return F.unflatten(self, dim, sizes)
 
     def outer(self, vec2):
+        """``dg.outer``: the outer product with the 1-D ``vec2``."""
         return F.outer(self, vec2)
 
     ger = outer
 
     def tril(self, diagonal=0):
+        """``dg.tril``: the lower triangle (on and below ``diagonal``), zeros above."""
         return F.tril(self, diagonal)
 
     def triu(self, diagonal=0):
+        """``dg.triu``: the upper triangle (on and above ``diagonal``), zeros below."""
         return F.triu(self, diagonal)
 
     def repeat(self, *sizes):
@@ -521,21 +527,27 @@ class TensorMethods:
 
     # more PyTorch methods (round, nan_to_num, lerp, xlogy, shifts, flips, diagonals...) ---
     def round(self, decimals=0):
+        """``dg.round``: round half to even, to ``decimals`` places."""
         return F.round(self, decimals=decimals)
 
     def nan_to_num(self, nan=0.0, posinf=None, neginf=None):
+        """``dg.nan_to_num``: replace NaN and infinities by finite values."""
         return F.nan_to_num(self, nan, posinf, neginf)
 
     def lerp(self, end, weight):
+        """``dg.lerp``: ``self + weight * (end - self)``."""
         return F.lerp(self, end, weight)
 
     def xlogy(self, other):
+        """``dg.xlogy``: ``self * log(other)``, 0 where self == 0."""
         return F.xlogy(self, other)
 
     def bitwise_left_shift(self, other):
+        """``dg.bitwise_left_shift``: ``self << other``."""
         return F.bitwise_left_shift(self, other)
 
     def bitwise_right_shift(self, other):
+        """``dg.bitwise_right_shift``: ``self >> other``."""
         return F.bitwise_right_shift(self, other)
 
     def __lshift__(self, other):
@@ -551,38 +563,49 @@ class TensorMethods:
         return F.bitwise_right_shift(other, self)
 
     def flip(self, *dims):
+        """``dg.flip``: reverse along ``dims`` (``t.flip(0, 1)`` or ``t.flip((0, 1))``)."""
         if len(dims) == 1 and isinstance(dims[0], (tuple, list)):
             dims = tuple(dims[0])
         return F.flip(self, dims)
 
     def fliplr(self):
+        """``dg.fliplr``: reverse dim 1."""
         return F.fliplr(self)
 
     def flipud(self):
+        """``dg.flipud``: reverse dim 0."""
         return F.flipud(self)
 
     def roll(self, shifts, dims=None):
+        """``dg.roll``: shift cyclically along ``dims`` (flattened without)."""
         return F.roll(self, shifts, dims)
 
     def repeat_interleave(self, repeats, dim=None, *, output_size=None):
+        """``dg.repeat_interleave``: repeat each element ``repeats`` times."""
         return F.repeat_interleave(self, repeats, dim, output_size=output_size)
 
     def tile(self, *dims):
+        """``dg.tile``: repeat the whole tensor ``dims[i]`` times along dim i."""
         if len(dims) == 1 and isinstance(dims[0], (tuple, list)):
             dims = tuple(dims[0])
         return F.tile(self, dims)
 
     def diag(self, diagonal=0):
+        """``dg.diag``: a 1-D tensor as a diagonal matrix, or a matrix's diagonal."""
         return F.diag(self, diagonal)
 
     def diagonal(self, offset=0, dim1=0, dim2=1):
+        """``dg.diagonal``: the diagonal over ``dim1`` and ``dim2``, as a last dim."""
         return F.diagonal(self, offset, dim1, dim2)
 
     def trace(self):
+        """``dg.trace``: the sum of a matrix's main diagonal."""
         return F.trace(self)
 
     def cross(self, other, dim=None):
+        """``dg.cross``: the cross product of 3-vectors along ``dim``."""
         return F.cross(self, other, dim)
 
     def tensor_split(self, indices_or_sections, dim=0):
+        """``dg.tensor_split``: a tuple of parts (sections or split indices)."""
         return F.tensor_split(self, indices_or_sections, dim)
