@@ -157,7 +157,7 @@ class TensorTypeOf(TensorType):
 
     def __init__(self, t: "Tensor"):
         TensorType.__init__(self, t.data.shape, t.dtype)
-        object.__setattr__(self, "_tensor", t)
+        object.__setattr__(self, "_tensor", t)     # (graph Values keep a plain TensorType)
 
     def __call__(self, dtype=None, non_blocking: bool = False, **kwargs):
         from .legacy import legacy_dtype, legacy_type_name

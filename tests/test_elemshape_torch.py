@@ -493,3 +493,50 @@ def test_random_fills_are_seeded_and_checked():
         (lambda: dg.zeros(3).normal_(generator="x"), TypeError, "generator")]:
         with pytest.raises(exc, match=match):
             call()
+
+
+# -- fusion: the elementwise expressions compile (numba) and agree with the reference ---------
+@pytest.mark.parametrize("strategy", ["numba", "numpy", "ops"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_new_elementwise_ops_fuse_and_agree(strategy, dtype):
+    pytest.importorskip("numba")
+    rng = np.random.default_rng(6)
+    n = 4096
+    a = (rng.uniform(-4, 4, n)).astype(dtype)
+    a[:8] = [np.nan, np.inf, -np.inf, 0.5, 1.5, -2.5, 0.0, 125.0]
+    b = rng.uniform(0.1, 3, n).astype(dtype)
+    b[:3] = [0.0, np.nan, np.inf]
+    g = dg.Graph("elem")
+    with g:
+        x = dg.placeholder("x", (n,), dtype)
+        y = dg.placeholder("y", (n,), dtype)
+        u = dg.nan_to_num(x * 1.5, nan=0.25)
+        outs = [dg.round(u), dg.round(u, decimals=1) + 1.0, dg.round(u * 3, decimals=-1) - 1.0,
+                dg.lerp(u, y * 2.0, y - 1.0) + 1.0, dg.xlogy(x + 0.0, y) * 2.0,
+                dg.nan_to_num(x - y)]
+    ref = g.compile(outputs=outs)(x=a, y=b)
+    with dg.config.override(fused_strategy=strategy):
+        exe = g.compile(outputs=outs, passes="O2")
+        got = exe(x=a, y=b)
+    kinds = {n.op.name for n in exe.graph.nodes}
+    assert not {"round", "nan_to_num", "lerp", "xlogy"} & kinds, kinds    # all fused
+    for r, o in zip(ref, got):
+        np.testing.assert_allclose(o, r, rtol=1e-6 if dtype == "float32" else 1e-12,
+                                   atol=1e-6, equal_nan=True)
+
+
+def test_shape_deciding_tensors_are_guarded_under_compile():
+    f = dg.compile(lambda x, r: dg.repeat_interleave(x, r, dim=0))
+    x = dg.tensor([1.0, 2.0, 3.0])
+    assert f(x, dg.tensor([1, 0, 2])).tolist() == [1.0, 3.0, 3.0]
+    assert f(x, dg.tensor([2, 1, 0])).tolist() == [1.0, 1.0, 2.0]    # re-recorded
+    g = dg.compile(lambda x, i: dg.tensor_split(x, i))
+    assert [p.tolist() for p in g(x, dg.tensor([1]))] == [[1.0], [2.0, 3.0]]
+    assert [p.tolist() for p in g(x, dg.tensor([2]))] == [[1.0, 2.0], [3.0]]
+
+
+def test_graph_values_keep_a_plain_tensor_type():
+    from duograph.graphlib.ir import Value
+    t = dg.ones(2, 3)
+    v = Value(t.type)
+    assert type(v.type) is dg.TensorType and v.type == t.type
