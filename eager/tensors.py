@@ -699,7 +699,7 @@ class Tensor(TensorMethods):
     def random_(self, *args, generator=None, **kwargs):
         """Fill with integers uniform in [from, to - 1], as ``torch.Tensor.random_``:
         ``random_(to)`` draws from [0, to); ``random_()`` from [0, 2**mantissa] for floats
-        (2**24 for float32) and [0, max] for integers."""
+        (2**24 for float32) and [0, max] for integers ([0, 2**63 - 2] for int64)."""
         from ..graphlib import functional as F
         low, high = _from_to("random_", args, kwargs, 0, None)
         if high is None and len(args) + len(kwargs) == 1:
@@ -710,8 +710,8 @@ class Tensor(TensorMethods):
             elif dtypes.is_float(self.dtype):
                 high = 2 ** {"float16": 11, "bfloat16": 8, "float32": 24,
                              "float64": 53}[self.dtype] + 1
-            else:
-                high = int(np.iinfo(self.dtype).max) + 1
+            else:      # int64: [0, 2**63 - 2] (the draw's exclusive bound must fit int64)
+                high = min(int(np.iinfo(self.dtype).max) + 1, 2 ** 63 - 1)
         low, high = int(low), int(high)
         if low >= high:
             raise ValueError(f"random_: expected from < to, found from={low}, to={high}"
@@ -723,9 +723,10 @@ class Tensor(TensorMethods):
                 raise ValueError(f"random_: [{low}, {high - 1}] is out of bounds for "
                                  f"{self.dtype}\n  in: {user_source()}")
 
+        if high > 2 ** 63 - 1:
+            raise ValueError(f"random_: to={high} exceeds the int64 range\n  in: {user_source()}")
+
         def draw(seed):
-            if high > 2 ** 63 - 1:       # [0, 2**64): draw the int64 range, as PyTorch can
-                raise ValueError(f"random_: to={high} exceeds int64")
             return F.cast(F.randint(low, high, tuple(self.shape), seed=seed, dtype="int64"),
                           self.dtype)
         return self._random_fill("random_", draw, generator, floats_only=False)

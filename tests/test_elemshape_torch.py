@@ -540,3 +540,15 @@ def test_graph_values_keep_a_plain_tensor_type():
     t = dg.ones(2, 3)
     v = Value(t.type)
     assert type(v.type) is dg.TensorType and v.type == t.type
+
+
+def test_int64_random_fill_and_onnx_refusals():
+    v = _fill("random_", dtype="int64")
+    assert v.min() >= 0 and v.max() > 2.0 ** 62
+    onnx = pytest.importorskip("onnx")  # noqa: F841
+    g = dg.Graph("v")
+    with g:
+        x = dg.placeholder("x", (4,), "float32")
+        g.outputs = [x.view("int32")]
+    with pytest.raises(dg.onnx.OnnxExportError, match="view_dtype"):
+        dg.onnx.to_model(g)
