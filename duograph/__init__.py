@@ -58,6 +58,9 @@ from .comparison import Comparison, compare  # noqa: E402
 # PyTorch's names for the same things (dtype aliases, device objects, dg.cuda, Variable)
 from .compat import bool, cuda, device, double, float, half, int, long, short  # noqa: E402,A004
 from .eager.grad_mode import inference_mode  # noqa: E402
+from .eager.legacy import (BFloat16Tensor, BoolTensor, ByteTensor, CharTensor,  # noqa: E402
+                           DoubleTensor, FloatTensor, HalfTensor, IntTensor, LongTensor,
+                           ShortTensor)
 from . import compat, utils  # noqa: E402  (dg.utils.data is duograph.data)
 autograd.Variable = compat.Variable
 
@@ -86,5 +89,8 @@ __all__ = list(graphlib.functional.__all__) + [
     "long", "int", "float", "double", "half", "bool", "device", "cuda", "utils",
     "inference_mode",
     "DimError", "IndexBoundsError", "UnsupportedDTypeError",
+    # PyTorch's legacy typed constructors
+    "FloatTensor", "DoubleTensor", "HalfTensor", "BFloat16Tensor", "ByteTensor", "CharTensor",
+    "ShortTensor", "IntTensor", "LongTensor", "BoolTensor",
 ]
 __all__ = list(dict.fromkeys(__all__))

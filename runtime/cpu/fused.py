@@ -822,7 +822,8 @@ _FUNCS = {"exp": "np.exp", "log": "np.log", "sqrt": "np.sqrt", "sin": "np.sin",
           "log10": "np.log10", "exp2": "np.exp2", "floor": "np.floor", "ceil": "np.ceil",
           "trunc": "np.trunc", "isnan": "np.isnan", "isinf": "np.isinf",
           "isfinite": "np.isfinite", "remainder": "np.remainder", "fmod": "np.fmod",
-          "floor_divide": "np.floor_divide", "atan2": "np.arctan2", "hypot": "np.hypot"}
+          "floor_divide": "np.floor_divide", "atan2": "np.arctan2", "hypot": "np.hypot",
+          "rint": "np.rint"}
 _DTYPE_NAMES = {"float16", "float32", "float64", "int32", "int64", "uint8", "bool"}
 _TOKEN = re.compile(r"\s*(?:(\d+\.\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|"
                     r"\d+(?:[eE][-+]?\d+)?)|([A-Za-z_]\w*)|(&&|\|\||==|!=|<=|>=|[-+*/?:!<>(),]))")
