@@ -56,6 +56,7 @@ from .graphlib.serialize import GraphFormatError, load_graph, save_graph  # noqa
 from .compat import bool, cuda, device, double, float, half, int, long, short  # noqa: E402,A004
 from .eager.grad_mode import inference_mode  # noqa: E402
 from . import compat, utils  # noqa: E402  (dg.utils.data is duograph.data)
+from . import linalg  # noqa: E402
 autograd.Variable = compat.Variable
 
 # The public names, explicitly: the op functions (graphlib.functional.__all__) and these.
@@ -80,5 +81,7 @@ __all__ = list(graphlib.functional.__all__) + [
     # PyTorch's aliases
     "long", "int", "float", "double", "half", "bool", "device", "cuda", "utils",
     "inference_mode",
+    # torch.linalg's names
+    "linalg",
 ]
 __all__ = list(dict.fromkeys(__all__))

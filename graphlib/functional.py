@@ -28,6 +28,11 @@ from .ops.shape import (broadcast_to, cat, chunk, concatenate, expand, flatten, 
                         gather, getitem, index_add, index_select, pad, permute, reshape,
                         scatter_add, split, squeeze, stack, sum_to, transpose, unsqueeze)
 
+from .ops.norms import norm  # noqa: F401
+from .ops.scan import cummax, cummin, cumprod, cumsum, logcumsumexp  # noqa: F401
+from .ops.sorting import (allclose, argsort, equal, isclose, kthvalue, median,  # noqa: F401
+                          mode, sort, topk, unique)
+
 MaxMin = namedtuple("MaxMin", ["values", "indices"])
 
 
@@ -70,3 +75,9 @@ __all__ = ["adaptive_avg_pool2d", "avg_pool2d", "conv2d", "max_pool2d", "arange"
            "isinf", "isfinite", "logsigmoid", "arcsin", "arccos", "arctan", "arcsinh",
            "arccosh", "arctanh", "remainder", "fmod", "floor_divide", "atan2", "arctan2",
            "hypot", "logical_xor"]
+__all__ += ["cumsum", "cumprod", "cummax", "cummin", "logcumsumexp", "sort", "argsort", "topk",
+            "kthvalue", "median", "mode", "unique", "norm", "isclose", "allclose", "equal"]
+
+# PyTorch accepts numpy's spellings axis= and keepdims= wherever dim= and keepdim= are
+from .aliases import add_axis_aliases  # noqa: E402
+add_axis_aliases(globals(), __all__)
