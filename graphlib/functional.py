@@ -34,20 +34,23 @@ from .ops.sorting import (allclose, argsort, equal, isclose, kthvalue, median,  
                           mode, sort, topk, unique)
 
 MaxMin = namedtuple("MaxMin", ["values", "indices"])
+# the (values, indices) pairs, named as torch.return_types names them (subclasses of MaxMin)
+_max_result = type("max", (MaxMin,), {"__slots__": ()})
+_min_result = type("min", (MaxMin,), {"__slots__": ()})
 
 
 def max(x, dim=None, keepdim: bool = False):
     """``max(x)`` is the largest element; ``max(x, dim)`` gives (values, indices) as PyTorch."""
     if dim is None:
         return amax(x)
-    return MaxMin(amax(x, dim, keepdim), argmax(x, dim, keepdim))
+    return _max_result(amax(x, dim, keepdim), argmax(x, dim, keepdim))
 
 
 def min(x, dim=None, keepdim: bool = False):
     """``min(x)`` is the smallest element; ``min(x, dim)`` gives (values, indices)."""
     if dim is None:
         return amin(x)
-    return MaxMin(amin(x, dim, keepdim), argmin(x, dim, keepdim))
+    return _min_result(amin(x, dim, keepdim), argmin(x, dim, keepdim))
 
 
 subtract, multiply, divide, true_divide = sub, mul, div, div

@@ -11,7 +11,7 @@ import numpy as np
 
 from .. import dtypes
 from ..attrs import Attr, Attrs
-from ..errors import DTypeError, ShapeError, located
+from ..errors import DTypeError, GraphError, ShapeError, located
 from ..registry import OpDef, register
 from ..types import TensorType, normalize_dim, normalize_dims
 from .elementwise import abs, cast, isnan, logical_or, pow, sign, where
@@ -100,9 +100,14 @@ def _svdvals_backward_kernel(xp, a, g):
     return ((u * g[..., None, :]) @ vh).astype(a.dtype, copy=False)
 
 
+def _no_second_order(cts, ins, outs, a, needs):
+    raise GraphError(located("svdvals: gradients of the singular values' gradient (second "
+                             "order, through svdvals_backward) are not implemented"))
+
+
 svdvals_backward_op = register(OpDef(
-    "svdvals_backward", _svdvals_backward_infer, _svdvals_backward_kernel, None,
-    attrs=Attrs(), doc="the gradient U diag(g) Vh of svdvals (not differentiable again)"))
+    "svdvals_backward", _svdvals_backward_infer, _svdvals_backward_kernel, _no_second_order,
+    attrs=Attrs(), doc="the gradient U diag(g) Vh of svdvals (refuses to be differentiated again)"))
 svdvals_op = register(OpDef(
     "svdvals", _svdvals_infer, _svdvals_kernel,
     lambda cts, ins, outs, a, needs: [svdvals_backward_op(ins[0], cts[0])],
@@ -118,12 +123,11 @@ def _ord_number(ord, name):
 
 def _float_input(x, name, dtype):
     x = operand(x, name)
-    if dtype is not None:
-        x = cast(x, dtypes.as_dtype(dtype))
-    if not dtypes.is_float(x.dtype):
-        raise DTypeError(located(f"{name}: expected a floating-point tensor, found "
-                                 f"{x.dtype}; cast it first (x.float()) or pass dtype="))
-    return x
+    for dt in (x.dtype, dtype):
+        if dt is not None and not dtypes.is_float(dtypes.as_dtype(dt)):
+            raise DTypeError(located(f"{name}: expected a floating-point tensor and dtype, "
+                                     f"found {dtypes.as_dtype(dt)}; cast it first (x.float())"))
+    return x if dtype is None else cast(x, dtypes.as_dtype(dtype))
 
 
 def vector_norm(x, ord=2, dim=None, keepdim: bool = False, *, dtype=None):
