@@ -49,11 +49,12 @@ def accept_axis(fn):
 def add_axis_aliases(namespace: dict, names=None) -> dict:
     """Wrap (in place) the functions of ``namespace`` (or just ``names``) that take
     ``dim``; returns the wrapped ones by name."""
-    done = {}
+    done, wrapped = {}, {}
     for name in list(names if names is not None else namespace):
         fn = namespace.get(name)
         if inspect.isfunction(fn) and not name.startswith("_"):
-            new = accept_axis(fn)
+            new = wrapped.get(fn) or accept_axis(fn)   # aliases (concat = cat) stay one
+            wrapped[fn] = new
             if new is not fn:
                 done[name] = new
     namespace.update(done)

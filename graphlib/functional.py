@@ -82,5 +82,5 @@ __all__ += ["cumsum", "cumprod", "cummax", "cummin", "logcumsumexp", "sort", "ar
             "kthvalue", "median", "mode", "unique", "norm", "isclose", "allclose", "equal"]
 
 # PyTorch accepts numpy's spellings axis= and keepdims= wherever dim= and keepdim= are
-from .aliases import add_axis_aliases  # noqa: E402
-add_axis_aliases(globals(), __all__)
+from .aliases import add_axis_aliases as _add_axis_aliases  # noqa: E402
+_add_axis_aliases(globals(), __all__)

@@ -341,16 +341,38 @@ def test_allclose_in_graph_mode_is_a_clear_error():
             dg.allclose(x, x)
 
 
-def test_second_order_through_svdvals_is_refused():
-    x = dg.tensor(A, requires_grad=True)
-    (g,) = dg.autograd.grad(dg.linalg.matrix_norm(x, "nuc"), [x], create_graph=True)
-    with pytest.raises(dg.GraphError, match="svdvals: gradients of the singular values' gradient"):
-        g.sum().backward()
+@pytest.mark.parametrize("shape", [(3, 3), (3, 5), (2, 5, 3)])
+def test_svd_gradient_matches_torch(shape):
+    """A loss of U, S and Vh that does not depend on the singular vectors' signs."""
+    a = np.random.default_rng(5).uniform(-1, 1, shape)
+    k = min(shape[-2:])
+    w = [np.random.default_rng(i).uniform(0.5, 1.5, s) for i, s in
+         enumerate([shape[:-1] + (k,), shape[:-2] + (k,), shape[:-2] + (k, shape[-1])])]
+
+    def loss(m, x, wrap):
+        u, s_, vh = m.linalg.svd(x, full_matrices=False)
+        return (u * u * wrap(w[0])).sum() + (s_ * s_ * wrap(w[1])).sum() + (
+            vh * vh * wrap(w[2])).sum()
+
+    tx = torch.tensor(a, requires_grad=True)
+    loss(torch, tx, torch.tensor).backward()
+    x = dg.tensor(a, requires_grad=True)
+    got = dg.linalg.svd(x, full_matrices=False)
+    assert got._fields == ("U", "S", "Vh")
+    loss(dg, x, dg.tensor).backward()
+    np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-8, atol=1e-10)
+
+
+def test_svd_full_matrices_of_a_non_square_matrix_is_refused():
+    with pytest.raises(ValueError, match="svd: full_matrices=True is not supported"):
+        dg.linalg.svd(dg.tensor(A))
+    np.testing.assert_allclose(dg.linalg.svd(dg.tensor(A[:3, :3])).S.numpy(),
+                               torch.linalg.svd(torch.tensor(A[:3, :3])).S.numpy(), rtol=1e-12)
 
 
 def test_second_order_of_scans_matches_torch():
     for name in ("cumprod", "cumprod_zeros", "logcumsumexp", "norm_p3_keepdim",
-                 "vector_norm_ord_half", "matrix_norm_fro"):
+                 "vector_norm_ord_half", "matrix_norm_fro", "matrix_norm_nuc", "matrix_norm_2"):
         fn, (arr,) = CASES[name]
         tx = torch.tensor(arr, requires_grad=True)
         (tg,) = torch.autograd.grad(_loss(_flat(fn(torch, tx)), _weights(_flat(fn(torch, tx))),

@@ -6,18 +6,22 @@ the inf-norm's is shared between the largest entries, and the singular values' i
 from __future__ import annotations
 
 import math
+from collections import namedtuple
 
 import numpy as np
 
 from .. import dtypes
 from ..attrs import Attr, Attrs
-from ..errors import DTypeError, GraphError, ShapeError, located
+from ..autodiff import is_zero_cotangent
+from ..errors import DTypeError, ShapeError, located
 from ..registry import OpDef, register
 from ..types import TensorType, normalize_dim, normalize_dims
 from .elementwise import abs, cast, isnan, logical_or, pow, sign, where
 from .reduction import _reduce_infer, _reduced_shape, amax, amin, expand_back, sum
 from .shape import permute, reshape
 from ._common import operand
+
+svd_result = namedtuple("linalg_svd", ["U", "S", "Vh"])
 
 
 # -- vector_norm ---------------------------------------------------------------------------------
@@ -69,48 +73,63 @@ vector_norm_op = register(OpDef(
     attrs=Attrs(ord=Attr(float), dim=Attr("dims"), keepdim=Attr(bool))))
 
 
-# -- singular values ---------------------------------------------------------------------------
-def _svdvals_infer(types, attrs):
+# -- singular value decomposition --------------------------------------------------------------
+def _svd_infer(types, attrs):
     (t,) = types
     if t.ndim < 2:
-        raise ShapeError(f"svdvals: expected a matrix or a batch of matrices, found {t!r}")
+        raise ShapeError(f"svd: expected a matrix or a batch of matrices, found {t!r}")
     if t.dtype not in ("float32", "float64"):
-        raise DTypeError(f"svdvals: expected a float32 or float64 tensor, found {t.dtype}")
+        raise DTypeError(f"svd: expected a float32 or float64 tensor, found {t.dtype}")
     m, n = t.shape[-2], t.shape[-1]
-    k = min(m, n) if isinstance(m, int) and isinstance(n, int) else (
-        m if m == n else None)
-    if k is None:
-        raise ShapeError(f"svdvals: needs static matrix sizes (or equal ones), found {t!r}")
-    return [TensorType(tuple(t.shape[:-2]) + (k,), t.dtype)]
+    if isinstance(m, int) and isinstance(n, int):
+        k = min(m, n)
+    elif m == n:
+        k = m
+    else:
+        raise ShapeError(f"svd: needs static matrix sizes (or equal ones), found {t!r}")
+    batch = tuple(t.shape[:-2])
+    return [TensorType(batch + (m, k), t.dtype), TensorType(batch + (k,), t.dtype),
+            TensorType(batch + (k, n), t.dtype)]
 
 
-def _svdvals_kernel(xp, a):
-    return xp.linalg.svd(a, compute_uv=False).astype(a.dtype, copy=False)
+def _svd_kernel(xp, a):
+    u, s, vh = xp.linalg.svd(a, full_matrices=False)
+    return u.astype(a.dtype, copy=False), s.astype(a.dtype, copy=False), \
+        vh.astype(a.dtype, copy=False)
 
 
-def _svdvals_backward_infer(types, attrs):
-    a, g = types
-    return [TensorType(a.shape, a.dtype)]
+def _safe_div(num, den):
+    """num / den, 0 where num is 0 (also where den is 0 there, without a NaN gradient)."""
+    zero = num == 0
+    return where(zero, 0.0, num / where(zero, 1.0, den))
 
 
-def _svdvals_backward_kernel(xp, a, g):
-    """dA = U diag(g) Vh from the reduced SVD of A (independent of the singular vectors'
-    signs; exact for distinct singular values and for any g equal across repeated ones)."""
-    u, _, vh = xp.linalg.svd(a, full_matrices=False)
-    return ((u * g[..., None, :]) @ vh).astype(a.dtype, copy=False)
+def _svd_vjp(cts, ins, outs, a, needs):
+    # PyTorch's svd_backward (real, reduced), with V = Vh^T and E_jk = S_k^2 - S_j^2:
+    # gA = U [(skew(U^T gU) / E) S + S (skew(V^T gV) / E) + diag(gS)] V^T
+    #      + (I - U U^T) gU S^-1 V^T + U S^-1 gV^T (I - V V^T)
+    from .linalg import matmul
+    from .shape import transpose, unsqueeze
+    (gu, gs, gvh), (u, s, vh) = cts, outs
+    row, col = unsqueeze(s, -2), unsqueeze(s, -1)
+    ga = matmul(u * unsqueeze(gs, -2), vh)
+    if is_zero_cotangent(gu) and is_zero_cotangent(gvh):
+        return [ga]
+    v, gv = transpose(vh, -2, -1), transpose(gvh, -2, -1)
+    sq = s * s
+    e = unsqueeze(sq, -2) - unsqueeze(sq, -1)
+    utgu, vtgv = matmul(transpose(u, -2, -1), gu), matmul(transpose(v, -2, -1), gv)
+    j = _safe_div(utgu - transpose(utgu, -2, -1), e)
+    k = _safe_div(vtgv - transpose(vtgv, -2, -1), e)
+    ga = ga + matmul(matmul(u, j * row + col * k), vh)
+    ga = ga + matmul(_safe_div(gu - matmul(u, utgu), row), vh)
+    ga = ga + matmul(u, transpose(_safe_div(gv - matmul(v, vtgv), row), -2, -1))
+    return [ga]
 
 
-def _no_second_order(cts, ins, outs, a, needs):
-    raise GraphError(located("svdvals: gradients of the singular values' gradient (second "
-                             "order, through svdvals_backward) are not implemented"))
-
-
-svdvals_backward_op = register(OpDef(
-    "svdvals_backward", _svdvals_backward_infer, _svdvals_backward_kernel, _no_second_order,
-    attrs=Attrs(), doc="the gradient U diag(g) Vh of svdvals (refuses to be differentiated again)"))
-svdvals_op = register(OpDef(
-    "svdvals", _svdvals_infer, _svdvals_kernel,
-    lambda cts, ins, outs, a, needs: [svdvals_backward_op(ins[0], cts[0])],
+svd_op = register(OpDef(
+    "svd", _svd_infer, _svd_kernel, _svd_vjp, multi_output=True, vjp_reads_output=True,
+    doc="the reduced singular value decomposition (U, S, Vh) of the last two dims",
     attrs=Attrs()))
 
 
@@ -147,9 +166,24 @@ def vector_norm(x, ord=2, dim=None, keepdim: bool = False, *, dtype=None):
 
 def svdvals(x):
     """The singular values of a matrix (or a batch of them, the last two dims), descending.
-    Differentiable (once): the gradient is ``U diag(g) Vh``."""
+    Their gradient is ``U diag(g) Vh``, differentiable again through ``svd``."""
     x = operand(x, "svdvals")
-    return svdvals_op(x)
+    if x.ndim < 2:
+        raise ShapeError(located(f"svdvals: expected a matrix or a batch of matrices, found "
+                                 f"shape {list(x.shape)}"))
+    return svd_op(x)[1]
+
+
+def svd(x, full_matrices: bool = True):
+    """``(U, S, Vh)`` with ``x = U diag(S) Vh`` over the last two dims. Only the reduced form
+    exists (``full_matrices=False``; True is the same for square matrices and refused for
+    others). Differentiable (PyTorch's formula; unstable for repeated singular values, as
+    there)."""
+    x = operand(x, "svd")
+    if full_matrices and x.ndim >= 2 and x.shape[-1] != x.shape[-2]:
+        raise ValueError(located(f"svd: full_matrices=True is not supported for a non-square "
+                                 f"matrix (shape {list(x.shape)}); pass full_matrices=False"))
+    return svd_result(*svd_op(x))
 
 
 def _matrix_dims(x, dim, name):

@@ -16,8 +16,8 @@ from ..attrs import Attr, Attrs
 from ..errors import DTypeError, ShapeError
 from ..registry import OpDef, register
 from ..types import TensorType, normalize_dim
-from .elementwise import abs, cast, exp, log, logical_and, where
-from .shape import reshape, scatter_add, zeros_like_for_grad
+from .elementwise import abs, cast, exp, log, where
+from .shape import cat, getitem, reshape, scatter_add, zeros_like_for_grad
 from ._common import operand
 
 cummax_result = namedtuple("cummax", ["values", "indices"])
@@ -76,26 +76,76 @@ def _cumprod_kernel(xp, x, dim):
     return xp.cumprod(x, axis=dim, dtype=_acc_dtype(x, out)).astype(out, copy=False)
 
 
+def _shift(t, dim, step, fill=0.0):
+    """``t`` moved one place along ``dim`` (``step`` 1: towards the end, -1: towards the
+    start), the freed place filled with ``fill``."""
+    from .creation import full_like
+    n = t.shape[dim]
+    if isinstance(n, int) and n == 0:
+        return t
+    lead = (slice(None),) * dim
+    pad = full_like(getitem(t, lead + (slice(0, 1),)), fill)
+    if step > 0:
+        return cat([pad, getitem(t, lead + (slice(0, n - 1),))], dim)
+    return cat([getitem(t, lead + (slice(1, None),)), pad], dim)
+
+
+def _linrec_infer(types, attrs):
+    a, b = types
+    if tuple(a.shape) != tuple(b.shape):
+        raise ShapeError(f"linear_recurrence: coefficients {a!r} and inputs {b!r} must have "
+                         f"the same shape")
+    if not 0 <= attrs["dim"] < b.ndim:
+        raise ShapeError(f"linear_recurrence: dim {attrs['dim']} out of range for {b!r}")
+    return [TensorType(b.shape, dtypes.result_dtype(a.dtype, b.dtype))]
+
+
+def _linrec_kernel(xp, a, b, dim, reverse=False):
+    """h_i = b_i + a_i h_(i-1) along ``dim`` (``reverse``: h_i = b_i + a_i h_(i+1))."""
+    dt = xp.result_type(a, b)
+    work = xp.float32 if dt in dtypes.HALF_NP else dt
+    am = xp.moveaxis(a, dim, 0).astype(work)
+    bm = xp.moveaxis(b, dim, 0).astype(work)
+    h = xp.empty(bm.shape, dtype=work)
+    n = bm.shape[0]
+    prev = None
+    for i in (range(n - 1, -1, -1) if reverse else range(n)):
+        h[i] = bm[i] if prev is None else bm[i] + am[i] * prev
+        prev = h[i]
+    return xp.ascontiguousarray(xp.moveaxis(h, 0, dim)).astype(dt, copy=False)
+
+
+def _linrec_vjp(cts, ins, outs, attrs, needs):
+    # h_i = b_i + a_i h_(i-1): the adjoint l_i = c_i + a_(i+1) l_(i+1) runs the other way;
+    # dL/db = l, dL/da_i = l_i h_(i-1) (mirrored for reverse)
+    (c,), (a, _), (h,) = cts, ins, outs
+    dim, rev = attrs["dim"], attrs.get("reverse", False)
+    step = 1 if rev else -1
+    lam = linrec_op(_shift(a, dim, step), c, dim=dim, reverse=not rev)
+    return [lam * _shift(h, dim, -step) if needs[0] else None, lam if needs[1] else None]
+
+
+linrec_op = register(OpDef(
+    "linear_recurrence", _linrec_infer, _linrec_kernel, _linrec_vjp, vjp_reads_output=True,
+    doc="h_i = b_i + a_i h_(i-1) along dim (reverse: h_(i+1)); the adjoint of scans",
+    attrs=Attrs(dim=Attr(int, min=0), reverse=Attr(bool, default=False))))
+
+
 def _cumprod_vjp(cts, ins, outs, a, needs):
-    # y_k = prod_{j<=k} x_j, so dL/dx_i = sum_{k>=i} g_k prod_{j<=k, j!=i} x_j. With z the
-    # first zero of the slice: before z that is revcumsum(g y)_i / x_i; at z it is
-    # revcumsum(g y')_z with y' the cumprod of x with x_z set to 1; after z it is 0 (every
-    # product still holds x_z). Exact with any number of zeros, and differentiable again.
-    (g,), (x,), (y,) = cts, ins, outs
+    # y_k = prod_(j<=k) x_j, so dL/dx_i = E_i R_i with E_i = prod_(j<i) x_j (the exclusive
+    # cumprod) and R_i = sum_(k>=i) g_k prod_(i<j<=k) x_j = g_i + x_(i+1) R_(i+1) (a reverse
+    # linear recurrence). No division: exact with any number of zeros, and differentiable to
+    # every order.
+    (g,), (x,) = cts, ins
     dim = a["dim"]
-    is_zero = x == 0
-    seen = cumsum_op(cast(is_zero, "int64"), dim=dim)
-    before = seen == 0
-    first = logical_and(is_zero, seen == 1)
-    safe = where(before, x, 1.0)
-    head = cumsum_op(g * y, dim=dim, reverse=True) / safe
-    at_zero = cumsum_op(g * cumprod_op(where(first, 1.0, x), dim=dim), dim=dim, reverse=True)
-    return [where(before, head, where(first, at_zero, 0.0))]
+    e = cumprod_op(_shift(x, dim, 1, fill=1.0), dim=dim)
+    r = linrec_op(_shift(x, dim, -1), g, dim=dim, reverse=True)
+    return [e * r]
 
 
 cumprod_op = register(OpDef(
     "cumprod", _scan_infer("cumprod", _int_to_int64), _cumprod_kernel, _cumprod_vjp,
-    vjp_reads_output=True, attrs=Attrs(dim=Attr(int, min=0))))
+    attrs=Attrs(dim=Attr(int, min=0))))
 
 
 # -- cummax / cummin ---------------------------------------------------------------------------

@@ -75,6 +75,7 @@ def _select_vjp(cts, ins, outs, a, needs):
 
 sort_op = register(OpDef(
     "sort", _dim_infer("sort"), _sort_kernel, _select_vjp, multi_output=True,
+    vjp_reads_output=True,
     attrs=Attrs(dim=Attr(int, min=0), descending=Attr(bool, default=False),
                 stable=Attr(bool, default=False))))
 
@@ -111,6 +112,7 @@ def _mode_kernel(xp, x, dim, keepdim=False):
 
 mode_op = register(OpDef(
     "mode", _dim_infer("mode", _mode_shape), _mode_kernel, _select_vjp, multi_output=True,
+    vjp_reads_output=True,
     attrs=Attrs(dim=Attr(int, min=0), keepdim=Attr(bool, default=False))))
 
 
