@@ -384,3 +384,19 @@ def test_second_order_of_scans_matches_torch():
         (g * g).sum().backward()
         np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-9, atol=1e-12,
                                    err_msg=name)
+
+
+def test_accumulate_falls_back_to_a_loop_without_ufunc_accumulate():
+    """cupy's ufuncs lack ``accumulate`` for most functions: the scan kernels loop instead."""
+    from duograph.graphlib.ops.scan import accumulate
+
+    class NoAccumulate:
+        def __getattr__(self, name):
+            fn = getattr(np, name)
+            return (lambda a, b: fn(a, b)) if name in ("maximum", "logaddexp") else fn
+
+    x = _rng.uniform(-1, 1, (3, 4, 2))
+    for name in ("maximum", "logaddexp"):
+        for axis in range(3):
+            np.testing.assert_array_equal(accumulate(NoAccumulate(), name, x, axis),
+                                          getattr(np, name).accumulate(x, axis=axis))

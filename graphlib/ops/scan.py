@@ -54,6 +54,21 @@ def _acc_dtype(x, out):
     return out
 
 
+def accumulate(xp, ufunc_name: str, x, axis: int):
+    """``xp.<ufunc>.accumulate(x, axis)``, or the same scan written as a loop over ``axis``
+    for an array module whose ufunc has no ``accumulate`` (cupy has it for a few only)."""
+    fn = getattr(xp, ufunc_name)
+    try:
+        return fn.accumulate(x, axis=axis)
+    except (AttributeError, NotImplementedError, TypeError):
+        pass
+    moved = xp.moveaxis(x, axis, 0)
+    out = xp.empty_like(moved)
+    for i in range(moved.shape[0]):
+        out[i] = moved[i] if i == 0 else fn(out[i - 1], moved[i])
+    return xp.moveaxis(out, 0, axis)
+
+
 # -- cumsum ------------------------------------------------------------------------------------
 def _cumsum_kernel(xp, x, dim, reverse=False):
     out = np.int64 if not dtypes.is_float_array(x) else x.dtype
@@ -162,8 +177,7 @@ def _cumext_kernel(largest):
     def kernel(xp, x, dim):
         # PyTorch's rule: an element replaces the running extreme when it is >= (<=) it or
         # is NaN; after a NaN the running value stays NaN, and later NaNs take the index.
-        ufunc = xp.maximum if largest else xp.minimum
-        values = ufunc.accumulate(x, axis=dim)
+        values = accumulate(xp, "maximum" if largest else "minimum", x, dim)
         n = x.shape[dim]
         if n == 0:
             return values, xp.zeros(x.shape, dtype=xp.int64)
@@ -178,7 +192,7 @@ def _cumext_kernel(largest):
         better = (x >= prev) if largest else (x <= prev)
         if dtypes.is_float_array(x):
             better = better | xp.isnan(x)
-        indices = xp.maximum.accumulate(xp.where(better, pos, 0), axis=dim)
+        indices = accumulate(xp, "maximum", xp.where(better, pos, 0), dim)
         return values, indices.astype(xp.int64, copy=False)
     return kernel
 
@@ -199,7 +213,7 @@ cummin_op = register(OpDef(
 # -- logcumsumexp ------------------------------------------------------------------------------
 def _lcse_kernel(xp, x, dim, reverse=False):
     work = x.astype(np.float32) if x.dtype in dtypes.HALF_NP else x
-    r = _flipped(xp, lambda a: xp.logaddexp.accumulate(a, axis=dim), work, dim, reverse)
+    r = _flipped(xp, lambda a: accumulate(xp, "logaddexp", a, dim), work, dim, reverse)
     return r.astype(x.dtype, copy=False)
 
 

@@ -99,7 +99,8 @@ def _mode_kernel(xp, x, dim, keepdim=False):
     start = xp.ones(rows.shape, dtype=bool)
     start[:, 1:] = s[:, 1:] != s[:, :-1]
     pos = xp.arange(n)
-    run_start = xp.maximum.accumulate(xp.where(start, pos, 0), axis=1)
+    from .scan import accumulate
+    run_start = accumulate(xp, "maximum", xp.where(start, pos, 0), 1)
     length = pos - run_start
     best = xp.argmax(length, axis=1)[:, None]
     values = xp.take_along_axis(s, best, axis=1)[:, 0].reshape(moved.shape[:-1])
@@ -302,6 +303,9 @@ def unique(x, sorted: bool = True, return_inverse: bool = False,
                             else np.asarray(inv, np.int64), dtype="int64"))
     if return_counts:
         out.append(constant(np.asarray(counts, np.int64), dtype="int64"))
+    device = getattr(x, "device", "cpu")
+    if str(device) != "cpu":            # the results live where the input does
+        out = [o.to(device) for o in out]
     return out[0] if len(out) == 1 else tuple(out)
 
 
