@@ -50,6 +50,8 @@ CASES = {
     "cumsum_int32": (lambda m, x: m.cumsum(x, 1), [I32]),
     "cumsum_bool": (lambda m, x: m.cumsum(x, 0), [BOOL]),
     "cumsum_dtype": (lambda m, x: m.cumsum(x, 1, dtype=m.float64), [I32]),
+    "cumsum_dtype_int8_wraps": (lambda m, x: m.cumsum(x * 40, 1, dtype=m.int8), [I32]),
+    "cumprod_dtype_int16": (lambda m, x: x.cumprod(0, dtype=m.int16), [I32]),
     "cumsum_f32": (lambda m, x: m.cumsum(_f32(m, x), 0), [A]),
     "cumprod": (lambda m, x: m.cumprod(x, 1), [B]),
     "cumprod_zeros": (lambda m, x: m.cumprod(x, 1), [Z]),

@@ -250,13 +250,16 @@ def _scan(op, x, dim, name, dtype=None, **attrs):
         raise TypeError(f"{name}: expected an int dim, found None")
     d = normalize_dim(dim, max(x.ndim, 1), name)
     if dtype is not None:
-        x = cast(x, dtypes.as_dtype(dtype))
-    if x.ndim:
-        return op(x, dim=d, **attrs)
-    out = op(reshape(x, 1), dim=0, **attrs)
-    if isinstance(out, tuple):
-        return tuple(reshape(o) for o in out)
-    return reshape(out)
+        dtype = dtypes.as_dtype(dtype)
+        x = cast(x, dtype)
+    out = op(x, dim=d, **attrs) if x.ndim else op(reshape(x, 1), dim=0, **attrs)
+    if not x.ndim:
+        out = tuple(reshape(o) for o in out) if isinstance(out, tuple) else reshape(out)
+    if dtype is not None and out.dtype != dtype:
+        # an integer dtype= is the result's dtype (accumulated in int64 and wrapped back,
+        # which gives the same bits as accumulating in it)
+        out = cast(out, dtype)
+    return out
 
 
 def cumsum(x, dim, *, dtype=None):
