@@ -402,3 +402,32 @@ def test_accumulate_falls_back_to_a_loop_without_ufunc_accumulate():
         for axis in range(3):
             np.testing.assert_array_equal(accumulate(NoAccumulate(), name, x, axis),
                                           getattr(np, name).accumulate(x, axis=axis))
+
+
+@pytest.mark.parametrize("n", [3, 6])
+def test_symbolic_dims_in_graph_mode(n):
+    """One graph with a symbolic dim N, scanned, sorted and reduced along it and across it,
+    with gradients, run at two sizes against torch."""
+    g = dg.Graph("sym")
+    with g:
+        x = dg.placeholder("x", ("N", 5), "float64")
+        outs = [dg.cumsum(x, 1), dg.cumprod(x, 0), dg.sort(x, 0).values, dg.topk(x, 2, 0).values,
+                dg.median(x, 1).values, dg.median(x, 0).values, dg.logcumsumexp(x, 0),
+                dg.kthvalue(x, 2, 1).values, dg.cummax(x, 0).values, dg.norm(x, dim=0)]
+        loss = None
+        for o in outs:
+            loss = dg.sum(o) if loss is None else loss + dg.sum(o)
+        (gx,) = dg.grad(loss, [x])
+    exe = g.compile(outputs=outs + [gx], passes="O2")
+    a = _distinct(n, 5)
+    tx = torch.tensor(a, requires_grad=True)
+    want = [torch.cumsum(tx, 1), torch.cumprod(tx, 0), torch.sort(tx, 0).values,
+            torch.topk(tx, 2, 0).values, torch.median(tx, 1).values, torch.median(tx, 0).values,
+            torch.logcumsumexp(tx, 0), torch.kthvalue(tx, 2, 1).values,
+            torch.cummax(tx, 0).values, torch.norm(tx, dim=0)]
+    sum(w.sum() for w in want).backward()
+    got = exe(x=a)
+    for k, (gv, w) in enumerate(zip(got, want)):
+        np.testing.assert_allclose(gv, w.detach().numpy(), rtol=1e-12, atol=1e-12,
+                                   err_msg=f"output {k}")
+    np.testing.assert_allclose(got[-1], tx.grad.numpy(), rtol=1e-9, atol=1e-12)

@@ -101,7 +101,7 @@ def _shift(t, dim, step, fill=0.0):
     lead = (slice(None),) * dim
     pad = full_like(getitem(t, lead + (slice(0, 1),)), fill)
     if step > 0:
-        return cat([pad, getitem(t, lead + (slice(0, n - 1),))], dim)
+        return cat([pad, getitem(t, lead + (slice(None, -1),))], dim)
     return cat([getitem(t, lead + (slice(1, None),)), pad], dim)
 
 

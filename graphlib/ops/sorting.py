@@ -235,16 +235,14 @@ def median(x, dim=None, keepdim: bool = False):
     if isinstance(n, int) and n == 0:
         raise ShapeError(located(f"median: cannot take the median of an empty dim {dim}"))
     values, indices = sort(x, d, stable=True)
-    if not dtypes.is_float(x.dtype):
-        index = slice((n - 1) // 2, (n - 1) // 2 + 1) if keepdim else (n - 1) // 2
-        values, indices = _slice_along(values, d, index), _slice_along(indices, d, index)
-    else:
-        from .reduction import sum as sum_
-        nans = sum_(cast(isnan(x), "int64"), d, keepdim=True)
-        pos = where(nans > 0, n - nans, (n - 1) // 2)
-        values, indices = gather(values, d, pos), gather(indices, d, pos)
-        if not keepdim:
-            values, indices = _slice_along(values, d, 0), _slice_along(indices, d, 0)
+    # the lower median's place in the sorted slice, or its first NaN (NaNs sort last)
+    from .reduction import numel, sum as sum_
+    nans = sum_(cast(x != x, "int64"), d, keepdim=True)
+    size = n if isinstance(n, int) else numel(x, (d,), dtype="int64")
+    pos = where(nans > 0, size - nans, (size - 1) // 2)
+    values, indices = gather(values, d, pos), gather(indices, d, pos)
+    if not keepdim:
+        values, indices = _slice_along(values, d, 0), _slice_along(indices, d, 0)
     if zero_d:
         values, indices = reshape(values), reshape(indices)
     return median_result(values, indices)
