@@ -62,6 +62,7 @@ from .eager.legacy import (BFloat16Tensor, BoolTensor, ByteTensor, CharTensor,  
                            DoubleTensor, FloatTensor, HalfTensor, IntTensor, LongTensor,
                            ShortTensor)
 from . import compat, utils  # noqa: E402  (dg.utils.data is duograph.data)
+from . import linalg  # noqa: E402
 autograd.Variable = compat.Variable
 
 # The public names, explicitly: the op functions (graphlib.functional.__all__) and these.
@@ -92,5 +93,7 @@ __all__ = list(graphlib.functional.__all__) + [
     # PyTorch's legacy typed constructors
     "FloatTensor", "DoubleTensor", "HalfTensor", "BFloat16Tensor", "ByteTensor", "CharTensor",
     "ShortTensor", "IntTensor", "LongTensor", "BoolTensor",
+    # torch.linalg's names
+    "linalg",
 ]
 __all__ = list(dict.fromkeys(__all__))

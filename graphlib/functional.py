@@ -33,21 +33,29 @@ from .ops.shape import (broadcast_to, cat, chunk, concatenate, expand, flatten, 
                         gather, getitem, index_add, index_select, pad, permute, reshape,
                         scatter_add, split, squeeze, stack, sum_to, transpose, unsqueeze)
 
+from .ops.norms import norm  # noqa: F401
+from .ops.scan import cummax, cummin, cumprod, cumsum, logcumsumexp  # noqa: F401
+from .ops.sorting import (allclose, argsort, equal, isclose, kthvalue, median,  # noqa: F401
+                          mode, sort, topk, unique)
+
 MaxMin = namedtuple("MaxMin", ["values", "indices"])
+# the (values, indices) pairs, named as torch.return_types names them (subclasses of MaxMin)
+_max_result = type("max", (MaxMin,), {"__slots__": ()})
+_min_result = type("min", (MaxMin,), {"__slots__": ()})
 
 
 def max(x, dim=None, keepdim: bool = False):
     """``max(x)`` is the largest element; ``max(x, dim)`` gives (values, indices) as PyTorch."""
     if dim is None:
         return amax(x)
-    return MaxMin(amax(x, dim, keepdim), argmax(x, dim, keepdim))
+    return _max_result(amax(x, dim, keepdim), argmax(x, dim, keepdim))
 
 
 def min(x, dim=None, keepdim: bool = False):
     """``min(x)`` is the smallest element; ``min(x, dim)`` gives (values, indices)."""
     if dim is None:
         return amin(x)
-    return MaxMin(amin(x, dim, keepdim), argmin(x, dim, keepdim))
+    return _min_result(amin(x, dim, keepdim), argmin(x, dim, keepdim))
 
 
 subtract, multiply, divide, true_divide = sub, mul, div, div
@@ -80,3 +88,9 @@ __all__ = ["adaptive_avg_pool2d", "avg_pool2d", "conv2d", "max_pool2d", "arange"
            "flipud", "ger", "meshgrid", "moveaxis", "movedim", "narrow", "outer",
            "repeat_interleave", "roll", "tensor_split", "tile", "trace", "tril", "triu",
            "unflatten"]
+__all__ += ["cumsum", "cumprod", "cummax", "cummin", "logcumsumexp", "sort", "argsort", "topk",
+            "kthvalue", "median", "mode", "unique", "norm", "isclose", "allclose", "equal"]
+
+# PyTorch accepts numpy's spellings axis= and keepdims= wherever dim= and keepdim= are
+from .aliases import add_axis_aliases as _add_axis_aliases  # noqa: E402
+_add_axis_aliases(globals(), __all__)

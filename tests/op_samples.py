@@ -1811,5 +1811,225 @@ def _elemshape_ops() -> List[OpInfo]:
 
 OPS += _elemshape_ops()
 
+# -- scans, sorting, selection, norms, closeness -----------------------------------------------
+def _as_1d(x):
+    return x.reshape(1) if x.ndim == 0 else x
+
+
+def _scan_ref(np_fn):
+    def ref(x, dim, dtype=None):
+        y = _as_1d(x if dtype is None else x.astype(dtype))
+        out_dt = y.dtype if y.dtype.kind == "f" else np.dtype(I64)
+        return np_fn(y, axis=dim, dtype=out_dt).reshape(x.shape)
+    return ref
+
+
+def _cumext_ref(largest):
+    def ref(x, dim):
+        xm = np.moveaxis(_as_1d(x), dim, -1)
+        vals, idx = np.empty_like(xm), np.zeros(xm.shape, I64)
+        for row in np.ndindex(xm.shape[:-1]):
+            best, at = None, 0
+            for k, v in enumerate(xm[row]):
+                if best is None or np.isnan(v) or (v >= best if largest else v <= best):
+                    if not (best is not None and np.isnan(best) and not np.isnan(v)):
+                        best, at = v, k
+                vals[row + (k,)], idx[row + (k,)] = best, at
+        back = [np.moveaxis(a, -1, dim).reshape(x.shape) for a in (vals, idx)]
+        return tuple(back)
+    return ref
+
+
+def _sort_ref(x, dim=-1, descending=False, stable=False):
+    y = _as_1d(x)
+    idx = np.argsort(-y if descending else y, axis=dim, kind="stable")
+    return (np.take_along_axis(y, idx, axis=dim).reshape(x.shape), idx.reshape(x.shape))
+
+
+def _topk_ref(x, k, dim=-1, largest=True, sorted=True):
+    v, i = _sort_ref(x, dim, descending=largest)
+    if x.ndim == 0:
+        return v, i
+    take = np.arange(k)
+    return np.take(v, take, axis=dim), np.take(i, take, axis=dim)
+
+
+def _kth_ref(x, k, dim=-1, keepdim=False):
+    v, i = _sort_ref(x, dim)
+    if x.ndim == 0:
+        return v, i
+    v, i = np.take(v, [k - 1], axis=dim), np.take(i, [k - 1], axis=dim)
+    return (v, i) if keepdim else (np.squeeze(v, dim), np.squeeze(i, dim))
+
+
+def _median_ref(x, dim=None, keepdim=False):
+    if dim is None:
+        flat = np.sort(x.reshape(-1))
+        return np.asarray(flat[(flat.size - 1) // 2])
+    n = _as_1d(x).shape[dim]
+    return _kth_ref(x, (n - 1) // 2 + 1, dim, keepdim)
+
+
+def _mode_ref(x, dim=-1, keepdim=False):
+    xm = np.moveaxis(_as_1d(x), dim, -1)
+    vals, idx = np.empty(xm.shape[:-1], x.dtype), np.zeros(xm.shape[:-1], I64)
+    for row in np.ndindex(xm.shape[:-1]):
+        u, counts = np.unique(xm[row], return_counts=True)
+        v = u[np.argmax(counts)]           # the smallest of the most frequent
+        vals[row], idx[row] = v, np.flatnonzero(xm[row] == v)[-1]
+    if x.ndim == 0:
+        return vals.reshape(()), idx.reshape(())
+    if keepdim:
+        vals, idx = np.expand_dims(vals, dim), np.expand_dims(idx, dim)
+    return vals, idx
+
+
+def _vector_norm_ref(x, ord=2, dim=None, keepdim=False, dtype=None):
+    x = x if dtype is None else x.astype(dtype)
+    axis = None if dim is None else dim
+    a = np.abs(x)
+    if ord == math.inf:
+        out = np.amax(a, axis=axis, keepdims=keepdim)
+    elif ord == -math.inf:
+        out = np.amin(a, axis=axis, keepdims=keepdim)
+    elif ord == 0:
+        out = np.sum(a != 0, axis=axis, keepdims=keepdim).astype(x.dtype)
+    else:
+        out = np.sum(a ** ord, axis=axis, keepdims=keepdim) ** (1.0 / ord)
+    return np.asarray(out, dtype=x.dtype)
+
+
+def _norm_ref(x, p="fro", dim=None, keepdim=False, dtype=None):
+    if p == "nuc":
+        dims = (0, 1) if dim is None else dim
+        out = np.linalg.norm(x, "nuc", axis=dims, keepdims=keepdim)
+        return np.asarray(out)
+    return _vector_norm_ref(x, 2 if p == "fro" else p, dim, keepdim, dtype)
+
+
+def _matrix_norm_ref(x, ord="fro", dim=(-2, -1), keepdim=False, dtype=None):
+    return np.asarray(np.linalg.norm(x, ord, axis=dim, keepdims=keepdim))
+
+
+def _no_samples_graph_error(name, args):
+    return [ErrorCase("graph_mode", args, {}, dg.GraphError, name)]
+
+
+def _reduce_scan_sort() -> List[OpInfo]:
+    from duograph import linalg as L
+    with_zeros = rand(3, 4)
+    with_zeros[0, 1] = with_zeros[2, 0] = with_zeros[2, 3] = 0.0
+    ties = np.array([[1.0, 3.0, 3.0, 2.0, 1.0], [0.5, 0.5, 2.0, 2.0, 0.5]])
+    nans = np.array([[1.0, np.nan, 3.0, -1.0], [2.0, 0.0, np.nan, np.nan]])
+    scan_errors = [ErrorCase("dim_range", (rand(2, 3), 2), {}, dg.ShapeError, "out of range")]
+    mat = rand(2, 3, 4)
+    return [
+        OpInfo("cumsum", dg.cumsum, [
+            Sample("dim1", (rand(2, 3, 4), 1)), Sample("neg", (rand(3, 4), -1)),
+            Sample("f64_0d", (rand(), 0)), Sample("f32", (rand(5, dtype=F32), 0)),
+            Sample("i32_to_i64", (ints(2, 3, dtype=I32), 1)), Sample("bool", (bools(4, 2), 0)),
+            Sample("dtype", (ints(2, 3, dtype=I32), 0), {"dtype": F64})],
+            _scan_ref(np.cumsum), differentiable=True, errors=scan_errors),
+        OpInfo("cumprod", dg.cumprod, [
+            Sample("dim1", (rand(2, 3, 4), 1)), Sample("zeros", (with_zeros, 1)),
+            Sample("zeros_dim0", (with_zeros, 0)), Sample("f64_0d", (rand(), -1)),
+            Sample("i32_to_i64", (ints(2, 3, dtype=I32, low=-3, high=4), 1))],
+            _scan_ref(np.cumprod), differentiable=True, errors=scan_errors),
+        OpInfo("cummax", dg.cummax, [
+            Sample("dim1", (distinct(3, 5), 1)), Sample("dim0", (distinct(4, 2, 3), 0)),
+            Sample("ties", (ties, 1), fd=False), Sample("nan", (nans, 1), fd=False),
+            Sample("i64", (ints(3, 4), 1)), Sample("f64_0d", (rand(), 0))],
+            _cumext_ref(True), differentiable=True, errors=scan_errors),
+        OpInfo("cummin", dg.cummin, [
+            Sample("dim1", (distinct(3, 5), 1)), Sample("ties", (ties, 1), fd=False),
+            Sample("nan", (nans, 1), fd=False), Sample("i32", (ints(3, 4, dtype=I32), 0))],
+            _cumext_ref(False), differentiable=True, errors=scan_errors),
+        OpInfo("logcumsumexp", dg.logcumsumexp, [
+            Sample("dim1", (rand(2, 3, 4), 1)), Sample("neg", (rand(3, 4, low=-3, high=3), -1)),
+            Sample("f32", (rand(5, dtype=F32), 0)), Sample("f64_0d", (rand(), 0))],
+            lambda x, dim: np.log(np.cumsum(np.exp(_as_1d(x)), axis=dim)).reshape(x.shape),
+            differentiable=True, tol=dict(LOOSE_TOL), errors=scan_errors + [
+                ErrorCase("int", (ints(3), 0), {}, dg.DTypeError, "floating-point")]),
+        OpInfo("sort", dg.sort, [
+            Sample("last", (distinct(3, 4),)), Sample("dim0_desc", (distinct(3, 4), 0, True)),
+            Sample("ties_stable", (ties,), {"stable": True}, fd=False),
+            Sample("i32", (ints(2, 5, dtype=I32),), {"dim": 1, "stable": True}),
+            Sample("f32_0d", (zero_d(1.5, F32),))],
+            _sort_ref, differentiable=True, errors=scan_errors),
+        OpInfo("argsort", dg.argsort, [
+            Sample("last", (distinct(3, 4),)), Sample("desc", (distinct(2, 5), 1, True)),
+            Sample("ties", (ties, 1), {"stable": True})],
+            lambda *a, **k: _sort_ref(*a, **k)[1]),
+        OpInfo("topk", dg.topk, [
+            Sample("k2", (distinct(3, 5), 2)), Sample("smallest", (distinct(4, 3), 2, 0, False)),
+            Sample("all", (distinct(2, 4), 4)), Sample("k0", (distinct(2, 4), 0)),
+            Sample("i64", (ints(2, 6), 3), {"dim": -1})],
+            _topk_ref, differentiable=True, errors=[
+                ErrorCase("k_range", (rand(2, 3), 4), {}, dg.ShapeError, "out of range")]),
+        OpInfo("kthvalue", dg.kthvalue, [
+            Sample("k2", (distinct(3, 5), 2)), Sample("dim0_keepdim", (distinct(4, 3), 4, 0, True)),
+            Sample("i32", (ints(2, 5, dtype=I32), 3))],
+            _kth_ref, differentiable=True, errors=[
+                ErrorCase("k_range", (rand(2, 3), 0), {}, dg.ShapeError, "out of range")]),
+        OpInfo("median", dg.median, [
+            Sample("all", (distinct(3, 5),)), Sample("all_even", (distinct(2, 3),)),
+            Sample("dim", (distinct(3, 5), 1)),
+            Sample("dim_even_keepdim", (distinct(4, 3), 0, True)),
+            Sample("i64_dim", (ints(3, 4), 1)), Sample("f32_all", (distinct(5, dtype=F32),))],
+            _median_ref, differentiable=True, errors=[
+                ErrorCase("empty_dim", (rand(2, 0), 1), {}, dg.ShapeError, "empty")]),
+        OpInfo("mode", dg.mode, [
+            Sample("ties", (ties,), fd=False), Sample("ties_keepdim", (ties, 0, True), fd=False),
+            Sample("i64", (ints(3, 7, low=0, high=3),))],
+            _mode_ref, differentiable=True),
+        OpInfo("norm", dg.norm, [
+            Sample("fro", (rand(2, 3, 4),)), Sample("p1_dim", (away(3, 4), 1, 1)),
+            Sample("p3", (rand(3, 4), 3, (0, 1), True)), Sample("nuc", (rand(3, 4), "nuc")),
+            Sample("f32", (rand(6, dtype=F32),))],
+            _norm_ref, differentiable=True, tol=dict(LOOSE_TOL), errors=[
+                ErrorCase("int", (ints(3),), {}, dg.DTypeError, "floating-point")]),
+        OpInfo("vector_norm", L.vector_norm, [
+            Sample("all", (rand(2, 3),)), Sample("inf_dim", (distinct(3, 4), math.inf, 1)),
+            Sample("ninf", (distinct(3, 4), -math.inf, -1, True)),
+            Sample("half", (away(3, 4), 0.5, 0)), Sample("p3", (rand(4, 3), 3, (0, 1))),
+            Sample("ord0", (rand(3, 4), 0, 1))],
+            _vector_norm_ref, differentiable=True, tol=dict(LOOSE_TOL)),
+        OpInfo("matrix_norm", L.matrix_norm, [
+            Sample("fro", (mat,)), Sample("nuc", (mat, "nuc")), Sample("two", (mat, 2)),
+            Sample("ninf_keepdim", (mat, -math.inf, (0, 2), True)), Sample("one", (mat, 1))],
+            _matrix_norm_ref, differentiable=True, tol=dict(LOOSE_TOL)),
+        OpInfo("svdvals", L.svdvals, [
+            Sample("mat", (rand(3, 4),)), Sample("batch", (rand(2, 4, 3),))],
+            lambda x: np.linalg.svd(x, compute_uv=False), differentiable=True,
+            tol=dict(LOOSE_TOL), errors=[
+                ErrorCase("vector", (rand(3),), {}, dg.ShapeError, "svdvals: expected a matrix")]),
+        OpInfo("svd", L.svd, [
+            Sample("mat", (rand(3, 4), False)), Sample("square", (rand(3, 3),)),
+            Sample("batch", (rand(2, 4, 3),), {"full_matrices": False})],
+            lambda x, full_matrices=True: tuple(np.linalg.svd(x, full_matrices=False)),
+            differentiable=True, tol=dict(LOOSE_TOL), errors=[
+                ErrorCase("vector", (rand(3),), {}, dg.ShapeError, "matrix"),
+                ErrorCase("int", (ints(3, 3),), {}, dg.DTypeError, "float32 or float64")]),
+        OpInfo("isclose", dg.isclose, [
+            Sample("f64", (rand(3, 4), rand(3, 4))),
+            Sample("near", (np.array([1.0, 2.0, np.inf, np.nan]),
+                            np.array([1.0 + 1e-9, 2.1, np.inf, np.nan])), {"equal_nan": True}),
+            Sample("i64", (ints(3, 4), ints(3, 4)), {"atol": 1.0})],
+            lambda a, b, rtol=1e-5, atol=1e-8, equal_nan=False: np.isclose(
+                a, b, rtol, atol, equal_nan), errors=[
+                ErrorCase("dtypes", (ints(3), rand(3)), {}, dg.DTypeError, "same dtype")]),
+        # Python bools and data-dependent shapes: eager only (test_reductions_torch.py); in
+        # graph mode they are clear errors
+        OpInfo("unique", dg.unique, [], None,
+               errors=_no_samples_graph_error("unique", (rand(4),))),
+        OpInfo("allclose", dg.allclose, [], None,
+               errors=_no_samples_graph_error("allclose", (rand(4), rand(4)))),
+        OpInfo("equal", dg.equal, [], None,
+               errors=_no_samples_graph_error("equal", (rand(4), rand(4)))),
+    ]
+
+
+OPS += _reduce_scan_sort()
+
 BY_NAME: Dict[str, OpInfo] = {op.name: op for op in OPS}
 assert len(BY_NAME) == len(OPS), "duplicate OpInfo names"

@@ -804,6 +804,82 @@ def _arg(ex, node, ins):
     return [ex.op(op_type, name, axis=dim, keepdims=int(keep))]
 
 
+# -- scans, sorting and norms (cumprod, cummax/cummin, logcumsumexp, mode and svd have no exact
+# ONNX form and are refused)
+@converter("cumsum")
+def _cumsum(ex, node, ins):
+    x, out = node.inputs[0], _out(node)
+    work = _compute_dtype(out)          # integers sum in int64, float16 in float32
+    y = ex.op("CumSum", ex.cast(ins[0], x.dtype, work),
+              ex.const(np.asarray(node.attrs["dim"], np.int64)),
+              reverse=int(node.attrs.get("reverse", False)))
+    return [ex.cast(y, work, out)]
+
+
+def _topk_all(ex, name, n, axis: int, largest: bool):
+    """(values, indices) of a full sort along ``axis`` by TopK (equal elements keep their
+    order, ascending and descending, as duograph's stable sort)."""
+    return ex.emit("TopK", (name, ex.dim(n)), 2, axis=axis, largest=int(largest), sorted=1)
+
+
+@converter("sort")
+def _sort(ex, node, ins):
+    x = node.inputs[0]
+    work = _compute_dtype(x.dtype)
+    if work not in ("int32", "int64", "float32", "float64"):
+        _refuse(f"sort of {x.dtype} has no exact ONNX form")
+    dim = node.attrs["dim"]
+    values, indices = _topk_all(ex, ex.cast(ins[0], x.dtype, work), x.shape[dim], dim,
+                                node.attrs.get("descending", False))
+    return [ex.cast(values, work, x.dtype), indices]
+
+
+@converter("median_all")
+def _median_all(ex, node, ins):
+    x = node.inputs[0]
+    n = 1
+    for d in x.shape:
+        if not isinstance(d, int):
+            _refuse("median of a tensor with symbolic dims")
+        n *= d
+    work = _compute_dtype(x.dtype)
+    if work not in ("int32", "int64", "float32", "float64"):
+        _refuse(f"median of {x.dtype} has no exact ONNX form")
+    flat = ex.reshape(ex.cast(ins[0], x.dtype, work), (n,))
+    values, _ = _topk_all(ex, flat, n, 0, False)
+    y = ex.op("Gather", values, ex.const(np.asarray((n - 1) // 2, np.int64)), axis=0)
+    if dtypes.is_float(work):           # NaN anywhere: the median is NaN
+        nan = ex.reduce("ReduceMax", ex.op("Cast", ex.op("IsNaN", flat),
+                                           to=onnx_dtype("int32")), [0], False)
+        y = ex.op("Where", ex.op("Cast", nan, to=onnx_dtype("bool")),
+                  ex.const(np.asarray(np.nan, work)), y)
+    return [ex.cast(y, work, x.dtype)]
+
+
+@converter("vector_norm")
+def _vector_norm(ex, node, ins):
+    x, out = node.inputs[0], _out(node)
+    p, dims, keep = node.attrs["ord"], node.attrs["dim"], node.attrs["keepdim"]
+    work = _compute_dtype(out, ("float32", "float64"))
+    a = ex.op("Abs", ex.cast(ins[0], x.dtype, work))
+
+    def red(op_type, name):
+        return ex.reduce(op_type, name, dims, keep) if dims and x.ndim else name
+    if math.isinf(p):
+        y = red("ReduceMax" if p > 0 else "ReduceMin", a)
+    elif p == 0:
+        nz = ex.op("Not", ex.op("Equal", a, ex.const(np.asarray(0, work))))
+        y = red("ReduceSum", ex.op("Cast", nz, to=onnx_dtype(work)))
+    elif p == 1:
+        y = red("ReduceSum", a)
+    elif p == 2:
+        y = ex.op("Sqrt", red("ReduceSum", ex.op("Mul", a, a)))
+    else:
+        y = ex.op("Pow", red("ReduceSum", ex.op("Pow", a, ex.const(np.asarray(p, work)))),
+                  ex.const(np.asarray(1.0 / p, work)))
+    return [ex.cast(y, work, out)]
+
+
 def _finite_shift(ex, m: str, dtype: str) -> str:
     """``m`` with 0 where it is not finite (inf or NaN)."""
     bad = ex.op("Or", ex.op("IsInf", m), ex.op("IsNaN", m))
