@@ -622,9 +622,9 @@ def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type: float =
                              f"{_where(input)}")
     n_emb = weight.shape[0]
     if not _is_symbolic(input) and input.numel() > 0 and isinstance(n_emb, int):
-        values = _host_ints(input, "indices", who)
-        if values.min() < 0 or values.max() >= n_emb:
-            bad = int(values.min() if values.min() < 0 else values.max())
+        lo, hi = int(input.data.min()), int(input.data.max())    # as embedding: no guard
+        if lo < 0 or hi >= n_emb:
+            bad = lo if lo < 0 else hi
             raise IndexError(f"{who}: index {bad} is out of range for {n_emb} embeddings "
                              f"(expected indices in [0, {n_emb})){_where(input)}")
     if padding_idx is not None and padding_idx < 0:

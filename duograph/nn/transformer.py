@@ -16,6 +16,7 @@ keys are all masked by boolean masks gets zeros here (PyTorch: NaN).
 from __future__ import annotations
 
 import copy
+import warnings
 from typing import Callable, Optional, Union
 
 import numpy as np
@@ -24,7 +25,8 @@ from ..eager.tensors import Tensor
 from ..graphlib import dtypes
 from ..graphlib import functional as F
 from . import init
-from .layers import Dropout, LayerNorm, Linear, ModuleList, MultiheadAttention, _shape_error
+from ..graphlib.errors import ShapeError, located
+from .layers import Dropout, LayerNorm, Linear, ModuleList, MultiheadAttention
 from .module import Module
 
 __all__ = ["TransformerEncoderLayer", "TransformerEncoder", "TransformerDecoderLayer",
@@ -46,6 +48,10 @@ def generate_square_subsequent_mask(sz: int, device=None, dtype=None) -> Tensor:
     return mask if device is None else mask.to(device=device)
 
 
+class _TransformerShapeError(ShapeError, RuntimeError):
+    """A ShapeError that is also the RuntimeError PyTorch raises for the same mistake."""
+
+
 def _activation(activation: Union[str, Callable], who: str) -> Callable:
     if isinstance(activation, str):
         if activation == "relu":
@@ -60,13 +66,14 @@ def _activation(activation: Union[str, Callable], who: str) -> Callable:
 
 
 def _check_mask_dtypes(who: str, mask, padding_mask) -> None:
-    """PyTorch refuses masks of different kinds (one boolean, one float) together."""
+    """PyTorch warns when the masks are of different kinds (one boolean, one float); both
+    are honoured all the same."""
     if mask is None or padding_mask is None:
         return
     if (mask.dtype == "bool") != (padding_mask.dtype == "bool"):
-        raise TypeError(f"{who}: the attention mask ({mask.dtype}) and the key padding mask "
-                        f"({padding_mask.dtype}) must both be boolean or both be float "
-                        f"(PyTorch warns that mismatched kinds are deprecated)")
+        warnings.warn(f"{who}: support for mismatched key_padding_mask and attn_mask is "
+                      f"deprecated. Use same type for both instead.", UserWarning,
+                      stacklevel=3)
 
 
 class TransformerEncoderLayer(Module):
@@ -309,12 +316,13 @@ class Transformer(Module):
         bdim = 0 if self.batch_first else 1
         if batched and src.shape[bdim] != tgt.shape[bdim] and all(
                 isinstance(t.shape[bdim], int) for t in (src, tgt)):
-            raise _shape_error(self, f"the batch number of src and tgt must be equal, found "
-                               f"src {list(src.shape)} and tgt {list(tgt.shape)}")
+            raise _TransformerShapeError(located(
+                f"Transformer: the batch number of src and tgt must be equal, found src "
+                f"{list(src.shape)} and tgt {list(tgt.shape)}"))
         if src.shape[-1] != self.d_model or tgt.shape[-1] != self.d_model:
-            raise _shape_error(self, f"the feature number of src and tgt must be equal to "
-                               f"d_model ({self.d_model}), found src {list(src.shape)} and "
-                               f"tgt {list(tgt.shape)}")
+            raise _TransformerShapeError(located(
+                f"Transformer: the feature number of src and tgt must be equal to d_model "
+                f"({self.d_model}), found src {list(src.shape)} and tgt {list(tgt.shape)}"))
         memory = self.encoder(src, mask=src_mask, src_key_padding_mask=src_key_padding_mask,
                               is_causal=src_is_causal)
         return self.decoder(tgt, memory, tgt_mask=tgt_mask, memory_mask=memory_mask,
