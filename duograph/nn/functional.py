@@ -5,6 +5,7 @@ builds graph nodes on symbolic Values, with gradients from the registry's vjp ru
 """
 from __future__ import annotations
 
+import warnings
 from typing import Optional
 
 import numpy as np
@@ -175,6 +176,20 @@ def _assign(target, new) -> None:
 
 
 # -- losses ------------------------------------------------------------------------------------
+def _legacy_reduction(size_average, reduce, reduction: str) -> str:
+    """PyTorch's deprecated ``size_average``/``reduce`` arguments: when either is given it
+    decides the reduction (both unset or true: "mean"; ``size_average=False``: "sum";
+    ``reduce=False``: "none"), with PyTorch's deprecation warning."""
+    if size_average is None and reduce is None:
+        return reduction
+    size_average = True if size_average is None else size_average
+    reduce = True if reduce is None else reduce
+    ret = "mean" if size_average and reduce else "sum" if reduce else "none"
+    warnings.warn(f"size_average and reduce args will be deprecated, please use "
+                  f"reduction='{ret}' instead.", UserWarning, stacklevel=3)
+    return ret
+
+
 def _reduce(loss, reduction: str, name: str):
     if reduction == "mean":
         return F.mean(loss)
@@ -191,13 +206,17 @@ def _check_same(name, input, target):
                          f"{list(target.shape)} must have the same shape{_where(input)}")
 
 
-def mse_loss(input, target, reduction: str = "mean"):
+def mse_loss(input, target, size_average=None, reduce=None, reduction: str = "mean"):
+    """Mean (or sum, or none) of the squared differences."""
+    reduction = _legacy_reduction(size_average, reduce, reduction)
     _check_same("mse_loss", input, target)
     d = input - target
     return _reduce(d * d, reduction, "mse_loss")
 
 
-def l1_loss(input, target, reduction: str = "mean"):
+def l1_loss(input, target, size_average=None, reduce=None, reduction: str = "mean"):
+    """Mean (or sum, or none) of the absolute differences."""
+    reduction = _legacy_reduction(size_average, reduce, reduction)
     _check_same("l1_loss", input, target)
     return _reduce(F.abs(input - target), reduction, "l1_loss")
 
@@ -210,9 +229,11 @@ def _class_last(x):
     return F.reshape(F.permute(x, *perm), -1, x.shape[1])
 
 
-def nll_loss(input, target, weight=None, ignore_index: int = -100, reduction: str = "mean"):
+def nll_loss(input, target, weight=None, size_average=None, ignore_index: int = -100,
+             reduce=None, reduction: str = "mean"):
     """Negative log-likelihood of class indices ``target`` under log-probabilities
     ``input`` (N, C) or (N, C, d1, ...)."""
+    reduction = _legacy_reduction(size_average, reduce, reduction)
     _check_class_target("nll_loss", input, target)
     logp = _class_last(input)
     tgt = F.reshape(target, -1)
@@ -244,11 +265,12 @@ def _check_class_target(name, input, target):
                          f"{list(input.shape)}, found {list(target.shape)}{_where(input)}")
 
 
-def cross_entropy(input, target, weight=None, ignore_index: int = -100,
-                  reduction: str = "mean", label_smoothing: float = 0.0):
+def cross_entropy(input, target, weight=None, size_average=None, ignore_index: int = -100,
+                  reduce=None, reduction: str = "mean", label_smoothing: float = 0.0):
     """log_softmax + nll_loss, with PyTorch's class ``weight``, ``ignore_index`` and
     ``label_smoothing`` semantics. ``target`` holds class indices (N, d1, ...), or class
     probabilities of the input's shape (N, C, d1, ...)."""
+    reduction = _legacy_reduction(size_average, reduce, reduction)
     if not 0.0 <= label_smoothing <= 1.0:
         raise ValueError(f"cross_entropy: label_smoothing must lie in [0, 1], found "
                          f"{label_smoothing}")
@@ -261,7 +283,7 @@ def cross_entropy(input, target, weight=None, ignore_index: int = -100,
         # one kernel forward and one backward instead of log_softmax + nll_loss's ~15 nodes
         return F.softmax_cross_entropy(input, target, ignore_index, reduction)
     logp = F.log_softmax(input, 1)
-    nll = nll_loss(logp, target, weight, ignore_index, reduction)
+    nll = nll_loss(logp, target, weight, ignore_index=ignore_index, reduction=reduction)
     if label_smoothing == 0.0:
         return nll
     c = input.shape[1]
@@ -307,8 +329,10 @@ def _count(x):
     return F.numel(x, tuple(range(x.ndim)), dtype=x.dtype)
 
 
-def binary_cross_entropy(input, target, weight=None, reduction: str = "mean"):
+def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=None,
+                         reduction: str = "mean"):
     """-(y log p + (1-y) log(1-p)), logs clamped at -100 as PyTorch."""
+    reduction = _legacy_reduction(size_average, reduce, reduction)
     _check_same("binary_cross_entropy", input, target)
     logp = F.clamp(F.log(input), min=-100.0)
     log1mp = F.clamp(F.log(1.0 - input), min=-100.0)
@@ -318,9 +342,10 @@ def binary_cross_entropy(input, target, weight=None, reduction: str = "mean"):
     return _reduce(loss, reduction, "binary_cross_entropy")
 
 
-def binary_cross_entropy_with_logits(input, target, weight=None, reduction: str = "mean",
-                                     pos_weight=None):
+def binary_cross_entropy_with_logits(input, target, weight=None, size_average=None,
+                                     reduce=None, reduction: str = "mean", pos_weight=None):
     """Sigmoid + binary cross-entropy in one numerically stable formula."""
+    reduction = _legacy_reduction(size_average, reduce, reduction)
     _check_same("binary_cross_entropy_with_logits", input, target)
     # log(1 + exp(-|x|)) + max(-x, 0) = -log(sigmoid(x)), never overflowing
     log_sig_neg = F.softplus(-input, 1.0, 1e9)     # -log(sigmoid(x))
@@ -334,8 +359,10 @@ def binary_cross_entropy_with_logits(input, target, weight=None, reduction: str 
     return _reduce(loss, reduction, "binary_cross_entropy_with_logits")
 
 
-def kl_div(input, target, reduction: str = "mean", log_target: bool = False):
+def kl_div(input, target, size_average=None, reduce=None, reduction: str = "mean",
+           log_target: bool = False):
     """KL divergence with ``input`` as log-probabilities (PyTorch's argument order)."""
+    reduction = _legacy_reduction(size_average, reduce, reduction)
     _check_same("kl_div", input, target)
     if log_target:
         loss = F.exp(target) * (target - input)
