@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Optional
 
 import numpy as np
@@ -84,9 +85,15 @@ class _InstanceNorm(Module):
                                f"found shape {list(x.shape)}")
         batched = x.ndim == d + 2
         c = x.shape[1 if batched else 0]
-        if self.affine and isinstance(c, int) and c != self.num_features:
-            raise _shape_error(self, f"expected input's size at dim={1 if batched else 0} "
-                               f"to match num_features ({self.num_features}), but got: {c}")
+        if isinstance(c, int) and c != self.num_features:
+            if self.affine or self.track_running_stats:
+                raise _shape_error(self, f"expected input's size at dim={1 if batched else 0} "
+                                   f"to match num_features ({self.num_features}), but got: "
+                                   f"{c}")
+            warnings.warn(f"{type(self).__name__}: input's size at dim={1 if batched else 0} "
+                          f"does not match num_features. You can silence this warning by not "
+                          f"passing in num_features, which is not used because affine=False",
+                          UserWarning, stacklevel=3)
         if not batched:
             x = x.unsqueeze(0)
         out = NF.instance_norm(x, self.running_mean, self.running_var, self.weight, self.bias,

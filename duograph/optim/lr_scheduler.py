@@ -528,8 +528,10 @@ class OneCycleLR(LRScheduler):
     """The 1cycle policy (Smith & Topin): the lr rises from max_lr / div_factor to max_lr over
     ``pct_start`` of ``total_steps`` (or ``epochs * steps_per_epoch``), then anneals ("cos"
     or "linear") to initial / final_div_factor (``three_phase``: back to the initial lr
-    first); momentum (or beta1) cycles inversely when ``cycle_momentum``. Stepping past
-    ``total_steps`` raises, as PyTorch."""
+    first); momentum (or beta1) cycles inversely when ``cycle_momentum`` (eager steps read
+    it every step; a graph-mode training step fixes it when the graph is built, as it does
+    every hyperparameter but the learning rate). Stepping past ``total_steps`` raises, as
+    PyTorch."""
 
     def __init__(self, optimizer, max_lr, total_steps: Optional[int] = None,
                  epochs: Optional[int] = None, steps_per_epoch: Optional[int] = None,
