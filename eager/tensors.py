@@ -237,7 +237,7 @@ class Tensor(TensorMethods):
     def item(self):
         """The value of a one-element tensor as a Python number."""
         if self.data.size != 1:
-            raise ValueError(f"item(): only one-element tensors can be converted to a Python "
+            raise ShapeError(f"item(): only one-element tensors can be converted to a Python "
                              f"number, this one has shape {list(self.shape)}")
         from .guards import note_decision
         value = self.data.reshape(()).item()

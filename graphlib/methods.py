@@ -436,7 +436,21 @@ class TensorMethods:
         return F.where(mask, F.full_like(self, value), self)
 
     def narrow(self, dim, start, length):
-        d = dim % self.ndim if self.ndim else 0
+        """``length`` entries of dim ``dim`` from ``start`` (negative counts from the end),
+        as PyTorch's narrow; a range past the end is refused, as PyTorch refuses it."""
+        from .errors import IndexBoundsError, ShapeError, located
+        from .types import normalize_dim
+        d = normalize_dim(dim, self.ndim, "narrow")
+        size = self.shape[d]
+        if isinstance(size, int):
+            if not -size <= start <= size:
+                raise IndexBoundsError(located(f"narrow: start {start} is out of range for dim "
+                                               f"{d} with size {size} (expected {-size}..{size})"))
+            start = start + size if start < 0 else start
+            if not (0 <= length and start + length <= size):
+                raise ShapeError(located(
+                    f"narrow: expected a length >= 0 with start + length <= {size} (the size of "
+                    f"dim {d}), found start {start} and length {length}"))
         index = (slice(None),) * d + (slice(start, start + length),)
         return F.getitem(self, index)
 

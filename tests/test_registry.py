@@ -35,9 +35,7 @@ NO_EXPR_YET = {
     "softplus": "the expression language has no log1p, which the stable form needs",
 }
 # Tables of strings that happen to be op names but name something else (allowed).
-NOT_OP_TABLES = {("runtime/cpu/fused.py", "NUMBA_FAST"),          # a backend's measurements
-                 ("runtime/cpu/fused.py", "NUMBA_FAST_F32"),
-                 ("graphlib/ops/nn.py", "_SCE_REDUCTIONS")}       # values of an attribute
+NOT_OP_TABLES = {("graphlib/ops/nn.py", "_SCE_REDUCTIONS")}       # values of an attribute
 
 
 class NodeSample(NamedTuple):
