@@ -48,10 +48,6 @@ def generate_square_subsequent_mask(sz: int, device=None, dtype=None) -> Tensor:
     return mask if device is None else mask.to(device=device)
 
 
-class _TransformerShapeError(ShapeError, RuntimeError):
-    """A ShapeError that is also the RuntimeError PyTorch raises for the same mistake."""
-
-
 def _activation(activation: Union[str, Callable], who: str) -> Callable:
     if isinstance(activation, str):
         if activation == "relu":
@@ -316,11 +312,11 @@ class Transformer(Module):
         bdim = 0 if self.batch_first else 1
         if batched and src.shape[bdim] != tgt.shape[bdim] and all(
                 isinstance(t.shape[bdim], int) for t in (src, tgt)):
-            raise _TransformerShapeError(located(
+            raise ShapeError(located(
                 f"Transformer: the batch number of src and tgt must be equal, found src "
                 f"{list(src.shape)} and tgt {list(tgt.shape)}"))
         if src.shape[-1] != self.d_model or tgt.shape[-1] != self.d_model:
-            raise _TransformerShapeError(located(
+            raise ShapeError(located(
                 f"Transformer: the feature number of src and tgt must be equal to d_model "
                 f"({self.d_model}), found src {list(src.shape)} and tgt {list(tgt.shape)}"))
         memory = self.encoder(src, mask=src_mask, src_key_padding_mask=src_key_padding_mask,
