@@ -10,6 +10,11 @@ from .layers import (AdaptiveAvgPool2d, AvgPool2d, BatchNorm1d, BatchNorm2d, BCE
 from .layers import (CELU, ELU, GLU, SELU, Hardsigmoid, Hardswish, Hardtanh, Mish,  # noqa
                      PReLU, ReLU6, SiLU, Softmin, Softsign, Tanhshrink, Threshold)
 from .module import Module, StateDictError
+from .misc_layers import (Bilinear, EmbeddingBag, GroupNorm, InstanceNorm1d,  # noqa: E402
+                          InstanceNorm2d, InstanceNorm3d, Unflatten)
+from .transformer import (Transformer, TransformerDecoder,  # noqa: E402
+                          TransformerDecoderLayer, TransformerEncoder,
+                          TransformerEncoderLayer)
 
 __all__ = [
     "Module", "Parameter", "StateDictError", "Sequential", "ModuleList", "ModuleDict",
@@ -21,4 +26,7 @@ __all__ = [
     "Softsign", "Tanhshrink", "Threshold", "GLU", "Softmin", "PReLU",
     "TransformerBlock", "MSELoss", "L1Loss", "CrossEntropyLoss", "NLLLoss", "BCELoss",
     "BCEWithLogitsLoss", "KLDivLoss", "functional", "init", "utils",
+    "TransformerEncoderLayer", "TransformerEncoder", "TransformerDecoderLayer",
+    "TransformerDecoder", "Transformer", "GroupNorm", "InstanceNorm1d", "InstanceNorm2d",
+    "InstanceNorm3d", "EmbeddingBag", "Bilinear", "Unflatten",
 ]

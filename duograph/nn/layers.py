@@ -691,8 +691,9 @@ class TransformerBlock(Module):
 
 # -- losses ------------------------------------------------------------------------------------
 class _Loss(Module):
-    def __init__(self, reduction: str = "mean"):
+    def __init__(self, size_average=None, reduce=None, reduction: str = "mean"):
         super().__init__()
+        reduction = NF._legacy_reduction(size_average, reduce, reduction)
         if reduction not in ("mean", "sum", "none", "batchmean"):
             raise ValueError(f"{type(self).__name__}: unknown reduction {reduction!r}")
         self.reduction = reduction
@@ -702,13 +703,17 @@ class _Loss(Module):
 
 
 class MSELoss(_Loss):
+    """Mean squared error; ``MSELoss(size_average=None, reduce=None, reduction="mean")``."""
+
     def forward(self, input, target):
-        return NF.mse_loss(input, target, self.reduction)
+        return NF.mse_loss(input, target, reduction=self.reduction)
 
 
 class L1Loss(_Loss):
+    """Mean absolute error; ``L1Loss(size_average=None, reduce=None, reduction="mean")``."""
+
     def forward(self, input, target):
-        return NF.l1_loss(input, target, self.reduction)
+        return NF.l1_loss(input, target, reduction=self.reduction)
 
 
 class _WeightedLoss(_Loss):
@@ -726,50 +731,56 @@ class _WeightedLoss(_Loss):
 
 
 class CrossEntropyLoss(_WeightedLoss):
-    def __init__(self, weight=None, ignore_index: int = -100, reduction: str = "mean",
-                 label_smoothing: float = 0.0):
-        super().__init__(reduction)
+    def __init__(self, weight=None, size_average=None, ignore_index: int = -100, reduce=None,
+                 reduction: str = "mean", label_smoothing: float = 0.0):
+        super().__init__(size_average, reduce, reduction)
         self._weights(weight=weight)
         self.ignore_index, self.label_smoothing = ignore_index, label_smoothing
 
     def forward(self, input, target):
-        return NF.cross_entropy(input, target, self.weight, self.ignore_index,
-                                self.reduction, self.label_smoothing)
+        return NF.cross_entropy(input, target, self.weight, ignore_index=self.ignore_index,
+                                reduction=self.reduction,
+                                label_smoothing=self.label_smoothing)
 
 
 class NLLLoss(_WeightedLoss):
-    def __init__(self, weight=None, ignore_index: int = -100, reduction: str = "mean"):
-        super().__init__(reduction)
+    def __init__(self, weight=None, size_average=None, ignore_index: int = -100, reduce=None,
+                 reduction: str = "mean"):
+        super().__init__(size_average, reduce, reduction)
         self._weights(weight=weight)
         self.ignore_index = ignore_index
 
     def forward(self, input, target):
-        return NF.nll_loss(input, target, self.weight, self.ignore_index, self.reduction)
+        return NF.nll_loss(input, target, self.weight, ignore_index=self.ignore_index,
+                           reduction=self.reduction)
 
 
 class BCELoss(_WeightedLoss):
-    def __init__(self, weight=None, reduction: str = "mean"):
-        super().__init__(reduction)
+    def __init__(self, weight=None, size_average=None, reduce=None, reduction: str = "mean"):
+        super().__init__(size_average, reduce, reduction)
         self._weights(weight=weight)
 
     def forward(self, input, target):
-        return NF.binary_cross_entropy(input, target, self.weight, self.reduction)
+        return NF.binary_cross_entropy(input, target, self.weight, reduction=self.reduction)
 
 
 class BCEWithLogitsLoss(_WeightedLoss):
-    def __init__(self, weight=None, reduction: str = "mean", pos_weight=None):
-        super().__init__(reduction)
+    def __init__(self, weight=None, size_average=None, reduce=None, reduction: str = "mean",
+                 pos_weight=None):
+        super().__init__(size_average, reduce, reduction)
         self._weights(weight=weight, pos_weight=pos_weight)
 
     def forward(self, input, target):
-        return NF.binary_cross_entropy_with_logits(input, target, self.weight, self.reduction,
-                                                   self.pos_weight)
+        return NF.binary_cross_entropy_with_logits(input, target, self.weight,
+                                                   reduction=self.reduction,
+                                                   pos_weight=self.pos_weight)
 
 
 class KLDivLoss(_Loss):
-    def __init__(self, reduction: str = "mean", log_target: bool = False):
-        super().__init__(reduction)
+    def __init__(self, size_average=None, reduce=None, reduction: str = "mean",
+                 log_target: bool = False):
+        super().__init__(size_average, reduce, reduction)
         self.log_target = log_target
 
     def forward(self, input, target):
-        return NF.kl_div(input, target, self.reduction, self.log_target)
+        return NF.kl_div(input, target, reduction=self.reduction, log_target=self.log_target)
