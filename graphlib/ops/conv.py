@@ -749,3 +749,319 @@ def adaptive_avg_pool2d(input, output_size: Union[int, Tuple[Optional[int], Opti
     return _batched(input,
                     lambda x: adaptive_avg_pool2d_op(x, output_size=out),
                     "adaptive_avg_pool2d")
+
+# -- 1-D and 3-D convolution, transposed convolution (compositions of the 2-D ops) -------------
+
+
+def _ntuple(value, n: int, name: str, arg: str, minimum: int) -> tuple:
+    """``value`` (an int or n ints) as an n-tuple of ints >= ``minimum``."""
+    if isinstance(value, (tuple, list)) and len(value) == 1:
+        value = value[0]
+    if hasattr(value, "__index__") and not isinstance(value, bool):
+        out = (int(value.__index__()),) * n
+    elif isinstance(value, (tuple, list)) and len(value) == n and all(
+            hasattr(v, "__index__") and not isinstance(v, bool) for v in value):
+        out = tuple(int(v.__index__()) for v in value)
+    else:
+        raise TypeError(located(f"{name}: expected {arg} as an int or {n} ints, found "
+                                f"{value!r}"))
+    if min(out) < minimum:
+        raise ShapeError(located(f"{name}: expected {arg} >= {minimum}, found {value!r}"))
+    return out
+
+
+def _groups(groups, name: str) -> int:
+    if not hasattr(groups, "__index__") or isinstance(groups, bool) or int(groups) < 1:
+        raise ShapeError(located(f"{name}: expected groups to be a positive int, found "
+                                 f"{groups!r}"))
+    return int(groups)
+
+
+def _batched_nd(x, spatial: int, fn, name: str):
+    """Run ``fn`` on an (N, C, *spatial) ``x``; an unbatched (C, *spatial) ``x`` gets a batch
+    dim and loses it after."""
+    x = operand(x, name)
+    if x.ndim == spatial + 1:
+        out = fn(reshape(x, 1, *x.shape))
+        return reshape(out, *out.shape[1:])
+    if x.ndim != spatial + 2:
+        letters = "DHW"[3 - spatial:]
+        raise ShapeError(located(
+            f"{name}: expected a {spatial + 2}-D input [N,C,{','.join(letters)}] (or "
+            f"{spatial + 1}-D [C,{','.join(letters)}]), found {format_shape(x.shape)}"))
+    return fn(x)
+
+
+def _check_weight(name: str, weight, spatial: int, layout: str):
+    weight = operand(weight, name, "weight")
+    if weight.ndim != spatial + 2:
+        raise ShapeError(located(f"{name}: expected a {spatial + 2}-D weight [{layout}], found "
+                                 f"{format_shape(weight.shape)}"))
+    if not all(isinstance(d, int) for d in weight.shape):
+        raise ShapeError(located(f"{name}: the weight needs a static shape, found "
+                                 f"{format_shape(weight.shape)}"))
+    return weight
+
+
+def _conv_same_pads(name, stride, dilation, kernel):
+    if any(s != 1 for s in stride):
+        raise ShapeError(located(f"{name}: padding='same' is not supported for strided "
+                                 f"convolutions (stride {stride}); give the padding as "
+                                 f"numbers"))
+    pads = []
+    for k, d in zip(kernel, dilation):
+        total = d * (k - 1)
+        pads.append((total // 2, total - total // 2))
+    return pads
+
+
+def _conv_pads(name, padding, stride, dilation, kernel, n):
+    """[(before, after)] per spatial dim for conv's ``padding`` (ints, 'valid' or 'same')."""
+    if isinstance(padding, str):
+        if padding == "valid":
+            return [(0, 0)] * n
+        if padding == "same":
+            return _conv_same_pads(name, stride, dilation, kernel)
+        raise ShapeError(located(f"{name}: expected padding 'valid', 'same', an int or {n} "
+                                 f"ints, found {padding!r}"))
+    return [(p, p) for p in _ntuple(padding, n, name, "padding", 0)]
+
+
+def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 1):
+    """1-D convolution (cross-correlation, as torch.nn.functional.conv1d) of an (N, C, L)
+    ``input`` with ``weight`` [C_out, C_in/groups, kL] plus an optional ``bias`` [C_out]:
+    conv2d over a unit height. ``padding`` is an int, 'valid' or 'same'."""
+    stride = _ntuple(stride, 1, "conv1d", "stride", 1)
+    dilation = _ntuple(dilation, 1, "conv1d", "dilation", 1)
+    groups = _groups(groups, "conv1d")
+    weight = _check_weight("conv1d", weight, 1, "C_out,C_in/groups,kL")
+    (pads,) = _conv_pads("conv1d", padding, stride, dilation, weight.shape[2:], 1)
+    w2 = reshape(weight, weight.shape[0], weight.shape[1], 1, weight.shape[2])
+    inputs = (w2,) if bias is None else (w2, bias)
+
+    def run(x):
+        x4 = reshape(x, x.shape[0], x.shape[1], 1, x.shape[2])
+        out = conv2d_op(x4, *inputs, stride=(1,) + stride, padding=(0, 0) + pads,
+                        dilation=(1,) + dilation, groups=groups)
+        return reshape(out, out.shape[0], out.shape[1], out.shape[3])
+    return _batched_nd(input, 1, run, "conv1d")
+
+
+def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 1):
+    """3-D convolution (cross-correlation, as torch.nn.functional.conv3d) of an
+    (N, C, D, H, W) ``input`` with ``weight`` [C_out, C_in/groups, kD, kH, kW] plus an optional
+    ``bias`` [C_out]. ``padding`` is an int, a triple, 'valid' or 'same'.
+
+    Computed as one conv2d: the kD depth taps of each output depth are stacked as channels
+    (group by group), so the (N*D_out) images meet a weight [C_out, kD*C_in/groups, kH, kW]."""
+    from .shape import getitem, permute, stack
+    from .shape import pad as pad_fn
+    name = "conv3d"
+    stride = _ntuple(stride, 3, name, "stride", 1)
+    dilation = _ntuple(dilation, 3, name, "dilation", 1)
+    groups = _groups(groups, name)
+    weight = _check_weight(name, weight, 3, "C_out,C_in/groups,kD,kH,kW")
+    out_ch, cg, kd, kh, kw = weight.shape
+    pads = _conv_pads(name, padding, stride, dilation, weight.shape[2:], 3)
+    if bias is not None:
+        bias = operand(bias, name, "bias")
+        if tuple(bias.shape) != (out_ch,):
+            raise ShapeError(located(f"{name}: expected a bias of shape [{out_ch}] (one per "
+                                     f"output channel), found {format_shape(bias.shape)}"))
+
+    def run(x):
+        n, c, d, h, w = x.shape
+        if isinstance(c, int) and (c % groups or c // groups != cg):
+            raise ShapeError(located(
+                f"{name}: input {format_shape(x.shape)} has {c} channels, so with "
+                f"groups={groups} expected a weight with {c // groups if c % groups == 0 else '?'}"
+                f" input channels per group, found {cg} (weight {format_shape(weight.shape)})"))
+        if out_ch % groups:
+            raise ShapeError(located(f"{name}: weight {format_shape(weight.shape)} has "
+                                     f"{out_ch} output channels, which groups={groups} does "
+                                     f"not divide"))
+        if not isinstance(d, int):
+            raise ShapeError(located(f"{name}: expected a static depth, found input "
+                                     f"{format_shape(x.shape)}"))
+        (p0, p1) = pads[0]
+        do = _out_dim(d, kd, stride[0], dilation[0], p0, p1)
+        if do <= 0:
+            raise ShapeError(located(
+                f"{name}: the output would be empty: input {format_shape(x.shape)} has depth "
+                f"{d} padded to {d + p0 + p1}, less than the kernel's depth span "
+                f"{dilation[0] * (kd - 1) + 1}"))
+        if p0 or p1:
+            x = pad_fn(x, (0, 0, 0, 0, p0, p1))
+        taps = [getitem(x, (slice(None), slice(None),
+                            slice(i * dilation[0], i * dilation[0] + stride[0] * (do - 1) + 1,
+                                  stride[0])))
+                for i in range(kd)]                              # kd x (N, C, D_out, H, W)
+        t = stack(taps, 1)                                       # (N, kd, C, D_out, H, W)
+        t = reshape(t, -1, kd, groups, cg, do, h, w)
+        t = permute(t, 0, 4, 2, 1, 3, 5, 6)                      # (N, D_out, G, kd, C/G, H, W)
+        t = reshape(t, -1, groups * kd * cg, h, w)
+        w2 = reshape(permute(weight, 0, 2, 1, 3, 4), out_ch, kd * cg, kh, kw)
+        inputs = (w2,) if bias is None else (w2, bias)
+        y = conv2d_op(t, *inputs, stride=stride[1:], padding=pads[1] + pads[2],
+                      dilation=dilation[1:], groups=groups)      # (N*D_out, C_out, H_o, W_o)
+        y = reshape(y, -1, do, out_ch, y.shape[2], y.shape[3])
+        return permute(y, 0, 2, 1, 3, 4)
+    return _batched_nd(input, 3, run, name)
+
+
+def _transposed_geometry(name, size, k, s, p, op, d):
+    """(output size, (pad_before, pad_after) for conv2d_input_grad, zeros to append) along one
+    dim of a transposed conv; the pads keep conv2d over the output landing on ``size``."""
+    out = (size - 1) * s - 2 * p + d * (k - 1) + op + 1
+    if out <= 0:
+        raise ShapeError(located(f"{name}: the output would be empty: input size {size}, "
+                                 f"kernel {k}, stride {s}, padding {p}, dilation {d}, "
+                                 f"output_padding {op} give {out}"))
+    if op <= p:
+        return out, (p, p - op), 0
+    return out, (p, 0), op - p
+
+
+def _conv_transpose_nd(name, spatial, input, weight, bias, stride, padding, output_padding,
+                       groups, dilation):
+    """conv_transpose{1,2}d as conv2d_input_grad (the adjoint of conv2d)."""
+    from .shape import pad as pad_fn
+    letters = "kD,kH,kW".split(",")[3 - spatial:]
+    stride = _ntuple(stride, spatial, name, "stride", 1)
+    padding = _ntuple(padding, spatial, name, "padding", 0)
+    output_padding = _ntuple(output_padding, spatial, name, "output_padding", 0)
+    dilation = _ntuple(dilation, spatial, name, "dilation", 1)
+    groups = _groups(groups, name)
+    weight = _check_weight(name, weight, spatial, "C_in,C_out/groups," + ",".join(letters))
+    for o, s, d in zip(output_padding, stride, dilation):
+        if o >= s and o >= d:
+            raise ShapeError(located(f"{name}: output_padding {output_padding} must be smaller "
+                                     f"than either stride {stride} or dilation {dilation}"))
+    in_ch, cg = weight.shape[:2]
+    out_ch = cg * groups
+    if in_ch % groups:
+        raise ShapeError(located(f"{name}: weight {format_shape(weight.shape)} has {in_ch} "
+                                 f"input channels, which groups={groups} does not divide"))
+    if bias is not None:
+        bias = operand(bias, name, "bias")
+        if tuple(bias.shape) != (out_ch,):
+            raise ShapeError(located(f"{name}: expected a bias of shape [{out_ch}] (one per "
+                                     f"output channel), found {format_shape(bias.shape)}"))
+
+    def run(x):
+        c = x.shape[1]
+        if isinstance(c, int) and c != in_ch:
+            raise ShapeError(located(f"{name}: input {format_shape(x.shape)} has {c} channels, "
+                                     f"expected {in_ch} (weight {format_shape(weight.shape)})"))
+        sizes = x.shape[2:]
+        if not all(isinstance(s, int) for s in sizes):
+            raise ShapeError(located(f"{name}: expected static spatial sizes, found input "
+                                     f"{format_shape(x.shape)}"))
+        geo = [_transposed_geometry(name, *a) for a in zip(
+            sizes, weight.shape[2:], stride, padding, output_padding, dilation)]
+        x4, w4 = x, weight
+        s2, d2 = stride, dilation
+        if spatial == 1:
+            x4 = reshape(x, x.shape[0], c, 1, sizes[0])
+            w4 = reshape(weight, in_ch, cg, 1, weight.shape[2])
+            geo = [(1, (0, 0), 0)] + geo
+            s2, d2 = (1,) + stride, (1,) + dilation
+        shape = (x.shape[0], out_ch) + tuple(o - extra for o, _, extra in geo)
+        y = conv2d_input_grad_op(x4, w4, shape=shape, stride=s2, dilation=d2,
+                                 padding=geo[0][1] + geo[1][1], groups=groups)
+        extras = [extra for _, _, extra in geo]
+        if any(extras):
+            y = pad_fn(y, (0, extras[1], 0, extras[0]))
+        if bias is not None:
+            y = y + reshape(bias, 1, out_ch, 1, 1)
+        if spatial == 1:
+            y = reshape(y, y.shape[0], out_ch, y.shape[3])
+        return y
+    return _batched_nd(input, spatial, run, name)
+
+
+def conv_transpose1d(input, weight, bias=None, stride=1, padding=0, output_padding=0,
+                     groups: int = 1, dilation=1):
+    """1-D transposed convolution (as torch.nn.functional.conv_transpose1d; the gradient of
+    conv1d for its input) of an (N, C_in, L) ``input`` with ``weight``
+    [C_in, C_out/groups, kL]: L_out = (L-1)*stride - 2*padding + dilation*(kL-1) +
+    output_padding + 1."""
+    return _conv_transpose_nd("conv_transpose1d", 1, input, weight, bias, stride, padding,
+                              output_padding, groups, dilation)
+
+
+def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_padding=0,
+                     groups: int = 1, dilation=1):
+    """2-D transposed convolution (as torch.nn.functional.conv_transpose2d; the gradient of
+    conv2d for its input) of an (N, C_in, H, W) ``input`` with ``weight``
+    [C_in, C_out/groups, kH, kW]: H_out = (H-1)*stride - 2*padding + dilation*(kH-1) +
+    output_padding + 1 (likewise W_out)."""
+    return _conv_transpose_nd("conv_transpose2d", 2, input, weight, bias, stride, padding,
+                              output_padding, groups, dilation)
+
+
+def conv_transpose3d(input, weight, bias=None, stride=1, padding=0, output_padding=0,
+                     groups: int = 1, dilation=1):
+    """3-D transposed convolution (as torch.nn.functional.conv_transpose3d) of an
+    (N, C_in, D, H, W) ``input`` with ``weight`` [C_in, C_out/groups, kD, kH, kW].
+
+    Computed as one conv_transpose2d over the N*D input planes, the kD depth taps as extra
+    output channels, then each tap's planes placed at depth d*stride + tap*dilation (a zero
+    interleave and a shift) and summed; the padding is cropped last."""
+    from .shape import getitem, permute, unsqueeze
+    from .shape import pad as pad_fn
+    name = "conv_transpose3d"
+    stride = _ntuple(stride, 3, name, "stride", 1)
+    padding = _ntuple(padding, 3, name, "padding", 0)
+    output_padding = _ntuple(output_padding, 3, name, "output_padding", 0)
+    dilation = _ntuple(dilation, 3, name, "dilation", 1)
+    groups = _groups(groups, name)
+    weight = _check_weight(name, weight, 3, "C_in,C_out/groups,kD,kH,kW")
+    in_ch, cg, kd, kh, kw = weight.shape
+    out_ch = cg * groups
+    if output_padding[0] >= stride[0] and output_padding[0] >= dilation[0]:
+        raise ShapeError(located(f"{name}: output_padding {output_padding} must be smaller "
+                                 f"than either stride {stride} or dilation {dilation}"))
+
+    def run(x):
+        n, c, d, h, w = x.shape
+        if not isinstance(d, int):
+            raise ShapeError(located(f"{name}: expected a static depth, found input "
+                                     f"{format_shape(x.shape)}"))
+        if isinstance(c, int) and c != in_ch:
+            raise ShapeError(located(f"{name}: input {format_shape(x.shape)} has {c} channels, "
+                                     f"expected {in_ch} (weight {format_shape(weight.shape)})"))
+        dout, _, _ = _transposed_geometry(name, d, kd, stride[0], padding[0],
+                                          output_padding[0], dilation[0])
+        planes = reshape(permute(x, 0, 2, 1, 3, 4), -1, in_ch, h, w)       # (N*D, C_in, H, W)
+        # weight [C_in, C_out/G, kD, kH, kW] as [C_in, (C_out/G)*kD, kH, kW]
+        w2 = reshape(weight, in_ch, cg * kd, kh, kw)
+        y = conv_transpose2d(planes, w2, None, stride[1:], padding[1:], output_padding[1:],
+                             groups, dilation[1:])              # (N*D, G*(C_out/G)*kD, Ho, Wo)
+        ho, wo = y.shape[2], y.shape[3]
+        y = reshape(y, -1, d, out_ch, kd, ho, wo)
+        full = (d - 1) * stride[0] + dilation[0] * (kd - 1) + 1
+        total = None
+        for i in range(kd):
+            tap = getitem(y, (slice(None), slice(None), slice(None), i))   # (N, D, C_out, ..)
+            if stride[0] > 1:          # d -> d*stride: interleave stride-1 zero planes
+                tap = pad_fn(unsqueeze(tap, 2), (0, 0, 0, 0, 0, 0, 0, stride[0] - 1))
+                tap = reshape(tap, -1, d * stride[0], out_ch, ho, wo)
+                tap = getitem(tap, (slice(None), slice(0, (d - 1) * stride[0] + 1)))
+            before = i * dilation[0]
+            tap = pad_fn(tap, (0, 0, 0, 0, 0, 0, before, full - before - tap.shape[1]))
+            total = tap if total is None else total + tap
+        # crop the padding (and extend by output_padding) along depth
+        end = padding[0] + dout
+        if end > full:
+            total = pad_fn(total, (0, 0, 0, 0, 0, 0, 0, end - full))
+        total = getitem(total, (slice(None), slice(padding[0], end)))
+        out = permute(total, 0, 2, 1, 3, 4)
+        if bias is not None:
+            b = operand(bias, name, "bias")
+            if tuple(b.shape) != (out_ch,):
+                raise ShapeError(located(f"{name}: expected a bias of shape [{out_ch}] (one "
+                                         f"per output channel), found {format_shape(b.shape)}"))
+            out = out + reshape(b, 1, out_ch, 1, 1, 1)
+        return out
+    return _batched_nd(input, 3, run, name)
