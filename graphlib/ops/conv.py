@@ -707,10 +707,15 @@ def _pool_args(name, kernel_size, stride, padding):
 
 
 def max_pool2d(input, kernel_size: IntOrPair, stride: Optional[IntOrPair] = None,
-               padding: IntOrPair = 0, dilation: IntOrPair = 1, ceil_mode: bool = False):
+               padding: IntOrPair = 0, dilation: IntOrPair = 1, ceil_mode: bool = False,
+               return_indices: bool = False):
     """Maximum over sliding ``kernel_size`` windows (as torch.nn.functional.max_pool2d);
     ``stride`` defaults to ``kernel_size``; padding counts as -inf. The gradient goes to one
-    winner per window (the first maximum in row-major order)."""
+    winner per window (the first maximum in row-major order). ``return_indices`` also gives
+    each winner's flat H*W index in the input (for max_unpool2d)."""
+    if return_indices:
+        return max_pool2d_with_indices(input, kernel_size, stride, padding, dilation,
+                                       ceil_mode)
     kernel, stride, padding = _pool_args("max_pool2d", kernel_size, stride, padding)
     dilation = _pair(dilation, "max_pool2d", "dilation", 1)
     return _batched(input, lambda x: max_pool2d_op(
@@ -1065,3 +1070,293 @@ def conv_transpose3d(input, weight, bias=None, stride=1, padding=0, output_paddi
             out = out + reshape(b, 1, out_ch, 1, 1, 1)
         return out
     return _batched_nd(input, 3, run, name)
+
+
+# -- 1-D and 3-D pooling, pooling indices, unpooling, adaptive max pooling ---------------------
+
+
+def _max_pool2d_indices_infer(types, attrs):
+    (pooled,) = _max_pool2d_infer(types, attrs)
+    return [pooled.with_dtype("int64")]
+
+
+def _max_pool2d_indices_kernel(xp, x, kernel_size, stride, padding, dilation, ceil_mode):
+    index, (ho, wo), _ = _max_pool_argmax(xp, x, kernel_size, stride, padding, dilation,
+                                          ceil_mode)
+    index = index.astype(xp.int64)
+    kw = kernel_size[1]
+    rows = xp.arange(ho, dtype=xp.int64)[:, None] * stride[0] - padding[0] \
+        + (index // kw) * dilation[0]
+    cols = xp.arange(wo, dtype=xp.int64)[None, :] * stride[1] - padding[1] \
+        + (index % kw) * dilation[1]
+    return rows * x.shape[3] + cols
+
+
+max_pool2d_indices_op = register(OpDef(
+    "max_pool2d_indices", _max_pool2d_indices_infer, _max_pool2d_indices_kernel,
+    doc="flat (H*W) index in x of each max_pool2d window's winner (return_indices=True)",
+    attrs=Attrs(**_POOL_ATTRS)))
+
+
+def _max_unpool2d_infer(types, attrs):
+    x, idx = types
+    _check_image("max_unpool2d", x)
+    _check_float("max_unpool2d", x)
+    if idx.dtype not in ("int64", "int32"):
+        raise DTypeError(f"max_unpool2d: expected integer indices, found {idx.dtype}")
+    if tuple(idx.shape) != tuple(x.shape):
+        raise ShapeError(f"max_unpool2d: expected indices of the input's shape "
+                         f"{format_shape(x.shape)}, found {format_shape(idx.shape)}")
+    return [TensorType(tuple(x.shape[:2]) + tuple(attrs["output_size"]), x.dtype)]
+
+
+def _max_unpool2d_kernel(xp, x, idx, output_size):
+    n, c = x.shape[:2]
+    size = output_size[0] * output_size[1]
+    flat = idx.reshape(n, c, -1)
+    if flat.size and (int(flat.min()) < 0 or int(flat.max()) >= size):
+        bad = int(flat.min()) if int(flat.min()) < 0 else int(flat.max())
+        raise IndexError(f"max_unpool2d: found an invalid max index {bad} (output planes "
+                         f"{output_size[0]}x{output_size[1]} hold {size} elements)")
+    out = xp.zeros((n, c, size), dtype=x.dtype)
+    xp.put_along_axis(out, flat.astype(xp.int64), x.reshape(n, c, -1), axis=2)
+    return out.reshape(n, c, *output_size)
+
+
+def _max_unpool2d_vjp(cts, ins, outs, a, needs):
+    from .shape import gather
+    (g,), (x, idx) = cts, ins
+    flat = reshape(g, g.shape[0], g.shape[1], -1)
+    picked = gather(flat, 2, reshape(idx, idx.shape[0], idx.shape[1], -1))
+    return [reshape(picked, *x.shape), None]
+
+
+max_unpool2d_op = register(OpDef(
+    "max_unpool2d", _max_unpool2d_infer, _max_unpool2d_kernel, _max_unpool2d_vjp,
+    nondiff_inputs=(1,), doc="x placed at its flat (H*W) indices in a zero image",
+    attrs=Attrs(output_size=Attr("dims", min=1))))
+
+
+def _adaptive_max_infer(types, attrs):
+    (t,) = types
+    _check_image("adaptive_max_pool2d", t)
+    if t.dtype == "bool":
+        raise DTypeError("adaptive_max_pool2d: expected a numeric tensor, found bool")
+    return [TensorType(t.shape[:2] + tuple(attrs["output_size"]), "int64")]
+
+
+def _adaptive_max_kernel(xp, x, output_size):
+    """Flat (H*W) index of each window's maximum: the first maximum, a NaN taking over (the
+    last NaN wins), as PyTorch."""
+    n, c, h, w = x.shape
+    oh, ow = output_size
+    out = xp.empty((n, c, oh, ow), dtype=xp.int64)
+    is_float = dtypes.is_float_array(x)
+    for i, (r0, r1) in enumerate(_adaptive_windows(h, oh)):
+        for j, (c0, c1) in enumerate(_adaptive_windows(w, ow)):
+            win = x[:, :, r0:r1, c0:c1].reshape(n, c, -1)
+            at = xp.argmax(win, axis=2)
+            if is_float:
+                nan = xp.isnan(win)
+                last = win.shape[2] - 1 - xp.argmax(nan[:, :, ::-1], axis=2)
+                at = xp.where(nan.any(axis=2), last, at)
+            width = c1 - c0
+            out[:, :, i, j] = (r0 + at // width) * w + c0 + at % width
+    return out
+
+
+adaptive_max_pool2d_indices_op = register(OpDef(
+    "adaptive_max_pool2d_indices", _adaptive_max_infer, _adaptive_max_kernel,
+    doc="flat (H*W) index of each adaptive_max_pool2d window's maximum",
+    attrs=Attrs(output_size=Attr("dims", min=1))))
+
+
+def _gather_flat(x, idx):
+    """x (N, C, H, W) read at the flat (H*W) indices ``idx`` (N, C, h, w): torch's gradient
+    convention (the cotangent added at each index)."""
+    from .shape import gather
+    flat = reshape(x, x.shape[0], x.shape[1], -1)
+    picked = gather(flat, 2, reshape(idx, idx.shape[0], idx.shape[1], -1))
+    return reshape(picked, *idx.shape)
+
+
+def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1,
+               ceil_mode: bool = False, return_indices: bool = False):
+    """Maximum over sliding windows of an (N, C, L) input (as torch.nn.functional.max_pool1d):
+    max_pool2d over a unit height. ``return_indices`` also gives each winner's index in L."""
+    name = "max_pool1d"
+    kernel = _ntuple(kernel_size, 1, name, "kernel_size", 1)
+    stride = kernel if stride is None or (isinstance(stride, (tuple, list)) and not stride) \
+        else _ntuple(stride, 1, name, "stride", 1)
+    attrs = dict(kernel_size=(1,) + kernel, stride=(1,) + stride,
+                 padding=(0,) + _ntuple(padding, 1, name, "padding", 0),
+                 dilation=(1,) + _ntuple(dilation, 1, name, "dilation", 1),
+                 ceil_mode=bool(ceil_mode))
+
+    def run(x):
+        x4 = reshape(x, x.shape[0], x.shape[1], 1, x.shape[2])
+        out = max_pool2d_op(x4, **attrs)
+        out = reshape(out, out.shape[0], out.shape[1], out.shape[3])
+        if not return_indices:
+            return out
+        idx = max_pool2d_indices_op(x4, **attrs)
+        return out, reshape(idx, idx.shape[0], idx.shape[1], idx.shape[3])
+    x = operand(input, name)
+    if x.ndim == 2:
+        res = run(reshape(x, 1, *x.shape))
+        if return_indices:
+            return tuple(reshape(r, *r.shape[1:]) for r in res)
+        return reshape(res, *res.shape[1:])
+    if x.ndim != 3:
+        raise ShapeError(located(f"{name}: expected a 3-D input [N,C,L] (or 2-D [C,L]), "
+                                 f"found {format_shape(x.shape)}"))
+    return run(x)
+
+
+def avg_pool1d(input, kernel_size, stride=None, padding=0, ceil_mode: bool = False,
+               count_include_pad: bool = True):
+    """Mean over sliding windows of an (N, C, L) input (as torch.nn.functional.avg_pool1d)."""
+    name = "avg_pool1d"
+    kernel = _ntuple(kernel_size, 1, name, "kernel_size", 1)
+    stride = kernel if stride is None or (isinstance(stride, (tuple, list)) and not stride) \
+        else _ntuple(stride, 1, name, "stride", 1)
+    padding = _ntuple(padding, 1, name, "padding", 0)
+
+    def run(x):
+        x4 = reshape(x, x.shape[0], x.shape[1], 1, x.shape[2])
+        out = avg_pool2d_op(x4, kernel_size=(1,) + kernel, stride=(1,) + stride,
+                            padding=(0,) + padding, ceil_mode=bool(ceil_mode),
+                            count_include_pad=bool(count_include_pad))
+        return reshape(out, out.shape[0], out.shape[1], out.shape[3])
+    return _batched_nd(input, 1, run, name)
+
+
+def _pool3d_args(name, kernel_size, stride, padding, dilation=1):
+    kernel = _ntuple(kernel_size, 3, name, "kernel_size", 1)
+    stride = kernel if stride is None or (isinstance(stride, (tuple, list)) and not stride) \
+        else _ntuple(stride, 3, name, "stride", 1)
+    return (kernel, stride, _ntuple(padding, 3, name, "padding", 0),
+            _ntuple(dilation, 3, name, "dilation", 1))
+
+
+def _separable_3d(x, op, hw_attrs, d_attrs):
+    """A 3-D pool as the 2-D pool over (H, W) and then the 2-D pool over (D, H_out*W_out)
+    with a unit second window: the windows are boxes, so this is exact."""
+    n, c, d, h, w = x.shape
+    y = op(reshape(x, -1, c * d, h, w), **hw_attrs)              # (N, C*D, Ho, Wo)
+    ho, wo = y.shape[2], y.shape[3]
+    y = op(reshape(y, -1, c, d, ho * wo), **d_attrs)             # (N, C, Do, Ho*Wo)
+    return reshape(y, -1, c, y.shape[2], ho, wo)
+
+
+def max_pool3d(input, kernel_size, stride=None, padding=0, dilation=1,
+               ceil_mode: bool = False, return_indices: bool = False):
+    """Maximum over sliding (kD, kH, kW) windows of an (N, C, D, H, W) input (as
+    torch.nn.functional.max_pool3d); the gradient goes to one winner per window (the first
+    maximum in (d, h, w) order). ``return_indices`` is not supported."""
+    name = "max_pool3d"
+    if return_indices:
+        raise ValueError(located(f"{name}: return_indices=True is not supported (max_pool2d "
+                                 f"and max_pool1d support it)"))
+    kernel, stride, padding, dilation = _pool3d_args(name, kernel_size, stride, padding,
+                                                     dilation)
+    hw = dict(kernel_size=kernel[1:], stride=stride[1:], padding=padding[1:],
+              dilation=dilation[1:], ceil_mode=bool(ceil_mode))
+    dd = dict(kernel_size=(kernel[0], 1), stride=(stride[0], 1), padding=(padding[0], 0),
+              dilation=(dilation[0], 1), ceil_mode=bool(ceil_mode))
+    if any(p > k // 2 for p, k in zip(padding, kernel)):
+        raise ShapeError(located(f"{name}: padding {padding} must be at most half the kernel "
+                                 f"size {kernel}"))
+    return _batched_nd(input, 3, lambda x: _separable_3d(x, max_pool2d_op, hw, dd), name)
+
+
+def avg_pool3d(input, kernel_size, stride=None, padding=0, ceil_mode: bool = False,
+               count_include_pad: bool = True):
+    """Mean over sliding (kD, kH, kW) windows of an (N, C, D, H, W) input (as
+    torch.nn.functional.avg_pool3d; ``count_include_pad`` as there)."""
+    name = "avg_pool3d"
+    kernel, stride, padding, _ = _pool3d_args(name, kernel_size, stride, padding)
+    if any(p > k // 2 for p, k in zip(padding, kernel)):
+        raise ShapeError(located(f"{name}: padding {padding} must be at most half the kernel "
+                                 f"size {kernel}"))
+    common = dict(ceil_mode=bool(ceil_mode), count_include_pad=bool(count_include_pad))
+    hw = dict(kernel_size=kernel[1:], stride=stride[1:], padding=padding[1:], **common)
+    dd = dict(kernel_size=(kernel[0], 1), stride=(stride[0], 1), padding=(padding[0], 0),
+              **common)
+    return _batched_nd(input, 3, lambda x: _separable_3d(x, avg_pool2d_op, hw, dd), name)
+
+
+def max_pool2d_with_indices(input, kernel_size, stride=None, padding=0, dilation=1,
+                            ceil_mode: bool = False):
+    """(max_pool2d's result, the flat H*W index in the input of each window's winner), as
+    torch.nn.functional.max_pool2d(..., return_indices=True)."""
+    kernel, stride, padding = _pool_args("max_pool2d", kernel_size, stride, padding)
+    attrs = dict(kernel_size=kernel, stride=stride, padding=padding,
+                 dilation=_pair(dilation, "max_pool2d", "dilation", 1),
+                 ceil_mode=bool(ceil_mode))
+    x = operand(input, "max_pool2d")
+    unbatched = x.ndim == 3
+    if unbatched:
+        x = reshape(x, 1, *x.shape)
+    out, idx = max_pool2d_op(x, **attrs), max_pool2d_indices_op(x, **attrs)
+    if unbatched:
+        return reshape(out, *out.shape[1:]), reshape(idx, *idx.shape[1:])
+    return out, idx
+
+
+def max_unpool2d(input, indices, kernel_size, stride=None, padding=0, output_size=None):
+    """The inverse of max_pool2d with return_indices (as torch.nn.functional.max_unpool2d):
+    each value placed at its flat (H*W) index in a zero image of size
+    (H-1)*stride - 2*padding + kernel_size (or ``output_size``, its last two entries)."""
+    name = "max_unpool2d"
+    kernel, stride, padding = _pool_args(name, kernel_size, stride, padding)
+    x = operand(input, name)
+    indices = operand(indices, name, "indices")
+    if x.ndim not in (3, 4):
+        raise ShapeError(located(f"{name}: expected a 4-D input [N,C,H,W] (or 3-D [C,H,W]), "
+                                 f"found {format_shape(x.shape)}"))
+    h, w = x.shape[-2:]
+    default = tuple((s - 1) * st - 2 * p + k for s, st, p, k in zip((h, w), stride, padding,
+                                                                     kernel))
+    if output_size is None:
+        size = default
+    else:
+        size = tuple(int(s) for s in tuple(output_size)[-2:])
+        if len(tuple(output_size)) not in (2, x.ndim):
+            raise ShapeError(located(f"{name}: expected output_size of 2 or {x.ndim} entries, "
+                                     f"found {tuple(output_size)}"))
+        for s, dflt, st in zip(size, default, stride):
+            if not dflt - st < s < dflt + st:
+                raise ShapeError(located(
+                    f"{name}: output_size {tuple(output_size)} must lie between "
+                    f"{tuple(dd - s_ + 1 for dd, s_ in zip(default, stride))} and "
+                    f"{tuple(dd + s_ - 1 for dd, s_ in zip(default, stride))}"))
+    if x.ndim == 3:
+        out = max_unpool2d_op(reshape(x, 1, *x.shape), reshape(indices, 1, *indices.shape),
+                              output_size=size)
+        return reshape(out, *out.shape[1:])
+    return max_unpool2d_op(x, indices, output_size=size)
+
+
+def adaptive_max_pool2d(input, output_size, return_indices: bool = False):
+    """Maximum over the windows that split the input into ``output_size`` cells (as
+    torch.nn.functional.adaptive_max_pool2d): cell i covers [floor(i*H/out),
+    ceil((i+1)*H/out)); a None in ``output_size`` keeps that input size. The gradient goes to
+    each window's maximum (added where windows share it)."""
+    name = "adaptive_max_pool2d"
+    x = operand(input, name)
+    if x.ndim not in (3, 4):
+        raise ShapeError(located(f"{name}: expected a 4-D input [N,C,H,W] (or 3-D [C,H,W]), "
+                                 f"found {format_shape(x.shape)}"))
+    if isinstance(output_size, (tuple, list)) and len(output_size) == 2:
+        output_size = tuple(x.shape[x.ndim - 2 + k] if s is None else s
+                            for k, s in enumerate(output_size))
+    out_hw = _pair(output_size, name, "output_size", 1)
+    unbatched = x.ndim == 3
+    if unbatched:
+        x = reshape(x, 1, *x.shape)
+    idx = adaptive_max_pool2d_indices_op(x, output_size=out_hw)
+    out = _gather_flat(x, idx)
+    if unbatched:
+        out, idx = reshape(out, *out.shape[1:]), reshape(idx, *idx.shape[1:])
+    return (out, idx) if return_indices else out
