@@ -4,6 +4,9 @@ from __future__ import annotations
 from collections import namedtuple
 
 from .ops.conv import adaptive_avg_pool2d, avg_pool2d, conv2d, max_pool2d  # noqa: F401
+from .ops.conv import (avg_pool1d, avg_pool3d, conv1d, conv3d, conv_transpose1d,  # noqa: F401
+                       conv_transpose2d, conv_transpose3d, max_pool1d, max_pool3d)
+from .ops.resample import pixel_shuffle, pixel_unshuffle  # noqa: F401
 from .ops.creation import (arange, bernoulli, constant, eye, full, full_like, linspace,  # noqa
                            normal, ones, ones_like, rand, randint, randn, uniform, zeros,
                            zeros_like)
@@ -69,4 +72,7 @@ __all__ = ["adaptive_avg_pool2d", "avg_pool2d", "conv2d", "max_pool2d", "arange"
            "expm1", "log2", "log10", "exp2", "floor", "ceil", "trunc", "fix", "frac", "isnan",
            "isinf", "isfinite", "logsigmoid", "arcsin", "arccos", "arctan", "arcsinh",
            "arccosh", "arctanh", "remainder", "fmod", "floor_divide", "atan2", "arctan2",
-           "hypot", "logical_xor"]
+           "hypot", "logical_xor",
+           "conv1d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
+           "max_pool1d", "max_pool3d", "avg_pool1d", "avg_pool3d", "pixel_shuffle",
+           "pixel_unshuffle"]

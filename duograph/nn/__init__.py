@@ -10,6 +10,8 @@ from .layers import (AdaptiveAvgPool2d, AvgPool2d, BatchNorm1d, BatchNorm2d, BCE
 from .layers import (CELU, ELU, GLU, SELU, Hardsigmoid, Hardswish, Hardtanh, Mish,  # noqa
                      PReLU, ReLU6, SiLU, Softmin, Softsign, Tanhshrink, Threshold)
 from .module import Module, StateDictError
+from .conv_layers import *  # noqa: F401,F403
+from . import conv_layers as _conv_layers
 
 __all__ = [
     "Module", "Parameter", "StateDictError", "Sequential", "ModuleList", "ModuleDict",
@@ -21,4 +23,4 @@ __all__ = [
     "Softsign", "Tanhshrink", "Threshold", "GLU", "Softmin", "PReLU",
     "TransformerBlock", "MSELoss", "L1Loss", "CrossEntropyLoss", "NLLLoss", "BCELoss",
     "BCEWithLogitsLoss", "KLDivLoss", "functional", "init", "utils",
-]
+] + list(_conv_layers.__all__)

@@ -876,11 +876,14 @@ def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups: in
 
     def run(x):
         n, c, d, h, w = x.shape
-        if isinstance(c, int) and (c % groups or c // groups != cg):
+        if isinstance(c, int) and c % groups:
+            raise ShapeError(located(f"{name}: input {format_shape(x.shape)} has {c} channels, "
+                                     f"which groups={groups} does not divide"))
+        if isinstance(c, int) and c // groups != cg:
             raise ShapeError(located(
                 f"{name}: input {format_shape(x.shape)} has {c} channels, so with "
-                f"groups={groups} expected a weight with {c // groups if c % groups == 0 else '?'}"
-                f" input channels per group, found {cg} (weight {format_shape(weight.shape)})"))
+                f"groups={groups} expected a weight with {c // groups} input channels per "
+                f"group, found {cg} (weight {format_shape(weight.shape)})"))
         if out_ch % groups:
             raise ShapeError(located(f"{name}: weight {format_shape(weight.shape)} has "
                                      f"{out_ch} output channels, which groups={groups} does "

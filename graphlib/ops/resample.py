@@ -47,14 +47,10 @@ def _scale_value(ft, size: int, out: int, scale: Optional[float]):
 
 
 def _nearest_index(size: int, out: int, scale, exact: bool) -> np.ndarray:
-    """Source index of each output position (PyTorch's nearest_idx and nearest-exact rule,
-    in float32)."""
+    """Source index of each output position: floor(i * scale) or, nearest-exact,
+    floor((i + 0.5) * scale), at most size-1, in float32 as PyTorch's CPU kernel (which has no
+    shortcut for out == size: a scale_factor of 1.3 on 2 elements reads element 0 twice)."""
     dst = np.arange(out, dtype=np.int64)
-    if not exact:
-        if out == size:
-            return dst
-        if out == 2 * size:
-            return dst >> 1
     s = _scale_value(np.float32, size, out, scale)
     if exact:
         pos = ((dst + 0.5) * np.float64(s)).astype(np.float32)
