@@ -111,7 +111,8 @@ TORCH: Dict[str, Callable] = {
     "getitem": lambda x, index: x[index],
     "gather": torch.gather, "scatter_add": torch.scatter_add,
     "index_select": torch.index_select, "index_add": torch.index_add,
-    "pad": lambda x, pad, value=0.0: TF.pad(x, tuple(pad), value=value),
+    "pad": lambda x, pad, value=0.0, mode="constant": TF.pad(
+        x, tuple(pad), mode=mode, value=value if mode == "constant" else None),
     "softmax": torch.softmax, "log_softmax": torch.log_softmax,
     "softmax_cross_entropy": lambda x, t, **kw: TF.cross_entropy(x, t.long(), **kw),
     "batch_norm_train": lambda x, w, b, eps=1e-5: (
@@ -134,6 +135,12 @@ TORCH: Dict[str, Callable] = {
 if "conv2d" in BY_NAME:
     TORCH.update(conv2d=TF.conv2d, max_pool2d=TF.max_pool2d, avg_pool2d=TF.avg_pool2d,
                  adaptive_avg_pool2d=TF.adaptive_avg_pool2d)
+if "conv3d" in BY_NAME:
+    TORCH.update({name: getattr(TF, name) for name in (
+        "conv1d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
+        "max_pool1d", "max_pool3d", "avg_pool1d", "avg_pool3d", "pixel_shuffle",
+        "pixel_unshuffle", "interpolate", "unfold", "fold", "adaptive_max_pool2d",
+        "max_unpool2d")})
 
 # Samples torch rejects (duograph promotes, or accepts more index dtypes) or where duograph
 # deliberately differs (documented in the op's docstring).
@@ -144,6 +151,7 @@ NOT_IN_TORCH = {
     "index_add-f32_f64": "torch.index_add needs src of the input's dtype",
     "softmax-i64": "torch has no integer softmax; duograph gives float32",
     "log_softmax-i64": "torch has no integer log_softmax; duograph gives float32",
+    "unfold-i64": "torch's im2col has no integer kernel; duograph's unfold copies any dtype",
 }
 
 
