@@ -1,4 +1,6 @@
-"""Convolution and pooling over NCHW images: conv2d, max_pool2d, avg_pool2d, adaptive_avg_pool2d.
+"""Convolution and pooling over NCHW images: conv2d, max_pool2d, avg_pool2d, adaptive_avg_pool2d;
+and, built on them, conv1d, conv3d, conv_transpose1d/2d/3d, the 1-D and 3-D pools, pooling
+indices with max_unpool2d, and adaptive_max_pool2d (see the section at the end of the file).
 
 Kernels read image patches through ``as_strided`` views (im2col: one copy, at the reshape
 before one batched matmul) and loop only over the kh*kw kernel offsets, never over pixels.
@@ -1121,8 +1123,9 @@ def _max_unpool2d_kernel(xp, x, idx, output_size):
         bad = int(flat.min()) if int(flat.min()) < 0 else int(flat.max())
         raise IndexError(f"max_unpool2d: found an invalid max index {bad} (output planes "
                          f"{output_size[0]}x{output_size[1]} hold {size} elements)")
-    out = xp.zeros((n, c, size), dtype=x.dtype)
-    xp.put_along_axis(out, flat.astype(xp.int64), x.reshape(n, c, -1), axis=2)
+    out = xp.zeros((n * c, size), dtype=x.dtype)
+    planes = xp.arange(n * c)[:, None]
+    out[planes, flat.reshape(n * c, -1).astype(xp.int64)] = x.reshape(n * c, -1)
     return out.reshape(n, c, *output_size)
 
 
