@@ -1885,6 +1885,11 @@ def _max_unpool2d_ref(x, indices, kernel_size, stride=None, padding=0, output_si
     return out.reshape(x.shape[:2] + size)
 
 
+def as_tuple_map(out, f):
+    """``f`` applied to ``out`` or to each of its items (a tuple)."""
+    return tuple(f(o) for o in out) if isinstance(out, tuple) else f(out)
+
+
 def _resampling() -> List[OpInfo]:
     from duograph.nn import functional as NF
     if not hasattr(NF, "interpolate"):
@@ -1928,6 +1933,18 @@ def _resampling() -> List[OpInfo]:
             Sample("uneven", (distinct(2, 2, 5, 7), (3, 2))),
             Sample("indices", (distinct(1, 2, 4, 4), 3), {"return_indices": True})],
             _adaptive_max_pool2d_ref, differentiable=True),
+        OpInfo("adaptive_avg_pool1d", NF.adaptive_avg_pool1d, [
+            Sample("uneven", (rand(2, 2, 7), 3)),
+            Sample("grow", (rand(1, 2, 3), 5))],
+            lambda x, size: _adaptive_avg_pool2d_ref(x[:, :, None], (1, size))[:, :, 0],
+            differentiable=True),
+        OpInfo("adaptive_max_pool1d", NF.adaptive_max_pool1d, [
+            Sample("uneven", (distinct(2, 2, 7), 3)),
+            Sample("indices", (distinct(1, 2, 5), 2), {"return_indices": True})],
+            lambda x, size, return_indices=False: as_tuple_map(
+                _adaptive_max_pool2d_ref(x[:, :, None], (1, size), return_indices),
+                lambda o: o[:, :, 0]),
+            differentiable=True),
         OpInfo("max_unpool2d", NF.max_unpool2d, [
             Sample("k2", (rand(2, 2, 2, 2), idx([[[[0, 3], [8, 15]], [[1, 2], [9, 10]]],
                                                 [[[4, 7], [12, 13]], [[5, 6], [14, 11]]]]),

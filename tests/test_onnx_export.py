@@ -20,7 +20,7 @@ from op_samples import OPS, as_tuple, assert_matches, build  # noqa: E402
 # ops duograph refuses to export, and why (checked: they raise, naming the op)
 REFUSED = {"uniform", "rand", "normal", "randn", "bernoulli", "randint", "log1p", "expm1",
            "remainder", "fmod", "floor_divide", "atan2", "hypot",
-           "fold", "adaptive_max_pool2d", "max_unpool2d"}
+           "fold", "adaptive_max_pool2d", "max_unpool2d", "adaptive_max_pool1d"}
 # samples refused where the op's other samples export (avg_pool2d with ceil_mode=True)
 REFUSED_SAMPLES = {"avg_pool1d-all", "avg_pool1d-no_pad_count", "avg_pool3d-all"}
 

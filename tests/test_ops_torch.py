@@ -140,7 +140,7 @@ if "conv3d" in BY_NAME:
         "conv1d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
         "max_pool1d", "max_pool3d", "avg_pool1d", "avg_pool3d", "pixel_shuffle",
         "pixel_unshuffle", "interpolate", "unfold", "fold", "adaptive_max_pool2d",
-        "max_unpool2d")})
+        "max_unpool2d", "adaptive_avg_pool1d", "adaptive_max_pool1d")})
 
 # Samples torch rejects (duograph promotes, or accepts more index dtypes) or where duograph
 # deliberately differs (documented in the op's docstring).

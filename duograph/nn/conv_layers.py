@@ -333,6 +333,35 @@ class AdaptiveMaxPool2d(Module):
         return f"output_size={self.output_size}"
 
 
+class AdaptiveAvgPool1d(Module):
+    """Mean over the windows that split (N, C, L) input into ``output_size`` cells (as
+    torch.nn.AdaptiveAvgPool1d)."""
+
+    def __init__(self, output_size):
+        super().__init__()
+        self.output_size = output_size
+
+    def forward(self, x):
+        _check_input(self, x, (2, 3), "a 3-D (N, C, L) or 2-D (C, L) input")
+        return NF.adaptive_avg_pool1d(x, self.output_size)
+
+    def extra_repr(self) -> str:
+        return f"output_size={self.output_size}"
+
+
+class AdaptiveMaxPool1d(AdaptiveAvgPool1d):
+    """Max over the windows that split (N, C, L) input into ``output_size`` cells (as
+    torch.nn.AdaptiveMaxPool1d)."""
+
+    def __init__(self, output_size, return_indices: bool = False):
+        super().__init__(output_size)
+        self.return_indices = return_indices
+
+    def forward(self, x):
+        _check_input(self, x, (2, 3), "a 3-D (N, C, L) or 2-D (C, L) input")
+        return NF.adaptive_max_pool1d(x, self.output_size, self.return_indices)
+
+
 # -- resampling --------------------------------------------------------------------------------
 class Unfold(Module):
     """Sliding blocks as columns (as torch.nn.Unfold)."""
@@ -497,4 +526,5 @@ __all__ = ["Conv1d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTransp
            "UpsamplingNearest2d", "UpsamplingBilinear2d", "ConstantPad1d", "ConstantPad2d",
            "ConstantPad3d", "ZeroPad1d", "ZeroPad2d", "ZeroPad3d", "ReflectionPad1d",
            "ReflectionPad2d", "ReflectionPad3d", "ReplicationPad1d", "ReplicationPad2d",
-           "ReplicationPad3d", "CircularPad1d", "CircularPad2d", "CircularPad3d"]
+           "ReplicationPad3d", "CircularPad1d", "CircularPad2d", "CircularPad3d",
+           "AdaptiveAvgPool1d", "AdaptiveMaxPool1d"]

@@ -1032,6 +1032,11 @@ def conv_transpose3d(input, weight, bias=None, stride=1, padding=0, output_paddi
     if output_padding[0] >= stride[0] and output_padding[0] >= dilation[0]:
         raise ShapeError(located(f"{name}: output_padding {output_padding} must be smaller "
                                  f"than either stride {stride} or dilation {dilation}"))
+    if bias is not None:
+        bias = operand(bias, name, "bias")
+        if tuple(bias.shape) != (out_ch,):
+            raise ShapeError(located(f"{name}: expected a bias of shape [{out_ch}] (one per "
+                                     f"output channel), found {format_shape(bias.shape)}"))
 
     def run(x):
         n, c, d, h, w = x.shape
@@ -1068,11 +1073,7 @@ def conv_transpose3d(input, weight, bias=None, stride=1, padding=0, output_paddi
         total = getitem(total, (slice(None), slice(padding[0], end)))
         out = permute(total, 0, 2, 1, 3, 4)
         if bias is not None:
-            b = operand(bias, name, "bias")
-            if tuple(b.shape) != (out_ch,):
-                raise ShapeError(located(f"{name}: expected a bias of shape [{out_ch}] (one "
-                                         f"per output channel), found {format_shape(b.shape)}"))
-            out = out + reshape(b, 1, out_ch, 1, 1, 1)
+            out = out + reshape(bias, 1, out_ch, 1, 1, 1)
         return out
     return _batched_nd(input, 3, run, name)
 
@@ -1366,3 +1367,32 @@ def adaptive_max_pool2d(input, output_size, return_indices: bool = False):
     if unbatched:
         out, idx = reshape(out, *out.shape[1:]), reshape(idx, *idx.shape[1:])
     return (out, idx) if return_indices else out
+
+
+def adaptive_avg_pool1d(input, output_size):
+    """Mean over the windows that split an (N, C, L) input into ``output_size`` cells (as
+    torch.nn.functional.adaptive_avg_pool1d): adaptive_avg_pool2d over a unit height."""
+    name = "adaptive_avg_pool1d"
+    (out,) = _ntuple(output_size, 1, name, "output_size", 1)
+
+    def run(x):
+        y = adaptive_avg_pool2d_op(reshape(x, x.shape[0], x.shape[1], 1, x.shape[2]),
+                                   output_size=(1, out))
+        return reshape(y, y.shape[0], y.shape[1], out)
+    return _batched_nd(input, 1, run, name)
+
+
+def adaptive_max_pool1d(input, output_size, return_indices: bool = False):
+    """Maximum over the windows that split an (N, C, L) input into ``output_size`` cells (as
+    torch.nn.functional.adaptive_max_pool1d); ``return_indices`` also gives each maximum's
+    index in L."""
+    name = "adaptive_max_pool1d"
+    (out,) = _ntuple(output_size, 1, name, "output_size", 1)
+    x = operand(input, name)
+    if x.ndim not in (2, 3):
+        raise ShapeError(located(f"{name}: expected a 3-D input [N,C,L] (or 2-D [C,L]), found "
+                                 f"{format_shape(x.shape)}"))
+    x4 = reshape(x, *x.shape[:-1], 1, x.shape[-1])
+    res = adaptive_max_pool2d(x4, (1, out), return_indices)
+    drop = lambda t: reshape(t, *t.shape[:-2], out)     # noqa: E731
+    return tuple(drop(t) for t in res) if return_indices else drop(res)
