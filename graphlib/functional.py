@@ -4,6 +4,9 @@ from __future__ import annotations
 from collections import namedtuple
 
 from .ops.conv import adaptive_avg_pool2d, avg_pool2d, conv2d, max_pool2d  # noqa: F401
+from .ops.conv import (avg_pool1d, avg_pool3d, conv1d, conv3d, conv_transpose1d,  # noqa: F401
+                       conv_transpose2d, conv_transpose3d, max_pool1d, max_pool3d)
+from .ops.resample import pixel_shuffle, pixel_unshuffle  # noqa: F401
 from .ops.creation import (arange, bernoulli, constant, eye, full, full_like, linspace,  # noqa
                            normal, ones, ones_like, rand, randint, randn, uniform, zeros,
                            zeros_like)
@@ -87,7 +90,10 @@ __all__ = ["adaptive_avg_pool2d", "avg_pool2d", "conv2d", "max_pool2d", "arange"
            "bitwise_right_shift", "cross", "diag", "diagonal", "einsum", "flip", "fliplr",
            "flipud", "ger", "meshgrid", "moveaxis", "movedim", "narrow", "outer",
            "repeat_interleave", "roll", "tensor_split", "tile", "trace", "tril", "triu",
-           "unflatten"]
+           "unflatten",
+           "conv1d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
+           "max_pool1d", "max_pool3d", "avg_pool1d", "avg_pool3d", "pixel_shuffle",
+           "pixel_unshuffle"]
 __all__ += ["cumsum", "cumprod", "cummax", "cummin", "logcumsumexp", "sort", "argsort", "topk",
             "kthvalue", "median", "mode", "unique", "norm", "isclose", "allclose", "equal"]
 

@@ -15,6 +15,8 @@ from .misc_layers import (Bilinear, EmbeddingBag, GroupNorm, InstanceNorm1d,  # 
 from .transformer import (Transformer, TransformerDecoder,  # noqa: E402
                           TransformerDecoderLayer, TransformerEncoder,
                           TransformerEncoderLayer)
+from .conv_layers import *  # noqa: F401,F403,E402
+from . import conv_layers as _conv_layers  # noqa: E402
 
 __all__ = [
     "Module", "Parameter", "StateDictError", "Sequential", "ModuleList", "ModuleDict",
@@ -29,4 +31,4 @@ __all__ = [
     "TransformerEncoderLayer", "TransformerEncoder", "TransformerDecoderLayer",
     "TransformerDecoder", "Transformer", "GroupNorm", "InstanceNorm1d", "InstanceNorm2d",
     "InstanceNorm3d", "EmbeddingBag", "Bilinear", "Unflatten",
-]
+] + list(_conv_layers.__all__)

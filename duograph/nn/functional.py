@@ -16,7 +16,30 @@ from ..graphlib.errors import DTypeError, ShapeError
 from ..graphlib.functional import (adaptive_avg_pool2d, avg_pool2d, conv2d,  # noqa
                                     gelu, leaky_relu, log_softmax, logsigmoid, max_pool2d,
                                     one_hot, relu, sigmoid, softmax, softplus, tanh)
+from ..graphlib.functional import (avg_pool1d, avg_pool3d, conv1d, conv3d,  # noqa: F401
+                                    conv_transpose1d, conv_transpose2d, conv_transpose3d,
+                                    max_pool1d, max_pool3d, pad, pixel_shuffle,
+                                    pixel_unshuffle)
 from ..graphlib.ir import Value
+from ..graphlib.ops.conv import (adaptive_avg_pool1d, adaptive_max_pool1d,  # noqa: F401
+                                 adaptive_max_pool2d, max_pool2d_with_indices, max_unpool2d)
+from ..graphlib.ops.resample import fold, interpolate, unfold  # noqa: F401
+
+
+def upsample(input, size=None, scale_factor=None, mode: str = "nearest",
+             align_corners: Optional[bool] = None):
+    """``interpolate`` under its deprecated name (as torch.nn.functional.upsample)."""
+    return interpolate(input, size, scale_factor, mode, align_corners)
+
+
+def upsample_nearest(input, size=None, scale_factor=None):
+    """``interpolate(..., mode='nearest')`` under its deprecated name."""
+    return interpolate(input, size, scale_factor, "nearest")
+
+
+def upsample_bilinear(input, size=None, scale_factor=None):
+    """``interpolate(..., mode='bilinear', align_corners=True)`` under its deprecated name."""
+    return interpolate(input, size, scale_factor, "bilinear", align_corners=True)
 
 
 def _where(x) -> str:

@@ -182,11 +182,16 @@ class Conv2d(Module):
     """2-D convolution over NCHW input (stride, padding, dilation, groups)."""
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1,
-                 padding=0, dilation=1, groups: int = 1, bias: bool = True):
+                 padding=0, dilation=1, groups: int = 1, bias: bool = True,
+                 padding_mode: str = "zeros"):
         super().__init__()
         if in_channels % groups or out_channels % groups:
             raise ValueError(f"Conv2d: in_channels ({in_channels}) and out_channels "
                              f"({out_channels}) must be divisible by groups ({groups})")
+        if padding_mode not in ("zeros", "reflect", "replicate", "circular"):
+            raise ValueError(f"Conv2d: padding_mode must be 'zeros', 'reflect', 'replicate' "
+                             f"or 'circular', found {padding_mode!r}")
+        self.padding_mode = padding_mode
         self.in_channels, self.out_channels = in_channels, out_channels
         self.kernel_size = _pair(kernel_size, "kernel_size")
         self.stride = _pair(stride, "stride")
@@ -214,6 +219,17 @@ class Conv2d(Module):
         if isinstance(c, int) and c != self.in_channels:
             raise _shape_error(self, f"expected {self.in_channels} input channels (dim "
                                f"{x.ndim - 3}), found input of shape {list(x.shape)}")
+        if self.padding_mode != "zeros":     # pad as PyTorch does, then a valid conv
+            if self.padding == "same":
+                pads = [(d * (k - 1) // 2, d * (k - 1) - d * (k - 1) // 2)
+                        for k, d in zip(self.kernel_size, self.dilation)]
+            elif self.padding == "valid":
+                pads = [(0, 0), (0, 0)]
+            else:
+                pads = [(p, p) for p in self.padding]
+            x = NF.pad(x, pads[1] + pads[0], mode=self.padding_mode)
+            return NF.conv2d(x, self.weight, self.bias, self.stride, 0, self.dilation,
+                             self.groups)
         return NF.conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation,
                          self.groups)
 
@@ -228,6 +244,8 @@ class Conv2d(Module):
             s += f", groups={self.groups}"
         if self.bias is None:
             s += ", bias=False"
+        if self.padding_mode != "zeros":
+            s += f", padding_mode={self.padding_mode}"
         return s
 
 
@@ -244,9 +262,10 @@ class _Pool(Module):
 
 class MaxPool2d(_Pool):
     def __init__(self, kernel_size, stride=None, padding=0, dilation=1,
-                 ceil_mode: bool = False):
+                 return_indices: bool = False, ceil_mode: bool = False):
         super().__init__(kernel_size, stride, padding)
         self.dilation, self.ceil_mode = dilation, ceil_mode
+        self.return_indices = return_indices
 
     def extra_repr(self) -> str:
         return (f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}, "
@@ -255,7 +274,7 @@ class MaxPool2d(_Pool):
     def forward(self, x):
         _check_input(self, x, (3, 4), _IMAGE)
         return NF.max_pool2d(x, self.kernel_size, self.stride, self.padding, self.dilation,
-                             self.ceil_mode)
+                             self.ceil_mode, self.return_indices)
 
 
 class AvgPool2d(_Pool):

@@ -1049,9 +1049,21 @@ def _conv2d_input_grad(ex, node, ins):
         extra.append(size - (stride * (out - 1) + span - lo - hi))
     if any(e < 0 or e >= max(a["stride"][i], a["dilation"][i]) for i, e in enumerate(extra)):
         _refuse(f"output padding {extra} out of ONNX's range")
-    return [ex.op("ConvTranspose", *ins, strides=list(a["stride"]), pads=[pt, pl, pb, pr],
-                  dilations=list(a["dilation"]), group=a["groups"],
-                  output_padding=extra if any(extra) else None)]
+    attrs = dict(strides=list(a["stride"]), pads=[pt, pl, pb, pr],
+                 dilations=list(a["dilation"]), output_padding=extra if any(extra) else None)
+    groups = a["groups"]
+    if groups == 1:
+        return [ex.op("ConvTranspose", *ins, **attrs)]
+    # one ConvTranspose per group, concatenated: the same sums, and every runtime (onnx's
+    # reference evaluator has no grouped ConvTranspose) runs it
+    per = w.shape[0] // groups
+    parts = []
+    for i in range(groups):
+        lo, hi = ex.ints([i * per]), ex.ints([(i + 1) * per])
+        gi = ex.op("Slice", ins[0], lo, hi, ex.ints([1]))
+        wi = ex.op("Slice", ins[1], lo, hi, ex.ints([0]))
+        parts.append(ex.op("ConvTranspose", gi, wi, **attrs))
+    return [ex.op("Concat", *parts, axis=1)]
 
 
 @converter("conv2d_weight_grad")
@@ -1083,6 +1095,50 @@ def _max_pool2d(ex, node, ins):
               strides=list(a["stride"]), pads=[ph, pw, ph, pw],
               dilations=list(a["dilation"]), ceil_mode=int(a["ceil_mode"]))
     return [ex.cast(y, work, dt)]
+
+
+@converter("max_pool2d_indices")
+def _max_pool2d_indices(ex, node, ins):
+    """MaxPool's second output (indices into the flattened N*C*H*W input, padding not
+    counted) modulo H*W: PyTorch's per-plane H*W index."""
+    a = node.attrs
+    x = node.inputs[0]
+    ph, pw = a["padding"]
+    h, w = x.shape[2:]
+    if not isinstance(h, int) or not isinstance(w, int):
+        _refuse("pooling indices over symbolic spatial sizes")
+    if x.dtype not in ("float32", "float64"):
+        _refuse(f"MaxPool indices of {x.dtype}")
+    _, idx = ex.emit("MaxPool", [ins[0]], 2, kernel_shape=list(a["kernel_size"]),
+                     strides=list(a["stride"]), pads=[ph, pw, ph, pw],
+                     dilations=list(a["dilation"]), ceil_mode=int(a["ceil_mode"]))
+    return [ex.op("Mod", idx, ex.const(np.asarray(h * w, dtype=np.int64)))]
+
+
+@converter("unfold")
+def _unfold(ex, node, ins):
+    """A Gather of constant positions from the zero-padded, flattened planes."""
+    from ..graphlib.ops.resample import _fold_geometry
+    a = node.attrs
+    x = node.inputs[0]
+    n, c, h, w = x.shape
+    (kh, kw), (ph, pw), (sh, sw), (dh, dw) = (a["kernel_size"], a["padding"], a["stride"],
+                                              a["dilation"])
+    ho, wo = _fold_geometry("unfold", (h, w), a["kernel_size"], a["dilation"], a["padding"],
+                            a["stride"])
+    hp, wp = h + 2 * ph, w + 2 * pw
+    rows = (np.arange(kh)[:, None, None, None] * dh + np.arange(ho)[None, None, :, None] * sh)
+    cols = (np.arange(kw)[None, :, None, None] * dw + np.arange(wo)[None, None, None, :] * sw)
+    index = (rows * wp + cols).reshape(kh * kw, ho * wo).astype(np.int64)
+    dt = x.dtype
+    work = _compute_dtype(dt, ("int32", "int64", "float32", "float64", "bool", "uint8"))
+    xw = ex.cast(ins[0], dt, work)
+    if ph or pw:
+        zero = ex.cast(ex.const(np.zeros((), dtype=dt)), dt, work)
+        xw = ex.op("Pad", xw, ex.ints([0, 0, ph, pw, 0, 0, ph, pw]), zero, mode="constant")
+    flat = ex.reshape(xw, (n, c, hp * wp))
+    picked = ex.op("Gather", flat, ex.const(index), axis=2)
+    return [ex.cast(ex.reshape(picked, (n, c * kh * kw, ho * wo)), work, dt)]
 
 
 @converter("avg_pool2d")
