@@ -28,7 +28,7 @@ import numpy as np
 
 from .. import dtypes
 from ..attrs import Attr, Attrs
-from ..errors import DTypeError, ShapeError, located
+from ..errors import DTypeError, ShapeError, composite, located
 from ..registry import OpDef, register
 from ..types import TensorType, dim_add, dim_ceil_div, dim_floor_div, format_shape
 from .reduction import sum as reduce_sum
@@ -93,7 +93,7 @@ def _check_float(name: str, *types):
             raise DTypeError(f"{name}: expected floating-point tensors, found {t.dtype}; "
                              f"cast it first (x.cast('float32'))")
         if t.dtype != first.dtype:
-            found = ", ".join(t.dtype for t in types)
+            found = ", ".join(str(t.dtype) for t in types)
             raise DTypeError(f"{name}: expected operands of one dtype, found {found}; "
                              f"cast them to the same dtype")
 
@@ -784,10 +784,16 @@ def _groups(groups, name: str) -> int:
     return int(groups)
 
 
-def _batched_nd(x, spatial: int, fn, name: str):
+def _batched_nd(x, spatial: int, fn, name: str, like=()):
     """Run ``fn`` on an (N, C, *spatial) ``x``; an unbatched (C, *spatial) ``x`` gets a batch
-    dim and loses it after."""
+    dim and loses it after. ``like``: the weight (and bias) ``x`` must share a float dtype
+    with, checked here so the error names ``name``, not the op ``fn`` is built from."""
     x = operand(x, name)
+    if like:
+        try:
+            _check_float(name, x, *[operand(t, name) for t in like if t is not None])
+        except DTypeError as e:
+            raise DTypeError(located(str(e))) from None
     if x.ndim == spatial + 1:
         out = fn(reshape(x, 1, *x.shape))
         return reshape(out, *out.shape[1:])
@@ -834,6 +840,7 @@ def _conv_pads(name, padding, stride, dilation, kernel, n):
     return [(p, p) for p in _ntuple(padding, n, name, "padding", 0)]
 
 
+@composite("conv1d")
 def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 1):
     """1-D convolution (cross-correlation, as torch.nn.functional.conv1d) of an (N, C, L)
     ``input`` with ``weight`` [C_out, C_in/groups, kL] plus an optional ``bias`` [C_out]:
@@ -851,9 +858,10 @@ def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups: in
         out = conv2d_op(x4, *inputs, stride=(1,) + stride, padding=(0, 0) + pads,
                         dilation=(1,) + dilation, groups=groups)
         return reshape(out, out.shape[0], out.shape[1], out.shape[3])
-    return _batched_nd(input, 1, run, "conv1d")
+    return _batched_nd(input, 1, run, "conv1d", (weight, bias))
 
 
+@composite("conv3d")
 def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 1):
     """3-D convolution (cross-correlation, as torch.nn.functional.conv3d) of an
     (N, C, D, H, W) ``input`` with ``weight`` [C_out, C_in/groups, kD, kH, kW] plus an optional
@@ -916,7 +924,7 @@ def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups: in
                       dilation=dilation[1:], groups=groups)      # (N*D_out, C_out, H_o, W_o)
         y = reshape(y, -1, do, out_ch, y.shape[2], y.shape[3])
         return permute(y, 0, 2, 1, 3, 4)
-    return _batched_nd(input, 3, run, name)
+    return _batched_nd(input, 3, run, name, (weight, bias))
 
 
 def _transposed_geometry(name, size, k, s, p, op, d):
@@ -987,9 +995,10 @@ def _conv_transpose_nd(name, spatial, input, weight, bias, stride, padding, outp
         if spatial == 1:
             y = reshape(y, y.shape[0], out_ch, y.shape[3])
         return y
-    return _batched_nd(input, spatial, run, name)
+    return _batched_nd(input, spatial, run, name, (weight, bias))
 
 
+@composite("conv_transpose1d")
 def conv_transpose1d(input, weight, bias=None, stride=1, padding=0, output_padding=0,
                      groups: int = 1, dilation=1):
     """1-D transposed convolution (as torch.nn.functional.conv_transpose1d; the gradient of
@@ -1000,6 +1009,7 @@ def conv_transpose1d(input, weight, bias=None, stride=1, padding=0, output_paddi
                               output_padding, groups, dilation)
 
 
+@composite("conv_transpose2d")
 def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_padding=0,
                      groups: int = 1, dilation=1):
     """2-D transposed convolution (as torch.nn.functional.conv_transpose2d; the gradient of
@@ -1010,6 +1020,7 @@ def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_paddi
                               output_padding, groups, dilation)
 
 
+@composite("conv_transpose3d")
 def conv_transpose3d(input, weight, bias=None, stride=1, padding=0, output_padding=0,
                      groups: int = 1, dilation=1):
     """3-D transposed convolution (as torch.nn.functional.conv_transpose3d) of an
@@ -1075,7 +1086,7 @@ def conv_transpose3d(input, weight, bias=None, stride=1, padding=0, output_paddi
         if bias is not None:
             out = out + reshape(bias, 1, out_ch, 1, 1, 1)
         return out
-    return _batched_nd(input, 3, run, name)
+    return _batched_nd(input, 3, run, name, (weight, bias))
 
 
 # -- 1-D and 3-D pooling, pooling indices, unpooling, adaptive max pooling ---------------------
@@ -1187,6 +1198,7 @@ def _gather_flat(x, idx):
     return reshape(picked, *idx.shape)
 
 
+@composite("max_pool1d")
 def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1,
                ceil_mode: bool = False, return_indices: bool = False):
     """Maximum over sliding windows of an (N, C, L) input (as torch.nn.functional.max_pool1d):
@@ -1220,6 +1232,7 @@ def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1,
     return run(x)
 
 
+@composite("avg_pool1d")
 def avg_pool1d(input, kernel_size, stride=None, padding=0, ceil_mode: bool = False,
                count_include_pad: bool = True):
     """Mean over sliding windows of an (N, C, L) input (as torch.nn.functional.avg_pool1d)."""
@@ -1256,6 +1269,7 @@ def _separable_3d(x, op, hw_attrs, d_attrs):
     return reshape(y, -1, c, y.shape[2], ho, wo)
 
 
+@composite("max_pool3d")
 def max_pool3d(input, kernel_size, stride=None, padding=0, dilation=1,
                ceil_mode: bool = False, return_indices: bool = False):
     """Maximum over sliding (kD, kH, kW) windows of an (N, C, D, H, W) input (as
@@ -1277,6 +1291,7 @@ def max_pool3d(input, kernel_size, stride=None, padding=0, dilation=1,
     return _batched_nd(input, 3, lambda x: _separable_3d(x, max_pool2d_op, hw, dd), name)
 
 
+@composite("avg_pool3d")
 def avg_pool3d(input, kernel_size, stride=None, padding=0, ceil_mode: bool = False,
                count_include_pad: bool = True):
     """Mean over sliding (kD, kH, kW) windows of an (N, C, D, H, W) input (as
@@ -1311,6 +1326,7 @@ def max_pool2d_with_indices(input, kernel_size, stride=None, padding=0, dilation
     return out, idx
 
 
+@composite("max_unpool2d")
 def max_unpool2d(input, indices, kernel_size, stride=None, padding=0, output_size=None):
     """The inverse of max_pool2d with return_indices (as torch.nn.functional.max_unpool2d):
     each value placed at its flat (H*W) index in a zero image of size
@@ -1369,6 +1385,7 @@ def adaptive_max_pool2d(input, output_size, return_indices: bool = False):
     return (out, idx) if return_indices else out
 
 
+@composite("adaptive_avg_pool1d")
 def adaptive_avg_pool1d(input, output_size):
     """Mean over the windows that split an (N, C, L) input into ``output_size`` cells (as
     torch.nn.functional.adaptive_avg_pool1d): adaptive_avg_pool2d over a unit height."""
@@ -1382,6 +1399,7 @@ def adaptive_avg_pool1d(input, output_size):
     return _batched_nd(input, 1, run, name)
 
 
+@composite("adaptive_max_pool1d")
 def adaptive_max_pool1d(input, output_size, return_indices: bool = False):
     """Maximum over the windows that split an (N, C, L) input into ``output_size`` cells (as
     torch.nn.functional.adaptive_max_pool1d); ``return_indices`` also gives each maximum's

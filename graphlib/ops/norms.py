@@ -13,7 +13,7 @@ import numpy as np
 from .. import dtypes
 from ..attrs import Attr, Attrs
 from ..autodiff import is_zero_cotangent
-from ..errors import DTypeError, ShapeError, located
+from ..errors import DTypeError, ShapeError, composite, located
 from ..registry import OpDef, register
 from ..types import TensorType, normalize_dim, normalize_dims
 from .elementwise import abs, cast, isnan, logical_or, pow, sign, where
@@ -164,6 +164,7 @@ def vector_norm(x, ord=2, dim=None, keepdim: bool = False, *, dtype=None):
     return vector_norm_op(x, ord=ord, dim=dims, keepdim=bool(keepdim))
 
 
+@composite("svdvals")
 def svdvals(x):
     """The singular values of a matrix (or a batch of them, the last two dims), descending.
     Their gradient is ``U diag(g) Vh``, differentiable again through ``svd``."""

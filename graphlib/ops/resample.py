@@ -21,7 +21,7 @@ import numpy as np
 
 from .. import dtypes
 from ..attrs import Attr, Attrs
-from ..errors import DTypeError, ShapeError, located
+from ..errors import DTypeError, ShapeError, composite, located
 from ..registry import OpDef, register
 from ..types import TensorType, dim_product, format_shape
 from ._common import operand
@@ -157,6 +157,7 @@ def _interp_sizes(x, size, scale_factor, recompute_scale_factor, mode):
     return sizes, scales
 
 
+@composite("interpolate")
 def interpolate(input, size=None, scale_factor=None, mode: str = "nearest",
                 align_corners: Optional[bool] = None,
                 recompute_scale_factor: Optional[bool] = None, antialias: bool = False):

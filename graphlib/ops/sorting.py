@@ -17,7 +17,7 @@ import numpy as np
 
 from .. import dtypes
 from ..attrs import Attr, Attrs
-from ..errors import DTypeError, GraphError, ShapeError, located
+from ..errors import DTypeError, GraphError, ShapeError, composite, located
 from ..ir import Value, current_graph
 from ..registry import OpDef, register
 from ..types import TensorType, normalize_dim
@@ -175,6 +175,7 @@ def sort(x, dim: int = -1, descending: bool = False, stable: bool = False):
     return sort_result(values, indices)
 
 
+@composite("argsort")
 def argsort(x, dim: int = -1, descending: bool = False, stable: bool = False):
     """The indices that sort ``x`` along ``dim`` (``sort(...).indices``)."""
     return sort(x, dim, descending, stable=stable).indices
