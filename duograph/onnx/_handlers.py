@@ -10,9 +10,10 @@ import math
 import numpy as np
 
 from ..graphlib import functional as F
-from ._import import Ctx, handler, np_dtype_of, refuse, static_shape
+from ._import import HANDLERS, Ctx, handler, np_dtype_of, refuse, static_shape
 
 FLOATS = ("float16", "float32", "float64")
+INTS = ("uint8", "int8", "int16", "int32", "int64")
 
 
 def cast(x, dt: str):
@@ -50,8 +51,8 @@ def _unary(fn, floats_only=True, dtypes_ok=None):
     return run
 
 
-NUMERIC = ("uint8", "int32", "int64", "float16", "float32", "float64")
-SIGNED = ("int32", "int64", "float16", "float32", "float64")
+NUMERIC = ("uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64")
+SIGNED = ("int8", "int16", "int32", "int64", "float16", "float32", "float64")
 
 HANDLERS_UNARY = {
     "Abs": (lambda c, x: F.abs(x), False, NUMERIC),
@@ -261,6 +262,10 @@ def _div(ctx):
 @handler("Pow")
 def _pow(ctx):
     a, b = ctx.x(0), ctx.x(1)
+    if a.dtype in INTS and b.dtype in INTS:       # numpy's integer power (wraps)
+        return cast(F.pow(cast(a, "int64"), cast(b, "int64")), a.dtype)
+    if a.dtype in INTS and b.dtype in FLOATS:     # as ONNX: the float power, truncated
+        return cast(F.pow(cast(a, "float64"), cast(b, "float64")), a.dtype)
     if a.dtype not in FLOATS:
         refuse(f"Pow of a {a.dtype} base")
     return cast(F.pow(a, cast(b, a.dtype)), a.dtype)
@@ -271,8 +276,12 @@ def _mod(ctx):
     _check_same(ctx)
     a, b = ctx.x(0), ctx.x(1)
     fmod = ctx.attr("fmod", 0)
-    if a.dtype in FLOATS or a.dtype == "bool":
-        refuse(f"Mod of {a.dtype} (no exact duograph form)")
+    if a.dtype in FLOATS:
+        if not fmod:
+            refuse(f"Mod of {a.dtype} with fmod=0 (ONNX requires fmod=1 for floats)")
+        return F.fmod(a, b)
+    if a.dtype == "bool":
+        refuse(f"Mod of {a.dtype}")
     a64, b64 = cast(a, "int64"), cast(b, "int64")
     r = a64 - _trunc_div(ctx, a64, b64) * b64
     if not fmod:                 # the sign of the divisor, as Python's %
@@ -1211,3 +1220,88 @@ def _select_last(fn):
 
 handler("ArgMax")(_select_last(F.argmax))
 handler("ArgMin")(_select_last(F.argmin))
+
+
+# == more handlers, composed from the same op functions ==========================================
+_BITS = {"uint8": 8, "int8": 8, "int16": 16, "int32": 32, "int64": 64}
+
+for _name, _fn in (("Acos", F.acos), ("Asin", F.asin), ("Atan", F.atan)):
+    handler(_name)(_unary(lambda c, x, _fn=_fn: _fn(x), True, None))
+
+
+@handler("Round")
+def _round(ctx):
+    """Round half to even: floor, then up where the fraction is above one half, or exactly
+    one half and the floor is odd (all steps exact in floating point)."""
+    _float_only(ctx)
+    x = ctx.x(0)
+    fl = _floor(ctx, x)
+    frac = x - fl
+    half = ctx.const(0.5, x.dtype)
+    one = ctx.const(1, x.dtype)
+    odd = F.ne(_floor(ctx, fl * 0.5) * 2.0, fl)
+    up = F.logical_or(F.gt(frac, half), F.logical_and(F.eq(frac, half), odd))
+    return F.where(up, fl + one, fl)
+
+
+def _bitwise(fn):
+    def run(ctx):
+        _check_same(ctx, len(ctx))
+        if ctx.dtype(0) not in INTS:
+            refuse(f"dtype {ctx.dtype(0)} (Bitwise ops take integer tensors)")
+        return fn(*[ctx.x(i) for i in range(len(ctx))])
+    return run
+
+
+handler("BitwiseAnd")(_bitwise(F.bitwise_and))
+handler("BitwiseOr")(_bitwise(F.bitwise_or))
+handler("BitwiseXor")(_bitwise(F.bitwise_xor))
+handler("BitwiseNot")(_bitwise(F.bitwise_not))
+
+
+@handler("BitShift")
+def _bit_shift(ctx):
+    """x << s as x * 2**s and x >> s as floor(x / 2**s), in int64 and wrapped back to the
+    type; 2**s is built from the bits of s. Shifts by a negative amount or by the width or
+    more give 0 (or -1: a right shift of a negative value), as ONNX's tests require."""
+    _check_same(ctx)
+    x, s = ctx.x(0), ctx.x(1)
+    dt = x.dtype
+    if dt not in INTS:
+        refuse(f"dtype {dt} (BitShift takes integer tensors)")
+    width = _BITS[dt]
+    left = ctx.attr("direction") == "LEFT"
+    if ctx.attr("direction") not in ("LEFT", "RIGHT"):
+        refuse(f"direction {ctx.attr('direction')!r}")
+    x64, s64 = cast(x, "int64"), cast(s, "int64")
+    zero = ctx.const(0, "int64")
+    valid = F.logical_and(F.ge(s64, zero), F.lt(s64, ctx.const(min(width, 63), "int64")))
+    safe = F.where(valid, s64, zero)
+    p = F.ones_like(safe)
+    for k in range(6):                       # the bits of s: 2**s = prod 2**(2**k)
+        bit = F.ne(F.bitwise_and(safe, ctx.const(1 << k, "int64")), zero)
+        p = F.where(bit, p * ctx.const(1 << (1 << k), "int64"), p)
+    if left:
+        y = F.where(valid, x64 * p, zero)
+        if width == 64:                       # 1 << 63 does not fit: shift by 62, then 1
+            top = F.eq(s64, ctx.const(63, "int64"))
+            y = F.where(top, x64 * ctx.const(1 << 62, "int64") * ctx.const(2, "int64"), y)
+    else:
+        neg = F.lt(x64, zero)
+        sat = F.where(neg, ctx.const(-1, "int64"), zero)
+        y = F.where(valid, F.floor_divide(x64, p), sat)
+    return cast(y, dt)
+
+
+_REDUCE_MAX_MIN = {k: HANDLERS[k] for k in ("ReduceMax", "ReduceMin")}
+
+
+@handler("ReduceMax", "ReduceMin")
+def _reduce_max_min_bool(ctx):
+    """ReduceMax/Min, and of bool tensors as any/all (through uint8)."""
+    x = ctx.x(0)
+    fn = _REDUCE_MAX_MIN[ctx.node.op_type]
+    if x.dtype != "bool":
+        return fn(ctx)
+    ctx.ins = [cast(x, "uint8")] + list(ctx.ins[1:])
+    return F.ne(fn(ctx), ctx.const(0, "uint8"))
