@@ -708,7 +708,7 @@ def _pad(ctx):
         flat += [lo, hi]
     if x.dtype == "bool":
         value = bool(value)
-    elif x.dtype not in FLOATS:
+    elif x.dtype not in FLOATS + ("bfloat16",):
         value = int(value)
     return cast(F.pad(x, flat, value=value), x.dtype)
 
@@ -1305,3 +1305,122 @@ def _reduce_max_min_bool(ctx):
         return fn(ctx)
     ctx.ins = [cast(x, "uint8")] + list(ctx.ins[1:])
     return F.ne(fn(ctx), ctx.const(0, "uint8"))
+
+
+# -- Attention (opset 23/24): scaled dot-product attention as matmul, softmax, matmul ------------
+def _heads(ctx, x, n):
+    """(B, S, n*D) -> (B, n, S, D)."""
+    b, s, hidden = static_shape_of(x)
+    if not n or hidden % n:
+        refuse(f"hidden size {hidden} is not a multiple of the {n} heads")
+    return F.permute(F.reshape(x, b, s, n, hidden // n), 0, 2, 1, 3)
+
+
+def _neg_inf_where(ctx, allowed, dt):
+    """0 where ``allowed``, -inf elsewhere (a select, never 0 * inf)."""
+    return F.where(allowed, ctx.const(0, dt), ctx.const(-np.inf, dt))
+
+
+@handler("Attention")
+def _attention(ctx):
+    q, k, v = ctx.x(0), ctx.x(1), ctx.x(2)
+    dt = q.dtype
+    if dt not in FLOATS:
+        refuse(f"dtype {dt} (Attention here takes float16/32/64)")
+    left, right = ctx.attr("left_window_size", -1), ctx.attr("right_window_size", -1)
+    if left < -1 or right < -1:
+        refuse(f"window sizes {left}, {right} (each -1 or at least 0)")
+    mask = ctx.x(3) if ctx.has(3) else None
+    past_k = ctx.x(4) if ctx.has(4) else None
+    past_v = ctx.x(5) if ctx.has(5) else None
+    nonpad = ctx.x(6) if ctx.has(6) else None
+    if (past_k is None) != (past_v is None):
+        refuse("past_key without past_value (or the reverse)")
+    if nonpad is not None and past_k is not None:
+        refuse("nonpad_kv_seqlen with past_key/past_value")
+    three_d = q.ndim == 3
+    if three_d:
+        q = _heads(ctx, q, ctx.attr("q_num_heads"))
+        k = _heads(ctx, k, ctx.attr("kv_num_heads"))
+        v = _heads(ctx, v, ctx.attr("kv_num_heads"))
+    if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
+        refuse("Q, K, V must all be 3-D or all 4-D")
+    batch, hq, lq, dq = static_shape_of(q)
+    scale = ctx.attr("scale")
+    scale = 1.0 / math.sqrt(dq) if scale is None else scale
+    root = np.asarray(math.sqrt(scale), dtype=dt)        # the spec scales Q and K by sqrt
+    if past_k is not None:
+        k = F.cat([past_k, k], 2)
+        v = F.cat([past_v, v], 2)
+    present_k, present_v = k, v
+    lkv = static_shape_of(k)[2]
+    bias = None
+    if mask is not None:
+        width = static_shape_of(mask)[-1]
+        if width < lkv:
+            pad = [0, lkv - width] + [0, 0] * (mask.ndim - 1)
+            mask = F.pad(mask, pad, value=False if mask.dtype == "bool" else -math.inf)
+        bias = _neg_inf_where(ctx, mask, dt) if mask.dtype == "bool" else cast(mask, dt)
+    i = np.arange(lq).reshape(lq, 1)
+    j = np.arange(lkv).reshape(1, lkv)
+    if nonpad is not None:
+        lens = F.reshape(cast(nonpad, "int64"), -1, 1, 1, 1)
+    if ctx.attr("is_causal", 0):
+        if nonpad is not None:          # per batch: key j <= i + (nonpad[b] - lq)
+            allowed = F.le(ctx.const(j - i + lq, "int64"), lens)
+        else:
+            offset = static_shape_of(past_k)[2] if past_k is not None else 0
+            allowed = ctx.const(j <= i + offset, "bool")
+        causal = _neg_inf_where(ctx, allowed, dt)
+        bias = causal if bias is None else bias + causal
+    if left >= 0 or right >= 0:         # a sliding window around query i's position
+        if nonpad is not None:          # diff = (i + nonpad[b] - lq) - j
+            diff = lens + ctx.const(i - j - lq, "int64")
+        else:
+            offset = static_shape_of(past_k)[2] if past_k is not None else 0
+            diff = ctx.const(i + offset - j, "int64")
+        allowed = F.eq(diff, diff)                       # all True, diff's shape
+        if left >= 0:
+            allowed = F.logical_and(allowed, F.le(diff, ctx.const(left, "int64")))
+        if right >= 0:
+            allowed = F.logical_and(allowed, F.le(F.neg(diff), ctx.const(right, "int64")))
+        window = _neg_inf_where(ctx, allowed, dt)
+        bias = window if bias is None else bias + window
+    if nonpad is not None:
+        padding = _neg_inf_where(ctx, F.lt(ctx.const(j, "int64"), lens), dt)
+        bias = padding if bias is None else bias + padding
+    hk = static_shape_of(k)[1]
+    if hq != hk:
+        if hq % hk:
+            refuse(f"{hq} query heads over {hk} key/value heads")
+        r = hq // hk
+
+        def repeat(t):
+            b, h, n, d = static_shape_of(t)
+            t = F.expand(F.reshape(t, b, h, 1, n, d), b, h, r, n, d)
+            return F.reshape(t, b, h * r, n, d)
+        k, v = repeat(k), repeat(v)
+    qk = F.matmul(q * ctx.const(root, dt), F.transpose(k * ctx.const(root, dt), -1, -2))
+    softcap = ctx.attr("softcap", 0.0)
+    if softcap and softcap > 0:
+        qk = F.tanh(qk / ctx.const(softcap, dt)) * ctx.const(softcap, dt)
+    logits = qk if bias is None else qk + bias
+    mode = ctx.attr("qk_matmul_output_mode", 0)
+    if mode not in (0, 1, 2, 3):
+        refuse(f"qk_matmul_output_mode {mode}")
+    qk_out = logits if mode == 2 else qk
+    precision = ctx.attr("softmax_precision")
+    sdt = np_dtype_of(precision) if precision else dt
+    if sdt not in FLOATS:
+        refuse(f"softmax_precision {sdt}")
+    probs = F.softmax(cast(logits, sdt), -1)
+    if bias is not None:                 # a row with no key allowed: zeros, never NaN
+        dead = F.eq(F.amax(bias, -1, keepdim=True), ctx.const(-np.inf, dt))
+        probs = F.where(dead, ctx.const(0, sdt), probs)
+    if mode == 3:
+        qk_out = probs
+    y = F.matmul(cast(probs, dt), v)
+    if three_d:
+        b, h, n, d = static_shape_of(y)
+        y = F.reshape(F.permute(y, 0, 2, 1, 3), b, n, h * d)
+    return y, present_k, present_v, cast(qk_out, dt)
