@@ -1424,3 +1424,164 @@ def _attention(ctx):
         b, h, n, d = static_shape_of(y)
         y = F.reshape(F.permute(y, 0, 2, 1, 3), b, n, h * d)
     return y, present_k, present_v, cast(qk_out, dt)
+
+
+# -- Resize: per axis, a gather (nearest) or a matrix of interpolation weights (linear, cubic) ---
+def _resize_coeffs(mode, nearest_mode, a, antialias, ratio, scale):
+    """The weights on the neighbours of one output position (ONNX's Resize reference)."""
+    if mode == "nearest":
+        if float(ratio).is_integer():
+            return np.array([0.0, 1.0])
+        table = {"round_prefer_floor": (ratio <= 0.5, ratio > 0.5),
+                 "round_prefer_ceil": (ratio < 0.5, ratio >= 0.5),
+                 "floor": (1, 0), "ceil": (0, 1)}
+        return np.array(table[nearest_mode], dtype=np.float64)
+    if mode == "linear":
+        if not antialias:
+            return np.array([1 - ratio, ratio])
+        s = min(scale, 1.0)
+        start = int(np.floor(-1 / s) + 1)
+        args = (np.arange(start, start + 2 - 2 * start) - ratio) * s
+        c = np.clip(1 - np.abs(args), 0, 1)
+        return c / c.sum()
+    if not antialias:
+        r1, r2 = ratio + 1, 2 - ratio
+        return np.array([((a * r1 - 5 * a) * r1 + 8 * a) * r1 - 4 * a,
+                         ((a + 2) * ratio - (a + 3)) * ratio * ratio + 1,
+                         ((a + 2) * (1 - ratio) - (a + 3)) * (1 - ratio) * (1 - ratio) + 1,
+                         ((a * r2 - 5 * a) * r2 + 8 * a) * r2 - 4 * a])
+    s = min(scale, 1.0)
+
+    def w(x):
+        x = abs(x)
+        if x <= 1:
+            return (a + 2) * x ** 3 - (a + 3) * x * x + 1
+        return a * x ** 3 - 5 * a * x * x + 8 * a * x - 4 * a if x < 2 else 0.0
+    start = int(np.floor(-2 / s) + 1)
+    c = np.array([w(s * (i - ratio)) for i in range(start, 2 - start)])
+    return c / c.sum()
+
+
+def _resize_matrix(ctx, n_in, n_out, scale, roi, coord, mode, nearest_mode, a, antialias,
+                   exclude_outside):
+    """(weights (n_out, n_in), extrapolated (n_out,) bool or None) of one axis."""
+    y = np.arange(n_out, dtype=np.float64)
+    width = scale * n_in
+    extrap = None
+    if coord == "align_corners":
+        x = np.zeros(n_out) if width == 1 else y * (n_in - 1) / (width - 1)
+    elif coord == "asymmetric":
+        x = y / scale
+    elif coord == "tf_crop_and_resize":
+        x = (np.full(n_out, (roi[1] - roi[0]) * (n_in - 1) / 2) if width == 1
+             else y * (roi[1] - roi[0]) * (n_in - 1) / (width - 1))
+        x = x + roi[0] * (n_in - 1)
+        extrap = (x < 0) | (x > n_in - 1)
+    elif coord == "pytorch_half_pixel":
+        x = np.full(n_out, -0.5) if width == 1 else (y + 0.5) / scale - 0.5
+    elif coord == "half_pixel":
+        x = (y + 0.5) / scale - 0.5
+    elif coord == "half_pixel_symmetric":
+        x = n_in / 2 * (1 - n_out / width) + (y + 0.5) / scale - 0.5
+    else:
+        refuse(f"coordinate_transformation_mode {coord!r}")
+    fl = np.floor(x).astype(np.int64)
+    ratios = np.where(x == fl, 1.0, x - fl)
+    coeffs = np.stack([_resize_coeffs(mode, nearest_mode, a, antialias, float(r), scale)
+                       for r in ratios])
+    n = coeffs.shape[1]
+    pad = int(np.ceil(n / 2))
+    xp = x + pad
+    p = np.floor(xp).astype(np.int64)
+    frac = xp - p
+    if n % 2 == 0:
+        off = np.where(frac == 0, -(n // 2), -(n // 2) + 1)
+    else:
+        off = np.where(frac <= 0.5, -((n - 1) // 2), -((n - 1) // 2) + 1)
+    idx = (p + off)[:, None] + np.arange(n)[None, :] - pad
+    if exclude_outside:
+        coeffs = np.where((idx < 0) | (idx >= n_in), 0.0, coeffs)
+        total = coeffs.sum(-1, keepdims=True)
+        coeffs = coeffs / np.where(total == 0, 1.0, total)
+    weights = np.zeros((n_out, n_in))
+    np.add.at(weights, (np.repeat(np.arange(n_out), n), np.clip(idx, 0, n_in - 1).ravel()),
+              coeffs.ravel())
+    return weights, extrap
+
+
+@handler("Resize")
+def _resize(ctx):
+    x = ctx.x(0)
+    shape = static_shape(ctx)
+    r = len(shape)
+    if ctx.opset < 11:
+        refuse("Resize before opset 11")
+    mode = ctx.attr("mode", "nearest")
+    if mode not in ("nearest", "linear", "cubic"):
+        refuse(f"mode {mode!r}")
+    antialias = bool(ctx.attr("antialias", 0))
+    if antialias and mode == "nearest":
+        refuse("antialias with mode 'nearest'")
+    if mode != "nearest" and x.dtype not in FLOATS:
+        refuse(f"{mode} interpolation of {x.dtype}")
+    coord = ctx.attr("coordinate_transformation_mode", "half_pixel")
+    nearest_mode = ctx.attr("nearest_mode", "round_prefer_floor")
+    if nearest_mode not in ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil"):
+        refuse(f"nearest_mode {nearest_mode!r}")
+    policy = ctx.attr("keep_aspect_ratio_policy", "stretch")
+    axes = [_axis(a, r) for a in (ctx.attr("axes") or range(r))]
+    roi = ctx.known(1, "roi").astype(np.float64) if ctx.has(1) else None
+    if roi is not None and roi.size == 0:
+        roi = None
+    scales = ctx.known(2, "scales").astype(np.float64) if ctx.has(2) else None
+    if scales is not None and scales.size == 0:
+        scales = None
+    sizes = ctx.known(3, "sizes").astype(np.int64) if ctx.has(3) else None
+    if (scales is None) == (sizes is None):
+        refuse("exactly one of scales and sizes must be given")
+    full_roi = [0.0] * r + [1.0] * r
+    if roi is not None:
+        for i, d in enumerate(axes):
+            full_roi[d], full_roi[r + d] = roi[i], roi[len(axes) + i]
+    scale = [1.0] * r
+    out = list(shape)
+    if sizes is not None:
+        for i, d in enumerate(axes):
+            out[d] = int(sizes[i])
+            scale[d] = sizes[i] / shape[d]
+        if policy != "stretch":
+            if policy not in ("not_larger", "not_smaller"):
+                refuse(f"keep_aspect_ratio_policy {policy!r}")
+            pick = min if policy == "not_larger" else max
+            s = pick(scale[d] for d in axes)
+            for d in axes:
+                scale[d] = s
+                out[d] = int(s * shape[d] + 0.5)
+    else:
+        for i, d in enumerate(axes):
+            scale[d] = float(scales[i])
+            out[d] = int(scales[i] * shape[d])
+    extrapolation = ctx.attr("extrapolation_value", 0.0)
+    a = ctx.attr("cubic_coeff_a", -0.75)
+    y = x if mode == "nearest" else cast(x, "float64")
+    for d in range(r):
+        if math.isclose(scale[d], 1.0) and out[d] == shape[d] and (
+                math.isclose(full_roi[d], 0.0) and math.isclose(full_roi[r + d], 1.0)):
+            continue
+        if out[d] == 0:
+            refuse("an empty output")
+        w, extrap = _resize_matrix(ctx, shape[d], out[d], scale[d], [full_roi[d],
+                                   full_roi[r + d]], coord, mode, nearest_mode, a, antialias,
+                                   bool(ctx.attr("exclude_outside", 0)))
+        if mode == "nearest":             # one source per output: a gather, exact
+            y = F.index_select(y, d, ctx.const(np.argmax(w, axis=1), "int64"))
+        else:
+            moved = F.transpose(y, d, -1) if d != r - 1 else y
+            moved = F.matmul(moved, ctx.const(w.T.copy(), "float64"))
+            y = F.transpose(moved, d, -1) if d != r - 1 else moved
+        if extrap is not None and extrap.any():
+            where_shape = [1] * r
+            where_shape[d] = out[d]
+            y = F.where(ctx.const(extrap.reshape(where_shape), "bool"),
+                        ctx.const(extrapolation, y.dtype), y)
+    return cast(y, x.dtype)
