@@ -686,8 +686,8 @@ def _pad(ctx):
     mode = ctx.attr("mode", "constant")
     if isinstance(mode, bytes):
         mode = mode.decode()
-    if mode != "constant":
-        refuse(f"mode {mode!r} (only 'constant')")
+    if mode not in ("constant", "reflect", "edge", "wrap"):
+        refuse(f"mode {mode!r}")
     if ctx.opset < 11:
         pads = list(ctx.attr("pads"))
         value = ctx.attr("value", 0.0)
@@ -703,6 +703,17 @@ def _pad(ctx):
     k = len(axes)
     for i, a in enumerate(axes):
         full[a] = (pads[i], pads[i + k])
+    if mode != "constant":            # numpy's index pattern, gathered along each axis
+        shape = static_shape(ctx)
+        for a, (lo, hi) in enumerate(full):
+            if lo or hi:
+                if mode == "reflect" and max(lo, hi) >= shape[a]:
+                    refuse(f"reflect padding of {max(lo, hi)} on a dim of {shape[a]}")
+                if shape[a] == 0:
+                    refuse("padding an empty dim")
+                idx = np.pad(np.arange(shape[a]), (lo, hi), mode=mode)
+                x = F.index_select(x, a, ctx.const(idx, "int64"))
+        return x
     flat = []
     for lo, hi in reversed(full):
         flat += [lo, hi]
@@ -973,6 +984,16 @@ def _pool_common(ctx):
 def _max_pool(ctx):
     if len([o for o in ctx.node.output if o]) > 1:
         refuse("the Indices output")
+    x = ctx.x(0)
+    if x.ndim == 4 and x.dtype in FLOATS:      # any pads: -inf borders, then no padding
+        kernel = list(ctx.attr("kernel_shape"))
+        strides = list(ctx.attr("strides", [1, 1]))
+        dil = list(ctx.attr("dilations", [1, 1]))
+        pt, pb, pl, pr = _pads_2d(ctx, kernel, strides, dil, x.shape[2:])
+        if (pt != pb or pl != pr or pt > kernel[0] // 2 or pl > kernel[1] // 2) and \
+                not ctx.attr("ceil_mode", 0) and not ctx.attr("storage_order", 0):
+            x = F.pad(x, [pl, pr, pt, pb], value=-math.inf)
+            return F.max_pool2d(x, kernel, strides, (0, 0), dil, False)
     x, kernel, strides, dil, pad = _pool_common(ctx)
     if ctx.attr("storage_order", 0):
         refuse("storage_order=1")
@@ -1585,3 +1606,91 @@ def _resize(ctx):
             y = F.where(ctx.const(extrap.reshape(where_shape), "bool"),
                         ctx.const(extrapolation, y.dtype), y)
     return cast(y, x.dtype)
+
+
+# -- 1-D convolution and pooling as 2-D ones over a height of 1 ----------------------------------
+def _lift_1d(fn, weight: bool):
+    """Run a 2-D handler on (N, C, L) inputs as (N, C, 1, L): the attributes get a leading
+    1 (kernel, strides, dilations, output_shape), 0 (output_padding) or 0-pads."""
+    def run(ctx):
+        x = ctx.x(0)
+        if x.ndim != 3:
+            return fn(ctx)
+        helper = __import__("onnx").helper
+        lead = {"kernel_shape": 1, "strides": 1, "dilations": 1, "output_shape": 1,
+                "output_padding": 0}
+        attrs = dict(ctx.attrs)
+        for name, first in lead.items():
+            if name in attrs:
+                attrs[name] = helper.make_attribute(name, [first] + list(ctx.attr(name)))
+        if "pads" in attrs:
+            lo, hi = ctx.attr("pads")
+            attrs["pads"] = helper.make_attribute("pads", [0, lo, 0, hi])
+        ctx.attrs = attrs
+        ins = list(ctx.ins)
+        ins[0] = F.unsqueeze(x, 2)
+        if weight:
+            ins[1] = F.unsqueeze(ctx.x(1), 2)
+        ctx.ins = ins
+        out = fn(ctx)
+        if isinstance(out, (list, tuple)):
+            return type(out)(F.squeeze(o, 2) if o is not None else None for o in out)
+        return F.squeeze(out, 2)
+    return run
+
+
+for _name, _weight in (("Conv", True), ("MaxPool", False), ("AveragePool", False)):
+    handler(_name)(_lift_1d(HANDLERS[_name], _weight))
+
+
+@handler("ConvTranspose")
+def _conv_transpose(ctx):
+    """ConvTranspose as conv2d's input gradient (a transposed convolution): the weight
+    (C_in, C_out/groups, kh, kw) is conv2d's (out, in/groups, kh, kw) read the other way."""
+    x, w = ctx.x(0), ctx.x(1)
+    if x.ndim != 4:
+        refuse(f"{x.ndim - 2}-D ConvTranspose (needs op conv_transpose3d)")
+    _float_only(ctx)
+    n, c_in, h, wd = static_shape(ctx)
+    _, cg, kh, kw = static_shape(ctx, 1)
+    groups = ctx.attr("group", 1)
+    strides = list(ctx.attr("strides", [1, 1]))
+    dil = list(ctx.attr("dilations", [1, 1]))
+    out_pad = list(ctx.attr("output_padding", [0, 0]))
+    auto = ctx.attr("auto_pad", "NOTSET")
+    eff = [(kh - 1) * dil[0] + 1, (kw - 1) * dil[1] + 1]
+    full = [s * (i - 1) + op + e for s, i, op, e in zip(strides, (h, wd), out_pad, eff)]
+    if ctx.attr("output_shape") is not None or auto in ("SAME_UPPER", "SAME_LOWER"):
+        target = list(ctx.attr("output_shape") or [])[-2:] or [i * s for i, s in
+                                                                zip((h, wd), strides)]
+        pads, grow = [], []
+        for f, t, st in zip(full, target, strides):
+            total = f - t
+            if total < 0 and -total >= st:
+                refuse(f"output_shape {target}: more than stride - 1 past the full output")
+            grow.append(max(0, -total))       # extra rows at the end, as output_padding
+            total = max(total, 0)
+            half = total // 2
+            pads.append((total - half, half) if auto != "SAME_UPPER" else (half, total - half))
+        (pt, pb), (pl, pr) = pads
+        full = [f + g for f, g in zip(full, grow)]
+    elif auto == "VALID":
+        pt = pb = pl = pr = 0
+    else:
+        pt, pl, pb, pr = list(ctx.attr("pads", [0, 0, 0, 0]))
+    if min(pt, pb, pl, pr) < 0:
+        refuse("negative pads")
+    if any(op >= s and op >= d for op, s, d in zip(out_pad, strides, dil)):
+        refuse(f"output_padding {out_pad} not below the strides {strides} or dilations")
+    shape = (n, cg * groups, full[0] - pt - pb, full[1] - pl - pr)
+    from ..graphlib.ops.conv import conv2d_input_grad_op
+    if any(op >= s for op, s in zip(out_pad, strides)):
+        refuse(f"output_padding {out_pad} not below the strides {strides}")
+    y = conv2d_input_grad_op(x, w, shape=shape, stride=tuple(strides),
+                             padding=(pt, pb, pl, pr), dilation=tuple(dil), groups=groups)
+    if ctx.has(2):
+        y = y + F.reshape(ctx.x(2), 1, -1, 1, 1)
+    return y
+
+
+handler("ConvTranspose")(_lift_1d(HANDLERS["ConvTranspose"], True))
