@@ -638,12 +638,27 @@ def _gather_elements(ctx):
 @handler("ScatterElements", "Scatter")
 def _scatter_elements(ctx):
     reduction = ctx.attr("reduction", "none")
-    if reduction != "add":
+    if reduction not in ("add", "none"):
         refuse(f"reduction {reduction!r} (duograph has scatter_add only)")
     x, idx, src = ctx.x(0), ctx.x(1), ctx.x(2)
     axis = _axis(ctx.attr("axis", 0), x.ndim)
     idx = _fix_negative(ctx, idx, x.shape[axis])
+    if reduction == "none":
+        return _overwrite(ctx, x, lambda t, u: F.scatter_add(t, axis, idx, u), src)
     return cast(F.scatter_add(x, axis, idx, src), x.dtype)
+
+
+def _overwrite(ctx, x, add, src):
+    """Scatter without reduction from an adding scatter: the written places of ``x`` are
+    zeroed and the updates added there (ONNX leaves repeated indices undefined; with
+    known indices they are refused)."""
+    if x.dtype == "bool":
+        refuse("scattering bool tensors")
+    counts = add(cast(F.zeros_like(x), "int32"), cast(F.ones_like(src), "int32"))
+    if ctx.eager and int(counts.numpy().max(initial=0)) > 1:
+        refuse("repeated indices (ONNX leaves their result undefined)")
+    hit = F.gt(counts, ctx.const(0, "int32"))
+    return cast(add(F.where(hit, ctx.const(0, x.dtype), x), src), x.dtype)
 
 
 @handler("Expand")
@@ -1322,6 +1337,21 @@ def _reduce_max_min_bool(ctx):
     """ReduceMax/Min, and of bool tensors as any/all (through uint8)."""
     x = ctx.x(0)
     fn = _REDUCE_MAX_MIN[ctx.node.op_type]
+    axes = _reduce_axes(ctx, x)
+    if axes and any(x.shape[a] == 0 for a in axes):    # the empty set: the identity
+        keep = bool(ctx.attr("keepdims", 1))
+        shape = [1 if a in axes else d for a, d in enumerate(x.shape) if keep or a not in axes]
+        if not all(isinstance(d, int) for d in shape):
+            refuse("an empty reduction with symbolic dims")
+        big = ctx.node.op_type == "ReduceMin"
+        if x.dtype == "bool":
+            fill = big
+        elif x.dtype in FLOATS:
+            fill = np.inf if big else -np.inf
+        else:
+            info = np.iinfo(x.dtype)
+            fill = info.max if big else info.min
+        return ctx.const(np.full(shape, fill, dtype=x.dtype), x.dtype)
     if x.dtype != "bool":
         return fn(ctx)
     ctx.ins = [cast(x, "uint8")] + list(ctx.ins[1:])
@@ -1694,3 +1724,55 @@ def _conv_transpose(ctx):
 
 
 handler("ConvTranspose")(_lift_1d(HANDLERS["ConvTranspose"], True))
+
+
+# -- GatherND / ScatterND: index tuples flattened to one index into the leading dims ------------
+def _nd_flatten(ctx, x, idx, batch_dims):
+    """(x as (B, M, rest...), idx as (B, L) flat indices into the M = prod(x.shape[b:b+k])
+    positions, idx's leading shape, rest)."""
+    shape = static_shape_of(x)
+    ishape = static_shape_of(idx)
+    k = ishape[-1]
+    b = batch_dims
+    if b + k > len(shape):
+        refuse(f"index tuples of {k} into {len(shape) - b} dims")
+    if ishape[:b] != shape[:b]:
+        refuse(f"batch dims {ishape[:b]} and {shape[:b]} differ")
+    if idx.dtype not in ("int32", "int64"):
+        refuse(f"indices of dtype {idx.dtype}")
+    sizes = shape[b:b + k]
+    idx = cast(idx, "int64")
+    lead = ishape[:-1]
+    batch = int(np.prod(shape[:b], dtype=np.int64))
+    m = int(np.prod(sizes, dtype=np.int64))
+    rest = tuple(shape[b + k:])
+    strides = np.cumprod((sizes[1:] + (1,))[::-1])[::-1].astype(np.int64)
+    sz = ctx.const(np.asarray(sizes, np.int64), "int64")
+    idx = F.where(F.lt(idx, ctx.const(0, "int64")), idx + sz, idx)
+    flat = F.sum(idx * ctx.const(strides, "int64"), -1)
+    per = int(np.prod(ishape[b:-1], dtype=np.int64))
+    flat = F.reshape(flat, batch, per) + ctx.const(
+        (np.arange(batch, dtype=np.int64) * m).reshape(batch, 1), "int64")
+    return F.reshape(x, batch * m, *rest), F.reshape(flat, -1), lead, rest
+
+
+@handler("GatherND")
+def _gather_nd(ctx):
+    x, idx = ctx.x(0), ctx.x(1)
+    data, flat, lead, rest = _nd_flatten(ctx, x, idx, ctx.attr("batch_dims", 0))
+    return F.reshape(F.index_select(data, 0, flat), *(tuple(lead) + rest))
+
+
+@handler("ScatterND")
+def _scatter_nd(ctx):
+    x, idx, upd = ctx.x(0), ctx.x(1), ctx.x(2)
+    reduction = ctx.attr("reduction", "none")
+    if reduction not in ("none", "add"):
+        refuse(f"reduction {reduction!r} (duograph has index_add only)")
+    data, flat, lead, rest = _nd_flatten(ctx, x, idx, 0)
+    src = F.reshape(upd, -1, *rest)
+    if reduction == "add":
+        y = F.index_add(data, 0, flat, src)
+    else:
+        y = _overwrite(ctx, data, lambda t, u: F.index_add(t, 0, flat, u), src)
+    return F.reshape(cast(y, x.dtype), *static_shape_of(x))
