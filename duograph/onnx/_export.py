@@ -1119,8 +1119,8 @@ def _state_array(graph: Graph, v: Value) -> np.ndarray:
 def graph_to_model(graph: Graph, opset: int = 17, output_names: Optional[Sequence[str]] = None,
                    doc: str = ""):
     """The ONNX ``ModelProto`` of ``graph``: placeholders become inputs (symbolic dims as
-    ``dim_param``), state becomes initializers named as the state, ``graph.outputs`` the
-    outputs."""
+    ``dim_param``), state that the outputs read becomes initializers named as the state,
+    ``graph.outputs`` the outputs."""
     onnx = _onnx()
     helper = onnx.helper
     if not graph.outputs:
@@ -1164,6 +1164,9 @@ def graph_to_model(graph: Graph, opset: int = 17, output_names: Optional[Sequenc
         ex.nodes.append(helper.make_node("Identity", [ex.name_of(v)], [n],
                                          name=ex.fresh("n_output")))
         outputs.append(_value_info(n, v.dtype, v.shape))
+    # state that no node reads (an eval-mode BatchNorm's num_batches_tracked) is left out
+    read = {name for node in ex.nodes for name in node.input}
+    inits = [t for t in inits if t.name in read]
     g = helper.make_graph(ex.nodes, graph.name, inputs, outputs, inits + ex.initializers)
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)],
                               producer_name="duograph")
