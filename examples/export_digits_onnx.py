@@ -63,14 +63,19 @@ def run(epochs: int = 3, out: str = None, log=print) -> dict:
     log(f"onnxruntime's test accuracy: {acc:.3f}")
     numbers["onnxruntime_accuracy"] = acc
 
+    numbers["picture"] = draw(graph, os.path.join(out, "digits_cnn"), log)
+    return numbers
+
+
+def draw(graph, stem: str, log=print) -> str:
+    """``stem``.svg through Graphviz, or ``stem``.dot (and why) when it is not installed."""
     try:
-        picture = graph.render(os.path.join(out, "digits_cnn.svg"))
+        picture = graph.render(stem + ".svg")
     except dg.DuographError as e:                       # no Graphviz: the .dot source
         log(str(e))
-        picture = graph.render(os.path.join(out, "digits_cnn.dot"))
+        picture = graph.render(stem + ".dot")
     log(f"drew the graph: {picture}")
-    numbers["picture"] = picture
-    return numbers
+    return picture
 
 
 def main(argv=None) -> None:

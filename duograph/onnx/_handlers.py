@@ -1776,3 +1776,77 @@ def _scatter_nd(ctx):
     else:
         y = _overwrite(ctx, data, lambda t, u: F.index_add(t, 0, flat, u), src)
     return F.reshape(cast(y, x.dtype), *static_shape_of(x))
+
+
+def _take(ctx, x, axis, idx):
+    return F.index_select(x, axis, ctx.const(np.asarray(idx, np.int64), "int64"))
+
+
+@handler("CenterCropPad")
+def _center_crop_pad(ctx):
+    """Crop (a centred slice) or zero-pad each listed axis to the given size."""
+    x = ctx.x(0)
+    shape = static_shape(ctx)
+    target = [int(t) for t in ctx.known(1, "shape")]
+    axes = [_axis(a, x.ndim) for a in (ctx.attr("axes") or range(x.ndim))]
+    if len(axes) != len(target):
+        refuse(f"{len(target)} sizes for {len(axes)} axes")
+    for a, t in zip(axes, target):
+        size = shape[a]
+        if t < size:
+            start = (size - t) // 2
+            x = _take(ctx, x, a, np.arange(start, start + t))
+        elif t > size:
+            lo = (t - size) // 2
+            pad = [0, 0] * (x.ndim - 1 - a) + [lo, t - size - lo]
+            x = F.pad(x, pad, value=False if x.dtype == "bool" else 0)
+    return cast(x, ctx.dtype(0))
+
+
+@handler("RotaryEmbedding")
+def _rotary(ctx):
+    """Rotary position embedding (opset 23): rotate pairs of features by the cached angles."""
+    x, cos, sin = ctx.x(0), ctx.x(1), ctx.x(2)
+    _float_only(ctx)
+    shape = static_shape(ctx)
+    if x.ndim == 4:
+        x = F.permute(x, 0, 2, 1, 3)
+    elif x.ndim == 3:
+        heads = ctx.attr("num_heads", 0)
+        if not heads or shape[2] % heads:
+            refuse(f"num_heads {heads} for a hidden size of {shape[2]}")
+        x = F.reshape(x, shape[0], shape[1], heads, shape[2] // heads)
+    else:
+        refuse(f"a {x.ndim}-D input (3-D or 4-D)")
+    b, s, h, d = static_shape_of(x)
+    rd = ctx.attr("rotary_embedding_dim", 0) or d
+    if rd % 2 or rd > d:
+        refuse(f"rotary_embedding_dim {rd} for heads of {d}")
+    if ctx.has(3):
+        pos = ctx.x(3)
+        pshape = static_shape_of(pos)
+        cos = F.reshape(F.index_select(cos, 0, F.reshape(cast(pos, "int64"), -1)),
+                        *pshape, rd // 2)
+        sin = F.reshape(F.index_select(sin, 0, F.reshape(cast(pos, "int64"), -1)),
+                        *pshape, rd // 2)
+    if static_shape_of(cos)[-1] != rd // 2 or static_shape_of(sin)[-1] != rd // 2:
+        refuse(f"cos/sin caches of width {static_shape_of(cos)[-1]} for a rotary dim of {rd}")
+    cos, sin = F.unsqueeze(cos, 2), F.unsqueeze(sin, 2)
+    rot = _take(ctx, x, 3, np.arange(rd)) if rd < d else x
+    interleaved = bool(ctx.attr("interleaved", 0))
+    if interleaved:
+        x1, x2 = _take(ctx, rot, 3, np.arange(0, rd, 2)), _take(ctx, rot, 3, np.arange(1, rd, 2))
+    else:
+        x1, x2 = _take(ctx, rot, 3, np.arange(rd // 2)), _take(ctx, rot, 3, np.arange(rd // 2, rd))
+    real = cos * x1 - sin * x2
+    imag = sin * x1 + cos * x2
+    if interleaved:
+        rot = F.reshape(F.stack([real, imag], -1), b, s, h, rd)
+    else:
+        rot = F.cat([real, imag], -1)
+    if rd < d:
+        rot = F.cat([rot, _take(ctx, x, 3, np.arange(rd, d))], -1)
+    rot = cast(rot, ctx.dtype(0))
+    if len(shape) == 3:
+        return F.reshape(rot, *shape)
+    return F.permute(rot, 0, 2, 1, 3)
