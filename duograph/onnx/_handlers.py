@@ -276,10 +276,8 @@ def _mod(ctx):
     _check_same(ctx)
     a, b = ctx.x(0), ctx.x(1)
     fmod = ctx.attr("fmod", 0)
-    if a.dtype in FLOATS:
-        if not fmod:
-            refuse(f"Mod of {a.dtype} with fmod=0 (ONNX requires fmod=1 for floats)")
-        return F.fmod(a, b)
+    if a.dtype in FLOATS:       # C's fmod, or with fmod=0 Python's % (numpy's mod)
+        return F.fmod(a, b) if fmod else F.remainder(a, b)
     if a.dtype == "bool":
         refuse(f"Mod of {a.dtype}")
     a64, b64 = cast(a, "int64"), cast(b, "int64")
@@ -1019,6 +1017,16 @@ def _max_pool(ctx):
 
 @handler("AveragePool")
 def _avg_pool(ctx):
+    x = ctx.x(0)
+    if x.ndim == 4 and x.dtype in FLOATS and not ctx.attr("ceil_mode", 0):
+        kernel = list(ctx.attr("kernel_shape"))
+        strides = list(ctx.attr("strides", [1, 1]))
+        dil = list(ctx.attr("dilations", [1, 1]))
+        pads = _pads_2d(ctx, kernel, strides, dil, x.shape[2:])
+        pt, pb, pl, pr = pads
+        if pt != pb or pl != pr or pt > kernel[0] // 2 or pl > kernel[1] // 2 or dil != [1, 1]:
+            return _window_mean(ctx, x, kernel, strides, dil, pads,
+                                bool(ctx.attr("count_include_pad", 0)))
     x, kernel, strides, dil, pad = _pool_common(ctx)
     if dil != [1, 1]:
         refuse("dilations")
@@ -1850,3 +1858,45 @@ def _rotary(ctx):
     if len(shape) == 3:
         return F.reshape(rot, *shape)
     return F.permute(rot, 0, 2, 1, 3)
+
+
+@handler("LpPool")
+def _lp_pool(ctx):
+    """(sum over each window of |x|**p) ** (1/p): the sum as a depthwise conv2d with a kernel
+    of ones (any pads, strides, dilations)."""
+    _float_only(ctx)
+    x = ctx.x(0)
+    if x.ndim != 4:
+        refuse(f"{x.ndim - 2}-D pooling (needs a 2-D or 1-D input)")
+    if ctx.attr("ceil_mode", 0):
+        refuse("ceil_mode=1")
+    c = static_shape(ctx)[1]
+    kernel = list(ctx.attr("kernel_shape"))
+    strides = list(ctx.attr("strides", [1, 1]))
+    dil = list(ctx.attr("dilations", [1, 1]))
+    p = ctx.attr("p", 2)
+    pt, pb, pl, pr = _pads_2d(ctx, kernel, strides, dil, x.shape[2:])
+    from ..graphlib.ops.conv import conv2d_op
+    ones = ctx.const(np.ones((c, 1) + tuple(kernel)), x.dtype)
+    powered = F.pow(F.abs(x), ctx.const(p, x.dtype))
+    total = conv2d_op(powered, ones, stride=tuple(strides), padding=(pt, pb, pl, pr),
+                      dilation=tuple(dil), groups=c)
+    return F.pow(total, ctx.const(1.0 / p, x.dtype))
+
+
+handler("LpPool")(_lift_1d(HANDLERS["LpPool"], False))
+
+
+def _window_mean(ctx, x, kernel, strides, dil, pads, include_pad):
+    """Average pooling with any pads and dilations: window sums as a depthwise conv2d with a
+    kernel of ones, over the count of (real, or with include_pad all) places."""
+    from ..graphlib.ops.conv import conv2d_op
+    c = static_shape(ctx)[1]
+    ones = ctx.const(np.ones((c, 1) + tuple(kernel)), x.dtype)
+    conv = dict(stride=tuple(strides), padding=(pads[0], pads[1], pads[2], pads[3]),
+                dilation=tuple(dil), groups=c)
+    total = conv2d_op(x, ones, **conv)
+    if include_pad:
+        return total / float(np.prod(kernel))
+    count = conv2d_op(F.ones_like(x), ones, **conv)
+    return total / count
