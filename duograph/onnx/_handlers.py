@@ -10,7 +10,7 @@ import math
 import numpy as np
 
 from ..graphlib import functional as F
-from ._import import HANDLERS, Ctx, handler, np_dtype_of, refuse, static_shape
+from ._import import HANDLERS, Ctx, _onnx, handler, np_dtype_of, refuse, static_shape
 
 FLOATS = ("float16", "float32", "float64")
 INTS = ("uint8", "int8", "int16", "int32", "int64")
@@ -1654,7 +1654,7 @@ def _lift_1d(fn, weight: bool):
         x = ctx.x(0)
         if x.ndim != 3:
             return fn(ctx)
-        helper = __import__("onnx").helper
+        helper = _onnx().helper
         lead = {"kernel_shape": 1, "strides": 1, "dilations": 1, "output_shape": 1,
                 "output_padding": 0}
         attrs = dict(ctx.attrs)
@@ -1718,12 +1718,10 @@ def _conv_transpose(ctx):
         pt, pl, pb, pr = list(ctx.attr("pads", [0, 0, 0, 0]))
     if min(pt, pb, pl, pr) < 0:
         refuse("negative pads")
-    if any(op >= s and op >= d for op, s, d in zip(out_pad, strides, dil)):
-        refuse(f"output_padding {out_pad} not below the strides {strides} or dilations")
-    shape = (n, cg * groups, full[0] - pt - pb, full[1] - pl - pr)
-    from ..graphlib.ops.conv import conv2d_input_grad_op
     if any(op >= s for op, s in zip(out_pad, strides)):
         refuse(f"output_padding {out_pad} not below the strides {strides}")
+    shape = (n, cg * groups, full[0] - pt - pb, full[1] - pl - pr)
+    from ..graphlib.ops.conv import conv2d_input_grad_op
     y = conv2d_input_grad_op(x, w, shape=shape, stride=tuple(strides),
                              padding=(pt, pb, pl, pr), dilation=tuple(dil), groups=groups)
     if ctx.has(2):
