@@ -784,9 +784,11 @@ def _space_to_depth(ctx):
     x = ctx.x(0)
     b = ctx.attr("blocksize")
     n, c, h, w = static_shape(ctx)
-    if ctx.attr("mode", "DCR") != "DCR":
-        refuse(f"mode {ctx.attr('mode')!r} (only 'DCR')")
-    y = F.permute(F.reshape(x, n, c, h // b, b, w // b, b), 0, 3, 5, 1, 2, 4)
+    mode = ctx.attr("mode", "DCR")
+    if mode not in ("DCR", "CRD"):
+        refuse(f"mode {mode!r}")
+    y = F.reshape(x, n, c, h // b, b, w // b, b)
+    y = F.permute(y, 0, 3, 5, 1, 2, 4) if mode == "DCR" else F.permute(y, 0, 1, 3, 5, 2, 4)
     return F.reshape(y, n, c * b * b, h // b, w // b)
 
 
@@ -1898,3 +1900,102 @@ def _window_mean(ctx, x, kernel, strides, dil, pads, include_pad):
         return total / float(np.prod(kernel))
     count = conv2d_op(F.ones_like(x), ones, **conv)
     return total / count
+
+
+def _window(kind: str):
+    """Hann, Hamming and Blackman windows of a known size, computed in float64 (the ONNX
+    reference's formulas) and rounded once to the output type."""
+    def run(ctx):
+        size = int(ctx.known(0, "size").item())
+        dt = np_dtype_of(ctx.attr("output_datatype", 1))
+        n = np.arange(size, dtype=np.float64)
+        period = size if ctx.attr("periodic", 1) else size - 1
+        with np.errstate(divide="ignore", invalid="ignore"):
+            if kind == "hann":
+                w = np.sin(n * np.pi / period) ** 2
+            elif kind == "hamming":
+                w = 25.0 / 46.0 - np.cos(n * np.pi * 2 / period) * (21.0 / 46.0)
+            else:
+                w = 0.42 - 0.5 * np.cos(n * np.pi * 2 / period) + \
+                    0.08 * np.cos(n * np.pi * 4 / period)
+        return ctx.const(w.astype(dt), dt)
+    return run
+
+
+handler("HannWindow")(_window("hann"))
+handler("HammingWindow")(_window("hamming"))
+handler("BlackmanWindow")(_window("blackman"))
+
+
+@handler("SwiGLU")
+def _swiglu(ctx):
+    """a * sigmoid(alpha * a) * b."""
+    _float_only(ctx)
+    _check_same(ctx)
+    a, b = ctx.x(0), ctx.x(1)
+    if tuple(a.shape) != tuple(b.shape):
+        refuse(f"operands of shapes {list(a.shape)} and {list(b.shape)} (no broadcasting)")
+    return cast(a * F.sigmoid(a * ctx.attr("alpha", 1.0)) * b, a.dtype)
+
+
+@handler("LRN")
+def _lrn(ctx):
+    """x / (bias + alpha/size * (sum of squares over the neighbouring channels)) ** beta; the
+    channel sums as a matmul by a 0/1 band matrix."""
+    _float_only(ctx)
+    x = ctx.x(0)
+    if x.ndim != 4:
+        refuse(f"a {x.ndim}-D input (LRN takes 4-D)")
+    c = static_shape(ctx)[1]
+    size = ctx.attr("size")
+    lo, hi = (size - 1) // 2, -(-(size - 1) // 2) + 1
+    k = np.arange(c)
+    band = ((k[None, :] >= k[:, None] - lo) & (k[None, :] < k[:, None] + hi)).astype(x.dtype)
+    sq = F.permute(F.matmul(F.permute(x * x, 0, 2, 3, 1), ctx.const(band.T.copy(), x.dtype)),
+                   0, 3, 1, 2)
+    scale = sq * (ctx.attr("alpha", 1e-4) / size) + ctx.attr("bias", 1.0)
+    return cast(x / F.pow(scale, ctx.const(ctx.attr("beta", 0.75), x.dtype)), x.dtype)
+
+
+@handler("GroupNormalization")
+def _group_norm(ctx):
+    """Mean and variance over each group of channels (and the spatial dims), then the
+    per-channel (opset 21; per-group before) scale and bias."""
+    _float_only(ctx)
+    x, scale, bias = ctx.x(0), ctx.x(1), ctx.x(2)
+    shape = static_shape(ctx)
+    n, c = shape[:2]
+    g = ctx.attr("num_groups")
+    if not g or c % g:
+        refuse(f"{c} channels in {g} groups")
+    stash = ctx.attr("stash_type", 1)
+    work = "float32" if stash == 1 and x.dtype == "float16" else x.dtype
+    if stash not in (1,):
+        refuse(f"stash_type {stash}")
+    xg = F.reshape(cast(x, work), n, g, -1)
+    mean = F.mean(xg, -1, keepdim=True)
+    centred = xg - mean
+    var = F.mean(centred * centred, -1, keepdim=True)
+    y = F.reshape(centred * F.rsqrt(var + ctx.attr("epsilon", 1e-5)), *shape)
+    if static_shape_of(scale)[0] == g and g != c:           # opset 18: one per group
+        scale = F.reshape(F.expand(F.reshape(scale, g, 1), g, c // g), c)
+        bias = F.reshape(F.expand(F.reshape(bias, g, 1), g, c // g), c)
+    per = (1, c) + (1,) * (len(shape) - 2)
+    y = y * F.reshape(cast(scale, work), *per) + F.reshape(cast(bias, work), *per)
+    return cast(y, x.dtype)
+
+
+@handler("Upsample")
+def _upsample(ctx):
+    """Upsample (deprecated) in 'nearest' mode with whole scales: each element repeated."""
+    x = ctx.x(0)
+    shape = static_shape(ctx)
+    scales = ctx.known(1, "scales") if ctx.has(1) else ctx.attr("scales")
+    scales = [float(s) for s in np.asarray(scales).ravel()]
+    if ctx.attr("mode", "nearest") != "nearest" or any(not s.is_integer() for s in scales):
+        refuse(f"mode {ctx.attr('mode', 'nearest')!r} with scales {scales} (only 'nearest' "
+               "with whole scales)")
+    for d, s in enumerate(scales):
+        if s != 1:
+            x = _take(ctx, x, d, np.arange(int(shape[d] * s)) // int(s))
+    return x
