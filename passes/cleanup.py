@@ -89,6 +89,8 @@ def _cse(graph: Graph) -> int:
             continue
         for o, f in zip(node.outputs, first.outputs):
             graph.replace_uses(o, f)
+        # the kept node now stands for the merged one too
+        first.provenance = tuple(sorted(set(first.provenance) | set(node.provenance)))
         graph.erase(node)
         merged += 1
     return merged + _in_regions(graph, _cse)

@@ -490,6 +490,41 @@ CONVERTERS["maximum"] = _binary_arith("Max", "Or")
 CONVERTERS["minimum"] = _binary_arith("Min", "And")
 
 
+@converter("fmod")
+def _fmod(ex, node, ins):
+    """C's fmod (the dividend's sign): ONNX Mod with fmod=1, exact for ints and floats."""
+    out = _out(node)
+    if out == "bool":
+        _refuse("fmod of bool operands")
+    work = _compute_dtype(out)
+    a, b = (ex.cast(n, t.dtype, work) for n, t in zip(ins, node.inputs))
+    return [ex.cast(ex.op("Mod", a, b, fmod=1), work, out)]
+
+
+@converter("remainder")
+def _remainder(ex, node, ins):
+    """Python's % (the divisor's sign): integers are ONNX Mod with fmod=0; floats are numpy's
+    algorithm on fmod: r = fmod(a, b), plus b where r is nonzero and its sign differs from
+    b's, and a zero takes b's sign (onnx's reference evaluator keeps that -0.0; onnxruntime
+    1.32 returns +0.0 there)."""
+    out = _out(node)
+    if out == "bool":
+        _refuse("remainder of bool operands")
+    work = _compute_dtype(out)
+    a, b = (ex.cast(n, t.dtype, work) for n, t in zip(ins, node.inputs))
+    if not work.startswith("float"):
+        return [ex.cast(ex.op("Mod", a, b, fmod=0), work, out)]
+    r = ex.op("Mod", a, b, fmod=1)
+    zero = ex.const(0.0, work)
+    b_neg = ex.op("Less", b, zero)
+    flip = ex.op("And", ex.op("Not", ex.op("Equal", r, zero)),
+                 ex.op("Xor", ex.op("Less", r, zero), b_neg))
+    r = ex.op("Where", flip, ex.op("Add", r, b), r)
+    signed_zero = ex.op("Mul", ex.op("Abs", r), ex.op("Sign", b))    # +-0 where r is 0
+    r = ex.op("Where", ex.op("Equal", r, zero), signed_zero, r)
+    return [ex.cast(r, work, out)]
+
+
 @converter("pow")
 def _pow(ex, node, ins):
     out = _out(node)
@@ -1251,8 +1286,8 @@ def _state_array(graph: Graph, v: Value) -> np.ndarray:
 def graph_to_model(graph: Graph, opset: int = 17, output_names: Optional[Sequence[str]] = None,
                    doc: str = ""):
     """The ONNX ``ModelProto`` of ``graph``: placeholders become inputs (symbolic dims as
-    ``dim_param``), state becomes initializers named as the state, ``graph.outputs`` the
-    outputs."""
+    ``dim_param``), state that the outputs read becomes initializers named as the state,
+    ``graph.outputs`` the outputs."""
     onnx = _onnx()
     helper = onnx.helper
     if not graph.outputs:
@@ -1296,6 +1331,9 @@ def graph_to_model(graph: Graph, opset: int = 17, output_names: Optional[Sequenc
         ex.nodes.append(helper.make_node("Identity", [ex.name_of(v)], [n],
                                          name=ex.fresh("n_output")))
         outputs.append(_value_info(n, v.dtype, v.shape))
+    # state that no node reads (an eval-mode BatchNorm's num_batches_tracked) is left out
+    read = {name for node in ex.nodes for name in node.input}
+    inits = [t for t in inits if t.name in read]
     g = helper.make_graph(ex.nodes, graph.name, inputs, outputs, inits + ex.initializers)
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)],
                               producer_name="duograph")
