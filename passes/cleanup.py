@@ -125,8 +125,22 @@ def _constant_node(arr: np.ndarray, like: Node, graph: Graph) -> Node:
     return graph.create_node(REGISTRY["constant"], (), attrs, like=like, before=like)
 
 
+def _inline(graph: Graph, node: Node, region: Region, inputs) -> None:
+    """Replace ``node`` by copies of ``region``'s nodes applied to ``inputs``."""
+    env: Dict[Value, Value] = dict(zip(region.graph.inputs, inputs))
+    for n in region.graph.nodes:
+        new = graph.create_node(n.op, [env[x] for x in n.inputs], dict(n.attrs), like=n,
+                                before=node)
+        env.update(zip(n.outputs, new.outputs))
+    for o, r in zip(node.outputs, region.graph.outputs):
+        graph.replace_uses(o, env[r])
+    graph.erase(node)
+
+
 def constant_folding(graph: Graph) -> PassResult:
-    """Evaluate nodes whose inputs are all constants (small static results only).
+    """Evaluate nodes whose inputs are all constants (small static results only), and
+    inline the region a region op's constant inputs choose (``OpDef.static_region``: a
+    ``cond`` with a constant predicate becomes its taken branch).
 
     Before: ``%0 = constant{2.0}; %1 = constant{3.0}; %2 = mul(%0, %1)``
     After:  ``%2' = constant{6.0}``
@@ -134,6 +148,12 @@ def constant_folding(graph: Graph) -> PassResult:
     folded = 0
     for node in list(graph.nodes):
         arrays = [_const_array(x) for x in node.inputs]
+        if node.op.static_region is not None and any(a is not None for a in arrays):
+            chosen = node.op.static_region(node, arrays)
+            if chosen is not None:
+                _inline(graph, node, *chosen)
+                folded += 1
+            continue
         foldable = (node.inputs and not node.op.random and not node.op.constant
                     and not node.regions
                     and all(a is not None for a in arrays)
