@@ -433,3 +433,35 @@ def test_onnx_export_refuses_control_flow_by_name(tmp_path):
 
 def test_while_op_is_registered_with_regions():
     assert while_op.name == "while_loop" and while_op.vjp is not None
+
+
+@pytest.mark.parametrize("length", [10, 9, 3])
+def test_scan_checkpoint_recomputes_segments_with_the_same_gradients(length):
+    xs0 = RNG.standard_normal((length, 3))
+    grads = []
+    for ckpt in (False, True):
+        w = dg.tensor(W, requires_grad=True)
+        xs = dg.tensor(xs0, requires_grad=True)
+        h0 = dg.tensor(H0, requires_grad=True)
+        h, ys = dg.scan(_step(w), h0, xs, checkpoint=ckpt)
+        loss = (ys * ys).sum() + dg.sin(h).sum()
+        gw, gx, gh = dg.autograd.grad(loss, [w, xs, h0], create_graph=True)
+        hw, = dg.autograd.grad((gw * gw).sum() + gx.sum(), [w])     # second order
+        grads.append([t.detach().numpy() for t in (gw, gx, gh, hw)])
+    for a, b in zip(*grads):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(grads[1][0], _fd(lambda v: _loss_numpy(v, xs0, H0), W),
+                               rtol=1e-6, atol=1e-8)
+    # graph mode: no scan over all the steps but the forward itself (the segment starts
+    # are saved by a scan of length // k steps)
+    g = dg.Graph("ck")
+    with g:
+        wv = dg.placeholder("w", (3, 3), "float64")
+        xv = dg.placeholder("xs", (length, 3), "float64")
+        h, ys = dg.scan(_step(wv), dg.zeros(3, dtype="float64"), xv, checkpoint=True)
+        gw, = dg.grad(dg.sum(ys * ys) + dg.sum(dg.sin(h)), [wv])
+    lengths = [n.attrs["length"] for n in g.nodes if n.op is scan_op]
+    assert lengths.count(length) == (1 if length >= 4 else 3), lengths
+    got = g.compile(outputs=[gw], passes="O2")(w=W, xs=xs0)[0]
+    np.testing.assert_allclose(got, _fd(lambda v: _loss_numpy(v, xs0, np.zeros(3)), W),
+                               rtol=1e-6, atol=1e-8)

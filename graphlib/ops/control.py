@@ -413,7 +413,7 @@ def _scan_infer(types, attrs):
 
 
 def _scan_kernel(xp, *arrays, body: Region, length: int, n_carry: int, n_xs: int,
-                 reverse: bool = False):
+                 reverse: bool = False, checkpoint: bool = False):
     from .fused import run_ops
     attrs = {"n_carry": n_carry, "n_xs": n_xs}
     carry, xs, caps = _scan_split(arrays, attrs)
@@ -434,22 +434,15 @@ def _scan_kernel(xp, *arrays, body: Region, length: int, n_carry: int, n_xs: int
     return _detach_outputs(xp, carry, arrays) + tuple(stacked)
 
 
-def _scan_vjp(cts, ins, outs, attrs, needs):
-    from ..autodiff import is_zero_cotangent
+def _scan_grads(region, nc, nx, length, rev, carry0, xs, caps, gc_fin, gys, idx):
+    """The reverse scan of one scan: ``gc_fin`` are the cotangents of the final float
+    carries (``idx.fc``), ``gys`` the stacked ones of the live ys (``idx.live_y``). Returns
+    the cotangents of the initial float carries, of the wanted xs (stacked) and of the
+    wanted captured values (summed)."""
     from .creation import zeros_like
-    nc, nx, length, rev = attrs["n_carry"], attrs["n_xs"], attrs["length"], attrs["reverse"]
-    region = attrs["body"]
-    carry0, xs, caps = _scan_split(ins, attrs)
-    n_in = len(ins)
-    want_x = [k for k in range(nx) if needs[nc + k]]
-    want_c = [k for k in range(len(caps)) if needs[nc + nx + k]]
-    fc = [i for i in range(nc) if dtypes.is_float(carry0[i].dtype)]
-    live_y = [j for j in range(len(outs) - nc)
-              if dtypes.is_float(outs[nc + j].dtype) and not is_zero_cotangent(cts[nc + j])]
-    if not (want_x or want_c or any(needs[i] for i in fc)):
-        return [None] * n_in
+    fc, live_y, want_x, want_c = idx
 
-    # 1. the carries entering each step, saved by a forward scan: carries[t] (x order)
+    # 1. the carries entering each step, saved by a forward scan: saved[t] (x order)
     def save_step(c, x):
         out = replay(region, list(c) + list(x) + caps)
         return list(out[:nc]), list(c)
@@ -457,13 +450,14 @@ def _scan_vjp(cts, ins, outs, attrs, needs):
 
     # 2. the reverse scan: cotangents of the carry flow back, those of the captured values
     # are summed in the carry, those of xs are stacked
-    step_needs = ([i in fc for i in range(nc)] + [bool(needs[nc + k]) for k in range(nx)]
-                  + [bool(needs[nc + nx + k]) for k in range(len(caps))])
+    n_out = len(region.graph.outputs)
+    step_needs = ([i in fc for i in range(nc)] + [k in want_x for k in range(nx)]
+                  + [k in want_c for k in range(len(caps))])
 
     def back_step(carry, x):
         gc, acc = carry
         c_t, x_t, gy_t = x
-        full = [None] * (len(outs))
+        full = [None] * n_out
         for i, g in zip(fc, gc):
             full[i] = g
         for j, g in zip(live_y, gy_t):
@@ -474,18 +468,84 @@ def _scan_vjp(cts, ins, outs, attrs, needs):
                    for a, k in zip(acc, want_c)]
         gx = [got[nc + k] if got[nc + k] is not None else zeros_like(x_t[k]) for k in want_x]
         return (new_gc, new_acc), gx
-    gc0 = [cts[i] for i in fc]
     acc0 = [zeros_like(caps[k]) for k in want_c]
-    (gc_fin, acc_fin), gxs = scan(back_step, (gc0, acc0),
-                                  (saved, list(xs), [cts[nc + j] for j in live_y]),
-                                  length=length, reverse=not rev)
-    res = [None] * n_in
-    for i, g in zip(fc, gc_fin):
+    (gc0, acc), gxs = scan(back_step, (list(gc_fin), acc0), (saved, list(xs), list(gys)),
+                           length=length, reverse=not rev)
+    return list(gc0), list(gxs), list(acc)
+
+
+def _scan_grads_checkpointed(region, nc, nx, length, carry0, xs, caps, gc_fin, gys, idx):
+    """``_scan_grads`` keeping only about sqrt(length) carries: the forward saves the carry
+    at the start of each segment of k ~ sqrt(length) steps, and the backward recomputes one
+    segment's carries at a time (a nested scan) before running its reverse scan."""
+    from .shape import cat, reshape
+    fc, live_y, want_x, want_c = idx
+    k = max(1, int(round(length ** 0.5)))
+    m, r = length // k, length % k
+    mk = m * k
+
+    def segments(a):
+        return reshape(a[:mk], (m, k) + tuple(a.shape[1:]))
+    main_xs = [segments(x) for x in xs]
+
+    def seg_forward(c, xseg):
+        def one(cc, xx):
+            return list(replay(region, list(cc) + list(xx) + caps)[:nc]), None
+        fin, _ = scan(one, list(c), list(xseg), length=k)
+        return list(fin), list(c)
+    c_mid, starts = scan(seg_forward, list(carry0), main_xs, length=m)
+    gc, gx_rem, acc = list(gc_fin), None, None
+    if r:
+        gc, gx_rem, acc = _scan_grads(region, nc, nx, r, False, list(c_mid),
+                                      [x[mk:] for x in xs], caps, gc,
+                                      [g[mk:] for g in gys], idx)
+    if acc is None:
+        from .creation import zeros_like
+        acc = [zeros_like(caps[j]) for j in want_c]
+
+    def seg_back(carry, x):
+        g, a = carry
+        c_s, xseg, gyseg = x
+        g0, gx, da = _scan_grads(region, nc, nx, k, False, list(c_s), list(xseg), caps, g,
+                                 list(gyseg), idx)
+        return (g0, [p + q for p, q in zip(a, da)]), gx
+    (gc0, acc), gx_main = scan(seg_back, (gc, acc), (starts, main_xs, [segments(g) for g in gys]),
+                               length=m, reverse=True)
+    gxs = []
+    for j, g in enumerate(gx_main):
+        g = reshape(g, (mk,) + tuple(g.shape[2:]))
+        gxs.append(cat([g, gx_rem[j]]) if r else g)
+    return list(gc0), gxs, list(acc)
+
+
+def _scan_vjp(cts, ins, outs, attrs, needs):
+    from ..autodiff import is_zero_cotangent
+    nc, nx, length, rev = attrs["n_carry"], attrs["n_xs"], attrs["length"], attrs["reverse"]
+    region = attrs["body"]
+    carry0, xs, caps = _scan_split(ins, attrs)
+    want_x = [k for k in range(nx) if needs[nc + k]]
+    want_c = [k for k in range(len(caps)) if needs[nc + nx + k]]
+    fc = [i for i in range(nc) if dtypes.is_float(carry0[i].dtype)]
+    live_y = [j for j in range(len(outs) - nc)
+              if dtypes.is_float(outs[nc + j].dtype) and not is_zero_cotangent(cts[nc + j])]
+    if not (want_x or want_c or any(needs[i] for i in fc)):
+        return [None] * len(ins)
+    idx = (fc, live_y, want_x, want_c)
+    gc_fin = [cts[i] for i in fc]
+    gys = [cts[nc + j] for j in live_y]
+    if attrs.get("checkpoint") and not rev and length >= 4:
+        gc0, gxs, acc = _scan_grads_checkpointed(region, nc, nx, length, carry0, xs, caps,
+                                                 gc_fin, gys, idx)
+    else:
+        gc0, gxs, acc = _scan_grads(region, nc, nx, length, rev, carry0, xs, caps, gc_fin,
+                                    gys, idx)
+    res = [None] * len(ins)
+    for i, g in zip(fc, gc0):
         if needs[i]:
             res[i] = g
     for k, g in zip(want_x, gxs):
         res[nc + k] = g
-    for k, g in zip(want_c, acc_fin):
+    for k, g in zip(want_c, acc):
         res[nc + nx + k] = g
     return res
 
@@ -494,16 +554,22 @@ scan_op = register(OpDef("scan", _scan_infer, _scan_kernel, _scan_vjp, multi_out
                          doc="loop a region over the leading dim of xs, threading a carry",
                          attrs=Attrs(body=Attr("region"), length=Attr(int, min=0),
                                      n_carry=Attr(int, min=0), n_xs=Attr(int, min=0),
-                                     reverse=Attr(bool, default=False))))
+                                     reverse=Attr(bool, default=False),
+                                     checkpoint=Attr(bool, default=False))))
 
 
-def scan(fn: Callable, init, xs=None, length=None, reverse: bool = False):
+def scan(fn: Callable, init, xs=None, length=None, reverse: bool = False,
+         checkpoint: bool = False):
     """JAX's ``lax.scan``: ``fn(carry, x) -> (carry, y)`` applied along the leading dim of
     ``xs``; returns ``(final carry, stacked ys)``. ``init``, ``xs`` and the ys may be
     tensors or tuples/lists/dicts of them; ``xs=None`` needs ``length``. ``reverse=True``
     runs from the end (ys stay in xs order). ``fn`` is traced once into the node's body;
     the carry it returns must have the structure, shapes and dtypes of ``init``. The
-    gradient is a reverse scan over the carries saved by a forward scan."""
+    gradient is a reverse scan over the carries saved by a forward scan (each step's
+    internals are recomputed from its carry); ``checkpoint=True`` saves only the carries at
+    the starts of about sqrt(length) segments and recomputes each segment's carries during
+    the backward pass (memory O(sqrt(length)) carries instead of O(length), one more
+    forward; forward scans of length >= 4 only, the others save every carry)."""
     if not callable(fn):
         raise TypeError(located(f"scan: fn must be callable, found {type(fn).__name__}"))
     c_leaves, c_def = tree_flatten(init)
@@ -558,7 +624,8 @@ def scan(fn: Callable, init, xs=None, length=None, reverse: bool = False):
                 f"{b!r}; a carry keeps its shape and dtype"))
     outer = _join([body], nc + len(x_leaves))
     res = scan_op(*c_leaves, *x_leaves, *outer, body=Region(body.graph), length=length,
-                  n_carry=nc, n_xs=len(x_leaves), reverse=bool(reverse))
+                  n_carry=nc, n_xs=len(x_leaves), reverse=bool(reverse),
+                  **({"checkpoint": True} if checkpoint else {}))
     return tree_unflatten(c_def, res[:nc]), tree_unflatten(y_def, res[nc:])
 
 
