@@ -193,8 +193,11 @@ def composite_vjp(formula: Callable, cts: Sequence, ins: Sequence,
         outs = formula(*phs)
         ct_phs = [scratch.add_input(f"c{k}", TensorType(tuple(o.shape), o.dtype))
                   for k, o in enumerate(outs)]
-        seeds = {value_key(o): c for o, c, ct in zip(outs, ct_phs, cts)
-                 if ct is not None and not is_zero_cotangent(ct)}
+        seeds: Dict[object, object] = {}
+        for o, c, ct in zip(outs, ct_phs, cts):
+            if ct is not None and not is_zero_cotangent(ct):
+                k = value_key(o)      # an output returned twice gets both cotangents
+                seeds[k] = c if k not in seeds else seeds[k] + c
         wrt = [p for p, need in zip(phs, needs) if need]
         got = backward_pass(list(scratch.nodes), seeds, wrt=wrt)
     wanted = [got.get(value_key(p)) if need else None for p, need in zip(phs, needs)]

@@ -465,3 +465,21 @@ def test_scan_checkpoint_recomputes_segments_with_the_same_gradients(length):
     got = g.compile(outputs=[gw], passes="O2")(w=W, xs=xs0)[0]
     np.testing.assert_allclose(got, _fd(lambda v: _loss_numpy(v, xs0, np.zeros(3)), W),
                                rtol=1e-6, atol=1e-8)
+
+
+def test_a_body_returning_one_value_as_carry_and_y_gets_both_cotangents():
+    w = dg.tensor(W, requires_grad=True)
+
+    def step(h, x):
+        h = dg.tanh(h @ w + x)
+        return h, h                       # the same Value twice: both cotangents count
+    h, ys = dg.scan(step, dg.tensor(H0), dg.tensor(XS))
+    (ys.sum() + h.sum() * 3.0).backward()
+
+    def ref(v):
+        hh, out = H0, []
+        for x in XS:
+            hh = np.tanh(hh @ v + x)
+            out.append(hh)
+        return np.sum(out) + hh.sum() * 3.0
+    np.testing.assert_allclose(w.grad.numpy(), _fd(ref, W), rtol=1e-6, atol=1e-8)

@@ -10,6 +10,7 @@ from .layers import (AdaptiveAvgPool2d, AvgPool2d, BatchNorm1d, BatchNorm2d, BCE
 from .layers import (CELU, ELU, GLU, SELU, Hardsigmoid, Hardswish, Hardtanh, Mish,  # noqa
                      PReLU, ReLU6, SiLU, Softmin, Softsign, Tanhshrink, Threshold)
 from .module import Module, StateDictError
+from .rnn import GRU, LSTM, RNN, RNNBase
 
 __all__ = [
     "Module", "Parameter", "StateDictError", "Sequential", "ModuleList", "ModuleDict",
@@ -21,4 +22,5 @@ __all__ = [
     "Softsign", "Tanhshrink", "Threshold", "GLU", "Softmin", "PReLU",
     "TransformerBlock", "MSELoss", "L1Loss", "CrossEntropyLoss", "NLLLoss", "BCELoss",
     "BCEWithLogitsLoss", "KLDivLoss", "functional", "init", "utils",
+    "RNNBase", "RNN", "LSTM", "GRU",
 ]
