@@ -483,3 +483,64 @@ def test_a_body_returning_one_value_as_carry_and_y_gets_both_cotangents():
             out.append(hh)
         return np.sum(out) + hh.sum() * 3.0
     np.testing.assert_allclose(w.grad.numpy(), _fd(ref, W), rtol=1e-6, atol=1e-8)
+
+
+def test_loop_invariant_code_motion_hoists_body_nodes_that_read_only_captured_values():
+    g = dg.Graph("licm")
+    with g:
+        w = dg.placeholder("w", (3, 3), "float64")
+        xs = dg.placeholder("xs", (5, 3), "float64")
+
+        def step(h, x):
+            m = dg.exp(w * 0.5).T             # invariant: computed once, before the loop
+            h = dg.tanh(h @ m + x)
+            return h, h
+
+        def body(c):
+            k, v = c
+            return k + 1, v * dg.sum(dg.sin(w))   # invariant inside a while body too
+        h, ys = dg.scan(step, dg.zeros(3, dtype="float64"), xs)
+        _, v = dg.while_loop(lambda c: c[0] < 3, body, (dg.zeros((), dtype="int64"), h))
+        gw, = dg.grad(dg.sum(ys) + dg.sum(h), [w])
+    g.outputs = [ys, v, gw]
+    work, _ = clone(g)
+    res = passes.loop_invariant_code_motion(work)
+    assert res.changed
+    passes.dead_code_elimination(work)          # the constant 0.5 left behind in the body
+    work.verify()
+    first = next(n for n in work.nodes if n.op is scan_op)
+    assert [n.op.name for n in first.regions[0].graph.nodes] == ["matmul", "add", "tanh"]
+    loop = next(n for n in work.nodes if n.op is while_op)
+    assert "sin" not in [n.op.name for n in loop.attrs["body"].graph.nodes]
+    wv, xv = RNG.standard_normal((3, 3)), RNG.standard_normal((5, 3))
+    want = g.compile(passes="O0")(w=wv, xs=xv)
+    for level in ("O1", "O2"):
+        exe = g.compile(passes=level)
+        for a, b in zip(exe(w=wv, xs=xv), want):
+            np.testing.assert_allclose(a, b, rtol=1e-12)
+    h = np.zeros(3)
+    for x in xv:
+        h = np.tanh(h @ np.exp(wv * 0.5).T + x)
+    np.testing.assert_allclose(want[1], h * np.sum(np.sin(wv)) ** 3, rtol=1e-12)
+
+
+def test_constant_folding_and_simplification_run_inside_bodies():
+    g = dg.Graph("fs")
+    with g:
+        xs = dg.placeholder("xs", (4, 3), "float64")
+
+        def step(c, x):
+            k = dg.exp(dg.constant(0.0, dtype="float64")) * 2.0     # folds to 2.0
+            return c + x * 1.0 * k, c                              # x * 1.0 simplifies
+        c, ys = dg.scan(step, dg.zeros(3, dtype="float64"), xs)
+    g.outputs = [c, ys]
+    work, _ = clone(g)
+    assert passes.constant_folding(work).changed
+    assert passes.algebraic_simplification(work).changed
+    passes.dead_code_elimination(work)
+    body = next(n for n in work.nodes if n.op is scan_op).regions[0].graph
+    assert "exp" not in [n.op.name for n in body.nodes]
+    assert [n.op.name for n in body.nodes].count("mul") == 1
+    work.verify()
+    xv = RNG.standard_normal((4, 3))
+    np.testing.assert_allclose(work.compile()(xs=xv)[0], 2.0 * xv.sum(0), rtol=1e-12)

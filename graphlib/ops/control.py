@@ -551,6 +551,8 @@ def _scan_vjp(cts, ins, outs, attrs, needs):
 
 
 scan_op = register(OpDef("scan", _scan_infer, _scan_kernel, _scan_vjp, multi_output=True,
+                         loop_invariant_from=lambda node: (node.attrs["n_carry"]
+                                                           + node.attrs["n_xs"]),
                          doc="loop a region over the leading dim of xs, threading a carry",
                          attrs=Attrs(body=Attr("region"), length=Attr(int, min=0),
                                      n_carry=Attr(int, min=0), n_xs=Attr(int, min=0),
@@ -688,6 +690,7 @@ def _while_vjp(cts, ins, outs, attrs, needs):
 
 while_op = register(OpDef("while_loop", _while_infer, _while_kernel, _while_vjp,
                           multi_output=True,
+                          loop_invariant_from=lambda node: node.attrs["n_carry"],
                           doc="apply the body region while the cond region is true",
                           attrs=Attrs(cond=Attr("region"), body=Attr("region"),
                                       n_carry=Attr(int, min=0),
