@@ -544,3 +544,19 @@ def test_constant_folding_and_simplification_run_inside_bodies():
     work.verify()
     xv = RNG.standard_normal((4, 3))
     np.testing.assert_allclose(work.compile()(xs=xv)[0], 2.0 * xv.sum(0), rtol=1e-12)
+
+
+def test_readme_control_flow_block_runs_and_prints_what_it_shows(tmp_path):
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    section = text.split("## Control flow: cond, scan", 1)[1].split("\n## ", 1)[0]
+    code = re.findall(r"```python\n(.*?)```", section, flags=re.S)[0]
+    shown = re.findall(r"```text\n(.*?)```", section, flags=re.S)[0]
+    (tmp_path / "cf.py").write_text(code)
+    proc = subprocess.run([sys.executable, "cf.py"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == shown.splitlines()
