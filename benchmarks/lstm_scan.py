@@ -15,6 +15,7 @@ weights and data; the losses of the three must agree. Reported per contender:
 - nodes: the number of top-level nodes of the optimised graph.
 
     python benchmarks/lstm_scan.py [--seq 32] [--batch 16] [--hidden 32] [--steps 10]
+                                   [--torch-threads N]
 """
 from __future__ import annotations
 
@@ -104,8 +105,12 @@ def main(argv=None):
     p.add_argument("--input", type=int, default=16)
     p.add_argument("--hidden", type=int, default=32)
     p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--torch-threads", type=int, default=0,
+                   help="torch.set_num_threads (0: leave torch's default)")
     args = p.parse_args(argv)
     import torch
+    if args.torch_threads:
+        torch.set_num_threads(args.torch_threads)
     torch.manual_seed(0)
     tm = torch.nn.LSTM(args.input, args.hidden).double()
     state = {k: v.detach().numpy().copy() for k, v in tm.state_dict().items()}
