@@ -17,6 +17,7 @@ from .transformer import (Transformer, TransformerDecoder,  # noqa: E402
                           TransformerEncoderLayer)
 from .conv_layers import *  # noqa: F401,F403,E402
 from . import conv_layers as _conv_layers  # noqa: E402
+from .rnn import GRU, LSTM, RNN, RNNBase  # noqa: E402
 
 __all__ = [
     "Module", "Parameter", "StateDictError", "Sequential", "ModuleList", "ModuleDict",
@@ -31,4 +32,5 @@ __all__ = [
     "TransformerEncoderLayer", "TransformerEncoder", "TransformerDecoderLayer",
     "TransformerDecoder", "Transformer", "GroupNorm", "InstanceNorm1d", "InstanceNorm2d",
     "InstanceNorm3d", "EmbeddingBag", "Bilinear", "Unflatten",
+    "RNNBase", "RNN", "LSTM", "GRU",
 ] + list(_conv_layers.__all__)
