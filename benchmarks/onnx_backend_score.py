@@ -20,7 +20,9 @@ import unittest
 import warnings
 
 
-def run(pattern: str = "", verbose: bool = False) -> dict:
+def run(pattern: str = "", verbose: bool = False, names=None) -> dict:
+    """Run the node tests whose id contains ``pattern`` (and, given ``names``, whose
+    method name is one of them)."""
     import onnx.backend.test
     import duograph.onnx.backend as backend
     warnings.filterwarnings("ignore")
@@ -29,6 +31,9 @@ def run(pattern: str = "", verbose: bool = False) -> dict:
     suite = unittest.TestLoader().loadTestsFromTestCase(cls)
     if pattern:
         suite = unittest.TestSuite(t for t in suite if pattern in t.id())
+    if names is not None:
+        wanted = set(names)
+        suite = unittest.TestSuite(t for t in suite if t.id().rsplit(".", 1)[-1] in wanted)
     result = unittest.TestResult()
     suite.run(result)
     total = result.testsRun

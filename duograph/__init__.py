@@ -21,6 +21,7 @@ from .graphlib.errors import (DimError, DTypeError, DuographError, FeedError, Gr
 from .graphlib.functional import *  # noqa: F401,F403
 from .graphlib.functional import max, min, pow, sum, abs  # noqa: F401  (shadow builtins here)
 from .graphlib.ir import Graph, Node, Value
+from .graphlib.ops.control import cond, fori_loop, scan, while_loop
 from .graphlib.source import set_capture_source
 from .graphlib.types import TensorType
 from .runtime import Executable, compile_graph
@@ -62,6 +63,7 @@ from .eager.legacy import (BFloat16Tensor, BoolTensor, ByteTensor, CharTensor,  
                            DoubleTensor, FloatTensor, HalfTensor, IntTensor, LongTensor,
                            ShortTensor)
 from . import compat, utils  # noqa: E402  (dg.utils.data is duograph.data)
+from . import linalg  # noqa: E402
 autograd.Variable = compat.Variable
 
 # The public names, explicitly: the op functions (graphlib.functional.__all__) and these.
@@ -92,5 +94,9 @@ __all__ = list(graphlib.functional.__all__) + [
     # PyTorch's legacy typed constructors
     "FloatTensor", "DoubleTensor", "HalfTensor", "BFloat16Tensor", "ByteTensor", "CharTensor",
     "ShortTensor", "IntTensor", "LongTensor", "BoolTensor",
+    # torch.linalg's names
+    "linalg",
+    # control flow (ops with regions)
+    "cond", "scan", "while_loop", "fori_loop",
 ]
 __all__ = list(dict.fromkeys(__all__))

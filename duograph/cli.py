@@ -73,6 +73,7 @@ def _kernels(graph) -> Dict[str, int]:
 def inspect_graph(graph, dims: Dict[str, int], show_ir: bool = True,
                   svg: Optional[str] = None) -> str:
     """The report ``duograph inspect`` prints."""
+    from duograph import DuographError
     lines: List[str] = []
     if show_ir:
         lines += [graph.to_text(), ""]
@@ -90,6 +91,11 @@ def inspect_graph(graph, dims: Dict[str, int], show_ir: bool = True,
     lines.append("kernels: " + ", ".join(f"{k} {v}" for k, v in kernels.items()))
     symbols = sorted({d for v in graph.inputs for d in v.shape if not isinstance(d, int)},
                      key=str)
+    unknown = sorted(set(dims) - {str(s) for s in symbols})
+    if unknown:
+        have = ", ".join(str(s) for s in symbols) or "none"
+        raise CommandError(f"--dim {unknown[0]}: the graph's inputs have no symbolic dim "
+                           f"{unknown[0]!r} (they have: {have})")
     missing = [str(s) for s in symbols if str(s) not in dims]
     if missing:
         lines.append(f"memory plan: give the symbolic dims ({', '.join(missing)}) with --dim, "
@@ -99,7 +105,11 @@ def inspect_graph(graph, dims: Dict[str, int], show_ir: bool = True,
         lines.append("memory plan (O2):")
         lines += ["  " + ln for ln in exe.plan_for(**dims).summary().splitlines()]
     if svg:
-        path = graph.render(svg)
+        try:
+            path = graph.render(svg)
+        except DuographError as e:              # no Graphviz: the report, then why not
+            print("\n".join(lines))
+            raise CommandError(str(e)) from None
         lines.append(f"picture: {path}")
     return "\n".join(lines)
 

@@ -42,6 +42,7 @@ Batches are CPU tensors. ``batch_size=None`` turns batching off: each sample is 
 """
 from __future__ import annotations
 
+import bisect
 import collections.abc as cabc
 import ctypes
 import itertools
@@ -59,7 +60,7 @@ import time
 import traceback
 from dataclasses import dataclass
 from typing import (Any, Callable, Generic, Iterable, Iterator, List, Optional, Sequence,
-                    TypeVar, Union)
+                    Sized, TypeVar, Union)
 
 import numpy as np
 
@@ -71,6 +72,8 @@ from .graphlib.errors import DuographError, ShapeError
 __all__ = [
     "Dataset", "IterableDataset", "TensorDataset", "Subset", "random_split", "DataLoader",
     "DataLoaderError", "WorkerInfo", "get_worker_info", "default_collate", "default_convert",
+    "ConcatDataset", "Sampler", "SequentialSampler", "RandomSampler", "SubsetRandomSampler",
+    "WeightedRandomSampler", "BatchSampler",
 ]
 
 T_co = TypeVar("T_co", covariant=True)
@@ -98,6 +101,10 @@ class Dataset(Generic[T_co]):
 
     def __getitem__(self, index: int) -> T_co:
         raise NotImplementedError(f"{type(self).__name__} must implement __getitem__")
+
+    def __add__(self, other: "Dataset[T_co]") -> "ConcatDataset[T_co]":
+        """``a + b`` is ``ConcatDataset([a, b])``, as in PyTorch."""
+        return ConcatDataset([self, other])
 
 
 class IterableDataset(Dataset[T_co]):
@@ -229,6 +236,193 @@ def random_split(dataset: Dataset[T_co], lengths: Sequence[Union[int, float]],
 
 
 # -- collation -----------------------------------------------------------------------------------
+
+class ConcatDataset(Dataset[T_co]):
+    """Map-style datasets one after the other (``torch.utils.data.ConcatDataset``);
+    ``cumulative_sizes`` holds the running lengths."""
+
+    def __init__(self, datasets: Iterable[Dataset]) -> None:
+        self.datasets = list(datasets)
+        if not self.datasets:
+            raise ValueError("ConcatDataset: datasets should not be an empty iterable")
+        for d in self.datasets:
+            if isinstance(d, IterableDataset):
+                raise ValueError("ConcatDataset does not support IterableDataset")
+        self.cumulative_sizes = list(itertools.accumulate(len(d) for d in self.datasets))
+
+    def __len__(self) -> int:
+        return self.cumulative_sizes[-1]
+
+    def __getitem__(self, index: int) -> T_co:
+        n = len(self)
+        if index < 0:
+            if -index > n:
+                raise ValueError("absolute value of index should not exceed dataset length")
+            index += n
+        if index >= n:
+            raise IndexError(f"ConcatDataset: index {index} is out of range for {n} samples")
+        which = bisect.bisect_right(self.cumulative_sizes, index)
+        start = self.cumulative_sizes[which - 1] if which else 0
+        return self.datasets[which][index - start]
+
+
+# -- samplers: what order a map-style dataset is visited in -------------------------------------
+
+class Sampler(Generic[T_co]):
+    """Base class: an iterable of dataset indices (or, for a batch sampler, of lists of
+    indices), re-iterated every epoch by the DataLoader."""
+
+    def __init__(self, data_source: Optional[Sized] = None) -> None:
+        pass
+
+    def __iter__(self) -> Iterator[T_co]:
+        raise NotImplementedError
+
+
+class SequentialSampler(Sampler[int]):
+    """0, 1, ..., len(data_source) - 1."""
+
+    def __init__(self, data_source: Sized) -> None:
+        self.data_source = data_source
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(range(len(self.data_source)))
+
+    def __len__(self) -> int:
+        return len(self.data_source)
+
+
+def _sampler_rng(generator: GeneratorLike, who: str) -> Optional[np.random.Generator]:
+    """A generator kept for the sampler's life (a new draw every epoch), or None: each epoch
+    draws from duograph's global generator (``dg.manual_seed``)."""
+    return None if generator is None else _make_rng(generator, who)
+
+
+def _check_num_samples(num_samples, who: str) -> None:
+    if isinstance(num_samples, bool) or not isinstance(num_samples, (int, np.integer)) \
+            or num_samples <= 0:
+        raise ValueError(f"{who}: num_samples should be a positive integer value, but got "
+                         f"num_samples={num_samples}")
+
+
+class RandomSampler(Sampler[int]):
+    """A random permutation of the indices every epoch, or ``num_samples`` indices drawn with
+    ``replacement``. The randomness is numpy's (``generator``: a numpy Generator or an int
+    seed; None draws from ``dg.manual_seed``'s generator), so the order is not PyTorch's."""
+
+    def __init__(self, data_source: Sized, replacement: bool = False,
+                 num_samples: Optional[int] = None, generator: GeneratorLike = None) -> None:
+        if not isinstance(replacement, bool):
+            raise TypeError(f"replacement should be a boolean value, but got "
+                            f"replacement={replacement}")
+        self.data_source, self.replacement = data_source, replacement
+        self._num_samples = num_samples
+        self.generator = generator
+        self._rng = _sampler_rng(generator, "RandomSampler")
+        _check_num_samples(self.num_samples, "RandomSampler")
+
+    @property
+    def num_samples(self) -> int:
+        return len(self.data_source) if self._num_samples is None else self._num_samples
+
+    def __iter__(self) -> Iterator[int]:
+        n = len(self.data_source)
+        rng = self._rng or _make_rng(None, "RandomSampler")
+        if self.replacement:
+            return iter(rng.integers(0, n, size=self.num_samples).tolist())
+        whole, rest = divmod(self.num_samples, n)
+        order = [i for _ in range(whole) for i in rng.permutation(n).tolist()]
+        return iter(order + rng.permutation(n).tolist()[:rest])
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+
+class SubsetRandomSampler(Sampler[int]):
+    """The given ``indices`` in a new random order every epoch."""
+
+    def __init__(self, indices: Sequence[int], generator: GeneratorLike = None) -> None:
+        self.indices = indices
+        self.generator = generator
+        self._rng = _sampler_rng(generator, "SubsetRandomSampler")
+
+    def __iter__(self) -> Iterator[int]:
+        rng = self._rng or _make_rng(None, "SubsetRandomSampler")
+        return iter([self.indices[i] for i in rng.permutation(len(self.indices)).tolist()])
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+
+class WeightedRandomSampler(Sampler[int]):
+    """``num_samples`` indices in [0, len(weights)) drawn with probabilities proportional to
+    ``weights`` (with ``replacement`` by default), a new draw every epoch; numpy's randomness
+    (see ``RandomSampler``)."""
+
+    def __init__(self, weights: Sequence[float], num_samples: int, replacement: bool = True,
+                 generator: GeneratorLike = None) -> None:
+        _check_num_samples(num_samples, "WeightedRandomSampler")
+        if not isinstance(replacement, bool):
+            raise ValueError(f"replacement should be a boolean value, but got "
+                             f"replacement={replacement}")
+        w = np.asarray(weights.numpy() if isinstance(weights, Tensor) else weights,
+                       dtype=np.float64)
+        if w.ndim != 1:
+            raise ValueError(f"weights should be a 1d sequence but given weights have shape "
+                             f"{tuple(w.shape)}")
+        if w.size == 0 or np.any(w < 0) or not np.all(np.isfinite(w)) or w.sum() <= 0:
+            raise ValueError("WeightedRandomSampler: weights must be finite, >= 0 and not all "
+                             "zero")
+        if not replacement and num_samples > w.size:
+            raise RuntimeError(f"WeightedRandomSampler: cannot sample n_sample > "
+                               f"prob_dist.size(-1) samples without replacement (found "
+                               f"num_samples={num_samples} and {w.size} weights)")
+        self.weights = w
+        self.num_samples, self.replacement = int(num_samples), replacement
+        self.generator = generator
+        self._rng = _sampler_rng(generator, "WeightedRandomSampler")
+
+    def __iter__(self) -> Iterator[int]:
+        rng = self._rng or _make_rng(None, "WeightedRandomSampler")
+        w = self.weights
+        if self.replacement:
+            return iter(rng.choice(len(w), size=self.num_samples, p=w / w.sum()).tolist())
+        # without replacement: an exponential race (as torch.multinomial), so indices of zero
+        # weight come last, in index order, once the others are drawn
+        with np.errstate(divide="ignore"):
+            keys = np.where(w > 0, rng.exponential(size=len(w)) / w, np.inf)
+        return iter(np.argsort(keys, kind="stable")[:self.num_samples].tolist())
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+
+class BatchSampler(Sampler[List[int]]):
+    """Groups the indices of ``sampler`` into lists of ``batch_size`` (the last one shorter
+    unless ``drop_last``); pass it to ``DataLoader(batch_sampler=...)``."""
+
+    def __init__(self, sampler: Iterable[int], batch_size: int, drop_last: bool) -> None:
+        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) \
+                or batch_size <= 0:
+            raise ValueError(f"batch_size should be a positive integer value, but got "
+                             f"batch_size={batch_size}")
+        if not isinstance(drop_last, bool):
+            raise ValueError(f"drop_last should be a boolean value, but got "
+                             f"drop_last={drop_last}")
+        self.sampler, self.batch_size, self.drop_last = sampler, int(batch_size), drop_last
+
+    def __iter__(self) -> Iterator[List[int]]:
+        it = iter(self.sampler)
+        while True:
+            batch = list(itertools.islice(it, self.batch_size))
+            if not batch or (self.drop_last and len(batch) < self.batch_size):
+                return
+            yield batch
+
+    def __len__(self) -> int:
+        n = len(self.sampler)
+        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+
 
 def _supported_array(arr: np.ndarray, who: str) -> np.ndarray:
     """``arr`` with a dtype duograph tensors can hold (see the module docstring)."""
@@ -397,6 +591,7 @@ class _WorkerFailure:
 
 
 _EXHAUSTED = "exhausted"   # an iterable worker's reply once its stream has ended
+_RESET = "reset"           # a task telling a persistent worker that a new epoch starts
 
 
 class _StopWorker(Exception):
@@ -482,6 +677,14 @@ def _worker_loop(fetcher: _Fetcher, index_queue, result_conn, stop, worker_id: i
                 continue
             if task is None:
                 break
+            if task == _RESET:    # a new epoch for a persistent worker: restart its stream
+                if is_iterable and init_failure is None:
+                    try:
+                        iterator = iter(fetcher.dataset)
+                    except Exception as e:
+                        init_failure = _WorkerFailure(worker_id, os.getpid(), type(e).__name__,
+                                                      traceback.format_exc())
+                continue
             task_id, indices = task
             if init_failure is not None:
                 send(task_id, "error", init_failure)
@@ -518,8 +721,11 @@ class DataLoader(Generic[T_co]):
             ``IterableDataset``.
         batch_size: samples per batch; None turns batching off (each sample converted alone).
         shuffle: visit a map-style dataset in a new random order every epoch.
-        sampler: an iterable of indices to visit instead (re-iterated each epoch); not with
-            ``shuffle``.
+        sampler: an iterable of indices to visit instead (re-iterated each epoch), such as a
+            ``RandomSampler`` or ``WeightedRandomSampler``; not with ``shuffle``.
+        batch_sampler: an iterable of lists of indices, one list per batch (a
+            ``BatchSampler``); excludes ``batch_size``, ``shuffle``, ``sampler`` and
+            ``drop_last``.
         drop_last: drop the last batch when it is smaller than ``batch_size`` (with workers and
             an IterableDataset, each worker drops its own last partial batch).
         collate_fn: turns a list of samples into a batch; default ``default_collate``. With
@@ -534,7 +740,12 @@ class DataLoader(Generic[T_co]):
             draws the next permutation from it. None: each epoch draws from duograph's global
             generator (``dg.manual_seed``).
         worker_init_fn: called with the worker id in each worker before it loads anything.
-        prefetch_factor: batches requested ahead per worker.
+        prefetch_factor: batches requested ahead per worker (None: 2; only with workers).
+        persistent_workers: keep the worker processes alive between epochs (each is seeded
+            once, when first started, as PyTorch); they stop when the loader is collected.
+        pin_memory, pin_memory_device: accepted for PyTorch compatibility; batches are CPU
+            tensors and pinning is a no-op.
+        in_order: accepted; batches always come in order.
         timeout: seconds to wait for one batch from the workers before raising (a batch that
             stops arriving halfway counts); 0 waits as long as the workers are alive.
         multiprocessing_context: a start method name ("spawn", "fork", "forkserver") or a
@@ -543,12 +754,15 @@ class DataLoader(Generic[T_co]):
     """
 
     def __init__(self, dataset: Dataset[T_co], batch_size: Optional[int] = 1,
-                 shuffle: bool = False, sampler: Optional[Iterable[int]] = None,
-                 drop_last: bool = False, collate_fn: Optional[Callable] = None,
-                 num_workers: int = 0, generator: GeneratorLike = None,
-                 seed: Optional[int] = None, worker_init_fn: Optional[Callable] = None,
-                 prefetch_factor: int = 2, timeout: float = 0,
-                 multiprocessing_context: Union[str, Any, None] = None) -> None:
+                 shuffle: Optional[bool] = None, sampler: Optional[Iterable[int]] = None,
+                 batch_sampler: Optional[Iterable[List[int]]] = None, num_workers: int = 0,
+                 collate_fn: Optional[Callable] = None, pin_memory: bool = False,
+                 drop_last: bool = False, timeout: float = 0,
+                 worker_init_fn: Optional[Callable] = None,
+                 multiprocessing_context: Union[str, Any, None] = None,
+                 generator: GeneratorLike = None, *, prefetch_factor: Optional[int] = None,
+                 persistent_workers: bool = False, pin_memory_device: str = "",
+                 in_order: bool = True, seed: Optional[int] = None) -> None:
         if batch_size is not None and (isinstance(batch_size, bool)
                                        or not isinstance(batch_size, (int, np.integer))
                                        or batch_size <= 0):
@@ -557,10 +771,27 @@ class DataLoader(Generic[T_co]):
         if not isinstance(num_workers, (int, np.integer)) or num_workers < 0:
             raise ValueError(f"DataLoader: num_workers must be an int >= 0, "
                              f"found {num_workers!r}")
+        if num_workers == 0 and prefetch_factor is not None:
+            raise ValueError("DataLoader: prefetch_factor option could only be specified in "
+                             "multiprocessing. let num_workers > 0 to enable multiprocessing, "
+                             "otherwise set prefetch_factor to None.")
+        if prefetch_factor is None:
+            prefetch_factor = 2
         if prefetch_factor < 1:
             raise ValueError(f"DataLoader: prefetch_factor must be >= 1, found {prefetch_factor}")
+        if persistent_workers and num_workers == 0:
+            raise ValueError("DataLoader: persistent_workers option needs num_workers > 0")
         if timeout < 0:
             raise ValueError(f"DataLoader: timeout must be >= 0, found {timeout}")
+        shuffle = bool(shuffle) if shuffle is not None else False
+        if batch_sampler is not None:
+            if batch_size != 1 or shuffle or sampler is not None or drop_last:
+                raise ValueError("DataLoader: batch_sampler option is mutually exclusive with "
+                                 "batch_size, shuffle, sampler, and drop_last")
+            if isinstance(dataset, IterableDataset):
+                raise ValueError("DataLoader with IterableDataset: expected unspecified "
+                                 "batch_sampler option")
+            batch_size = None
         self._is_iterable = isinstance(dataset, IterableDataset)
         if self._is_iterable and (shuffle or sampler is not None):
             raise ValueError("DataLoader: an IterableDataset decides its own order; shuffle= "
@@ -584,8 +815,13 @@ class DataLoader(Generic[T_co]):
         self._epoch = 0
         self.dataset = dataset
         self.batch_size = None if batch_size is None else int(batch_size)
-        self.shuffle = bool(shuffle)
+        self.shuffle = shuffle
         self.sampler = sampler
+        self.batch_sampler = batch_sampler
+        self.pin_memory, self.pin_memory_device = bool(pin_memory), pin_memory_device
+        self.persistent_workers = bool(persistent_workers)
+        self.in_order = in_order
+        self._persistent_iter: Optional["_MultiProcessIter"] = None
         self.drop_last = bool(drop_last)
         self.num_workers = int(num_workers)
         self.worker_init_fn = worker_init_fn
@@ -595,17 +831,25 @@ class DataLoader(Generic[T_co]):
         if collate_fn is None or collate_fn is default_collate:
             # Collate to numpy (cheap to send between processes); make tensors at the end.
             self.collate_fn = default_collate
-            self._fetcher = _Fetcher(dataset, self.batch_size, self.drop_last,
+            self._fetcher = _Fetcher(dataset, self._fetch_size, self.drop_last,
                                      numpy_collate, numpy_convert)
             self._finish = arrays_to_tensors
         else:
             self.collate_fn = collate_fn
-            self._fetcher = _Fetcher(dataset, self.batch_size, self.drop_last,
+            self._fetcher = _Fetcher(dataset, self._fetch_size, self.drop_last,
                                      collate_fn, _identity)
             self._finish = _identity
 
+    @property
+    def _fetch_size(self) -> Optional[int]:
+        """The fetcher's batch size: a batch sampler's lists are collated whatever their
+        length (any int does), no batching is None."""
+        return 1 if self.batch_sampler is not None else self.batch_size
+
     def __len__(self) -> int:
         """Number of batches per epoch (for an IterableDataset, from its ``__len__``)."""
+        if self.batch_sampler is not None:
+            return len(self.batch_sampler)
         source = self.sampler if self.sampler is not None else self.dataset
         try:
             n = len(source)
@@ -633,6 +877,14 @@ class DataLoader(Generic[T_co]):
         order = None if self._is_iterable else self._epoch_order(epoch)
         if self.num_workers == 0:
             return self._single_process_iter(order)
+        if self.persistent_workers:
+            it = self._persistent_iter
+            if it is not None and not it._shut_down:
+                it._reset(self, order)
+                return it
+            it = self._persistent_iter = _MultiProcessIter(self, order,
+                                                           self._worker_base_seed(epoch))
+            return it
         return _MultiProcessIter(self, order, self._worker_base_seed(epoch))
 
     # -- epoch plan ------------------------------------------------------------------------------
@@ -658,7 +910,12 @@ class DataLoader(Generic[T_co]):
         return int(np.random.SeedSequence(words).generate_state(1, np.uint64)[0] >> 2)
 
     def _index_batches(self, order: Iterable[int]) -> Iterator[List[int]]:
-        """The lists of indices that make the batches of an epoch visiting ``order``."""
+        """The lists of indices that make the batches of an epoch visiting ``order`` (or the
+        lists the batch sampler gives)."""
+        if self.batch_sampler is not None:
+            for batch in self.batch_sampler:
+                yield [int(i) for i in batch]
+            return
         order = iter(order)
         size = 1 if self.batch_size is None else self.batch_size
         while True:
@@ -770,6 +1027,9 @@ class _MultiProcessIter:
         self._is_iterable = loader._is_iterable
         self._finish = loader._finish
         self._timeout = loader.timeout
+        self._persistent = loader.persistent_workers
+        self._prefetch = loader.prefetch_factor
+        self._epoch_start = 0    # results of tasks numbered below this belong to an old epoch
         self._batches = None if self._is_iterable else loader._index_batches(order)
         self._shut_down = False
         self._workers: list = []
@@ -812,9 +1072,29 @@ class _MultiProcessIter:
         self._receive_id = 0     # id of the next batch to yield
         self._task_worker: dict = {}   # task id -> (worker id, indices), until yielded
         self._buffer: dict = {}        # task id -> (status, payload), arrived early
-        for _ in range(loader.prefetch_factor * num_workers):
+        self._fill()
+
+    def _fill(self) -> None:
+        for _ in range(self._prefetch * len(self._workers)):
             if not self._send_task():
                 break
+
+    def _reset(self, loader: "DataLoader", order: Optional[Iterable[int]]) -> None:
+        """Start a new epoch on the same (persistent) workers. Results still due from an
+        epoch left unfinished are dropped when they arrive; an iterable dataset's workers
+        restart their streams."""
+        self._finish = loader._finish
+        self._epoch_start = self._send_id
+        self._receive_id = self._send_id
+        self._buffer.clear()
+        self._task_worker.clear()
+        if self._is_iterable:
+            for q in self._index_queues:
+                q.put(_RESET)
+            self._active = [True] * len(self._workers)
+        else:
+            self._batches = loader._index_batches(order)
+        self._fill()
 
     def __iter__(self) -> "_MultiProcessIter":
         return self
@@ -841,7 +1121,8 @@ class _MultiProcessIter:
     def __next__(self) -> Any:
         while True:
             if self._shut_down or self._receive_id == self._send_id:
-                self._shutdown()
+                if not self._persistent:
+                    self._shutdown()
                 raise StopIteration
             task_id = self._receive_id
             while task_id not in self._buffer:
@@ -878,8 +1159,9 @@ class _MultiProcessIter:
                     worker_id, inbox = by_fd[handle]
                     for frame in inbox.read():
                         received_id, status, payload = self._unpickle(frame, worker_id)
-                        self._buffer[received_id] = (status, payload)
-                        received = True
+                        if received_id >= self._epoch_start:
+                            self._buffer[received_id] = (status, payload)
+                            received = True
             for handle in ready:
                 if handle in by_sentinel:
                     self._worker_died(by_sentinel[handle], task_id)

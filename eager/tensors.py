@@ -18,6 +18,7 @@ import numpy as np
 from ..graphlib import dtypes
 from ..graphlib.dispatch import Scalar, register_handler, set_default_handler
 from ..graphlib.errors import DTypeError, DuographError, ShapeError
+from ..graphlib.aliases import accept_axis
 from ..graphlib.ir import ConstArray, Node
 from ..graphlib.kernels import run_kernel
 from ..graphlib.methods import TensorMethods
@@ -1292,3 +1293,8 @@ register_handler(Tensor, eager_apply, _capture_into_graph)
 register_handler(Parameter, eager_apply, _capture_into_graph)
 set_default_handler(eager_apply)
 _ = ConstArray  # re-exported type used by record()
+
+# axis=/keepdims= for the methods Tensor defines itself (TensorMethods has its own)
+for _name in ("any", "all"):
+    setattr(Tensor, _name, accept_axis(vars(Tensor)[_name]))
+del _name

@@ -182,7 +182,8 @@ def composite_vjp(formula: Callable, cts: Sequence, ins: Sequence,
     its gradient are traced once on placeholders of the operands' types (as JAX traces a
     jaxpr), and the nodes the gradient needs are replayed on the operands themselves,
     building graph nodes for Values and running eagerly (recording a tape when gradients
-    are on) for tensors. For fused ops whose gradient of the gradient is rarely needed."""
+    are on) for tensors. For fused ops whose gradient of the gradient is rarely needed.
+    A cotangent given as None counts as zero (no seed)."""
     from .ir import Graph
     from .types import TensorType
     scratch = Graph("composite_vjp")
@@ -192,8 +193,11 @@ def composite_vjp(formula: Callable, cts: Sequence, ins: Sequence,
         outs = formula(*phs)
         ct_phs = [scratch.add_input(f"c{k}", TensorType(tuple(o.shape), o.dtype))
                   for k, o in enumerate(outs)]
-        seeds = {value_key(o): c for o, c, ct in zip(outs, ct_phs, cts)
-                 if not is_zero_cotangent(ct)}
+        seeds: Dict[object, object] = {}
+        for o, c, ct in zip(outs, ct_phs, cts):
+            if ct is not None and not is_zero_cotangent(ct):
+                k = value_key(o)      # an output returned twice gets both cotangents
+                seeds[k] = c if k not in seeds else seeds[k] + c
         wrt = [p for p, need in zip(phs, needs) if need]
         got = backward_pass(list(scratch.nodes), seeds, wrt=wrt)
     wanted = [got.get(value_key(p)) if need else None for p, need in zip(phs, needs)]
@@ -205,7 +209,7 @@ def composite_vjp(formula: Callable, cts: Sequence, ins: Sequence,
             needed.add(node)
             stack.extend(x.node for x in node.inputs if x.node is not None)
     env = dict(zip(phs, ins))
-    env.update(zip(ct_phs, cts))
+    env.update((p, c) for p, c in zip(ct_phs, cts) if c is not None)
     for node in scratch.nodes:
         if node not in needed:
             continue

@@ -143,7 +143,7 @@ def apply(op, inputs, attrs):
         if t is Value:
             if graph is None:
                 graph = x.graph
-            elif x.graph is not graph:
+            elif x.graph is not graph and not _tracing():
                 other = x.graph.name if x.graph is not None else None
                 raise GraphError(
                     f"{op.name}: operands belong to different graphs "
@@ -156,8 +156,9 @@ def apply(op, inputs, attrs):
                 handler = _handler_for(x)
     if numbers:
         inputs = _coerce_scalars(op, inputs)
-    if graph is None:
-        graph = current_graph()
+    cur = current_graph()
+    if graph is None or (cur is not None and cur.captures is not None):
+        graph = cur     # a body being traced reads outside values as captures
     if graph is not None:
         return build(graph, op, inputs, attrs)
     if handler is not None:
@@ -193,8 +194,18 @@ def constant_value(graph: Graph, value, dtype: Optional[str] = None) -> Value:
     return v
 
 
+def _tracing() -> bool:
+    """Whether a control-flow body is being traced (it captures outside values)."""
+    cur = current_graph()
+    return cur is not None and cur.captures is not None
+
+
 def as_value(x, graph: Graph, dtype: Optional[str] = None) -> Value:
     """Turn one operand into a Value of ``graph``."""
+    if graph.captures is not None and not isinstance(x, (Scalar, np.ndarray, np.generic)) \
+            and not _is_number(x) and not isinstance(x, (list, tuple)) \
+            and getattr(x, "graph", None) is not graph:
+        return graph.captures.capture(graph, x)
     if isinstance(x, Value):
         if x.graph is not graph:
             raise GraphError(f"a Value of graph {x.graph.name!r} was used in graph "

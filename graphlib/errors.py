@@ -72,6 +72,29 @@ def located(message: str) -> str:
     return f"{message}\n  in: {source}" if source else message
 
 
+def composite(name: str):
+    """Decorator for a public op function written with other ops (``argsort`` with ``sort``,
+    ``max_pool1d`` with ``max_pool2d``): an error an inner op raises names that op, so it is
+    re-raised (same class, same traceback) naming the function the user called first:
+    ``argsort: sort: expected input to be a tensor...``; a message that already starts with
+    ``name:`` is left alone, and so is any other exception."""
+    import functools
+    prefix = f"{name}:"
+
+    def wrap(fn):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            try:
+                return fn(*args, **kwargs)
+            except (DuographError, TypeError, ValueError, IndexError, RuntimeError,
+                    NotImplementedError) as e:
+                if e.args and isinstance(e.args[0], str) and not e.args[0].startswith(prefix):
+                    e.args = (located(f"{name}: {e.args[0]}"),) + e.args[1:]
+                raise
+        return wrapper
+    return wrap
+
+
 def op_error(cls, op: str, message: str, source=None, detail: str = ""):
     """Build an error for `op` that points at the user's line."""
     where = f"\n  in: {source}" if source else ""

@@ -4,6 +4,9 @@ from __future__ import annotations
 from collections import namedtuple
 
 from .ops.conv import adaptive_avg_pool2d, avg_pool2d, conv2d, max_pool2d  # noqa: F401
+from .ops.conv import (avg_pool1d, avg_pool3d, conv1d, conv3d, conv_transpose1d,  # noqa: F401
+                       conv_transpose2d, conv_transpose3d, max_pool1d, max_pool3d)
+from .ops.resample import pixel_shuffle, pixel_unshuffle  # noqa: F401
 from .ops.creation import (arange, bernoulli, constant, eye, full, full_like, linspace,  # noqa
                            normal, ones, ones_like, rand, randint, randn, uniform, zeros,
                            zeros_like)
@@ -33,21 +36,29 @@ from .ops.shape import (broadcast_to, cat, chunk, concatenate, expand, flatten, 
                         gather, getitem, index_add, index_select, pad, permute, reshape,
                         scatter_add, split, squeeze, stack, sum_to, transpose, unsqueeze)
 
+from .ops.norms import norm  # noqa: F401
+from .ops.scan import cummax, cummin, cumprod, cumsum, logcumsumexp  # noqa: F401
+from .ops.sorting import (allclose, argsort, equal, isclose, kthvalue, median,  # noqa: F401
+                          mode, sort, topk, unique)
+
 MaxMin = namedtuple("MaxMin", ["values", "indices"])
+# the (values, indices) pairs, named as torch.return_types names them (subclasses of MaxMin)
+_max_result = type("max", (MaxMin,), {"__slots__": ()})
+_min_result = type("min", (MaxMin,), {"__slots__": ()})
 
 
 def max(x, dim=None, keepdim: bool = False):
     """``max(x)`` is the largest element; ``max(x, dim)`` gives (values, indices) as PyTorch."""
     if dim is None:
         return amax(x)
-    return MaxMin(amax(x, dim, keepdim), argmax(x, dim, keepdim))
+    return _max_result(amax(x, dim, keepdim), argmax(x, dim, keepdim))
 
 
 def min(x, dim=None, keepdim: bool = False):
     """``min(x)`` is the smallest element; ``min(x, dim)`` gives (values, indices)."""
     if dim is None:
         return amin(x)
-    return MaxMin(amin(x, dim, keepdim), argmin(x, dim, keepdim))
+    return _min_result(amin(x, dim, keepdim), argmin(x, dim, keepdim))
 
 
 subtract, multiply, divide, true_divide = sub, mul, div, div
@@ -79,4 +90,13 @@ __all__ = ["adaptive_avg_pool2d", "avg_pool2d", "conv2d", "max_pool2d", "arange"
            "bitwise_right_shift", "cross", "diag", "diagonal", "einsum", "flip", "fliplr",
            "flipud", "ger", "meshgrid", "moveaxis", "movedim", "narrow", "outer",
            "repeat_interleave", "roll", "tensor_split", "tile", "trace", "tril", "triu",
-           "unflatten"]
+           "unflatten",
+           "conv1d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
+           "max_pool1d", "max_pool3d", "avg_pool1d", "avg_pool3d", "pixel_shuffle",
+           "pixel_unshuffle"]
+__all__ += ["cumsum", "cumprod", "cummax", "cummin", "logcumsumexp", "sort", "argsort", "topk",
+            "kthvalue", "median", "mode", "unique", "norm", "isclose", "allclose", "equal"]
+
+# PyTorch accepts numpy's spellings axis= and keepdims= wherever dim= and keepdim= are
+from .aliases import add_axis_aliases as _add_axis_aliases  # noqa: E402
+_add_axis_aliases(globals(), __all__)

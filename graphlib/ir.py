@@ -322,6 +322,9 @@ class Graph:
         # names of passes that ran on this graph without preserving gradients (simplify
         # drops stop_gradient): autodiff refuses such a graph instead of a wrong answer
         self.gradient_blockers: List[str] = []
+        # set while a control-flow body is traced into this graph (``control.Captures``):
+        # values from outside that the body reads become new inputs instead of an error
+        self.captures = None
 
     # -- building ------------------------------------------------------------------------------
     def __enter__(self) -> "Graph":

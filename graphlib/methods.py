@@ -609,3 +609,80 @@ class TensorMethods:
     def tensor_split(self, indices_or_sections, dim=0):
         """``dg.tensor_split``: a tuple of parts (sections or split indices)."""
         return F.tensor_split(self, indices_or_sections, dim)
+    # scans, sorting, selection, norms and closeness (PyTorch's signatures) -----------------
+    def cumsum(self, dim, *, dtype=None):
+        """Cumulative sum along ``dim`` (integers sum to int64)."""
+        return F.cumsum(self, dim, dtype=dtype)
+
+    def cumprod(self, dim, *, dtype=None):
+        """Cumulative product along ``dim`` (integers multiply in int64)."""
+        return F.cumprod(self, dim, dtype=dtype)
+
+    def cummax(self, dim):
+        """Running maximum along ``dim``: ``(values, indices)``."""
+        return F.cummax(self, dim)
+
+    def cummin(self, dim):
+        """Running minimum along ``dim``: ``(values, indices)``."""
+        return F.cummin(self, dim)
+
+    def logcumsumexp(self, dim):
+        """log(cumsum(exp(x))) along ``dim``, computed stably."""
+        return F.logcumsumexp(self, dim)
+
+    def sort(self, dim=-1, descending=False, stable=False):
+        """Sort along ``dim``: ``(values, indices)`` (stable; NaN sorts as the largest)."""
+        return F.sort(self, dim, descending, stable=stable)
+
+    def argsort(self, dim=-1, descending=False, stable=False):
+        """The indices that sort the tensor along ``dim``."""
+        return F.argsort(self, dim, descending, stable=stable)
+
+    def topk(self, k, dim=-1, largest=True, sorted=True):
+        """The ``k`` largest (smallest) elements along ``dim``: ``(values, indices)``."""
+        return F.topk(self, k, dim, largest, sorted)
+
+    def kthvalue(self, k, dim=-1, keepdim=False):
+        """The ``k``-th smallest element along ``dim``: ``(values, indices)``."""
+        return F.kthvalue(self, k, dim, keepdim)
+
+    def median(self, dim=None, keepdim=False):
+        """The lower median of all elements, or ``(values, indices)`` along ``dim``."""
+        return F.median(self, dim, keepdim)
+
+    def mode(self, dim=-1, keepdim=False):
+        """The most frequent value along ``dim`` and its index: ``(values, indices)``."""
+        return F.mode(self, dim, keepdim)
+
+    def unique(self, sorted=True, return_inverse=False, return_counts=False, dim=None):
+        """The distinct elements (eager mode only; see ``dg.unique``)."""
+        return F.unique(self, sorted, return_inverse, return_counts, dim)
+
+    def norm(self, p="fro", dim=None, keepdim=False, dtype=None):
+        """``torch.norm``: the vector ``p``-norm over ``dim`` (all elements by default)."""
+        return F.norm(self, p, dim, keepdim, dtype)
+
+    def isclose(self, other, rtol=1e-05, atol=1e-08, equal_nan=False):
+        """Elementwise closeness as a bool tensor (see ``dg.isclose``)."""
+        return F.isclose(self, other, rtol, atol, equal_nan)
+
+    def allclose(self, other, rtol=1e-05, atol=1e-08, equal_nan=False):
+        """Whether every element is close to ``other``: a Python bool."""
+        return F.allclose(self, other, rtol, atol, equal_nan)
+
+    def equal(self, other):
+        """Whether ``other`` has the same shape and elements: a Python bool."""
+        return F.equal(self, other)
+
+
+def _add_axis_aliases(cls):
+    """``axis=``/``keepdims=`` wherever a method takes ``dim=``/``keepdim=`` (as PyTorch)."""
+    from .aliases import accept_axis
+    for name, fn in list(vars(cls).items()):
+        if callable(fn) and not isinstance(fn, type) and not name.startswith("__"):
+            new = accept_axis(fn)
+            if new is not fn:
+                setattr(cls, name, new)
+
+
+_add_axis_aliases(TensorMethods)

@@ -39,6 +39,14 @@ keyword of its OpDef, never a set of op names kept elsewhere:
 - ``external``: outputs are prepared once outside the memory arena and never written.
 - ``constant``: the op is the constant op (its value is ``attrs["value"]``).
 - ``random``: it reads a seed: never merged or dropped by passes.
+- ``static_region``: ``(node, consts) -> (region, inputs) or None``, for region ops whose
+  constant inputs (``consts[i]``: a numpy array, or None when input i is not constant)
+  decide that the node is one of its regions applied to some of its inputs (a ``cond``
+  with a constant predicate): constant folding inlines that region in place of the node.
+- ``loop_invariant_from``: ``(node) -> int``, for loop ops: the node's inputs from that
+  index on reach every region at the same positions, unchanged on every iteration, and
+  inputs appended at the end are more such values (loop-invariant code motion hoists body
+  nodes that read only them).
 """
 from __future__ import annotations
 
@@ -54,7 +62,7 @@ class OpDef:
                  "nondiff_inputs", "random", "multi_output",
                  "view", "returns_input", "vjp_reads_output", "saves_no_data",
                  "inplace_pairs", "epilogue_host", "cheap", "external", "constant",
-                 "attrs", "doc", "__weakref__")
+                 "static_region", "loop_invariant_from", "attrs", "doc", "__weakref__")
 
     def __init__(self, name: str, infer: Callable, kernel: Callable,
                  vjp: Optional[Callable] = None, *, expr: Optional[str] = None,
@@ -64,7 +72,8 @@ class OpDef:
                  vjp_reads_output: bool = False, saves_no_data: bool = False,
                  inplace_pairs: Optional[Callable] = None, epilogue_host: bool = False,
                  cheap: Optional[bool] = None, external: bool = False, constant: bool = False,
-                 attrs=None, doc: str = ""):
+                 static_region: Optional[Callable] = None,
+                 loop_invariant_from: Optional[Callable] = None, attrs=None, doc: str = ""):
         self.name = name
         self.infer = infer
         self.kernel = kernel
@@ -86,6 +95,8 @@ class OpDef:
         self.cheap = elementwise if cheap is None else cheap
         self.external = external
         self.constant = constant
+        self.static_region = static_region
+        self.loop_invariant_from = loop_invariant_from
         self.attrs = attrs              # the attribute schema (attrs.Attrs), or None
         self.doc = doc
 

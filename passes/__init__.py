@@ -8,6 +8,8 @@ kernels, planned bytes, time). The passes, one file each:
   algebraic simplification (small pattern -> replacement rules);
 - ``fusion.py``: elementwise fusion into ``fused`` nodes (chains, trees, siblings, epilogues
   after matmul and reductions), never creating a cycle;
+- ``loops.py``: loop-invariant code motion out of loop bodies (ops declaring
+  ``loop_invariant_from``);
 - ``schedule.py``: memory-aware scheduling (another topological order with a lower peak);
 - ``remat.py``: rematerialisation under a memory budget (opt-in, not in O2);
 - ``memory.py``: liveness, the greedy-by-size arena planner and its verifier. The planner is
@@ -20,6 +22,7 @@ from .fusion import fuse_elementwise, fused_nodes
 from .manager import (PASSES, PIPELINES, PassManager, Pipeline, kernel_count, optimize,
                       pipeline_plans,
                       register_pass)
+from .loops import loop_invariant_code_motion
 from .memory import MemoryPlan, MemoryPlanError, plan_memory, verify_plan
 from .remat import rematerialize
 from .result import PassResult
@@ -30,4 +33,4 @@ __all__ = ["PassManager", "PassResult", "Pipeline", "pipeline_plans", "PASSES", 
            "kernel_count", "dead_code_elimination", "common_subexpression_elimination",
            "constant_folding", "algebraic_simplification", "fuse_elementwise", "fused_nodes",
            "memory_aware_schedule", "rematerialize", "plan_memory", "verify_plan",
-           "MemoryPlan", "MemoryPlanError"]
+           "MemoryPlan", "MemoryPlanError", "loop_invariant_code_motion"]

@@ -1,7 +1,7 @@
 """Cleanup passes: dead-code elimination, common-subexpression elimination, constant
 folding and algebraic simplification. Each takes a graph, rewrites it in place through the
 IR editing API (``Graph.create_node``/``replace_uses``/``erase``) and returns a
-``PassResult``. Dead-code elimination and CSE also work inside the regions nodes carry.
+``PassResult``. All four also work inside the regions nodes carry (loop bodies, branches).
 """
 from __future__ import annotations
 
@@ -89,6 +89,8 @@ def _cse(graph: Graph) -> int:
             continue
         for o, f in zip(node.outputs, first.outputs):
             graph.replace_uses(o, f)
+        # the kept node now stands for the merged one too
+        first.provenance = tuple(sorted(set(first.provenance) | set(node.provenance)))
         graph.erase(node)
         merged += 1
     return merged + _in_regions(graph, _cse)
@@ -125,8 +127,23 @@ def _constant_node(arr: np.ndarray, like: Node, graph: Graph) -> Node:
     return graph.create_node(REGISTRY["constant"], (), attrs, like=like, before=like)
 
 
+def _inline(graph: Graph, node: Node, region: Region, inputs) -> None:
+    """Replace ``node`` by copies of ``region``'s nodes applied to ``inputs``."""
+    env: Dict[Value, Value] = dict(zip(region.graph.inputs, inputs))
+    for n in region.graph.nodes:
+        new = graph.create_node(n.op, [env[x] for x in n.inputs], dict(n.attrs), like=n,
+                                before=node)
+        env.update(zip(n.outputs, new.outputs))
+    for o, r in zip(node.outputs, region.graph.outputs):
+        graph.replace_uses(o, env[r])
+    graph.erase(node)
+
+
 def constant_folding(graph: Graph) -> PassResult:
-    """Evaluate nodes whose inputs are all constants (small static results only).
+    """Evaluate nodes whose inputs are all constants (small static results only), in the
+    graph and in its regions, and
+    inline the region a region op's constant inputs choose (``OpDef.static_region``: a
+    ``cond`` with a constant predicate becomes its taken branch).
 
     Before: ``%0 = constant{2.0}; %1 = constant{3.0}; %2 = mul(%0, %1)``
     After:  ``%2' = constant{6.0}``
@@ -134,6 +151,12 @@ def constant_folding(graph: Graph) -> PassResult:
     folded = 0
     for node in list(graph.nodes):
         arrays = [_const_array(x) for x in node.inputs]
+        if node.op.static_region is not None and any(a is not None for a in arrays):
+            chosen = node.op.static_region(node, arrays)
+            if chosen is not None:
+                _inline(graph, node, *chosen)
+                folded += 1
+            continue
         foldable = (node.inputs and not node.op.random and not node.op.constant
                     and not node.regions
                     and all(a is not None for a in arrays)
@@ -152,6 +175,7 @@ def constant_folding(graph: Graph) -> PassResult:
             graph.replace_uses(o, _constant_node(r, node, graph).outputs[0])
         graph.erase(node)
         folded += 1
+    folded += _in_regions(graph, lambda body: constant_folding(body).changed)
     return PassResult(graph, folded > 0, [f"folded {folded} nodes"] if folded else [])
 
 
@@ -379,7 +403,8 @@ def algebraic_simplification(graph: Graph) -> PassResult:
     """Apply SIMPLIFY_RULES until none applies (each rule returns None, a Value that
     replaces the node's output, or a list of new nodes whose last output does). Rules
     expose new chances (x**2 -> x*x, then x*1 ...), so it sweeps to a fixed point, and warns
-    if ``SIMPLIFY_MAX_ROUNDS`` sweeps do not reach one.
+    if ``SIMPLIFY_MAX_ROUNDS`` sweeps do not reach one. Regions (loop bodies, branches) are
+    simplified too.
 
     Dropping ``stop_gradient`` changes what gradients mean: when it does, the result says
     so and the graph is marked, so ``dg.grad`` on it raises instead of being wrong.
@@ -397,6 +422,14 @@ def algebraic_simplification(graph: Graph) -> PassResult:
                       stacklevel=2)
     if total:
         _dce(graph)
+    blocked = []
+
+    def in_body(body: Graph) -> bool:
+        changed = algebraic_simplification(body).changed
+        blocked.extend(body.gradient_blockers)
+        return changed
+    total += _in_regions(graph, in_body)
+    stops += len(blocked)
     notes = [f"{total} rewrites"] if total else []
     if stops:
         notes.append(f"dropped {stops} stop_gradient")

@@ -23,6 +23,7 @@ from ..graphlib.ir import Graph
 from .cleanup import (algebraic_simplification, common_subexpression_elimination,
                       constant_folding, dead_code_elimination)
 from .fusion import fuse_elementwise
+from .loops import loop_invariant_code_motion
 from .memory import peak_live_bytes
 from .result import PassResult
 from .schedule import memory_aware_schedule
@@ -36,6 +37,7 @@ PASSES: Dict[str, PassFn] = {
     "simplify": algebraic_simplification,
     "fuse": fuse_elementwise,
     "schedule": memory_aware_schedule,
+    "licm": loop_invariant_code_motion,
 }
 
 class Pipeline:
@@ -62,8 +64,9 @@ class Pipeline:
 # The pipelines, in order. O2 grows with fusion and memory planning.
 PIPELINES: Dict[str, Pipeline] = {
     "O0": Pipeline([]),
-    "O1": Pipeline(["dce", "fold", "simplify", "cse", "dce"]),
-    "O2": Pipeline(["dce", "fold", "simplify", "cse", "simplify", "dce", "fuse", "schedule"],
+    "O1": Pipeline(["dce", "fold", "simplify", "cse", "licm", "dce"]),
+    "O2": Pipeline(["dce", "fold", "simplify", "cse", "licm", "simplify", "dce", "fuse",
+                    "schedule"],
                    plan=True),
 }
 

@@ -957,11 +957,19 @@ def _index_add_ref(x, dim, index, src):
     return out
 
 
-def _pad_ref(x, pad, value=0.0):
+def _pad_ref(x, pad, value=0.0, mode="constant"):
+    """Crop the negative amounts, then np.pad the rest (PyTorch's order for every mode)."""
     width = [(0, 0)] * x.ndim
+    crop = [slice(None)] * x.ndim
     for k in range(len(pad) // 2):
-        width[x.ndim - 1 - k] = (pad[2 * k], pad[2 * k + 1])
-    return np.pad(x, width, constant_values=value)
+        lo, hi = pad[2 * k], pad[2 * k + 1]
+        width[x.ndim - 1 - k] = (max(lo, 0), max(hi, 0))
+        crop[x.ndim - 1 - k] = slice(max(-lo, 0), x.shape[x.ndim - 1 - k] + min(hi, 0))
+    x = x[tuple(crop)]
+    if mode == "constant":
+        return np.pad(x, width, constant_values=value)
+    return np.pad(x, width, mode={"reflect": "reflect", "replicate": "edge",
+                                  "circular": "wrap"}[mode])
 
 
 def _getitem_ref(x, index):
@@ -1159,14 +1167,26 @@ def _shape_ops() -> List[OpInfo]:
             Sample("last", (rand(2, 3), (1, 2))),
             Sample("two", (rand(2, 3), (1, 0, 0, 2)), {"value": 1.5}),
             Sample("3d", (rand(2, 2, 2), [0, 1])),
-            Sample("i64", (ints(2,), (2, 1)), {"value": 7})],
+            Sample("i64", (ints(2,), (2, 1)), {"value": 7}),
+            Sample("crop", (rand(2, 5), (-1, 2, 1, -1)), {"value": 0.5}),
+            Sample("reflect", (rand(2, 3, 4), (2, 3)), {"mode": "reflect"}),
+            Sample("reflect_crop", (rand(1, 2, 4, 5), (2, -1, -1, 2)), {"mode": "reflect"}),
+            Sample("replicate", (rand(1, 2, 2, 3, 3), (1, 2, 0, 1, 2, 0)),
+                   {"mode": "replicate"}),
+            Sample("circular", (rand(2, 2, 3, 4), (3, 1, -1, 2)), {"mode": "circular"}),
+            Sample("circular_crop", (rand(2, 6), (-2, 3)), {"mode": "circular"})],
             _pad_ref, differentiable=True, errors=[
                 ErrorCase("odd", (rand(2, 3), (1, 2, 3)), {}, dg.ShapeError, "pairs"),
-                ErrorCase("negative", (rand(2, 3), (-1, 0)), {}, dg.ShapeError, "negative"),
+                ErrorCase("negative", (rand(2, 3), (-2, -2)), {}, dg.ShapeError,
+                          "negative size"),
                 ErrorCase("float", (rand(2, 3), (1.0, 1)), {}, TypeError,
                           "expected a sequence of ints"),
-                ErrorCase("mode", (rand(2, 3), (1, 1)), {"mode": "reflect"}, ValueError,
-                          "only mode='constant'")]),
+                ErrorCase("mode", (rand(2, 3), (1, 1)), {"mode": "wrap"}, ValueError,
+                          "expected mode to be one of"),
+                ErrorCase("rank", (rand(3), (1, 1)), {"mode": "reflect"},
+                          NotImplementedError, "last 1, 2 or 3 dims"),
+                ErrorCase("reflect_size", (rand(1, 3), (3, 0)), {"mode": "reflect"},
+                          dg.ShapeError, "less than the size")]),
     ]
 
 
@@ -1524,8 +1544,420 @@ def _conv() -> List[OpInfo]:
     ]
 
 
+# -- N-d convolution, pooling and resampling (numpy references written out directly) ----------
+def _tuple(v, n):
+    return tuple(v) if isinstance(v, (tuple, list)) else (v,) * n
+
+
+def _unbatched_ref(fn, spatial):
+    """A reference for (N, C, *spatial) input that also takes an unbatched (C, *spatial)."""
+    def ref(x, *args, **kwargs):
+        if x.ndim == spatial + 1:
+            out = fn(x[None], *args, **kwargs)
+            return tuple(o[0] for o in out) if isinstance(out, tuple) else out[0]
+        return fn(x, *args, **kwargs)
+    return ref
+
+
+def _offsets_nd(kernel):
+    return np.ndindex(*kernel)
+
+
+def _taps_nd(x, offset, stride, dilation, out):
+    """The (N, C, *out) slice of ``x`` that kernel ``offset`` sees."""
+    index = [slice(None), slice(None)]
+    for k, s, d, o in zip(offset, stride, dilation, out):
+        index.append(slice(k * d, k * d + s * (o - 1) + 1, s))
+    return x[tuple(index)]
+
+
+def _conv_nd_ref(x, w, b=None, stride=1, padding=0, dilation=1, groups=1):
+    n = w.ndim - 2
+    kernel, stride, dilation = w.shape[2:], _tuple(stride, n), _tuple(dilation, n)
+    if padding == "same":
+        pads = [(d * (k - 1) // 2, d * (k - 1) - d * (k - 1) // 2)
+                for k, d in zip(kernel, dilation)]
+    else:
+        pads = [(p, p) for p in _tuple(0 if padding == "valid" else padding, n)]
+    x = np.pad(x, [(0, 0), (0, 0)] + pads)
+    out = [(size - d * (k - 1) - 1) // s + 1
+           for size, k, s, d in zip(x.shape[2:], kernel, stride, dilation)]
+    res = np.zeros((x.shape[0], w.shape[0], *out), dtype=np.result_type(x, w))
+    cin, cout = x.shape[1] // groups, w.shape[0] // groups
+    for g in range(groups):
+        xs, ws = x[:, g * cin:(g + 1) * cin], w[g * cout:(g + 1) * cout]
+        for off in _offsets_nd(kernel):
+            patch = _taps_nd(xs, off, stride, dilation, out)
+            res[:, g * cout:(g + 1) * cout] += np.einsum(
+                "nc...,oc->no...", patch, ws[(slice(None), slice(None)) + off])
+    if b is not None:
+        res = res + b.reshape((1, -1) + (1,) * n)
+    return res
+
+
+def _conv_transpose_nd_ref(x, w, b=None, stride=1, padding=0, output_padding=0, groups=1,
+                           dilation=1):
+    """Each input element scatters weight * value to i*stride + k*dilation - padding."""
+    n = w.ndim - 2
+    stride, padding = _tuple(stride, n), _tuple(padding, n)
+    output_padding, dilation = _tuple(output_padding, n), _tuple(dilation, n)
+    kernel, size = w.shape[2:], x.shape[2:]
+    full = [(i - 1) * s + d * (k - 1) + 1 + op
+            for i, s, d, k, op in zip(size, stride, dilation, kernel, output_padding)]
+    cin, cout = x.shape[1] // groups, w.shape[1]
+    res = np.zeros((x.shape[0], cout * groups, *full), dtype=np.result_type(x, w))
+    for g in range(groups):
+        xs, ws = x[:, g * cin:(g + 1) * cin], w[g * cin:(g + 1) * cin]
+        for off in _offsets_nd(kernel):
+            contrib = np.einsum("nc...,co->no...", xs, ws[(slice(None), slice(None)) + off])
+            index = [slice(None), slice(g * cout, (g + 1) * cout)]
+            for k, s, d, i in zip(off, stride, dilation, size):
+                index.append(slice(k * d, k * d + s * (i - 1) + 1, s))
+            res[tuple(index)] += contrib
+    out_sizes = [(i - 1) * s - 2 * p + d * (k - 1) + op + 1 for i, s, p, d, k, op in
+                 zip(size, stride, padding, dilation, kernel, output_padding)]
+    crop = [slice(None), slice(None)] + [slice(p, p + o) for p, o in zip(padding, out_sizes)]
+    res = res[tuple(crop)]
+    if b is not None:
+        res = res + b.reshape((1, -1) + (1,) * n)
+    return res
+
+
+def _pool_nd_ref(kind, n):
+    def ref(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+            count_include_pad=True, return_indices=False):
+        kernel = _tuple(kernel_size, n)
+        stride = kernel if stride is None else _tuple(stride, n)
+        pad, dil = _tuple(padding, n), _tuple(dilation, n)
+        out = [_pool_out(x.shape[2 + a], kernel[a], stride[a], pad[a], dil[a], ceil_mode)
+               for a in range(n)]
+        extra = [max(0, (o - 1) * s + d * (k - 1) + 1 - size - p) for o, s, d, k, size, p in
+                 zip(out, stride, dil, kernel, x.shape[2:], pad)]
+        width = [(0, 0), (0, 0)] + [(p, e) for p, e in zip(pad, extra)]
+        if kind == "max":
+            xp = np.pad(x, width, constant_values=-np.inf)
+            return np.max([_taps_nd(xp, off, stride, dil, out)
+                           for off in _offsets_nd(kernel)], axis=0)
+        total = sum(_taps_nd(np.pad(x, width), off, stride, dil, out)
+                    for off in _offsets_nd(kernel))
+        # PyTorch's divisor: the window clipped to the padded input (or to the input)
+        count = np.ones(out)
+        for a in range(n):
+            start = np.arange(out[a]) * stride[a] - pad[a]
+            end = np.minimum(start + kernel[a], x.shape[2 + a] + pad[a])
+            if not count_include_pad:
+                start, end = np.maximum(start, 0), np.minimum(end, x.shape[2 + a])
+            shape = [1] * n
+            shape[a] = -1
+            count = count * (end - start).reshape(shape)
+        return total / count
+    return ref
+
+
+def _max_pool1d_ref(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+                    return_indices=False):
+    out = _unbatched_ref(_pool_nd_ref("max", 1), 1)(x, kernel_size, stride, padding, dilation,
+                                                     ceil_mode)
+    if not return_indices:
+        return out
+    # the index of each window's maximum (distinct samples: no ties)
+    flat = x.reshape(-1, x.shape[-1])
+    pos = np.array([[int(np.flatnonzero(row == v)[0]) for v in outs]
+                    for row, outs in zip(flat, out.reshape(-1, out.shape[-1]))])
+    return out, pos.reshape(out.shape)
+
+
+def _pixel_shuffle_ref(x, upscale_factor):
+    r = upscale_factor
+    *lead, c, h, w = x.shape
+    y = x.reshape(*lead, c // (r * r), r, r, h, w)
+    y = np.moveaxis(y, (-4, -3), (-3, -1))            # (..., C, H, r, W, r)
+    return y.reshape(*lead, c // (r * r), h * r, w * r)
+
+
+def _pixel_unshuffle_ref(x, downscale_factor):
+    r = downscale_factor
+    *lead, c, h, w = x.shape
+    y = x.reshape(*lead, c, h // r, r, w // r, r)
+    y = np.moveaxis(y, (-3, -1), (-4, -3))            # (..., C, r, r, H/r, W/r)
+    return y.reshape(*lead, c * r * r, h // r, w // r)
+
+
+def _conv_nd() -> List[OpInfo]:
+    if not hasattr(F, "conv3d"):
+        return []
+    conv1 = _unbatched_ref(_conv_nd_ref, 1)
+    conv3 = _unbatched_ref(_conv_nd_ref, 3)
+    tconv1 = _unbatched_ref(_conv_transpose_nd_ref, 1)
+    tconv2 = _unbatched_ref(_conv_transpose_nd_ref, 2)
+    tconv3 = _unbatched_ref(_conv_transpose_nd_ref, 3)
+    return [
+        OpInfo("conv1d", F.conv1d, [
+            Sample("plain", (rand(2, 2, 6), rand(3, 2, 3), rand(3))),
+            Sample("all", (rand(1, 4, 9), rand(4, 2, 2)),
+                   {"stride": 2, "padding": 1, "dilation": 2, "groups": 2}),
+            Sample("same_unbatched", (rand(2, 5), rand(2, 2, 4)), {"padding": "same"})],
+            conv1, tol=dict(LOOSE_TOL), differentiable=True, errors=[
+                ErrorCase("weight", (rand(1, 2, 5), rand(2, 2, 3, 3)), {}, dg.ShapeError,
+                          "3-D weight")]),
+        OpInfo("conv3d", F.conv3d, [
+            Sample("plain", (rand(1, 2, 3, 4, 3), rand(2, 2, 2, 2, 2), rand(2))),
+            Sample("all", (rand(1, 4, 4, 3, 4), rand(2, 2, 2, 1, 2)),
+                   {"stride": (2, 1, 1), "padding": (1, 0, 1), "dilation": (1, 1, 2),
+                    "groups": 2}),
+            Sample("same_unbatched", (rand(1, 3, 3, 3), rand(1, 1, 2, 3, 2)),
+                   {"padding": "same"})],
+            conv3, tol=dict(LOOSE_TOL), differentiable=True, errors=[
+                ErrorCase("channels", (rand(1, 3, 2, 2, 2), rand(1, 2, 1, 1, 1)), {},
+                          dg.ShapeError, "channels")]),
+        OpInfo("conv_transpose1d", F.conv_transpose1d, [
+            Sample("plain", (rand(2, 2, 4), rand(2, 3, 3), rand(3))),
+            Sample("all", (rand(1, 4, 3), rand(4, 1, 2)),
+                   {"stride": 3, "padding": 1, "output_padding": 2, "groups": 2,
+                    "dilation": 2}),
+            Sample("unbatched", (rand(2, 3), rand(2, 1, 2)), {"stride": 2})],
+            tconv1, tol=dict(LOOSE_TOL), differentiable=True),
+        OpInfo("conv_transpose2d", F.conv_transpose2d, [
+            Sample("plain", (rand(2, 2, 3, 3), rand(2, 3, 2, 2), rand(3))),
+            Sample("all", (rand(1, 4, 3, 2), rand(4, 1, 3, 2)),
+                   {"stride": (2, 3), "padding": (1, 0), "output_padding": (1, 2),
+                    "groups": 2, "dilation": (1, 2)}),
+            Sample("outpad_over_pad", (rand(1, 1, 2, 2), rand(1, 2, 3, 3)),
+                   {"stride": 3, "padding": 1, "output_padding": 2})],
+            tconv2, tol=dict(LOOSE_TOL), differentiable=True, errors=[
+                ErrorCase("output_padding", (rand(1, 1, 2, 2), rand(1, 1, 2, 2)),
+                          {"stride": 2, "output_padding": 2}, dg.ShapeError,
+                          "output_padding")]),
+        OpInfo("conv_transpose3d", F.conv_transpose3d, [
+            Sample("plain", (rand(1, 2, 2, 2, 2), rand(2, 1, 2, 2, 2), rand(1))),
+            Sample("all", (rand(1, 2, 2, 3, 2), rand(2, 1, 3, 2, 2)),
+                   {"stride": (2, 1, 2), "padding": (1, 0, 1), "output_padding": (1, 0, 1),
+                    "groups": 2, "dilation": (2, 1, 1)})],
+            tconv3, tol=dict(LOOSE_TOL), differentiable=True),
+        OpInfo("max_pool1d", F.max_pool1d, [
+            Sample("k2", (distinct(2, 2, 6), 2)),
+            Sample("all", (distinct(1, 2, 9), 3),
+                   {"stride": 2, "padding": 1, "dilation": 2, "ceil_mode": True}),
+            Sample("indices", (distinct(2, 7), 3), {"stride": 2, "return_indices": True})],
+            _max_pool1d_ref, differentiable=True),
+        OpInfo("max_pool3d", F.max_pool3d, [
+            Sample("k2", (distinct(1, 2, 4, 4, 4), 2)),
+            Sample("all", (distinct(1, 1, 5, 4, 5), (3, 2, 2)),
+                   {"stride": (2, 1, 2), "padding": (1, 0, 1), "dilation": (1, 2, 1),
+                    "ceil_mode": True}),
+            Sample("unbatched", (distinct(2, 3, 3, 3), 2), {"stride": 1})],
+            _unbatched_ref(_pool_nd_ref("max", 3), 3), differentiable=True, errors=[
+                ErrorCase("padding", (rand(1, 1, 4, 4, 4), 2), {"padding": 2},
+                          dg.ShapeError, "at most half")]),
+        OpInfo("avg_pool1d", F.avg_pool1d, [
+            Sample("k2", (rand(2, 2, 6), 2)),
+            Sample("all", (rand(1, 2, 10), 4),
+                   {"stride": 3, "padding": 2, "ceil_mode": True}),
+            Sample("no_pad_count", (rand(2, 9), 3),
+                   {"stride": 2, "padding": 1, "ceil_mode": True,
+                    "count_include_pad": False})],
+            _unbatched_ref(lambda x, k, stride=None, padding=0, ceil_mode=False,
+                           count_include_pad=True: _pool_nd_ref("avg", 1)(
+                               x, k, stride, padding, 1, ceil_mode, count_include_pad), 1),
+            differentiable=True),
+        OpInfo("avg_pool3d", F.avg_pool3d, [
+            Sample("k2", (rand(1, 2, 4, 4, 4), 2)),
+            Sample("all", (rand(1, 1, 5, 4, 5), (3, 2, 3)),
+                   {"stride": 2, "padding": 1, "ceil_mode": True}),
+            Sample("no_pad_count", (rand(1, 3, 4, 5), 3),
+                   {"stride": 2, "padding": 1, "count_include_pad": False})],
+            _unbatched_ref(lambda x, k, stride=None, padding=0, ceil_mode=False,
+                           count_include_pad=True: _pool_nd_ref("avg", 3)(
+                               x, k, stride, padding, 1, ceil_mode, count_include_pad), 3),
+            differentiable=True),
+        OpInfo("pixel_shuffle", F.pixel_shuffle, [
+            Sample("r2", (rand(2, 8, 2, 3), 2)),
+            Sample("unbatched_r3", (rand(9, 1, 2), 3)),
+            Sample("lead_dims", (rand(2, 1, 4, 1, 2), 2))],
+            _pixel_shuffle_ref, differentiable=True, errors=[
+                ErrorCase("channels", (rand(1, 3, 2, 2), 2), {}, dg.ShapeError,
+                          "divisible")]),
+        OpInfo("pixel_unshuffle", F.pixel_unshuffle, [
+            Sample("r2", (rand(2, 2, 4, 6), 2)),
+            Sample("unbatched_r3", (rand(1, 3, 6), 3))],
+            _pixel_unshuffle_ref, differentiable=True, errors=[
+                ErrorCase("size", (rand(1, 1, 3, 4), 2), {}, dg.ShapeError, "divisible")]),
+    ]
+
+
+def _interp_matrix(size, out, mode, align_corners, scale):
+    """(out, size) matrix of one dim's interpolation weights, straight from the formulas."""
+    m = np.zeros((out, size))
+    ratio = (1.0 / scale) if scale else size / out
+    for i in range(out):
+        if mode in ("nearest", "nearest-exact"):
+            shift = 0.5 if mode == "nearest-exact" else 0.0
+            m[i, min(int(math.floor((i + shift) * ratio)), size - 1)] = 1.0
+            continue
+        if align_corners:
+            src = i * (size - 1) / (out - 1) if out > 1 else 0.0
+        else:
+            src = ratio * (i + 0.5) - 0.5
+            if mode != "bicubic":
+                src = max(src, 0.0)
+        f = math.floor(src)
+        t = src - f
+        if mode == "bicubic":
+            a = -0.75
+            ws = [((a * x - 5 * a) * x + 8 * a) * x - 4 * a if x > 1 else
+                  ((a + 2) * x - (a + 3)) * x * x + 1 for x in (t + 1, t, 1 - t, 2 - t)]
+            for k, w in enumerate(ws):
+                m[i, min(max(f - 1 + k, 0), size - 1)] += w
+        else:
+            f = min(f, size - 1)
+            m[i, f] += 1 - t
+            m[i, min(f + 1, size - 1)] += t
+    return m
+
+
+def _interpolate_ref(x, size=None, scale_factor=None, mode="nearest", align_corners=None,
+                     recompute_scale_factor=None):
+    n = x.ndim - 2
+    if size is not None:
+        sizes, scales = _tuple(size, n), [None] * n
+    else:
+        scales = list(_tuple(scale_factor, n))
+        sizes = [int(math.floor(s * f)) for s, f in zip(x.shape[2:], scales)]
+        if recompute_scale_factor:
+            scales = [None] * n
+    for a in range(n):
+        m = _interp_matrix(x.shape[2 + a], sizes[a], mode, align_corners, scales[a])
+        x = np.moveaxis(np.tensordot(x, m, axes=([2 + a], [1])), -1, 2 + a)
+    return x
+
+
+def _unfold_ref(x, kernel_size, dilation=1, padding=0, stride=1):
+    kernel, dil, pad, st = (_pair(kernel_size), _pair(dilation), _pair(padding),
+                            _pair(stride))
+    xp = np.pad(x, [(0, 0), (0, 0), (pad[0], pad[0]), (pad[1], pad[1])])
+    out = [(xp.shape[2 + a] - dil[a] * (kernel[a] - 1) - 1) // st[a] + 1 for a in range(2)]
+    cols = np.stack([w for _, _, w in _windows(xp, kernel, st, dil, out)], axis=2)
+    return cols.reshape(x.shape[0], -1, out[0] * out[1])
+
+
+def _fold_ref(x, output_size, kernel_size, dilation=1, padding=0, stride=1):
+    """The transpose of unfold: each column entry added where unfold read it."""
+    kernel, dil, pad, st = (_pair(kernel_size), _pair(dilation), _pair(padding),
+                            _pair(stride))
+    h, w = _pair(output_size)
+    c = x.shape[1] // (kernel[0] * kernel[1])
+    out = [(s + 2 * p - d * (k - 1) - 1) // t + 1
+           for s, p, d, k, t in zip((h, w), pad, dil, kernel, st)]
+    res = np.zeros((x.shape[0], c, h + 2 * pad[0], w + 2 * pad[1]), dtype=x.dtype)
+    cols = x.reshape(x.shape[0], c, kernel[0], kernel[1], out[0], out[1])
+    for i in range(kernel[0]):
+        for j in range(kernel[1]):
+            res[:, :, i * dil[0]:i * dil[0] + st[0] * (out[0] - 1) + 1:st[0],
+                j * dil[1]:j * dil[1] + st[1] * (out[1] - 1) + 1:st[1]] += cols[:, :, i, j]
+    return res[:, :, pad[0]:pad[0] + h, pad[1]:pad[1] + w]
+
+
+def _adaptive_max_pool2d_ref(x, output_size, return_indices=False):
+    oh, ow = _pair(output_size)
+    h, w = x.shape[2:]
+    out = np.zeros(x.shape[:2] + (oh, ow), x.dtype)
+    index = np.zeros(out.shape, np.int64)
+    for i in range(oh):
+        for j in range(ow):
+            r0, r1 = i * h // oh, -(-(i + 1) * h // oh)
+            c0, c1 = j * w // ow, -(-(j + 1) * w // ow)
+            win = x[:, :, r0:r1, c0:c1].reshape(x.shape[:2] + (-1,))
+            at = win.argmax(axis=2)
+            out[:, :, i, j] = win.max(axis=2)
+            index[:, :, i, j] = (r0 + at // (c1 - c0)) * w + c0 + at % (c1 - c0)
+    return (out, index) if return_indices else out
+
+
+def _max_unpool2d_ref(x, indices, kernel_size, stride=None, padding=0, output_size=None):
+    kernel, pad = _pair(kernel_size), _pair(padding)
+    stride = kernel if stride is None else _pair(stride)
+    size = tuple(output_size)[-2:] if output_size is not None else tuple(
+        (s - 1) * st - 2 * p + k for s, st, p, k in zip(x.shape[2:], stride, pad, kernel))
+    out = np.zeros(x.shape[:2] + (size[0] * size[1],), x.dtype)
+    for n in range(x.shape[0]):
+        for c in range(x.shape[1]):
+            out[n, c, indices[n, c].reshape(-1)] = x[n, c].reshape(-1)
+    return out.reshape(x.shape[:2] + size)
+
+
+def as_tuple_map(out, f):
+    """``f`` applied to ``out`` or to each of its items (a tuple)."""
+    return tuple(f(o) for o in out) if isinstance(out, tuple) else f(out)
+
+
+def _resampling() -> List[OpInfo]:
+    from duograph.nn import functional as NF
+    if not hasattr(NF, "interpolate"):
+        return []
+    return [
+        OpInfo("interpolate", NF.interpolate, [
+            Sample("nearest", (rand(1, 2, 5, 4),), {"size": (7, 3)}),
+            Sample("nearest_exact_1d", (rand(2, 2, 5),),
+                   {"scale_factor": 1.5, "mode": "nearest-exact"}),
+            Sample("linear", (rand(2, 2, 5),), {"size": 8, "mode": "linear"}),
+            Sample("bilinear_align", (rand(1, 2, 3, 4),),
+                   {"size": (5, 7), "mode": "bilinear", "align_corners": True}),
+            Sample("bilinear_scale", (rand(1, 1, 4, 5),),
+                   {"scale_factor": (1.5, 0.7), "mode": "bilinear"}),
+            Sample("bicubic", (rand(1, 2, 4, 5),), {"size": (6, 3), "mode": "bicubic"}),
+            Sample("bicubic_recompute", (rand(1, 1, 4, 4),),
+                   {"scale_factor": 1.7, "mode": "bicubic", "recompute_scale_factor": True}),
+            Sample("trilinear", (rand(1, 1, 2, 3, 4),),
+                   {"size": (3, 5, 2), "mode": "trilinear"}),
+            Sample("f32", (rand(1, 2, 3, 3, dtype=F32),), {"size": 5, "mode": "bilinear"},
+                   dtype=F32)],
+            _interpolate_ref, differentiable=True, errors=[
+                ErrorCase("rank", (rand(1, 2, 3),), {"size": 4, "mode": "bicubic"},
+                          NotImplementedError, "needs a 4-D input"),
+                ErrorCase("both", (rand(1, 2, 3),), {"size": 4, "scale_factor": 2.0},
+                          ValueError, "only one of size or scale_factor")]),
+        OpInfo("unfold", NF.unfold, [
+            Sample("k2", (rand(2, 2, 3, 4), 2)),
+            Sample("all", (rand(1, 2, 5, 6), (2, 3)),
+                   {"dilation": (1, 2), "padding": 1, "stride": (2, 1)}),
+            Sample("i64", (ints(1, 1, 3, 3), 2), {"stride": 1})],
+            _unfold_ref, differentiable=True),
+        OpInfo("fold", NF.fold, [
+            Sample("k2", (rand(2, 8, 6), (3, 4), 2)),
+            Sample("all", (rand(1, 12, 12), (5, 6), (2, 3)),
+                   {"dilation": (1, 2), "padding": 1, "stride": (2, 1)})],
+            _fold_ref, differentiable=True, errors=[
+                ErrorCase("blocks", (rand(1, 8, 5), (3, 3), 2), {}, dg.ShapeError,
+                          "sliding blocks")]),
+        OpInfo("adaptive_max_pool2d", NF.adaptive_max_pool2d, [
+            Sample("uneven", (distinct(2, 2, 5, 7), (3, 2))),
+            Sample("indices", (distinct(1, 2, 4, 4), 3), {"return_indices": True})],
+            _adaptive_max_pool2d_ref, differentiable=True),
+        OpInfo("adaptive_avg_pool1d", NF.adaptive_avg_pool1d, [
+            Sample("uneven", (rand(2, 2, 7), 3)),
+            Sample("grow", (rand(1, 2, 3), 5))],
+            lambda x, size: _adaptive_avg_pool2d_ref(x[:, :, None], (1, size))[:, :, 0],
+            differentiable=True),
+        OpInfo("adaptive_max_pool1d", NF.adaptive_max_pool1d, [
+            Sample("uneven", (distinct(2, 2, 7), 3)),
+            Sample("indices", (distinct(1, 2, 5), 2), {"return_indices": True})],
+            lambda x, size, return_indices=False: as_tuple_map(
+                _adaptive_max_pool2d_ref(x[:, :, None], (1, size), return_indices),
+                lambda o: o[:, :, 0]),
+            differentiable=True),
+        OpInfo("max_unpool2d", NF.max_unpool2d, [
+            Sample("k2", (rand(2, 2, 2, 2), idx([[[[0, 3], [8, 15]], [[1, 2], [9, 10]]],
+                                                [[[4, 7], [12, 13]], [[5, 6], [14, 11]]]]),
+                          2)),
+            Sample("size", (rand(1, 1, 2, 2), idx([[[[0, 4], [10, 14]]]]), 2),
+                   {"output_size": (5, 5)})],
+            _max_unpool2d_ref, differentiable=True, grad_args=(0,)),
+    ]
+
+
 OPS: List[OpInfo] = (_elementwise_unary() + _elementwise_binary() + _reductions() + _linalg()
-                     + _shape_ops() + _nn() + _conv() + _creation())
+                     + _shape_ops() + _nn() + _conv() + _creation() + _conv_nd()
+                     + _resampling())
 
 # -- round, nan_to_num, lerp, xlogy, shifts; flips, rolls, diagonals, einsum... ---------------
 def _xlogy_ref(x, y):
@@ -1810,6 +2242,226 @@ def _elemshape_ops() -> List[OpInfo]:
 
 
 OPS += _elemshape_ops()
+
+# -- scans, sorting, selection, norms, closeness -----------------------------------------------
+def _as_1d(x):
+    return x.reshape(1) if x.ndim == 0 else x
+
+
+def _scan_ref(np_fn):
+    def ref(x, dim, dtype=None):
+        y = _as_1d(x if dtype is None else x.astype(dtype))
+        out_dt = y.dtype if y.dtype.kind == "f" else np.dtype(I64)
+        return np_fn(y, axis=dim, dtype=out_dt).reshape(x.shape)
+    return ref
+
+
+def _cumext_ref(largest):
+    def ref(x, dim):
+        xm = np.moveaxis(_as_1d(x), dim, -1)
+        vals, idx = np.empty_like(xm), np.zeros(xm.shape, I64)
+        for row in np.ndindex(xm.shape[:-1]):
+            best, at = None, 0
+            for k, v in enumerate(xm[row]):
+                if best is None or np.isnan(v) or (v >= best if largest else v <= best):
+                    if not (best is not None and np.isnan(best) and not np.isnan(v)):
+                        best, at = v, k
+                vals[row + (k,)], idx[row + (k,)] = best, at
+        back = [np.moveaxis(a, -1, dim).reshape(x.shape) for a in (vals, idx)]
+        return tuple(back)
+    return ref
+
+
+def _sort_ref(x, dim=-1, descending=False, stable=False):
+    y = _as_1d(x)
+    idx = np.argsort(-y if descending else y, axis=dim, kind="stable")
+    return (np.take_along_axis(y, idx, axis=dim).reshape(x.shape), idx.reshape(x.shape))
+
+
+def _topk_ref(x, k, dim=-1, largest=True, sorted=True):
+    v, i = _sort_ref(x, dim, descending=largest)
+    if x.ndim == 0:
+        return v, i
+    take = np.arange(k)
+    return np.take(v, take, axis=dim), np.take(i, take, axis=dim)
+
+
+def _kth_ref(x, k, dim=-1, keepdim=False):
+    v, i = _sort_ref(x, dim)
+    if x.ndim == 0:
+        return v, i
+    v, i = np.take(v, [k - 1], axis=dim), np.take(i, [k - 1], axis=dim)
+    return (v, i) if keepdim else (np.squeeze(v, dim), np.squeeze(i, dim))
+
+
+def _median_ref(x, dim=None, keepdim=False):
+    if dim is None:
+        flat = np.sort(x.reshape(-1))
+        return np.asarray(flat[(flat.size - 1) // 2])
+    n = _as_1d(x).shape[dim]
+    return _kth_ref(x, (n - 1) // 2 + 1, dim, keepdim)
+
+
+def _mode_ref(x, dim=-1, keepdim=False):
+    xm = np.moveaxis(_as_1d(x), dim, -1)
+    vals, idx = np.empty(xm.shape[:-1], x.dtype), np.zeros(xm.shape[:-1], I64)
+    for row in np.ndindex(xm.shape[:-1]):
+        u, counts = np.unique(xm[row], return_counts=True)
+        v = u[np.argmax(counts)]           # the smallest of the most frequent
+        vals[row], idx[row] = v, np.flatnonzero(xm[row] == v)[-1]
+    if x.ndim == 0:
+        return vals.reshape(()), idx.reshape(())
+    if keepdim:
+        vals, idx = np.expand_dims(vals, dim), np.expand_dims(idx, dim)
+    return vals, idx
+
+
+def _vector_norm_ref(x, ord=2, dim=None, keepdim=False, dtype=None):
+    x = x if dtype is None else x.astype(dtype)
+    axis = None if dim is None else dim
+    a = np.abs(x)
+    if ord == math.inf:
+        out = np.amax(a, axis=axis, keepdims=keepdim)
+    elif ord == -math.inf:
+        out = np.amin(a, axis=axis, keepdims=keepdim)
+    elif ord == 0:
+        out = np.sum(a != 0, axis=axis, keepdims=keepdim).astype(x.dtype)
+    else:
+        out = np.sum(a ** ord, axis=axis, keepdims=keepdim) ** (1.0 / ord)
+    return np.asarray(out, dtype=x.dtype)
+
+
+def _norm_ref(x, p="fro", dim=None, keepdim=False, dtype=None):
+    if p == "nuc":
+        dims = (0, 1) if dim is None else dim
+        out = np.linalg.norm(x, "nuc", axis=dims, keepdims=keepdim)
+        return np.asarray(out)
+    return _vector_norm_ref(x, 2 if p == "fro" else p, dim, keepdim, dtype)
+
+
+def _matrix_norm_ref(x, ord="fro", dim=(-2, -1), keepdim=False, dtype=None):
+    return np.asarray(np.linalg.norm(x, ord, axis=dim, keepdims=keepdim))
+
+
+def _no_samples_graph_error(name, args):
+    return [ErrorCase("graph_mode", args, {}, dg.GraphError, name)]
+
+
+def _reduce_scan_sort() -> List[OpInfo]:
+    from duograph import linalg as L
+    with_zeros = rand(3, 4)
+    with_zeros[0, 1] = with_zeros[2, 0] = with_zeros[2, 3] = 0.0
+    ties = np.array([[1.0, 3.0, 3.0, 2.0, 1.0], [0.5, 0.5, 2.0, 2.0, 0.5]])
+    nans = np.array([[1.0, np.nan, 3.0, -1.0], [2.0, 0.0, np.nan, np.nan]])
+    scan_errors = [ErrorCase("dim_range", (rand(2, 3), 2), {}, dg.ShapeError, "out of range")]
+    mat = rand(2, 3, 4)
+    return [
+        OpInfo("cumsum", dg.cumsum, [
+            Sample("dim1", (rand(2, 3, 4), 1)), Sample("neg", (rand(3, 4), -1)),
+            Sample("f64_0d", (rand(), 0)), Sample("f32", (rand(5, dtype=F32), 0)),
+            Sample("i32_to_i64", (ints(2, 3, dtype=I32), 1)), Sample("bool", (bools(4, 2), 0)),
+            Sample("dtype", (ints(2, 3, dtype=I32), 0), {"dtype": F64})],
+            _scan_ref(np.cumsum), differentiable=True, errors=scan_errors),
+        OpInfo("cumprod", dg.cumprod, [
+            Sample("dim1", (rand(2, 3, 4), 1)), Sample("zeros", (with_zeros, 1)),
+            Sample("zeros_dim0", (with_zeros, 0)), Sample("f64_0d", (rand(), -1)),
+            Sample("i32_to_i64", (ints(2, 3, dtype=I32, low=-3, high=4), 1))],
+            _scan_ref(np.cumprod), differentiable=True, errors=scan_errors),
+        OpInfo("cummax", dg.cummax, [
+            Sample("dim1", (distinct(3, 5), 1)), Sample("dim0", (distinct(4, 2, 3), 0)),
+            Sample("ties", (ties, 1), fd=False), Sample("nan", (nans, 1), fd=False),
+            Sample("i64", (ints(3, 4), 1)), Sample("f64_0d", (rand(), 0))],
+            _cumext_ref(True), differentiable=True, errors=scan_errors),
+        OpInfo("cummin", dg.cummin, [
+            Sample("dim1", (distinct(3, 5), 1)), Sample("ties", (ties, 1), fd=False),
+            Sample("nan", (nans, 1), fd=False), Sample("i32", (ints(3, 4, dtype=I32), 0))],
+            _cumext_ref(False), differentiable=True, errors=scan_errors),
+        OpInfo("logcumsumexp", dg.logcumsumexp, [
+            Sample("dim1", (rand(2, 3, 4), 1)), Sample("neg", (rand(3, 4, low=-3, high=3), -1)),
+            Sample("f32", (rand(5, dtype=F32), 0)), Sample("f64_0d", (rand(), 0))],
+            lambda x, dim: np.log(np.cumsum(np.exp(_as_1d(x)), axis=dim)).reshape(x.shape),
+            differentiable=True, tol=dict(LOOSE_TOL), errors=scan_errors + [
+                ErrorCase("int", (ints(3), 0), {}, dg.DTypeError, "floating-point")]),
+        OpInfo("sort", dg.sort, [
+            Sample("last", (distinct(3, 4),)), Sample("dim0_desc", (distinct(3, 4), 0, True)),
+            Sample("ties_stable", (ties,), {"stable": True}, fd=False),
+            Sample("i32", (ints(2, 5, dtype=I32),), {"dim": 1, "stable": True}),
+            Sample("f32_0d", (zero_d(1.5, F32),))],
+            _sort_ref, differentiable=True, errors=scan_errors),
+        OpInfo("argsort", dg.argsort, [
+            Sample("last", (distinct(3, 4),)), Sample("desc", (distinct(2, 5), 1, True)),
+            Sample("ties", (ties, 1), {"stable": True})],
+            lambda *a, **k: _sort_ref(*a, **k)[1]),
+        OpInfo("topk", dg.topk, [
+            Sample("k2", (distinct(3, 5), 2)), Sample("smallest", (distinct(4, 3), 2, 0, False)),
+            Sample("all", (distinct(2, 4), 4)), Sample("k0", (distinct(2, 4), 0)),
+            Sample("i64", (ints(2, 6), 3), {"dim": -1})],
+            _topk_ref, differentiable=True, errors=[
+                ErrorCase("k_range", (rand(2, 3), 4), {}, dg.ShapeError, "out of range")]),
+        OpInfo("kthvalue", dg.kthvalue, [
+            Sample("k2", (distinct(3, 5), 2)), Sample("dim0_keepdim", (distinct(4, 3), 4, 0, True)),
+            Sample("i32", (ints(2, 5, dtype=I32), 3))],
+            _kth_ref, differentiable=True, errors=[
+                ErrorCase("k_range", (rand(2, 3), 0), {}, dg.ShapeError, "out of range")]),
+        OpInfo("median", dg.median, [
+            Sample("all", (distinct(3, 5),)), Sample("all_even", (distinct(2, 3),)),
+            Sample("dim", (distinct(3, 5), 1)),
+            Sample("dim_even_keepdim", (distinct(4, 3), 0, True)),
+            Sample("i64_dim", (ints(3, 4), 1)), Sample("f32_all", (distinct(5, dtype=F32),))],
+            _median_ref, differentiable=True, errors=[
+                ErrorCase("empty_dim", (rand(2, 0), 1), {}, dg.ShapeError, "empty")]),
+        OpInfo("mode", dg.mode, [
+            Sample("ties", (ties,), fd=False), Sample("ties_keepdim", (ties, 0, True), fd=False),
+            Sample("i64", (ints(3, 7, low=0, high=3),))],
+            _mode_ref, differentiable=True),
+        OpInfo("norm", dg.norm, [
+            Sample("fro", (rand(2, 3, 4),)), Sample("p1_dim", (away(3, 4), 1, 1)),
+            Sample("p3", (rand(3, 4), 3, (0, 1), True)), Sample("nuc", (rand(3, 4), "nuc")),
+            Sample("f32", (rand(6, dtype=F32),))],
+            _norm_ref, differentiable=True, tol=dict(LOOSE_TOL), errors=[
+                ErrorCase("int", (ints(3),), {}, dg.DTypeError, "floating-point")]),
+        OpInfo("vector_norm", L.vector_norm, [
+            Sample("all", (rand(2, 3),)), Sample("inf_dim", (distinct(3, 4), math.inf, 1)),
+            Sample("ninf", (distinct(3, 4), -math.inf, -1, True)),
+            Sample("half", (away(3, 4), 0.5, 0)), Sample("p3", (rand(4, 3), 3, (0, 1))),
+            Sample("ord0", (rand(3, 4), 0, 1))],
+            _vector_norm_ref, differentiable=True, tol=dict(LOOSE_TOL)),
+        OpInfo("matrix_norm", L.matrix_norm, [
+            Sample("fro", (mat,)), Sample("nuc", (mat, "nuc")), Sample("two", (mat, 2)),
+            Sample("ninf_keepdim", (mat, -math.inf, (0, 2), True)), Sample("one", (mat, 1))],
+            _matrix_norm_ref, differentiable=True, tol=dict(LOOSE_TOL)),
+        OpInfo("svdvals", L.svdvals, [
+            Sample("mat", (rand(3, 4),)), Sample("batch", (rand(2, 4, 3),))],
+            lambda x: np.linalg.svd(x, compute_uv=False), differentiable=True,
+            tol=dict(LOOSE_TOL), errors=[
+                ErrorCase("vector", (rand(3),), {}, dg.ShapeError, "svdvals: expected a matrix")]),
+        OpInfo("svd", L.svd, [
+            Sample("mat", (rand(3, 4), False)), Sample("square", (rand(3, 3),)),
+            Sample("batch", (rand(2, 4, 3),), {"full_matrices": False})],
+            lambda x, full_matrices=True: tuple(np.linalg.svd(x, full_matrices=False)),
+            differentiable=True, tol=dict(LOOSE_TOL), errors=[
+                ErrorCase("vector", (rand(3),), {}, dg.ShapeError, "matrix"),
+                ErrorCase("int", (ints(3, 3),), {}, dg.DTypeError, "float32 or float64")]),
+        OpInfo("isclose", dg.isclose, [
+            Sample("f64", (rand(3, 4), rand(3, 4))),
+            Sample("near", (np.array([1.0, 2.0, np.inf, np.nan]),
+                            np.array([1.0 + 1e-9, 2.1, np.inf, np.nan])), {"equal_nan": True}),
+            Sample("i64", (ints(3, 4), ints(3, 4)), {"atol": 1.0})],
+            lambda a, b, rtol=1e-5, atol=1e-8, equal_nan=False: np.isclose(
+                a, b, rtol, atol, equal_nan), errors=[
+                ErrorCase("dtypes", (ints(3), rand(3)), {}, dg.DTypeError, "same dtype")]),
+        # Python bools and data-dependent shapes: eager only (test_reductions_torch.py); in
+        # graph mode they are clear errors
+        OpInfo("unique", dg.unique, [], None,
+               errors=_no_samples_graph_error("unique", (rand(4),))),
+        OpInfo("allclose", dg.allclose, [], None,
+               errors=_no_samples_graph_error("allclose", (rand(4), rand(4)))),
+        OpInfo("equal", dg.equal, [], None,
+               errors=_no_samples_graph_error("equal", (rand(4), rand(4)))),
+    ]
+
+
+OPS += _reduce_scan_sort()
 
 BY_NAME: Dict[str, OpInfo] = {op.name: op for op in OPS}
 assert len(BY_NAME) == len(OPS), "duplicate OpInfo names"

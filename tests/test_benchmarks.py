@@ -97,3 +97,13 @@ def test_executable_overhead_benchmark_runs(tmp_path):
     r = json.loads(out.read_text())
     assert r["ops"] == 10 and all(r[k] > 0 for k in ("chain_O0", "call_O0", "call_O2"))
     assert "overhead per kernel" in proc.stdout
+
+
+def test_lstm_scan_benchmark_runs_and_its_losses_agree():
+    pytest.importorskip("torch")
+    proc = run_benchmark("lstm_scan.py", "--seq", "4", "--batch", "4", "--hidden", "8",
+                         "--input", "4", "--steps", "3")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "losses agree to 1e-8" in proc.stdout
+    for name in ("scan O2", "unrolled O2", "torch", "scan / unrolled"):
+        assert name in proc.stdout

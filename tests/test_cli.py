@@ -87,3 +87,71 @@ def test_python_dash_m_and_help():
     proc = subprocess.run([sys.executable, "-m", "duograph", "inspect", "--help"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and "--dim" in proc.stdout
+
+
+def test_inspect_an_onnx_model_with_kernel_counts_plan_and_picture(tmp_path, capsys,
+                                                                    monkeypatch):
+    pytest.importorskip("onnx")
+    dg.manual_seed(0)
+    net = dg.nn.Sequential(dg.nn.Linear(4, 3), dg.nn.ReLU())
+    path = str(tmp_path / "m.onnx")
+    dg.onnx.export(net, path, dg.onnx.Input(("N", 4)))
+    assert main(["inspect", path, "--dim", "N=32", "--svg", str(tmp_path / "m.dot")]) == 0
+    out = capsys.readouterr().out
+    assert "input  x: f32[N,4]" in out and "output 0: f32[N,3]" in out
+    assert "state  2 tensors, 15 values, 60 bytes" in out
+    line = [ln for ln in out.splitlines() if ln.startswith("kernels: ")][0]
+    counts = dict(item.split() for item in line[len("kernels: "):].split(", "))
+    assert list(counts) == ["O0", "O1", "O2"]
+    assert int(counts["O2"]) < int(counts["O0"])          # O2 fuses bias and relu
+    assert "memory plan (O2):" in out and "arena" in out
+    assert open(tmp_path / "m.dot").read().startswith("strict digraph")
+    # without Graphviz: the report, then a plain message on how to install it
+    monkeypatch.setattr("shutil.which", lambda name: None)
+    assert main(["inspect", path, "--no-ir", "--svg", str(tmp_path / "m.svg")]) == 2
+    captured = capsys.readouterr()
+    assert "kernels: O0" in captured.out
+    assert "Graphviz's `dot` program is not installed" in captured.err
+    assert "apt install graphviz" in captured.err
+
+
+@pytest.mark.parametrize("args, message", [
+    (["inspect", "{onnx}", "--dim", "M=3"], "no symbolic dim 'M' (they have: N)"),
+    (["inspect", "{badonnx}"], "is not an ONNX model"),
+    (["inspect", "{onnx}", "--dim", "N"], "--dim expects NAME=SIZE"),
+])
+def test_clear_errors_for_onnx_files_and_dims(tmp_path, capsys, args, message):
+    pytest.importorskip("onnx")
+    good = str(tmp_path / "m.onnx")
+    dg.onnx.export(dg.nn.Linear(4, 3), good, dg.onnx.Input(("N", 4)))
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"\x00not a model" * 4)
+    args = [{"{onnx}": good, "{badonnx}": str(bad)}.get(a, a) for a in args]
+    assert main(args) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_export_to_onnx_runs_in_onnxruntime(tmp_path, capsys):
+    ort = pytest.importorskip("onnxruntime")
+    script = tmp_path / "model.py"
+    script.write_text("import duograph as dg\nfrom duograph import nn\ndg.manual_seed(0)\n"
+                      "net = nn.Sequential(nn.Linear(4, 5), nn.Tanh())\n")
+    out = str(tmp_path / "net.onnx")
+    assert main(["export", f"{script}:net", "--to", "onnx", "-o", out,
+                 "--input", "x=N,4:float32"]) == 0
+    assert f"wrote {out}" in capsys.readouterr().out
+    import runpy
+    net = runpy.run_path(str(script))["net"]
+    x = np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32)
+    got, = ort.InferenceSession(out, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    np.testing.assert_allclose(got, net(dg.tensor(x)).detach().numpy(), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("sub", [[], ["inspect"], ["export"]])
+def test_help_everywhere(sub, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(sub + ["--help"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: duograph")
+    assert {"": "inspect", "inspect": "--dim", "export": "--to"}[" ".join(sub)] in out

@@ -63,7 +63,7 @@ def test_mse_and_l1(reduction):
            grad_of=(0, 1))
     _check(nn.L1Loss(reduction=reduction), torch.nn.L1Loss(reduction=reduction), [a, b],
            grad_of=(0, 1))
-    _check(lambda x, y: NF.mse_loss(x, y, reduction),
+    _check(lambda x, y: NF.mse_loss(x, y, reduction=reduction),
            lambda x, y: TF.mse_loss(x, y, reduction=reduction), [a, b])
 
 

@@ -111,7 +111,8 @@ TORCH: Dict[str, Callable] = {
     "getitem": lambda x, index: x[index],
     "gather": torch.gather, "scatter_add": torch.scatter_add,
     "index_select": torch.index_select, "index_add": torch.index_add,
-    "pad": lambda x, pad, value=0.0: TF.pad(x, tuple(pad), value=value),
+    "pad": lambda x, pad, value=0.0, mode="constant": TF.pad(
+        x, tuple(pad), mode=mode, value=value if mode == "constant" else None),
     "softmax": torch.softmax, "log_softmax": torch.log_softmax,
     "softmax_cross_entropy": lambda x, t, **kw: TF.cross_entropy(x, t.long(), **kw),
     "batch_norm_train": lambda x, w, b, eps=1e-5: (
@@ -134,6 +135,26 @@ TORCH: Dict[str, Callable] = {
 if "conv2d" in BY_NAME:
     TORCH.update(conv2d=TF.conv2d, max_pool2d=TF.max_pool2d, avg_pool2d=TF.avg_pool2d,
                  adaptive_avg_pool2d=TF.adaptive_avg_pool2d)
+if "conv3d" in BY_NAME:
+    TORCH.update({name: getattr(TF, name) for name in (
+        "conv1d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
+        "max_pool1d", "max_pool3d", "avg_pool1d", "avg_pool3d", "pixel_shuffle",
+        "pixel_unshuffle", "interpolate", "unfold", "fold", "adaptive_max_pool2d",
+        "max_unpool2d", "adaptive_avg_pool1d", "adaptive_max_pool1d")})
+
+# scans, sorting, selection, norms (tests/test_reductions_torch.py has more, in every mode)
+TORCH.update(
+    cumsum=lambda x, dim, dtype=None: torch.cumsum(x, dim, **_dtype({"dtype": dtype})),
+    cumprod=lambda x, dim, dtype=None: torch.cumprod(x, dim, **_dtype({"dtype": dtype})),
+    cummax=torch.cummax, cummin=torch.cummin, logcumsumexp=torch.logcumsumexp,
+    sort=lambda x, dim=-1, descending=False, stable=False: torch.sort(
+        x, dim=dim, descending=descending, stable=stable),
+    argsort=lambda x, dim=-1, descending=False, stable=False: torch.argsort(
+        x, dim=dim, descending=descending, stable=stable),
+    topk=torch.topk, kthvalue=torch.kthvalue, median=torch.median, mode=torch.mode,
+    norm=torch.norm, vector_norm=torch.linalg.vector_norm,
+    matrix_norm=torch.linalg.matrix_norm, svdvals=torch.linalg.svdvals,
+    svd=torch.linalg.svd, isclose=torch.isclose)
 
 # Samples torch rejects (duograph promotes, or accepts more index dtypes) or where duograph
 # deliberately differs (documented in the op's docstring).
@@ -144,6 +165,10 @@ NOT_IN_TORCH = {
     "index_add-f32_f64": "torch.index_add needs src of the input's dtype",
     "softmax-i64": "torch has no integer softmax; duograph gives float32",
     "log_softmax-i64": "torch has no integer log_softmax; duograph gives float32",
+    "topk-i64": "ties: torch leaves their indices unspecified; duograph gives stable order",
+    "kthvalue-i32": "ties: torch leaves the index unspecified; duograph gives stable order",
+    "svd-batch": "singular vectors are defined up to sign; LAPACK calls differ in the batch",
+    "unfold-i64": "torch's im2col has no integer kernel; duograph's unfold copies any dtype",
 }
 
 

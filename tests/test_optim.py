@@ -478,6 +478,9 @@ def test_scheduler_state_dict_round_trip():
     assert "optimizer" not in state and state["last_epoch"] == 3
     other, _ = _two_group_optimizers()
     s2 = sched.StepLR(other, step_size=7, gamma=0.9)
+    # as in PyTorch the schedulers are chainable (they scale the groups' current lr), so a
+    # resume loads the optimizer's state (its learning rates) too
+    other.load_state_dict(ours.state_dict())
     s2.load_state_dict(state)
     for _ in range(4):
         s.step()

@@ -331,3 +331,40 @@ def test_pass_report_diffs_each_pass_and_nodes_keep_provenance():
     quiet.run(clone(g, [z])[0])
     with pytest.raises(KeyError, match="kept no IR"):
         quiet.report().diff("fuse")
+
+
+def test_every_pass_has_a_readable_diff_with_source_lines_and_merges_keep_provenance():
+    g = dg.Graph("t")
+    with g:
+        x = dg.placeholder("x", (4, 8))
+        w = dg.placeholder("w", (8, 8))
+        a = x @ w
+        b = x @ w                           # the same product again: cse merges it
+        y = dg.tanh(a * 2.0) + dg.exp(b) * 1.0
+    originals = {n.uid: n for n in g.nodes}
+    exe = g.compile(outputs=[y], passes="O2")
+    report = exe.pass_report
+    assert report.names() == ["dce", "fold", "simplify", "cse", "simplify#2", "dce#2", "fuse",
+                              "schedule"]
+    changed = []
+    for name in report.names():
+        diff = report.diff(name)
+        if not diff:
+            continue
+        changed.append(name)
+        lines = diff.splitlines()
+        assert lines[0] == f"--- before {name}" and lines[1] == f"+++ after {name}"
+        edits = [ln for ln in lines[2:] if ln[:1] in "+-" and "= " in ln]
+        assert edits, name
+        # every rewritten node shows the user's line (this file)
+        assert all("# " in ln and "test_passes.py" in ln for ln in edits
+                   if "constant(" not in ln), (name, edits)
+    assert {"simplify", "cse", "fuse"} <= set(changed)
+    assert "-  %1: f32[4,8] = matmul(%x, %w)" in report.diff("cse")
+    assert "+  %4: f32[4,8] = exp(%0)" in report.diff("cse")
+    # one fused kernel, standing for every node of the user's, both matmuls included
+    fused, = exe.graph.nodes
+    assert fused.op.name == "fused"
+    names = [originals[u].op.name for u in fused.provenance if u in originals]
+    assert {"matmul", "mul", "tanh", "exp", "add"} <= set(names)
+    assert sum(originals[u].op.name == "matmul" for u in fused.provenance) == 2

@@ -457,7 +457,7 @@ def test_readme_quick_start_has_exactly_two_commands():
 
 
 def test_readme_python_blocks_run_and_print_what_it_shows(tmp_path):
-    tour, state, eager, models, planned, saving = _readme_blocks("python")
+    tour, state, eager, models, planned, saving = _readme_blocks("python")[:6]
     shown_tour, shown_state, shown_eager, shown_models, shown_planned, shown_saving = \
         _readme_blocks("text")[:6]
     (tmp_path / "tour.py").write_text(tour)

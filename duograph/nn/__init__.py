@@ -10,6 +10,14 @@ from .layers import (AdaptiveAvgPool2d, AvgPool2d, BatchNorm1d, BatchNorm2d, BCE
 from .layers import (CELU, ELU, GLU, SELU, Hardsigmoid, Hardswish, Hardtanh, Mish,  # noqa
                      PReLU, ReLU6, SiLU, Softmin, Softsign, Tanhshrink, Threshold)
 from .module import Module, StateDictError
+from .misc_layers import (Bilinear, EmbeddingBag, GroupNorm, InstanceNorm1d,  # noqa: E402
+                          InstanceNorm2d, InstanceNorm3d, Unflatten)
+from .transformer import (Transformer, TransformerDecoder,  # noqa: E402
+                          TransformerDecoderLayer, TransformerEncoder,
+                          TransformerEncoderLayer)
+from .conv_layers import *  # noqa: F401,F403,E402
+from . import conv_layers as _conv_layers  # noqa: E402
+from .rnn import GRU, LSTM, RNN, RNNBase  # noqa: E402
 
 __all__ = [
     "Module", "Parameter", "StateDictError", "Sequential", "ModuleList", "ModuleDict",
@@ -21,4 +29,8 @@ __all__ = [
     "Softsign", "Tanhshrink", "Threshold", "GLU", "Softmin", "PReLU",
     "TransformerBlock", "MSELoss", "L1Loss", "CrossEntropyLoss", "NLLLoss", "BCELoss",
     "BCEWithLogitsLoss", "KLDivLoss", "functional", "init", "utils",
-]
+    "TransformerEncoderLayer", "TransformerEncoder", "TransformerDecoderLayer",
+    "TransformerDecoder", "Transformer", "GroupNorm", "InstanceNorm1d", "InstanceNorm2d",
+    "InstanceNorm3d", "EmbeddingBag", "Bilinear", "Unflatten",
+    "RNNBase", "RNN", "LSTM", "GRU",
+] + list(_conv_layers.__all__)

@@ -5,6 +5,7 @@ builds graph nodes on symbolic Values, with gradients from the registry's vjp ru
 """
 from __future__ import annotations
 
+import warnings
 from typing import Optional
 
 import numpy as np
@@ -15,7 +16,30 @@ from ..graphlib.errors import DTypeError, ShapeError
 from ..graphlib.functional import (adaptive_avg_pool2d, avg_pool2d, conv2d,  # noqa
                                     gelu, leaky_relu, log_softmax, logsigmoid, max_pool2d,
                                     one_hot, relu, sigmoid, softmax, softplus, tanh)
+from ..graphlib.functional import (avg_pool1d, avg_pool3d, conv1d, conv3d,  # noqa: F401
+                                    conv_transpose1d, conv_transpose2d, conv_transpose3d,
+                                    max_pool1d, max_pool3d, pad, pixel_shuffle,
+                                    pixel_unshuffle)
 from ..graphlib.ir import Value
+from ..graphlib.ops.conv import (adaptive_avg_pool1d, adaptive_max_pool1d,  # noqa: F401
+                                 adaptive_max_pool2d, max_pool2d_with_indices, max_unpool2d)
+from ..graphlib.ops.resample import fold, interpolate, unfold  # noqa: F401
+
+
+def upsample(input, size=None, scale_factor=None, mode: str = "nearest",
+             align_corners: Optional[bool] = None):
+    """``interpolate`` under its deprecated name (as torch.nn.functional.upsample)."""
+    return interpolate(input, size, scale_factor, mode, align_corners)
+
+
+def upsample_nearest(input, size=None, scale_factor=None):
+    """``interpolate(..., mode='nearest')`` under its deprecated name."""
+    return interpolate(input, size, scale_factor, "nearest")
+
+
+def upsample_bilinear(input, size=None, scale_factor=None):
+    """``interpolate(..., mode='bilinear', align_corners=True)`` under its deprecated name."""
+    return interpolate(input, size, scale_factor, "bilinear", align_corners=True)
 
 
 def _where(x) -> str:
@@ -175,6 +199,20 @@ def _assign(target, new) -> None:
 
 
 # -- losses ------------------------------------------------------------------------------------
+def _legacy_reduction(size_average, reduce, reduction: str) -> str:
+    """PyTorch's deprecated ``size_average``/``reduce`` arguments: when either is given it
+    decides the reduction (both unset or true: "mean"; ``size_average=False``: "sum";
+    ``reduce=False``: "none"), with PyTorch's deprecation warning."""
+    if size_average is None and reduce is None:
+        return reduction
+    size_average = True if size_average is None else size_average
+    reduce = True if reduce is None else reduce
+    ret = "mean" if size_average and reduce else "sum" if reduce else "none"
+    warnings.warn(f"size_average and reduce args will be deprecated, please use "
+                  f"reduction='{ret}' instead.", UserWarning, stacklevel=3)
+    return ret
+
+
 def _reduce(loss, reduction: str, name: str):
     if reduction == "mean":
         return F.mean(loss)
@@ -191,13 +229,17 @@ def _check_same(name, input, target):
                          f"{list(target.shape)} must have the same shape{_where(input)}")
 
 
-def mse_loss(input, target, reduction: str = "mean"):
+def mse_loss(input, target, size_average=None, reduce=None, reduction: str = "mean"):
+    """Mean (or sum, or none) of the squared differences."""
+    reduction = _legacy_reduction(size_average, reduce, reduction)
     _check_same("mse_loss", input, target)
     d = input - target
     return _reduce(d * d, reduction, "mse_loss")
 
 
-def l1_loss(input, target, reduction: str = "mean"):
+def l1_loss(input, target, size_average=None, reduce=None, reduction: str = "mean"):
+    """Mean (or sum, or none) of the absolute differences."""
+    reduction = _legacy_reduction(size_average, reduce, reduction)
     _check_same("l1_loss", input, target)
     return _reduce(F.abs(input - target), reduction, "l1_loss")
 
@@ -210,9 +252,11 @@ def _class_last(x):
     return F.reshape(F.permute(x, *perm), -1, x.shape[1])
 
 
-def nll_loss(input, target, weight=None, ignore_index: int = -100, reduction: str = "mean"):
+def nll_loss(input, target, weight=None, size_average=None, ignore_index: int = -100,
+             reduce=None, reduction: str = "mean"):
     """Negative log-likelihood of class indices ``target`` under log-probabilities
     ``input`` (N, C) or (N, C, d1, ...)."""
+    reduction = _legacy_reduction(size_average, reduce, reduction)
     _check_class_target("nll_loss", input, target)
     logp = _class_last(input)
     tgt = F.reshape(target, -1)
@@ -244,11 +288,12 @@ def _check_class_target(name, input, target):
                          f"{list(input.shape)}, found {list(target.shape)}{_where(input)}")
 
 
-def cross_entropy(input, target, weight=None, ignore_index: int = -100,
-                  reduction: str = "mean", label_smoothing: float = 0.0):
+def cross_entropy(input, target, weight=None, size_average=None, ignore_index: int = -100,
+                  reduce=None, reduction: str = "mean", label_smoothing: float = 0.0):
     """log_softmax + nll_loss, with PyTorch's class ``weight``, ``ignore_index`` and
     ``label_smoothing`` semantics. ``target`` holds class indices (N, d1, ...), or class
     probabilities of the input's shape (N, C, d1, ...)."""
+    reduction = _legacy_reduction(size_average, reduce, reduction)
     if not 0.0 <= label_smoothing <= 1.0:
         raise ValueError(f"cross_entropy: label_smoothing must lie in [0, 1], found "
                          f"{label_smoothing}")
@@ -261,7 +306,7 @@ def cross_entropy(input, target, weight=None, ignore_index: int = -100,
         # one kernel forward and one backward instead of log_softmax + nll_loss's ~15 nodes
         return F.softmax_cross_entropy(input, target, ignore_index, reduction)
     logp = F.log_softmax(input, 1)
-    nll = nll_loss(logp, target, weight, ignore_index, reduction)
+    nll = nll_loss(logp, target, weight, ignore_index=ignore_index, reduction=reduction)
     if label_smoothing == 0.0:
         return nll
     c = input.shape[1]
@@ -307,8 +352,10 @@ def _count(x):
     return F.numel(x, tuple(range(x.ndim)), dtype=x.dtype)
 
 
-def binary_cross_entropy(input, target, weight=None, reduction: str = "mean"):
+def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=None,
+                         reduction: str = "mean"):
     """-(y log p + (1-y) log(1-p)), logs clamped at -100 as PyTorch."""
+    reduction = _legacy_reduction(size_average, reduce, reduction)
     _check_same("binary_cross_entropy", input, target)
     logp = F.clamp(F.log(input), min=-100.0)
     log1mp = F.clamp(F.log(1.0 - input), min=-100.0)
@@ -318,9 +365,10 @@ def binary_cross_entropy(input, target, weight=None, reduction: str = "mean"):
     return _reduce(loss, reduction, "binary_cross_entropy")
 
 
-def binary_cross_entropy_with_logits(input, target, weight=None, reduction: str = "mean",
-                                     pos_weight=None):
+def binary_cross_entropy_with_logits(input, target, weight=None, size_average=None,
+                                     reduce=None, reduction: str = "mean", pos_weight=None):
     """Sigmoid + binary cross-entropy in one numerically stable formula."""
+    reduction = _legacy_reduction(size_average, reduce, reduction)
     _check_same("binary_cross_entropy_with_logits", input, target)
     # log(1 + exp(-|x|)) + max(-x, 0) = -log(sigmoid(x)), never overflowing
     log_sig_neg = F.softplus(-input, 1.0, 1e9)     # -log(sigmoid(x))
@@ -334,8 +382,10 @@ def binary_cross_entropy_with_logits(input, target, weight=None, reduction: str 
     return _reduce(loss, reduction, "binary_cross_entropy_with_logits")
 
 
-def kl_div(input, target, reduction: str = "mean", log_target: bool = False):
+def kl_div(input, target, size_average=None, reduce=None, reduction: str = "mean",
+           log_target: bool = False):
     """KL divergence with ``input`` as log-probabilities (PyTorch's argument order)."""
+    reduction = _legacy_reduction(size_average, reduce, reduction)
     _check_same("kl_div", input, target)
     if log_target:
         loss = F.exp(target) * (target - input)
@@ -502,3 +552,217 @@ def prelu(input, weight):
     if n != 1 and input.ndim >= 2:
         weight = F.reshape(weight, *((1, n) + (1,) * (input.ndim - 2)))
     return F.where(input >= 0, input, input * weight)
+
+
+# -- normalisation over groups and instances, bags of embeddings, bilinear maps ---------------
+def group_norm(input, num_groups: int, weight=None, bias=None, eps: float = 1e-5):
+    """Normalise each sample over groups of ``num_groups`` channels (and all spatial dims),
+    then scale and shift per channel, as ``torch.nn.functional.group_norm``."""
+    if input.ndim < 2:
+        raise ShapeError(f"group_norm: expected an input of shape (N, C, *), found "
+                         f"{list(input.shape)}{_where(input)}")
+    c = input.shape[1]
+    if isinstance(c, int) and c % num_groups:
+        raise ShapeError(f"group_norm: expected the number of channels ({c}) to be divisible "
+                         f"by num_groups ({num_groups}), found input of shape "
+                         f"{list(input.shape)}{_where(input)}")
+    shape = tuple(input.shape)
+    grouped = F.reshape(input, shape[0], num_groups, -1)
+    mean = F.mean(grouped, 2, keepdim=True)
+    centered = grouped - mean
+    var = F.mean(centered * centered, 2, keepdim=True)
+    out = F.reshape(centered * F.rsqrt(var + eps), *shape)
+    bshape = (1, c) + (1,) * (input.ndim - 2)
+    if weight is not None:
+        out = out * F.reshape(weight, *bshape)
+    if bias is not None:
+        out = out + F.reshape(bias, *bshape)
+    return out
+
+
+def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=None,
+                  use_input_stats: bool = True, momentum: float = 0.1, eps: float = 1e-5):
+    """Normalise each (sample, channel) over its spatial dims, as
+    ``torch.nn.functional.instance_norm`` (input (N, C, *spatial)).
+
+    With ``use_input_stats`` the instance statistics normalise and, when running statistics
+    are given, these move towards the batch mean of the instance means and of the unbiased
+    instance variances (PyTorch's rule); otherwise the running statistics normalise."""
+    if input.ndim < 3:
+        raise ShapeError(f"instance_norm: expected an input of shape (N, C, *spatial), found "
+                         f"{list(input.shape)}{_where(input)}")
+    c = input.shape[1]
+    dims = tuple(range(2, input.ndim))
+    bshape = (1, c) + (1,) * (input.ndim - 2)
+    if use_input_stats:
+        sizes = [input.shape[d] for d in dims]
+        n = int(np.prod(sizes)) if all(isinstance(s, int) for s in sizes) else None
+        if n == 1:
+            raise ValueError(f"instance_norm: expected more than 1 spatial element when "
+                             f"training, found input of shape {list(input.shape)}"
+                             f"{_where(input)}")
+        mean = F.mean(input, dims, keepdim=True)
+        centered = input - mean
+        var = F.mean(centered * centered, dims, keepdim=True)
+        out = centered * F.rsqrt(var + eps)
+        if running_mean is not None and running_var is not None:
+            count = n if n is not None else F.numel(input, dims, dtype=input.dtype)
+            unbiased = var * (count / (count - 1)) if n is None else var * (n / (n - 1))
+            m = momentum
+            batch_mean = F.mean(F.reshape(mean, -1, c), 0)
+            batch_var = F.mean(F.reshape(unbiased, -1, c), 0)
+            _assign(running_mean, batch_mean * m + running_mean * (1.0 - m))
+            _assign(running_var, batch_var * m + running_var * (1.0 - m))
+    else:
+        if running_mean is None or running_var is None:
+            raise ValueError("instance_norm: running statistics are needed when "
+                             "use_input_stats=False")
+        out = (input - F.reshape(running_mean, *bshape)) * F.rsqrt(
+            F.reshape(running_var, *bshape) + eps)
+    if weight is not None:
+        out = out * F.reshape(weight, *bshape)
+    if bias is not None:
+        out = out + F.reshape(bias, *bshape)
+    return out
+
+
+def _host_ints(x, what: str, who: str) -> np.ndarray:
+    """The values of a concrete integer tensor/array/sequence as a 1-D int64 numpy array."""
+    if _is_symbolic(x):
+        raise ShapeError(f"{who}: {what} must be concrete (an eager tensor, a numpy array or "
+                         f"a list) to lay out the bags, found a symbolic Value{_where(x)}; "
+                         f"use a 2-D input of fixed-size bags in graph mode")
+    arr = np.asarray(x.numpy() if hasattr(x, "numpy") else x)
+    if arr.dtype.kind not in "iu":
+        raise DTypeError(f"{who}: expected integer {what}, found {arr.dtype}{_where(x)}")
+    return arr.astype(np.int64)
+
+
+def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type: float = 2,
+                  scale_grad_by_freq: bool = False, mode: str = "mean", sparse: bool = False,
+                  per_sample_weights=None, include_last_offset: bool = False,
+                  padding_idx: Optional[int] = None):
+    """Sums, means or maxima of bags of embeddings, as ``torch.nn.functional.embedding_bag``.
+
+    ``input`` is a 2-D (B, N) tensor of B bags of N indices (``offsets`` None), or a 1-D
+    tensor of indices cut into bags at ``offsets`` (the start of each bag; with
+    ``include_last_offset`` the last entry is the end of the last bag). Entries equal to
+    ``padding_idx`` are left out (a mean divides by the others); an empty bag gives zeros.
+    ``per_sample_weights`` (the input's shape) scales each entry, with mode "sum" only.
+    ``offsets`` must be concrete; ``input`` and the weights may be symbolic. The gradient is
+    dense (``sparse`` is accepted and changes nothing)."""
+    who = "embedding_bag"
+    if mode not in ("sum", "mean", "max"):
+        raise ValueError(f"{who}: mode must be 'sum', 'mean' or 'max', found {mode!r}")
+    if max_norm is not None:
+        raise NotImplementedError(f"{who}: max_norm (renormalising the weight rows in place) "
+                                  f"is not supported; renormalise the weight explicitly")
+    if scale_grad_by_freq:
+        raise NotImplementedError(f"{who}: scale_grad_by_freq=True is not supported")
+    if input.dtype not in ("int32", "int64", "uint8", "int8", "int16"):
+        raise DTypeError(f"{who}: expected integer indices, found {input.dtype}{_where(input)}")
+    if per_sample_weights is not None:
+        if mode != "sum":
+            raise NotImplementedError(f"{who}: per_sample_weights was not None. "
+                                      f"per_sample_weights is only supported for "
+                                      f"mode='sum' (got mode='{mode}')")
+        if tuple(per_sample_weights.shape) != tuple(input.shape):
+            raise ShapeError(f"{who}: expected per_sample_weights of the input's shape "
+                             f"{list(input.shape)}, found {list(per_sample_weights.shape)}"
+                             f"{_where(input)}")
+    n_emb = weight.shape[0]
+    if not _is_symbolic(input) and input.numel() > 0 and isinstance(n_emb, int):
+        lo, hi = int(input.data.min()), int(input.data.max())    # as embedding: no guard
+        if lo < 0 or hi >= n_emb:
+            bad = lo if lo < 0 else hi
+            raise IndexError(f"{who}: index {bad} is out of range for {n_emb} embeddings "
+                             f"(expected indices in [0, {n_emb})){_where(input)}")
+    if padding_idx is not None and padding_idx < 0:
+        padding_idx += n_emb
+    if input.ndim == 2:
+        if offsets is not None:
+            raise ValueError(f"{who}: if input is 2-D, then offsets has to be None, as input "
+                             f"is treated as a mini-batch of fixed length sequences")
+        idx, psw, present = input, per_sample_weights, None
+    elif input.ndim == 1:
+        if offsets is None:
+            raise ValueError(f"{who}: offsets has to be a 1-D tensor but got None")
+        off = _host_ints(offsets, "offsets", who)
+        if off.ndim != 1:
+            raise ShapeError(f"{who}: offsets has to be a 1-D tensor, found shape "
+                             f"{list(off.shape)}")
+        total = input.shape[0]
+        if not isinstance(total, int):
+            raise ShapeError(f"{who}: a 1-D input needs a known length to be cut at offsets, "
+                             f"found shape {list(input.shape)}{_where(input)}")
+        if off.size and off[0] != 0:
+            raise ValueError(f"{who}: offsets[0] has to be 0, i.e., the first sequence in the "
+                             f"mini-batch has to start from position 0. However, got "
+                             f"{int(off[0])}")
+        if include_last_offset:
+            starts, ends = off[:-1], np.minimum(off[1:], total)
+        else:
+            starts, ends = off, np.append(off[1:], total)
+        if np.any(ends < starts) or (off.size and off[-1] > total):
+            raise ValueError(f"{who}: offsets must be non-decreasing and at most the input's "
+                             f"length ({total}), found {off.tolist()}")
+        lengths = ends - starts
+        width = max(int(lengths.max()) if lengths.size else 0, 1)
+        pos = starts[:, None] + np.arange(width)[None, :]
+        present = np.arange(width)[None, :] < lengths[:, None]
+        pos = np.where(present, pos, 0)
+        flat_pos = F.constant(pos.reshape(-1))
+        if total == 0:
+            idx = F.constant(np.zeros(pos.shape, np.int64))
+            psw = None if per_sample_weights is None else F.constant(
+                np.zeros(pos.shape, np.dtype(per_sample_weights.dtype)))
+        else:
+            idx = F.reshape(F.index_select(input, 0, flat_pos), *pos.shape)
+            psw = None if per_sample_weights is None else F.reshape(
+                F.index_select(per_sample_weights, 0, flat_pos), *pos.shape)
+    else:
+        raise ShapeError(f"{who}: input has to be a 1-D or 2-D tensor, found shape "
+                         f"{list(input.shape)}{_where(input)}")
+    b, width = idx.shape
+    rows = F.reshape(F.index_select(weight, 0, F.reshape(idx, -1)), b, width, weight.shape[1])
+    keep = None if present is None else F.constant(present)
+    if padding_idx is not None:
+        not_pad = idx != padding_idx
+        keep = not_pad if keep is None else F.logical_and(keep, not_pad)
+    if psw is not None:
+        rows = rows * F.unsqueeze(F.cast(psw, rows.dtype), 2)
+    keep3 = None if keep is None else F.unsqueeze(keep, 2)
+    if mode == "max":
+        lowest = float(np.finfo(np.dtype(rows.dtype)).min) if dtypes.is_float(rows.dtype) \
+            else None
+        if keep3 is None:
+            return F.amax(rows, 1)
+        out = F.amax(F.where(keep3, rows, lowest), 1)
+        any_key = F.unsqueeze(F.amax(F.cast(keep, "int32"), 1) > 0, 1)
+        return F.where(any_key, out, 0.0)
+    summed = F.sum(rows if keep3 is None else F.where(keep3, rows, 0.0), 1)
+    if mode == "sum":
+        return summed
+    if keep is None:
+        return summed * (1.0 / width) if width else summed
+    count = F.unsqueeze(F.sum(F.cast(keep, rows.dtype), 1), 1)
+    return summed / F.maximum(count, 1.0)
+
+
+def bilinear(input1, input2, weight, bias=None):
+    """y = x1^T A x2 + b over the last dims, with ``weight`` A of shape
+    (out_features, in1_features, in2_features), as ``torch.nn.functional.bilinear``."""
+    if weight.ndim != 3:
+        raise ShapeError(f"bilinear: expected a 3-D weight (out, in1, in2), found "
+                         f"{list(weight.shape)}{_where(input1)}")
+    out_f, in1, in2 = weight.shape
+    if input1.shape[-1] != in1 or input2.shape[-1] != in2 or \
+            tuple(input1.shape[:-1]) != tuple(input2.shape[:-1]):
+        raise ShapeError(f"bilinear: expected inputs (..., {in1}) and (..., {in2}) with the "
+                         f"same leading dims, found {list(input1.shape)} and "
+                         f"{list(input2.shape)}{_where(input1)}")
+    lead = tuple(input1.shape[:-1])
+    w = F.reshape(F.permute(weight, 1, 0, 2), in1, out_f * in2)
+    t = F.reshape(F.matmul(input1, w), *lead, out_f, in2)
+    out = F.sum(t * F.unsqueeze(input2, -2), -1)
+    return out + bias if bias is not None else out

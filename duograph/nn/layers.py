@@ -182,11 +182,16 @@ class Conv2d(Module):
     """2-D convolution over NCHW input (stride, padding, dilation, groups)."""
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1,
-                 padding=0, dilation=1, groups: int = 1, bias: bool = True):
+                 padding=0, dilation=1, groups: int = 1, bias: bool = True,
+                 padding_mode: str = "zeros"):
         super().__init__()
         if in_channels % groups or out_channels % groups:
             raise ValueError(f"Conv2d: in_channels ({in_channels}) and out_channels "
                              f"({out_channels}) must be divisible by groups ({groups})")
+        if padding_mode not in ("zeros", "reflect", "replicate", "circular"):
+            raise ValueError(f"Conv2d: padding_mode must be 'zeros', 'reflect', 'replicate' "
+                             f"or 'circular', found {padding_mode!r}")
+        self.padding_mode = padding_mode
         self.in_channels, self.out_channels = in_channels, out_channels
         self.kernel_size = _pair(kernel_size, "kernel_size")
         self.stride = _pair(stride, "stride")
@@ -214,6 +219,17 @@ class Conv2d(Module):
         if isinstance(c, int) and c != self.in_channels:
             raise _shape_error(self, f"expected {self.in_channels} input channels (dim "
                                f"{x.ndim - 3}), found input of shape {list(x.shape)}")
+        if self.padding_mode != "zeros":     # pad as PyTorch does, then a valid conv
+            if self.padding == "same":
+                pads = [(d * (k - 1) // 2, d * (k - 1) - d * (k - 1) // 2)
+                        for k, d in zip(self.kernel_size, self.dilation)]
+            elif self.padding == "valid":
+                pads = [(0, 0), (0, 0)]
+            else:
+                pads = [(p, p) for p in self.padding]
+            x = NF.pad(x, pads[1] + pads[0], mode=self.padding_mode)
+            return NF.conv2d(x, self.weight, self.bias, self.stride, 0, self.dilation,
+                             self.groups)
         return NF.conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation,
                          self.groups)
 
@@ -228,6 +244,8 @@ class Conv2d(Module):
             s += f", groups={self.groups}"
         if self.bias is None:
             s += ", bias=False"
+        if self.padding_mode != "zeros":
+            s += f", padding_mode={self.padding_mode}"
         return s
 
 
@@ -244,9 +262,10 @@ class _Pool(Module):
 
 class MaxPool2d(_Pool):
     def __init__(self, kernel_size, stride=None, padding=0, dilation=1,
-                 ceil_mode: bool = False):
+                 return_indices: bool = False, ceil_mode: bool = False):
         super().__init__(kernel_size, stride, padding)
         self.dilation, self.ceil_mode = dilation, ceil_mode
+        self.return_indices = return_indices
 
     def extra_repr(self) -> str:
         return (f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}, "
@@ -255,7 +274,7 @@ class MaxPool2d(_Pool):
     def forward(self, x):
         _check_input(self, x, (3, 4), _IMAGE)
         return NF.max_pool2d(x, self.kernel_size, self.stride, self.padding, self.dilation,
-                             self.ceil_mode)
+                             self.ceil_mode, self.return_indices)
 
 
 class AvgPool2d(_Pool):
@@ -691,8 +710,9 @@ class TransformerBlock(Module):
 
 # -- losses ------------------------------------------------------------------------------------
 class _Loss(Module):
-    def __init__(self, reduction: str = "mean"):
+    def __init__(self, size_average=None, reduce=None, reduction: str = "mean"):
         super().__init__()
+        reduction = NF._legacy_reduction(size_average, reduce, reduction)
         if reduction not in ("mean", "sum", "none", "batchmean"):
             raise ValueError(f"{type(self).__name__}: unknown reduction {reduction!r}")
         self.reduction = reduction
@@ -702,13 +722,17 @@ class _Loss(Module):
 
 
 class MSELoss(_Loss):
+    """Mean squared error; ``MSELoss(size_average=None, reduce=None, reduction="mean")``."""
+
     def forward(self, input, target):
-        return NF.mse_loss(input, target, self.reduction)
+        return NF.mse_loss(input, target, reduction=self.reduction)
 
 
 class L1Loss(_Loss):
+    """Mean absolute error; ``L1Loss(size_average=None, reduce=None, reduction="mean")``."""
+
     def forward(self, input, target):
-        return NF.l1_loss(input, target, self.reduction)
+        return NF.l1_loss(input, target, reduction=self.reduction)
 
 
 class _WeightedLoss(_Loss):
@@ -726,50 +750,56 @@ class _WeightedLoss(_Loss):
 
 
 class CrossEntropyLoss(_WeightedLoss):
-    def __init__(self, weight=None, ignore_index: int = -100, reduction: str = "mean",
-                 label_smoothing: float = 0.0):
-        super().__init__(reduction)
+    def __init__(self, weight=None, size_average=None, ignore_index: int = -100, reduce=None,
+                 reduction: str = "mean", label_smoothing: float = 0.0):
+        super().__init__(size_average, reduce, reduction)
         self._weights(weight=weight)
         self.ignore_index, self.label_smoothing = ignore_index, label_smoothing
 
     def forward(self, input, target):
-        return NF.cross_entropy(input, target, self.weight, self.ignore_index,
-                                self.reduction, self.label_smoothing)
+        return NF.cross_entropy(input, target, self.weight, ignore_index=self.ignore_index,
+                                reduction=self.reduction,
+                                label_smoothing=self.label_smoothing)
 
 
 class NLLLoss(_WeightedLoss):
-    def __init__(self, weight=None, ignore_index: int = -100, reduction: str = "mean"):
-        super().__init__(reduction)
+    def __init__(self, weight=None, size_average=None, ignore_index: int = -100, reduce=None,
+                 reduction: str = "mean"):
+        super().__init__(size_average, reduce, reduction)
         self._weights(weight=weight)
         self.ignore_index = ignore_index
 
     def forward(self, input, target):
-        return NF.nll_loss(input, target, self.weight, self.ignore_index, self.reduction)
+        return NF.nll_loss(input, target, self.weight, ignore_index=self.ignore_index,
+                           reduction=self.reduction)
 
 
 class BCELoss(_WeightedLoss):
-    def __init__(self, weight=None, reduction: str = "mean"):
-        super().__init__(reduction)
+    def __init__(self, weight=None, size_average=None, reduce=None, reduction: str = "mean"):
+        super().__init__(size_average, reduce, reduction)
         self._weights(weight=weight)
 
     def forward(self, input, target):
-        return NF.binary_cross_entropy(input, target, self.weight, self.reduction)
+        return NF.binary_cross_entropy(input, target, self.weight, reduction=self.reduction)
 
 
 class BCEWithLogitsLoss(_WeightedLoss):
-    def __init__(self, weight=None, reduction: str = "mean", pos_weight=None):
-        super().__init__(reduction)
+    def __init__(self, weight=None, size_average=None, reduce=None, reduction: str = "mean",
+                 pos_weight=None):
+        super().__init__(size_average, reduce, reduction)
         self._weights(weight=weight, pos_weight=pos_weight)
 
     def forward(self, input, target):
-        return NF.binary_cross_entropy_with_logits(input, target, self.weight, self.reduction,
-                                                   self.pos_weight)
+        return NF.binary_cross_entropy_with_logits(input, target, self.weight,
+                                                   reduction=self.reduction,
+                                                   pos_weight=self.pos_weight)
 
 
 class KLDivLoss(_Loss):
-    def __init__(self, reduction: str = "mean", log_target: bool = False):
-        super().__init__(reduction)
+    def __init__(self, size_average=None, reduce=None, reduction: str = "mean",
+                 log_target: bool = False):
+        super().__init__(size_average, reduce, reduction)
         self.log_target = log_target
 
     def forward(self, input, target):
-        return NF.kl_div(input, target, self.reduction, self.log_target)
+        return NF.kl_div(input, target, reduction=self.reduction, log_target=self.log_target)

@@ -1,4 +1,4 @@
-"""``nn.utils``: gradient clipping."""
+"""``nn.utils``: gradient clipping and flattening parameters into one vector."""
 from __future__ import annotations
 
 from typing import Iterable, Union
@@ -37,3 +37,56 @@ def clip_grad_norm_(parameters: Union[Tensor, Iterable[Tensor]], max_norm: float
             g.array *= g.array.dtype.type(coef)
             g._version[0] += 1
     return Tensor._wrap(np.asarray(total, dtype=grads[0].array.dtype))
+
+
+def _as_list(parameters) -> list:
+    return [parameters] if isinstance(parameters, Tensor) else list(parameters)
+
+
+def clip_grad_value_(parameters: Union[Tensor, Iterable[Tensor]], clip_value: float,
+                     foreach=None) -> None:
+    """Clamp every gradient in place to [-clip_value, clip_value] (``torch.nn.utils``)."""
+    from ..eager import grad_mode
+    clip_value = float(clip_value)
+    with grad_mode.no_grad():
+        for p in _as_list(parameters):
+            if p.grad is not None:
+                p.grad.clamp_(-clip_value, clip_value)
+
+
+def parameters_to_vector(parameters: Iterable[Tensor]) -> Tensor:
+    """The parameters flattened and concatenated into one 1-D tensor (differentiable, as
+    ``torch.nn.utils.parameters_to_vector``)."""
+    from ..graphlib import functional as F
+    params = _as_list(parameters)
+    if not params:
+        raise ValueError("parameters_to_vector: expected at least one parameter")
+    _same_device(params, "parameters_to_vector")
+    return F.cat([F.reshape(p, -1) for p in params], 0)
+
+
+def vector_to_parameters(vec: Tensor, parameters: Iterable[Tensor]) -> None:
+    """Copy consecutive slices of the 1-D ``vec`` into the parameters (in place, outside
+    autograd, as ``torch.nn.utils.vector_to_parameters``)."""
+    from ..eager import grad_mode
+    if not isinstance(vec, Tensor):
+        raise TypeError(f"expected torch.Tensor, but got: {type(vec).__name__}")
+    params = _as_list(parameters)
+    _same_device(params, "vector_to_parameters")
+    total = sum(p.numel() for p in params)
+    if vec.ndim != 1 or vec.shape[0] != total:
+        raise ValueError(f"vector_to_parameters: expected a 1-D vector of {total} elements "
+                         f"(the parameters' total), found shape {list(vec.shape)}")
+    start = 0
+    with grad_mode.no_grad():
+        for p in params:
+            n = p.numel()
+            p.copy_(vec.detach()[start:start + n].reshape(*p.shape))
+            start += n
+
+
+def _same_device(params, who: str) -> None:
+    devices = {p.device for p in params}
+    if len(devices) > 1:
+        raise TypeError(f"{who}: found two parameters on different devices "
+                        f"({', '.join(sorted(devices))})")

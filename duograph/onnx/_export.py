@@ -490,6 +490,41 @@ CONVERTERS["maximum"] = _binary_arith("Max", "Or")
 CONVERTERS["minimum"] = _binary_arith("Min", "And")
 
 
+@converter("fmod")
+def _fmod(ex, node, ins):
+    """C's fmod (the dividend's sign): ONNX Mod with fmod=1, exact for ints and floats."""
+    out = _out(node)
+    if out == "bool":
+        _refuse("fmod of bool operands")
+    work = _compute_dtype(out)
+    a, b = (ex.cast(n, t.dtype, work) for n, t in zip(ins, node.inputs))
+    return [ex.cast(ex.op("Mod", a, b, fmod=1), work, out)]
+
+
+@converter("remainder")
+def _remainder(ex, node, ins):
+    """Python's % (the divisor's sign): integers are ONNX Mod with fmod=0; floats are numpy's
+    algorithm on fmod: r = fmod(a, b), plus b where r is nonzero and its sign differs from
+    b's, and a zero takes b's sign (onnx's reference evaluator keeps that -0.0; onnxruntime
+    1.32 returns +0.0 there)."""
+    out = _out(node)
+    if out == "bool":
+        _refuse("remainder of bool operands")
+    work = _compute_dtype(out)
+    a, b = (ex.cast(n, t.dtype, work) for n, t in zip(ins, node.inputs))
+    if not work.startswith("float"):
+        return [ex.cast(ex.op("Mod", a, b, fmod=0), work, out)]
+    r = ex.op("Mod", a, b, fmod=1)
+    zero = ex.const(0.0, work)
+    b_neg = ex.op("Less", b, zero)
+    flip = ex.op("And", ex.op("Not", ex.op("Equal", r, zero)),
+                 ex.op("Xor", ex.op("Less", r, zero), b_neg))
+    r = ex.op("Where", flip, ex.op("Add", r, b), r)
+    signed_zero = ex.op("Mul", ex.op("Abs", r), ex.op("Sign", b))    # +-0 where r is 0
+    r = ex.op("Where", ex.op("Equal", r, zero), signed_zero, r)
+    return [ex.cast(r, work, out)]
+
+
 @converter("pow")
 def _pow(ex, node, ins):
     out = _out(node)
@@ -804,6 +839,82 @@ def _arg(ex, node, ins):
     return [ex.op(op_type, name, axis=dim, keepdims=int(keep))]
 
 
+# -- scans, sorting and norms (cumprod, cummax/cummin, logcumsumexp, mode and svd have no exact
+# ONNX form and are refused)
+@converter("cumsum")
+def _cumsum(ex, node, ins):
+    x, out = node.inputs[0], _out(node)
+    work = _compute_dtype(out)          # integers sum in int64, float16 in float32
+    y = ex.op("CumSum", ex.cast(ins[0], x.dtype, work),
+              ex.const(np.asarray(node.attrs["dim"], np.int64)),
+              reverse=int(node.attrs.get("reverse", False)))
+    return [ex.cast(y, work, out)]
+
+
+def _topk_all(ex, name, n, axis: int, largest: bool):
+    """(values, indices) of a full sort along ``axis`` by TopK (equal elements keep their
+    order, ascending and descending, as duograph's stable sort)."""
+    return ex.emit("TopK", (name, ex.dim(n)), 2, axis=axis, largest=int(largest), sorted=1)
+
+
+@converter("sort")
+def _sort(ex, node, ins):
+    x = node.inputs[0]
+    work = _compute_dtype(x.dtype)
+    if work not in ("int32", "int64", "float32", "float64"):
+        _refuse(f"sort of {x.dtype} has no exact ONNX form")
+    dim = node.attrs["dim"]
+    values, indices = _topk_all(ex, ex.cast(ins[0], x.dtype, work), x.shape[dim], dim,
+                                node.attrs.get("descending", False))
+    return [ex.cast(values, work, x.dtype), indices]
+
+
+@converter("median_all")
+def _median_all(ex, node, ins):
+    x = node.inputs[0]
+    n = 1
+    for d in x.shape:
+        if not isinstance(d, int):
+            _refuse("median of a tensor with symbolic dims")
+        n *= d
+    work = _compute_dtype(x.dtype)
+    if work not in ("int32", "int64", "float32", "float64"):
+        _refuse(f"median of {x.dtype} has no exact ONNX form")
+    flat = ex.reshape(ex.cast(ins[0], x.dtype, work), (n,))
+    values, _ = _topk_all(ex, flat, n, 0, False)
+    y = ex.op("Gather", values, ex.const(np.asarray((n - 1) // 2, np.int64)), axis=0)
+    if dtypes.is_float(work):           # NaN anywhere: the median is NaN
+        nan = ex.reduce("ReduceMax", ex.op("Cast", ex.op("IsNaN", flat),
+                                           to=onnx_dtype("int32")), [0], False)
+        y = ex.op("Where", ex.op("Cast", nan, to=onnx_dtype("bool")),
+                  ex.const(np.asarray(np.nan, work)), y)
+    return [ex.cast(y, work, x.dtype)]
+
+
+@converter("vector_norm")
+def _vector_norm(ex, node, ins):
+    x, out = node.inputs[0], _out(node)
+    p, dims, keep = node.attrs["ord"], node.attrs["dim"], node.attrs["keepdim"]
+    work = _compute_dtype(out, ("float32", "float64"))
+    a = ex.op("Abs", ex.cast(ins[0], x.dtype, work))
+
+    def red(op_type, name):
+        return ex.reduce(op_type, name, dims, keep) if dims and x.ndim else name
+    if math.isinf(p):
+        y = red("ReduceMax" if p > 0 else "ReduceMin", a)
+    elif p == 0:
+        nz = ex.op("Not", ex.op("Equal", a, ex.const(np.asarray(0, work))))
+        y = red("ReduceSum", ex.op("Cast", nz, to=onnx_dtype(work)))
+    elif p == 1:
+        y = red("ReduceSum", a)
+    elif p == 2:
+        y = ex.op("Sqrt", red("ReduceSum", ex.op("Mul", a, a)))
+    else:
+        y = ex.op("Pow", red("ReduceSum", ex.op("Pow", a, ex.const(np.asarray(p, work)))),
+                  ex.const(np.asarray(1.0 / p, work)))
+    return [ex.cast(y, work, out)]
+
+
 def _finite_shift(ex, m: str, dtype: str) -> str:
     """``m`` with 0 where it is not finite (inf or NaN)."""
     bad = ex.op("Or", ex.op("IsInf", m), ex.op("IsNaN", m))
@@ -973,9 +1084,21 @@ def _conv2d_input_grad(ex, node, ins):
         extra.append(size - (stride * (out - 1) + span - lo - hi))
     if any(e < 0 or e >= max(a["stride"][i], a["dilation"][i]) for i, e in enumerate(extra)):
         _refuse(f"output padding {extra} out of ONNX's range")
-    return [ex.op("ConvTranspose", *ins, strides=list(a["stride"]), pads=[pt, pl, pb, pr],
-                  dilations=list(a["dilation"]), group=a["groups"],
-                  output_padding=extra if any(extra) else None)]
+    attrs = dict(strides=list(a["stride"]), pads=[pt, pl, pb, pr],
+                 dilations=list(a["dilation"]), output_padding=extra if any(extra) else None)
+    groups = a["groups"]
+    if groups == 1:
+        return [ex.op("ConvTranspose", *ins, **attrs)]
+    # one ConvTranspose per group, concatenated: the same sums, and every runtime (onnx's
+    # reference evaluator has no grouped ConvTranspose) runs it
+    per = w.shape[0] // groups
+    parts = []
+    for i in range(groups):
+        lo, hi = ex.ints([i * per]), ex.ints([(i + 1) * per])
+        gi = ex.op("Slice", ins[0], lo, hi, ex.ints([1]))
+        wi = ex.op("Slice", ins[1], lo, hi, ex.ints([0]))
+        parts.append(ex.op("ConvTranspose", gi, wi, **attrs))
+    return [ex.op("Concat", *parts, axis=1)]
 
 
 @converter("conv2d_weight_grad")
@@ -1007,6 +1130,50 @@ def _max_pool2d(ex, node, ins):
               strides=list(a["stride"]), pads=[ph, pw, ph, pw],
               dilations=list(a["dilation"]), ceil_mode=int(a["ceil_mode"]))
     return [ex.cast(y, work, dt)]
+
+
+@converter("max_pool2d_indices")
+def _max_pool2d_indices(ex, node, ins):
+    """MaxPool's second output (indices into the flattened N*C*H*W input, padding not
+    counted) modulo H*W: PyTorch's per-plane H*W index."""
+    a = node.attrs
+    x = node.inputs[0]
+    ph, pw = a["padding"]
+    h, w = x.shape[2:]
+    if not isinstance(h, int) or not isinstance(w, int):
+        _refuse("pooling indices over symbolic spatial sizes")
+    if x.dtype not in ("float32", "float64"):
+        _refuse(f"MaxPool indices of {x.dtype}")
+    _, idx = ex.emit("MaxPool", [ins[0]], 2, kernel_shape=list(a["kernel_size"]),
+                     strides=list(a["stride"]), pads=[ph, pw, ph, pw],
+                     dilations=list(a["dilation"]), ceil_mode=int(a["ceil_mode"]))
+    return [ex.op("Mod", idx, ex.const(np.asarray(h * w, dtype=np.int64)))]
+
+
+@converter("unfold")
+def _unfold(ex, node, ins):
+    """A Gather of constant positions from the zero-padded, flattened planes."""
+    from ..graphlib.ops.resample import _fold_geometry
+    a = node.attrs
+    x = node.inputs[0]
+    n, c, h, w = x.shape
+    (kh, kw), (ph, pw), (sh, sw), (dh, dw) = (a["kernel_size"], a["padding"], a["stride"],
+                                              a["dilation"])
+    ho, wo = _fold_geometry("unfold", (h, w), a["kernel_size"], a["dilation"], a["padding"],
+                            a["stride"])
+    hp, wp = h + 2 * ph, w + 2 * pw
+    rows = (np.arange(kh)[:, None, None, None] * dh + np.arange(ho)[None, None, :, None] * sh)
+    cols = (np.arange(kw)[None, :, None, None] * dw + np.arange(wo)[None, None, None, :] * sw)
+    index = (rows * wp + cols).reshape(kh * kw, ho * wo).astype(np.int64)
+    dt = x.dtype
+    work = _compute_dtype(dt, ("int32", "int64", "float32", "float64", "bool", "uint8"))
+    xw = ex.cast(ins[0], dt, work)
+    if ph or pw:
+        zero = ex.cast(ex.const(np.zeros((), dtype=dt)), dt, work)
+        xw = ex.op("Pad", xw, ex.ints([0, 0, ph, pw, 0, 0, ph, pw]), zero, mode="constant")
+    flat = ex.reshape(xw, (n, c, hp * wp))
+    picked = ex.op("Gather", flat, ex.const(index), axis=2)
+    return [ex.cast(ex.reshape(picked, (n, c * kh * kw, ho * wo)), work, dt)]
 
 
 @converter("avg_pool2d")
@@ -1119,8 +1286,8 @@ def _state_array(graph: Graph, v: Value) -> np.ndarray:
 def graph_to_model(graph: Graph, opset: int = 17, output_names: Optional[Sequence[str]] = None,
                    doc: str = ""):
     """The ONNX ``ModelProto`` of ``graph``: placeholders become inputs (symbolic dims as
-    ``dim_param``), state becomes initializers named as the state, ``graph.outputs`` the
-    outputs."""
+    ``dim_param``), state that the outputs read becomes initializers named as the state,
+    ``graph.outputs`` the outputs."""
     onnx = _onnx()
     helper = onnx.helper
     if not graph.outputs:
@@ -1164,6 +1331,9 @@ def graph_to_model(graph: Graph, opset: int = 17, output_names: Optional[Sequenc
         ex.nodes.append(helper.make_node("Identity", [ex.name_of(v)], [n],
                                          name=ex.fresh("n_output")))
         outputs.append(_value_info(n, v.dtype, v.shape))
+    # state that no node reads (an eval-mode BatchNorm's num_batches_tracked) is left out
+    read = {name for node in ex.nodes for name in node.input}
+    inits = [t for t in inits if t.name in read]
     g = helper.make_graph(ex.nodes, graph.name, inputs, outputs, inits + ex.initializers)
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)],
                               producer_name="duograph")

@@ -10,9 +10,10 @@ import math
 import numpy as np
 
 from ..graphlib import functional as F
-from ._import import Ctx, handler, np_dtype_of, refuse, static_shape
+from ._import import HANDLERS, Ctx, _onnx, handler, np_dtype_of, refuse, static_shape
 
 FLOATS = ("float16", "float32", "float64")
+INTS = ("uint8", "int8", "int16", "int32", "int64")
 
 
 def cast(x, dt: str):
@@ -50,8 +51,8 @@ def _unary(fn, floats_only=True, dtypes_ok=None):
     return run
 
 
-NUMERIC = ("uint8", "int32", "int64", "float16", "float32", "float64")
-SIGNED = ("int32", "int64", "float16", "float32", "float64")
+NUMERIC = ("uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64")
+SIGNED = ("int8", "int16", "int32", "int64", "float16", "float32", "float64")
 
 HANDLERS_UNARY = {
     "Abs": (lambda c, x: F.abs(x), False, NUMERIC),
@@ -261,6 +262,10 @@ def _div(ctx):
 @handler("Pow")
 def _pow(ctx):
     a, b = ctx.x(0), ctx.x(1)
+    if a.dtype in INTS and b.dtype in INTS:       # numpy's integer power (wraps)
+        return cast(F.pow(cast(a, "int64"), cast(b, "int64")), a.dtype)
+    if a.dtype in INTS and b.dtype in FLOATS:     # as ONNX: the float power, truncated
+        return cast(F.pow(cast(a, "float64"), cast(b, "float64")), a.dtype)
     if a.dtype not in FLOATS:
         refuse(f"Pow of a {a.dtype} base")
     return cast(F.pow(a, cast(b, a.dtype)), a.dtype)
@@ -271,8 +276,10 @@ def _mod(ctx):
     _check_same(ctx)
     a, b = ctx.x(0), ctx.x(1)
     fmod = ctx.attr("fmod", 0)
-    if a.dtype in FLOATS or a.dtype == "bool":
-        refuse(f"Mod of {a.dtype} (no exact duograph form)")
+    if a.dtype in FLOATS:       # C's fmod, or with fmod=0 Python's % (numpy's mod)
+        return F.fmod(a, b) if fmod else F.remainder(a, b)
+    if a.dtype == "bool":
+        refuse(f"Mod of {a.dtype}")
     a64, b64 = cast(a, "int64"), cast(b, "int64")
     r = a64 - _trunc_div(ctx, a64, b64) * b64
     if not fmod:                 # the sign of the divisor, as Python's %
@@ -629,12 +636,27 @@ def _gather_elements(ctx):
 @handler("ScatterElements", "Scatter")
 def _scatter_elements(ctx):
     reduction = ctx.attr("reduction", "none")
-    if reduction != "add":
+    if reduction not in ("add", "none"):
         refuse(f"reduction {reduction!r} (duograph has scatter_add only)")
     x, idx, src = ctx.x(0), ctx.x(1), ctx.x(2)
     axis = _axis(ctx.attr("axis", 0), x.ndim)
     idx = _fix_negative(ctx, idx, x.shape[axis])
+    if reduction == "none":
+        return _overwrite(ctx, x, lambda t, u: F.scatter_add(t, axis, idx, u), src)
     return cast(F.scatter_add(x, axis, idx, src), x.dtype)
+
+
+def _overwrite(ctx, x, add, src):
+    """Scatter without reduction from an adding scatter: the written places of ``x`` are
+    zeroed and the updates added there (ONNX leaves repeated indices undefined; with
+    known indices they are refused)."""
+    if x.dtype == "bool":
+        refuse("scattering bool tensors")
+    counts = add(cast(F.zeros_like(x), "int32"), cast(F.ones_like(src), "int32"))
+    if ctx.eager and int(counts.numpy().max(initial=0)) > 1:
+        refuse("repeated indices (ONNX leaves their result undefined)")
+    hit = F.gt(counts, ctx.const(0, "int32"))
+    return cast(add(F.where(hit, ctx.const(0, x.dtype), x), src), x.dtype)
 
 
 @handler("Expand")
@@ -677,8 +699,8 @@ def _pad(ctx):
     mode = ctx.attr("mode", "constant")
     if isinstance(mode, bytes):
         mode = mode.decode()
-    if mode != "constant":
-        refuse(f"mode {mode!r} (only 'constant')")
+    if mode not in ("constant", "reflect", "edge", "wrap"):
+        refuse(f"mode {mode!r}")
     if ctx.opset < 11:
         pads = list(ctx.attr("pads"))
         value = ctx.attr("value", 0.0)
@@ -694,12 +716,23 @@ def _pad(ctx):
     k = len(axes)
     for i, a in enumerate(axes):
         full[a] = (pads[i], pads[i + k])
+    if mode != "constant":            # numpy's index pattern, gathered along each axis
+        shape = static_shape(ctx)
+        for a, (lo, hi) in enumerate(full):
+            if lo or hi:
+                if mode == "reflect" and max(lo, hi) >= shape[a]:
+                    refuse(f"reflect padding of {max(lo, hi)} on a dim of {shape[a]}")
+                if shape[a] == 0:
+                    refuse("padding an empty dim")
+                idx = np.pad(np.arange(shape[a]), (lo, hi), mode=mode)
+                x = F.index_select(x, a, ctx.const(idx, "int64"))
+        return x
     flat = []
     for lo, hi in reversed(full):
         flat += [lo, hi]
     if x.dtype == "bool":
         value = bool(value)
-    elif x.dtype not in FLOATS:
+    elif x.dtype not in FLOATS + ("bfloat16",):
         value = int(value)
     return cast(F.pad(x, flat, value=value), x.dtype)
 
@@ -751,9 +784,11 @@ def _space_to_depth(ctx):
     x = ctx.x(0)
     b = ctx.attr("blocksize")
     n, c, h, w = static_shape(ctx)
-    if ctx.attr("mode", "DCR") != "DCR":
-        refuse(f"mode {ctx.attr('mode')!r} (only 'DCR')")
-    y = F.permute(F.reshape(x, n, c, h // b, b, w // b, b), 0, 3, 5, 1, 2, 4)
+    mode = ctx.attr("mode", "DCR")
+    if mode not in ("DCR", "CRD"):
+        refuse(f"mode {mode!r}")
+    y = F.reshape(x, n, c, h // b, b, w // b, b)
+    y = F.permute(y, 0, 3, 5, 1, 2, 4) if mode == "DCR" else F.permute(y, 0, 1, 3, 5, 2, 4)
     return F.reshape(y, n, c * b * b, h // b, w // b)
 
 
@@ -964,6 +999,16 @@ def _pool_common(ctx):
 def _max_pool(ctx):
     if len([o for o in ctx.node.output if o]) > 1:
         refuse("the Indices output")
+    x = ctx.x(0)
+    if x.ndim == 4 and x.dtype in FLOATS:      # any pads: -inf borders, then no padding
+        kernel = list(ctx.attr("kernel_shape"))
+        strides = list(ctx.attr("strides", [1, 1]))
+        dil = list(ctx.attr("dilations", [1, 1]))
+        pt, pb, pl, pr = _pads_2d(ctx, kernel, strides, dil, x.shape[2:])
+        if (pt != pb or pl != pr or pt > kernel[0] // 2 or pl > kernel[1] // 2) and \
+                not ctx.attr("ceil_mode", 0) and not ctx.attr("storage_order", 0):
+            x = F.pad(x, [pl, pr, pt, pb], value=-math.inf)
+            return F.max_pool2d(x, kernel, strides, (0, 0), dil, False)
     x, kernel, strides, dil, pad = _pool_common(ctx)
     if ctx.attr("storage_order", 0):
         refuse("storage_order=1")
@@ -974,6 +1019,16 @@ def _max_pool(ctx):
 
 @handler("AveragePool")
 def _avg_pool(ctx):
+    x = ctx.x(0)
+    if x.ndim == 4 and x.dtype in FLOATS and not ctx.attr("ceil_mode", 0):
+        kernel = list(ctx.attr("kernel_shape"))
+        strides = list(ctx.attr("strides", [1, 1]))
+        dil = list(ctx.attr("dilations", [1, 1]))
+        pads = _pads_2d(ctx, kernel, strides, dil, x.shape[2:])
+        pt, pb, pl, pr = pads
+        if pt != pb or pl != pr or pt > kernel[0] // 2 or pl > kernel[1] // 2 or dil != [1, 1]:
+            return _window_mean(ctx, x, kernel, strides, dil, pads,
+                                bool(ctx.attr("count_include_pad", 0)))
     x, kernel, strides, dil, pad = _pool_common(ctx)
     if dil != [1, 1]:
         refuse("dilations")
@@ -1211,3 +1266,736 @@ def _select_last(fn):
 
 handler("ArgMax")(_select_last(F.argmax))
 handler("ArgMin")(_select_last(F.argmin))
+
+
+# == more handlers, composed from the same op functions ==========================================
+_BITS = {"uint8": 8, "int8": 8, "int16": 16, "int32": 32, "int64": 64}
+
+for _name, _fn in (("Acos", F.acos), ("Asin", F.asin), ("Atan", F.atan)):
+    handler(_name)(_unary(lambda c, x, _fn=_fn: _fn(x), True, None))
+
+
+@handler("Round")
+def _round(ctx):
+    """Round half to even: floor, then up where the fraction is above one half, or exactly
+    one half and the floor is odd (all steps exact in floating point)."""
+    _float_only(ctx)
+    x = ctx.x(0)
+    fl = _floor(ctx, x)
+    frac = x - fl
+    half = ctx.const(0.5, x.dtype)
+    one = ctx.const(1, x.dtype)
+    odd = F.ne(_floor(ctx, fl * 0.5) * 2.0, fl)
+    up = F.logical_or(F.gt(frac, half), F.logical_and(F.eq(frac, half), odd))
+    return F.where(up, fl + one, fl)
+
+
+def _bitwise(fn):
+    def run(ctx):
+        _check_same(ctx, len(ctx))
+        if ctx.dtype(0) not in INTS:
+            refuse(f"dtype {ctx.dtype(0)} (Bitwise ops take integer tensors)")
+        return fn(*[ctx.x(i) for i in range(len(ctx))])
+    return run
+
+
+handler("BitwiseAnd")(_bitwise(F.bitwise_and))
+handler("BitwiseOr")(_bitwise(F.bitwise_or))
+handler("BitwiseXor")(_bitwise(F.bitwise_xor))
+handler("BitwiseNot")(_bitwise(F.bitwise_not))
+
+
+@handler("BitShift")
+def _bit_shift(ctx):
+    """x << s as x * 2**s and x >> s as floor(x / 2**s), in int64 and wrapped back to the
+    type; 2**s is built from the bits of s. Shifts by a negative amount or by the width or
+    more give 0 (or -1: a right shift of a negative value), as ONNX's tests require."""
+    _check_same(ctx)
+    x, s = ctx.x(0), ctx.x(1)
+    dt = x.dtype
+    if dt not in INTS:
+        refuse(f"dtype {dt} (BitShift takes integer tensors)")
+    width = _BITS[dt]
+    left = ctx.attr("direction") == "LEFT"
+    if ctx.attr("direction") not in ("LEFT", "RIGHT"):
+        refuse(f"direction {ctx.attr('direction')!r}")
+    x64, s64 = cast(x, "int64"), cast(s, "int64")
+    zero = ctx.const(0, "int64")
+    valid = F.logical_and(F.ge(s64, zero), F.lt(s64, ctx.const(min(width, 63), "int64")))
+    safe = F.where(valid, s64, zero)
+    p = F.ones_like(safe)
+    for k in range(6):                       # the bits of s: 2**s = prod 2**(2**k)
+        bit = F.ne(F.bitwise_and(safe, ctx.const(1 << k, "int64")), zero)
+        p = F.where(bit, p * ctx.const(1 << (1 << k), "int64"), p)
+    if left:
+        y = F.where(valid, x64 * p, zero)
+        if width == 64:                       # 1 << 63 does not fit: shift by 62, then 1
+            top = F.eq(s64, ctx.const(63, "int64"))
+            y = F.where(top, x64 * ctx.const(1 << 62, "int64") * ctx.const(2, "int64"), y)
+    else:
+        neg = F.lt(x64, zero)
+        sat = F.where(neg, ctx.const(-1, "int64"), zero)
+        y = F.where(valid, F.floor_divide(x64, p), sat)
+    return cast(y, dt)
+
+
+_REDUCE_MAX_MIN = {k: HANDLERS[k] for k in ("ReduceMax", "ReduceMin")}
+
+
+@handler("ReduceMax", "ReduceMin")
+def _reduce_max_min_bool(ctx):
+    """ReduceMax/Min, and of bool tensors as any/all (through uint8)."""
+    x = ctx.x(0)
+    fn = _REDUCE_MAX_MIN[ctx.node.op_type]
+    axes = _reduce_axes(ctx, x)
+    if axes and any(x.shape[a] == 0 for a in axes):    # the empty set: the identity
+        keep = bool(ctx.attr("keepdims", 1))
+        shape = [1 if a in axes else d for a, d in enumerate(x.shape) if keep or a not in axes]
+        if not all(isinstance(d, int) for d in shape):
+            refuse("an empty reduction with symbolic dims")
+        big = ctx.node.op_type == "ReduceMin"
+        if x.dtype == "bool":
+            fill = big
+        elif x.dtype in FLOATS:
+            fill = np.inf if big else -np.inf
+        else:
+            info = np.iinfo(x.dtype)
+            fill = info.max if big else info.min
+        return ctx.const(np.full(shape, fill, dtype=x.dtype), x.dtype)
+    if x.dtype != "bool":
+        return fn(ctx)
+    ctx.ins = [cast(x, "uint8")] + list(ctx.ins[1:])
+    return F.ne(fn(ctx), ctx.const(0, "uint8"))
+
+
+# -- Attention (opset 23/24): scaled dot-product attention as matmul, softmax, matmul ------------
+def _heads(ctx, x, n):
+    """(B, S, n*D) -> (B, n, S, D)."""
+    b, s, hidden = static_shape_of(x)
+    if not n or hidden % n:
+        refuse(f"hidden size {hidden} is not a multiple of the {n} heads")
+    return F.permute(F.reshape(x, b, s, n, hidden // n), 0, 2, 1, 3)
+
+
+def _neg_inf_where(ctx, allowed, dt):
+    """0 where ``allowed``, -inf elsewhere (a select, never 0 * inf)."""
+    return F.where(allowed, ctx.const(0, dt), ctx.const(-np.inf, dt))
+
+
+@handler("Attention")
+def _attention(ctx):
+    q, k, v = ctx.x(0), ctx.x(1), ctx.x(2)
+    dt = q.dtype
+    if dt not in FLOATS:
+        refuse(f"dtype {dt} (Attention here takes float16/32/64)")
+    left, right = ctx.attr("left_window_size", -1), ctx.attr("right_window_size", -1)
+    if left < -1 or right < -1:
+        refuse(f"window sizes {left}, {right} (each -1 or at least 0)")
+    mask = ctx.x(3) if ctx.has(3) else None
+    past_k = ctx.x(4) if ctx.has(4) else None
+    past_v = ctx.x(5) if ctx.has(5) else None
+    nonpad = ctx.x(6) if ctx.has(6) else None
+    if (past_k is None) != (past_v is None):
+        refuse("past_key without past_value (or the reverse)")
+    if nonpad is not None and past_k is not None:
+        refuse("nonpad_kv_seqlen with past_key/past_value")
+    three_d = q.ndim == 3
+    if three_d:
+        q = _heads(ctx, q, ctx.attr("q_num_heads"))
+        k = _heads(ctx, k, ctx.attr("kv_num_heads"))
+        v = _heads(ctx, v, ctx.attr("kv_num_heads"))
+    if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
+        refuse("Q, K, V must all be 3-D or all 4-D")
+    batch, hq, lq, dq = static_shape_of(q)
+    scale = ctx.attr("scale")
+    scale = 1.0 / math.sqrt(dq) if scale is None else scale
+    root = np.asarray(math.sqrt(scale), dtype=dt)        # the spec scales Q and K by sqrt
+    if past_k is not None:
+        k = F.cat([past_k, k], 2)
+        v = F.cat([past_v, v], 2)
+    present_k, present_v = k, v
+    lkv = static_shape_of(k)[2]
+    bias = None
+    if mask is not None:
+        width = static_shape_of(mask)[-1]
+        if width < lkv:
+            pad = [0, lkv - width] + [0, 0] * (mask.ndim - 1)
+            mask = F.pad(mask, pad, value=False if mask.dtype == "bool" else -math.inf)
+        bias = _neg_inf_where(ctx, mask, dt) if mask.dtype == "bool" else cast(mask, dt)
+    i = np.arange(lq).reshape(lq, 1)
+    j = np.arange(lkv).reshape(1, lkv)
+    if nonpad is not None:
+        lens = F.reshape(cast(nonpad, "int64"), -1, 1, 1, 1)
+    if ctx.attr("is_causal", 0):
+        if nonpad is not None:          # per batch: key j <= i + (nonpad[b] - lq)
+            allowed = F.le(ctx.const(j - i + lq, "int64"), lens)
+        else:
+            offset = static_shape_of(past_k)[2] if past_k is not None else 0
+            allowed = ctx.const(j <= i + offset, "bool")
+        causal = _neg_inf_where(ctx, allowed, dt)
+        bias = causal if bias is None else bias + causal
+    if left >= 0 or right >= 0:         # a sliding window around query i's position
+        if nonpad is not None:          # diff = (i + nonpad[b] - lq) - j
+            diff = lens + ctx.const(i - j - lq, "int64")
+        else:
+            offset = static_shape_of(past_k)[2] if past_k is not None else 0
+            diff = ctx.const(i + offset - j, "int64")
+        allowed = F.eq(diff, diff)                       # all True, diff's shape
+        if left >= 0:
+            allowed = F.logical_and(allowed, F.le(diff, ctx.const(left, "int64")))
+        if right >= 0:
+            allowed = F.logical_and(allowed, F.le(F.neg(diff), ctx.const(right, "int64")))
+        window = _neg_inf_where(ctx, allowed, dt)
+        bias = window if bias is None else bias + window
+    if nonpad is not None:
+        padding = _neg_inf_where(ctx, F.lt(ctx.const(j, "int64"), lens), dt)
+        bias = padding if bias is None else bias + padding
+    hk = static_shape_of(k)[1]
+    if hq != hk:
+        if hq % hk:
+            refuse(f"{hq} query heads over {hk} key/value heads")
+        r = hq // hk
+
+        def repeat(t):
+            b, h, n, d = static_shape_of(t)
+            t = F.expand(F.reshape(t, b, h, 1, n, d), b, h, r, n, d)
+            return F.reshape(t, b, h * r, n, d)
+        k, v = repeat(k), repeat(v)
+    qk = F.matmul(q * ctx.const(root, dt), F.transpose(k * ctx.const(root, dt), -1, -2))
+    softcap = ctx.attr("softcap", 0.0)
+    if softcap and softcap > 0:
+        qk = F.tanh(qk / ctx.const(softcap, dt)) * ctx.const(softcap, dt)
+    logits = qk if bias is None else qk + bias
+    mode = ctx.attr("qk_matmul_output_mode", 0)
+    if mode not in (0, 1, 2, 3):
+        refuse(f"qk_matmul_output_mode {mode}")
+    qk_out = logits if mode == 2 else qk
+    precision = ctx.attr("softmax_precision")
+    sdt = np_dtype_of(precision) if precision else dt
+    if sdt not in FLOATS:
+        refuse(f"softmax_precision {sdt}")
+    probs = F.softmax(cast(logits, sdt), -1)
+    if bias is not None:                 # a row with no key allowed: zeros, never NaN
+        dead = F.eq(F.amax(bias, -1, keepdim=True), ctx.const(-np.inf, dt))
+        probs = F.where(dead, ctx.const(0, sdt), probs)
+    if mode == 3:
+        qk_out = probs
+    y = F.matmul(cast(probs, dt), v)
+    if three_d:
+        b, h, n, d = static_shape_of(y)
+        y = F.reshape(F.permute(y, 0, 2, 1, 3), b, n, h * d)
+    return y, present_k, present_v, cast(qk_out, dt)
+
+
+# -- Resize: per axis, a gather (nearest) or a matrix of interpolation weights (linear, cubic) ---
+def _resize_coeffs(mode, nearest_mode, a, antialias, ratio, scale):
+    """The weights on the neighbours of one output position (ONNX's Resize reference)."""
+    if mode == "nearest":
+        if float(ratio).is_integer():
+            return np.array([0.0, 1.0])
+        table = {"round_prefer_floor": (ratio <= 0.5, ratio > 0.5),
+                 "round_prefer_ceil": (ratio < 0.5, ratio >= 0.5),
+                 "floor": (1, 0), "ceil": (0, 1)}
+        return np.array(table[nearest_mode], dtype=np.float64)
+    if mode == "linear":
+        if not antialias:
+            return np.array([1 - ratio, ratio])
+        s = min(scale, 1.0)
+        start = int(np.floor(-1 / s) + 1)
+        args = (np.arange(start, start + 2 - 2 * start) - ratio) * s
+        c = np.clip(1 - np.abs(args), 0, 1)
+        return c / c.sum()
+    if not antialias:
+        r1, r2 = ratio + 1, 2 - ratio
+        return np.array([((a * r1 - 5 * a) * r1 + 8 * a) * r1 - 4 * a,
+                         ((a + 2) * ratio - (a + 3)) * ratio * ratio + 1,
+                         ((a + 2) * (1 - ratio) - (a + 3)) * (1 - ratio) * (1 - ratio) + 1,
+                         ((a * r2 - 5 * a) * r2 + 8 * a) * r2 - 4 * a])
+    s = min(scale, 1.0)
+
+    def w(x):
+        x = abs(x)
+        if x <= 1:
+            return (a + 2) * x ** 3 - (a + 3) * x * x + 1
+        return a * x ** 3 - 5 * a * x * x + 8 * a * x - 4 * a if x < 2 else 0.0
+    start = int(np.floor(-2 / s) + 1)
+    c = np.array([w(s * (i - ratio)) for i in range(start, 2 - start)])
+    return c / c.sum()
+
+
+def _resize_matrix(ctx, n_in, n_out, scale, roi, coord, mode, nearest_mode, a, antialias,
+                   exclude_outside):
+    """(weights (n_out, n_in), extrapolated (n_out,) bool or None) of one axis."""
+    y = np.arange(n_out, dtype=np.float64)
+    width = scale * n_in
+    extrap = None
+    if coord == "align_corners":
+        x = np.zeros(n_out) if width == 1 else y * (n_in - 1) / (width - 1)
+    elif coord == "asymmetric":
+        x = y / scale
+    elif coord == "tf_crop_and_resize":
+        x = (np.full(n_out, (roi[1] - roi[0]) * (n_in - 1) / 2) if width == 1
+             else y * (roi[1] - roi[0]) * (n_in - 1) / (width - 1))
+        x = x + roi[0] * (n_in - 1)
+        extrap = (x < 0) | (x > n_in - 1)
+    elif coord == "pytorch_half_pixel":
+        x = np.full(n_out, -0.5) if width == 1 else (y + 0.5) / scale - 0.5
+    elif coord == "half_pixel":
+        x = (y + 0.5) / scale - 0.5
+    elif coord == "half_pixel_symmetric":
+        x = n_in / 2 * (1 - n_out / width) + (y + 0.5) / scale - 0.5
+    else:
+        refuse(f"coordinate_transformation_mode {coord!r}")
+    fl = np.floor(x).astype(np.int64)
+    ratios = np.where(x == fl, 1.0, x - fl)
+    coeffs = np.stack([_resize_coeffs(mode, nearest_mode, a, antialias, float(r), scale)
+                       for r in ratios])
+    n = coeffs.shape[1]
+    pad = int(np.ceil(n / 2))
+    xp = x + pad
+    p = np.floor(xp).astype(np.int64)
+    frac = xp - p
+    if n % 2 == 0:
+        off = np.where(frac == 0, -(n // 2), -(n // 2) + 1)
+    else:
+        off = np.where(frac <= 0.5, -((n - 1) // 2), -((n - 1) // 2) + 1)
+    idx = (p + off)[:, None] + np.arange(n)[None, :] - pad
+    if exclude_outside:
+        coeffs = np.where((idx < 0) | (idx >= n_in), 0.0, coeffs)
+        total = coeffs.sum(-1, keepdims=True)
+        coeffs = coeffs / np.where(total == 0, 1.0, total)
+    weights = np.zeros((n_out, n_in))
+    np.add.at(weights, (np.repeat(np.arange(n_out), n), np.clip(idx, 0, n_in - 1).ravel()),
+              coeffs.ravel())
+    return weights, extrap
+
+
+@handler("Resize")
+def _resize(ctx):
+    x = ctx.x(0)
+    shape = static_shape(ctx)
+    r = len(shape)
+    if ctx.opset < 11:
+        refuse("Resize before opset 11")
+    mode = ctx.attr("mode", "nearest")
+    if mode not in ("nearest", "linear", "cubic"):
+        refuse(f"mode {mode!r}")
+    antialias = bool(ctx.attr("antialias", 0))
+    if antialias and mode == "nearest":
+        refuse("antialias with mode 'nearest'")
+    if mode != "nearest" and x.dtype not in FLOATS:
+        refuse(f"{mode} interpolation of {x.dtype}")
+    coord = ctx.attr("coordinate_transformation_mode", "half_pixel")
+    nearest_mode = ctx.attr("nearest_mode", "round_prefer_floor")
+    if nearest_mode not in ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil"):
+        refuse(f"nearest_mode {nearest_mode!r}")
+    policy = ctx.attr("keep_aspect_ratio_policy", "stretch")
+    axes = [_axis(a, r) for a in (ctx.attr("axes") or range(r))]
+    roi = ctx.known(1, "roi").astype(np.float64) if ctx.has(1) else None
+    if roi is not None and roi.size == 0:
+        roi = None
+    scales = ctx.known(2, "scales").astype(np.float64) if ctx.has(2) else None
+    if scales is not None and scales.size == 0:
+        scales = None
+    sizes = ctx.known(3, "sizes").astype(np.int64) if ctx.has(3) else None
+    if (scales is None) == (sizes is None):
+        refuse("exactly one of scales and sizes must be given")
+    full_roi = [0.0] * r + [1.0] * r
+    if roi is not None:
+        for i, d in enumerate(axes):
+            full_roi[d], full_roi[r + d] = roi[i], roi[len(axes) + i]
+    scale = [1.0] * r
+    out = list(shape)
+    if sizes is not None:
+        for i, d in enumerate(axes):
+            out[d] = int(sizes[i])
+            scale[d] = sizes[i] / shape[d]
+        if policy != "stretch":
+            if policy not in ("not_larger", "not_smaller"):
+                refuse(f"keep_aspect_ratio_policy {policy!r}")
+            pick = min if policy == "not_larger" else max
+            s = pick(scale[d] for d in axes)
+            for d in axes:
+                scale[d] = s
+                out[d] = int(s * shape[d] + 0.5)
+    else:
+        for i, d in enumerate(axes):
+            scale[d] = float(scales[i])
+            out[d] = int(scales[i] * shape[d])
+    extrapolation = ctx.attr("extrapolation_value", 0.0)
+    a = ctx.attr("cubic_coeff_a", -0.75)
+    y = x if mode == "nearest" else cast(x, "float64")
+    for d in range(r):
+        if math.isclose(scale[d], 1.0) and out[d] == shape[d] and (
+                math.isclose(full_roi[d], 0.0) and math.isclose(full_roi[r + d], 1.0)):
+            continue
+        if out[d] == 0:
+            refuse("an empty output")
+        w, extrap = _resize_matrix(ctx, shape[d], out[d], scale[d], [full_roi[d],
+                                   full_roi[r + d]], coord, mode, nearest_mode, a, antialias,
+                                   bool(ctx.attr("exclude_outside", 0)))
+        if mode == "nearest":             # one source per output: a gather, exact
+            y = F.index_select(y, d, ctx.const(np.argmax(w, axis=1), "int64"))
+        else:
+            moved = F.transpose(y, d, -1) if d != r - 1 else y
+            moved = F.matmul(moved, ctx.const(w.T.copy(), "float64"))
+            y = F.transpose(moved, d, -1) if d != r - 1 else moved
+        if extrap is not None and extrap.any():
+            where_shape = [1] * r
+            where_shape[d] = out[d]
+            y = F.where(ctx.const(extrap.reshape(where_shape), "bool"),
+                        ctx.const(extrapolation, y.dtype), y)
+    return cast(y, x.dtype)
+
+
+# -- 1-D convolution and pooling as 2-D ones over a height of 1 ----------------------------------
+def _lift_1d(fn, weight: bool):
+    """Run a 2-D handler on (N, C, L) inputs as (N, C, 1, L): the attributes get a leading
+    1 (kernel, strides, dilations, output_shape), 0 (output_padding) or 0-pads."""
+    def run(ctx):
+        x = ctx.x(0)
+        if x.ndim != 3:
+            return fn(ctx)
+        helper = _onnx().helper
+        lead = {"kernel_shape": 1, "strides": 1, "dilations": 1, "output_shape": 1,
+                "output_padding": 0}
+        attrs = dict(ctx.attrs)
+        for name, first in lead.items():
+            if name in attrs:
+                attrs[name] = helper.make_attribute(name, [first] + list(ctx.attr(name)))
+        if "pads" in attrs:
+            lo, hi = ctx.attr("pads")
+            attrs["pads"] = helper.make_attribute("pads", [0, lo, 0, hi])
+        ctx.attrs = attrs
+        ins = list(ctx.ins)
+        ins[0] = F.unsqueeze(x, 2)
+        if weight:
+            ins[1] = F.unsqueeze(ctx.x(1), 2)
+        ctx.ins = ins
+        out = fn(ctx)
+        if isinstance(out, (list, tuple)):
+            return type(out)(F.squeeze(o, 2) if o is not None else None for o in out)
+        return F.squeeze(out, 2)
+    return run
+
+
+for _name, _weight in (("Conv", True), ("MaxPool", False), ("AveragePool", False)):
+    handler(_name)(_lift_1d(HANDLERS[_name], _weight))
+
+
+@handler("ConvTranspose")
+def _conv_transpose(ctx):
+    """ConvTranspose as conv2d's input gradient (a transposed convolution): the weight
+    (C_in, C_out/groups, kh, kw) is conv2d's (out, in/groups, kh, kw) read the other way."""
+    x, w = ctx.x(0), ctx.x(1)
+    if x.ndim != 4:
+        refuse(f"{x.ndim - 2}-D ConvTranspose (needs op conv_transpose3d)")
+    _float_only(ctx)
+    n, c_in, h, wd = static_shape(ctx)
+    _, cg, kh, kw = static_shape(ctx, 1)
+    groups = ctx.attr("group", 1)
+    strides = list(ctx.attr("strides", [1, 1]))
+    dil = list(ctx.attr("dilations", [1, 1]))
+    out_pad = list(ctx.attr("output_padding", [0, 0]))
+    auto = ctx.attr("auto_pad", "NOTSET")
+    eff = [(kh - 1) * dil[0] + 1, (kw - 1) * dil[1] + 1]
+    full = [s * (i - 1) + op + e for s, i, op, e in zip(strides, (h, wd), out_pad, eff)]
+    if ctx.attr("output_shape") is not None or auto in ("SAME_UPPER", "SAME_LOWER"):
+        target = list(ctx.attr("output_shape") or [])[-2:] or [i * s for i, s in
+                                                                zip((h, wd), strides)]
+        pads, grow = [], []
+        for f, t, st in zip(full, target, strides):
+            total = f - t
+            if total < 0 and -total >= st:
+                refuse(f"output_shape {target}: more than stride - 1 past the full output")
+            grow.append(max(0, -total))       # extra rows at the end, as output_padding
+            total = max(total, 0)
+            half = total // 2
+            pads.append((total - half, half) if auto != "SAME_UPPER" else (half, total - half))
+        (pt, pb), (pl, pr) = pads
+        full = [f + g for f, g in zip(full, grow)]
+    elif auto == "VALID":
+        pt = pb = pl = pr = 0
+    else:
+        pt, pl, pb, pr = list(ctx.attr("pads", [0, 0, 0, 0]))
+    if min(pt, pb, pl, pr) < 0:
+        refuse("negative pads")
+    if any(op >= s for op, s in zip(out_pad, strides)):
+        refuse(f"output_padding {out_pad} not below the strides {strides}")
+    shape = (n, cg * groups, full[0] - pt - pb, full[1] - pl - pr)
+    from ..graphlib.ops.conv import conv2d_input_grad_op
+    y = conv2d_input_grad_op(x, w, shape=shape, stride=tuple(strides),
+                             padding=(pt, pb, pl, pr), dilation=tuple(dil), groups=groups)
+    if ctx.has(2):
+        y = y + F.reshape(ctx.x(2), 1, -1, 1, 1)
+    return y
+
+
+handler("ConvTranspose")(_lift_1d(HANDLERS["ConvTranspose"], True))
+
+
+# -- GatherND / ScatterND: index tuples flattened to one index into the leading dims ------------
+def _nd_flatten(ctx, x, idx, batch_dims):
+    """(x as (B, M, rest...), idx as (B, L) flat indices into the M = prod(x.shape[b:b+k])
+    positions, idx's leading shape, rest)."""
+    shape = static_shape_of(x)
+    ishape = static_shape_of(idx)
+    k = ishape[-1]
+    b = batch_dims
+    if b + k > len(shape):
+        refuse(f"index tuples of {k} into {len(shape) - b} dims")
+    if ishape[:b] != shape[:b]:
+        refuse(f"batch dims {ishape[:b]} and {shape[:b]} differ")
+    if idx.dtype not in ("int32", "int64"):
+        refuse(f"indices of dtype {idx.dtype}")
+    sizes = shape[b:b + k]
+    idx = cast(idx, "int64")
+    lead = ishape[:-1]
+    batch = int(np.prod(shape[:b], dtype=np.int64))
+    m = int(np.prod(sizes, dtype=np.int64))
+    rest = tuple(shape[b + k:])
+    strides = np.cumprod((sizes[1:] + (1,))[::-1])[::-1].astype(np.int64)
+    sz = ctx.const(np.asarray(sizes, np.int64), "int64")
+    idx = F.where(F.lt(idx, ctx.const(0, "int64")), idx + sz, idx)
+    flat = F.sum(idx * ctx.const(strides, "int64"), -1)
+    per = int(np.prod(ishape[b:-1], dtype=np.int64))
+    flat = F.reshape(flat, batch, per) + ctx.const(
+        (np.arange(batch, dtype=np.int64) * m).reshape(batch, 1), "int64")
+    return F.reshape(x, batch * m, *rest), F.reshape(flat, -1), lead, rest
+
+
+@handler("GatherND")
+def _gather_nd(ctx):
+    x, idx = ctx.x(0), ctx.x(1)
+    data, flat, lead, rest = _nd_flatten(ctx, x, idx, ctx.attr("batch_dims", 0))
+    return F.reshape(F.index_select(data, 0, flat), *(tuple(lead) + rest))
+
+
+@handler("ScatterND")
+def _scatter_nd(ctx):
+    x, idx, upd = ctx.x(0), ctx.x(1), ctx.x(2)
+    reduction = ctx.attr("reduction", "none")
+    if reduction not in ("none", "add"):
+        refuse(f"reduction {reduction!r} (duograph has index_add only)")
+    data, flat, lead, rest = _nd_flatten(ctx, x, idx, 0)
+    src = F.reshape(upd, -1, *rest)
+    if reduction == "add":
+        y = F.index_add(data, 0, flat, src)
+    else:
+        y = _overwrite(ctx, data, lambda t, u: F.index_add(t, 0, flat, u), src)
+    return F.reshape(cast(y, x.dtype), *static_shape_of(x))
+
+
+def _take(ctx, x, axis, idx):
+    return F.index_select(x, axis, ctx.const(np.asarray(idx, np.int64), "int64"))
+
+
+@handler("CenterCropPad")
+def _center_crop_pad(ctx):
+    """Crop (a centred slice) or zero-pad each listed axis to the given size."""
+    x = ctx.x(0)
+    shape = static_shape(ctx)
+    target = [int(t) for t in ctx.known(1, "shape")]
+    axes = [_axis(a, x.ndim) for a in (ctx.attr("axes") or range(x.ndim))]
+    if len(axes) != len(target):
+        refuse(f"{len(target)} sizes for {len(axes)} axes")
+    for a, t in zip(axes, target):
+        size = shape[a]
+        if t < size:
+            start = (size - t) // 2
+            x = _take(ctx, x, a, np.arange(start, start + t))
+        elif t > size:
+            lo = (t - size) // 2
+            pad = [0, 0] * (x.ndim - 1 - a) + [lo, t - size - lo]
+            x = F.pad(x, pad, value=False if x.dtype == "bool" else 0)
+    return cast(x, ctx.dtype(0))
+
+
+@handler("RotaryEmbedding")
+def _rotary(ctx):
+    """Rotary position embedding (opset 23): rotate pairs of features by the cached angles."""
+    x, cos, sin = ctx.x(0), ctx.x(1), ctx.x(2)
+    _float_only(ctx)
+    shape = static_shape(ctx)
+    if x.ndim == 4:
+        x = F.permute(x, 0, 2, 1, 3)
+    elif x.ndim == 3:
+        heads = ctx.attr("num_heads", 0)
+        if not heads or shape[2] % heads:
+            refuse(f"num_heads {heads} for a hidden size of {shape[2]}")
+        x = F.reshape(x, shape[0], shape[1], heads, shape[2] // heads)
+    else:
+        refuse(f"a {x.ndim}-D input (3-D or 4-D)")
+    b, s, h, d = static_shape_of(x)
+    rd = ctx.attr("rotary_embedding_dim", 0) or d
+    if rd % 2 or rd > d:
+        refuse(f"rotary_embedding_dim {rd} for heads of {d}")
+    if ctx.has(3):
+        pos = ctx.x(3)
+        pshape = static_shape_of(pos)
+        cos = F.reshape(F.index_select(cos, 0, F.reshape(cast(pos, "int64"), -1)),
+                        *pshape, rd // 2)
+        sin = F.reshape(F.index_select(sin, 0, F.reshape(cast(pos, "int64"), -1)),
+                        *pshape, rd // 2)
+    if static_shape_of(cos)[-1] != rd // 2 or static_shape_of(sin)[-1] != rd // 2:
+        refuse(f"cos/sin caches of width {static_shape_of(cos)[-1]} for a rotary dim of {rd}")
+    cos, sin = F.unsqueeze(cos, 2), F.unsqueeze(sin, 2)
+    rot = _take(ctx, x, 3, np.arange(rd)) if rd < d else x
+    interleaved = bool(ctx.attr("interleaved", 0))
+    if interleaved:
+        x1, x2 = _take(ctx, rot, 3, np.arange(0, rd, 2)), _take(ctx, rot, 3, np.arange(1, rd, 2))
+    else:
+        x1, x2 = _take(ctx, rot, 3, np.arange(rd // 2)), _take(ctx, rot, 3, np.arange(rd // 2, rd))
+    real = cos * x1 - sin * x2
+    imag = sin * x1 + cos * x2
+    if interleaved:
+        rot = F.reshape(F.stack([real, imag], -1), b, s, h, rd)
+    else:
+        rot = F.cat([real, imag], -1)
+    if rd < d:
+        rot = F.cat([rot, _take(ctx, x, 3, np.arange(rd, d))], -1)
+    rot = cast(rot, ctx.dtype(0))
+    if len(shape) == 3:
+        return F.reshape(rot, *shape)
+    return F.permute(rot, 0, 2, 1, 3)
+
+
+@handler("LpPool")
+def _lp_pool(ctx):
+    """(sum over each window of |x|**p) ** (1/p): the sum as a depthwise conv2d with a kernel
+    of ones (any pads, strides, dilations)."""
+    _float_only(ctx)
+    x = ctx.x(0)
+    if x.ndim != 4:
+        refuse(f"{x.ndim - 2}-D pooling (needs a 2-D or 1-D input)")
+    if ctx.attr("ceil_mode", 0):
+        refuse("ceil_mode=1")
+    c = static_shape(ctx)[1]
+    kernel = list(ctx.attr("kernel_shape"))
+    strides = list(ctx.attr("strides", [1, 1]))
+    dil = list(ctx.attr("dilations", [1, 1]))
+    p = ctx.attr("p", 2)
+    pt, pb, pl, pr = _pads_2d(ctx, kernel, strides, dil, x.shape[2:])
+    from ..graphlib.ops.conv import conv2d_op
+    ones = ctx.const(np.ones((c, 1) + tuple(kernel)), x.dtype)
+    powered = F.pow(F.abs(x), ctx.const(p, x.dtype))
+    total = conv2d_op(powered, ones, stride=tuple(strides), padding=(pt, pb, pl, pr),
+                      dilation=tuple(dil), groups=c)
+    return F.pow(total, ctx.const(1.0 / p, x.dtype))
+
+
+handler("LpPool")(_lift_1d(HANDLERS["LpPool"], False))
+
+
+def _window_mean(ctx, x, kernel, strides, dil, pads, include_pad):
+    """Average pooling with any pads and dilations: window sums as a depthwise conv2d with a
+    kernel of ones, over the count of (real, or with include_pad all) places."""
+    from ..graphlib.ops.conv import conv2d_op
+    c = static_shape(ctx)[1]
+    ones = ctx.const(np.ones((c, 1) + tuple(kernel)), x.dtype)
+    conv = dict(stride=tuple(strides), padding=(pads[0], pads[1], pads[2], pads[3]),
+                dilation=tuple(dil), groups=c)
+    total = conv2d_op(x, ones, **conv)
+    if include_pad:
+        return total / float(np.prod(kernel))
+    count = conv2d_op(F.ones_like(x), ones, **conv)
+    return total / count
+
+
+def _window(kind: str):
+    """Hann, Hamming and Blackman windows of a known size, computed in float64 (the ONNX
+    reference's formulas) and rounded once to the output type."""
+    def run(ctx):
+        size = int(ctx.known(0, "size").item())
+        dt = np_dtype_of(ctx.attr("output_datatype", 1))
+        n = np.arange(size, dtype=np.float64)
+        period = size if ctx.attr("periodic", 1) else size - 1
+        with np.errstate(divide="ignore", invalid="ignore"):
+            if kind == "hann":
+                w = np.sin(n * np.pi / period) ** 2
+            elif kind == "hamming":
+                w = 25.0 / 46.0 - np.cos(n * np.pi * 2 / period) * (21.0 / 46.0)
+            else:
+                w = 0.42 - 0.5 * np.cos(n * np.pi * 2 / period) + \
+                    0.08 * np.cos(n * np.pi * 4 / period)
+        return ctx.const(w.astype(dt), dt)
+    return run
+
+
+handler("HannWindow")(_window("hann"))
+handler("HammingWindow")(_window("hamming"))
+handler("BlackmanWindow")(_window("blackman"))
+
+
+@handler("SwiGLU")
+def _swiglu(ctx):
+    """a * sigmoid(alpha * a) * b."""
+    _float_only(ctx)
+    _check_same(ctx)
+    a, b = ctx.x(0), ctx.x(1)
+    if tuple(a.shape) != tuple(b.shape):
+        refuse(f"operands of shapes {list(a.shape)} and {list(b.shape)} (no broadcasting)")
+    return cast(a * F.sigmoid(a * ctx.attr("alpha", 1.0)) * b, a.dtype)
+
+
+@handler("LRN")
+def _lrn(ctx):
+    """x / (bias + alpha/size * (sum of squares over the neighbouring channels)) ** beta; the
+    channel sums as a matmul by a 0/1 band matrix."""
+    _float_only(ctx)
+    x = ctx.x(0)
+    if x.ndim != 4:
+        refuse(f"a {x.ndim}-D input (LRN takes 4-D)")
+    c = static_shape(ctx)[1]
+    size = ctx.attr("size")
+    lo, hi = (size - 1) // 2, -(-(size - 1) // 2) + 1
+    k = np.arange(c)
+    band = ((k[None, :] >= k[:, None] - lo) & (k[None, :] < k[:, None] + hi)).astype(x.dtype)
+    sq = F.permute(F.matmul(F.permute(x * x, 0, 2, 3, 1), ctx.const(band.T.copy(), x.dtype)),
+                   0, 3, 1, 2)
+    scale = sq * (ctx.attr("alpha", 1e-4) / size) + ctx.attr("bias", 1.0)
+    return cast(x / F.pow(scale, ctx.const(ctx.attr("beta", 0.75), x.dtype)), x.dtype)
+
+
+@handler("GroupNormalization")
+def _group_norm(ctx):
+    """Mean and variance over each group of channels (and the spatial dims), then the
+    per-channel (opset 21; per-group before) scale and bias."""
+    _float_only(ctx)
+    x, scale, bias = ctx.x(0), ctx.x(1), ctx.x(2)
+    shape = static_shape(ctx)
+    n, c = shape[:2]
+    g = ctx.attr("num_groups")
+    if not g or c % g:
+        refuse(f"{c} channels in {g} groups")
+    stash = ctx.attr("stash_type", 1)
+    work = "float32" if stash == 1 and x.dtype == "float16" else x.dtype
+    if stash not in (1,):
+        refuse(f"stash_type {stash}")
+    xg = F.reshape(cast(x, work), n, g, -1)
+    mean = F.mean(xg, -1, keepdim=True)
+    centred = xg - mean
+    var = F.mean(centred * centred, -1, keepdim=True)
+    y = F.reshape(centred * F.rsqrt(var + ctx.attr("epsilon", 1e-5)), *shape)
+    if static_shape_of(scale)[0] == g and g != c:           # opset 18: one per group
+        scale = F.reshape(F.expand(F.reshape(scale, g, 1), g, c // g), c)
+        bias = F.reshape(F.expand(F.reshape(bias, g, 1), g, c // g), c)
+    per = (1, c) + (1,) * (len(shape) - 2)
+    y = y * F.reshape(cast(scale, work), *per) + F.reshape(cast(bias, work), *per)
+    return cast(y, x.dtype)
+
+
+@handler("Upsample")
+def _upsample(ctx):
+    """Upsample (deprecated) in 'nearest' mode with whole scales: each element repeated."""
+    x = ctx.x(0)
+    shape = static_shape(ctx)
+    scales = ctx.known(1, "scales") if ctx.has(1) else ctx.attr("scales")
+    scales = [float(s) for s in np.asarray(scales).ravel()]
+    if ctx.attr("mode", "nearest") != "nearest" or any(not s.is_integer() for s in scales):
+        refuse(f"mode {ctx.attr('mode', 'nearest')!r} with scales {scales} (only 'nearest' "
+               "with whole scales)")
+    for d, s in enumerate(scales):
+        if s != 1:
+            x = _take(ctx, x, d, np.arange(int(shape[d] * s)) // int(s))
+    return x

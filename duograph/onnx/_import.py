@@ -343,10 +343,18 @@ def import_model(path_or_model, initializers: str = "state", static_inputs=None,
                  input_shapes=None, input_types=None) -> Graph:
     onnx = _onnx()
     model = path_or_model
-    if isinstance(model, (bytes, bytearray)):
-        model = onnx.load_model_from_string(bytes(model))
-    elif not isinstance(model, onnx.ModelProto):
-        model = onnx.load(str(path_or_model))
+    try:
+        if isinstance(model, (bytes, bytearray)):
+            model = onnx.load_model_from_string(bytes(model))
+        elif not isinstance(model, onnx.ModelProto):
+            model = onnx.load(str(path_or_model))
+    except OSError:
+        raise
+    except Exception as e:                  # protobuf's DecodeError and its relatives
+        what = "these bytes are" if isinstance(model, (bytes, bytearray)) else \
+            f"{str(path_or_model)!r} is"
+        raise OnnxImportError(f"onnx import: {what} not an ONNX model "
+                              f"({type(e).__name__}: {e})") from None
     g = Importer(model, initializers, static_inputs, input_shapes, input_types).run()
     return g
 

@@ -17,10 +17,13 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
+import numpy as np
+
+from .. import dtypes
 from ..attrs import Attr, Attrs
 from ..autodiff import composite_vjp
-from ..errors import GraphError
-from ..ir import Graph, Region
+from ..errors import GraphError, ShapeError, located
+from ..ir import Graph, Region, Value
 from ..registry import OpDef, register
 from ..types import TensorType
 
@@ -78,3 +81,695 @@ def call(body, *operands):
         body = trace_region(body, [TensorType(tuple(x.shape), x.dtype) for x in operands],
                             getattr(body, "__name__", "region"))
     return call_op(*operands, body=body)
+
+
+# -- control flow: cond, scan, while_loop, fori_loop --------------------------------------------
+#
+# Each is an op whose bodies are Regions in its attributes. The public functions trace the
+# user's Python functions once, on placeholders of the operands' types, into those regions;
+# the values a body reads from outside (a weight, an outer Value, an eager Parameter) are
+# captured as extra region inputs and passed to the node as explicit operands, so gradients
+# reach them. The op then dispatches like any other: a node in graph mode, a kernel run (and
+# one tape node) eagerly, one recorded node under dg.record / dg.compile.
+
+def _fn_name(fn) -> str:
+    return getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
+
+
+# pytrees: tuples, lists, dicts (keys sorted, as JAX) and namedtuples of tensors; None is an
+# empty subtree
+def tree_flatten(tree) -> tuple:
+    """``(leaves, treedef)`` of a nested tuple/list/dict/namedtuple structure."""
+    leaves: list = []
+
+    def walk(t):
+        if t is None:
+            return ("none",)
+        if isinstance(t, tuple) and hasattr(t, "_fields"):
+            return ("namedtuple", type(t), tuple(walk(c) for c in t))
+        if isinstance(t, (tuple, list)):
+            return (type(t).__name__, tuple(walk(c) for c in t))
+        if isinstance(t, dict):
+            keys = sorted(t)
+            return ("dict", tuple(keys), tuple(walk(t[k]) for k in keys))
+        leaves.append(t)
+        return ("leaf",)
+    return leaves, walk(tree)
+
+
+def tree_unflatten(treedef: tuple, leaves: Sequence):
+    """The structure ``treedef`` describes, holding ``leaves`` in order."""
+    it = iter(leaves)
+
+    def build(d):
+        kind = d[0]
+        if kind == "leaf":
+            return next(it)
+        if kind == "none":
+            return None
+        if kind == "namedtuple":
+            return d[1](*[build(c) for c in d[2]])
+        if kind == "dict":
+            return {k: build(c) for k, c in zip(d[1], d[2])}
+        items = [build(c) for c in d[1]]
+        return tuple(items) if kind == "tuple" else items
+    return build(treedef)
+
+
+def _count_leaves(treedef: tuple) -> int:
+    kind = treedef[0]
+    if kind == "leaf":
+        return 1
+    if kind == "none":
+        return 0
+    kids = treedef[1] if kind in ("tuple", "list") else treedef[2]
+    return sum(_count_leaves(c) for c in kids)
+
+
+def _describe_tree(treedef: tuple) -> str:
+    kind = treedef[0]
+    if kind == "leaf":
+        return "*"
+    if kind == "none":
+        return "None"
+    if kind == "dict":
+        return "{" + ", ".join(f"{k!r}: {_describe_tree(c)}"
+                               for k, c in zip(treedef[1], treedef[2])) + "}"
+    kids = treedef[2] if kind == "namedtuple" else treedef[1]
+    inner = ", ".join(_describe_tree(c) for c in kids)
+    return f"[{inner}]" if kind == "list" else f"({inner}{',' if len(kids) == 1 else ''})"
+
+
+def _type_of(x, what: str) -> TensorType:
+    """The tensor type of one operand leaf (a Value, a tensor, an array or a number)."""
+    from ..dispatch import operand_dtype
+    if isinstance(x, (bool, int, float)):
+        from ..dtypes import default_dtype_for
+        return TensorType((), default_dtype_for(x))
+    shape, dtype = getattr(x, "shape", None), operand_dtype(x)
+    if shape is None or dtype is None:
+        raise TypeError(located(f"{what}: expected tensors (or tuples, lists and dicts of "
+                                f"them), found {type(x).__name__}"))
+    return TensorType(tuple(shape), dtype)
+
+
+def _leaf_operand(x):
+    """Python numbers among the operands become arrays of their default dtype (a body sees
+    a 0-d tensor, as in JAX)."""
+    if isinstance(x, (bool, int, float)):
+        from ..dtypes import default_dtype_for
+        return np.asarray(x, dtype=default_dtype_for(x))
+    return x
+
+
+class Captures:
+    """What a body being traced reads from outside: each outside object (a Value of an
+    enclosing graph, an eager tensor) becomes one new region input, once."""
+
+    def __init__(self):
+        self.outer: list = []       # the outside objects, in capture order
+        self.inner: dict = {}       # outside object (hashed by identity) -> region input
+
+    def capture(self, graph: Graph, x) -> Value:
+        v = self.inner.get(x)
+        if v is None:
+            t = x.type if isinstance(x, Value) else _type_of(x, graph.name)
+            v = graph.add_input(f"cap{len(self.outer)}", t)
+            self.outer.append(x)
+            self.inner[x] = v
+        return v
+
+
+class _Body:
+    """One traced body: its graph, captures and output structure."""
+
+    def __init__(self, graph, captures, out_leaves, out_def, fn):
+        self.graph, self.captures = graph, captures
+        self.out_leaves, self.out_def, self.fn = out_leaves, out_def, fn
+
+    @property
+    def out_types(self):
+        return [v.type for v in self.out_leaves]
+
+
+def _trace(fn, types: Sequence[TensorType], make_args: Callable, what: str) -> _Body:
+    """Trace ``fn(*make_args(placeholders))`` into a graph that captures outside values."""
+    from ..dispatch import as_value
+    g = Graph(f"{what}_{getattr(fn, '__name__', 'fn')}".replace("<", "").replace(">", ""))
+    caps = g.captures = Captures()
+    try:
+        with g:
+            phs = [g.add_input(f"i{k}", t) for k, t in enumerate(types)]
+            res = fn(*make_args(phs))
+            leaves, out_def = tree_flatten(res)
+            vals = []
+            for x in leaves:
+                try:
+                    vals.append(as_value(x, g))
+                except TypeError:
+                    raise TypeError(located(
+                        f"{what}: {_fn_name(fn)} must return tensors (or tuples, lists and "
+                        f"dicts of them), found {type(x).__name__}")) from None
+    finally:
+        g.captures = None
+    g.outputs = vals
+    return _Body(g, caps, vals, out_def, fn)
+
+
+def _join(bodies: Sequence[_Body], n_fixed: int) -> list:
+    """Give every body the same inputs: its ``n_fixed`` own ones, then every value any of
+    them captured (in one order). Returns the captured outside objects."""
+    outer, seen = [], set()
+    for b in bodies:
+        for x in b.captures.outer:
+            if x not in seen:
+                seen.add(x)
+                outer.append(x)
+    for b in bodies:
+        g = b.graph
+        extra = []
+        for k, x in enumerate(outer):
+            v = b.captures.inner.get(x)
+            if v is None:
+                t = x.type if isinstance(x, Value) else _type_of(x, g.name)
+                v = g.add_input(f"unused{k}", t)
+            extra.append(v)
+        g.inputs = list(g.inputs[:n_fixed]) + extra
+    return outer
+
+
+def _check_same(what: str, fn_a, def_a, types_a, fn_b, def_b, types_b, role: str) -> None:
+    if def_a != def_b:
+        raise GraphError(located(
+            f"{what}: {role} of {_fn_name(fn_a)} has structure {_describe_tree(def_a)}, but "
+            f"{_fn_name(fn_b)} gives {_describe_tree(def_b)}; they must match"))
+    for k, (a, b) in enumerate(zip(types_a, types_b)):
+        if a != b:
+            raise GraphError(located(
+                f"{what}: {role} leaf {k} of {_fn_name(fn_a)} is {a!r}, but {_fn_name(fn_b)} "
+                f"gives {b!r}; shapes and dtypes must match"))
+
+
+def _detach_outputs(xp, results, arrays):
+    """Copy a result that shares memory with an operand (a body returning its input, or a
+    view of it): the runtime treats every kernel result as a buffer of its own."""
+    out = []
+    for r in results:
+        if any(r is a or (getattr(r, "size", 0) and getattr(a, "size", 0)
+                          and xp.may_share_memory(r, a)) for a in arrays):
+            r = r.copy()
+        out.append(r)
+    return tuple(out)
+
+
+def _region_vjp(region: Region, xs: Sequence, cts: Sequence, needs: Sequence[bool]) -> list:
+    """The gradients of the region's inputs (None where not needed) for cotangents ``cts``
+    of its outputs (None counts as zero)."""
+    return composite_vjp(lambda *a: replay(region, a), list(cts), list(xs), list(needs))
+
+
+# -- cond ---------------------------------------------------------------------------------------
+def _cond_infer(types, attrs):
+    pred = types[0]
+    if pred.shape != ():
+        raise ShapeError(f"cond: the predicate must be a scalar (shape []), found "
+                         f"{list(pred.shape)}")
+    t = attrs["true_branch"].infer(types[1:], "cond")
+    f = attrs["false_branch"].infer(types[1:], "cond")
+    if t != f:
+        raise ShapeError(f"cond: the branches give different types: {t} and {f}")
+    return t
+
+
+def _cond_kernel(xp, pred, *arrays, true_branch: Region, false_branch: Region):
+    from .fused import run_ops
+    taken = true_branch if bool(pred) else false_branch
+    return _detach_outputs(xp, run_ops(taken.graph, xp, arrays), arrays)
+
+
+def _cond_vjp(cts, ins, outs, attrs, needs):
+    from ..autodiff import is_zero_cotangent
+    from .creation import zeros_like
+    pred, ops = ins[0], list(ins[1:])
+    n = len(ops)
+    want = [i for i in range(n) if needs[i + 1]]
+    live = [j for j, (o, c) in enumerate(zip(outs, cts))
+            if dtypes.is_float(o.dtype) and not is_zero_cotangent(c)]
+    if not want or not live:
+        return [None] * len(ins)
+    step_needs = [bool(needs[i + 1]) for i in range(n)]
+
+    def branch_vjp(region):
+        def vjp_branch(*args):
+            xs, gs = args[:n], args[n:]
+            full = [None] * len(outs)
+            for j, g in zip(live, gs):
+                full[j] = g
+            got = _region_vjp(region, xs, full, step_needs)
+            return tuple(got[i] if got[i] is not None else zeros_like(xs[i]) for i in want)
+        return vjp_branch
+    res = cond(pred, branch_vjp(attrs["true_branch"]), branch_vjp(attrs["false_branch"]),
+               *ops, *[cts[j] for j in live])
+    out = [None] * len(ins)
+    for i, g in zip(want, res):
+        out[i + 1] = g
+    return out
+
+
+def _cond_static_region(node, consts):
+    """A constant predicate picks the region: constant folding inlines it."""
+    pred = consts[0]
+    if pred is None:
+        return None
+    region = node.attrs["true_branch" if bool(np.asarray(pred)) else "false_branch"]
+    return region, list(node.inputs[1:])
+
+
+cond_op = register(OpDef("cond", _cond_infer, _cond_kernel, _cond_vjp, multi_output=True,
+                         nondiff_inputs=(0,), static_region=_cond_static_region,
+                         doc="run one of two regions on the operands, chosen by a scalar "
+                             "predicate",
+                         attrs=Attrs(true_branch=Attr("region"), false_branch=Attr("region"))))
+
+
+def _is_python_bool(x) -> bool:
+    return isinstance(x, (bool, int, np.bool_, np.integer)) and not isinstance(x, np.ndarray)
+
+
+def cond(pred, true_fn: Callable, false_fn: Callable, *operands):
+    """``true_fn(*operands)`` if ``pred`` else ``false_fn(*operands)``, as one op (JAX's
+    ``lax.cond``): both functions are traced once, into the node's two regions, and must
+    return the same structure (a tensor, or tuples/lists/dicts of them) of the same shapes
+    and dtypes. ``pred`` is a scalar tensor (bool or number); a Python bool just calls the
+    chosen function. What the functions read from outside is passed to the node as extra
+    operands. Works eagerly (the taken region runs; one node on the tape), in graph mode
+    and under ``dg.compile`` (recorded once whichever branch is taken); the gradient
+    differentiates the taken branch, to any order."""
+    for fn, role in ((true_fn, "true_fn"), (false_fn, "false_fn")):
+        if not callable(fn):
+            raise TypeError(located(f"cond: {role} must be callable, found "
+                                    f"{type(fn).__name__}"))
+    if _is_python_bool(pred):
+        return (true_fn if pred else false_fn)(*operands)
+    ptype = _type_of(pred, "cond")
+    if ptype.shape != ():
+        raise ShapeError(located(f"cond: the predicate must be a scalar (shape []), found "
+                                 f"shape {list(ptype.shape)}"))
+    leaves, in_def = tree_flatten(list(operands))
+    leaves = [_leaf_operand(x) for x in leaves]
+    types = [_type_of(x, "cond") for x in leaves]
+
+    def args(phs):
+        return tree_unflatten(in_def, phs)
+    tb = _trace(true_fn, types, args, "cond")
+    fb = _trace(false_fn, types, args, "cond")
+    _check_same("cond", true_fn, tb.out_def, tb.out_types, false_fn, fb.out_def, fb.out_types,
+                "the result")
+    outer = _join([tb, fb], len(leaves))
+    res = cond_op(pred, *leaves, *outer, true_branch=Region(tb.graph),
+                  false_branch=Region(fb.graph))
+    return tree_unflatten(tb.out_def, res)
+
+
+# -- scan ---------------------------------------------------------------------------------------
+def _scan_split(seq, attrs):
+    nc, nx = attrs["n_carry"], attrs["n_xs"]
+    return list(seq[:nc]), list(seq[nc:nc + nx]), list(seq[nc + nx:])
+
+
+def _scan_infer(types, attrs):
+    carry, xs, caps = _scan_split(types, attrs)
+    length = attrs["length"]
+    for k, t in enumerate(xs):
+        if not t.shape or t.shape[0] != length:
+            raise ShapeError(f"scan: xs leaf {k} must have leading dim {length} (the length), "
+                             f"found shape {list(t.shape)}")
+    out = attrs["body"].infer(carry + [TensorType(tuple(t.shape[1:]), t.dtype) for t in xs]
+                              + caps, "scan")
+    nc = len(carry)
+    if out[:nc] != carry:
+        raise ShapeError(f"scan: the body returns carry types {out[:nc]}, expected {carry}")
+    return carry + [TensorType((length,) + tuple(t.shape), t.dtype) for t in out[nc:]]
+
+
+def _scan_kernel(xp, *arrays, body: Region, length: int, n_carry: int, n_xs: int,
+                 reverse: bool = False, checkpoint: bool = False):
+    from .fused import run_ops
+    attrs = {"n_carry": n_carry, "n_xs": n_xs}
+    carry, xs, caps = _scan_split(arrays, attrs)
+    g = body.graph
+    ys = []
+    for t in (range(length - 1, -1, -1) if reverse else range(length)):
+        out = run_ops(g, xp, carry + [x[t] for x in xs] + caps)
+        carry = list(out[:n_carry])
+        ys.append(out[n_carry:])
+    if reverse:
+        ys.reverse()
+    stacked = []
+    for j, o in enumerate(g.outputs[n_carry:]):
+        if length:
+            stacked.append(xp.stack([y[j] for y in ys]))
+        else:
+            stacked.append(xp.zeros((0,) + tuple(o.shape), dtype=o.dtype))
+    return _detach_outputs(xp, carry, arrays) + tuple(stacked)
+
+
+def _scan_grads(region, nc, nx, length, rev, carry0, xs, caps, gc_fin, gys, idx):
+    """The reverse scan of one scan: ``gc_fin`` are the cotangents of the final float
+    carries (``idx.fc``), ``gys`` the stacked ones of the live ys (``idx.live_y``). Returns
+    the cotangents of the initial float carries, of the wanted xs (stacked) and of the
+    wanted captured values (summed)."""
+    from .creation import zeros_like
+    fc, live_y, want_x, want_c = idx
+
+    # 1. the carries entering each step, saved by a forward scan: saved[t] (x order)
+    def save_step(c, x):
+        out = replay(region, list(c) + list(x) + caps)
+        return list(out[:nc]), list(c)
+    _, saved = scan(save_step, list(carry0), list(xs), length=length, reverse=rev)
+
+    # 2. the reverse scan: cotangents of the carry flow back, those of the captured values
+    # are summed in the carry, those of xs are stacked
+    n_out = len(region.graph.outputs)
+    step_needs = ([i in fc for i in range(nc)] + [k in want_x for k in range(nx)]
+                  + [k in want_c for k in range(len(caps))])
+
+    def back_step(carry, x):
+        gc, acc = carry
+        c_t, x_t, gy_t = x
+        full = [None] * n_out
+        for i, g in zip(fc, gc):
+            full[i] = g
+        for j, g in zip(live_y, gy_t):
+            full[nc + j] = g
+        got = _region_vjp(region, list(c_t) + list(x_t) + caps, full, step_needs)
+        new_gc = [got[i] if got[i] is not None else zeros_like(c_t[i]) for i in fc]
+        new_acc = [a if got[nc + nx + k] is None else a + got[nc + nx + k]
+                   for a, k in zip(acc, want_c)]
+        gx = [got[nc + k] if got[nc + k] is not None else zeros_like(x_t[k]) for k in want_x]
+        return (new_gc, new_acc), gx
+    acc0 = [zeros_like(caps[k]) for k in want_c]
+    (gc0, acc), gxs = scan(back_step, (list(gc_fin), acc0), (saved, list(xs), list(gys)),
+                           length=length, reverse=not rev)
+    return list(gc0), list(gxs), list(acc)
+
+
+def _scan_grads_checkpointed(region, nc, nx, length, carry0, xs, caps, gc_fin, gys, idx):
+    """``_scan_grads`` keeping only about sqrt(length) carries: the forward saves the carry
+    at the start of each segment of k ~ sqrt(length) steps, and the backward recomputes one
+    segment's carries at a time (a nested scan) before running its reverse scan."""
+    from .shape import cat, reshape
+    fc, live_y, want_x, want_c = idx
+    k = max(1, int(round(length ** 0.5)))
+    m, r = length // k, length % k
+    mk = m * k
+
+    def segments(a):
+        return reshape(a[:mk], (m, k) + tuple(a.shape[1:]))
+    main_xs = [segments(x) for x in xs]
+
+    def seg_forward(c, xseg):
+        def one(cc, xx):
+            return list(replay(region, list(cc) + list(xx) + caps)[:nc]), None
+        fin, _ = scan(one, list(c), list(xseg), length=k)
+        return list(fin), list(c)
+    c_mid, starts = scan(seg_forward, list(carry0), main_xs, length=m)
+    gc, gx_rem, acc = list(gc_fin), None, None
+    if r:
+        gc, gx_rem, acc = _scan_grads(region, nc, nx, r, False, list(c_mid),
+                                      [x[mk:] for x in xs], caps, gc,
+                                      [g[mk:] for g in gys], idx)
+    if acc is None:
+        from .creation import zeros_like
+        acc = [zeros_like(caps[j]) for j in want_c]
+
+    def seg_back(carry, x):
+        g, a = carry
+        c_s, xseg, gyseg = x
+        g0, gx, da = _scan_grads(region, nc, nx, k, False, list(c_s), list(xseg), caps, g,
+                                 list(gyseg), idx)
+        return (g0, [p + q for p, q in zip(a, da)]), gx
+    (gc0, acc), gx_main = scan(seg_back, (gc, acc), (starts, main_xs, [segments(g) for g in gys]),
+                               length=m, reverse=True)
+    gxs = []
+    for j, g in enumerate(gx_main):
+        g = reshape(g, (mk,) + tuple(g.shape[2:]))
+        gxs.append(cat([g, gx_rem[j]]) if r else g)
+    return list(gc0), gxs, list(acc)
+
+
+def _scan_vjp(cts, ins, outs, attrs, needs):
+    from ..autodiff import is_zero_cotangent
+    nc, nx, length, rev = attrs["n_carry"], attrs["n_xs"], attrs["length"], attrs["reverse"]
+    region = attrs["body"]
+    carry0, xs, caps = _scan_split(ins, attrs)
+    want_x = [k for k in range(nx) if needs[nc + k]]
+    want_c = [k for k in range(len(caps)) if needs[nc + nx + k]]
+    fc = [i for i in range(nc) if dtypes.is_float(carry0[i].dtype)]
+    live_y = [j for j in range(len(outs) - nc)
+              if dtypes.is_float(outs[nc + j].dtype) and not is_zero_cotangent(cts[nc + j])]
+    if not (want_x or want_c or any(needs[i] for i in fc)):
+        return [None] * len(ins)
+    idx = (fc, live_y, want_x, want_c)
+    gc_fin = [cts[i] for i in fc]
+    gys = [cts[nc + j] for j in live_y]
+    if attrs.get("checkpoint") and not rev and length >= 4:
+        gc0, gxs, acc = _scan_grads_checkpointed(region, nc, nx, length, carry0, xs, caps,
+                                                 gc_fin, gys, idx)
+    else:
+        gc0, gxs, acc = _scan_grads(region, nc, nx, length, rev, carry0, xs, caps, gc_fin,
+                                    gys, idx)
+    res = [None] * len(ins)
+    for i, g in zip(fc, gc0):
+        if needs[i]:
+            res[i] = g
+    for k, g in zip(want_x, gxs):
+        res[nc + k] = g
+    for k, g in zip(want_c, acc):
+        res[nc + nx + k] = g
+    return res
+
+
+scan_op = register(OpDef("scan", _scan_infer, _scan_kernel, _scan_vjp, multi_output=True,
+                         loop_invariant_from=lambda node: (node.attrs["n_carry"]
+                                                           + node.attrs["n_xs"]),
+                         doc="loop a region over the leading dim of xs, threading a carry",
+                         attrs=Attrs(body=Attr("region"), length=Attr(int, min=0),
+                                     n_carry=Attr(int, min=0), n_xs=Attr(int, min=0),
+                                     reverse=Attr(bool, default=False),
+                                     checkpoint=Attr(bool, default=False))))
+
+
+def scan(fn: Callable, init, xs=None, length=None, reverse: bool = False,
+         checkpoint: bool = False):
+    """JAX's ``lax.scan``: ``fn(carry, x) -> (carry, y)`` applied along the leading dim of
+    ``xs``; returns ``(final carry, stacked ys)``. ``init``, ``xs`` and the ys may be
+    tensors or tuples/lists/dicts of them; ``xs=None`` needs ``length``. ``reverse=True``
+    runs from the end (ys stay in xs order). ``fn`` is traced once into the node's body;
+    the carry it returns must have the structure, shapes and dtypes of ``init``. The
+    gradient is a reverse scan over the carries saved by a forward scan (each step's
+    internals are recomputed from its carry); ``checkpoint=True`` saves only the carries at
+    the starts of about sqrt(length) segments and recomputes each segment's carries during
+    the backward pass (memory O(sqrt(length)) carries instead of O(length), one more
+    forward; forward scans of length >= 4 only, the others save every carry)."""
+    if not callable(fn):
+        raise TypeError(located(f"scan: fn must be callable, found {type(fn).__name__}"))
+    c_leaves, c_def = tree_flatten(init)
+    c_leaves = [_leaf_operand(x) for x in c_leaves]
+    x_leaves, x_def = tree_flatten(xs)
+    x_leaves = [_leaf_operand(x) for x in x_leaves]
+    c_types = [_type_of(x, "scan") for x in c_leaves]
+    x_full = [_type_of(x, "scan") for x in x_leaves]
+    lengths = {t.shape[0] for t in x_full if t.shape}
+    if any(not t.shape for t in x_full):
+        raise ShapeError(located("scan: every xs leaf needs a leading dim to scan over, found a "
+                                 "0-d tensor"))
+    if length is not None:
+        if isinstance(length, bool) or not isinstance(length, (int, np.integer)) or length < 0:
+            raise TypeError(located(f"scan: length must be a non-negative int, found "
+                                    f"{length!r}"))
+        length = int(length)
+        if lengths - {length}:
+            raise ShapeError(located(f"scan: length={length} but xs have leading dims "
+                                     f"{sorted(map(str, lengths))}"))
+    elif len(lengths) == 1:
+        length = next(iter(lengths))
+    elif not lengths:
+        raise ValueError(located("scan: give length= when xs is None (or has no leaves)"))
+    else:
+        raise ShapeError(located(f"scan: xs leaves have different leading dims "
+                                 f"{sorted(map(str, lengths))}"))
+    if not isinstance(length, int):
+        raise ShapeError(located(f"scan: the length must be static, found the symbolic dim "
+                                 f"{length!r}"))
+    x_types = [TensorType(tuple(t.shape[1:]), t.dtype) for t in x_full]
+    nc = len(c_leaves)
+
+    def args(phs):
+        return tree_unflatten(c_def, phs[:nc]), tree_unflatten(x_def, phs[nc:])
+    body = _trace(fn, c_types + x_types, args, "scan")
+    kind = body.out_def
+    if kind[0] not in ("tuple", "list") or len(kind[1]) != 2:
+        raise GraphError(located(f"scan: {_fn_name(fn)} must return a pair (carry, y), found "
+                                 f"the structure {_describe_tree(kind)}"))
+    out_c_def, y_def = kind[1]
+    out_c_types = body.out_types[:_count_leaves(out_c_def)]
+    if out_c_def != c_def:
+        raise GraphError(located(
+            f"scan: the carry {_fn_name(fn)} returns has structure "
+            f"{_describe_tree(out_c_def)}, but init has {_describe_tree(c_def)}; they must "
+            "match"))
+    for k, (a, b) in enumerate(zip(out_c_types, c_types)):
+        if a != b:
+            raise GraphError(located(
+                f"scan: carry leaf {k} returned by {_fn_name(fn)} is {a!r}, but init's is "
+                f"{b!r}; a carry keeps its shape and dtype"))
+    outer = _join([body], nc + len(x_leaves))
+    res = scan_op(*c_leaves, *x_leaves, *outer, body=Region(body.graph), length=length,
+                  n_carry=nc, n_xs=len(x_leaves), reverse=bool(reverse),
+                  **({"checkpoint": True} if checkpoint else {}))
+    return tree_unflatten(c_def, res[:nc]), tree_unflatten(y_def, res[nc:])
+
+
+# -- while_loop, fori_loop ----------------------------------------------------------------------
+def _while_infer(types, attrs):
+    n = attrs["n_carry"]
+    carry, caps = list(types[:n]), list(types[n:])
+    p = attrs["cond"].infer(carry + caps, "while_loop")
+    if len(p) != 1 or p[0].shape != ():
+        raise ShapeError(f"while_loop: cond_fn must return one scalar, found {p}")
+    out = attrs["body"].infer(carry + caps, "while_loop")
+    if out != carry:
+        raise ShapeError(f"while_loop: the body returns {out}, expected the carry types "
+                         f"{carry}")
+    return carry
+
+
+def _while_kernel(xp, *arrays, cond: Region, body: Region, n_carry: int,
+                  max_iterations=None):
+    from .fused import run_ops
+    carry, caps = list(arrays[:n_carry]), list(arrays[n_carry:])
+    trips = 0
+    while max_iterations is None or trips < max_iterations:
+        if not bool(run_ops(cond.graph, xp, carry + caps)[0]):
+            break
+        carry = list(run_ops(body.graph, xp, carry + caps))
+        trips += 1
+    return _detach_outputs(xp, carry, arrays)
+
+
+def _while_vjp(cts, ins, outs, attrs, needs):
+    bound = attrs.get("max_iterations")
+    if bound is None:
+        raise GraphError(located(
+            "while_loop: reverse-mode differentiation needs a bound on the trip count: pass "
+            "max_iterations=N to dg.while_loop (the loop then stops after at most N steps and "
+            "its gradient is a reverse scan over N steps), or write the loop with dg.scan or "
+            "dg.fori_loop with Python-int bounds"))
+    n = attrs["n_carry"]
+    cond_r, body_r = attrs["cond"], attrs["body"]
+
+    def bounded(*vals):
+        # the same loop as a scan of ``bound`` steps; a step after the loop ended (the
+        # predicate went false once) passes the carry through a cond untouched
+        from .creation import zeros
+        from .elementwise import cast, logical_and, logical_not
+        carry, caps = list(vals[:n]), list(vals[n:])
+
+        def step(state, _):
+            done, c = state[0], list(state[1])
+            p = replay(cond_r, c + caps)[0]
+            go = logical_and(logical_not(done), cast(p, "bool"))
+            new = cond(go, lambda *cc: tuple(replay(body_r, list(cc) + caps)),
+                       lambda *cc: tuple(cc), *c)
+            return (logical_not(go), list(new)), None
+        (_, final), _ = scan(step, (zeros((), dtype="bool"), carry), None, length=bound)
+        return list(final)
+    return composite_vjp(bounded, cts, ins, needs)
+
+
+while_op = register(OpDef("while_loop", _while_infer, _while_kernel, _while_vjp,
+                          multi_output=True,
+                          loop_invariant_from=lambda node: node.attrs["n_carry"],
+                          doc="apply the body region while the cond region is true",
+                          attrs=Attrs(cond=Attr("region"), body=Attr("region"),
+                                      n_carry=Attr(int, min=0),
+                                      max_iterations=Attr(int, default=None, min=0))))
+
+
+def while_loop(cond_fn: Callable, body_fn: Callable, init, max_iterations=None):
+    """JAX's ``lax.while_loop``: ``while cond_fn(val): val = body_fn(val)``, as one op.
+    ``init`` is a tensor or a tuple/list/dict of them; ``body_fn`` returns the same
+    structure, shapes and dtypes; ``cond_fn`` returns a scalar. With ``max_iterations=N``
+    the loop stops after at most N trips (as TensorFlow's ``maximum_iterations``) and is
+    reverse-differentiable (its gradient is a reverse scan over N steps, where the steps
+    after the loop ended pass the carry through); without it a gradient raises a clear
+    error (as JAX)."""
+    for fn, role in ((cond_fn, "cond_fn"), (body_fn, "body_fn")):
+        if not callable(fn):
+            raise TypeError(located(f"while_loop: {role} must be callable, found "
+                                    f"{type(fn).__name__}"))
+    if max_iterations is not None and (isinstance(max_iterations, bool) or not isinstance(
+            max_iterations, (int, np.integer)) or max_iterations < 0):
+        raise TypeError(located(f"while_loop: max_iterations must be a non-negative int or "
+                                f"None, found {max_iterations!r}"))
+    leaves, c_def = tree_flatten(init)
+    leaves = [_leaf_operand(x) for x in leaves]
+    types = [_type_of(x, "while_loop") for x in leaves]
+
+    def args(phs):
+        return (tree_unflatten(c_def, phs),)
+    cb = _trace(cond_fn, types, args, "while_loop")
+    if cb.out_def != ("leaf",) or cb.out_types[0].shape != ():
+        raise GraphError(located(f"while_loop: {_fn_name(cond_fn)} must return one scalar "
+                                 f"tensor, found {_describe_tree(cb.out_def)} of types "
+                                 f"{cb.out_types}"))
+    bb = _trace(body_fn, types, args, "while_loop")
+    if bb.out_def != c_def:
+        raise GraphError(located(
+            f"while_loop: {_fn_name(body_fn)} returns the structure "
+            f"{_describe_tree(bb.out_def)}, but init has {_describe_tree(c_def)}; they must "
+            "match"))
+    for k, (a, b) in enumerate(zip(bb.out_types, types)):
+        if a != b:
+            raise GraphError(located(
+                f"while_loop: carry leaf {k} returned by {_fn_name(body_fn)} is {a!r}, but "
+                f"init's is {b!r}; a carry keeps its shape and dtype"))
+    outer = _join([cb, bb], len(leaves))
+    extra = {} if max_iterations is None else {"max_iterations": int(max_iterations)}
+    res = while_op(*leaves, *outer, cond=Region(cb.graph), body=Region(bb.graph),
+                   n_carry=len(leaves), **extra)
+    return tree_unflatten(c_def, res)
+
+
+def fori_loop(lower, upper, body_fun: Callable, init_val):
+    """JAX's ``lax.fori_loop``: ``for i in range(lower, upper): val = body_fun(i, val)``.
+    With Python-int bounds it is a ``scan`` over ``i`` (an int64 scalar tensor), so it is
+    reverse-differentiable; with tensor bounds it is a ``while_loop`` (not
+    differentiable in reverse mode)."""
+    if not callable(body_fun):
+        raise TypeError(located(f"fori_loop: body_fun must be callable, found "
+                                f"{type(body_fun).__name__}"))
+    static = all(isinstance(b, (int, np.integer)) and not isinstance(b, bool)
+                 for b in (lower, upper))
+    if static:
+        lower, upper = int(lower), int(upper)
+        idx = np.arange(lower, max(lower, upper), dtype=np.int64)
+
+        def step(c, i):
+            return body_fun(i, c), None
+        step.__qualname__ = _fn_name(body_fun)
+        final, _ = scan(step, init_val, idx, length=len(idx))
+        return final
+    from .elementwise import cast
+    lo, hi = (cast(b, "int64") if not isinstance(b, (int, np.integer)) else
+              np.asarray(b, dtype=np.int64) for b in (lower, upper))
+
+    def wcond(state):
+        return state[0] < state[1]
+
+    def wbody(state):
+        i, h, c = state
+        return (i + 1, h, body_fun(i, c))
+    wbody.__qualname__ = _fn_name(body_fun)
+    return while_loop(wcond, wbody, (lo, hi, init_val))[2]

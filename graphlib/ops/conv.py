@@ -1,4 +1,6 @@
-"""Convolution and pooling over NCHW images: conv2d, max_pool2d, avg_pool2d, adaptive_avg_pool2d.
+"""Convolution and pooling over NCHW images: conv2d, max_pool2d, avg_pool2d, adaptive_avg_pool2d;
+and, built on them, conv1d, conv3d, conv_transpose1d/2d/3d, the 1-D and 3-D pools, pooling
+indices with max_unpool2d, and adaptive_max_pool2d (see the section at the end of the file).
 
 Kernels read image patches through ``as_strided`` views (im2col: one copy, at the reshape
 before one batched matmul) and loop only over the kh*kw kernel offsets, never over pixels.
@@ -26,7 +28,7 @@ import numpy as np
 
 from .. import dtypes
 from ..attrs import Attr, Attrs
-from ..errors import DTypeError, ShapeError, located
+from ..errors import DTypeError, ShapeError, composite, located
 from ..registry import OpDef, register
 from ..types import TensorType, dim_add, dim_ceil_div, dim_floor_div, format_shape
 from .reduction import sum as reduce_sum
@@ -91,7 +93,7 @@ def _check_float(name: str, *types):
             raise DTypeError(f"{name}: expected floating-point tensors, found {t.dtype}; "
                              f"cast it first (x.cast('float32'))")
         if t.dtype != first.dtype:
-            found = ", ".join(t.dtype for t in types)
+            found = ", ".join(str(t.dtype) for t in types)
             raise DTypeError(f"{name}: expected operands of one dtype, found {found}; "
                              f"cast them to the same dtype")
 
@@ -707,10 +709,15 @@ def _pool_args(name, kernel_size, stride, padding):
 
 
 def max_pool2d(input, kernel_size: IntOrPair, stride: Optional[IntOrPair] = None,
-               padding: IntOrPair = 0, dilation: IntOrPair = 1, ceil_mode: bool = False):
+               padding: IntOrPair = 0, dilation: IntOrPair = 1, ceil_mode: bool = False,
+               return_indices: bool = False):
     """Maximum over sliding ``kernel_size`` windows (as torch.nn.functional.max_pool2d);
     ``stride`` defaults to ``kernel_size``; padding counts as -inf. The gradient goes to one
-    winner per window (the first maximum in row-major order)."""
+    winner per window (the first maximum in row-major order). ``return_indices`` also gives
+    each winner's flat H*W index in the input (for max_unpool2d)."""
+    if return_indices:
+        return max_pool2d_with_indices(input, kernel_size, stride, padding, dilation,
+                                       ceil_mode)
     kernel, stride, padding = _pool_args("max_pool2d", kernel_size, stride, padding)
     dilation = _pair(dilation, "max_pool2d", "dilation", 1)
     return _batched(input, lambda x: max_pool2d_op(
@@ -749,3 +756,661 @@ def adaptive_avg_pool2d(input, output_size: Union[int, Tuple[Optional[int], Opti
     return _batched(input,
                     lambda x: adaptive_avg_pool2d_op(x, output_size=out),
                     "adaptive_avg_pool2d")
+
+# -- 1-D and 3-D convolution, transposed convolution (compositions of the 2-D ops) -------------
+
+
+def _ntuple(value, n: int, name: str, arg: str, minimum: int) -> tuple:
+    """``value`` (an int or n ints) as an n-tuple of ints >= ``minimum``."""
+    if isinstance(value, (tuple, list)) and len(value) == 1:
+        value = value[0]
+    if hasattr(value, "__index__") and not isinstance(value, bool):
+        out = (int(value.__index__()),) * n
+    elif isinstance(value, (tuple, list)) and len(value) == n and all(
+            hasattr(v, "__index__") and not isinstance(v, bool) for v in value):
+        out = tuple(int(v.__index__()) for v in value)
+    else:
+        raise TypeError(located(f"{name}: expected {arg} as an int or {n} ints, found "
+                                f"{value!r}"))
+    if min(out) < minimum:
+        raise ShapeError(located(f"{name}: expected {arg} >= {minimum}, found {value!r}"))
+    return out
+
+
+def _groups(groups, name: str) -> int:
+    if not hasattr(groups, "__index__") or isinstance(groups, bool) or int(groups) < 1:
+        raise ShapeError(located(f"{name}: expected groups to be a positive int, found "
+                                 f"{groups!r}"))
+    return int(groups)
+
+
+def _batched_nd(x, spatial: int, fn, name: str, like=()):
+    """Run ``fn`` on an (N, C, *spatial) ``x``; an unbatched (C, *spatial) ``x`` gets a batch
+    dim and loses it after. ``like``: the weight (and bias) ``x`` must share a float dtype
+    with, checked here so the error names ``name``, not the op ``fn`` is built from."""
+    x = operand(x, name)
+    if like:
+        try:
+            _check_float(name, x, *[operand(t, name) for t in like if t is not None])
+        except DTypeError as e:
+            raise DTypeError(located(str(e))) from None
+    if x.ndim == spatial + 1:
+        out = fn(reshape(x, 1, *x.shape))
+        return reshape(out, *out.shape[1:])
+    if x.ndim != spatial + 2:
+        letters = "DHW"[3 - spatial:]
+        raise ShapeError(located(
+            f"{name}: expected a {spatial + 2}-D input [N,C,{','.join(letters)}] (or "
+            f"{spatial + 1}-D [C,{','.join(letters)}]), found {format_shape(x.shape)}"))
+    return fn(x)
+
+
+def _check_weight(name: str, weight, spatial: int, layout: str):
+    weight = operand(weight, name, "weight")
+    if weight.ndim != spatial + 2:
+        raise ShapeError(located(f"{name}: expected a {spatial + 2}-D weight [{layout}], found "
+                                 f"{format_shape(weight.shape)}"))
+    if not all(isinstance(d, int) for d in weight.shape):
+        raise ShapeError(located(f"{name}: the weight needs a static shape, found "
+                                 f"{format_shape(weight.shape)}"))
+    return weight
+
+
+def _conv_same_pads(name, stride, dilation, kernel):
+    if any(s != 1 for s in stride):
+        raise ShapeError(located(f"{name}: padding='same' is not supported for strided "
+                                 f"convolutions (stride {stride}); give the padding as "
+                                 f"numbers"))
+    pads = []
+    for k, d in zip(kernel, dilation):
+        total = d * (k - 1)
+        pads.append((total // 2, total - total // 2))
+    return pads
+
+
+def _conv_pads(name, padding, stride, dilation, kernel, n):
+    """[(before, after)] per spatial dim for conv's ``padding`` (ints, 'valid' or 'same')."""
+    if isinstance(padding, str):
+        if padding == "valid":
+            return [(0, 0)] * n
+        if padding == "same":
+            return _conv_same_pads(name, stride, dilation, kernel)
+        raise ShapeError(located(f"{name}: expected padding 'valid', 'same', an int or {n} "
+                                 f"ints, found {padding!r}"))
+    return [(p, p) for p in _ntuple(padding, n, name, "padding", 0)]
+
+
+@composite("conv1d")
+def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 1):
+    """1-D convolution (cross-correlation, as torch.nn.functional.conv1d) of an (N, C, L)
+    ``input`` with ``weight`` [C_out, C_in/groups, kL] plus an optional ``bias`` [C_out]:
+    conv2d over a unit height. ``padding`` is an int, 'valid' or 'same'."""
+    stride = _ntuple(stride, 1, "conv1d", "stride", 1)
+    dilation = _ntuple(dilation, 1, "conv1d", "dilation", 1)
+    groups = _groups(groups, "conv1d")
+    weight = _check_weight("conv1d", weight, 1, "C_out,C_in/groups,kL")
+    (pads,) = _conv_pads("conv1d", padding, stride, dilation, weight.shape[2:], 1)
+    w2 = reshape(weight, weight.shape[0], weight.shape[1], 1, weight.shape[2])
+    inputs = (w2,) if bias is None else (w2, bias)
+
+    def run(x):
+        x4 = reshape(x, x.shape[0], x.shape[1], 1, x.shape[2])
+        out = conv2d_op(x4, *inputs, stride=(1,) + stride, padding=(0, 0) + pads,
+                        dilation=(1,) + dilation, groups=groups)
+        return reshape(out, out.shape[0], out.shape[1], out.shape[3])
+    return _batched_nd(input, 1, run, "conv1d", (weight, bias))
+
+
+@composite("conv3d")
+def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 1):
+    """3-D convolution (cross-correlation, as torch.nn.functional.conv3d) of an
+    (N, C, D, H, W) ``input`` with ``weight`` [C_out, C_in/groups, kD, kH, kW] plus an optional
+    ``bias`` [C_out]. ``padding`` is an int, a triple, 'valid' or 'same'.
+
+    Computed as one conv2d: the kD depth taps of each output depth are stacked as channels
+    (group by group), so the (N*D_out) images meet a weight [C_out, kD*C_in/groups, kH, kW]."""
+    from .shape import getitem, permute, stack
+    from .shape import pad as pad_fn
+    name = "conv3d"
+    stride = _ntuple(stride, 3, name, "stride", 1)
+    dilation = _ntuple(dilation, 3, name, "dilation", 1)
+    groups = _groups(groups, name)
+    weight = _check_weight(name, weight, 3, "C_out,C_in/groups,kD,kH,kW")
+    out_ch, cg, kd, kh, kw = weight.shape
+    pads = _conv_pads(name, padding, stride, dilation, weight.shape[2:], 3)
+    if bias is not None:
+        bias = operand(bias, name, "bias")
+        if tuple(bias.shape) != (out_ch,):
+            raise ShapeError(located(f"{name}: expected a bias of shape [{out_ch}] (one per "
+                                     f"output channel), found {format_shape(bias.shape)}"))
+
+    def run(x):
+        n, c, d, h, w = x.shape
+        if isinstance(c, int) and c % groups:
+            raise ShapeError(located(f"{name}: input {format_shape(x.shape)} has {c} channels, "
+                                     f"which groups={groups} does not divide"))
+        if isinstance(c, int) and c // groups != cg:
+            raise ShapeError(located(
+                f"{name}: input {format_shape(x.shape)} has {c} channels, so with "
+                f"groups={groups} expected a weight with {c // groups} input channels per "
+                f"group, found {cg} (weight {format_shape(weight.shape)})"))
+        if out_ch % groups:
+            raise ShapeError(located(f"{name}: weight {format_shape(weight.shape)} has "
+                                     f"{out_ch} output channels, which groups={groups} does "
+                                     f"not divide"))
+        if not isinstance(d, int):
+            raise ShapeError(located(f"{name}: expected a static depth, found input "
+                                     f"{format_shape(x.shape)}"))
+        (p0, p1) = pads[0]
+        do = _out_dim(d, kd, stride[0], dilation[0], p0, p1)
+        if do <= 0:
+            raise ShapeError(located(
+                f"{name}: the output would be empty: input {format_shape(x.shape)} has depth "
+                f"{d} padded to {d + p0 + p1}, less than the kernel's depth span "
+                f"{dilation[0] * (kd - 1) + 1}"))
+        if p0 or p1:
+            x = pad_fn(x, (0, 0, 0, 0, p0, p1))
+        taps = [getitem(x, (slice(None), slice(None),
+                            slice(i * dilation[0], i * dilation[0] + stride[0] * (do - 1) + 1,
+                                  stride[0])))
+                for i in range(kd)]                              # kd x (N, C, D_out, H, W)
+        t = stack(taps, 1)                                       # (N, kd, C, D_out, H, W)
+        t = reshape(t, -1, kd, groups, cg, do, h, w)
+        t = permute(t, 0, 4, 2, 1, 3, 5, 6)                      # (N, D_out, G, kd, C/G, H, W)
+        t = reshape(t, -1, groups * kd * cg, h, w)
+        w2 = reshape(permute(weight, 0, 2, 1, 3, 4), out_ch, kd * cg, kh, kw)
+        inputs = (w2,) if bias is None else (w2, bias)
+        y = conv2d_op(t, *inputs, stride=stride[1:], padding=pads[1] + pads[2],
+                      dilation=dilation[1:], groups=groups)      # (N*D_out, C_out, H_o, W_o)
+        y = reshape(y, -1, do, out_ch, y.shape[2], y.shape[3])
+        return permute(y, 0, 2, 1, 3, 4)
+    return _batched_nd(input, 3, run, name, (weight, bias))
+
+
+def _transposed_geometry(name, size, k, s, p, op, d):
+    """(output size, (pad_before, pad_after) for conv2d_input_grad, zeros to append) along one
+    dim of a transposed conv; the pads keep conv2d over the output landing on ``size``."""
+    out = (size - 1) * s - 2 * p + d * (k - 1) + op + 1
+    if out <= 0:
+        raise ShapeError(located(f"{name}: the output would be empty: input size {size}, "
+                                 f"kernel {k}, stride {s}, padding {p}, dilation {d}, "
+                                 f"output_padding {op} give {out}"))
+    if op <= p:
+        return out, (p, p - op), 0
+    return out, (p, 0), op - p
+
+
+def _conv_transpose_nd(name, spatial, input, weight, bias, stride, padding, output_padding,
+                       groups, dilation):
+    """conv_transpose{1,2}d as conv2d_input_grad (the adjoint of conv2d)."""
+    from .shape import pad as pad_fn
+    letters = "kD,kH,kW".split(",")[3 - spatial:]
+    stride = _ntuple(stride, spatial, name, "stride", 1)
+    padding = _ntuple(padding, spatial, name, "padding", 0)
+    output_padding = _ntuple(output_padding, spatial, name, "output_padding", 0)
+    dilation = _ntuple(dilation, spatial, name, "dilation", 1)
+    groups = _groups(groups, name)
+    weight = _check_weight(name, weight, spatial, "C_in,C_out/groups," + ",".join(letters))
+    for o, s, d in zip(output_padding, stride, dilation):
+        if o >= s and o >= d:
+            raise ShapeError(located(f"{name}: output_padding {output_padding} must be smaller "
+                                     f"than either stride {stride} or dilation {dilation}"))
+    in_ch, cg = weight.shape[:2]
+    out_ch = cg * groups
+    if in_ch % groups:
+        raise ShapeError(located(f"{name}: weight {format_shape(weight.shape)} has {in_ch} "
+                                 f"input channels, which groups={groups} does not divide"))
+    if bias is not None:
+        bias = operand(bias, name, "bias")
+        if tuple(bias.shape) != (out_ch,):
+            raise ShapeError(located(f"{name}: expected a bias of shape [{out_ch}] (one per "
+                                     f"output channel), found {format_shape(bias.shape)}"))
+
+    def run(x):
+        c = x.shape[1]
+        if isinstance(c, int) and c != in_ch:
+            raise ShapeError(located(f"{name}: input {format_shape(x.shape)} has {c} channels, "
+                                     f"expected {in_ch} (weight {format_shape(weight.shape)})"))
+        sizes = x.shape[2:]
+        if not all(isinstance(s, int) for s in sizes):
+            raise ShapeError(located(f"{name}: expected static spatial sizes, found input "
+                                     f"{format_shape(x.shape)}"))
+        geo = [_transposed_geometry(name, *a) for a in zip(
+            sizes, weight.shape[2:], stride, padding, output_padding, dilation)]
+        x4, w4 = x, weight
+        s2, d2 = stride, dilation
+        if spatial == 1:
+            x4 = reshape(x, x.shape[0], c, 1, sizes[0])
+            w4 = reshape(weight, in_ch, cg, 1, weight.shape[2])
+            geo = [(1, (0, 0), 0)] + geo
+            s2, d2 = (1,) + stride, (1,) + dilation
+        shape = (x.shape[0], out_ch) + tuple(o - extra for o, _, extra in geo)
+        y = conv2d_input_grad_op(x4, w4, shape=shape, stride=s2, dilation=d2,
+                                 padding=geo[0][1] + geo[1][1], groups=groups)
+        extras = [extra for _, _, extra in geo]
+        if any(extras):
+            y = pad_fn(y, (0, extras[1], 0, extras[0]))
+        if bias is not None:
+            y = y + reshape(bias, 1, out_ch, 1, 1)
+        if spatial == 1:
+            y = reshape(y, y.shape[0], out_ch, y.shape[3])
+        return y
+    return _batched_nd(input, spatial, run, name, (weight, bias))
+
+
+@composite("conv_transpose1d")
+def conv_transpose1d(input, weight, bias=None, stride=1, padding=0, output_padding=0,
+                     groups: int = 1, dilation=1):
+    """1-D transposed convolution (as torch.nn.functional.conv_transpose1d; the gradient of
+    conv1d for its input) of an (N, C_in, L) ``input`` with ``weight``
+    [C_in, C_out/groups, kL]: L_out = (L-1)*stride - 2*padding + dilation*(kL-1) +
+    output_padding + 1."""
+    return _conv_transpose_nd("conv_transpose1d", 1, input, weight, bias, stride, padding,
+                              output_padding, groups, dilation)
+
+
+@composite("conv_transpose2d")
+def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_padding=0,
+                     groups: int = 1, dilation=1):
+    """2-D transposed convolution (as torch.nn.functional.conv_transpose2d; the gradient of
+    conv2d for its input) of an (N, C_in, H, W) ``input`` with ``weight``
+    [C_in, C_out/groups, kH, kW]: H_out = (H-1)*stride - 2*padding + dilation*(kH-1) +
+    output_padding + 1 (likewise W_out)."""
+    return _conv_transpose_nd("conv_transpose2d", 2, input, weight, bias, stride, padding,
+                              output_padding, groups, dilation)
+
+
+@composite("conv_transpose3d")
+def conv_transpose3d(input, weight, bias=None, stride=1, padding=0, output_padding=0,
+                     groups: int = 1, dilation=1):
+    """3-D transposed convolution (as torch.nn.functional.conv_transpose3d) of an
+    (N, C_in, D, H, W) ``input`` with ``weight`` [C_in, C_out/groups, kD, kH, kW].
+
+    Computed as one conv_transpose2d over the N*D input planes, the kD depth taps as extra
+    output channels, then each tap's planes placed at depth d*stride + tap*dilation (a zero
+    interleave and a shift) and summed; the padding is cropped last."""
+    from .shape import getitem, permute, unsqueeze
+    from .shape import pad as pad_fn
+    name = "conv_transpose3d"
+    stride = _ntuple(stride, 3, name, "stride", 1)
+    padding = _ntuple(padding, 3, name, "padding", 0)
+    output_padding = _ntuple(output_padding, 3, name, "output_padding", 0)
+    dilation = _ntuple(dilation, 3, name, "dilation", 1)
+    groups = _groups(groups, name)
+    weight = _check_weight(name, weight, 3, "C_in,C_out/groups,kD,kH,kW")
+    in_ch, cg, kd, kh, kw = weight.shape
+    out_ch = cg * groups
+    if output_padding[0] >= stride[0] and output_padding[0] >= dilation[0]:
+        raise ShapeError(located(f"{name}: output_padding {output_padding} must be smaller "
+                                 f"than either stride {stride} or dilation {dilation}"))
+    if bias is not None:
+        bias = operand(bias, name, "bias")
+        if tuple(bias.shape) != (out_ch,):
+            raise ShapeError(located(f"{name}: expected a bias of shape [{out_ch}] (one per "
+                                     f"output channel), found {format_shape(bias.shape)}"))
+
+    def run(x):
+        n, c, d, h, w = x.shape
+        if not isinstance(d, int):
+            raise ShapeError(located(f"{name}: expected a static depth, found input "
+                                     f"{format_shape(x.shape)}"))
+        if isinstance(c, int) and c != in_ch:
+            raise ShapeError(located(f"{name}: input {format_shape(x.shape)} has {c} channels, "
+                                     f"expected {in_ch} (weight {format_shape(weight.shape)})"))
+        dout, _, _ = _transposed_geometry(name, d, kd, stride[0], padding[0],
+                                          output_padding[0], dilation[0])
+        planes = reshape(permute(x, 0, 2, 1, 3, 4), -1, in_ch, h, w)       # (N*D, C_in, H, W)
+        # weight [C_in, C_out/G, kD, kH, kW] as [C_in, (C_out/G)*kD, kH, kW]
+        w2 = reshape(weight, in_ch, cg * kd, kh, kw)
+        y = conv_transpose2d(planes, w2, None, stride[1:], padding[1:], output_padding[1:],
+                             groups, dilation[1:])              # (N*D, G*(C_out/G)*kD, Ho, Wo)
+        ho, wo = y.shape[2], y.shape[3]
+        y = reshape(y, -1, d, out_ch, kd, ho, wo)
+        full = (d - 1) * stride[0] + dilation[0] * (kd - 1) + 1
+        total = None
+        for i in range(kd):
+            tap = getitem(y, (slice(None), slice(None), slice(None), i))   # (N, D, C_out, ..)
+            if stride[0] > 1:          # d -> d*stride: interleave stride-1 zero planes
+                tap = pad_fn(unsqueeze(tap, 2), (0, 0, 0, 0, 0, 0, 0, stride[0] - 1))
+                tap = reshape(tap, -1, d * stride[0], out_ch, ho, wo)
+                tap = getitem(tap, (slice(None), slice(0, (d - 1) * stride[0] + 1)))
+            before = i * dilation[0]
+            tap = pad_fn(tap, (0, 0, 0, 0, 0, 0, before, full - before - tap.shape[1]))
+            total = tap if total is None else total + tap
+        # crop the padding (and extend by output_padding) along depth
+        end = padding[0] + dout
+        if end > full:
+            total = pad_fn(total, (0, 0, 0, 0, 0, 0, 0, end - full))
+        total = getitem(total, (slice(None), slice(padding[0], end)))
+        out = permute(total, 0, 2, 1, 3, 4)
+        if bias is not None:
+            out = out + reshape(bias, 1, out_ch, 1, 1, 1)
+        return out
+    return _batched_nd(input, 3, run, name, (weight, bias))
+
+
+# -- 1-D and 3-D pooling, pooling indices, unpooling, adaptive max pooling ---------------------
+
+
+def _max_pool2d_indices_infer(types, attrs):
+    (pooled,) = _max_pool2d_infer(types, attrs)
+    return [pooled.with_dtype("int64")]
+
+
+def _max_pool2d_indices_kernel(xp, x, kernel_size, stride, padding, dilation, ceil_mode):
+    index, (ho, wo), _ = _max_pool_argmax(xp, x, kernel_size, stride, padding, dilation,
+                                          ceil_mode)
+    index = index.astype(xp.int64)
+    kw = kernel_size[1]
+    rows = xp.arange(ho, dtype=xp.int64)[:, None] * stride[0] - padding[0] \
+        + (index // kw) * dilation[0]
+    cols = xp.arange(wo, dtype=xp.int64)[None, :] * stride[1] - padding[1] \
+        + (index % kw) * dilation[1]
+    return rows * x.shape[3] + cols
+
+
+max_pool2d_indices_op = register(OpDef(
+    "max_pool2d_indices", _max_pool2d_indices_infer, _max_pool2d_indices_kernel,
+    doc="flat (H*W) index in x of each max_pool2d window's winner (return_indices=True)",
+    attrs=Attrs(**_POOL_ATTRS)))
+
+
+def _max_unpool2d_infer(types, attrs):
+    x, idx = types
+    _check_image("max_unpool2d", x)
+    _check_float("max_unpool2d", x)
+    if idx.dtype not in ("int64", "int32"):
+        raise DTypeError(f"max_unpool2d: expected integer indices, found {idx.dtype}")
+    if tuple(idx.shape) != tuple(x.shape):
+        raise ShapeError(f"max_unpool2d: expected indices of the input's shape "
+                         f"{format_shape(x.shape)}, found {format_shape(idx.shape)}")
+    return [TensorType(tuple(x.shape[:2]) + tuple(attrs["output_size"]), x.dtype)]
+
+
+def _max_unpool2d_kernel(xp, x, idx, output_size):
+    n, c = x.shape[:2]
+    size = output_size[0] * output_size[1]
+    flat = idx.reshape(n, c, -1)
+    if flat.size and (int(flat.min()) < 0 or int(flat.max()) >= size):
+        bad = int(flat.min()) if int(flat.min()) < 0 else int(flat.max())
+        raise IndexError(f"max_unpool2d: found an invalid max index {bad} (output planes "
+                         f"{output_size[0]}x{output_size[1]} hold {size} elements)")
+    out = xp.zeros((n * c, size), dtype=x.dtype)
+    planes = xp.arange(n * c)[:, None]
+    out[planes, flat.reshape(n * c, -1).astype(xp.int64)] = x.reshape(n * c, -1)
+    return out.reshape(n, c, *output_size)
+
+
+def _max_unpool2d_vjp(cts, ins, outs, a, needs):
+    from .shape import gather
+    (g,), (x, idx) = cts, ins
+    flat = reshape(g, g.shape[0], g.shape[1], -1)
+    picked = gather(flat, 2, reshape(idx, idx.shape[0], idx.shape[1], -1))
+    return [reshape(picked, *x.shape), None]
+
+
+max_unpool2d_op = register(OpDef(
+    "max_unpool2d", _max_unpool2d_infer, _max_unpool2d_kernel, _max_unpool2d_vjp,
+    nondiff_inputs=(1,), doc="x placed at its flat (H*W) indices in a zero image",
+    attrs=Attrs(output_size=Attr("dims", min=1))))
+
+
+def _adaptive_max_infer(types, attrs):
+    (t,) = types
+    _check_image("adaptive_max_pool2d", t)
+    if t.dtype == "bool":
+        raise DTypeError("adaptive_max_pool2d: expected a numeric tensor, found bool")
+    return [TensorType(t.shape[:2] + tuple(attrs["output_size"]), "int64")]
+
+
+def _adaptive_max_kernel(xp, x, output_size):
+    """Flat (H*W) index of each window's maximum: the first maximum, a NaN taking over (the
+    last NaN wins), as PyTorch."""
+    n, c, h, w = x.shape
+    oh, ow = output_size
+    out = xp.empty((n, c, oh, ow), dtype=xp.int64)
+    is_float = dtypes.is_float_array(x)
+    for i, (r0, r1) in enumerate(_adaptive_windows(h, oh)):
+        for j, (c0, c1) in enumerate(_adaptive_windows(w, ow)):
+            win = x[:, :, r0:r1, c0:c1].reshape(n, c, -1)
+            at = xp.argmax(win, axis=2)
+            if is_float:
+                nan = xp.isnan(win)
+                last = win.shape[2] - 1 - xp.argmax(nan[:, :, ::-1], axis=2)
+                at = xp.where(nan.any(axis=2), last, at)
+            width = c1 - c0
+            out[:, :, i, j] = (r0 + at // width) * w + c0 + at % width
+    return out
+
+
+adaptive_max_pool2d_indices_op = register(OpDef(
+    "adaptive_max_pool2d_indices", _adaptive_max_infer, _adaptive_max_kernel,
+    doc="flat (H*W) index of each adaptive_max_pool2d window's maximum",
+    attrs=Attrs(output_size=Attr("dims", min=1))))
+
+
+def _gather_flat(x, idx):
+    """x (N, C, H, W) read at the flat (H*W) indices ``idx`` (N, C, h, w): torch's gradient
+    convention (the cotangent added at each index)."""
+    from .shape import gather
+    flat = reshape(x, x.shape[0], x.shape[1], -1)
+    picked = gather(flat, 2, reshape(idx, idx.shape[0], idx.shape[1], -1))
+    return reshape(picked, *idx.shape)
+
+
+@composite("max_pool1d")
+def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1,
+               ceil_mode: bool = False, return_indices: bool = False):
+    """Maximum over sliding windows of an (N, C, L) input (as torch.nn.functional.max_pool1d):
+    max_pool2d over a unit height. ``return_indices`` also gives each winner's index in L."""
+    name = "max_pool1d"
+    kernel = _ntuple(kernel_size, 1, name, "kernel_size", 1)
+    stride = kernel if stride is None or (isinstance(stride, (tuple, list)) and not stride) \
+        else _ntuple(stride, 1, name, "stride", 1)
+    attrs = dict(kernel_size=(1,) + kernel, stride=(1,) + stride,
+                 padding=(0,) + _ntuple(padding, 1, name, "padding", 0),
+                 dilation=(1,) + _ntuple(dilation, 1, name, "dilation", 1),
+                 ceil_mode=bool(ceil_mode))
+
+    def run(x):
+        x4 = reshape(x, x.shape[0], x.shape[1], 1, x.shape[2])
+        out = max_pool2d_op(x4, **attrs)
+        out = reshape(out, out.shape[0], out.shape[1], out.shape[3])
+        if not return_indices:
+            return out
+        idx = max_pool2d_indices_op(x4, **attrs)
+        return out, reshape(idx, idx.shape[0], idx.shape[1], idx.shape[3])
+    x = operand(input, name)
+    if x.ndim == 2:
+        res = run(reshape(x, 1, *x.shape))
+        if return_indices:
+            return tuple(reshape(r, *r.shape[1:]) for r in res)
+        return reshape(res, *res.shape[1:])
+    if x.ndim != 3:
+        raise ShapeError(located(f"{name}: expected a 3-D input [N,C,L] (or 2-D [C,L]), "
+                                 f"found {format_shape(x.shape)}"))
+    return run(x)
+
+
+@composite("avg_pool1d")
+def avg_pool1d(input, kernel_size, stride=None, padding=0, ceil_mode: bool = False,
+               count_include_pad: bool = True):
+    """Mean over sliding windows of an (N, C, L) input (as torch.nn.functional.avg_pool1d)."""
+    name = "avg_pool1d"
+    kernel = _ntuple(kernel_size, 1, name, "kernel_size", 1)
+    stride = kernel if stride is None or (isinstance(stride, (tuple, list)) and not stride) \
+        else _ntuple(stride, 1, name, "stride", 1)
+    padding = _ntuple(padding, 1, name, "padding", 0)
+
+    def run(x):
+        x4 = reshape(x, x.shape[0], x.shape[1], 1, x.shape[2])
+        out = avg_pool2d_op(x4, kernel_size=(1,) + kernel, stride=(1,) + stride,
+                            padding=(0,) + padding, ceil_mode=bool(ceil_mode),
+                            count_include_pad=bool(count_include_pad))
+        return reshape(out, out.shape[0], out.shape[1], out.shape[3])
+    return _batched_nd(input, 1, run, name)
+
+
+def _pool3d_args(name, kernel_size, stride, padding, dilation=1):
+    kernel = _ntuple(kernel_size, 3, name, "kernel_size", 1)
+    stride = kernel if stride is None or (isinstance(stride, (tuple, list)) and not stride) \
+        else _ntuple(stride, 3, name, "stride", 1)
+    return (kernel, stride, _ntuple(padding, 3, name, "padding", 0),
+            _ntuple(dilation, 3, name, "dilation", 1))
+
+
+def _separable_3d(x, op, hw_attrs, d_attrs):
+    """A 3-D pool as the 2-D pool over (H, W) and then the 2-D pool over (D, H_out*W_out)
+    with a unit second window: the windows are boxes, so this is exact."""
+    n, c, d, h, w = x.shape
+    y = op(reshape(x, -1, c * d, h, w), **hw_attrs)              # (N, C*D, Ho, Wo)
+    ho, wo = y.shape[2], y.shape[3]
+    y = op(reshape(y, -1, c, d, ho * wo), **d_attrs)             # (N, C, Do, Ho*Wo)
+    return reshape(y, -1, c, y.shape[2], ho, wo)
+
+
+@composite("max_pool3d")
+def max_pool3d(input, kernel_size, stride=None, padding=0, dilation=1,
+               ceil_mode: bool = False, return_indices: bool = False):
+    """Maximum over sliding (kD, kH, kW) windows of an (N, C, D, H, W) input (as
+    torch.nn.functional.max_pool3d); the gradient goes to one winner per window (the first
+    maximum in (d, h, w) order). ``return_indices`` is not supported."""
+    name = "max_pool3d"
+    if return_indices:
+        raise ValueError(located(f"{name}: return_indices=True is not supported (max_pool2d "
+                                 f"and max_pool1d support it)"))
+    kernel, stride, padding, dilation = _pool3d_args(name, kernel_size, stride, padding,
+                                                     dilation)
+    hw = dict(kernel_size=kernel[1:], stride=stride[1:], padding=padding[1:],
+              dilation=dilation[1:], ceil_mode=bool(ceil_mode))
+    dd = dict(kernel_size=(kernel[0], 1), stride=(stride[0], 1), padding=(padding[0], 0),
+              dilation=(dilation[0], 1), ceil_mode=bool(ceil_mode))
+    if any(p > k // 2 for p, k in zip(padding, kernel)):
+        raise ShapeError(located(f"{name}: padding {padding} must be at most half the kernel "
+                                 f"size {kernel}"))
+    return _batched_nd(input, 3, lambda x: _separable_3d(x, max_pool2d_op, hw, dd), name)
+
+
+@composite("avg_pool3d")
+def avg_pool3d(input, kernel_size, stride=None, padding=0, ceil_mode: bool = False,
+               count_include_pad: bool = True):
+    """Mean over sliding (kD, kH, kW) windows of an (N, C, D, H, W) input (as
+    torch.nn.functional.avg_pool3d; ``count_include_pad`` as there)."""
+    name = "avg_pool3d"
+    kernel, stride, padding, _ = _pool3d_args(name, kernel_size, stride, padding)
+    if any(p > k // 2 for p, k in zip(padding, kernel)):
+        raise ShapeError(located(f"{name}: padding {padding} must be at most half the kernel "
+                                 f"size {kernel}"))
+    common = dict(ceil_mode=bool(ceil_mode), count_include_pad=bool(count_include_pad))
+    hw = dict(kernel_size=kernel[1:], stride=stride[1:], padding=padding[1:], **common)
+    dd = dict(kernel_size=(kernel[0], 1), stride=(stride[0], 1), padding=(padding[0], 0),
+              **common)
+    return _batched_nd(input, 3, lambda x: _separable_3d(x, avg_pool2d_op, hw, dd), name)
+
+
+def max_pool2d_with_indices(input, kernel_size, stride=None, padding=0, dilation=1,
+                            ceil_mode: bool = False):
+    """(max_pool2d's result, the flat H*W index in the input of each window's winner), as
+    torch.nn.functional.max_pool2d(..., return_indices=True)."""
+    kernel, stride, padding = _pool_args("max_pool2d", kernel_size, stride, padding)
+    attrs = dict(kernel_size=kernel, stride=stride, padding=padding,
+                 dilation=_pair(dilation, "max_pool2d", "dilation", 1),
+                 ceil_mode=bool(ceil_mode))
+    x = operand(input, "max_pool2d")
+    unbatched = x.ndim == 3
+    if unbatched:
+        x = reshape(x, 1, *x.shape)
+    out, idx = max_pool2d_op(x, **attrs), max_pool2d_indices_op(x, **attrs)
+    if unbatched:
+        return reshape(out, *out.shape[1:]), reshape(idx, *idx.shape[1:])
+    return out, idx
+
+
+@composite("max_unpool2d")
+def max_unpool2d(input, indices, kernel_size, stride=None, padding=0, output_size=None):
+    """The inverse of max_pool2d with return_indices (as torch.nn.functional.max_unpool2d):
+    each value placed at its flat (H*W) index in a zero image of size
+    (H-1)*stride - 2*padding + kernel_size (or ``output_size``, its last two entries)."""
+    name = "max_unpool2d"
+    kernel, stride, padding = _pool_args(name, kernel_size, stride, padding)
+    x = operand(input, name)
+    indices = operand(indices, name, "indices")
+    if x.ndim not in (3, 4):
+        raise ShapeError(located(f"{name}: expected a 4-D input [N,C,H,W] (or 3-D [C,H,W]), "
+                                 f"found {format_shape(x.shape)}"))
+    h, w = x.shape[-2:]
+    default = tuple((s - 1) * st - 2 * p + k for s, st, p, k in zip((h, w), stride, padding,
+                                                                     kernel))
+    if output_size is None:
+        size = default
+    else:
+        size = tuple(int(s) for s in tuple(output_size)[-2:])
+        if len(tuple(output_size)) not in (2, x.ndim):
+            raise ShapeError(located(f"{name}: expected output_size of 2 or {x.ndim} entries, "
+                                     f"found {tuple(output_size)}"))
+        for s, dflt, st in zip(size, default, stride):
+            if not dflt - st < s < dflt + st:
+                raise ShapeError(located(
+                    f"{name}: output_size {tuple(output_size)} must lie between "
+                    f"{tuple(dd - s_ + 1 for dd, s_ in zip(default, stride))} and "
+                    f"{tuple(dd + s_ - 1 for dd, s_ in zip(default, stride))}"))
+    if x.ndim == 3:
+        out = max_unpool2d_op(reshape(x, 1, *x.shape), reshape(indices, 1, *indices.shape),
+                              output_size=size)
+        return reshape(out, *out.shape[1:])
+    return max_unpool2d_op(x, indices, output_size=size)
+
+
+def adaptive_max_pool2d(input, output_size, return_indices: bool = False):
+    """Maximum over the windows that split the input into ``output_size`` cells (as
+    torch.nn.functional.adaptive_max_pool2d): cell i covers [floor(i*H/out),
+    ceil((i+1)*H/out)); a None in ``output_size`` keeps that input size. The gradient goes to
+    each window's maximum (added where windows share it)."""
+    name = "adaptive_max_pool2d"
+    x = operand(input, name)
+    if x.ndim not in (3, 4):
+        raise ShapeError(located(f"{name}: expected a 4-D input [N,C,H,W] (or 3-D [C,H,W]), "
+                                 f"found {format_shape(x.shape)}"))
+    if isinstance(output_size, (tuple, list)) and len(output_size) == 2:
+        output_size = tuple(x.shape[x.ndim - 2 + k] if s is None else s
+                            for k, s in enumerate(output_size))
+    out_hw = _pair(output_size, name, "output_size", 1)
+    unbatched = x.ndim == 3
+    if unbatched:
+        x = reshape(x, 1, *x.shape)
+    idx = adaptive_max_pool2d_indices_op(x, output_size=out_hw)
+    out = _gather_flat(x, idx)
+    if unbatched:
+        out, idx = reshape(out, *out.shape[1:]), reshape(idx, *idx.shape[1:])
+    return (out, idx) if return_indices else out
+
+
+@composite("adaptive_avg_pool1d")
+def adaptive_avg_pool1d(input, output_size):
+    """Mean over the windows that split an (N, C, L) input into ``output_size`` cells (as
+    torch.nn.functional.adaptive_avg_pool1d): adaptive_avg_pool2d over a unit height."""
+    name = "adaptive_avg_pool1d"
+    (out,) = _ntuple(output_size, 1, name, "output_size", 1)
+
+    def run(x):
+        y = adaptive_avg_pool2d_op(reshape(x, x.shape[0], x.shape[1], 1, x.shape[2]),
+                                   output_size=(1, out))
+        return reshape(y, y.shape[0], y.shape[1], out)
+    return _batched_nd(input, 1, run, name)
+
+
+@composite("adaptive_max_pool1d")
+def adaptive_max_pool1d(input, output_size, return_indices: bool = False):
+    """Maximum over the windows that split an (N, C, L) input into ``output_size`` cells (as
+    torch.nn.functional.adaptive_max_pool1d); ``return_indices`` also gives each maximum's
+    index in L."""
+    name = "adaptive_max_pool1d"
+    (out,) = _ntuple(output_size, 1, name, "output_size", 1)
+    x = operand(input, name)
+    if x.ndim not in (2, 3):
+        raise ShapeError(located(f"{name}: expected a 3-D input [N,C,L] (or 2-D [C,L]), found "
+                                 f"{format_shape(x.shape)}"))
+    x4 = reshape(x, *x.shape[:-1], 1, x.shape[-1])
+    res = adaptive_max_pool2d(x4, (1, out), return_indices)
+    drop = lambda t: reshape(t, *t.shape[:-2], out)     # noqa: E731
+    return tuple(drop(t) for t in res) if return_indices else drop(res)

@@ -726,14 +726,42 @@ def index_add(x, dim: int, index, src):
     return index_add_op(x, index, src, dim=normalize_dim(dim, x.ndim, "index_add"))
 
 
+_PAD_MODES = ("constant", "reflect", "replicate", "circular")
+
+
+def _pad_index(mode: str, size: int, lo: int, hi: int) -> np.ndarray:
+    """Source index of each output position along one dim padded (or cropped, where
+    negative) by ``lo``/``hi`` in a non-constant ``mode``, as PyTorch reads them."""
+    src = np.arange(size + lo + hi, dtype=np.int64) - lo
+    if mode == "reflect":
+        src = np.abs(src)
+        src = np.where(src >= size, 2 * (size - 1) - src, src)
+    elif mode == "replicate":
+        src = np.clip(src, 0, size - 1)
+    else:               # PyTorch crops first, then wraps around what is left
+        start, kept = max(-lo, 0), size + min(lo, 0) + min(hi, 0)
+        src = start + (np.arange(size + lo + hi, dtype=np.int64) - max(lo, 0)) % max(kept, 1)
+    return src
+
+
 def pad(x, pad: Sequence[int], mode: str = "constant", value=None):
-    """Constant padding (torch.nn.functional.pad): ``pad`` lists (before, after) pairs from
-    the last dim backwards; ``value`` (default 0) fills them. Only ``mode="constant"``."""
-    if mode != "constant":
-        raise ValueError(located(f"pad: only mode='constant' is supported, found {mode!r}"))
+    """Pad (torch.nn.functional.pad): ``pad`` lists (before, after) pairs from the last dim
+    backwards; a negative amount crops. ``mode`` 'constant' fills with ``value`` (default 0)
+    and pads any trailing dims; 'reflect' (mirror without repeating the edge), 'replicate'
+    (repeat the edge) and 'circular' (wrap around) pad the last 1, 2 or 3 dims of an input
+    with one or two more dims (PyTorch's supported ranks); their gradients add up the
+    copies."""
+    x = operand(x, "pad")
+    if mode not in _PAD_MODES:
+        raise ValueError(located(f"pad: expected mode to be one of {', '.join(_PAD_MODES)}, "
+                                 f"found {mode!r}"))
     if isinstance(pad, (int, str)) or not isinstance(pad, Iterable) or not all(
             hasattr(p, "__index__") and not isinstance(p, bool) for p in pad):
         raise TypeError(located(f"pad: expected a sequence of ints, found {pad!r}"))
+    pad = tuple(int(p.__index__()) for p in pad)
+    if len(pad) % 2 or len(pad) // 2 > x.ndim:
+        raise ShapeError(located(f"pad: expected pairs (before, after) for at most {x.ndim} "
+                                 f"dims of input {format_shape(x.shape)}, found {list(pad)}"))
     if value is None:
         value = 0.0
     elif isinstance(value, np.generic):
@@ -741,7 +769,64 @@ def pad(x, pad: Sequence[int], mode: str = "constant", value=None):
     elif not isinstance(value, (bool, int, float)):
         raise TypeError(located(f"pad: value must be a Python number, found "
                                 f"{type(value).__name__}"))
-    return pad_op(x, pad=tuple(int(p.__index__()) for p in pad), value=value)
+    pairs = [(x.ndim - 1 - k, pad[2 * k], pad[2 * k + 1]) for k in range(len(pad) // 2)]
+    if mode != "constant":
+        return _pad_indexed(x, pairs, mode, value)
+    crop = [slice(None)] * x.ndim
+    for axis, lo, hi in pairs:
+        size = x.shape[axis]
+        if (lo < 0 or hi < 0) and isinstance(size, int) and size + lo + hi < 0:
+            raise ShapeError(located(f"pad: padding {list(pad)} would give dim {axis} of input "
+                                     f"{format_shape(x.shape)} a negative size "
+                                     f"{size + lo + hi}"))
+        if lo < 0 or hi < 0:
+            if not isinstance(size, int) and hi < 0:
+                raise ShapeError(located(f"pad: cropping the end of symbolic dim {size!r} "
+                                         f"(input {format_shape(x.shape)}) is not supported"))
+            stop = size + hi if hi < 0 else None
+            crop[axis] = slice(max(-lo, 0), stop)
+    if any(c != slice(None) for c in crop):
+        x = getitem(x, tuple(crop))
+    positive = tuple(max(p, 0) for p in pad)
+    if not any(positive):
+        return x
+    return pad_op(x, pad=positive, value=value)
+
+
+def _pad_indexed(x, pairs, mode: str, value):
+    from .creation import constant
+    n = len(pairs)
+    if n > 3 or x.ndim not in (n + 1, n + 2):
+        raise NotImplementedError(located(
+            f"pad: mode {mode!r} pads the last 1, 2 or 3 dims of an input with one or two "
+            f"more dims (padding of 2 ints for a 2-D or 3-D input, 4 for 3-D or 4-D, 6 for 4-D "
+            f"or 5-D); found {2 * n} ints for a {x.ndim}-D input {format_shape(x.shape)}"))
+    if value not in (0, 0.0, False):
+        raise ValueError(located(f"pad: mode {mode!r} takes no value (found {value!r})"))
+    for axis, lo, hi in pairs:
+        size = x.shape[axis]
+        if not isinstance(size, int):
+            raise ShapeError(located(f"pad: mode {mode!r} needs a static size for dim {axis}, "
+                                     f"found input {format_shape(x.shape)}"))
+        if mode == "reflect" and (lo >= size or hi >= size):
+            raise ShapeError(located(f"pad: reflect padding ({lo}, {hi}) must be less than the "
+                                     f"size {size} of dim {axis} (input "
+                                     f"{format_shape(x.shape)})"))
+        if mode == "circular" and (lo > size or hi > size):
+            raise ShapeError(located(f"pad: circular padding ({lo}, {hi}) must be at most the "
+                                     f"size {size} of dim {axis} (input "
+                                     f"{format_shape(x.shape)}): it would wrap around more "
+                                     f"than once"))
+        if size + lo + hi < (0 if mode == "circular" else 1):
+            raise ShapeError(located(f"pad: padding ({lo}, {hi}) leaves dim {axis} of input "
+                                     f"{format_shape(x.shape)} with size {size + lo + hi}"))
+        if size == 0:
+            raise ShapeError(located(f"pad: mode {mode!r} cannot pad the empty dim {axis} of "
+                                     f"input {format_shape(x.shape)}"))
+        if lo == 0 and hi == 0:
+            continue
+        x = index_select(x, axis, constant(_pad_index(mode, size, lo, hi)))
+    return x
 
 
 def zeros_like_for_grad(x, g):
