@@ -672,7 +672,7 @@ def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type: float =
                              f"{_where(input)}")
     n_emb = weight.shape[0]
     if not _is_symbolic(input) and input.numel() > 0 and isinstance(n_emb, int):
-        lo, hi = int(input.data.min()), int(input.data.max())    # as embedding: no guard
+        lo, hi = int(input.array.min()), int(input.array.max())    # as embedding: no guard
         if lo < 0 or hi >= n_emb:
             bad = lo if lo < 0 else hi
             raise IndexError(f"{who}: index {bad} is out of range for {n_emb} embeddings "
