@@ -325,7 +325,7 @@ def test_legacy_constructors_match_torch():
     z = dg.LongTensor(2, 3)
     assert z.shape == (2, 3) and z.dtype == "int64"
     t = dg.tensor([1.0, 2.0])
-    assert dg.FloatTensor(t).data is t.data                 # shares, as torch
+    assert dg.FloatTensor(t).array is t.array               # shares, as torch
     with pytest.raises(TypeError, match="expected a int64 tensor"):
         dg.LongTensor(t)
     assert issubclass(dg.FloatTensor, dg.Tensor)
