@@ -149,12 +149,13 @@ class Comparison:
         self.config = config
 
     def table(self) -> str:
+        failed = []
         rows = [("mode", "median ms", "min-max ms", "first ms", "outside", "kernels", "nodes",
                  "peak KiB", "arena/lb", "final loss", "drift")]
         for r in self.modes.values():
             if r.error:
-                rows.append((r.mode, "failed: " + r.error.splitlines()[0][:60], "", "", "", "",
-                             "", "", "", "", ""))
+                rows.append((r.mode,) + ("-",) * 10)
+                failed.append(f"{r.mode} failed: {r.error.splitlines()[0]}")
                 continue
             sp = r.spread_s
             rows.append((
@@ -173,6 +174,7 @@ class Comparison:
         for k, row in enumerate(rows):
             lines.append("  ".join(str(c).rjust(w) if k and i else str(c).ljust(w)
                                    for i, (c, w) in enumerate(zip(row, widths))))
+        lines.extend(failed)
         if self.numerics:
             lines.append("numerics against eager, node by node:")
             lines.extend("  " + n.describe().replace("\n", "\n  ")

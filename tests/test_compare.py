@@ -247,3 +247,4 @@ def test_the_jax_mode_says_which_models_have_a_twin():
     cmp = dg.compare(case.model, case.inputs, targets=case.targets, loss=case.loss,
                      optimizer=case.optimizer, case=case, modes=("jax",), **FAST)
     assert "no JAX twin" in cmp.modes["jax"].error
+    assert "jax failed: NotImplementedError: rnn: no JAX twin" in cmp.table()
