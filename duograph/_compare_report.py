@@ -28,15 +28,16 @@ def _save(fig, path: str) -> str:
 
 
 def plot_times(cmp, path: str) -> str:
-    """Median step time per mode, with the min-max spread as error bars."""
+    """Median step time per mode, with the quartiles as error bars (the min and max of a
+    shared machine are mostly other processes)."""
     plt = _plt()
     rows = [r for r in cmp.modes.values() if r.times_s]
     fig, ax = plt.subplots(figsize=(6, 3))
     med = [r.median_s * 1e3 for r in rows]
-    lo = [(r.median_s - r.spread_s[0]) * 1e3 for r in rows]
-    hi = [(r.spread_s[3] - r.median_s) * 1e3 for r in rows]
+    lo = [max(0.0, (r.median_s - r.spread_s[1]) * 1e3) for r in rows]
+    hi = [max(0.0, (r.spread_s[2] - r.median_s) * 1e3) for r in rows]
     ax.bar([r.mode for r in rows], med, yerr=[lo, hi], capsize=4, color="#4c72b0")
-    ax.set_ylabel("ms per step (median, min-max)")
+    ax.set_ylabel("ms per step (median, quartiles)")
     ax.set_title(f"{cmp.name}: step time")
     return _save(fig, path)
 

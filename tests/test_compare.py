@@ -248,3 +248,19 @@ def test_the_jax_mode_says_which_models_have_a_twin():
                      optimizer=case.optimizer, case=case, modes=("jax",), **FAST)
     assert "no JAX twin" in cmp.modes["jax"].error
     assert "jax failed: NotImplementedError: rnn: no JAX twin" in cmp.table()
+
+
+def test_the_readme_comparison_block_runs_and_prints_the_table():
+    import re
+    from pathlib import Path
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    section = text.split("## Comparing the two paradigms", 1)[1].split("\n## ", 1)[0]
+    code = re.findall(r"```python\n(.*?)```", section, flags=re.S)[0]
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "cnn: training step, 10 repeats, 3 steps"
+    for mode in ("eager", "compiled", "O0", "O1", "O2", "torch", "jax"):
+        assert any(ln.split()[:1] == [mode] for ln in lines[2:]), mode
+    assert "numerics against eager, node by node:" in lines
