@@ -195,11 +195,12 @@ def eye(n, m=None, dtype=None, device=None, requires_grad: bool = False):
 def rand(*size, seed=None, dtype=None, device=None, requires_grad: bool = False):
     """Samples from the uniform distribution on [0, 1), of shape ``size`` (ints, or one tuple).
 
-    ``dtype`` defaults to float32 (floating-point dtypes only). ``seed`` (an int) makes the
-    draw reproducible; without it the next seed of the global generator (``dg.manual_seed``)
-    is used. ``device`` is 'cpu' or 'cuda' (the default device when None);
-    ``requires_grad=True`` makes the result a leaf that requires grad (eager only). Inside
-    ``with graph:`` it adds a node to the graph instead of returning a tensor.
+    ``dtype`` defaults to float32 (floating-point dtypes only). ``seed`` (an int, or an int64
+    scalar tensor or Value) makes the draw reproducible; without it eager mode uses the next
+    seed of the global generator (``dg.manual_seed``) and graph mode raises (a graph's
+    randomness is an explicit input). ``device`` is 'cpu' or 'cuda' (the default device when
+    None); ``requires_grad=True`` makes the result a leaf that requires grad (eager only).
+    Inside ``with graph:`` it adds a node to the graph instead of returning a tensor.
     """
     with _on(device):
         return _finish(F.rand(*size, seed=seed, dtype=dtype), requires_grad)
@@ -209,11 +210,12 @@ def randn(*size, seed=None, dtype=None, device=None, requires_grad: bool = False
     """Samples from the standard normal distribution N(0, 1), of shape ``size`` (ints, or one
     tuple).
 
-    ``dtype`` defaults to float32 (floating-point dtypes only). ``seed`` (an int) makes the
-    draw reproducible; without it the next seed of the global generator (``dg.manual_seed``)
-    is used. ``device`` is 'cpu' or 'cuda' (the default device when None);
-    ``requires_grad=True`` makes the result a leaf that requires grad (eager only). Inside
-    ``with graph:`` it adds a node to the graph instead of returning a tensor.
+    ``dtype`` defaults to float32 (floating-point dtypes only). ``seed`` (an int, or an int64
+    scalar tensor or Value) makes the draw reproducible; without it eager mode uses the next
+    seed of the global generator (``dg.manual_seed``) and graph mode raises (a graph's
+    randomness is an explicit input). ``device`` is 'cpu' or 'cuda' (the default device when
+    None); ``requires_grad=True`` makes the result a leaf that requires grad (eager only).
+    Inside ``with graph:`` it adds a node to the graph instead of returning a tensor.
     """
     with _on(device):
         return _finish(F.randn(*size, seed=seed, dtype=dtype), requires_grad)
@@ -224,9 +226,10 @@ def randint(low, high=None, size=(), seed=None, dtype=None, device=None):
     shape ``size`` (an int or a tuple).
 
     ``size`` defaults to () (a 0-D tensor), where PyTorch requires it; ``dtype`` defaults to
-    int64. ``seed`` (an int) makes the draw reproducible; without it the next seed of the
-    global generator (``dg.manual_seed``) is used. ``device`` is 'cpu' or 'cuda'. Inside
-    ``with graph:`` it adds a node to the graph.
+    int64. ``seed`` (an int, or an int64 scalar tensor or Value) makes the draw reproducible;
+    without it eager mode uses the next seed of the global generator (``dg.manual_seed``) and
+    graph mode raises (a graph's randomness is an explicit input). ``device`` is 'cpu' or
+    'cuda'. Inside ``with graph:`` it adds a node to the graph.
     """
     with _on(device):
         return F.randint(low, high, size, seed=seed, dtype=dtype)
@@ -279,9 +282,10 @@ def rand_like(x, dtype=None, device=None, requires_grad: bool = False, seed=None
     """Uniform samples on [0, 1) with the shape of ``x``, and its dtype and device unless
     ``dtype`` or ``device`` is given (the dtype must be floating point).
 
-    ``seed`` (an int) makes the draw reproducible; without it the next seed of the global
-    generator (``dg.manual_seed``) is used. ``requires_grad=True`` makes the result a leaf
-    that requires grad.
+    ``seed`` (an int, or an int64 scalar tensor or Value) makes the draw reproducible; without
+    it eager mode uses the next seed of the global generator (``dg.manual_seed``) and graph
+    mode raises (a graph's randomness is an explicit input). ``requires_grad=True`` makes the
+    result a leaf that requires grad.
     """
     return _like(lambda: F.rand(*x.shape, seed=seed, dtype=dtype or x.dtype), x, dtype,
                  device, requires_grad)
@@ -291,9 +295,10 @@ def randn_like(x, dtype=None, device=None, requires_grad: bool = False, seed=Non
     """Standard normal samples with the shape of ``x``, and its dtype and device unless ``dtype``
     or ``device`` is given (the dtype must be floating point).
 
-    ``seed`` (an int) makes the draw reproducible; without it the next seed of the global
-    generator (``dg.manual_seed``) is used. ``requires_grad=True`` makes the result a leaf
-    that requires grad.
+    ``seed`` (an int, or an int64 scalar tensor or Value) makes the draw reproducible; without
+    it eager mode uses the next seed of the global generator (``dg.manual_seed``) and graph
+    mode raises (a graph's randomness is an explicit input). ``requires_grad=True`` makes the
+    result a leaf that requires grad.
     """
     return _like(lambda: F.randn(*x.shape, seed=seed, dtype=dtype or x.dtype), x, dtype,
                  device, requires_grad)
