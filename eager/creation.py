@@ -82,13 +82,32 @@ def _finish(t, requires_grad: bool):
 
 
 def tensor(data, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
-    """A new tensor holding a copy of ``data``; Python floats become float32."""
+    """A new tensor holding a copy of ``data``.
+
+    Args:
+        data: a Python number, a (nested) list or tuple of numbers or of one-element
+            tensors, a numpy array or a tensor. The data is always copied; use
+            ``as_tensor`` or ``from_numpy`` to share a numpy array's memory.
+        dtype: the result's dtype. By default inferred as PyTorch does: Python floats give
+            float32, ints int64, bools bool; numpy arrays and tensors keep their dtype.
+        device: 'cpu' or 'cuda' (default: the current default device, normally 'cpu').
+        requires_grad: make the result a leaf that records gradients (floating-point
+            dtypes only; others raise RuntimeError).
+
+    Returns a new leaf tensor; ``dg.tensor(t)`` of a tensor ``t`` is a copy cut from the
+    autograd graph (PyTorch warns and suggests ``t.clone().detach()``).
+    """
     t = tensor_from_data(data, dtype, _check_device(device))
     return _finish(t, requires_grad)
 
 
 def as_tensor(data, dtype=None, device=None) -> Tensor:
-    """Like ``tensor`` but shares memory with a numpy array when no conversion is needed."""
+    """``data`` as a tensor, sharing memory where it can.
+
+    A tensor is returned as it is (or converted with ``to(dtype, device)`` when those are
+    given); a CPU numpy array whose dtype already matches is wrapped without a copy, so
+    changes to one show in the other. Anything else is copied as by ``dg.tensor``.
+    """
     if isinstance(data, Tensor):
         return data.to(dtype=dtype, device=device) if (dtype or device) else data
     if isinstance(data, np.ndarray) and (device in (None, "cpu")) and (
@@ -99,7 +118,10 @@ def as_tensor(data, dtype=None, device=None) -> Tensor:
 
 
 def from_numpy(array: np.ndarray) -> Tensor:
-    """A tensor sharing memory with ``array`` (changes to one show in the other)."""
+    """A CPU tensor sharing memory with the numpy array ``array``: changes to one show in
+    the other, and the dtype is the array's. Raises TypeError for anything but a numpy
+    array, or for a dtype duograph does not support (complex, object, strings...).
+    """
     if not isinstance(array, np.ndarray):
         raise TypeError(f"from_numpy: expected a numpy array, found {type(array).__name__}")
     if array.dtype.name not in dtypes.DTYPE_NAMES:
