@@ -148,6 +148,9 @@ class Comparison:
         self.config = config
 
     def table(self) -> str:
+        """The comparison as a plain-text table, one row per mode: median, spread and first run
+        times, time outside kernels, kernel and node counts, peak memory, arena use, final
+        loss and drift (a failed mode shows its error)."""
         rows = [("mode", "median ms", "min-max ms", "first ms", "outside", "kernels", "nodes",
                  "peak KiB", "arena/lb", "final loss", "drift")]
         for r in self.modes.values():
@@ -204,6 +207,7 @@ class Comparison:
                 "modes": modes, "numerics": numerics}
 
     def save_json(self, path: str) -> None:
+        """Write ``to_json()`` to the file ``path`` as JSON."""
         with open(path, "w") as f:
             json.dump(self.to_json(), f, indent=1)
 
