@@ -68,6 +68,8 @@ class Sequential(Module):
         return iter(self._modules.values())
 
     def append(self, module: Module) -> "Sequential":
+        """Append ``module`` as the last layer (named by its position) and return this
+        Sequential."""
         self.add_module(str(len(self._modules)), module)
         return self
 
@@ -86,10 +88,12 @@ class ModuleList(Module):
             self.append(m)
 
     def append(self, module: Module) -> "ModuleList":
+        """Append ``module`` (named by its position) and return this ModuleList."""
         self.add_module(str(len(self._modules)), module)
         return self
 
     def extend(self, modules: Iterable[Module]) -> "ModuleList":
+        """Append every module of ``modules`` in order and return this ModuleList."""
         for m in modules:
             self.append(m)
         return self
@@ -129,12 +133,15 @@ class ModuleDict(Module):
         return iter(self._modules)
 
     def keys(self):
+        """The names of the held modules, in insertion order."""
         return self._modules.keys()
 
     def values(self):
+        """The held modules, in insertion order."""
         return self._modules.values()
 
     def items(self):
+        """``(name, module)`` pairs of the held modules, in insertion order."""
         return self._modules.items()
 
 
@@ -164,6 +171,8 @@ class Linear(Module):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
+        """PyTorch's init: ``kaiming_uniform_(a=sqrt(5))`` for the weight,
+        U(-1/sqrt(in_features), 1/sqrt(in_features)) for the bias. Called by the constructor."""
         init.kaiming_uniform_(self.weight, a=math.sqrt(5))
         if self.bias is not None:
             bound = 1.0 / math.sqrt(self.in_features) if self.in_features else 0.0
@@ -210,6 +219,9 @@ class Conv2d(Module):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
+        """PyTorch's init: ``kaiming_uniform_(a=sqrt(5))`` for the weight, U(-1/sqrt(fan_in),
+        1/sqrt(fan_in)) for the bias (fan_in from the weight's dim 1 and kernel). Called by
+        the constructor."""
         init.kaiming_uniform_(self.weight, a=math.sqrt(5))
         if self.bias is not None:
             fan_in = self.weight.shape[1] * self.kernel_size[0] * self.kernel_size[1]
