@@ -84,6 +84,8 @@ class Numerics:
         return max((d.max_abs for d in self.nodes), default=0.0)
 
     def describe(self) -> str:
+        """One line on this mode's numerics: how many nodes matched within tolerance, or where
+        (node, op, shape, source line) the first difference beyond tolerance is."""
         if self.first is None:
             return (f"{self.mode}: {self.matched} of {self.total} nodes matched, all within "
                     f"tolerance (max abs {self.max_abs:.3g})")

@@ -80,3 +80,50 @@ def test_help_of_tensor_reads_like_pytorch():
 def pydoc_text(obj) -> str:
     import pydoc
     return pydoc.render_doc(obj, renderer=pydoc.plaintext)
+
+
+def _public_modules():
+    import duograph.comparison
+    import duograph.compiler
+    import duograph.data
+    import duograph.io
+    import duograph.models
+    import duograph.nn.utils
+    import duograph.onnx
+    import duograph.utils.data
+    from duograph.optim import lr_scheduler
+    return {"dg": dg, "dg.nn": dg.nn, "dg.nn.functional": dg.nn.functional,
+            "dg.nn.init": dg.nn.init, "dg.optim": dg.optim,
+            "dg.optim.lr_scheduler": lr_scheduler, "dg.linalg": dg.linalg,
+            "dg.data": dg.data, "dg.utils.data": dg.utils.data, "dg.io": dg.io,
+            "dg.onnx": dg.onnx, "dg.nn.utils": dg.nn.utils, "dg.compiler": dg.compiler,
+            "dg.models": dg.models, "dg.comparison": dg.comparison}
+
+
+def _names(module):
+    names = getattr(module, "__all__", None)
+    if names is None:
+        names = [n for n in dir(module) if not n.startswith("_")
+                 and getattr(getattr(module, n), "__module__", "").startswith("duograph")]
+    return names
+
+
+@pytest.mark.parametrize("modname", sorted(_public_modules()))
+def test_public_classes_and_their_methods_have_docstrings(modname):
+    """Every public function and class of the face modules, and every public method of those
+    classes (``inspect.getdoc``: an override inherits its base's docstring, as in help())."""
+    module = _public_modules()[modname]
+    missing = []
+    for name in _names(module):
+        obj = getattr(module, name)
+        if inspect.isfunction(obj) and not inspect.getdoc(obj):
+            missing.append(name)
+        if inspect.isclass(obj) and obj.__module__.startswith("duograph"):
+            if not inspect.getdoc(obj):
+                missing.append(name)
+            for attr in dir(obj):
+                fn = getattr(obj, attr, None)
+                if not attr.startswith("_") and (inspect.isfunction(fn) or inspect.ismethod(fn)) \
+                        and not inspect.getdoc(fn):
+                    missing.append(f"{name}.{attr}")
+    assert missing == [], f"{modname}: no docstring for {missing}"
