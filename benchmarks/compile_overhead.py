@@ -46,7 +46,7 @@ def measure(name, fast, args, repeat, number):
         fast(*args)
         fast(*args)
         spec = fast._last
-        feeds = {n: t.data for n, t in zip(spec.input_names, args)}
+        feeds = {n: t.array for n, t in zip(spec.input_names, args)}
         t_call = best_of(lambda: fast(*args), repeat, number)
         t_exe = best_of(lambda: spec.forward.run(feeds), repeat, number)
     guards = len(getattr(spec, "guards", ()) or ())

@@ -219,8 +219,8 @@ def compare_command(args) -> str:
                 "loss": case.loss, "optimizer": case.optimizer}
     else:
         spec = _compare_spec(_load_object(args.target))
-    if any(m.startswith("torch") for m in modes) and case is None:
-        raise CommandError("--modes torch and torch.compile need a bundled model "
+    if any(m.startswith("torch") or m == "jax" for m in modes) and case is None:
+        raise CommandError("--modes torch, torch.compile and jax need a bundled model "
                            "(--model NAME)")
     cmp = compare(spec["model"], spec["inputs"], targets=spec.get("targets") or (),
                   loss=spec.get("loss"), optimizer=spec.get("optimizer"), modes=modes,
@@ -258,7 +258,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                      " mlp, cnn, transformer, resnet, rnn)")
     cmp.add_argument("--modes", default="eager,compiled,O0,O1,O2",
                      help="comma-separated: eager, compiled, O0, O1, O2, torch, "
-                          "torch.compile")
+                          "torch.compile, jax")
     cmp.add_argument("--steps", type=int, default=3, help="steps for the loss curves")
     cmp.add_argument("--repeats", type=int, default=10, help="timed steps per mode")
     cmp.add_argument("--report", metavar="DIR", help="write an HTML page with plots here")

@@ -10,7 +10,8 @@ Modes: ``eager`` (the tape), ``compiled`` (``dg.compile``), ``O0``/``O1``/``O2``
 the model called on placeholders, the optimizer's update inside the graph via
 ``minimize``), and, for the bundled models (``duograph.models``) when PyTorch is installed,
 ``torch`` (PyTorch eager on a twin with the same weights) and ``torch.compile`` (the twin
-through ``torch.compile``; its first call includes Inductor's compilation).
+through ``torch.compile``; its first call includes Inductor's compilation), and, for the
+models with a JAX twin when JAX is installed, ``jax`` (one ``jax.jit`` training step).
 
 Every mode starts from the same weights and optimizer state. What is measured per mode:
 
@@ -54,7 +55,7 @@ from .graphlib.ir import Graph
 
 GRAPH_LEVELS = ("O0", "O1", "O2")
 DEFAULT_MODES = ("eager", "compiled", "O0", "O1", "O2")
-PEER_MODES = ("torch", "torch.compile")
+PEER_MODES = ("torch", "torch.compile", "jax")
 KNOWN_MODES = DEFAULT_MODES + PEER_MODES
 
 
@@ -538,6 +539,63 @@ def _run_torch(work: _Workload, case, steps: int, repeats: int,
     return result
 
 
+def _run_jax(work: _Workload, case, steps: int, repeats: int) -> ModeResult:
+    """The case's JAX twin: one ``jax.jit``-compiled training step (loss, gradients, the SGD
+    update as PyTorch's, with momentum) over the same initial weights."""
+    import jax
+    import jax.numpy as jnp
+    if case.jax_loss is None:
+        raise NotImplementedError(f"{case.name}: no JAX twin (the MLP and the CNN have one)")
+    probe = work.optimizer()
+    if type(probe).__name__ != "SGD":
+        raise NotImplementedError(f"the jax mode runs SGD only, found {type(probe).__name__}")
+    hp = probe.defaults
+    lr, mom = float(hp["lr"]), float(hp.get("momentum", 0.0))
+    damp, wd = float(hp.get("dampening", 0.0)), float(hp.get("weight_decay", 0.0))
+    if hp.get("nesterov") or hp.get("maximize"):
+        raise NotImplementedError("the jax mode runs plain SGD (no nesterov, no maximize)")
+    result = ModeResult("jax")
+    work.reset()
+    t0 = time.perf_counter()
+    state = work.params()
+    params = {k: jnp.asarray(v) for k, v in state.items() if k not in case.jax_stats}
+    stats = {k: jnp.asarray(v) for k, v in state.items() if k in case.jax_stats}
+    bufs = {k: jnp.zeros_like(v) for k, v in params.items()}
+
+    def step(p, b, s, first, x, y):
+        (loss, new_s), g = jax.value_and_grad(case.jax_loss, has_aux=True)(p, s, x, y)
+        new_p, new_b = {}, {}
+        for k in p:
+            d = g[k] + wd * p[k]
+            if mom:             # PyTorch's buffer: the first step takes the gradient itself
+                d = jnp.where(first, d, mom * b[k] + (1 - damp) * d)
+                new_b[k] = d
+            else:
+                new_b[k] = b[k]
+            new_p[k] = p[k] - lr * d
+        return loss, new_p, new_b, new_s
+
+    jitted = jax.jit(step, donate_argnums=(0, 1, 2))
+    xs = [jnp.asarray(np.asarray(t.numpy())) for t in work.inputs]
+    ys = [jnp.asarray(np.asarray(t.numpy())) for t in work.targets]
+    held = {"p": params, "b": bufs, "s": stats, "first": True}
+
+    def run():
+        loss, held["p"], held["b"], held["s"] = jitted(held["p"], held["b"], held["s"],
+                                                       held["first"], *xs, *ys)
+        held["first"] = False
+        return float(loss.block_until_ready())
+    result.losses.append(run())
+    result.first_call_s = time.perf_counter() - t0
+    for _ in range(steps - 1):
+        result.losses.append(run())
+    after = {k: np.asarray(v) for k, v in held["p"].items()}
+    after.update({k: np.asarray(v) for k, v in held["s"].items()})
+    result._params_after = after
+    result.times_s = _time_steps(run, repeats)
+    return result
+
+
 def _numerics(work: _Workload, levels: Sequence[str], rtol: float, atol: float) -> dict:
     """Node-by-node differences of each graph level against one recorded eager step."""
     work.reset()
@@ -682,8 +740,8 @@ def compare(model_or_fn, example_inputs, *, targets=(), loss=None, optimizer=Non
         if m not in KNOWN_MODES:
             raise ValueError(f"compare: unknown mode {m!r}: expected some of {KNOWN_MODES}")
     if any(m in PEER_MODES for m in modes) and case is None:
-        raise ValueError("compare: the torch modes need a duograph.models case (case=...), "
-                         "whose PyTorch twin shares the model's weights")
+        raise ValueError("compare: the torch and jax modes need a duograph.models case "
+                         "(case=...), whose twins share the model's weights")
     if steps < 1 or repeats < 1:
         raise ValueError(f"compare: steps and repeats must be at least 1, found steps={steps}"
                          f", repeats={repeats}")
@@ -699,8 +757,12 @@ def compare(model_or_fn, example_inputs, *, targets=(), loss=None, optimizer=Non
     for m in modes:
         bar.set_description(m)
         try:
-            results[m] = (_run_torch(work, case, steps, repeats, m == "torch.compile")
-                          if m in PEER_MODES else _run_mode(work, m, steps, repeats))
+            if m == "jax":
+                results[m] = _run_jax(work, case, steps, repeats)
+            elif m in PEER_MODES:
+                results[m] = _run_torch(work, case, steps, repeats, m == "torch.compile")
+            else:
+                results[m] = _run_mode(work, m, steps, repeats)
         except Exception as e:          # a mode that fails is reported, not fatal
             results[m] = ModeResult(m, error=f"{type(e).__name__}: {e}")
         bar.update(1)

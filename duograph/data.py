@@ -136,7 +136,7 @@ class TensorDataset(Dataset[tuple]):
         arrays, is_tensor = [], []
         for position, t in enumerate(tensors):
             if isinstance(t, Tensor):
-                arrays.append(t.detach().data)
+                arrays.append(t.detach().array)
                 is_tensor.append(True)
             elif isinstance(t, np.ndarray):
                 arrays.append(t)

@@ -9,7 +9,9 @@ targets, its loss and optimizer, and a PyTorch twin built from the same weights.
 
 ``models.NAMES`` lists them: ``mlp``, ``cnn`` (the digits CNN), ``transformer`` (a pre-norm
 encoder block), ``resnet`` (a residual block with batch norm), ``rnn`` (an Elman RNN written
-as a Python loop over time steps). Data are seeded random arrays of the right shapes.
+as a Python loop over time steps). Data are seeded random arrays of the right shapes. The
+MLP and the CNN also have a JAX twin (``jax_loss``), which ``dg.compare``'s ``jax`` mode
+jits.
 """
 from __future__ import annotations
 
@@ -35,6 +37,10 @@ class Case:
     loss: Callable
     optimizer: Callable                  # params -> a duograph optimizer
     twin: Optional[Callable] = None      # (torch module) -> torch.nn.Module, same weights
+    # (params, stats, x, y) -> (loss, new stats): the model and its loss written with JAX,
+    # over the state_dict's arrays (trainable ``params``, BatchNorm's running ``stats``)
+    jax_loss: Optional[Callable] = None
+    jax_stats: Tuple[str, ...] = ()      # state_dict names that are running statistics
 
     def torch_twin(self):
         """A PyTorch module computing the same function from the same (current) weights."""
@@ -65,6 +71,52 @@ class Case:
         return step
 
 
+def _jax_cross_entropy(logits, labels):
+    import jax
+    import jax.numpy as jnp
+    logp = jax.nn.log_softmax(logits, axis=1)
+    return -jnp.mean(jnp.take_along_axis(logp, labels[:, None], axis=1))
+
+
+def _jax_mlp_loss(p, stats, x, y):
+    import jax
+    h = jax.nn.relu(x @ p["0.weight"].T + p["0.bias"])
+    return _jax_cross_entropy(h @ p["2.weight"].T + p["2.bias"], y), stats
+
+
+def _jax_cnn_loss(p, stats, x, y):
+    """The digits CNN in JAX: conv, training-mode batch norm (running statistics updated
+    as PyTorch does: momentum 0.1, unbiased variance), relu, max pools, linear."""
+    import jax
+    import jax.numpy as jnp
+    from jax import lax
+
+    def conv(h, w, b):
+        out = lax.conv_general_dilated(h, w, (1, 1), ((1, 1), (1, 1)),
+                                       dimension_numbers=("NCHW", "OIHW", "NCHW"))
+        return out + b[None, :, None, None]
+
+    def pool(h):
+        return lax.reduce_window(h, -jnp.inf, lax.max, (1, 1, 2, 2), (1, 1, 2, 2), "VALID")
+
+    h = conv(x, p["0.weight"], p["0.bias"])
+    mean = h.mean(axis=(0, 2, 3))
+    centred = h - mean[None, :, None, None]
+    var = (centred * centred).mean(axis=(0, 2, 3))
+    h = centred * lax.rsqrt(var + 1e-5)[None, :, None, None]
+    h = h * p["1.weight"][None, :, None, None] + p["1.bias"][None, :, None, None]
+    h = pool(jax.nn.relu(h))
+    h = pool(jax.nn.relu(conv(h, p["4.weight"], p["4.bias"])))
+    logits = h.reshape(h.shape[0], -1) @ p["8.weight"].T + p["8.bias"]
+    count = x.shape[0] * x.shape[2] * x.shape[3]      # values per channel of the first conv
+    new = dict(stats)
+    new["1.running_mean"] = stats["1.running_mean"] * 0.9 + lax.stop_gradient(mean) * 0.1
+    new["1.running_var"] = (stats["1.running_var"] * 0.9
+                            + lax.stop_gradient(var) * (count / (count - 1)) * 0.1)
+    new["1.num_batches_tracked"] = stats["1.num_batches_tracked"] + 1
+    return _jax_cross_entropy(logits, y), new
+
+
 def _data(rng, *shape):
     return tensor(rng.standard_normal(shape).astype(np.float32))
 
@@ -89,7 +141,7 @@ def mlp(batch: int = 32, seed: int = 0) -> Case:
         return torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(),
                                    torch.nn.Linear(128, 10))
     return Case("mlp", model, (_data(rng, batch, 64),), (_labels(rng, batch, 10),),
-                F.cross_entropy, _sgd, twin)
+                F.cross_entropy, _sgd, twin, _jax_mlp_loss)
 
 
 def cnn(batch: int = 32, seed: int = 0) -> Case:
@@ -107,7 +159,8 @@ def cnn(batch: int = 32, seed: int = 0) -> Case:
                             t.MaxPool2d(2), t.Conv2d(16, 32, 3, padding=1), t.ReLU(),
                             t.MaxPool2d(2), t.Flatten(), t.Linear(32 * 2 * 2, 10))
     return Case("cnn", model, (_data(rng, batch, 1, 8, 8),), (_labels(rng, batch, 10),),
-                F.cross_entropy, _sgd, twin)
+                F.cross_entropy, _sgd, twin, _jax_cnn_loss,
+                ("1.running_mean", "1.running_var", "1.num_batches_tracked"))
 
 
 class _TransformerClassifier(nn.Module):

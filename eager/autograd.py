@@ -80,7 +80,7 @@ def _ones_like(t: Tensor) -> Tensor:
 
 def _grad_seed(root: Tensor, g, create_graph: bool) -> Tensor:
     if g is None:
-        if root.data.size != 1:
+        if root.array.size != 1:
             raise RuntimeError(f"backward: grad can be created implicitly only for scalar "
                                f"outputs; this output has shape {list(root.shape)}: pass "
                                f"gradient= of that shape")
@@ -159,13 +159,13 @@ def _accumulate(t: Tensor, ct: Tensor, create_graph: bool) -> None:
             t.grad = ct + 0 if t.grad is None else t.grad + ct
         return
     if not create_graph:
-        ct = Tensor._wrap(ct.data.copy() if t.grad is None else ct.data)
+        ct = Tensor._wrap(ct.array.copy() if t.grad is None else ct.array)
     if t.grad is None:
         t.grad = ct
     elif create_graph:
         t.grad = t.grad + ct
     else:
-        t.grad = Tensor._wrap(t.grad.data + ct.data)
+        t.grad = Tensor._wrap(t.grad.array + ct.array)
 
 
 def _leaf_hooks(t: Tensor, ct):
@@ -300,7 +300,7 @@ def _custom_op(cls, ctx, args, tensor_pos, outs) -> OpDef:
         return [TensorType(o.shape, o.dtype) for o in outs]
 
     def kernel(xp, *arrays):
-        return outs[0].data if n_out == 1 else tuple(o.data for o in outs)
+        return outs[0].array if n_out == 1 else tuple(o.array for o in outs)
 
     def vjp(cts, ins, outs, attrs, needs):
         grads = cls.backward(ctx, *cts)
@@ -347,19 +347,19 @@ def gradcheck(fn, inputs, eps: float = 1e-6, atol: float = 1e-5, rtol: float = 1
                           [Tensor._wrap(cot.reshape(out.shape).astype(out.dtype))],
                           allow_unused=True)
                 if g is not None:
-                    analytic[j] = np.asarray(g.data, dtype=np.float64).reshape(-1)
+                    analytic[j] = np.asarray(g.array, dtype=np.float64).reshape(-1)
             numeric = np.zeros_like(analytic)
-            data = t.data          # perturbed in place (any layout: index, never reshape)
+            data = t.array          # perturbed in place (any layout: index, never reshape)
             for i in range(t.numel()):
                 where = np.unravel_index(i, data.shape)
                 orig = data[where].copy()
                 try:
                     data[where] = orig + eps
                     with grad_mode.no_grad():
-                        plus = np.asarray(fn_out(fn, inputs, oi).data, dtype=np.float64)
+                        plus = np.asarray(fn_out(fn, inputs, oi).array, dtype=np.float64)
                     data[where] = orig - eps
                     with grad_mode.no_grad():
-                        minus = np.asarray(fn_out(fn, inputs, oi).data, dtype=np.float64)
+                        minus = np.asarray(fn_out(fn, inputs, oi).array, dtype=np.float64)
                 finally:
                     data[where] = orig
                 numeric[:, i] = ((plus - minus) / (2 * eps)).reshape(-1)

@@ -134,7 +134,7 @@ def _key_spec(obj, leaves: list, objects: list):
 def _unreplayable(rec: Recorder, watched: dict, grads: list) -> Optional[str]:
     """What the recorded run did that its graph cannot: assign a tensor's ``.grad`` (it
     called ``backward()`` or ``zero_grad()``), or write a tensor's data other than through
-    a recorded op (an optimizer's ``step()`` writes ``.data`` directly). None if nothing."""
+    a recorded op (an optimizer's ``step()`` writes ``.array`` directly). None if nothing."""
     for t, before in grads:
         if t.grad is not before:
             return (f"assigns .grad of a tensor of shape {list(t.shape)} (it calls backward() "
@@ -511,7 +511,7 @@ class CompiledFunction:
             saved = attrs["saved"]
             feeds = {}
             for (kind, j), name in zip(s.saved_sources, s.backward.graph.inputs):
-                arr = cts[j].data if kind == "ct" else saved[j]
+                arr = cts[j].array if kind == "ct" else saved[j]
                 feeds[name.name] = arr
             results = s.backward.run(feeds)
             grads = [None] * len(ins)
@@ -535,14 +535,14 @@ class CompiledFunction:
                 what = ("shape", "dtype", "requires_grad")
                 diff = next(f"{w} {a} -> {b}" for w, a, b in zip(what, sig, now) if a != b)
                 return None, f"a tensor read from outside the function changed: {diff}"
-        feeds = {name: t.data for name, t in zip(s.input_names, leaves)}
+        feeds = {name: t.array for name, t in zip(s.input_names, leaves)}
         for name in s.seed_names:
             feeds[name] = np.asarray(draw_seed(), dtype=np.int64)
         inputs = list(leaves) + s.externals
         backup = None
         if s.decisions and s.updated_holders:
             # the executable writes state as it runs: undo that if a guard fails
-            backup = [h.data.copy() for h in s.updated_holders]
+            backup = [h.array.copy() for h in s.updated_holders]
         res = s.forward.run(feeds)
         outs = res[:s.n_out]
         for (kind, value, source, what), arr in zip(
@@ -554,7 +554,7 @@ class CompiledFunction:
             if not same_decision(kind, value, now):
                 if backup is not None:
                     for h, old in zip(s.updated_holders, backup):
-                        h.data[...] = old
+                        h.array[...] = old
                 where = f" at {source}" if source else ""
                 if kind == "data":
                     return None, f"guard failed: {what} of a tensor{where} read other data"
@@ -564,7 +564,7 @@ class CompiledFunction:
         saved = res[first:first + s.n_saved]
         for pos, arr in zip(s.arg_updates, res[first + s.n_saved:]):
             t = leaves[pos]
-            t.data[...] = arr
+            t.array[...] = arr
             t._version[0] += 1
         for h in s.updated_holders:
             h._version[0] += 1

@@ -183,7 +183,7 @@ class Recorder:
             if entry[0] == "inplace":
                 _, target, result = entry
                 view = views.get(target)
-                if view is not None and np.may_share_memory(target.data, view[1].data):
+                if view is not None and np.may_share_memory(target.array, view[1].array):
                     raise GraphError(
                         f"record: an in-place op changed a view ({view[0]}) of another "
                         "tensor; the graph cannot express the change to the base tensor. "

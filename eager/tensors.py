@@ -98,7 +98,7 @@ _new = object.__new__
 
 
 def _init(t, data, requires_grad: bool) -> None:
-    t.data = data
+    t.array = data
     t.requires_grad = requires_grad
     t.grad = None
     t.grad_fn = None
@@ -128,7 +128,7 @@ def _legacy_data(args, device, dtype: str = "float32", name: str = "Tensor"):
         if name != "Tensor" and other.dtype != dtype:
             raise TypeError(f"{name}: expected a {dtype} tensor, found {other.dtype}; use "
                             f".to({dtype!r})")
-        return other.data
+        return other.array
     if all(_is_size(a) for a in args):
         sizes = tuple(int(a) for a in args) if args else (0,)
         bad = [n for n in sizes if n < 0]
@@ -163,7 +163,7 @@ class TensorTypeOf(TensorType):
     __slots__ = ("_tensor",)
 
     def __init__(self, t: "Tensor"):
-        TensorType.__init__(self, t.data.shape, t.dtype)
+        TensorType.__init__(self, t.array.shape, t.dtype)
         object.__setattr__(self, "_tensor", t)     # (graph Values keep a plain TensorType)
 
     def __call__(self, dtype=None, non_blocking: bool = False, **kwargs):
@@ -178,7 +178,7 @@ class TensorTypeOf(TensorType):
 class Tensor(TensorMethods):
     """An eager tensor: an array (numpy on "cpu", cupy on "cuda") plus autograd state."""
 
-    __slots__ = ("data", "requires_grad", "grad", "grad_fn", "_index", "_version", "_hooks",
+    __slots__ = ("array", "requires_grad", "grad", "grad_fn", "_index", "_version", "_hooks",
                  "_retains_grad", "__weakref__")
 
     def __init__(self, *args, device=None):
@@ -194,6 +194,27 @@ class Tensor(TensorMethods):
         Use ``dg.tensor(data, dtype=..., requires_grad=...)`` to choose the dtype.
         """
         _init(self, _legacy_data(args, device), False)
+
+    @property
+    def data(self) -> "Tensor":
+        """This tensor's data as a tensor without autograd history, sharing its memory, as
+        PyTorch's ``.data``: ``w.grad.data.zero_()`` or ``p.data -= lr * p.grad.data`` write
+        into ``w``'s memory, and autograd does not see the write (unlike ``detach()``, whose
+        result shares the version counter, so such writes are caught). ``t.data = other``
+        makes ``t`` hold ``other``'s data (any shape or dtype, as PyTorch). The array itself
+        (numpy or cupy) is ``t.array``."""
+        t = _new(Tensor)
+        _init(t, self.array, False)
+        return t
+
+    @data.setter
+    def data(self, value) -> None:
+        if isinstance(value, Tensor):
+            value = value.array
+        elif not hasattr(value, "shape") or not hasattr(value, "dtype"):
+            raise TypeError(f"Tensor.data: expected a tensor, found {type(value).__name__}")
+        self.array = value
+        self._version[0] += 1
 
     @classmethod
     def _wrap(cls, data, requires_grad: bool = False) -> "Tensor":
@@ -225,19 +246,19 @@ class Tensor(TensorMethods):
     # -- attributes ----------------------------------------------------------------------------
     @property
     def shape(self) -> tuple:
-        return self.data.shape
+        return self.array.shape
 
     @property
     def dtype(self) -> str:
-        return dtype_name(self.data.dtype)
+        return dtype_name(self.array.dtype)
 
     @property
     def ndim(self) -> int:
-        return self.data.ndim
+        return self.array.ndim
 
     @property
     def device(self) -> str:
-        return _device_of(self.data)
+        return _device_of(self.array)
 
     @property
     def is_leaf(self) -> bool:
@@ -249,21 +270,21 @@ class Tensor(TensorMethods):
 
     def dim(self) -> int:
         """``dim() -> int``: the number of dims (``ndim``)."""
-        return self.data.ndim
+        return self.array.ndim
 
     def size(self, dim: Optional[int] = None):
         """``size(dim=None)``: the shape as a tuple of ints, or the size of dim ``dim`` (an int;
         negative dims count from the end). duograph returns a plain tuple where PyTorch
         returns ``torch.Size``."""
-        return self.data.shape if dim is None else self.data.shape[dim]
+        return self.array.shape if dim is None else self.array.shape[dim]
 
     def numel(self) -> int:
         """``numel() -> int``: the number of elements."""
-        return int(self.data.size)
+        return int(self.array.size)
 
     def element_size(self) -> int:
         """``element_size() -> int``: the size of one element in bytes (4 for float32)."""
-        return self.data.itemsize
+        return self.array.itemsize
 
     # -- conversions ---------------------------------------------------------------------------
     def numpy(self) -> np.ndarray:
@@ -274,7 +295,7 @@ class Tensor(TensorMethods):
         if self.device != "cpu":
             raise RuntimeError("numpy(): the tensor is on cuda; call .cpu() first")
         _note_data(self, "numpy")
-        return self.data
+        return self.array
 
     def __array__(self, dtype=None, copy=None):
         arr = host_array(self)
@@ -283,11 +304,11 @@ class Tensor(TensorMethods):
 
     def item(self):
         """The value of a one-element tensor as a Python number."""
-        if self.data.size != 1:
+        if self.array.size != 1:
             raise ShapeError(f"item(): only one-element tensors can be converted to a Python "
                              f"number, this one has shape {list(self.shape)}")
         from .guards import note_decision
-        value = self.data.reshape(()).item()
+        value = self.array.reshape(()).item()
         note_decision(self, "item", value)
         return value
 
@@ -299,11 +320,11 @@ class Tensor(TensorMethods):
         return arr.tolist()
 
     def __bool__(self):
-        if self.data.size != 1:
-            raise RuntimeError(f"the truth value of a tensor with {self.data.size} elements "
+        if self.array.size != 1:
+            raise RuntimeError(f"the truth value of a tensor with {self.array.size} elements "
                                "is ambiguous; use .any() or .all()")
         from .guards import note_decision
-        value = bool(self.data.reshape(()).item())
+        value = bool(self.array.reshape(()).item())
         note_decision(self, "bool", value)
         return value
 
@@ -314,14 +335,14 @@ class Tensor(TensorMethods):
         return int(self.item())
 
     def __index__(self):
-        if dtypes.kind(self.dtype) != "i" or self.data.size != 1:
+        if dtypes.kind(self.dtype) != "i" or self.array.size != 1:
             raise TypeError("only integer tensors of a single element can be used as an index")
         return int(self.item())
 
     def __len__(self):
-        if self.data.ndim == 0:
+        if self.array.ndim == 0:
             raise TypeError("len() of a 0-d tensor")
-        return self.data.shape[0]
+        return self.array.shape[0]
 
     def __iter__(self):
         for i in range(len(self)):
@@ -435,7 +456,7 @@ class Tensor(TensorMethods):
     # -- autograd ------------------------------------------------------------------------------
     def detach(self) -> "Tensor":
         """The same data, cut from the autograd graph (shares memory and version counter)."""
-        t = Tensor._wrap(self.data)
+        t = Tensor._wrap(self.array)
         t._version = self._version
         for rec in _recorders:
             rec._note_detach(t, self)
@@ -519,7 +540,7 @@ class Tensor(TensorMethods):
                 f"view first\n  in: {user_source()}")
         src = self
         if tracked:
-            src = Tensor._wrap(self.data.copy(), self.requires_grad)
+            src = Tensor._wrap(self.array.copy(), self.requires_grad)
             src.grad_fn, src._index = self.grad_fn, self._index
             for rec in _recorders:
                 rec._note_alias(src, self)
@@ -533,7 +554,7 @@ class Tensor(TensorMethods):
             raise ShapeError(f"{name}: the result has shape {list(result.shape)}, which does "
                              f"not fit this tensor's shape {list(self.shape)}")
         xp = _xp_for(self.device)
-        xp.copyto(self.data, result.data, casting="unsafe")
+        xp.copyto(self.array, result.array, casting="unsafe")
         self._version[0] += 1
         for rec in _recorders:
             rec._note_inplace(self, result)
@@ -841,10 +862,10 @@ class Tensor(TensorMethods):
             isinstance(value, Tensor) and value.requires_grad))
         if not tracked and not _recorders:
             if isinstance(value, Tensor):
-                value = value.data
+                value = value.array
             if isinstance(index, Tensor):
-                index = index.data
-            self.data[index] = value
+                index = index.array
+            self.array[index] = value
             self._version[0] += 1
             return
         from ..graphlib import functional as F
@@ -961,7 +982,7 @@ def _count_true(t: Tensor, dim, keepdim: bool):
 
 def host_array(t: Tensor) -> np.ndarray:
     """``t``'s data as a numpy array (copied from the GPU), without noting a decision."""
-    return t.data if type(t.data) is np.ndarray else t.data.get()
+    return t.array if type(t.array) is np.ndarray else t.array.get()
 
 
 def _note_data(t: Tensor, kind: str, arr=None) -> None:
@@ -985,7 +1006,7 @@ class Parameter(Tensor):
         if data is None:
             data = np.zeros((0,), dtype=np.float32)
         if isinstance(data, Tensor):
-            data = data.data
+            data = data.array
         elif not hasattr(data, "dtype"):
             data = np.asarray(data, dtype=dtypes.infer_data_dtype(data))
         _init(self, data, False)
@@ -1009,7 +1030,7 @@ class SeedTensor(Tensor):
         _init(self, data, False)
 
     def __int__(self):
-        return int(self.data)
+        return int(self.array)
 
     __index__ = __int__
 
@@ -1046,7 +1067,7 @@ class EagerNode(Node):
         self.for_grad = for_grad
         self.freed = False
         self._out_refs = tuple(weakref.ref(o) for o in outputs)
-        self._out_data = tuple(o.data for o in outputs)
+        self._out_data = tuple(o.array for o in outputs)
         keys, nexts = [], []
         for x in inputs:
             fn = x.grad_fn
@@ -1090,7 +1111,7 @@ class EagerNode(Node):
         refs[i] = weakref.ref(tensor)
         self._out_refs = tuple(refs)
         data = list(self._out_data)
-        data[i] = tensor.data
+        data[i] = tensor.array
         self._out_data = tuple(data)
         # an in-place op's result now lives in ``tensor`` (at its new version): a vjp that
         # reads this output (``vjp_reads_output``) reads exactly that
@@ -1160,7 +1181,7 @@ _TO_DEVICE = REGISTRY["to_device"]
 def _wrap(data) -> Tensor:
     """``Tensor._wrap(data)`` inlined for the eager hot path."""
     t = _new(Tensor)
-    t.data = data
+    t.array = data
     t.requires_grad = False
     t.grad = None
     t.grad_fn = None
@@ -1218,7 +1239,7 @@ def _prepare(op, inputs):
     device = None
     for x in inputs:
         if type(x) is Tensor or isinstance(x, Tensor):
-            d = _device_of(x.data)
+            d = _device_of(x.array)
             if device is None:
                 device = d
             elif d != device:
@@ -1243,11 +1264,11 @@ def eager_apply(op, inputs, attrs):
                 t = _scalar_cache.get((type(v), v, x.dtype, "cpu") if v or not isinstance(
                     v, float) else _scalar_key(v, x.dtype, "cpu"))
                 if t is not None:        # a cached CPU scalar: stay on the fast path
-                    arrays.append(t.data)
+                    arrays.append(t.array)
                     continue
             tensors = None
             break
-        a = x.data
+        a = x.array
         if type(a) is not _ndarray:
             cpu = False
         arrays.append(a)
@@ -1256,7 +1277,7 @@ def eager_apply(op, inputs, attrs):
         tensors = tuple(x if isinstance(x, Tensor) else _as_tensor(x, "cpu") for x in inputs)
     if tensors is None or not cpu:
         tensors, device = _prepare(op, inputs)
-        arrays = [x.data for x in tensors]
+        arrays = [x.array for x in tensors]
         cpu = device == "cpu"
     if op.random and "stream" not in attrs:
         attrs = dict(attrs, stream=0)    # eager seeds are fresh per call
@@ -1308,7 +1329,7 @@ def eager_apply(op, inputs, attrs):
         source = user_source() if (capture_source_eagerly() or _recorders) else None
         if grad:
             for o in outs:
-                if o.data.dtype in _FLOAT_NP:
+                if o.array.dtype in _FLOAT_NP:
                     o.requires_grad = True
         node = EagerNode(op, tuple(tensors), attrs, outs, source, grad)
         for i, o in enumerate(outs):

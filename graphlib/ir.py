@@ -316,7 +316,7 @@ class Graph:
         self.outputs: List[Value] = []
         self.updates: Dict[Value, tuple] = {}          # state -> (state, new value)
         self._names: Dict[str, Value] = {}
-        self.bindings: Dict[Value, object] = {}        # state value -> live holder (.data)
+        self.bindings: Dict[Value, object] = {}        # state value -> live holder (.array)
         self._bound: Dict[object, Value] = {}          # holder (identity-hashed) -> its value
         self._random_streams = itertools.count()
         self._const_cache: Dict[tuple, Value] = {}
@@ -375,14 +375,14 @@ class Graph:
         return v
 
     def bind_state(self, holder, name: Optional[str] = None) -> Value:
-        """A state input bound to a live object with an array in ``holder.data`` (an eager
+        """A state input bound to a live object with an array in ``holder.array`` (an eager
         tensor or Parameter): each run reads its current data, and an ``update`` of it is
         written back into that array in place. Binding the same object twice gives the same
         Value."""
         v = self._bound.get(holder)
         if v is not None:
             return v
-        arr = holder.data
+        arr = holder.array
         base = name or f"state{len(self.state)}"
         name, k = base, 1
         while name in self._names:

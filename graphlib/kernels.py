@@ -9,10 +9,10 @@ the inferred shape. Which kernel runs is the caller's choice (a backend's specia
 the op's reference ``kernel``); errors are left to the caller to wrap with its context.
 
 State holders: ``graph.bind_state(holder)`` binds a live object (an eager parameter, buffer
-or optimizer slot) whose ``data`` attribute holds the array a run reads and writes in place.
+or optimizer slot) whose ``array`` attribute holds the array a run reads and writes in place.
 A holder that keeps a version counter (eager tensors do: autograd refuses a gradient whose
 saved input changed) implements ``bump_version()``; executors call ``state_written(holder)``
-after writing its ``data``.
+after writing its ``array``.
 """
 from __future__ import annotations
 
@@ -23,14 +23,14 @@ from .types import eval_dim
 
 @runtime_checkable
 class StateHolder(Protocol):
-    """A live object bound as graph state: ``data`` is its array, written in place by runs;
+    """A live object bound as graph state: ``array`` is its array, written in place by runs;
     ``bump_version()`` (optional) is called after every such write."""
 
-    data: object
+    array: object
 
 
 def state_written(holder) -> None:
-    """Tell ``holder`` its ``data`` was written in place (calls its ``bump_version()`` where
+    """Tell ``holder`` its ``array`` was written in place (calls its ``bump_version()`` where
     it has one; a plain holder without a version counter needs nothing)."""
     bump = getattr(type(holder), "bump_version", None)
     if bump is not None:

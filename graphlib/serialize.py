@@ -231,7 +231,7 @@ def _graph_to_json(graph: Graph, arrays: _Arrays, depth: int = 0) -> dict:
         ids[v] = len(ids)
         init = graph.state_init.get(v)
         if init is None:                       # bound to a live tensor: its current data
-            init = np.asarray(graph.bindings[v].data)
+            init = np.asarray(graph.bindings[v].array)
         state.append({"name": v.name, "type": _type_to_json(v.type),
                       "init": arrays.encode(np.asarray(init))})
     nodes = []

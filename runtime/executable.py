@@ -356,7 +356,7 @@ class Executable:
 
     def _state_target(self, name: str):
         owned = self._owned.get(name)
-        return owned if owned is not None else self._bound[name][1].data
+        return owned if owned is not None else self._bound[name][1].array
 
     def __call__(self, **feeds) -> list:
         return self.run(feeds)
@@ -366,7 +366,7 @@ class Executable:
         if owned is not None:
             return owned
         _, holder = self._bound[v.name]
-        arr = holder.data
+        arr = holder.array
         if self._checked.get(v.name) is arr and arr.shape == v.shape:   # checked before
             return arr
         if tuple(arr.shape) != tuple(v.shape) or dtypes.as_dtype(arr.dtype) != v.dtype:
@@ -404,7 +404,7 @@ class StateView:
         if name in exe._owned:
             return exe._owned[name]
         if name in exe._bound:
-            return exe._bound[name][1].data
+            return exe._bound[name][1].array
         raise KeyError(f"{exe.graph.name}: no state named {name!r}; it has "
                        f"{sorted(list(exe._owned) + list(exe._bound))}")
 
@@ -486,7 +486,7 @@ class Interpreted:
         # feed, or a view, so a caller writing into an output never changes the state.
         # (Arrays are not hashable: they are told apart by identity.)
         held = {id(a) for a in exe._owned.values()}
-        held.update(id(h.data) for _, h in exe._bound.values())
+        held.update(id(h.array) for _, h in exe._bound.values())
         outs = [env[s] for s in exe.output_slots]
         outs = [o.copy() if id(o) in held else o for o in outs]
         held.update(id(o) for o in outs)
@@ -495,7 +495,7 @@ class Interpreted:
             new = env[s]
             bound = exe._bound.get(name)
             if bound is not None:         # written into the live object's own array
-                target = bound[1].data
+                target = bound[1].array
                 if target is not new:
                     target[...] = new
                 state_written(bound[1])

@@ -180,7 +180,7 @@ def test_eager_interpreter_and_constant_folding_share_the_kernel_loop():
 def test_state_holders_are_told_through_bump_version():
     class Holder:
         def __init__(self):
-            self.data = np.zeros(3, np.float32)
+            self.array = np.zeros(3, np.float32)
             self.bumps = 0
 
         def bump_version(self):
@@ -188,7 +188,7 @@ def test_state_holders_are_told_through_bump_version():
 
     class Plain:
         def __init__(self):
-            self.data = np.zeros(3, np.float32)
+            self.array = np.zeros(3, np.float32)
     holder, plain = Holder(), Plain()
     state_written(holder)
     state_written(plain)                   # no version counter: nothing to do

@@ -118,14 +118,14 @@ def test_bad_arguments_are_refused_clearly():
     case = models.get("mlp")
     with pytest.raises(ValueError, match="unknown mode 'O3'"):
         dg.compare(case.model, case.inputs, modes=("O3",))
-    with pytest.raises(ValueError, match="the torch modes need a duograph.models case"):
+    with pytest.raises(ValueError, match="the torch and jax modes need a duograph.models"):
         dg.compare(case.model, case.inputs, modes=("torch",))
     with pytest.raises(ValueError, match="an optimizer needs a loss"):
         dg.compare(case.model, case.inputs, optimizer=case.optimizer)
     with pytest.raises(ValueError, match="at least 1"):
         dg.compare(case.model, case.inputs, steps=0)
     assert set(KNOWN_MODES) >= {"eager", "compiled", "O0", "O1", "O2", "torch",
-                                "torch.compile"}
+                                "torch.compile", "jax"}
 
 
 @pytest.fixture(scope="module")
@@ -226,3 +226,24 @@ def test_the_outside_kernel_share_is_measured_where_it_can_be(mlp_comparison):
     assert 0 < eager.kernel_s < eager.median_s * 5 and 0 <= eager.dispatch_share <= 1
     assert o0.kernel_s > 0 and o0.dispatch_share is not None
     assert o2.kernel_s is None and o2.dispatch_share is None     # planned: not timed
+
+
+@pytest.mark.parametrize("name", ["mlp", "cnn"])
+def test_the_jax_mode_jits_the_twin_from_the_same_weights(name):
+    pytest.importorskip("jax")
+    case = models.get(name)
+    cmp = dg.compare(case.model, case.inputs, targets=case.targets, loss=case.loss,
+                     optimizer=case.optimizer, case=case, modes=("eager", "jax"), steps=3,
+                     repeats=2)
+    r = cmp.modes["jax"]
+    assert r.error is None, r.error
+    np.testing.assert_allclose(r.losses, cmp.modes["eager"].losses, rtol=1e-5)
+    assert r.param_drift < 1e-5          # weights, momentum and running statistics agree
+
+
+def test_the_jax_mode_says_which_models_have_a_twin():
+    pytest.importorskip("jax")
+    case = models.get("rnn")
+    cmp = dg.compare(case.model, case.inputs, targets=case.targets, loss=case.loss,
+                     optimizer=case.optimizer, case=case, modes=("jax",), **FAST)
+    assert "no JAX twin" in cmp.modes["jax"].error

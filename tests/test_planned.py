@@ -126,7 +126,7 @@ def test_o2_training_step_is_planned_and_matches_o0():
         for i in range(5):
             x, y = batch(16 + 8 * (i % 2), seed=i)       # two shape signatures
             got.append(float(exe(x=x, y=y)[0]))
-        losses[level] = (got, [p.data.copy() for p in model.parameters()])
+        losses[level] = (got, [p.array.copy() for p in model.parameters()])
         if level == "O2":
             assert exe.planned and exe.memory_plan is not None
             assert exe.memory_plan.shapes == {"N": 16}    # the last run's
@@ -302,13 +302,13 @@ def test_bound_parameters_are_updated_in_place_and_versions_bumped():
     g, loss, model = mlp_step()
     exe = g.compile(outputs=[loss], passes="O2")
     w = model[0].weight
-    before_data, before_version = w.data, w._version[0]
-    first = w.data.copy()
+    before_data, before_version = w.array, w._version[0]
+    first = w.array.copy()
     x, y = batch(8)
     exe(x=x, y=y)
-    assert w.data is before_data                  # the same buffer, written in place
+    assert w.array is before_data                  # the same buffer, written in place
     assert w._version[0] > before_version
-    assert not np.array_equal(w.data, first)
+    assert not np.array_equal(w.array, first)
 
 
 def test_kernel_result_of_the_wrong_shape_is_a_clear_error():

@@ -6,7 +6,10 @@ program is written once, as a function of the module it is given (``torch`` or
   with slice assignment, TransformerEncoder with a key padding mask, label-smoothed
   cross-entropy, AdamW, gradient clipping) trained with a OneCycleLR schedule;
 - a training loop over a DataLoader with ``pin_memory=True``, ``persistent_workers=True`` and
-  two workers (SGD with momentum, StepLR, an eval pass under ``no_grad``).
+  two workers (SGD with momentum, StepLR, an eval pass under ``no_grad``);
+- a small segmentation-style CNN (strided conv, GroupNorm, bilinear ``interpolate`` back to
+  the skip connection's size, ``cat``, per-pixel cross-entropy, Adam) and a nearest-neighbour
+  upsampling of its output.
 
 The data are not shuffled and dropout is 0: random streams are the one thing the two
 frameworks do not share.
@@ -176,3 +179,64 @@ def test_dataloader_training_loop_with_persistent_pinned_workers_gets_pytorchs_n
     assert len(d_losses) == len(t_losses) == 9
     np.testing.assert_allclose(d_losses, t_losses, rtol=1e-5, atol=1e-6)
     assert d_correct == t_correct
+
+
+# -- program 3: a small segmentation-style CNN with GroupNorm and interpolate ---------------------
+def make_cnn(torch):
+    nn = torch.nn
+    F = torch.nn.functional
+
+    class TinyUNet(nn.Module):
+        """Down (strided conv + GroupNorm), up (bilinear interpolate), a skip connection,
+        then a 1x1 conv to per-pixel class scores: the shape of many tutorial models."""
+
+        def __init__(self, classes=3):
+            super().__init__()
+            self.stem = nn.Conv2d(1, 8, 3, padding=1)
+            self.norm1 = nn.GroupNorm(2, 8)
+            self.down = nn.Conv2d(8, 16, 3, stride=2, padding=1)
+            self.norm2 = nn.GroupNorm(4, 16)
+            self.fuse = nn.Conv2d(16 + 8, 8, 3, padding=1)
+            self.head = nn.Conv2d(8, classes, 1)
+
+        def forward(self, x):
+            skip = F.relu(self.norm1(self.stem(x)))
+            h = F.relu(self.norm2(self.down(skip)))
+            h = F.interpolate(h, size=skip.shape[-2:], mode="bilinear", align_corners=False)
+            h = F.relu(self.fuse(torch.cat([h, skip], dim=1)))
+            return self.head(h)
+
+    return TinyUNet()
+
+
+def train_cnn(torch, model, images, masks, steps=5):
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    losses = []
+    for step in range(steps):
+        x = torch.tensor(images)
+        y = torch.tensor(masks)
+        optimizer.zero_grad()
+        logits = model(x)
+        loss = torch.nn.functional.cross_entropy(logits, y)     # per-pixel, (N, C, H, W)
+        loss.backward()
+        optimizer.step()
+        losses.append(float(loss.item()))
+    with torch.no_grad():
+        up = torch.nn.functional.interpolate(model(torch.tensor(images)), scale_factor=2,
+                                             mode="nearest")
+    return losses, up.numpy()
+
+
+def test_cnn_with_group_norm_and_interpolate_gets_pytorchs_numbers():
+    rng = np.random.default_rng(3)
+    images = rng.standard_normal((4, 1, 8, 8)).astype(np.float32)
+    masks = (images[:, 0] > 0).astype(np.int64) + (images[:, 0] > 1).astype(np.int64)
+    torch_.manual_seed(0)
+    theirs = make_cnn(torch_)
+    ours = make_cnn(duograph)
+    _same_weights(ours, theirs)
+    want_losses, want_up = train_cnn(torch_, theirs, images, masks)
+    got_losses, got_up = train_cnn(duograph, ours, images, masks)
+    np.testing.assert_allclose(got_losses, want_losses, rtol=2e-5)
+    assert got_up.shape == (4, 3, 16, 16)
+    np.testing.assert_allclose(got_up, want_up, rtol=1e-4, atol=1e-5)

@@ -85,7 +85,7 @@ def embedding(input, weight, padding_idx: Optional[int] = None):
                          f"{_where(input)}")
     n = weight.shape[0]
     if not _is_symbolic(input) and input.numel() > 0 and isinstance(n, int):
-        lo, hi = int(input.data.min()), int(input.data.max())
+        lo, hi = int(input.array.min()), int(input.array.max())
         if lo < 0 or hi >= n:
             raise IndexError(f"embedding: index {lo if lo < 0 else hi} is out of range for "
                              f"{n} embeddings (expected indices in [0, {n})){_where(input)}")
@@ -672,7 +672,7 @@ def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type: float =
                              f"{_where(input)}")
     n_emb = weight.shape[0]
     if not _is_symbolic(input) and input.numel() > 0 and isinstance(n_emb, int):
-        lo, hi = int(input.data.min()), int(input.data.max())    # as embedding: no guard
+        lo, hi = int(input.array.min()), int(input.array.max())    # as embedding: no guard
         if lo < 0 or hi >= n_emb:
             bad = lo if lo < 0 else hi
             raise IndexError(f"{who}: index {bad} is out of range for {n_emb} embeddings "

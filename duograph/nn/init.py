@@ -14,12 +14,12 @@ from ..eager.tensors import Tensor
 
 
 def _fill(t: Tensor, values: np.ndarray) -> Tensor:
-    arr = values.astype(t.data.dtype, copy=False)
+    arr = values.astype(t.array.dtype, copy=False)
     if t.device == "cpu":
-        t.data[...] = arr
+        t.array[...] = arr
     else:  # pragma: no cover - GPU only
         import cupy
-        t.data[...] = cupy.asarray(arr)
+        t.array[...] = cupy.asarray(arr)
     t._version[0] += 1
     return t
 

@@ -462,7 +462,7 @@ class Embedding(Module):
         self.weight = Parameter(_empty(num_embeddings, embedding_dim))
         init.normal_(self.weight)
         if padding_idx is not None:
-            self.weight.data[padding_idx] = 0.0
+            self.weight.array[padding_idx] = 0.0
 
     def forward(self, idx):
         return NF.embedding(idx, self.weight, self.padding_idx)

@@ -151,7 +151,7 @@ class EmbeddingBag(Module):
                                              _float_dtype(dtype)))
             init.normal_(self.weight)
             if padding_idx is not None:
-                self.weight.data[padding_idx] = 0.0
+                self.weight.array[padding_idx] = 0.0
         else:
             arr = np.asarray(_weight.detach().numpy() if hasattr(_weight, "detach")
                              else _weight)

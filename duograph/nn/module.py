@@ -270,12 +270,12 @@ class Module:
                     if t is None:
                         continue
                     new = t
-                    if dtype is not None and dtypes.is_float_array(t.data):
+                    if dtype is not None and dtypes.is_float_array(t.array):
                         new = new.detach().to(dtype)
                     if device is not None:
                         new = new.detach().to(device=device)
                     if new is not t:
-                        t.data = new.data
+                        t.array = new.array
                         t._version[0] += 1
                         if t.grad is not None:
                             t.grad = None
@@ -440,7 +440,7 @@ class Module:
 
 def _zeros_like_grad(grad: Tensor) -> Tensor:
     """Fresh zeros shaped like ``grad`` on its device (``grad * 0`` would keep NaN and inf)."""
-    zeros = grad.data.copy()
+    zeros = grad.array.copy()
     zeros.fill(0)
     return Tensor._wrap(zeros)
 

@@ -25,18 +25,18 @@ def clip_grad_norm_(parameters: Union[Tensor, Iterable[Tensor]], max_norm: float
         import cupy as xp
     norm_type = float(norm_type)
     if norm_type == float("inf"):
-        total = max(float(xp.abs(g.data).max()) for g in grads)
+        total = max(float(xp.abs(g.array).max()) for g in grads)
     else:
-        total = float(sum(float((xp.abs(g.data.astype(xp.float64)) ** norm_type).sum())
+        total = float(sum(float((xp.abs(g.array.astype(xp.float64)) ** norm_type).sum())
                           for g in grads) ** (1.0 / norm_type))
     if error_if_nonfinite and not np.isfinite(total):
         raise RuntimeError(f"clip_grad_norm_: the total norm of the gradients is {total}")
     coef = max_norm / (total + 1e-6)
     if coef < 1.0:
         for g in grads:
-            g.data *= g.data.dtype.type(coef)
+            g.array *= g.array.dtype.type(coef)
             g._version[0] += 1
-    return Tensor._wrap(np.asarray(total, dtype=grads[0].data.dtype))
+    return Tensor._wrap(np.asarray(total, dtype=grads[0].array.dtype))
 
 
 def _as_list(parameters) -> list:

@@ -1277,7 +1277,7 @@ def _value_info(name: str, v_dtype: str, shape):
 def _state_array(graph: Graph, v: Value) -> np.ndarray:
     holder = graph.bindings.get(v)
     if holder is not None:
-        arr = holder.data
+        arr = holder.array
         arr = arr.get() if hasattr(arr, "get") else arr
         return np.asarray(arr)
     return np.asarray(graph.state_init[v])

@@ -29,7 +29,7 @@ class _LearningRate:
         self.group, self.dtype = group, dtype
 
     @property
-    def data(self) -> np.ndarray:
+    def array(self) -> np.ndarray:
         return np.asarray(self.group["lr"], dtype=self.dtype)
 
 
@@ -88,7 +88,7 @@ class Optimizer:
         # float64: bias corrections such as 1 - beta2 ** step lose digits in float32
         state = {"step": Tensor._wrap(np.zeros((), dtype=np.float64))}
         for name in self.slots:
-            state[name] = Tensor._wrap(np.zeros(p.shape, dtype=p.data.dtype))
+            state[name] = Tensor._wrap(np.zeros(p.shape, dtype=p.array.dtype))
         return state
 
     def rule(self, p, g, state: dict, group: dict, lr):
@@ -193,11 +193,11 @@ class Optimizer:
                 if "step" not in saved[idx] and saved[idx]:
                     # a checkpoint without step counts (PyTorch's SGD): its slots exist, so
                     # at least one step was taken
-                    _write(slots["step"], Tensor._wrap(np.ones((), slots["step"].data.dtype)))
+                    _write(slots["step"], Tensor._wrap(np.ones((), slots["step"].array.dtype)))
                 for k, v in saved[idx].items():
                     arr = v.__array__() if isinstance(v, Tensor) else np.asarray(v)
                     if k in slots:
-                        _write(slots[k], Tensor._wrap(np.array(arr, dtype=slots[k].data.dtype)))
+                        _write(slots[k], Tensor._wrap(np.array(arr, dtype=slots[k].array.dtype)))
                     else:
                         slots[k] = Tensor._wrap(np.array(arr))
 
@@ -212,8 +212,8 @@ class Optimizer:
 
 
 def _write(target: Tensor, new) -> None:
-    data = new.data if isinstance(new, Tensor) else new
-    target.data[...] = data
+    data = new.array if isinstance(new, Tensor) else new
+    target.array[...] = data
     target._version[0] += 1
 
 
@@ -271,7 +271,7 @@ class Adam(Optimizer):
     def _init_slots(self, p, group):
         state = super()._init_slots(p, group)
         if group is not None and group.get("amsgrad"):
-            state["max_exp_avg_sq"] = Tensor._wrap(np.zeros(p.shape, dtype=p.data.dtype))
+            state["max_exp_avg_sq"] = Tensor._wrap(np.zeros(p.shape, dtype=p.array.dtype))
         return state
 
     def rule(self, p, g, state, group, lr):
@@ -319,7 +319,7 @@ class RMSprop(Optimizer):
 
     def _init_slots(self, p, group):
         state = super()._init_slots(p, group)
-        zeros = lambda: Tensor._wrap(np.zeros(p.shape, dtype=p.data.dtype))  # noqa: E731
+        zeros = lambda: Tensor._wrap(np.zeros(p.shape, dtype=p.array.dtype))  # noqa: E731
         state["square_avg"] = zeros()
         if group is None or group.get("momentum", 0):
             state["momentum_buffer"] = zeros()
@@ -361,7 +361,7 @@ class Adagrad(Optimizer):
     def _init_slots(self, p, group):
         state = super()._init_slots(p, group)
         init = group["initial_accumulator_value"] if group is not None else 0.0
-        state["sum"] = Tensor._wrap(np.full(p.shape, init, dtype=p.data.dtype))
+        state["sum"] = Tensor._wrap(np.full(p.shape, init, dtype=p.array.dtype))
         return state
 
     def rule(self, p, g, state, group, lr):
