@@ -85,6 +85,8 @@ class Numerics:
         return max((d.max_abs for d in self.nodes), default=0.0)
 
     def describe(self) -> str:
+        """One line on this mode's numerics: how many nodes matched within tolerance, or where
+        (node, op, shape, source line) the first difference beyond tolerance is."""
         if self.first is None:
             return (f"{self.mode}: {self.matched} of {self.total} nodes matched, all within "
                     f"tolerance (max abs {self.max_abs:.3g})")
@@ -149,6 +151,10 @@ class Comparison:
         self.config = config
 
     def table(self) -> str:
+        """The comparison as a plain-text table, one row per mode: median, spread and first run
+        times, time outside kernels, kernel and node counts, peak memory, arena use, final
+        loss and drift (a failed mode is a row of dashes and a line with its error), then
+        the node-by-node numerics and any recompile reasons."""
         failed = []
         rows = [("mode", "median ms", "min-max ms", "first ms", "outside", "kernels", "nodes",
                  "peak KiB", "arena/lb", "final loss", "drift")]
@@ -207,6 +213,7 @@ class Comparison:
                 "modes": modes, "numerics": numerics}
 
     def save_json(self, path: str) -> None:
+        """Write ``to_json()`` to the file ``path`` as JSON."""
         with open(path, "w") as f:
             json.dump(self.to_json(), f, indent=1)
 

@@ -131,6 +131,8 @@ def _sgd(params):
 
 
 def mlp(batch: int = 32, seed: int = 0) -> Case:
+    """A two-layer perceptron (64 -> 128 -> ReLU -> 10) on ``batch`` random 64-feature rows with
+    class labels; cross-entropy loss, SGD with momentum. ``seed`` fixes weights and data."""
     manual_seed(seed)
     rng = np.random.default_rng(seed)
     model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10))
@@ -174,6 +176,9 @@ class _TransformerClassifier(nn.Module):
 
 
 def transformer(batch: int = 8, seq: int = 16, seed: int = 0) -> Case:
+    """A pre-norm transformer encoder block (32 wide, 4 heads), mean over the sequence and a
+    linear head, on ``batch`` random sequences of length ``seq``; cross-entropy loss, SGD with
+    momentum. ``seed`` fixes weights and data."""
     manual_seed(seed)
     rng = np.random.default_rng(seed)
     model = _TransformerClassifier()
@@ -229,6 +234,9 @@ class _ResidualBlock(nn.Module):
 
 
 def resnet(batch: int = 16, seed: int = 0) -> Case:
+    """A residual block with batch norm (conv-bn-relu-conv-bn plus the input), global average
+    pooling and a linear head, on ``batch`` random 3-channel images; cross-entropy loss, SGD
+    with momentum. ``seed`` fixes weights and data."""
     manual_seed(seed)
     rng = np.random.default_rng(seed)
     model = _ResidualBlock()
@@ -276,6 +284,9 @@ class _LoopRNN(nn.Module):
 
 
 def rnn(batch: int = 16, steps: int = 6, seed: int = 0) -> Case:
+    """An Elman RNN written as a Python loop over ``steps`` time steps, then a linear head, on
+    ``batch`` random sequences of 8 features; cross-entropy loss, SGD with momentum. ``seed``
+    fixes weights and data."""
     manual_seed(seed)
     rng = np.random.default_rng(seed)
     model = _LoopRNN()

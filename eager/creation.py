@@ -82,13 +82,32 @@ def _finish(t, requires_grad: bool):
 
 
 def tensor(data, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
-    """A new tensor holding a copy of ``data``; Python floats become float32."""
+    """A new tensor holding a copy of ``data``.
+
+    Args:
+        data: a Python number, a (nested) list or tuple of numbers or of one-element
+            tensors, a numpy array or a tensor. The data is always copied; use
+            ``as_tensor`` or ``from_numpy`` to share a numpy array's memory.
+        dtype: the result's dtype. By default inferred as PyTorch does: Python floats give
+            float32, ints int64, bools bool; numpy arrays and tensors keep their dtype.
+        device: 'cpu' or 'cuda' (default: the current default device, normally 'cpu').
+        requires_grad: make the result a leaf that records gradients (floating-point
+            dtypes only; others raise RuntimeError).
+
+    Returns a new leaf tensor; ``dg.tensor(t)`` of a tensor ``t`` is a copy cut from the
+    autograd graph (PyTorch warns and suggests ``t.clone().detach()``).
+    """
     t = tensor_from_data(data, dtype, _check_device(device))
     return _finish(t, requires_grad)
 
 
 def as_tensor(data, dtype=None, device=None) -> Tensor:
-    """Like ``tensor`` but shares memory with a numpy array when no conversion is needed."""
+    """``data`` as a tensor, sharing memory where it can.
+
+    A tensor is returned as it is (or converted with ``to(dtype, device)`` when those are
+    given); a CPU numpy array whose dtype already matches is wrapped without a copy, so
+    changes to one show in the other. Anything else is copied as by ``dg.tensor``.
+    """
     if isinstance(data, Tensor):
         return data.to(dtype=dtype, device=device) if (dtype or device) else data
     if isinstance(data, np.ndarray) and (device in (None, "cpu")) and (
@@ -99,7 +118,10 @@ def as_tensor(data, dtype=None, device=None) -> Tensor:
 
 
 def from_numpy(array: np.ndarray) -> Tensor:
-    """A tensor sharing memory with ``array`` (changes to one show in the other)."""
+    """A CPU tensor sharing memory with the numpy array ``array``: changes to one show in
+    the other, and the dtype is the array's. Raises TypeError for anything but a numpy
+    array, or for a dtype duograph does not support (complex, object, strings...).
+    """
     if not isinstance(array, np.ndarray):
         raise TypeError(f"from_numpy: expected a numpy array, found {type(array).__name__}")
     if array.dtype.name not in dtypes.DTYPE_NAMES:
@@ -116,11 +138,23 @@ def to_device(t: Tensor, device: str) -> Tensor:
 
 
 def zeros(*size, dtype=None, device=None, requires_grad: bool = False):
+    """A tensor of zeros of shape ``size`` (ints, or one tuple or list).
+
+    ``dtype`` defaults to float32. ``device`` is 'cpu' or 'cuda' (the default device when
+    None); ``requires_grad=True`` makes the result a leaf that requires grad (eager only).
+    Inside ``with graph:`` it adds a node to the graph instead of returning a tensor.
+    """
     with _on(device):
         return _finish(F.zeros(*size, dtype=dtype), requires_grad)
 
 
 def ones(*size, dtype=None, device=None, requires_grad: bool = False):
+    """A tensor of ones of shape ``size`` (ints, or one tuple or list).
+
+    ``dtype`` defaults to float32. ``device`` is 'cpu' or 'cuda' (the default device when
+    None); ``requires_grad=True`` makes the result a leaf that requires grad (eager only).
+    Inside ``with graph:`` it adds a node to the graph instead of returning a tensor.
+    """
     with _on(device):
         return _finish(F.ones(*size, dtype=dtype), requires_grad)
 
@@ -132,36 +166,93 @@ def empty(*size, dtype=None, device=None, requires_grad: bool = False):
 
 
 def full(size, fill_value, dtype=None, device=None, requires_grad: bool = False):
+    """A tensor of shape ``size`` (an int or a tuple) filled with ``fill_value``.
+
+    ``dtype`` defaults to the type of ``fill_value``, as in PyTorch: float32 for a float,
+    int64 for an int, bool for a bool. ``device`` is 'cpu' or 'cuda' (the default device when
+    None); ``requires_grad=True`` makes the result a leaf that requires grad (eager only).
+    Inside ``with graph:`` it adds a node to the graph instead of returning a tensor.
+    """
     with _on(device):
         return _finish(F.full(size, fill_value, dtype=dtype), requires_grad)
 
 
 def arange(start, end=None, step=1, dtype=None, device=None, requires_grad: bool = False):
+    """The values from ``start`` (inclusive) to ``end`` (exclusive) in steps of ``step``;
+    ``arange(n)`` counts from 0 to ``n - 1``.
+
+    ``dtype`` defaults to int64, or float32 when any of ``start``, ``end``, ``step`` is a
+    float; a ``step`` of 0 raises. ``device`` is 'cpu' or 'cuda' (the default device when
+    None); ``requires_grad=True`` makes the result a leaf that requires grad (eager only).
+    Inside ``with graph:`` it adds a node to the graph instead of returning a tensor.
+    """
     with _on(device):
         return _finish(F.arange(start, end, step, dtype=dtype), requires_grad)
 
 
 def linspace(start, end, steps, dtype=None, device=None, requires_grad: bool = False):
+    """``steps`` evenly spaced values from ``start`` to ``end``, both included.
+
+    ``dtype`` defaults to float32; integer dtypes truncate toward zero (as PyTorch) and bool
+    is refused. ``device`` is 'cpu' or 'cuda' (the default device when None);
+    ``requires_grad=True`` makes the result a leaf that requires grad (eager only). Inside
+    ``with graph:`` it adds a node to the graph instead of returning a tensor.
+    """
     with _on(device):
         return _finish(F.linspace(start, end, steps, dtype=dtype), requires_grad)
 
 
 def eye(n, m=None, dtype=None, device=None, requires_grad: bool = False):
+    """The identity matrix of shape ``(n, m)`` (``m`` defaults to ``n``): ones on the diagonal,
+    zeros elsewhere.
+
+    ``dtype`` defaults to float32. ``device`` is 'cpu' or 'cuda' (the default device when
+    None); ``requires_grad=True`` makes the result a leaf that requires grad (eager only).
+    Inside ``with graph:`` it adds a node to the graph instead of returning a tensor.
+    """
     with _on(device):
         return _finish(F.eye(n, m, dtype=dtype), requires_grad)
 
 
 def rand(*size, seed=None, dtype=None, device=None, requires_grad: bool = False):
+    """Samples from the uniform distribution on [0, 1), of shape ``size`` (ints, or one tuple).
+
+    ``dtype`` defaults to float32 (floating-point dtypes only). ``seed`` (an int, or an int64
+    scalar tensor or Value) makes the draw reproducible; without it eager mode uses the next
+    seed of the global generator (``dg.manual_seed``) and graph mode raises (a graph's
+    randomness is an explicit input). ``device`` is 'cpu' or 'cuda' (the default device when
+    None); ``requires_grad=True`` makes the result a leaf that requires grad (eager only).
+    Inside ``with graph:`` it adds a node to the graph instead of returning a tensor.
+    """
     with _on(device):
         return _finish(F.rand(*size, seed=seed, dtype=dtype), requires_grad)
 
 
 def randn(*size, seed=None, dtype=None, device=None, requires_grad: bool = False):
+    """Samples from the standard normal distribution N(0, 1), of shape ``size`` (ints, or one
+    tuple).
+
+    ``dtype`` defaults to float32 (floating-point dtypes only). ``seed`` (an int, or an int64
+    scalar tensor or Value) makes the draw reproducible; without it eager mode uses the next
+    seed of the global generator (``dg.manual_seed``) and graph mode raises (a graph's
+    randomness is an explicit input). ``device`` is 'cpu' or 'cuda' (the default device when
+    None); ``requires_grad=True`` makes the result a leaf that requires grad (eager only).
+    Inside ``with graph:`` it adds a node to the graph instead of returning a tensor.
+    """
     with _on(device):
         return _finish(F.randn(*size, seed=seed, dtype=dtype), requires_grad)
 
 
 def randint(low, high=None, size=(), seed=None, dtype=None, device=None):
+    """Integers drawn uniformly from [low, high), or from [0, low) when ``high`` is None, of
+    shape ``size`` (an int or a tuple).
+
+    ``size`` defaults to () (a 0-D tensor), where PyTorch requires it; ``dtype`` defaults to
+    int64. ``seed`` (an int, or an int64 scalar tensor or Value) makes the draw reproducible;
+    without it eager mode uses the next seed of the global generator (``dg.manual_seed``) and
+    graph mode raises (a graph's randomness is an explicit input). ``device`` is 'cpu' or
+    'cuda'. Inside ``with graph:`` it adds a node to the graph.
+    """
     with _on(device):
         return F.randint(low, high, size, seed=seed, dtype=dtype)
 
@@ -173,27 +264,64 @@ def _like(fn, x, dtype, device, requires_grad):
 
 
 def zeros_like(x, dtype=None, device=None, requires_grad: bool = False):
+    """Zeros with the shape of ``x``, and its dtype and device unless ``dtype`` or ``device`` is
+    given.
+
+    ``requires_grad=True`` makes the result a leaf that requires grad. ``x`` may be a graph
+    Value, which adds a node instead.
+    """
     return _like(lambda: F.zeros_like(x, dtype), x, dtype, device, requires_grad)
 
 
 def ones_like(x, dtype=None, device=None, requires_grad: bool = False):
+    """Ones with the shape of ``x``, and its dtype and device unless ``dtype`` or ``device`` is
+    given.
+
+    ``requires_grad=True`` makes the result a leaf that requires grad. ``x`` may be a graph
+    Value, which adds a node instead.
+    """
     return _like(lambda: F.ones_like(x, dtype), x, dtype, device, requires_grad)
 
 
 def full_like(x, fill_value, dtype=None, device=None, requires_grad: bool = False):
+    """A tensor with the shape of ``x`` (and its dtype and device unless ``dtype`` or ``device``
+    is given) filled with ``fill_value`` (a number; converted to the dtype, so 2.5 becomes 2
+    in an integer tensor).
+
+    ``requires_grad=True`` makes the result a leaf that requires grad. ``x`` may be a graph
+    Value, which adds a node instead.
+    """
     return _like(lambda: F.full_like(x, fill_value, dtype), x, dtype, device, requires_grad)
 
 
 def empty_like(x, dtype=None, device=None, requires_grad: bool = False):
+    """Same as ``zeros_like``: PyTorch leaves the memory uninitialised, duograph fills it with
+    zeros (deterministic, at no real cost)."""
     return zeros_like(x, dtype, device, requires_grad)
 
 
 def rand_like(x, dtype=None, device=None, requires_grad: bool = False, seed=None):
+    """Uniform samples on [0, 1) with the shape of ``x``, and its dtype and device unless
+    ``dtype`` or ``device`` is given (the dtype must be floating point).
+
+    ``seed`` (an int, or an int64 scalar tensor or Value) makes the draw reproducible; without
+    it eager mode uses the next seed of the global generator (``dg.manual_seed``) and graph
+    mode raises (a graph's randomness is an explicit input). ``requires_grad=True`` makes the
+    result a leaf that requires grad.
+    """
     return _like(lambda: F.rand(*x.shape, seed=seed, dtype=dtype or x.dtype), x, dtype,
                  device, requires_grad)
 
 
 def randn_like(x, dtype=None, device=None, requires_grad: bool = False, seed=None):
+    """Standard normal samples with the shape of ``x``, and its dtype and device unless ``dtype``
+    or ``device`` is given (the dtype must be floating point).
+
+    ``seed`` (an int, or an int64 scalar tensor or Value) makes the draw reproducible; without
+    it eager mode uses the next seed of the global generator (``dg.manual_seed``) and graph
+    mode raises (a graph's randomness is an explicit input). ``requires_grad=True`` makes the
+    result a leaf that requires grad.
+    """
     return _like(lambda: F.randn(*x.shape, seed=seed, dtype=dtype or x.dtype), x, dtype,
                  device, requires_grad)
 

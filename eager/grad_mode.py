@@ -8,6 +8,8 @@ _state = threading.local()
 
 
 def is_grad_enabled() -> bool:
+    """Whether gradient recording is on in this thread (True unless inside ``dg.no_grad()`` or
+    ``dg.set_grad_enabled(False)``)."""
     return getattr(_state, "enabled", True)
 
 

@@ -269,15 +269,21 @@ class Tensor(TensorMethods):
         return self.device == "cuda"
 
     def dim(self) -> int:
+        """``dim() -> int``: the number of dims (``ndim``)."""
         return self.array.ndim
 
     def size(self, dim: Optional[int] = None):
+        """``size(dim=None)``: the shape as a tuple of ints, or the size of dim ``dim`` (an int;
+        negative dims count from the end). duograph returns a plain tuple where PyTorch
+        returns ``torch.Size``."""
         return self.array.shape if dim is None else self.array.shape[dim]
 
     def numel(self) -> int:
+        """``numel() -> int``: the number of elements."""
         return int(self.array.size)
 
     def element_size(self) -> int:
+        """``element_size() -> int``: the size of one element in bytes (4 for float32)."""
         return self.array.itemsize
 
     # -- conversions ---------------------------------------------------------------------------
@@ -307,6 +313,8 @@ class Tensor(TensorMethods):
         return value
 
     def tolist(self):
+        """``tolist()``: the data as a (nested) Python list of numbers; a 0-D tensor gives a
+        single number. Copies from the GPU when needed."""
         arr = host_array(self)
         _note_data(self, "tolist", arr)
         return arr.tolist()
@@ -387,33 +395,46 @@ class Tensor(TensorMethods):
         return out
 
     def cpu(self) -> "Tensor":
+        """``cpu() -> Tensor``: this tensor on the CPU; ``self`` when it is already there. Same
+        as ``to('cpu')`` (the result stays in the autograd graph)."""
         return self.to(device="cpu")
 
     def cuda(self) -> "Tensor":
+        """``cuda() -> Tensor``: this tensor on the GPU (needs cupy and a GPU); ``self`` when it
+        is already there. Same as ``to('cuda')``."""
         return self.to(device="cuda")
 
     def float(self) -> "Tensor":
+        """``float() -> Tensor``: ``self.to(dg.float32)``; ``self`` when already float32."""
         return self.to("float32")
 
     def double(self) -> "Tensor":
+        """``double() -> Tensor``: ``self.to(dg.float64)``; ``self`` when already float64."""
         return self.to("float64")
 
     def half(self) -> "Tensor":
+        """``half() -> Tensor``: ``self.to(dg.float16)``; ``self`` when already float16."""
         return self.to("float16")
 
     def long(self) -> "Tensor":
+        """``long() -> Tensor``: ``self.to(dg.int64)``; ``self`` when already int64."""
         return self.to("int64")
 
     def int(self) -> "Tensor":
+        """``int() -> Tensor``: ``self.to(dg.int32)``; ``self`` when already int32."""
         return self.to("int32")
 
     def bool(self) -> "Tensor":
+        """``bool() -> Tensor``: ``self.to(dg.bool)`` (nonzero is True); ``self`` when already
+        bool."""
         return self.to("bool")
 
     def byte(self) -> "Tensor":
+        """``byte() -> Tensor``: ``self.to(dg.uint8)``; ``self`` when already uint8."""
         return self.to("uint8")
 
     def short(self) -> "Tensor":
+        """``short() -> Tensor``: ``self.to(dg.int16)``; ``self`` when already int16."""
         return self.to("int16")
 
     def new_tensor(self, data, dtype=None) -> "Tensor":
@@ -428,6 +449,8 @@ class Tensor(TensorMethods):
         return add(self, 0)
 
     def contiguous(self) -> "Tensor":
+        """``contiguous() -> Tensor``: ``self``; duograph tensors have no user-visible strides,
+        so every tensor is contiguous."""
         return self
 
     # -- autograd ------------------------------------------------------------------------------
@@ -440,11 +463,16 @@ class Tensor(TensorMethods):
         return t
 
     def detach_(self) -> "Tensor":
+        """``detach_() -> Tensor``: cut this tensor from the autograd graph in place (clears
+        ``grad_fn`` and ``requires_grad``) and return it."""
         self.grad_fn = None
         self.requires_grad = False
         return self
 
     def requires_grad_(self, requires_grad: bool = True) -> "Tensor":
+        """``requires_grad_(requires_grad=True) -> Tensor``: set ``requires_grad`` in place and
+        return this tensor. Only floating-point tensors can require gradients, and a non-leaf
+        tensor cannot be set to False (use ``detach()``); both raise RuntimeError."""
         if not self.is_leaf and not requires_grad:
             raise RuntimeError("requires_grad_(False) on a non-leaf tensor: use detach()")
         if requires_grad and not dtypes.is_float(self.dtype):
@@ -537,52 +565,101 @@ class Tensor(TensorMethods):
         return self
 
     def add_(self, other, alpha=1):
+        """``add_(other, alpha=1) -> Tensor``: ``self += alpha * other``. In place: the result is
+        written into this tensor's buffer and the tensor is returned (autograd records it; a
+        leaf that requires grad is refused while grad mode is on, and a result that would need
+        a wider dtype, e.g. float into an int tensor, raises)."""
         from ..graphlib.functional import add
         other = other if alpha == 1 else other * alpha
         return self._inplace(lambda s: add(s, other), "add_", other)
 
     def sub_(self, other, alpha=1):
+        """``sub_(other, alpha=1) -> Tensor``: ``self -= alpha * other``; ``subtract_`` is an
+        alias. In place: the result is written into this tensor's buffer and the tensor is
+        returned (autograd records it; a leaf that requires grad is refused while grad mode is
+        on, and a result that would need a wider dtype, e.g. float into an int tensor,
+        raises)."""
         from ..graphlib.functional import sub
         other = other if alpha == 1 else other * alpha
         return self._inplace(lambda s: sub(s, other), "sub_", other)
 
     def mul_(self, other):
+        """``mul_(other) -> Tensor``: ``self *= other``; ``multiply_`` is an alias. In place: the
+        result is written into this tensor's buffer and the tensor is returned (autograd
+        records it; a leaf that requires grad is refused while grad mode is on, and a result
+        that would need a wider dtype, e.g. float into an int tensor, raises)."""
         from ..graphlib.functional import mul
         return self._inplace(lambda s: mul(s, other), "mul_", other)
 
     def div_(self, other):
+        """``div_(other) -> Tensor``: ``self /= other`` (true division, so an integer tensor
+        raises); ``divide_`` and ``true_divide_`` are aliases. In place: the result is written
+        into this tensor's buffer and the tensor is returned (autograd records it; a leaf that
+        requires grad is refused while grad mode is on, and a result that would need a wider
+        dtype, e.g. float into an int tensor, raises)."""
         from ..graphlib.functional import div
         return self._inplace(lambda s: div(s, other), "div_", other)
 
     def pow_(self, exponent):
+        """``pow_(exponent) -> Tensor``: ``self **= exponent``. In place: the result is written
+        into this tensor's buffer and the tensor is returned (autograd records it; a leaf that
+        requires grad is refused while grad mode is on, and a result that would need a wider
+        dtype, e.g. float into an int tensor, raises)."""
         from ..graphlib.functional import pow
         return self._inplace(lambda s: pow(s, exponent), "pow_", exponent)
 
     def clamp_(self, min=None, max=None):
+        """``clamp_(min=None, max=None) -> Tensor``: every element clamped into [min, max];
+        ``clip_`` is an alias. In place: the result is written into this tensor's buffer and
+        the tensor is returned (autograd records it; a leaf that requires grad is refused
+        while grad mode is on, and a result that would need a wider dtype, e.g. float into an
+        int tensor, raises)."""
         from ..graphlib.functional import clamp
         return self._inplace(lambda s: clamp(s, min, max), "clamp_")
 
     clip_ = clamp_
 
     def neg_(self):
+        """``neg_() -> Tensor``: ``self = -self``; ``negative_`` is an alias. In place: the
+        result is written into this tensor's buffer and the tensor is returned (autograd
+        records it; a leaf that requires grad is refused while grad mode is on, and a result
+        that would need a wider dtype, e.g. float into an int tensor, raises)."""
         return self._inplace(lambda s: -s, "neg_")
 
     def relu_(self):
+        """``relu_() -> Tensor``: negative elements set to 0. In place: the result is written
+        into this tensor's buffer and the tensor is returned (autograd records it; a leaf that
+        requires grad is refused while grad mode is on, and a result that would need a wider
+        dtype, e.g. float into an int tensor, raises)."""
         from ..graphlib.functional import relu
         return self._inplace(relu, "relu_")
 
     def exp_(self):
+        """``exp_() -> Tensor``: the elementwise exponential. In place: the result is written
+        into this tensor's buffer and the tensor is returned (autograd records it; a leaf that
+        requires grad is refused while grad mode is on, and a result that would need a wider
+        dtype, e.g. float into an int tensor, raises)."""
         from ..graphlib.functional import exp
         return self._inplace(exp, "exp_")
 
     def sqrt_(self):
+        """``sqrt_() -> Tensor``: the elementwise square root. In place: the result is written
+        into this tensor's buffer and the tensor is returned (autograd records it; a leaf that
+        requires grad is refused while grad mode is on, and a result that would need a wider
+        dtype, e.g. float into an int tensor, raises)."""
         from ..graphlib.functional import sqrt
         return self._inplace(sqrt, "sqrt_")
 
     def zero_(self):
+        """``zero_() -> Tensor``: fill with zeros in place and return this tensor (``fill_(0)``)."""
         return self.fill_(0)
 
     def fill_(self, value):
+        """``fill_(value) -> Tensor``: every element set to ``value`` (a number or a one-element
+        tensor). In place: the result is written into this tensor's buffer and the tensor is
+        returned (autograd records it; a leaf that requires grad is refused while grad mode is
+        on, and a result that would need a wider dtype, e.g. float into an int tensor,
+        raises)."""
         from ..graphlib.functional import full_like
         if isinstance(value, Tensor):
             value = value.item()
@@ -591,6 +668,12 @@ class Tensor(TensorMethods):
         return self._inplace(lambda s: filled, "fill_")
 
     def copy_(self, src):
+        """``copy_(src) -> Tensor``: the elements of ``src`` (a tensor or array-like, cast to
+        this tensor's dtype, moved to its device and broadcast to its shape) copied in; the
+        gradient flows to ``src``. In place: the result is written into this tensor's buffer
+        and the tensor is returned (autograd records it; a leaf that requires grad is refused
+        while grad mode is on, and a result that would need a wider dtype, e.g. float into an
+        int tensor, raises)."""
         from ..graphlib.functional import cast, expand
         if not isinstance(src, Tensor):
             src = tensor_from_data(src, self.dtype, self.device)

@@ -57,6 +57,8 @@ class Value(TensorMethods):
         return len(self.type.shape)
 
     def size(self, dim=None):
+        """``size(dim=None)``: the shape as a tuple (ints or symbolic dims), or the size of dim
+        ``dim``."""
         return self.type.shape if dim is None else self.type.shape[dim]
 
     # identity hash, as a C slot: engine dicts and sets keyed by Values pay no Python call
@@ -350,6 +352,8 @@ class Graph:
             raise GraphError(f"graph {self.name!r}: an input named {name!r} already exists")
 
     def add_input(self, name: str, type: TensorType) -> Value:
+        """Append a placeholder input named ``name`` of ``type`` (a TensorType) and return its
+        Value; ``dg.placeholder`` is the usual way. The name must be new to the graph."""
         self._check_name(name)
         v = Value(type, None, 0, self, name)
         self.inputs.append(v)
@@ -357,6 +361,9 @@ class Graph:
         return v
 
     def add_state(self, name: str, value) -> Value:
+        """Append a state input named ``name`` (dotted names allowed) whose initial value is a
+        copy of the array-like ``value``, and return its Value; ``dg.variable`` is the usual
+        way."""
         arr = np.asarray(value)
         if arr.dtype.name not in dtypes.DTYPE_NAMES:
             arr = arr.astype(dtypes.infer_data_dtype(value))
@@ -474,6 +481,8 @@ class Graph:
                                 dict(node.attrs), like=node, before=before)
 
     def index_of(self, node: Node) -> int:
+        """The position of ``node`` in the graph's node order; GraphError when it is not in this
+        graph. Costs O(nodes)."""
         for i, n in enumerate(self._nodes):
             if n is node:
                 return i
@@ -503,6 +512,8 @@ class Graph:
         self._unplace(node)
 
     def next_random_stream(self) -> int:
+        """A fresh stream number for the next random op of this graph, so that two random ops
+        drawing from the same seed give independent samples."""
         return next(self._random_streams)
 
     def update(self, state: Value, new_value) -> None:
@@ -539,10 +550,15 @@ class Graph:
 
     # -- inspecting ----------------------------------------------------------------------------
     def verify(self) -> None:
+        """Check the graph's invariants (topological order, SSA, types matching each op's
+        inference...) and raise on the first violation. See ``graphlib.verify``."""
         from .verify import verify
         verify(self)
 
     def to_text(self, source: bool = False, outputs=None) -> str:
+        """The graph's text form, as ``print(graph)`` shows it; ``source=True`` adds each node's
+        user source line, ``outputs`` prints those Values as the outputs instead of the
+        graph's own."""
         from .printer import graph_to_text
         return graph_to_text(self, source=source, outputs=outputs)
 

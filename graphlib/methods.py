@@ -62,23 +62,35 @@ class TensorMethods:
         return F.floor_divide(other, self)
 
     def remainder(self, other):
+        """``remainder(other) -> Tensor``: the Python-style modulus; the result has the divisor's
+        sign. See ``dg.remainder``."""
         return F.remainder(self, other)
 
     def fmod(self, other):
+        """``fmod(other) -> Tensor``: the C-style remainder; the result has the dividend's sign.
+        See ``dg.fmod``."""
         return F.fmod(self, other)
 
     def floor_divide(self, other):
+        """``floor_divide(other) -> Tensor``: ``floor(self / other)``, as ``//`` (integers stay
+        integers). See ``dg.floor_divide``."""
         return F.floor_divide(self, other)
 
     def atan2(self, other):
+        """``atan2(other) -> Tensor``: the elementwise angle of the point ``(other, self)``, in
+        (-pi, pi]; ``arctan2`` is an alias. See ``dg.atan2``."""
         return F.atan2(self, other)
 
     arctan2 = atan2
 
     def hypot(self, other):
+        """``hypot(other) -> Tensor``: ``sqrt(self**2 + other**2)`` without overflow. See
+        ``dg.hypot``."""
         return F.hypot(self, other)
 
     def logical_xor(self, other):
+        """``logical_xor(other) -> Tensor``: elementwise exclusive or, as bool (nonzero counts as
+        True). See ``dg.logical_xor``."""
         return F.logical_xor(self, other)
 
     def __pow__(self, other):
@@ -144,66 +156,98 @@ class TensorMethods:
         return F.bitwise_not(self)
 
     def tan(self):
+        """``tan() -> Tensor``: the elementwise tangent. See ``dg.tan``."""
         return F.tan(self)
 
     def asin(self):
+        """``asin() -> Tensor``: the elementwise arcsine; ``arcsin`` is an alias. See
+        ``dg.asin``."""
         return F.asin(self)
 
     def acos(self):
+        """``acos() -> Tensor``: the elementwise arccosine; ``arccos`` is an alias. See
+        ``dg.acos``."""
         return F.acos(self)
 
     def atan(self):
+        """``atan() -> Tensor``: the elementwise arctangent; ``arctan`` is an alias. See
+        ``dg.atan``."""
         return F.atan(self)
 
     def sinh(self):
+        """``sinh() -> Tensor``: the elementwise hyperbolic sine. See ``dg.sinh``."""
         return F.sinh(self)
 
     def cosh(self):
+        """``cosh() -> Tensor``: the elementwise hyperbolic cosine. See ``dg.cosh``."""
         return F.cosh(self)
 
     def asinh(self):
+        """``asinh() -> Tensor``: the elementwise inverse hyperbolic sine; ``arcsinh`` is an
+        alias. See ``dg.asinh``."""
         return F.asinh(self)
 
     def acosh(self):
+        """``acosh() -> Tensor``: the elementwise inverse hyperbolic cosine; ``arccosh`` is an
+        alias. See ``dg.acosh``."""
         return F.acosh(self)
 
     def atanh(self):
+        """``atanh() -> Tensor``: the elementwise inverse hyperbolic tangent; ``arctanh`` is an
+        alias. See ``dg.atanh``."""
         return F.atanh(self)
 
     def log1p(self):
+        """``log1p() -> Tensor``: ``log(1 + self)``, accurate for small values. See ``dg.log1p``."""
         return F.log1p(self)
 
     def expm1(self):
+        """``expm1() -> Tensor``: ``exp(self) - 1``, accurate for small values. See ``dg.expm1``."""
         return F.expm1(self)
 
     def log2(self):
+        """``log2() -> Tensor``: the elementwise base-2 logarithm. See ``dg.log2``."""
         return F.log2(self)
 
     def log10(self):
+        """``log10() -> Tensor``: the elementwise base-10 logarithm. See ``dg.log10``."""
         return F.log10(self)
 
     def exp2(self):
+        """``exp2() -> Tensor``: ``2 ** self``, elementwise. See ``dg.exp2``."""
         return F.exp2(self)
 
     def floor(self):
+        """``floor() -> Tensor``: round down to the nearest integer, elementwise. See
+        ``dg.floor``."""
         return F.floor(self)
 
     def ceil(self):
+        """``ceil() -> Tensor``: round up to the nearest integer, elementwise. See ``dg.ceil``."""
         return F.ceil(self)
 
     def trunc(self):
+        """``trunc() -> Tensor``: round toward zero, elementwise (integers unchanged); ``fix`` is
+        an alias. See ``dg.trunc``."""
         return F.trunc(self)
 
     def frac(self):
+        """``frac() -> Tensor``: the fractional part ``self - trunc(self)`` (floating point
+        only). See ``dg.frac``."""
         return F.frac(self)
 
     def isnan(self):
+        """``isnan() -> Tensor``: a bool tensor, True where the element is NaN. See ``dg.isnan``."""
         return F.isnan(self)
 
     def isinf(self):
+        """``isinf() -> Tensor``: a bool tensor, True where the element is +inf or -inf. See
+        ``dg.isinf``."""
         return F.isinf(self)
 
     def isfinite(self):
+        """``isfinite() -> Tensor``: a bool tensor, True where the element is neither NaN nor
+        infinite. See ``dg.isfinite``."""
         return F.isfinite(self)
 
     arcsin, arccos, arctan = asin, acos, atan
@@ -211,15 +255,23 @@ class TensorMethods:
     fix = trunc
 
     def bitwise_and(self, other):
+        """``bitwise_and(other) -> Tensor``: ``self & other``; bitwise on integers, logical on
+        bools (floats are refused). See ``dg.bitwise_and``."""
         return F.bitwise_and(self, other)
 
     def bitwise_or(self, other):
+        """``bitwise_or(other) -> Tensor``: ``self | other``; bitwise on integers, logical on
+        bools (floats are refused). See ``dg.bitwise_or``."""
         return F.bitwise_or(self, other)
 
     def bitwise_xor(self, other):
+        """``bitwise_xor(other) -> Tensor``: ``self ^ other``; bitwise on integers, logical on
+        bools (floats are refused). See ``dg.bitwise_xor``."""
         return F.bitwise_xor(self, other)
 
     def bitwise_not(self):
+        """``bitwise_not() -> Tensor``: ``~self``; bitwise not of an integer tensor, logical not
+        of a bool tensor. See ``dg.bitwise_not``."""
         return F.bitwise_not(self)
 
     __hash__ = object.__hash__
@@ -229,6 +281,8 @@ class TensorMethods:
         return F.getitem(self, index)
 
     def reshape(self, *shape):
+        """``reshape(*shape) -> Tensor``: the same elements with a new shape (given as ints or
+        one tuple); one dim may be -1. See ``dg.reshape``."""
         return F.reshape(self, *shape)
 
     def view(self, *shape):
@@ -241,12 +295,19 @@ class TensorMethods:
         return F.reshape(self, *shape)
 
     def permute(self, *dims):
+        """``permute(*dims) -> Tensor``: the dims reordered, e.g. ``x.permute(2, 0, 1)``. See
+        ``dg.permute``."""
         return F.permute(self, *dims)
 
     def transpose(self, dim0, dim1):
+        """``transpose(dim0, dim1) -> Tensor``: dims ``dim0`` and ``dim1`` swapped. See
+        ``dg.transpose``."""
         return F.transpose(self, dim0, dim1)
 
     def t(self):
+        """``t() -> Tensor``: the transpose of a 2-D tensor (dims 0 and 1 swapped). Tensors of
+        any other rank are returned unchanged; PyTorch returns 0-D and 1-D tensors unchanged
+        too but refuses more than 2 dims."""
         return F.transpose(self, 0, 1) if self.ndim == 2 else self
 
     @property
@@ -254,40 +315,64 @@ class TensorMethods:
         return F.permute(self, *reversed(range(self.ndim)))
 
     def expand(self, *sizes):
+        """``expand(*sizes) -> Tensor``: broadcast to ``sizes`` (-1 keeps a dim; new leading dims
+        may be added). See ``dg.expand``."""
         return F.expand(self, *sizes)
 
     def expand_as(self, other):
+        """``expand_as(other) -> Tensor``: ``self.expand(*other.shape)``."""
         return F.expand(self, *other.shape)
 
     def squeeze(self, dim=None):
+        """``squeeze(dim=None) -> Tensor``: size-1 dims removed (all of them, or only ``dim``; a
+        no-op when that dim is not 1). See ``dg.squeeze``."""
         return F.squeeze(self, dim)
 
     def unsqueeze(self, dim):
+        """``unsqueeze(dim) -> Tensor``: a size-1 dim inserted at ``dim``. See ``dg.unsqueeze``."""
         return F.unsqueeze(self, dim)
 
     def flatten(self, start_dim=0, end_dim=-1):
+        """``flatten(start_dim=0, end_dim=-1) -> Tensor``: dims ``start_dim..end_dim`` merged
+        into one. See ``dg.flatten``."""
         return F.flatten(self, start_dim, end_dim)
 
     def split(self, split_size_or_sections, dim=0):
+        """``split(split_size_or_sections, dim=0) -> tuple of Tensors``: pieces of
+        ``split_size_or_sections`` elements along ``dim`` (the last may be smaller), or of the
+        given list of sizes. See ``dg.split``."""
         return F.split(self, split_size_or_sections, dim)
 
     def gather(self, dim, index):
+        """``gather(dim, index) -> Tensor``: values picked along ``dim`` by the integer tensor
+        ``index`` (``out[i][j] = self[index[i][j]][j]`` for dim=0). See ``dg.gather``."""
         return F.gather(self, dim, index)
 
     def index_select(self, dim, index):
+        """``index_select(dim, index) -> Tensor``: the entries ``index`` (a 1-D integer tensor)
+        along ``dim``. See ``dg.index_select``."""
         return F.index_select(self, dim, index)
 
     # reductions ------------------------------------------------------------------------------
     def sum(self, dim=None, keepdim=False, dtype=None):
+        """``sum(dim=None, keepdim=False, dtype=None) -> Tensor``: the sum over ``dim`` (an int,
+        a tuple, or None for all elements). Integers and bools sum to int64 unless ``dtype``
+        is given. See ``dg.sum``."""
         return F.sum(self, dim, keepdim, dtype=dtype)
 
     def mean(self, dim=None, keepdim=False):
+        """``mean(dim=None, keepdim=False) -> Tensor``: the arithmetic mean over ``dim``
+        (floating-point tensors only, as in PyTorch). See ``dg.mean``."""
         return F.mean(self, dim, keepdim)
 
     def amax(self, dim=None, keepdim=False):
+        """``amax(dim=None, keepdim=False) -> Tensor``: the maximum over ``dim`` (all elements
+        when None); ties share the gradient evenly. See ``dg.amax``."""
         return F.amax(self, dim, keepdim)
 
     def amin(self, dim=None, keepdim=False):
+        """``amin(dim=None, keepdim=False) -> Tensor``: the minimum over ``dim`` (all elements
+        when None); ties share the gradient evenly. See ``dg.amin``."""
         return F.amin(self, dim, keepdim)
 
     def max(self, dim=None, keepdim=False):
@@ -299,137 +384,204 @@ class TensorMethods:
         return F.min(self, dim, keepdim)
 
     def prod(self, dim=None, keepdim=False):
+        """``prod(dim=None, keepdim=False) -> Tensor``: the product over ``dim`` (all elements
+        when None). See ``dg.prod``."""
         return F.prod(self, dim, keepdim)
 
     def var(self, dim=None, keepdim=False, *, correction=1):
+        """``var(dim=None, keepdim=False, *, correction=1) -> Tensor``: the variance over
+        ``dim``, dividing by ``N - correction`` (1: unbiased, the default). See ``dg.var``."""
         return F.var(self, dim, keepdim=keepdim, correction=correction)
 
     def std(self, dim=None, keepdim=False, *, correction=1):
+        """``std(dim=None, keepdim=False, *, correction=1) -> Tensor``: the standard deviation
+        over ``dim``, dividing by ``N - correction`` (1: unbiased, the default). See
+        ``dg.std``."""
         return F.std(self, dim, keepdim=keepdim, correction=correction)
 
     def argmax(self, dim=None, keepdim=False):
+        """``argmax(dim=None, keepdim=False) -> Tensor``: the int64 index of the maximum along
+        ``dim`` (over the flattened tensor when None). See ``dg.argmax``."""
         return F.argmax(self, dim, keepdim)
 
     def argmin(self, dim=None, keepdim=False):
+        """``argmin(dim=None, keepdim=False) -> Tensor``: the int64 index of the minimum along
+        ``dim`` (over the flattened tensor when None). See ``dg.argmin``."""
         return F.argmin(self, dim, keepdim)
 
     def logsumexp(self, dim, keepdim=False):
+        """``logsumexp(dim, keepdim=False) -> Tensor``: ``log(sum(exp(self), dim))``, computed
+        stably. See ``dg.logsumexp``."""
         return F.logsumexp(self, dim, keepdim)
 
     def softmax(self, dim):
+        """``softmax(dim) -> Tensor``: ``exp(self)`` normalised to sum to 1 along ``dim``,
+        computed stably. See ``dg.softmax``."""
         return F.softmax(self, dim)
 
     def log_softmax(self, dim):
+        """``log_softmax(dim) -> Tensor``: ``self - logsumexp(self, dim)``, computed stably. See
+        ``dg.log_softmax``."""
         return F.log_softmax(self, dim)
 
     # elementwise -----------------------------------------------------------------------------
     def exp(self):
+        """``exp() -> Tensor``: the elementwise exponential. See ``dg.exp``."""
         return F.exp(self)
 
     def log(self):
+        """``log() -> Tensor``: the elementwise natural logarithm. See ``dg.log``."""
         return F.log(self)
 
     def sqrt(self):
+        """``sqrt() -> Tensor``: the elementwise square root. See ``dg.sqrt``."""
         return F.sqrt(self)
 
     def rsqrt(self):
+        """``rsqrt() -> Tensor``: ``1 / sqrt(self)``, elementwise. See ``dg.rsqrt``."""
         return F.rsqrt(self)
 
     def square(self):
+        """``square() -> Tensor``: ``self * self``, elementwise. See ``dg.square``."""
         return F.square(self)
 
     def reciprocal(self):
+        """``reciprocal() -> Tensor``: ``1 / self``, elementwise. See ``dg.reciprocal``."""
         return F.reciprocal(self)
 
     def sin(self):
+        """``sin() -> Tensor``: the elementwise sine. See ``dg.sin``."""
         return F.sin(self)
 
     def cos(self):
+        """``cos() -> Tensor``: the elementwise cosine. See ``dg.cos``."""
         return F.cos(self)
 
     def tanh(self):
+        """``tanh() -> Tensor``: the elementwise hyperbolic tangent. See ``dg.tanh``."""
         return F.tanh(self)
 
     def sigmoid(self):
+        """``sigmoid() -> Tensor``: ``1 / (1 + exp(-self))``, elementwise. See ``dg.sigmoid``."""
         return F.sigmoid(self)
 
     def logsigmoid(self):
+        """``logsigmoid() -> Tensor``: ``log(sigmoid(self))``, computed stably
+        (``torch.nn.functional.logsigmoid``; not a Tensor method in PyTorch). See
+        ``dg.logsigmoid``."""
         return F.logsigmoid(self)
 
     def relu(self):
+        """``relu() -> Tensor``: ``max(self, 0)``, elementwise. See ``dg.relu``."""
         return F.relu(self)
 
     def abs(self):
+        """``abs() -> Tensor``: the elementwise absolute value. See ``dg.abs``."""
         return F.abs(self)
 
     def neg(self):
+        """``neg() -> Tensor``: ``-self``, elementwise. See ``dg.neg``."""
         return F.neg(self)
 
     def sign(self):
+        """``sign() -> Tensor``: -1, 0 or 1 by the sign of each element. See ``dg.sign``."""
         return F.sign(self)
 
     def erf(self):
+        """``erf() -> Tensor``: the elementwise error function. See ``dg.erf``."""
         return F.erf(self)
 
     def clamp(self, min=None, max=None):
+        """``clamp(min=None, max=None) -> Tensor``: every element clamped into [min, max] (either
+        bound may be None); ``clip`` is the same. See ``dg.clamp``."""
         return F.clamp(self, min, max)
 
     def clip(self, min=None, max=None):
+        """``clip(min=None, max=None) -> Tensor``: an alias of ``clamp``. See ``dg.clamp``."""
         return F.clamp(self, min, max)
 
     def pow(self, exponent):
+        """``pow(exponent) -> Tensor``: ``self ** exponent``, elementwise (the exponent a number
+        or a broadcastable tensor). See ``dg.pow``."""
         return F.pow(self, exponent)
 
     def add(self, other):
+        """``add(other) -> Tensor``: ``self + other``, broadcast (Python numbers are weak
+        scalars). Unlike ``torch.Tensor.add`` it takes no ``alpha``. See ``dg.add``."""
         return F.add(self, other)
 
     def sub(self, other):
+        """``sub(other) -> Tensor``: ``self - other``, broadcast. Unlike ``torch.Tensor.sub`` it
+        takes no ``alpha``. See ``dg.sub``."""
         return F.sub(self, other)
 
     def mul(self, other):
+        """``mul(other) -> Tensor``: ``self * other``, broadcast. See ``dg.mul``."""
         return F.mul(self, other)
 
     def div(self, other):
+        """``div(other) -> Tensor``: true division ``self / other``, broadcast (integer operands
+        give the default float dtype). Unlike ``torch.Tensor.div`` the method takes no
+        ``rounding_mode``; use ``dg.div(a, b, rounding_mode=...)``. See ``dg.div``."""
         return F.div(self, other)
 
     def matmul(self, other):
+        """``matmul(other) -> Tensor``: the matrix product ``self @ other`` (1-D operands are
+        vectors, leading dims broadcast). See ``dg.matmul``."""
         return F.matmul(self, other)
 
     def maximum(self, other):
+        """``maximum(other) -> Tensor``: the elementwise maximum of the two, broadcast. See
+        ``dg.maximum``."""
         return F.maximum(self, other)
 
     def minimum(self, other):
+        """``minimum(other) -> Tensor``: the elementwise minimum of the two, broadcast. See
+        ``dg.minimum``."""
         return F.minimum(self, other)
 
     def eq(self, other):
+        """``eq(other) -> Tensor``: ``self == other`` as a bool tensor, broadcast. See ``dg.eq``."""
         return F.eq(self, other)
 
     def ne(self, other):
+        """``ne(other) -> Tensor``: ``self != other`` as a bool tensor, broadcast. See ``dg.ne``."""
         return F.ne(self, other)
 
     def lt(self, other):
+        """``lt(other) -> Tensor``: ``self < other`` as a bool tensor, broadcast. See ``dg.lt``."""
         return F.lt(self, other)
 
     def le(self, other):
+        """``le(other) -> Tensor``: ``self <= other`` as a bool tensor, broadcast. See ``dg.le``."""
         return F.le(self, other)
 
     def gt(self, other):
+        """``gt(other) -> Tensor``: ``self > other`` as a bool tensor, broadcast. See ``dg.gt``."""
         return F.gt(self, other)
 
     def ge(self, other):
+        """``ge(other) -> Tensor``: ``self >= other`` as a bool tensor, broadcast. See ``dg.ge``."""
         return F.ge(self, other)
 
     def logical_not(self):
+        """``logical_not() -> Tensor``: elementwise not, as bool (nonzero counts as True). See
+        ``dg.logical_not``."""
         return F.logical_not(self)
 
     # PyTorch methods written with the op functions ------------------------------------------
     def chunk(self, chunks, dim=0):
+        """``chunk(chunks, dim=0) -> tuple of Tensors``: ``chunks`` nearly equal pieces along
+        ``dim``, as ``torch.Tensor.chunk``. See ``dg.chunk``."""
         return F.chunk(self, chunks, dim)
 
     def mm(self, other):
+        """``mm(other) -> Tensor``: the product of two 2-D matrices. See ``dg.mm``."""
         return F.mm(self, other)
 
     def bmm(self, other):
+        """``bmm(other) -> Tensor``: the batched matrix product of two 3-D tensors ``(b, n, m) @
+        (b, m, p) -> (b, n, p)``; other ranks raise a ShapeError."""
         if self.ndim != 3 or getattr(other, "ndim", 0) != 3:
             from .errors import ShapeError, located
             raise ShapeError(located(f"bmm: expected two 3-D tensors, found "
@@ -438,15 +590,23 @@ class TensorMethods:
         return F.matmul(self, other)
 
     def addmm(self, mat1, mat2, *, beta=1, alpha=1):
+        """``addmm(mat1, mat2, *, beta=1, alpha=1) -> Tensor``: ``beta * self + alpha * (mat1 @
+        mat2)`` with 2-D ``mat1`` and ``mat2``."""
         return self * beta + F.mm(mat1, mat2) * alpha
 
     def baddbmm(self, batch1, batch2, *, beta=1, alpha=1):
+        """``baddbmm(batch1, batch2, *, beta=1, alpha=1) -> Tensor``: ``beta * self + alpha *
+        (batch1 @ batch2)`` for batches of matrices."""
         return self * beta + F.matmul(batch1, batch2) * alpha
 
     def view_as(self, other):
+        """``view_as(other) -> Tensor``: ``self.reshape(*other.shape)``. As with ``view``, the
+        result is a value, not an alias of this tensor's storage."""
         return F.reshape(self, *other.shape)
 
     def where(self, condition, other):
+        """``where(condition, other) -> Tensor``: ``self`` where ``condition`` holds, else
+        ``other`` (broadcast together). See ``dg.where``."""
         return F.where(condition, self, other)
 
     def masked_fill(self, mask, value):
@@ -502,27 +662,43 @@ class TensorMethods:
         return F.reshape(x, *[n * d for n, d in zip(sizes, target[1::2])])
 
     def new_zeros(self, *size, dtype=None):
+        """``new_zeros(*size, dtype=None) -> Tensor``: a tensor of zeros of ``size`` with this
+        tensor's dtype unless ``dtype`` is given. Unlike PyTorch it takes no ``device`` or
+        ``requires_grad``."""
         return F.zeros(*size, dtype=dtype or self.dtype)
 
     def new_ones(self, *size, dtype=None):
+        """``new_ones(*size, dtype=None) -> Tensor``: a tensor of ones of ``size`` with this
+        tensor's dtype unless ``dtype`` is given. Unlike PyTorch it takes no ``device`` or
+        ``requires_grad``."""
         return F.ones(*size, dtype=dtype or self.dtype)
 
     def new_full(self, size, fill_value, dtype=None):
+        """``new_full(size, fill_value, dtype=None) -> Tensor``: a tensor of ``size`` filled with
+        ``fill_value``, with this tensor's dtype unless ``dtype`` is given. Unlike PyTorch it
+        takes no ``device`` or ``requires_grad``."""
         return F.full(size, fill_value, dtype=dtype or self.dtype)
 
     def is_contiguous(self, memory_format=None):
+        """``is_contiguous(memory_format=None) -> bool``: always True; duograph tensors have no
+        strides visible to the user."""
         return True
 
     def nelement(self):
+        """``nelement() -> int``: the number of elements, as ``numel()``."""
         return self.numel()
 
     def ndimension(self):
+        """``ndimension() -> int``: the number of dims, as ``dim()``."""
         return self.ndim
 
     def cast(self, dtype):
+        """``cast(dtype) -> Tensor``: the elements converted to ``dtype`` (floats to ints
+        truncate toward zero). duograph's name for ``to(dtype)``. See ``dg.cast``."""
         return F.cast(self, dtype)
 
     def type_as(self, other):
+        """``type_as(other) -> Tensor``: the elements converted to ``other``'s dtype."""
         return F.cast(self, other.dtype)
 
     # more PyTorch methods (round, nan_to_num, lerp, xlogy, shifts, flips, diagonals...) ---

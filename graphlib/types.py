@@ -74,13 +74,16 @@ class TensorType:
         return n
 
     def nbytes(self):
+        """The size of a tensor of this type in bytes, or None when a dim is symbolic."""
         n = self.numel()
         return None if n is None else n * dtypes.itemsize(self.dtype)
 
     def with_shape(self, shape) -> "TensorType":
+        """This type with ``shape`` instead (same dtype)."""
         return TensorType(shape, self.dtype)
 
     def with_dtype(self, dtype) -> "TensorType":
+        """This type with ``dtype`` instead (same shape)."""
         return TensorType(self.shape, dtype)
 
     def __eq__(self, other):
@@ -94,6 +97,7 @@ class TensorType:
         return f"{dtypes.SHORT_NAMES[self.dtype]}{format_shape(self.shape)}"
 
     def to_json(self):
+        """The type as a JSON-ready dict ``{'shape': [...], 'dtype': name}``."""
         return {"shape": list(self.shape), "dtype": self.dtype}
 
 

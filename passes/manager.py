@@ -204,6 +204,10 @@ class PassManager:
         self._after: List[str] = []
 
     def run(self, graph: Graph) -> Graph:
+        """Run the passes in order on ``graph`` and return the result, recording per-pass
+        statistics for ``report()``; with ``verify`` the IR is checked after every pass
+        (GraphError naming the pass that broke it), with ``keep_ir``/``debug`` the text after
+        each pass is kept or dumped."""
         self.stats = []
         self._after = []
         self._before = graph.to_text(source=True) if self.keep_ir and self.passes else ""

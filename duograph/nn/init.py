@@ -32,6 +32,10 @@ def _fans(t: Tensor):
 
 
 def calculate_gain(nonlinearity: str, param=None) -> float:
+    """The recommended gain for ``nonlinearity``, as ``torch.nn.init.calculate_gain``: 1 for
+    'linear', 'sigmoid', 'conv1d' and 'conv2d', 5/3 for 'tanh', sqrt(2) for 'relu', sqrt(2 /
+    (1 + slope**2)) for 'leaky_relu' (``param`` is the negative slope, default 0.01) and 3/4
+    for 'selu'; other names raise ValueError."""
     if nonlinearity in ("linear", "sigmoid", "conv2d", "conv1d"):
         return 1.0
     if nonlinearity == "tanh":
@@ -47,38 +51,75 @@ def calculate_gain(nonlinearity: str, param=None) -> float:
 
 
 def uniform_(t: Tensor, a: float = 0.0, b: float = 1.0) -> Tensor:
+    """Fill ``t`` with samples from the uniform distribution on [a, b). Writes ``t``'s data in
+    place without recording a gradient and returns ``t``; random draws use the global
+    generator (``dg.manual_seed``)."""
     return _fill(t, _generator().uniform(a, b, size=t.shape))
 
 
 def normal_(t: Tensor, mean: float = 0.0, std: float = 1.0) -> Tensor:
+    """Fill ``t`` with samples from N(mean, std**2). Writes ``t``'s data in place without
+    recording a gradient and returns ``t``; random draws use the global generator
+    (``dg.manual_seed``)."""
     return _fill(t, _generator().normal(mean, std, size=t.shape))
 
 
 def constant_(t: Tensor, value: float) -> Tensor:
+    """Fill ``t`` with ``value``. Writes ``t``'s data in place without recording a gradient and
+    returns ``t``."""
     return _fill(t, np.full(t.shape, value))
 
 
 def zeros_(t: Tensor) -> Tensor:
+    """Fill ``t`` with zeros. Writes ``t``'s data in place without recording a gradient and
+    returns ``t``."""
     return constant_(t, 0.0)
 
 
 def ones_(t: Tensor) -> Tensor:
+    """Fill ``t`` with ones. Writes ``t``'s data in place without recording a gradient and
+    returns ``t``."""
     return constant_(t, 1.0)
 
 
 def xavier_uniform_(t: Tensor, gain: float = 1.0) -> Tensor:
+    """Glorot initialisation: samples from U(-bound, bound) with ``bound = gain * sqrt(6 /
+    (fan_in + fan_out))``.
+
+    fan_in is ``t.shape[1]`` times the product of ``t.shape[2:]``, fan_out ``t.shape[0]``
+    times it; ``t`` needs at least 2 dims (ValueError). Writes ``t``'s data in place without
+    recording a gradient and returns ``t``; random draws use the global generator
+    (``dg.manual_seed``).
+    """
     fan_in, fan_out = _fans(t)
     bound = gain * math.sqrt(6.0 / (fan_in + fan_out))
     return uniform_(t, -bound, bound)
 
 
 def xavier_normal_(t: Tensor, gain: float = 1.0) -> Tensor:
+    """Glorot initialisation: samples from N(0, std**2) with ``std = gain * sqrt(2 / (fan_in +
+    fan_out))``.
+
+    fan_in is ``t.shape[1]`` times the product of ``t.shape[2:]``, fan_out ``t.shape[0]``
+    times it; ``t`` needs at least 2 dims (ValueError). Writes ``t``'s data in place without
+    recording a gradient and returns ``t``; random draws use the global generator
+    (``dg.manual_seed``).
+    """
     fan_in, fan_out = _fans(t)
     return normal_(t, 0.0, gain * math.sqrt(2.0 / (fan_in + fan_out)))
 
 
 def kaiming_uniform_(t: Tensor, a: float = 0.0, mode: str = "fan_in",
                      nonlinearity: str = "leaky_relu") -> Tensor:
+    """He initialisation: samples from U(-bound, bound) with ``bound =
+    calculate_gain(nonlinearity, a) * sqrt(3 / fan)``.
+
+    ``fan`` is fan_in for ``mode='fan_in'`` (the default), else fan_out; ``a`` is the negative
+    slope of a 'leaky_relu'. fan_in is ``t.shape[1]`` times the product of ``t.shape[2:]``,
+    fan_out ``t.shape[0]`` times it; ``t`` needs at least 2 dims (ValueError). Writes ``t``'s
+    data in place without recording a gradient and returns ``t``; random draws use the global
+    generator (``dg.manual_seed``).
+    """
     fan_in, fan_out = _fans(t)
     fan = fan_in if mode == "fan_in" else fan_out
     bound = calculate_gain(nonlinearity, a) * math.sqrt(3.0 / fan)
@@ -87,6 +128,15 @@ def kaiming_uniform_(t: Tensor, a: float = 0.0, mode: str = "fan_in",
 
 def kaiming_normal_(t: Tensor, a: float = 0.0, mode: str = "fan_in",
                     nonlinearity: str = "leaky_relu") -> Tensor:
+    """He initialisation: samples from N(0, std**2) with ``std = calculate_gain(nonlinearity, a)
+    / sqrt(fan)``.
+
+    ``fan`` is fan_in for ``mode='fan_in'`` (the default), else fan_out; ``a`` is the negative
+    slope of a 'leaky_relu'. fan_in is ``t.shape[1]`` times the product of ``t.shape[2:]``,
+    fan_out ``t.shape[0]`` times it; ``t`` needs at least 2 dims (ValueError). Writes ``t``'s
+    data in place without recording a gradient and returns ``t``; random draws use the global
+    generator (``dg.manual_seed``).
+    """
     fan_in, fan_out = _fans(t)
     fan = fan_in if mode == "fan_in" else fan_out
     return normal_(t, 0.0, calculate_gain(nonlinearity, a) / math.sqrt(fan))

@@ -68,6 +68,8 @@ class Sequential(Module):
         return iter(self._modules.values())
 
     def append(self, module: Module) -> "Sequential":
+        """Append ``module`` as the last layer (named by its position) and return this
+        Sequential."""
         self.add_module(str(len(self._modules)), module)
         return self
 
@@ -86,10 +88,12 @@ class ModuleList(Module):
             self.append(m)
 
     def append(self, module: Module) -> "ModuleList":
+        """Append ``module`` (named by its position) and return this ModuleList."""
         self.add_module(str(len(self._modules)), module)
         return self
 
     def extend(self, modules: Iterable[Module]) -> "ModuleList":
+        """Append every module of ``modules`` in order and return this ModuleList."""
         for m in modules:
             self.append(m)
         return self
@@ -129,17 +133,23 @@ class ModuleDict(Module):
         return iter(self._modules)
 
     def keys(self):
+        """The names of the held modules, in insertion order."""
         return self._modules.keys()
 
     def values(self):
+        """The held modules, in insertion order."""
         return self._modules.values()
 
     def items(self):
+        """``(name, module)`` pairs of the held modules, in insertion order."""
         return self._modules.items()
 
 
 # -- basic layers ------------------------------------------------------------------------------
 class Identity(Module):
+    """Returns its input unchanged; constructor arguments are accepted and ignored (as
+    ``torch.nn.Identity``)."""
+
     def __init__(self, *args, **kwargs):
         super().__init__()
 
@@ -161,6 +171,8 @@ class Linear(Module):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
+        """PyTorch's init: ``kaiming_uniform_(a=sqrt(5))`` for the weight,
+        U(-1/sqrt(in_features), 1/sqrt(in_features)) for the bias. Called by the constructor."""
         init.kaiming_uniform_(self.weight, a=math.sqrt(5))
         if self.bias is not None:
             bound = 1.0 / math.sqrt(self.in_features) if self.in_features else 0.0
@@ -207,6 +219,9 @@ class Conv2d(Module):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
+        """PyTorch's init: ``kaiming_uniform_(a=sqrt(5))`` for the weight, U(-1/sqrt(fan_in),
+        1/sqrt(fan_in)) for the bias (fan_in from the weight's dim 1 and kernel). Called by
+        the constructor."""
         init.kaiming_uniform_(self.weight, a=math.sqrt(5))
         if self.bias is not None:
             fan_in = self.weight.shape[1] * self.kernel_size[0] * self.kernel_size[1]
@@ -261,6 +276,11 @@ class _Pool(Module):
 
 
 class MaxPool2d(_Pool):
+    """2-D max pooling over an (N, C, H, W) or (C, H, W) input, as
+    ``torch.nn.MaxPool2d(kernel_size, stride=None, padding=0, dilation=1,
+    return_indices=False, ceil_mode=False)``; ``stride`` defaults to ``kernel_size``. See
+    ``dg.nn.functional.max_pool2d``."""
+
     def __init__(self, kernel_size, stride=None, padding=0, dilation=1,
                  return_indices: bool = False, ceil_mode: bool = False):
         super().__init__(kernel_size, stride, padding)
@@ -278,6 +298,11 @@ class MaxPool2d(_Pool):
 
 
 class AvgPool2d(_Pool):
+    """2-D average pooling over an (N, C, H, W) or (C, H, W) input, as
+    ``torch.nn.AvgPool2d(kernel_size, stride=None, padding=0, ceil_mode=False,
+    count_include_pad=True)``; ``stride`` defaults to ``kernel_size``. See
+    ``dg.nn.functional.avg_pool2d``."""
+
     def __init__(self, kernel_size, stride=None, padding=0, ceil_mode: bool = False,
                  count_include_pad: bool = True):
         super().__init__(kernel_size, stride, padding)
@@ -290,6 +315,9 @@ class AvgPool2d(_Pool):
 
 
 class AdaptiveAvgPool2d(Module):
+    """2-D average pooling to a fixed ``output_size`` (an int or (H, W)) over an (N, C, H, W) or
+    (C, H, W) input, as ``torch.nn.AdaptiveAvgPool2d``."""
+
     def __init__(self, output_size):
         super().__init__()
         self.output_size = output_size
@@ -348,16 +376,38 @@ class _BatchNorm(Module):
 
 
 class BatchNorm1d(_BatchNorm):
+    """Batch normalisation over a 2-D (N, C) or 3-D (N, C, L) input, as
+    ``torch.nn.BatchNorm1d(num_features, eps=1e-5, momentum=0.1, affine=True,
+    track_running_stats=True, *, bias=True)``.
+
+    In training it normalises with the batch statistics and updates the ``running_mean`` and
+    ``running_var`` buffers; in eval mode it uses the running statistics (the batch ones when
+    ``track_running_stats=False``). ``weight`` starts at 1, ``bias`` at 0.
+    """
+
     _dims = (2, 3)
     _what = "a 2-D (N, C) or 3-D (N, C, L) input"
 
 
 class BatchNorm2d(_BatchNorm):
+    """Batch normalisation over a 4-D (N, C, H, W) input, per channel, as
+    ``torch.nn.BatchNorm2d(num_features, eps=1e-5, momentum=0.1, affine=True,
+    track_running_stats=True, *, bias=True)``.
+
+    In training it normalises with the batch statistics and updates the ``running_mean`` and
+    ``running_var`` buffers; in eval mode it uses the running statistics (the batch ones when
+    ``track_running_stats=False``). ``weight`` starts at 1, ``bias`` at 0.
+    """
+
     _dims = (4,)
     _what = "a 4-D input (N, C, H, W)"
 
 
 class LayerNorm(Module):
+    """Layer normalisation over the last dims given by ``normalized_shape`` (an int or a tuple),
+    as ``torch.nn.LayerNorm(normalized_shape, eps=1e-5, elementwise_affine=True, bias=True)``;
+    ``weight`` starts at 1, ``bias`` at 0."""
+
     def __init__(self, normalized_shape, eps: float = 1e-5, elementwise_affine: bool = True,
                  bias: bool = True):
         super().__init__()
@@ -423,6 +473,9 @@ class Embedding(Module):
 
 
 class Flatten(Module):
+    """Flattens dims ``start_dim..end_dim`` (default 1..-1, keeping the batch dim) into one, as
+    ``torch.nn.Flatten``."""
+
     def __init__(self, start_dim: int = 1, end_dim: int = -1):
         super().__init__()
         self.start_dim, self.end_dim = start_dim, end_dim
@@ -450,6 +503,9 @@ class ReLU(Module):
 
 
 class LeakyReLU(Module):
+    """``x`` where positive, else ``negative_slope * x`` (default 0.01). ``inplace`` is accepted
+    for PyTorch compatibility (never in place here)."""
+
     def __init__(self, negative_slope: float = 0.01, inplace: bool = False):
         super().__init__()
         self.negative_slope, self.inplace = negative_slope, inplace
@@ -463,6 +519,9 @@ class LeakyReLU(Module):
 
 
 class GELU(Module):
+    """The Gaussian error linear unit ``x * Phi(x)``; ``approximate='tanh'`` uses the tanh
+    approximation, as ``torch.nn.GELU``."""
+
     def __init__(self, approximate: str = "none"):
         super().__init__()
         self.approximate = approximate
@@ -475,6 +534,8 @@ class GELU(Module):
 
 
 class Sigmoid(Module):
+    """The logistic function ``1 / (1 + exp(-x))``, elementwise."""
+
     def forward(self, x):
         return F.sigmoid(x)
 
@@ -487,6 +548,8 @@ class LogSigmoid(Module):
 
 
 class Tanh(Module):
+    """The hyperbolic tangent, elementwise."""
+
     def forward(self, x):
         return F.tanh(x)
 
@@ -565,6 +628,9 @@ class PReLU(Module):
 
 
 class Softmax(Module):
+    """``exp(x)`` normalised to sum to 1 along ``dim`` (default -1; PyTorch's default of None
+    picks a dim implicitly and warns)."""
+
     def __init__(self, dim: int = -1):
         super().__init__()
         self.dim = dim
@@ -577,6 +643,8 @@ class Softmax(Module):
 
 
 class LogSoftmax(Softmax):
+    """``log(softmax(x, dim))``, computed stably, along ``dim`` (default -1)."""
+
     def forward(self, x):
         return F.log_softmax(x, self.dim)
 
@@ -750,6 +818,12 @@ class _WeightedLoss(_Loss):
 
 
 class CrossEntropyLoss(_WeightedLoss):
+    """The cross entropy between logits ``input`` (N, C, ...) and ``target`` (class indices, or
+    class probabilities of ``input``'s shape), as ``torch.nn.CrossEntropyLoss(weight=None,
+    size_average=None, ignore_index=-100, reduce=None, reduction='mean',
+    label_smoothing=0.0)``. ``weight`` is kept as a buffer. See
+    ``dg.nn.functional.cross_entropy``."""
+
     def __init__(self, weight=None, size_average=None, ignore_index: int = -100, reduce=None,
                  reduction: str = "mean", label_smoothing: float = 0.0):
         super().__init__(size_average, reduce, reduction)
@@ -763,6 +837,10 @@ class CrossEntropyLoss(_WeightedLoss):
 
 
 class NLLLoss(_WeightedLoss):
+    """The negative log likelihood of log-probabilities ``input`` (N, C, ...) at the class
+    indices ``target``, as ``torch.nn.NLLLoss(weight=None, size_average=None,
+    ignore_index=-100, reduce=None, reduction='mean')``. ``weight`` is kept as a buffer."""
+
     def __init__(self, weight=None, size_average=None, ignore_index: int = -100, reduce=None,
                  reduction: str = "mean"):
         super().__init__(size_average, reduce, reduction)
@@ -775,6 +853,10 @@ class NLLLoss(_WeightedLoss):
 
 
 class BCELoss(_WeightedLoss):
+    """Binary cross entropy between probabilities ``input`` and ``target``, as
+    ``torch.nn.BCELoss(weight=None, size_average=None, reduce=None, reduction='mean')``.
+    ``weight`` is kept as a buffer."""
+
     def __init__(self, weight=None, size_average=None, reduce=None, reduction: str = "mean"):
         super().__init__(size_average, reduce, reduction)
         self._weights(weight=weight)
@@ -784,6 +866,10 @@ class BCELoss(_WeightedLoss):
 
 
 class BCEWithLogitsLoss(_WeightedLoss):
+    """Binary cross entropy on logits (a stable sigmoid + BCELoss), as
+    ``torch.nn.BCEWithLogitsLoss(weight=None, size_average=None, reduce=None,
+    reduction='mean', pos_weight=None)``. ``weight`` and ``pos_weight`` are kept as buffers."""
+
     def __init__(self, weight=None, size_average=None, reduce=None, reduction: str = "mean",
                  pos_weight=None):
         super().__init__(size_average, reduce, reduction)
@@ -796,6 +882,11 @@ class BCEWithLogitsLoss(_WeightedLoss):
 
 
 class KLDivLoss(_Loss):
+    """The Kullback-Leibler divergence of log-probabilities ``input`` from ``target``
+    (log-probabilities too with ``log_target=True``), as
+    ``torch.nn.KLDivLoss(size_average=None, reduce=None, reduction='mean',
+    log_target=False)``; use ``reduction='batchmean'`` for the mathematical KL divergence."""
+
     def __init__(self, size_average=None, reduce=None, reduction: str = "mean",
                  log_target: bool = False):
         super().__init__(size_average, reduce, reduction)

@@ -189,6 +189,8 @@ class Bilinear(Module):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
+        """PyTorch's init: weight and bias from U(-1/sqrt(in1_features), 1/sqrt(in1_features)).
+        Called by the constructor."""
         bound = 1.0 / math.sqrt(self.weight.shape[1])
         init.uniform_(self.weight, -bound, bound)
         if self.bias is not None:

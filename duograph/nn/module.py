@@ -168,15 +168,20 @@ class Module:
             stack.extend(reversed(children))
 
     def modules(self) -> Iterator["Module"]:
+        """An iterator over this module and every descendant module, depth first, each once. See
+        ``named_modules``."""
         for _, m in self.named_modules():
             yield m
 
     def named_children(self) -> Iterator[Tuple[str, "Module"]]:
+        """An iterator of ``(name, module)`` for the direct submodules, in the order they were
+        assigned."""
         for k, m in self._modules.items():
             if m is not None:
                 yield k, m
 
     def children(self) -> Iterator["Module"]:
+        """An iterator over the direct submodules, in the order they were assigned."""
         for _, m in self.named_children():
             yield m
 
@@ -191,34 +196,52 @@ class Module:
                 yield (f"{mname}.{k}" if mname else k), t
 
     def named_parameters(self, prefix: str = "", recurse: bool = True):
+        """An iterator of ``(dotted name, Parameter)`` for this module's parameters, and with
+        ``recurse=True`` (the default) those of every descendant; a parameter shared by
+        several modules comes once. ``prefix`` is put before every name."""
         return self._named("_parameters", prefix, recurse)
 
     def parameters(self, recurse: bool = True) -> Iterator[Parameter]:
+        """An iterator over this module's parameters, and with ``recurse=True`` (the default)
+        those of every descendant, each once; what an optimizer is given."""
         for _, p in self.named_parameters(recurse=recurse):
             yield p
 
     def named_buffers(self, prefix: str = "", recurse: bool = True):
+        """An iterator of ``(dotted name, tensor)`` for this module's buffers (running statistics
+        and other non-learnable state), and with ``recurse=True`` those of every descendant,
+        each once. ``prefix`` is put before every name."""
         return self._named("_buffers", prefix, recurse)
 
     def buffers(self, recurse: bool = True) -> Iterator[Tensor]:
+        """An iterator over this module's buffers, and with ``recurse=True`` (the default) those
+        of every descendant, each once."""
         for _, b in self.named_buffers(recurse=recurse):
             yield b
 
     # -- modes and housekeeping ---------------------------------------------------------------
     def train(self, mode: bool = True) -> "Module":
+        """Set ``training`` to ``mode`` on this module and every descendant (dropout and batch
+        norm behave differently in training) and return this module."""
         for m in self.modules():
             object.__setattr__(m, "training", bool(mode))
         return self
 
     def eval(self) -> "Module":
+        """``train(False)``: put this module and every descendant in evaluation mode and return
+        this module."""
         return self.train(False)
 
     def requires_grad_(self, requires_grad: bool = True) -> "Module":
+        """Set ``requires_grad`` on every parameter (recursively) and return this module;
+        ``requires_grad_(False)`` freezes it."""
         for p in self.parameters():
             p.requires_grad_(requires_grad)
         return self
 
     def zero_grad(self, set_to_none: bool = True) -> None:
+        """Reset the gradient of every parameter: to None with ``set_to_none=True`` (the default,
+        as in PyTorch 2), else to zeros. Parameters without a gradient are left alone."""
         for p in self.parameters():
             if p.grad is None:
                 continue
@@ -228,6 +251,8 @@ class Module:
                 p.grad = _zeros_like_grad(p.grad)
 
     def apply(self, fn: Callable[["Module"], None]) -> "Module":
+        """Call ``fn(module)`` on every descendant and on this module, each descendant before its
+        parent (as PyTorch), e.g. to initialise weights; returns this module."""
         for m in list(self.modules())[::-1]:
             fn(m)
         return self
@@ -257,18 +282,38 @@ class Module:
         return self
 
     def cpu(self) -> "Module":
+        """``to('cpu')``: move every parameter and buffer to the CPU. Converts this module's
+        parameters and buffers in place (their tensor objects stay the same, so an optimizer
+        keeps tracking them; a converted parameter's ``.grad`` is cleared) and returns the
+        module."""
         return self.to(device="cpu")
 
     def cuda(self) -> "Module":
+        """``to('cuda')``: move every parameter and buffer to the GPU (needs cupy). Converts this
+        module's parameters and buffers in place (their tensor objects stay the same, so an
+        optimizer keeps tracking them; a converted parameter's ``.grad`` is cleared) and
+        returns the module."""
         return self.to(device="cuda")
 
     def float(self) -> "Module":
+        """``to(dg.float32)``: cast the floating-point parameters and buffers to float32 (integer
+        buffers are kept). Converts this module's parameters and buffers in place (their
+        tensor objects stay the same, so an optimizer keeps tracking them; a converted
+        parameter's ``.grad`` is cleared) and returns the module."""
         return self.to("float32")
 
     def double(self) -> "Module":
+        """``to(dg.float64)``: cast the floating-point parameters and buffers to float64 (integer
+        buffers are kept). Converts this module's parameters and buffers in place (their
+        tensor objects stay the same, so an optimizer keeps tracking them; a converted
+        parameter's ``.grad`` is cleared) and returns the module."""
         return self.to("float64")
 
     def half(self) -> "Module":
+        """``to(dg.float16)``: cast the floating-point parameters and buffers to float16 (integer
+        buffers are kept). Converts this module's parameters and buffers in place (their
+        tensor objects stay the same, so an optimizer keeps tracking them; a converted
+        parameter's ``.grad`` is cleared) and returns the module."""
         return self.to("float16")
 
     # -- state dicts --------------------------------------------------------------------------
@@ -336,6 +381,9 @@ class Module:
         return _Handle(self._forward_hooks, Module._hook_ids)
 
     def forward(self, *args, **kwargs):
+        """The computation of this module, which every subclass defines. Call the module
+        (``module(x)``), not ``forward``, so that hooks run and graph mode records the layer
+        names. The base class raises NotImplementedError."""
         raise NotImplementedError(f"{type(self).__name__} must define forward()")
 
     def __call__(self, *args, **kwargs):
@@ -366,6 +414,8 @@ class Module:
 
     # -- printing -----------------------------------------------------------------------------
     def extra_repr(self) -> str:
+        """The extra text shown between the parentheses of this module's ``repr`` (e.g.
+        ``in_features=3, out_features=4``); subclasses override it. The base class gives ''."""
         return ""
 
     def __repr__(self) -> str:

@@ -65,6 +65,8 @@ class LRScheduler:
             self._is_initial = False
 
     def get_lr(self) -> List[float]:
+        """The learning rates for the current ``last_epoch``, one per parameter group; each
+        scheduler defines it and ``step`` calls it (call ``get_last_lr`` to read them)."""
         raise NotImplementedError
 
     def step(self, epoch: Optional[int] = None) -> None:
@@ -99,6 +101,7 @@ class LRScheduler:
                 and not (k in ("lr_lambdas", "_schedulers"))}
 
     def load_state_dict(self, state: dict) -> None:
+        """Restore the scheduler from ``state_dict()``'s output."""
         self.__dict__.update(state)
 
 
@@ -357,6 +360,7 @@ class SequentialLR(LRScheduler):
         return state
 
     def load_state_dict(self, state: dict) -> None:
+        """Restore this scheduler and its child schedulers from ``state_dict()``'s output."""
         state = dict(state)
         children = state.pop("_schedulers")
         self.__dict__.update(state)
@@ -448,6 +452,9 @@ class CyclicLR(LRScheduler):
         self.base_lrs = base_lrs
 
     def scale_fn(self, x) -> float:
+        """The amplitude scale at ``x`` (the cycle number or the iteration count, as
+        ``scale_mode`` says): the user's ``scale_fn`` if given, else 1 ('triangular'),
+        ``1 / 2**(x - 1)`` ('triangular2') or ``gamma ** x`` ('exp_range')."""
         if self._scale_fn_custom is not None:
             return self._scale_fn_custom(x)
         if self.mode == "triangular":
@@ -650,6 +657,9 @@ class ReduceLROnPlateau:
         return a > edge
 
     def step(self, metric) -> None:
+        """Record this epoch's ``metric``; after more than ``patience`` epochs without an
+        improvement beyond ``threshold`` (outside ``cooldown``), multiply every group's lr
+        by ``factor``, not below its ``min_lr``."""
         value = float(metric)
         self.last_epoch += 1
         if self._better(value, self.best):
@@ -668,10 +678,13 @@ class ReduceLROnPlateau:
             self.num_bad_epochs = 0
 
     def get_last_lr(self) -> List[float]:
+        """The current learning rates, one per parameter group."""
         return [g["lr"] for g in self.optimizer.param_groups]
 
     def state_dict(self) -> dict:
+        """Everything but the optimizer, for ``load_state_dict``."""
         return {k: v for k, v in self.__dict__.items() if k != "optimizer"}
 
     def load_state_dict(self, state: dict) -> None:
+        """Restore the scheduler from ``state_dict()``'s output."""
         self.__dict__.update(state)

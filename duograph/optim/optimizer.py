@@ -52,6 +52,9 @@ class Optimizer:
         self._lr_holders: Dict[int, _LearningRate] = {}
 
     def add_param_group(self, group: dict) -> None:
+        """Add a parameter group: a dict with ``params`` (a tensor or an iterable of leaf
+        tensors) and optional settings, the optimizer's defaults filling the rest. A parameter
+        already in another group raises ValueError, a non-leaf TypeError."""
         group = dict(group)
         ps = group["params"]
         group["params"] = [ps] if isinstance(ps, Tensor) else list(ps)
@@ -69,6 +72,8 @@ class Optimizer:
         self.param_groups.append(group)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
+        """Reset the gradient of every parameter of every group: to None with
+        ``set_to_none=True`` (the default, as in PyTorch 2), else to zeros."""
         for group in self.param_groups:
             for p in group["params"]:
                 if p.grad is None:
@@ -165,6 +170,9 @@ class Optimizer:
         return {"state": state, "param_groups": groups}
 
     def load_state_dict(self, state_dict: dict) -> None:
+        """Restore the settings of each parameter group and the per-parameter state (momentum
+        buffers, moment estimates, step counts) from ``state_dict()``'s output. The groups
+        must match this optimizer's in number and size (ValueError otherwise)."""
         groups = state_dict["param_groups"]
         if len(groups) != len(self.param_groups):
             raise ValueError(f"load_state_dict: the checkpoint has {len(groups)} parameter "
@@ -228,6 +236,8 @@ class SGD(Optimizer):
                                       maximize=maximize))
 
     def rule(self, p, g, state, group, lr):
+        """SGD's update: weight decay, momentum (Nesterov when asked) and ``p - lr * g``,
+        as ``torch.optim.SGD``; see ``Optimizer.rule``."""
         if group["maximize"]:
             g = -g
         if group["weight_decay"]:
@@ -265,6 +275,8 @@ class Adam(Optimizer):
         return state
 
     def rule(self, p, g, state, group, lr):
+        """Adam's update (AdamW's when ``decoupled``; AMSGrad when asked), as
+        ``torch.optim.Adam``; see ``Optimizer.rule``."""
         b1, b2 = group["betas"]
         wd = group["weight_decay"]
         if group["maximize"]:
@@ -316,6 +328,8 @@ class RMSprop(Optimizer):
         return state
 
     def rule(self, p, g, state, group, lr):
+        """RMSprop's update (centered and with momentum when asked), as
+        ``torch.optim.RMSprop``; see ``Optimizer.rule``."""
         a = group["alpha"]
         if group["weight_decay"]:
             g = g + group["weight_decay"] * p
@@ -351,6 +365,8 @@ class Adagrad(Optimizer):
         return state
 
     def rule(self, p, g, state, group, lr):
+        """Adagrad's update with learning-rate decay, as ``torch.optim.Adagrad``; see
+        ``Optimizer.rule``."""
         if group["weight_decay"]:
             g = g + group["weight_decay"] * p
         step = state["step"] + 1.0

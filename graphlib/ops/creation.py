@@ -293,12 +293,12 @@ def full_like(x, fill_value, dtype=None, _name="full_like"):
 
 
 def zeros_like(x, dtype=None):
-    """Zeros shaped like ``x``."""
+    """Zeros with the shape of ``x`` (and its dtype unless ``dtype`` is given)."""
     return full_like(x, 0, dtype, _name="zeros_like")
 
 
 def ones_like(x, dtype=None):
-    """Ones shaped like ``x``."""
+    """Ones with the shape of ``x`` (and its dtype unless ``dtype`` is given)."""
     return full_like(x, 1, dtype, _name="ones_like")
 
 

@@ -381,37 +381,41 @@ where_op = register(OpDef("where", _where_infer, _where_kernel,
 
 # -- public functions --------------------------------------------------------------------------
 def neg(x):
-    """-x."""
+    """``-x``, elementwise. Keeps the input's dtype; bool is refused. ``negative`` is an alias."""
     return neg_op(x)
 
 
 def abs(x):
-    """|x|."""
+    """The absolute value ``|x|``, elementwise. Keeps the input's dtype; bool is refused.
+    ``absolute`` is an alias."""
     return abs_op(x)
 
 
 def exp(x):
-    """e**x."""
+    """The exponential ``e ** x``, elementwise. Integer and bool inputs give float32, as in
+    PyTorch."""
     return exp_op(x)
 
 
 def log(x):
-    """Natural logarithm."""
+    """The natural logarithm, elementwise (-inf at 0, NaN below). Integer and bool inputs give
+    float32, as in PyTorch."""
     return log_op(x)
 
 
 def sqrt(x):
-    """Square root."""
+    """The square root, elementwise (NaN below 0). Integer and bool inputs give float32, as in
+    PyTorch."""
     return sqrt_op(x)
 
 
 def rsqrt(x):
-    """1 / sqrt(x)."""
+    """``1 / sqrt(x)``, elementwise. Integer and bool inputs give float32, as in PyTorch."""
     return rsqrt_op(x)
 
 
 def square(x):
-    """x * x."""
+    """``x * x``, elementwise. Keeps the input's dtype; bool is refused."""
     return square_op(x)
 
 
@@ -421,17 +425,19 @@ def reciprocal(x):
 
 
 def sin(x):
-    """Sine (radians)."""
+    """The sine of ``x`` (radians), elementwise. Integer and bool inputs give float32, as in
+    PyTorch."""
     return sin_op(x)
 
 
 def cos(x):
-    """Cosine (radians)."""
+    """The cosine of ``x`` (radians), elementwise. Integer and bool inputs give float32, as in
+    PyTorch."""
     return cos_op(x)
 
 
 def tanh(x):
-    """Hyperbolic tangent."""
+    """The hyperbolic tangent, elementwise. Integer and bool inputs give float32, as in PyTorch."""
     return tanh_op(x)
 
 
@@ -441,7 +447,7 @@ def sigmoid(x):
 
 
 def relu(x):
-    """max(x, 0)."""
+    """``max(x, 0)``, elementwise. Keeps the input's dtype; bool is refused."""
     return relu_op(x)
 
 
@@ -464,7 +470,7 @@ def softplus(x, beta: float = 1.0, threshold: float = 20.0):
 
 
 def erf(x):
-    """Error function."""
+    """The error function, elementwise. Integer and bool inputs give float32, as in PyTorch."""
     return erf_op(x)
 
 
@@ -546,7 +552,8 @@ def sub(a, b):
 
 
 def mul(a, b):
-    """a * b, broadcast."""
+    """``a * b``, broadcast; the dtype follows PyTorch's promotion (Python numbers are weak
+    scalars). ``multiply`` is an alias."""
     return mul_op(a, b)
 
 
@@ -611,42 +618,42 @@ def minimum(a, b):
 
 
 def eq(a, b):
-    """a == b as bool."""
+    """``a == b``, elementwise. Broadcast; the result is a bool tensor."""
     return eq_op(a, b)
 
 
 def ne(a, b):
-    """a != b as bool."""
+    """``a != b``, elementwise. Broadcast; the result is a bool tensor."""
     return ne_op(a, b)
 
 
 def lt(a, b):
-    """a < b as bool."""
+    """``a < b``, elementwise. Broadcast; the result is a bool tensor."""
     return lt_op(a, b)
 
 
 def le(a, b):
-    """a <= b as bool."""
+    """``a <= b``, elementwise. Broadcast; the result is a bool tensor."""
     return le_op(a, b)
 
 
 def gt(a, b):
-    """a > b as bool."""
+    """``a > b``, elementwise. Broadcast; the result is a bool tensor."""
     return gt_op(a, b)
 
 
 def ge(a, b):
-    """a >= b as bool."""
+    """``a >= b``, elementwise. Broadcast; the result is a bool tensor."""
     return ge_op(a, b)
 
 
 def logical_and(a, b):
-    """Elementwise and, as bool."""
+    """Elementwise logical and, as bool (nonzero counts as True). Broadcast."""
     return logical_and_op(a, b)
 
 
 def logical_or(a, b):
-    """Elementwise or, as bool."""
+    """Elementwise logical or, as bool (nonzero counts as True). Broadcast."""
     return logical_or_op(a, b)
 
 

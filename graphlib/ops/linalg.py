@@ -72,7 +72,7 @@ def matmul(a, b):
 
 
 def mm(a, b):
-    """2-D matrix product."""
+    """The matrix product of two 2-D tensors, ``(n, m) @ (m, p) -> (n, p)``."""
     b = operand(b, "mm")
     a = operand(a, "mm")
     if a.ndim != 2 or b.ndim != 2:

@@ -520,7 +520,7 @@ def permute(x, *dims):
 
 
 def transpose(x, dim0: int, dim1: int):
-    """Swap two dims."""
+    """``x`` with dims ``dim0`` and ``dim1`` swapped (negative dims count from the end)."""
     x = operand(x, "transpose")
     dims = list(range(x.ndim))
     a, b = normalize_dim(dim0, x.ndim, "transpose"), normalize_dim(dim1, x.ndim, "transpose")
