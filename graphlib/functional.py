@@ -27,6 +27,10 @@ from .ops.reduction import (amax, amin, argmax, argmin, logsumexp, mean, numel, 
 from .ops.shape import (broadcast_to, cat, chunk, concatenate, expand, flatten,  # noqa
                         gather, getitem, index_add, index_select, pad, permute, reshape,
                         scatter_add, split, squeeze, stack, sum_to, transpose, unsqueeze)
+from .ops.indexing import (argwhere, index_copy, index_fill, index_put,  # noqa: F401
+                           masked_fill, masked_scatter, masked_select, nonzero,
+                           nonzero_static, scatter, scatter_reduce, take, take_along_dim,
+                           where)
 
 MaxMin = namedtuple("MaxMin", ["values", "indices"])
 
@@ -69,4 +73,7 @@ __all__ = ["adaptive_avg_pool2d", "avg_pool2d", "conv2d", "max_pool2d", "arange"
            "expm1", "log2", "log10", "exp2", "floor", "ceil", "trunc", "fix", "frac", "isnan",
            "isinf", "isfinite", "logsigmoid", "arcsin", "arccos", "arctan", "arcsinh",
            "arccosh", "arctanh", "remainder", "fmod", "floor_divide", "atan2", "arctan2",
-           "hypot", "logical_xor"]
+           "hypot", "logical_xor",
+           "argwhere", "index_copy", "index_fill", "index_put", "masked_fill",
+           "masked_scatter", "masked_select", "nonzero", "nonzero_static", "scatter",
+           "scatter_reduce", "take", "take_along_dim"]

@@ -661,16 +661,22 @@ def chunk(x, chunks: int, dim: int = 0):
     return split(x, -(-size // chunks), dim)
 
 
+def _is_advanced(index) -> bool:
+    """Whether ``index`` holds a tensor, array or list (advanced indexing: ``indexing``)."""
+    items = index if isinstance(index, tuple) else (index,)
+    return any(isinstance(it, (list, tuple)) or (
+        hasattr(it, "shape") and hasattr(it, "dtype") and not isinstance(it, np.generic))
+        for it in items)
+
+
 def getitem(x, index):
-    """Basic indexing: ints, slices (positive steps), None and ... ; a 1-D integer tensor
-    index selects along the first dim (index_select)."""
+    """``x[index]`` as PyTorch: ints, slices (positive steps), None and ``...``; integer
+    tensors and lists in any position (``x[:, idx]``, ``x[a, b]``: advanced indexing); bool
+    masks (``x[mask]``: eager mode only, the size depends on the data)."""
     x = operand(x, "getitem")
-    if hasattr(index, "dtype") and hasattr(index, "shape") and not isinstance(index, int):
-        dt = index.dtype if isinstance(index.dtype, str) else dtypes.as_dtype(index.dtype)
-        if dt == "bool":
-            raise TypeError(located("getitem: boolean mask indexing gives a data-dependent "
-                                    "shape; use dg.where(mask, x, 0) instead"))
-        return index_select(x, 0, index)
+    if _is_advanced(index):
+        from .indexing import advanced_getitem
+        return advanced_getitem(x, index)
     try:
         items, _ = _normalize_index(index, tuple(x.shape))
     except (ShapeError, TypeError) as e:
