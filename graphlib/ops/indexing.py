@@ -147,7 +147,7 @@ def _index_put_infer(types, attrs):
     return [TensorType(x.shape, x.dtype)]
 
 
-def _index_put_kernel(xp, x, v, *idx, dims, accumulate):
+def _index_put_kernel(xp, x, v, *idx, dims, accumulate=False):
     out = x.copy()
     key = _key(xp, x, idx, dims, "index_put")
     v = v.astype(x.dtype, copy=False)
@@ -164,7 +164,7 @@ def _index_put_vjp(cts, ins, outs, a, needs):
     dims = a["dims"]
     gx = gv = None
     if needs[0]:
-        gx = g if a["accumulate"] else _zero_at(g, idx, dims)
+        gx = g if a.get("accumulate", False) else _zero_at(g, idx, dims)
     if needs[1]:
         gv = index_op(g, *idx, dims=dims)
     return [gx, gv] + [None] * len(idx)

@@ -378,9 +378,15 @@ gather_op = register(OpDef(
 def _scatter_add_infer(types, attrs):
     x, idx, src = types
     _check_index_dtype("scatter_add", idx)
-    if idx.shape != src.shape:
-        raise ShapeError(f"scatter_add: index {format_shape(idx.shape)} and src "
-                         f"{format_shape(src.shape)} must have the same shape")
+    if idx.ndim != x.ndim or src.ndim != x.ndim or any(
+            isinstance(i, int) and isinstance(s, int) and i > s
+            for i, s in zip(idx.shape, src.shape)) or any(
+            isinstance(i, int) and isinstance(s, int) and i > s and d != attrs["dim"]
+            for d, (i, s) in enumerate(zip(idx.shape, x.shape))):
+        raise ShapeError(f"scatter_add: index {format_shape(idx.shape)} must have self's "
+                         f"dims ({format_shape(x.shape)}) and be no larger than src "
+                         f"{format_shape(src.shape)} in any dim, nor than self in dims "
+                         f"other than {attrs['dim']}")
     return [TensorType(x.shape, dtypes.result_dtype(x.dtype, src.dtype))]
 
 
@@ -388,14 +394,26 @@ def _scatter_add_kernel(xp, x, index, src, dim):
     out = x.astype(xp.result_type(x, src), copy=True)
     grids = list(xp.indices(index.shape, sparse=True))
     grids[dim] = _checked_index(xp, index, x.shape[dim], dim, "scatter_add")
+    if src.shape != index.shape:    # only the corner of src that index covers is read
+        src = src[tuple(slice(0, n) for n in index.shape)]
     xpu.add_at(xp, out, tuple(grids), src)
     return out
 
 
+def _scatter_add_vjp(cts, ins, outs, a, needs):
+    gs = None
+    if needs[2]:
+        gs = gather(cts[0], a["dim"], ins[1])
+        if tuple(gs.shape) != tuple(ins[2].shape):     # zeros where src was not read
+            widths = []
+            for n, m in reversed(list(zip(ins[1].shape, ins[2].shape))):
+                widths += [0, m - n]
+            gs = pad(gs, widths)
+    return [cts[0], None, gs]
+
+
 scatter_add_op = register(OpDef(
-    "scatter_add", _scatter_add_infer, _scatter_add_kernel,
-    lambda cts, ins, outs, a, needs: [
-        cts[0], None, gather(cts[0], a["dim"], ins[1]) if needs[2] else None],
+    "scatter_add", _scatter_add_infer, _scatter_add_kernel, _scatter_add_vjp,
     nondiff_inputs=(1,),
     attrs=Attrs(dim=Attr(int))))
 
