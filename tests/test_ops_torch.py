@@ -135,6 +135,16 @@ if "conv2d" in BY_NAME:
     TORCH.update(conv2d=TF.conv2d, max_pool2d=TF.max_pool2d, avg_pool2d=TF.avg_pool2d,
                  adaptive_avg_pool2d=TF.adaptive_avg_pool2d)
 
+TORCH.update(
+    scatter=lambda x, dim, index, src, reduce=None: torch.scatter(
+        x, dim, index, src, **({"reduce": reduce} if reduce else {})),
+    scatter_reduce=torch.scatter_reduce, nonzero_static=torch.nonzero_static,
+    masked_fill=torch.masked_fill, masked_scatter=torch.masked_scatter,
+    index_put=lambda x, indices, values, accumulate=False: torch.index_put(
+        x, tuple(indices), values, accumulate),
+    index_copy=torch.index_copy, index_fill=torch.index_fill,
+    take_along_dim=torch.take_along_dim, take=torch.take)
+
 # Samples torch rejects (duograph promotes, or accepts more index dtypes) or where duograph
 # deliberately differs (documented in the op's docstring).
 NOT_IN_TORCH = {
@@ -144,6 +154,8 @@ NOT_IN_TORCH = {
     "index_add-f32_f64": "torch.index_add needs src of the input's dtype",
     "softmax-i64": "torch has no integer softmax; duograph gives float32",
     "log_softmax-i64": "torch has no integer log_softmax; duograph gives float32",
+    "scatter-smaller": "torch has no gradient where src is larger than index",
+    "scatter-add": "torch has no gradient for scatter(reduce=)",
 }
 
 

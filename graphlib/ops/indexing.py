@@ -437,7 +437,8 @@ def _masked_take_kernel(xp, x, mask, shape):
 masked_take_op = register(OpDef(
     "masked_take", _masked_take_infer, _masked_take_kernel,
     lambda cts, ins, outs, a, needs: [
-        masked_scatter_op(zeros_like_for_grad(ins[0], cts[0]), ins[1], cts[0]), None],
+        masked_scatter_op(zeros_like_for_grad(ins[0], cts[0]), ins[1], cts[0], strict=False),
+        None],
     nondiff_inputs=(1,), saves_no_data=True,
     attrs=Attrs(shape=Attr("shape")),
     doc="the first prod(shape) elements of x where mask holds (row-major), zero-padded"))
@@ -456,12 +457,16 @@ def _masked_scatter_infer(types, attrs):
     return [TensorType(x.shape, x.dtype)]
 
 
-def _masked_scatter_kernel(xp, x, mask, src):
+def _masked_scatter_kernel(xp, x, mask, src, strict=True):
     out = x.copy()
     n = int(mask.sum())
     if n > src.size:
-        raise IndexError(f"masked_scatter: source has {src.size} elements, fewer than the "
-                         f"{n} elements the mask selects")
+        if strict:
+            raise IndexError(f"masked_scatter: source has {src.size} elements, fewer than "
+                             f"the {n} elements the mask selects")
+        places = xp.flatnonzero(mask)[:src.size]     # only the first src.size places
+        out.reshape(-1)[places] = src.reshape(-1)
+        return out
     out[mask] = src.reshape(-1)[:n]
     return out
 
@@ -475,8 +480,10 @@ def _masked_scatter_vjp(cts, ins, outs, a, needs):
 
 masked_scatter_op = register(OpDef(
     "masked_scatter", _masked_scatter_infer, _masked_scatter_kernel, _masked_scatter_vjp,
-    nondiff_inputs=(1,), saves_no_data=True, attrs=Attrs(),
-    doc="x with the places where mask holds filled by source's elements in order"))
+    nondiff_inputs=(1,), saves_no_data=True,
+    attrs=Attrs(strict=Attr(bool, default=True)),
+    doc="x with the places where mask holds filled by source's elements in order "
+        "(``strict=False``: only as many places as source has elements)"))
 
 # -- helpers of the public functions -----------------------------------------------------------
 
@@ -800,9 +807,9 @@ def nonzero_static(input, *, size: int, fill_value: int = -1):
     return nonzero(input, size=size, fill_value=fill_value)
 
 
-def argwhere(input):
-    """``nonzero(input)`` (torch.argwhere)."""
-    return nonzero(input)
+def argwhere(input, *, size=None, fill_value: int = -1):
+    """``nonzero(input)`` (torch.argwhere; ``size`` and ``fill_value`` as in nonzero)."""
+    return nonzero(input, size=size, fill_value=fill_value)
 
 
 def where(condition, input=None, other=None):
