@@ -133,7 +133,6 @@ def _index_vjp(cts, ins, outs, a, needs):
 
 index_op = register(OpDef(
     "index", _index_infer, _index_kernel, _index_vjp, nondiff_inputs=_AFTER_0,
-    saves_no_data=True,
     attrs=Attrs(dims=Attr("dims", min=0)),
     doc="x[..., i0, ..., i1, ...]: integer tensors at ``dims`` (PyTorch's advanced indexing)"))
 
@@ -177,14 +176,11 @@ def _zero_at(g, idx, dims):
 
 index_put_op = register(OpDef(
     "index_put", _index_put_infer, _index_put_kernel, _index_put_vjp,
-    nondiff_inputs=_AFTER_1, saves_no_data=True,
+    nondiff_inputs=_AFTER_1,
     attrs=Attrs(dims=Attr("dims", min=0), accumulate=Attr(bool, default=False)),
     doc="x with x[..., i0, ..., i1, ...] = values (or += values when ``accumulate``)"))
 
 # -- scatter and scatter_reduce ----------------------------------------------------------------
-
-_SCATTER_REDUCE = ("sum", "prod", "mean", "amax", "amin")
-
 
 def _scatter_shapes(op, x, idx, src, dim):
     if idx.dtype != "int64":
@@ -271,7 +267,6 @@ def _zero_scalar(g):
 
 scatter_op = register(OpDef(
     "scatter", _scatter_infer, _scatter_kernel, _scatter_vjp, nondiff_inputs=(1,),
-    saves_no_data=True,
     attrs=Attrs(dim=Attr(int), reduce=Attr(str, default=None, choices=("add", "multiply"))),
     doc="self with self[index[i][j]][j] = src[i][j] for dim=0 (torch.scatter)"))
 
@@ -390,7 +385,7 @@ def _ones_like(index, g):
 scatter_reduce_op = register(OpDef(
     "scatter_reduce", _scatter_reduce_infer, _scatter_reduce_kernel, _scatter_reduce_vjp,
     nondiff_inputs=(1,), vjp_reads_output=True,
-    attrs=Attrs(dim=Attr(int), reduce=Attr(str, choices=_SCATTER_REDUCE),
+    attrs=Attrs(dim=Attr(int), reduce=Attr(str, choices=("sum", "prod", "mean", "amax", "amin")),
                 include_self=Attr(bool, default=True)),
     doc="torch.scatter_reduce: src reduced into self at index along dim"))
 
@@ -439,7 +434,7 @@ masked_take_op = register(OpDef(
     lambda cts, ins, outs, a, needs: [
         masked_scatter_op(zeros_like_for_grad(ins[0], cts[0]), ins[1], cts[0], strict=False),
         None],
-    nondiff_inputs=(1,), saves_no_data=True,
+    nondiff_inputs=(1,),
     attrs=Attrs(shape=Attr("shape")),
     doc="the first prod(shape) elements of x where mask holds (row-major), zero-padded"))
 
@@ -480,7 +475,7 @@ def _masked_scatter_vjp(cts, ins, outs, a, needs):
 
 masked_scatter_op = register(OpDef(
     "masked_scatter", _masked_scatter_infer, _masked_scatter_kernel, _masked_scatter_vjp,
-    nondiff_inputs=(1,), saves_no_data=True,
+    nondiff_inputs=(1,),
     attrs=Attrs(strict=Attr(bool, default=True)),
     doc="x with the places where mask holds filled by source's elements in order "
         "(``strict=False``: only as many places as source has elements)"))
