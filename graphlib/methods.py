@@ -216,6 +216,16 @@ class TensorMethods:
     def __getitem__(self, index):
         return F.getitem(self, index)
 
+    def __setitem__(self, index, value):
+        """Eager tensors write in place (``Tensor.__setitem__``); a graph Value is
+        immutable, so this raises an error naming the out-of-place forms."""
+        from .errors import located
+        raise TypeError(located(
+            "__setitem__: a graph Value cannot be assigned to in place; build the new value "
+            "and use it instead: y = dg.index_put(x, indices, values), "
+            "dg.masked_fill(x, mask, value), dg.where(mask, values, x) or "
+            "dg.scatter(x, dim, index, src)"))
+
     def reshape(self, *shape):
         return F.reshape(self, *shape)
 

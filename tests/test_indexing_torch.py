@@ -468,3 +468,25 @@ def test_dtype_mismatches_are_refused():
         d.masked_fill(dg.tensor(np.ones((3, 4), np.int64)), 1.0)
     with pytest.raises(dg.DTypeError, match="scatter: expected an int64 index"):
         d.scatter(0, dg.tensor(np.zeros((1, 1), np.int32)), 1.0)
+
+
+def test_graph_values_cannot_be_assigned_to():
+    g = dg.Graph("m")
+    with g:
+        v = dg.placeholder("x", (3,), "float32")
+        with pytest.raises(TypeError, match="index_put.*masked_fill.*where"):
+            v[0] = 1.0
+
+
+@pytest.mark.parametrize("index", [
+    lambda: 7, lambda: (0, 0, 0, 0), lambda: dg.tensor(np.array([1], np.int8)),
+    lambda: dg.tensor(np.array([[True, False]]))])
+def test_index_errors_are_index_errors_and_shape_errors(index):
+    x = dg.tensor(X)
+    with pytest.raises(IndexError):
+        x[index()]
+    with pytest.raises(dg.ShapeError):
+        x[index()]
+    with pytest.raises(IndexError):
+        torch.tensor(X)[index() if not isinstance(index(), dg.Tensor)
+                        else torch.tensor(index().numpy())]

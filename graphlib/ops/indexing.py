@@ -26,21 +26,16 @@ import numpy as np
 from .. import dtypes
 from .. import xp as xpu
 from ..attrs import Attr, Attrs
-from ..errors import DTypeError, DuographError, ShapeError, located
+from ..errors import DTypeError, ShapeError, located
 from ..ir import Value, current_graph
 from ..registry import OpDef, register
 from ..types import TensorType, broadcast_shapes, format_shape, normalize_dim
 from ._common import operand
-from .shape import (_normalize_index, gather, getitem_grad_op, getitem_op, pad,
+from .shape import (IndexingError, _normalize_index, gather, getitem_grad_op, getitem_op, pad,
                     scatter_add, zeros_like_for_grad)
 
 
-class IndexingError(DuographError, IndexError):
-    """An index that does not fit the tensor (out of range, a mask of the wrong shape, an
-    index tensor of the wrong dtype): also an ``IndexError``, as PyTorch raises."""
-
-
-_INT_INDEX = ("int64", "int32", "int16", "int8")
+_INT_INDEX = ("int64", "int32")   # as PyTorch: long and int (uint8 and bool are masks)
 _AFTER_0 = tuple(range(1, 66))      # every input after the first (index tensors)
 _AFTER_1 = tuple(range(2, 67))      # every input after the second
 
@@ -619,9 +614,7 @@ def _split(x, parts, name: str):
 def _basic_items(x, basic, name):
     try:
         items, part_shape = _normalize_index(basic, tuple(x.shape), name)
-    except ShapeError as e:
-        raise IndexingError(located(str(e))) from None
-    except TypeError as e:
+    except (ShapeError, TypeError) as e:
         raise type(e)(located(str(e))) from None
     trivial = all(it == ("s", None, None, None) for it in items)
     return items, part_shape, trivial

@@ -220,6 +220,12 @@ split_op = register(OpDef("split", _split_infer, _split_kernel, _split_vjp, mult
 # -- basic indexing ----------------------------------------------------------------------------
 
 
+class IndexingError(ShapeError, IndexError):
+    """An index that does not fit the tensor (out of range, too many indices, a mask of the
+    wrong shape, an index tensor of the wrong dtype): a ShapeError, and an ``IndexError`` as
+    PyTorch raises, so code catching PyTorch's exception catches it."""
+
+
 def _normalize_index(index, shape, name="getitem"):
     """Turn a Python index into a hashable tuple of ('i', k), ('s', start, stop, step),
     ('n',) for None; Ellipsis is expanded. Returns (items, result shape)."""
@@ -227,7 +233,7 @@ def _normalize_index(index, shape, name="getitem"):
         index = (index,)
     consumed = sum(1 for i in index if i is not None and i is not Ellipsis)
     if consumed > len(shape):
-        raise ShapeError(f"{name}: too many indices ({consumed}) for a tensor with "
+        raise IndexingError(f"{name}: too many indices ({consumed}) for a tensor with "
                          f"{len(shape)} dims")
     items, out_shape, axis = [], [], 0
     seen_ellipsis = False
@@ -263,13 +269,13 @@ def _normalize_index(index, shape, name="getitem"):
             k = int(it.__index__())
             size = shape[axis]
             if isinstance(size, int) and not -size <= k < size:
-                raise ShapeError(f"{name}: index {k} is out of bounds for dim {axis} with "
+                raise IndexingError(f"{name}: index {k} is out of bounds for dim {axis} with "
                                  f"size {size}")
             items.append(("i", k))
             axis += 1
         else:
-            raise TypeError(f"{name}: unsupported index {it!r}; basic indexing takes ints, "
-                            "slices, None and ...; use index_select or gather for tensors")
+            raise TypeError(f"{name}: unsupported index {it!r}; an index takes ints, "
+                            "slices, None, ..., and integer or bool tensors and lists")
     out_shape.extend(shape[axis:])
     return tuple(items), tuple(out_shape)
 
