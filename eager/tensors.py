@@ -562,10 +562,16 @@ class Tensor(TensorMethods):
         from ..graphlib.ops.shape import _is_advanced
         tracked = grad_mode.is_grad_enabled() and (self.requires_grad or (
             isinstance(value, Tensor) and value.requires_grad))
-        if not tracked and not _recorders and not _is_advanced(index):
+        if not tracked and not _recorders:
             if isinstance(value, Tensor):
+                if value.device != self.device:
+                    value = value.to(device=self.device)
                 value = value.data
-            self.data[index] = value
+            if _is_advanced(index):
+                from ..graphlib.ops.indexing import write_in_place
+                write_in_place(self, self.data, _xp_for(self.device), index, value)
+            else:
+                self.data[index] = value
             self._version[0] += 1
             return
         from ..graphlib.ops.indexing import index_assign
@@ -592,8 +598,7 @@ class Tensor(TensorMethods):
 
     def index_add_(self, dim, index, source, *, alpha=1):
         """In-place ``index_add``."""
-        return self._inplace_op("index_add_", "index_add", dim, index,
-                                source if alpha == 1 else source * alpha)
+        return self._inplace_op("index_add_", "index_add", dim, index, source, alpha=alpha)
 
     def index_copy_(self, dim, index, source):
         """In-place ``index_copy``."""

@@ -547,7 +547,7 @@ class TensorMethods:
 
     def index_add(self, dim, index, source, *, alpha=1):
         """``torch.Tensor.index_add``: ``alpha * source`` added at ``index`` along ``dim``."""
-        return F.index_add(self, dim, index, source if alpha == 1 else source * alpha)
+        return F.index_add(self, dim, index, source, alpha=alpha)
 
     def index_copy(self, dim, index, source):
         """``torch.Tensor.index_copy``: ``source`` copied to ``index`` along ``dim``."""

@@ -224,6 +224,8 @@ FUNCS = {
     "scatter_add": lambda L, x, s: L.F.scatter_add(x, 0, L.t(IDX), s[:2]),
     "scatter_add_smaller": lambda L, x, s: x.scatter_add(1, L.t(_i([[3], [3]])), s),
     "index_add": lambda L, x, s: x.index_add(0, L.t(_i([2, 0, 2])), s),
+    "index_add_fn_alpha": lambda L, x, s: L.F.index_add(x, 0, L.t(_i([1, 1, 2])), s,
+                                                        alpha=-0.5),
     "index_add_alpha": lambda L, x, s: x.index_add(1, L.t(_i([3, 3, 0])), s[:, :3],
                                                    alpha=2.0),
     "index_copy": lambda L, x, s: x.index_copy(0, L.t(_i([2, 0, 1])), s),

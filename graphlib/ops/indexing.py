@@ -31,8 +31,8 @@ from ..ir import Value, current_graph
 from ..registry import OpDef, register
 from ..types import TensorType, broadcast_shapes, format_shape, normalize_dim
 from ._common import operand
-from .shape import (IndexingError, _normalize_index, gather, getitem_grad_op, getitem_op, pad,
-                    scatter_add, zeros_like_for_grad)
+from .shape import (IndexingError, _normalize_index, _python_index, gather, getitem_grad_op,
+                    getitem_op, pad, scatter_add, zeros_like_for_grad)
 
 
 _INT_INDEX = ("int64", "int32")   # as PyTorch: long and int (uint8 and bool are masks)
@@ -91,8 +91,8 @@ def _check_index_tensor(op, t):
 
 
 def _advanced_shape(op, shape, index_types, dims):
-    if len(dims) != len(index_types) or list(dims) != sorted(set(dims)) or (
-            dims and dims[-1] >= len(shape)):
+    if not dims or len(dims) != len(index_types) or list(dims) != sorted(set(dims)) or (
+            dims[-1] >= len(shape)):
         raise ShapeError(f"{op}: dims {list(dims)} must be increasing dims of "
                          f"{format_shape(shape)}, one per index tensor")
     for t in index_types:
@@ -176,6 +176,7 @@ index_put_op = register(OpDef(
     doc="x with x[..., i0, ..., i1, ...] = values (or += values when ``accumulate``)"))
 
 # -- scatter and scatter_reduce ----------------------------------------------------------------
+
 
 def _scatter_shapes(op, x, idx, src, dim):
     if idx.dtype != "int64":
@@ -660,6 +661,31 @@ def advanced_getitem(x, index):
     if not tensors:
         return y
     return index_op(y, *tensors, dims=dims)
+
+
+def write_in_place(x, data, xp, index, value) -> None:
+    """``x[index] = value`` written straight into ``data`` (x's array, module ``xp``): the
+    eager path when neither autograd nor ``record()`` watches. Same places and errors as
+    ``index_assign``: basic items first (a view of ``data``), then the index tensors."""
+    name = "__setitem__"
+    basic, tensors, dims = _split(x, _parts(x, index, name), name)
+    items, _, _ = _basic_items(x, basic, name)
+    view = data[_python_index(items)]
+    if not tensors:
+        view[...] = value
+        return
+    key = [slice(None)] * (dims[-1] + 1)
+    for t, d in zip(tensors, dims):
+        arr = t.data if hasattr(t, "data") and not isinstance(t, np.ndarray) else \
+            xp.asarray(t)
+        key[d] = _wrapped(xp, arr, view.shape[d], d, name)
+    try:
+        view[tuple(key)] = value
+    except ValueError as e:
+        raise ShapeError(located(f"{name}: cannot assign a value of shape "
+                                 f"{format_shape(getattr(value, 'shape', ()))} to the "
+                                 f"indexed shape {format_shape(view[tuple(key)].shape)} "
+                                 f"({e})")) from None
 
 
 def _value_for(x, value, name):

@@ -726,9 +726,11 @@ def index_select(x, dim: int, index):
     return index_select_op(x, index, dim=normalize_dim(dim, x.ndim, "index_select"))
 
 
-def index_add(x, dim: int, index, src):
-    """out = x; out[..., index[i], ...] += src[..., i, ...] along ``dim``."""
+def index_add(x, dim: int, index, src, *, alpha=1):
+    """out = x; out[..., index[i], ...] += alpha * src[..., i, ...] along ``dim``."""
     x = operand(x, "index_add")
+    if alpha != 1:
+        src = src * alpha
     return index_add_op(x, index, src, dim=normalize_dim(dim, x.ndim, "index_add"))
 
 
