@@ -31,6 +31,25 @@ def add_at(xp, target, index, values) -> None:
         cupyx.scatter_add(target, index, values)
 
 
+def ufunc_at(xp, name: str, target, index, values) -> None:
+    """Unbuffered ``target[index] = name(target[index], values)`` for ``name`` in add,
+    multiply, maximum, minimum (repeated places combine): numpy's ``ufunc.at``; cupy's
+    scatter functions, or the host for multiply (cupy has no scatter product)."""
+    if xp is np:
+        getattr(np, name).at(target, index, values)
+    elif name == "add":  # pragma: no cover - GPU only
+        add_at(xp, target, index, values)
+    elif name in ("maximum", "minimum"):  # pragma: no cover - GPU only
+        import cupyx
+        scatter = cupyx.scatter_max if name == "maximum" else cupyx.scatter_min
+        scatter(target, index, values)
+    else:  # pragma: no cover - GPU only
+        host = xp.asnumpy(target)
+        np.multiply.at(host, tuple(i if isinstance(i, slice) else xp.asnumpy(i)
+                                   for i in index), xp.asnumpy(values))
+        target[...] = xp.asarray(host)
+
+
 def to_device(x, device: str):
     """``x`` as an array of ``device``: numpy for "cpu", cupy (imported here, lazily) for
     "cuda"."""

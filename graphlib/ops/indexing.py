@@ -204,23 +204,6 @@ def _grids(xp, x, index, dim, op):
     return tuple(grids)
 
 
-def _ufunc_at(xp, name: str, target, key, values) -> None:
-    """Unbuffered ``target[key] = name(target[key], values)`` (repeated places combine):
-    numpy's ``ufunc.at``; on cupy its scatter functions, or the host for multiply."""
-    if xp is np:
-        getattr(np, name).at(target, key, values)
-    elif name == "add":
-        xpu.add_at(xp, target, key, values)
-    elif name in ("maximum", "minimum"):  # pragma: no cover - GPU only
-        import cupyx
-        (cupyx.scatter_max if name == "maximum" else cupyx.scatter_min)(target, key, values)
-    else:  # pragma: no cover - GPU only
-        host = xp.asnumpy(target)
-        np.multiply.at(host, tuple(k if isinstance(k, slice) else xp.asnumpy(k)
-                                   for k in key), xp.asnumpy(values))
-        target[...] = xp.asarray(host)
-
-
 def _src_part(xp, src, index, dtype):
     src = src.astype(dtype, copy=False)
     if src.ndim == 0:
@@ -243,7 +226,7 @@ def _scatter_kernel(xp, x, index, src, dim, reduce=None):
     elif reduce == "add":
         xpu.add_at(xp, out, key, part)
     else:
-        _ufunc_at(xp, "multiply", out, key, part)
+        xpu.ufunc_at(xp, "multiply", out, key, part)
     return out
 
 
@@ -311,7 +294,7 @@ def _scatter_reduce_kernel(xp, x, index, src, dim, reduce, include_self=True):
             out[hit] = part.min() if reduce == "amax" else part.max()
     ufunc = {"sum": "add", "mean": "add", "prod": "multiply", "amax": "maximum",
              "amin": "minimum"}[reduce]
-    _ufunc_at(xp, ufunc, out, key, part)
+    xpu.ufunc_at(xp, ufunc, out, key, part)
     if reduce == "mean":
         count = xp.zeros(x.shape, dtype=xp.int64) + (1 if include_self else 0)
         xpu.add_at(xp, count, key, xp.ones(part.shape, dtype=xp.int64))
