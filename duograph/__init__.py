@@ -15,8 +15,9 @@ from .graphlib import dtypes  # noqa: F401
 from .graphlib.autodiff import grad
 from .graphlib.config import config
 from .graphlib.builder import assign, placeholder, variable
-from .graphlib.errors import (DTypeError, DuographError, FeedError, GraphError, KernelError,
-                              ShapeError)
+from .graphlib.errors import (DimError, DTypeError, DuographError, FeedError, GraphError,
+                              IndexBoundsError, KernelError, ShapeError,
+                              UnsupportedDTypeError)
 from .graphlib.functional import *  # noqa: F401,F403
 from .graphlib.functional import max, min, pow, sum, abs  # noqa: F401  (shadow builtins here)
 from .graphlib.ir import Graph, Node, Value
@@ -51,10 +52,15 @@ from . import data, io  # noqa: E402
 from . import onnx  # noqa: E402
 from .io import save, load  # noqa: E402
 from .graphlib.serialize import GraphFormatError, load_graph, save_graph  # noqa: E402
+from . import models  # noqa: E402
+from .comparison import Comparison, compare  # noqa: E402
 
 # PyTorch's names for the same things (dtype aliases, device objects, dg.cuda, Variable)
 from .compat import bool, cuda, device, double, float, half, int, long, short  # noqa: E402,A004
 from .eager.grad_mode import inference_mode  # noqa: E402
+from .eager.legacy import (BFloat16Tensor, BoolTensor, ByteTensor, CharTensor,  # noqa: E402
+                           DoubleTensor, FloatTensor, HalfTensor, IntTensor, LongTensor,
+                           ShortTensor)
 from . import compat, utils  # noqa: E402  (dg.utils.data is duograph.data)
 autograd.Variable = compat.Variable
 
@@ -74,11 +80,17 @@ __all__ = list(graphlib.functional.__all__) + [
     "enable_grad", "set_grad_enabled", "is_grad_enabled", "record", "compile",
     # checkpoints and graph files
     "save", "load", "save_graph", "load_graph", "GraphFormatError",
+    # comparing the paradigms
+    "compare", "Comparison", "models",
     # dtype names
     "float16", "float32", "float64", "int32", "int64", "uint8", "bool_", "bfloat16", "int8",
     "int16", "short",
     # PyTorch's aliases
     "long", "int", "float", "double", "half", "bool", "device", "cuda", "utils",
     "inference_mode",
+    "DimError", "IndexBoundsError", "UnsupportedDTypeError",
+    # PyTorch's legacy typed constructors
+    "FloatTensor", "DoubleTensor", "HalfTensor", "BFloat16Tensor", "ByteTensor", "CharTensor",
+    "ShortTensor", "IntTensor", "LongTensor", "BoolTensor",
 ]
 __all__ = list(dict.fromkeys(__all__))

@@ -2,6 +2,8 @@
 
     duograph inspect FILE [--dim N=32 ...] [--svg out.svg] [--no-ir]
     duograph export SCRIPT:OBJECT --to json|onnx [-o PATH] [--input NAME=SHAPE[:DTYPE] ...]
+    duograph compare SCRIPT:BUILD | --model NAME [--modes eager,O2] [--steps 3]
+                     [--repeats 10] [--report DIR] [--json PATH]
 
 ``inspect`` reads a saved duograph graph (``dg.save_graph``, or ``.json`` from
 ``graph.to_json()``) or an ONNX model, and prints the text IR, an op histogram, the
@@ -170,6 +172,58 @@ def export(spec: str, to: str, out: Optional[str], inputs) -> str:
     return path
 
 
+def _compare_spec(obj) -> dict:
+    """What a user's ``build()`` returned, as ``dg.compare``'s arguments: a dict with the keys
+    model, inputs (and optionally targets, loss, optimizer), or a tuple in that order."""
+    made = obj() if callable(obj) and not hasattr(obj, "parameters") else obj
+    keys = ("model", "inputs", "targets", "loss", "optimizer")
+    if isinstance(made, dict):
+        unknown = sorted(set(made) - set(keys))
+        if unknown or "model" not in made or "inputs" not in made:
+            raise CommandError(f"build() must return a dict with keys model and inputs (and "
+                               f"optionally targets, loss, optimizer), found {sorted(made)}")
+        return dict(made)
+    if isinstance(made, (tuple, list)) and 2 <= len(made) <= 5:
+        return dict(zip(keys, made))
+    raise CommandError("build() must return (model, inputs[, targets, loss, optimizer]) or a "
+                       f"dict of them, found {type(made).__name__}")
+
+
+def compare_command(args) -> str:
+    from duograph import models
+    from duograph.comparison import KNOWN_MODES, compare
+    modes = tuple(m.strip() for m in args.modes.split(",") if m.strip())
+    bad = [m for m in modes if m not in KNOWN_MODES]
+    if bad:
+        raise CommandError(f"--modes: unknown mode(s) {bad}: expected some of {KNOWN_MODES}")
+    if bool(args.target) == bool(args.model):
+        raise CommandError("give either SCRIPT:BUILD or --model NAME "
+                           f"(one of {', '.join(models.NAMES)})")
+    case = None
+    if args.model:
+        if args.model not in models.NAMES:
+            raise CommandError(f"--model: unknown model {args.model!r}: expected one of "
+                               f"{', '.join(models.NAMES)}")
+        case = models.get(args.model)
+        spec = {"model": case.model, "inputs": case.inputs, "targets": case.targets,
+                "loss": case.loss, "optimizer": case.optimizer}
+    else:
+        spec = _compare_spec(_load_object(args.target))
+    if any(m.startswith("torch") for m in modes) and case is None:
+        raise CommandError("--modes torch and torch.compile need a bundled model "
+                           "(--model NAME)")
+    cmp = compare(spec["model"], spec["inputs"], targets=spec.get("targets") or (),
+                  loss=spec.get("loss"), optimizer=spec.get("optimizer"), modes=modes,
+                  steps=args.steps, repeats=args.repeats, case=case, progress=True)
+    lines = [cmp.table()]
+    if args.json:
+        cmp.save_json(args.json)
+        lines.append(f"wrote {args.json}")
+    if args.report:
+        lines.append(f"wrote {cmp.report(args.report)}")
+    return "\n".join(lines)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="duograph", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -185,15 +239,31 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     exp.add_argument("-o", "--output", metavar="PATH")
     exp.add_argument("--input", action="append", default=[], metavar="NAME=D1,D2[:DTYPE]",
                      help="an input of a module or function to record (repeatable)")
+    cmp = sub.add_parser("compare", help="run one model in every mode and compare time, "
+                         "memory, kernels and numbers node by node")
+    cmp.add_argument("target", nargs="?", metavar="SCRIPT:BUILD",
+                     help="a function of your script returning (model, inputs[, targets, "
+                          "loss, optimizer]) or a dict of them")
+    cmp.add_argument("--model", metavar="NAME", help="a bundled model instead (duograph.models:"
+                     " mlp, cnn, transformer, resnet, rnn)")
+    cmp.add_argument("--modes", default="eager,compiled,O0,O1,O2",
+                     help="comma-separated: eager, compiled, O0, O1, O2, torch, "
+                          "torch.compile")
+    cmp.add_argument("--steps", type=int, default=3, help="steps for the loss curves")
+    cmp.add_argument("--repeats", type=int, default=10, help="timed steps per mode")
+    cmp.add_argument("--report", metavar="DIR", help="write an HTML page with plots here")
+    cmp.add_argument("--json", metavar="PATH", help="write every figure as JSON here")
     args = parser.parse_args(argv)
     import duograph as dg
     try:
         if args.command == "inspect":
             graph = load_any(args.file)
             print(inspect_graph(graph, _parse_dims(args.dim), not args.no_ir, args.svg))
+        elif args.command == "compare":
+            print(compare_command(args))
         else:
             print(f"wrote {export(args.target, args.to, args.output, args.input)}")
-    except (CommandError, dg.DuographError) as e:
+    except (CommandError, dg.DuographError, ValueError, TypeError) as e:
         print(f"duograph {args.command}: {e}", file=sys.stderr)
         return 2
     return 0

@@ -42,9 +42,14 @@ class Recorder:
     """The handle ``record()`` yields: ``graph``, ``value(t)``, ``feeds()``, ``external``."""
 
     def __init__(self, name: str = "recorded", names: Optional[Dict[str, Tensor]] = None,
-                 bind: bool = False):
+                 bind: bool = False, keep_values: bool = False):
         self.name = name
         self.bind = bind
+        # keep_values: a copy of every op's results as it ran (``eager_values``), which later
+        # in-place writes cannot change (``dg.compare`` matches them node by node)
+        self.keep_values = keep_values
+        self._snapshots: Dict[Tensor, object] = {}
+        self.eager_values: Dict[Value, object] = {}
         self._names = {t: n for n, t in (names or {}).items()}
         # ("op", node, outs, raw, tensors, grad_enabled), ("inplace", target, result),
         # ("alias", alias, source), ("detach", alias, source) or ("use", tensor), in
@@ -69,6 +74,9 @@ class Recorder:
         self._entries.append(("op", node, tuple(outs), tuple(raw_inputs), tuple(node.inputs),
                               grad_mode.is_grad_enabled()))
         self._keep.extend(outs)
+        if self.keep_values:
+            for o in outs:
+                self._snapshots[o] = np.array(host_array(o), copy=True)
 
     # called by Tensor._inplace: `target` now holds the value of `result`
     def _note_inplace(self, target: Tensor, result: Tensor) -> None:
@@ -211,6 +219,8 @@ class Recorder:
             for o, v in zip(outs, new.outputs):
                 values[o] = v
                 made.append(o)
+                if o in self._snapshots:
+                    self.eager_values[v] = self._snapshots.pop(o)
                 if carries and dtypes.is_float(o.dtype):
                     self._carries.add(v)
             if node.op.view:
@@ -269,6 +279,8 @@ class Recorder:
 
 
 def record(name: str = "recorded", names: Optional[Dict[str, Tensor]] = None,
-           bind: bool = False) -> Recorder:
-    """Capture every op executed inside the ``with`` block as ``rec.graph``."""
-    return Recorder(name, names, bind)
+           bind: bool = False, keep_values: bool = False) -> Recorder:
+    """Capture every op executed inside the ``with`` block as ``rec.graph``; with
+    ``keep_values=True``, ``rec.eager_values`` maps each node output of the graph to a copy
+    of the array eager execution computed for it."""
+    return Recorder(name, names, bind, keep_values)

@@ -70,6 +70,12 @@ def set_backend_provider(provider) -> None:
     _cpu_kernels = _backends["cpu"].kernels
 
 
+def get_backend_provider():
+    """The provider installed by ``set_backend_provider`` (None: reference kernels), so a
+    tool that installs its own for a while (``dg.compare`` times kernels so) can put it back."""
+    return _provider
+
+
 def backend_for(device: str):
     """The backend that runs eager ops on ``device``."""
     backend = _backends.get(device)
@@ -105,8 +111,9 @@ def _is_size(x) -> bool:
     return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
 
 
-def _legacy_data(args, device):
-    """The array ``Tensor(*args)`` holds (see ``Tensor.__init__``)."""
+def _legacy_data(args, device, dtype: str = "float32", name: str = "Tensor"):
+    """The array ``Tensor(*args)`` holds (see ``Tensor.__init__``); the typed legacy
+    constructors (``LongTensor(...)``...) pass their ``dtype`` and ``name``."""
     if device is not None:
         device = str(device).split(":")[0]
         if device not in ("cpu", "cuda"):
@@ -115,29 +122,56 @@ def _legacy_data(args, device):
     if len(args) == 1 and isinstance(args[0], Tensor):
         other = args[0]
         if other.device != device:
-            raise RuntimeError(f"Tensor: the tensor is on {other.device}, not {device}; use "
+            raise RuntimeError(f"{name}: the tensor is on {other.device}, not {device}; use "
                                ".to(device)")
+        if name != "Tensor" and other.dtype != dtype:
+            raise TypeError(f"{name}: expected a {dtype} tensor, found {other.dtype}; use "
+                            f".to({dtype!r})")
         return other.data
     if all(_is_size(a) for a in args):
         sizes = tuple(int(a) for a in args) if args else (0,)
         bad = [n for n in sizes if n < 0]
         if bad:
-            raise RuntimeError(f"Tensor: cannot create a tensor with negative dimension "
+            raise RuntimeError(f"{name}: cannot create a tensor with negative dimension "
                                f"{bad[0]}: {list(sizes)}")
-        arr = np.zeros(sizes, np.float32)
+        arr = np.zeros(sizes, np.dtype(dtype))
     elif len(args) == 1 and (isinstance(args[0], (list, tuple, np.ndarray))
                              or hasattr(args[0], "__array__")):
         data = args[0]
         try:
-            arr = np.array(data, dtype=np.float32)
-        except (TypeError, ValueError) as e:
-            raise TypeError(f"Tensor: cannot make a float32 tensor from "
+            arr = np.array(data, dtype=np.dtype(dtype))
+        except (TypeError, ValueError, OverflowError) as e:
+            raise TypeError(f"{name}: cannot make a {dtype} tensor from "
                             f"{type(data).__name__}: {e}") from None
     else:
         found = ", ".join(type(a).__name__ for a in args)
-        raise TypeError(f"Tensor: expected sizes (ints) or one sequence of data, found "
+        raise TypeError(f"{name}: expected sizes (ints) or one sequence of data, found "
                         f"({found}); for a 0-d tensor of a number use dg.tensor(value)")
     return arr if device == "cpu" else _xp_for(device).asarray(arr)
+
+
+class InplaceCastError(DTypeError, RuntimeError):
+    """An in-place op whose result cannot be cast to the tensor's dtype (a float result into
+    an integer tensor...): PyTorch raises a RuntimeError there, so this is both."""
+
+
+class TensorTypeOf(TensorType):
+    """``Tensor.type``: the ``TensorType`` of a tensor, callable as PyTorch's ``Tensor.type``
+    (see ``Tensor.type``)."""
+
+    __slots__ = ("_tensor",)
+
+    def __init__(self, t: "Tensor"):
+        TensorType.__init__(self, t.data.shape, t.dtype)
+        object.__setattr__(self, "_tensor", t)     # (graph Values keep a plain TensorType)
+
+    def __call__(self, dtype=None, non_blocking: bool = False, **kwargs):
+        from .legacy import legacy_dtype, legacy_type_name
+        t = self._tensor
+        if dtype is None:
+            return legacy_type_name(t)
+        dt, device = legacy_dtype(dtype)
+        return t.to(dtype=dt, device=device)
 
 
 class Tensor(TensorMethods):
@@ -178,8 +212,14 @@ class Tensor(TensorMethods):
         return self._index
 
     @property
-    def type(self) -> TensorType:
-        return TensorType(self.data.shape, self.dtype)
+    def type(self) -> "TensorTypeOf":
+        """The tensor's ``TensorType`` (shape and dtype, as a graph Value's ``type``); called,
+        it is PyTorch's ``Tensor.type``: ``t.type()`` names the tensor's legacy type
+        (``'duograph.FloatTensor'``, ``'duograph.cuda.LongTensor'``: duograph's module name
+        where PyTorch says ``'torch.FloatTensor'``) and ``t.type(dtype)`` converts, where
+        ``dtype`` is a dtype, a legacy class (``dg.DoubleTensor``) or its name (``'torch.``
+        or ``'duograph.DoubleTensor'``)."""
+        return TensorTypeOf(self)
 
     # -- attributes ----------------------------------------------------------------------------
     @property
@@ -237,7 +277,7 @@ class Tensor(TensorMethods):
     def item(self):
         """The value of a one-element tensor as a Python number."""
         if self.data.size != 1:
-            raise ValueError(f"item(): only one-element tensors can be converted to a Python "
+            raise ShapeError(f"item(): only one-element tensors can be converted to a Python "
                              f"number, this one has shape {list(self.shape)}")
         from .guards import note_decision
         value = self.data.reshape(()).item()
@@ -455,6 +495,11 @@ class Tensor(TensorMethods):
             for rec in _recorders:
                 rec._note_alias(src, self)
         result = fn(src)
+        order = {"b": 0, "i": 1, "f": 2}
+        if order[dtypes.kind(result.dtype)] > order[dtypes.kind(self.dtype)]:
+            raise InplaceCastError(f"{name}: the result type {result.dtype} can't be cast to this "
+                             f"tensor's dtype {self.dtype} in place (as in PyTorch); use the "
+                             f"out-of-place form\n  in: {user_source()}")
         if tuple(result.shape) != tuple(self.shape):
             raise ShapeError(f"{name}: the result has shape {list(result.shape)}, which does "
                              f"not fit this tensor's shape {list(self.shape)}")
@@ -541,6 +586,157 @@ class Tensor(TensorMethods):
             return out
         return self._inplace(moved, "copy_", src)
 
+    # more in-place forms: the out-of-place op, written back (see _inplace) ----------------
+    def _inplace_op(self, name: str, fn, *args, **kwargs) -> "Tensor":
+        others = args + tuple(kwargs.values())
+        return self._inplace(lambda s: fn(s, *args, **kwargs), name, *others)
+
+    def masked_fill_(self, mask, value):
+        """In place: ``value`` where ``mask`` holds."""
+        return self._inplace(lambda s: s.masked_fill(mask, value), "masked_fill_", value)
+
+    def clamp_min_(self, min):
+        """In place: ``clamp(min=min)``."""
+        return self.clamp_(min=min)
+
+    def clamp_max_(self, max):
+        """In place: ``clamp(max=max)``."""
+        return self.clamp_(max=max)
+
+    def addcmul_(self, tensor1, tensor2, *, value=1):
+        """In place: ``self + value * tensor1 * tensor2``."""
+        return self._inplace(lambda s: s + tensor1 * tensor2 * value, "addcmul_", tensor1,
+                             tensor2)
+
+    def addcdiv_(self, tensor1, tensor2, *, value=1):
+        """In place: ``self + value * tensor1 / tensor2``."""
+        return self._inplace(lambda s: s + tensor1 / tensor2 * value, "addcdiv_", tensor1,
+                             tensor2)
+
+    def lerp_(self, end, weight):
+        """In place: ``lerp(self, end, weight)``."""
+        from ..graphlib.functional import lerp
+        return self._inplace_op("lerp_", lerp, end, weight)
+
+    def round_(self, decimals=0):
+        """In place: ``round(self, decimals)``."""
+        from ..graphlib.functional import round
+        return self._inplace_op("round_", round, decimals=decimals)
+
+    def nan_to_num_(self, nan=0.0, posinf=None, neginf=None):
+        """In place: ``nan_to_num(self, nan, posinf, neginf)``."""
+        from ..graphlib.functional import nan_to_num
+        return self._inplace_op("nan_to_num_", nan_to_num, nan, posinf, neginf)
+
+    # -- in-place random fills (the global generator, dg.manual_seed; or generator=) ---------
+    def _random_fill(self, name: str, draw, generator, floats_only: bool = True):
+        if floats_only and not dtypes.is_float(self.dtype):
+            raise DTypeError(f"{name}: expected a floating-point tensor (as in PyTorch), "
+                             f"found {self.dtype}\n  in: {user_source()}")
+        seed = _generator_seed(generator, name)
+        with grad_mode.no_grad():
+            values = draw(seed)
+            if values.device != self.device:
+                values = values.to(device=self.device)
+        return self._inplace(lambda s: values, name)
+
+    def normal_(self, mean=0.0, std=1.0, *, generator=None):
+        """Fill with samples of N(mean, std**2), as ``torch.Tensor.normal_``."""
+        from ..graphlib import functional as F
+        if not std >= 0:
+            raise ValueError(f"normal_: expected std >= 0, found {std}\n  in: {user_source()}")
+        return self._random_fill("normal_", lambda seed: F.normal(
+            *self.shape, seed=seed, mean=float(mean), std=float(std), dtype=self.dtype),
+            generator)
+
+    def uniform_(self, *args, generator=None, **kwargs):
+        """Fill with samples uniform in [from, to) (default [0, 1)), as
+        ``torch.Tensor.uniform_(from=0, to=1)``."""
+        from ..graphlib import functional as F
+        low, high = _from_to("uniform_", args, kwargs, 0.0, 1.0)
+        if not low <= high:
+            raise ValueError(f"uniform_: expected a [from, to) range with from <= to, found "
+                             f"from={low}, to={high}\n  in: {user_source()}")
+        return self._random_fill("uniform_", lambda seed: F.uniform(
+            *self.shape, seed=seed, low=float(low), high=float(high), dtype=self.dtype),
+            generator)
+
+    def exponential_(self, lambd=1.0, *, generator=None):
+        """Fill with samples of the exponential distribution of rate ``lambd`` (density
+        lambd * exp(-lambd * x)), as ``torch.Tensor.exponential_``."""
+        from ..graphlib import functional as F
+        if not lambd > 0:
+            raise ValueError(f"exponential_: expected lambd > 0, found {lambd}"
+                             f"\n  in: {user_source()}")
+
+        def draw(seed):
+            u = F.uniform(*self.shape, seed=seed, dtype="float64")
+            return F.cast(-F.log1p(-u) / float(lambd), self.dtype)
+        return self._random_fill("exponential_", draw, generator)
+
+    def log_normal_(self, mean=1.0, std=2.0, *, generator=None):
+        """Fill with exp(N(mean, std**2)) samples, as ``torch.Tensor.log_normal_``."""
+        from ..graphlib import functional as F
+        if not std > 0:
+            raise ValueError(f"log_normal_: expected std > 0, found {std}"
+                             f"\n  in: {user_source()}")
+        return self._random_fill("log_normal_", lambda seed: F.cast(F.exp(F.normal(
+            *self.shape, seed=seed, mean=float(mean), std=float(std), dtype="float64")),
+            self.dtype), generator)
+
+    def bernoulli_(self, p=0.5, *, generator=None):
+        """Fill with 1 (probability ``p``, a number or a tensor) or 0, in this tensor's
+        dtype, as ``torch.Tensor.bernoulli_``."""
+        from ..graphlib import functional as F
+        if isinstance(p, Tensor):
+            probs = p
+        else:
+            if not 0 <= p <= 1:
+                raise ValueError(f"bernoulli_: expected p in [0, 1], found {p}"
+                                 f"\n  in: {user_source()}")
+            probs = None
+
+        def draw(seed):
+            q = F.full(self.shape, float(p), dtype="float64") if probs is None else \
+                F.expand(F.cast(probs, "float64"), *self.shape)
+            return F.cast(F.bernoulli(q, seed=seed), self.dtype)
+        return self._random_fill("bernoulli_", draw, generator, floats_only=False)
+
+    def random_(self, *args, generator=None, **kwargs):
+        """Fill with integers uniform in [from, to - 1], as ``torch.Tensor.random_``:
+        ``random_(to)`` draws from [0, to); ``random_()`` from [0, 2**mantissa] for floats
+        (2**24 for float32) and [0, max] for integers ([0, 2**63 - 2] for int64)."""
+        from ..graphlib import functional as F
+        low, high = _from_to("random_", args, kwargs, 0, None)
+        if high is None and len(args) + len(kwargs) == 1:
+            low, high = 0, low
+        if high is None:
+            if self.dtype == "bool":
+                high = 2
+            elif dtypes.is_float(self.dtype):
+                high = 2 ** {"float16": 11, "bfloat16": 8, "float32": 24,
+                             "float64": 53}[self.dtype] + 1
+            else:      # int64: [0, 2**63 - 2] (the draw's exclusive bound must fit int64)
+                high = min(int(np.iinfo(self.dtype).max) + 1, 2 ** 63 - 1)
+        low, high = int(low), int(high)
+        if low >= high:
+            raise ValueError(f"random_: expected from < to, found from={low}, to={high}"
+                             f"\n  in: {user_source()}")
+        if not dtypes.is_float(self.dtype):
+            lo, hi = (0, 1) if self.dtype == "bool" else (
+                int(np.iinfo(self.dtype).min), int(np.iinfo(self.dtype).max))
+            if low < lo or high - 1 > hi:
+                raise ValueError(f"random_: [{low}, {high - 1}] is out of bounds for "
+                                 f"{self.dtype}\n  in: {user_source()}")
+
+        if high > 2 ** 63 - 1:
+            raise ValueError(f"random_: to={high} exceeds the int64 range\n  in: {user_source()}")
+
+        def draw(seed):
+            return F.cast(F.randint(low, high, tuple(self.shape), seed=seed, dtype="int64"),
+                          self.dtype)
+        return self._random_fill("random_", draw, generator, floats_only=False)
+
     def __iadd__(self, other):
         return self.add_(other)
 
@@ -577,48 +773,43 @@ class Tensor(TensorMethods):
         from ..graphlib.ops.indexing import index_assign
         self._inplace(lambda s: index_assign(s, index, value), "__setitem__", value)
 
-    def _inplace_op(self, name: str, fn, *args, **kwargs) -> "Tensor":
+    def _inplace_named(self, name: str, fn: str, *args, **kwargs) -> "Tensor":
+        """``_inplace_op`` with the op function named (``"scatter"``), not given."""
         from ..graphlib import functional as F
-        op = getattr(F, fn)
-        return self._inplace(lambda s: op(s, *args, **kwargs), name, *args,
-                             *kwargs.values())
+        return self._inplace_op(name, getattr(F, fn), *args, **kwargs)
 
     def scatter_(self, dim, index, src=None, value=None, *, reduce=None):
         """In-place ``scatter``."""
-        return self._inplace_op("scatter_", "scatter", dim, index, src, value, reduce=reduce)
+        return self._inplace_named("scatter_", "scatter", dim, index, src, value, reduce=reduce)
 
     def scatter_add_(self, dim, index, src):
         """In-place ``scatter_add``."""
-        return self._inplace_op("scatter_add_", "scatter_add", dim, index, src)
+        return self._inplace_named("scatter_add_", "scatter_add", dim, index, src)
 
     def scatter_reduce_(self, dim, index, src, reduce, *, include_self=True):
         """In-place ``scatter_reduce``."""
-        return self._inplace_op("scatter_reduce_", "scatter_reduce", dim, index, src,
+        return self._inplace_named("scatter_reduce_", "scatter_reduce", dim, index, src,
                                 reduce, include_self=include_self)
 
     def index_add_(self, dim, index, source, *, alpha=1):
         """In-place ``index_add``."""
-        return self._inplace_op("index_add_", "index_add", dim, index, source, alpha=alpha)
+        return self._inplace_named("index_add_", "index_add", dim, index, source, alpha=alpha)
 
     def index_copy_(self, dim, index, source):
         """In-place ``index_copy``."""
-        return self._inplace_op("index_copy_", "index_copy", dim, index, source)
+        return self._inplace_named("index_copy_", "index_copy", dim, index, source)
 
     def index_fill_(self, dim, index, value):
         """In-place ``index_fill``."""
-        return self._inplace_op("index_fill_", "index_fill", dim, index, value)
+        return self._inplace_named("index_fill_", "index_fill", dim, index, value)
 
     def index_put_(self, indices, values, accumulate=False):
         """In-place ``index_put``: ``self[indices] = values`` (``+=`` when ``accumulate``)."""
-        return self._inplace_op("index_put_", "index_put", indices, values, accumulate)
-
-    def masked_fill_(self, mask, value):
-        """In-place ``masked_fill``."""
-        return self._inplace_op("masked_fill_", "masked_fill", mask, value)
+        return self._inplace_named("index_put_", "index_put", indices, values, accumulate)
 
     def masked_scatter_(self, mask, source):
         """In-place ``masked_scatter``."""
-        return self._inplace_op("masked_scatter_", "masked_scatter", mask, source)
+        return self._inplace_named("masked_scatter_", "masked_scatter", mask, source)
 
     def any(self, dim=None, keepdim: bool = False) -> "Tensor":
         """Whether any element is nonzero (along ``dim``). Built from ops, so a Python
@@ -629,6 +820,70 @@ class Tensor(TensorMethods):
         """Whether every element is nonzero (along ``dim``)."""
         from ..graphlib.functional import logical_not
         return _count_true(logical_not(_as_bool(self)), dim, keepdim) == 0
+
+
+def _from_to(name: str, args, kwargs, low, high):
+    """PyTorch's ``(from, to)`` arguments (``from`` is a Python keyword: pass them by
+    position, or as from_=/to=, or from=... through **kwargs)."""
+    if len(args) > 2:
+        raise TypeError(f"{name}: expected at most (from, to), found {len(args)} arguments")
+    vals = list(args) + [None] * (2 - len(args))
+    for key, i in (("from", 0), ("from_", 0), ("to", 1)):
+        if key in kwargs:
+            vals[i] = kwargs.pop(key)
+    if kwargs:
+        raise TypeError(f"{name}: unexpected arguments {sorted(kwargs)}")
+    return (low if vals[0] is None else vals[0]), (high if vals[1] is None else vals[1])
+
+
+def _generator_seed(generator, name: str):
+    """The seed an in-place random fill uses: None (the global generator, dg.manual_seed),
+    an int seed, or a numpy Generator (one seed drawn from it)."""
+    if generator is None:
+        return None
+    if isinstance(generator, (int, np.integer)) and not isinstance(generator, bool):
+        return int(generator)
+    if isinstance(generator, np.random.Generator):
+        return int(generator.integers(0, 2 ** 63 - 1))
+    raise TypeError(f"{name}: generator must be None, an int seed or a numpy Generator, "
+                    f"found {type(generator).__name__}")
+
+
+def _add_inplace_forms():
+    """``t.abs_()``, ``t.fmod_(2)``..., ``t %= 2``...: the out-of-place op written back."""
+    from ..graphlib import functional as F
+    unary = ("abs", "sigmoid", "tanh", "log", "log1p", "log2", "log10", "expm1", "exp2",
+             "floor", "ceil", "trunc", "frac", "sign", "square", "reciprocal", "rsqrt", "sin",
+             "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh",
+             "erf", "bitwise_not")
+    binary = ("fmod", "remainder", "floor_divide", "atan2", "hypot", "xlogy", "bitwise_and",
+              "bitwise_or", "bitwise_xor", "bitwise_left_shift", "bitwise_right_shift")
+    for name in unary + binary:
+        if hasattr(Tensor, name + "_"):
+            continue
+
+        def method(self, *args, _fn=getattr(F, name), _name=name + "_"):
+            return self._inplace_op(_name, _fn, *args)
+        method.__name__ = method.__qualname__ = name + "_"
+        method.__doc__ = f"In place: ``{name}(self, ...)`` written into this tensor."
+        setattr(Tensor, name + "_", method)
+    aliases = {"fix_": "trunc_", "arcsin_": "asin_", "arccos_": "acos_", "arctan_": "atan_",
+               "arcsinh_": "asinh_", "arccosh_": "acosh_", "arctanh_": "atanh_",
+               "arctan2_": "atan2_", "clip_": "clamp_", "negative_": "neg_",
+               "absolute_": "abs_", "true_divide_": "div_", "multiply_": "mul_",
+               "subtract_": "sub_", "divide_": "div_"}
+    for alias, name in aliases.items():
+        if not hasattr(Tensor, alias):
+            setattr(Tensor, alias, getattr(Tensor, name))
+    dunders = {"__imod__": "remainder_", "__ifloordiv__": "floor_divide_",
+               "__ipow__": "pow_", "__iand__": "bitwise_and_", "__ior__": "bitwise_or_",
+               "__ixor__": "bitwise_xor_", "__ilshift__": "bitwise_left_shift_",
+               "__irshift__": "bitwise_right_shift_"}
+    for dunder, name in dunders.items():
+        setattr(Tensor, dunder, getattr(Tensor, name))
+
+
+_add_inplace_forms()
 
 
 def _as_bool(t: Tensor):

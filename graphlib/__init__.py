@@ -20,7 +20,7 @@ from . import functional, methods
 from .autodiff import backward_pass, grad
 from .builder import assign, placeholder, variable
 from .dispatch import Scalar, apply, register_handler, set_default_handler
-from .errors import (DTypeError, DuographError, FeedError, GraphError, KernelError,
+from .errors import (DimError, DTypeError, DuographError, FeedError, GraphError, KernelError,
                      ShapeError)
 from .ir import ConstArray, Graph, Node, Region, Value, current_graph, set_compiler
 from .registry import REGISTRY, OpDef, get_op, register
@@ -35,5 +35,5 @@ __all__ = [
     "register_handler", "set_default_handler", "current_graph", "set_compiler",
     "ConstArray", "broadcast_shapes", "functional", "dtypes", "SourceLocation",
     "set_capture_source", "user_source", "DuographError", "ShapeError", "DTypeError",
-    "GraphError", "FeedError", "KernelError",
+    "GraphError", "FeedError", "KernelError", "DimError",
 ]

@@ -38,8 +38,9 @@ class AttrTypeError(DuographError, TypeError):
     """An op attribute is unknown, missing, or of the wrong type."""
 
 
-class AttrValueError(DuographError, ValueError):
-    """An op attribute has the right type but a value the op cannot take."""
+class AttrValueError(DuographError, ValueError, RuntimeError):
+    """An op attribute has the right type but a value the op cannot take (also a
+    ``RuntimeError``, as PyTorch's checks of argument values raise)."""
 
 
 class _Refused(Exception):

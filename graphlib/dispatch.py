@@ -106,6 +106,8 @@ def _coerce_scalars(op, inputs):
                 tensor_dt = d if tensor_dt is None else dtypes.result_dtype(tensor_dt, d)
     if tensor_dt is None:   # only numbers: promote them among themselves, strongly
         for i in idx:
+            if not _is_py_number(inputs[i]):   # None, a string...: refused by the handler
+                continue
             d = dtypes.default_dtype_for(inputs[i])
             tensor_dt = d if tensor_dt is None else dtypes.result_dtype(tensor_dt, d)
     out = list(inputs)

@@ -85,7 +85,7 @@ def as_dtype(dtype) -> str:
         if name in DTYPE_NAMES:
             return name
         dtype = name or dtype
-    if dtype in _REFUSED:
+    if isinstance(dtype, str) and dtype in _REFUSED:
         raise TypeError(located(_refused_message(dtype)))
     raise TypeError(located(f"unsupported dtype {dtype!r}: expected one of "
                             f"{', '.join(DTYPE_NAMES)}"))

@@ -1,4 +1,11 @@
-"""Errors raised at the user, each naming what was expected, what was found and where."""
+"""Errors raised at the user, each naming what was expected, what was found and where.
+
+Each class is also the built-in exception PyTorch raises for the same mistake, so code written
+to catch torch's exceptions catches duograph's (``tests/test_torch_exceptions.py`` checks it
+mistake by mistake against torch): a shape mismatch is a ``RuntimeError`` (and, as it always
+was here, a ``ValueError``), a dim out of range an ``IndexError``, a dtype an op refuses a
+``RuntimeError`` (and a ``TypeError``), an index out of bounds an ``IndexError``.
+"""
 from __future__ import annotations
 
 
@@ -6,16 +13,34 @@ class DuographError(Exception):
     """Base class of every error duograph raises on purpose."""
 
 
-class ShapeError(DuographError, ValueError):
-    """An op received operands whose shapes it cannot accept."""
+class ShapeError(DuographError, ValueError, RuntimeError):
+    """An op received operands whose shapes it cannot accept (also a ``RuntimeError``, as
+    PyTorch raises for a shape mismatch)."""
 
 
-class DTypeError(DuographError, TypeError):
-    """An op received operands whose dtypes it cannot accept."""
+class DimError(ShapeError, IndexError):
+    """A dim out of range for the tensor's rank: also an ``IndexError``, as PyTorch raises
+    ("Dimension out of range")."""
 
 
-class GraphError(DuographError):
-    """The IR is malformed, or a Value was used outside the graph that owns it."""
+class IndexBoundsError(ShapeError, IndexError):
+    """An index out of bounds for its dim (``x[5]`` of a 3-element tensor): also an
+    ``IndexError``, as PyTorch raises."""
+
+
+class DTypeError(DuographError, TypeError, RuntimeError):
+    """An op received operands whose dtypes it cannot accept (also a ``RuntimeError``, as
+    PyTorch raises for a dtype an op refuses)."""
+
+
+class UnsupportedDTypeError(DTypeError, NotImplementedError):
+    """An op has no kernel for a dtype (``&`` of floats, ``matmul`` of bools): also a
+    ``NotImplementedError``, as PyTorch raises ("... not implemented for 'Float'")."""
+
+
+class GraphError(DuographError, RuntimeError):
+    """The IR is malformed, or a Value was used outside the graph that owns it (also a
+    ``RuntimeError``, as PyTorch raises for misuse of its autograd graph)."""
 
 
 class FeedError(DuographError, ValueError):

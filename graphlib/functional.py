@@ -20,6 +20,11 @@ from .ops.elementwise import (acos, acosh, arccos, arccosh, arcsin, arcsinh,  # 
 from .ops.elementwise import (arctan2, atan2, floor_divide, fmod, hypot,  # noqa: F401
                               logical_xor, remainder)
 from .ops.linalg import matmul, mm  # noqa: F401
+from .ops.pointwise import (bitwise_left_shift, bitwise_right_shift, lerp,  # noqa: F401
+                            nan_to_num, round, xlogy)
+from .ops.layout import (cross, diag, diagonal, einsum, flip, fliplr, flipud,  # noqa: F401
+                         ger, meshgrid, moveaxis, movedim, narrow, outer, repeat_interleave,
+                         roll, tensor_split, tile, trace, tril, triu, unflatten)
 from .ops.nn import (batch_norm_train, log_softmax, one_hot, softmax,  # noqa: F401
                      softmax_cross_entropy, stop_gradient)
 from .ops.reduction import (amax, amin, argmax, argmin, logsumexp, mean, numel,  # noqa
@@ -74,6 +79,11 @@ __all__ = ["adaptive_avg_pool2d", "avg_pool2d", "conv2d", "max_pool2d", "arange"
            "isinf", "isfinite", "logsigmoid", "arcsin", "arccos", "arctan", "arcsinh",
            "arccosh", "arctanh", "remainder", "fmod", "floor_divide", "atan2", "arctan2",
            "hypot", "logical_xor",
+           "round", "nan_to_num", "lerp", "xlogy", "bitwise_left_shift",
+           "bitwise_right_shift", "cross", "diag", "diagonal", "einsum", "flip", "fliplr",
+           "flipud", "ger", "meshgrid", "moveaxis", "movedim", "narrow", "outer",
+           "repeat_interleave", "roll", "tensor_split", "tile", "trace", "tril", "triu",
+           "unflatten",
            "argwhere", "index_copy", "index_fill", "index_put", "masked_fill",
            "masked_scatter", "masked_select", "nonzero", "nonzero_static", "scatter",
            "scatter_reduce", "take", "take_along_dim"]

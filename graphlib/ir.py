@@ -28,6 +28,8 @@ class Value(TensorMethods):
 
     def __init__(self, type: TensorType, node: "Optional[Node]" = None, index: int = 0,
                  graph: "Optional[Graph]" = None, name: Optional[str] = None):
+        if type.__class__ is not TensorType:     # an eager tensor's callable ``t.type``
+            type = TensorType(type.shape, type.dtype)
         self.type = type
         self.node = node
         self.index = index

@@ -8,6 +8,18 @@ from __future__ import annotations
 F = None  # the functional module; bound by graphlib/__init__ once every op is registered
 
 
+def _is_dtype(x) -> bool:
+    """Whether ``x`` names a dtype (``view(dg.int32)``), not a size."""
+    if isinstance(x, (int, tuple, list)) or hasattr(x, "__index__"):
+        return False
+    from . import dtypes
+    try:
+        dtypes.as_dtype(x)
+    except Exception:
+        return False
+    return True
+
+
 class TensorMethods:
     __slots__ = ()
     __array_priority__ = 1000   # numpy defers `ndarray + tensor` to our __radd__
@@ -230,6 +242,12 @@ class TensorMethods:
         return F.reshape(self, *shape)
 
     def view(self, *shape):
+        """A tensor of the same data with another shape; ``view(dtype)`` reads the same
+        bytes as ``dtype`` instead (the last dim scales when the element sizes differ), as
+        ``torch.Tensor.view``. duograph's views are values, not aliases of the storage."""
+        if len(shape) == 1 and _is_dtype(shape[0]):
+            from .ops.layout import view_dtype
+            return view_dtype(self, shape[0])
         return F.reshape(self, *shape)
 
     def permute(self, *dims):
@@ -446,46 +464,32 @@ class TensorMethods:
         return F.masked_fill(self, mask, value)
 
     def narrow(self, dim, start, length):
-        d = dim % self.ndim if self.ndim else 0
-        index = (slice(None),) * d + (slice(start, start + length),)
-        return F.getitem(self, index)
+        """``dg.narrow(self, dim, start, length)``: a slice along ``dim``."""
+        return F.narrow(self, dim, start, length)
 
     def movedim(self, source, destination):
-        n = self.ndim
-        src = [s % n for s in (source if isinstance(source, (tuple, list)) else [source])]
-        dst = [d % n for d in (destination if isinstance(destination, (tuple, list))
-                               else [destination])]
-        rest = [i for i in range(n) if i not in src]
-        order = [None] * n
-        for s_, d_ in zip(src, dst):
-            order[d_] = s_
-        it = iter(rest)
-        return F.permute(self, *[o if o is not None else next(it) for o in order])
+        """``dg.movedim``: move dims ``source`` to ``destination``."""
+        return F.movedim(self, source, destination)
+
+    moveaxis = movedim
 
     def unflatten(self, dim, sizes):
-        d = dim % self.ndim
-        shape = tuple(self.shape)
-        return F.reshape(self, *(shape[:d] + tuple(sizes) + shape[d + 1:]))
+        """``dg.unflatten``: split dim ``dim`` into ``sizes``."""
+        return F.unflatten(self, dim, sizes)
 
     def outer(self, vec2):
-        return F.unsqueeze(self, -1) * F.unsqueeze(vec2, 0)
+        """``dg.outer``: the outer product with the 1-D ``vec2``."""
+        return F.outer(self, vec2)
 
-    def _triangle(self, diagonal, upper, name):
-        import numpy as np
-        rows, cols = self.shape[-2:]
-        if not (isinstance(rows, int) and isinstance(cols, int)):
-            from .errors import ShapeError, located
-            raise ShapeError(located(f"{name}: needs static last two dims, found "
-                                     f"{list(self.shape)}"))
-        keep = np.tri(rows, cols, diagonal - 1 if upper else diagonal, dtype=bool)
-        keep = ~keep if upper else keep
-        return F.where(F.constant(keep), self, F.zeros_like(self))
+    ger = outer
 
     def tril(self, diagonal=0):
-        return self._triangle(diagonal, False, "tril")
+        """``dg.tril``: the lower triangle (on and below ``diagonal``), zeros above."""
+        return F.tril(self, diagonal)
 
     def triu(self, diagonal=0):
-        return self._triangle(diagonal, True, "triu")
+        """``dg.triu``: the upper triangle (on and above ``diagonal``), zeros below."""
+        return F.triu(self, diagonal)
 
     def repeat(self, *sizes):
         """Tile the tensor ``sizes[i]`` times along dim i (new leading dims where
@@ -530,6 +534,91 @@ class TensorMethods:
 
     def type_as(self, other):
         return F.cast(self, other.dtype)
+
+    # more PyTorch methods (round, nan_to_num, lerp, xlogy, shifts, flips, diagonals...) ---
+    def round(self, decimals=0):
+        """``dg.round``: round half to even, to ``decimals`` places."""
+        return F.round(self, decimals=decimals)
+
+    def nan_to_num(self, nan=0.0, posinf=None, neginf=None):
+        """``dg.nan_to_num``: replace NaN and infinities by finite values."""
+        return F.nan_to_num(self, nan, posinf, neginf)
+
+    def lerp(self, end, weight):
+        """``dg.lerp``: ``self + weight * (end - self)``."""
+        return F.lerp(self, end, weight)
+
+    def xlogy(self, other):
+        """``dg.xlogy``: ``self * log(other)``, 0 where self == 0."""
+        return F.xlogy(self, other)
+
+    def bitwise_left_shift(self, other):
+        """``dg.bitwise_left_shift``: ``self << other``."""
+        return F.bitwise_left_shift(self, other)
+
+    def bitwise_right_shift(self, other):
+        """``dg.bitwise_right_shift``: ``self >> other``."""
+        return F.bitwise_right_shift(self, other)
+
+    def __lshift__(self, other):
+        return F.bitwise_left_shift(self, other)
+
+    def __rlshift__(self, other):
+        return F.bitwise_left_shift(other, self)
+
+    def __rshift__(self, other):
+        return F.bitwise_right_shift(self, other)
+
+    def __rrshift__(self, other):
+        return F.bitwise_right_shift(other, self)
+
+    def flip(self, *dims):
+        """``dg.flip``: reverse along ``dims`` (``t.flip(0, 1)`` or ``t.flip((0, 1))``)."""
+        if len(dims) == 1 and isinstance(dims[0], (tuple, list)):
+            dims = tuple(dims[0])
+        return F.flip(self, dims)
+
+    def fliplr(self):
+        """``dg.fliplr``: reverse dim 1."""
+        return F.fliplr(self)
+
+    def flipud(self):
+        """``dg.flipud``: reverse dim 0."""
+        return F.flipud(self)
+
+    def roll(self, shifts, dims=None):
+        """``dg.roll``: shift cyclically along ``dims`` (flattened without)."""
+        return F.roll(self, shifts, dims)
+
+    def repeat_interleave(self, repeats, dim=None, *, output_size=None):
+        """``dg.repeat_interleave``: repeat each element ``repeats`` times."""
+        return F.repeat_interleave(self, repeats, dim, output_size=output_size)
+
+    def tile(self, *dims):
+        """``dg.tile``: repeat the whole tensor ``dims[i]`` times along dim i."""
+        if len(dims) == 1 and isinstance(dims[0], (tuple, list)):
+            dims = tuple(dims[0])
+        return F.tile(self, dims)
+
+    def diag(self, diagonal=0):
+        """``dg.diag``: a 1-D tensor as a diagonal matrix, or a matrix's diagonal."""
+        return F.diag(self, diagonal)
+
+    def diagonal(self, offset=0, dim1=0, dim2=1):
+        """``dg.diagonal``: the diagonal over ``dim1`` and ``dim2``, as a last dim."""
+        return F.diagonal(self, offset, dim1, dim2)
+
+    def trace(self):
+        """``dg.trace``: the sum of a matrix's main diagonal."""
+        return F.trace(self)
+
+    def cross(self, other, dim=None):
+        """``dg.cross``: the cross product of 3-vectors along ``dim``."""
+        return F.cross(self, other, dim)
+
+    def tensor_split(self, indices_or_sections, dim=0):
+        """``dg.tensor_split``: a tuple of parts (sections or split indices)."""
+        return F.tensor_split(self, indices_or_sections, dim)
 
     # indexing and the scatter family (graphlib/ops/indexing.py) -----------------------------
     def scatter(self, dim, index, src=None, value=None, *, reduce=None):

@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Dict, Iterable, Mapping, Optional, Sequence, Tuple, Union
 
 from . import dtypes
-from .errors import ShapeError, located
+from .errors import DimError, ShapeError, located
 
 Dim = Union[int, str]
 Shape = Tuple[Dim, ...]
@@ -140,7 +140,7 @@ def normalize_dim(dim: int, ndim: int, op: str = "", allow_end: bool = False) ->
     hi = ndim + 1 if allow_end else ndim
     if not -hi <= dim < hi:
         lo_s, hi_s = -hi, hi - 1
-        raise ShapeError(located(f"{op}: dim {dim} out of range for a tensor with {ndim} dims "
+        raise DimError(located(f"{op}: dim {dim} out of range for a tensor with {ndim} dims "
                                  f"(expected {lo_s}..{hi_s})"))
     return dim % hi if hi else 0
 

@@ -1,62 +1,110 @@
 """Array-module helpers for kernels: one kernel body serves numpy and cupy.
 
 Kernels receive ``xp`` (numpy or cupy) and call ``xp.<fn>`` only for what both modules share.
-What they do not share (special functions, scatter-add) is bridged here, with cupy imported
-lazily so CPU users never need it.
+What they do not share (special functions, unbuffered scatter-add, moving an array onto a
+device) is reached here, through a table of ``ArrayModuleExtras`` keyed by the array module's
+name. graphlib registers numpy's; a backend registers its own module's
+(``register_array_module``, the hook the GPU backend in ``runtime`` uses), so graphlib never
+imports cupy.
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Dict, Optional
 
 import numpy as np
 
 
-def is_numpy(xp) -> bool:
-    return xp is np
+@dataclass(frozen=True)
+class ArrayModuleExtras:
+    """What one array module lacks of numpy's API, as functions over its arrays."""
+    erf: Callable                    # erf(x) elementwise
+    add_at: Callable                 # add_at(target, index, values): unbuffered +=
+    asarray: Callable                # asarray(x): a host or foreign array as this module's
+
+
+_EXTRAS: Dict[str, ArrayModuleExtras] = {}
+_LOADERS: Dict[str, Callable[[], ArrayModuleExtras]] = {}
+_DEVICES: Dict[str, str] = {"cpu": "numpy"}      # device name -> array module name
+
+
+def register_array_module(name: str, loader: Callable[[], ArrayModuleExtras],
+                          device: Optional[str] = None) -> None:
+    """Declare the extras of the array module called ``name`` (``xp.__name__``), made by
+    ``loader`` on first use (so registering imports nothing), and the device whose arrays
+    it holds."""
+    _LOADERS[name] = loader
+    _EXTRAS.pop(name, None)
+    if device is not None:
+        _DEVICES[device] = name
+
+
+def extras(xp) -> ArrayModuleExtras:
+    """The registered extras of the array module ``xp``."""
+    name = xp.__name__
+    if name not in _LOADERS:
+        raise RuntimeError(f"no backend registered the array module {name!r}: expected "
+                           f"one of {sorted(_LOADERS)}")
+    return _extras_by_name(name)
+
+
+def _numpy_extras() -> ArrayModuleExtras:
+    from scipy.special import erf as _erf      # a special function, not a fast path
+    return ArrayModuleExtras(erf=_erf, add_at=np.add.at, asarray=_host)
+
+
+def _host(x):
+    return x.get() if hasattr(x, "get") else np.asarray(x)
+
+
+register_array_module("numpy", _numpy_extras, device="cpu")
 
 
 def erf(xp, x):
-    """Elementwise error function (scipy on CPU, cupyx on GPU)."""
-    if xp is np:
-        from scipy.special import erf as _erf
-        return _erf(x)
-    from cupyx.scipy.special import erf as _erf   # pragma: no cover - GPU only
-    return _erf(x)
+    """Elementwise error function."""
+    return extras(xp).erf(x)
 
 
 def add_at(xp, target, index, values) -> None:
     """Unbuffered ``target[index] += values`` (repeated indices accumulate)."""
-    if xp is np:
-        np.add.at(target, index, values)
-    else:  # pragma: no cover - GPU only
-        import cupyx
-        cupyx.scatter_add(target, index, values)
+    extras(xp).add_at(target, index, values)
 
 
 def ufunc_at(xp, name: str, target, index, values) -> None:
     """Unbuffered ``target[index] = name(target[index], values)`` for ``name`` in add,
-    multiply, maximum, minimum (repeated places combine): numpy's ``ufunc.at``; cupy's
-    scatter functions, or the host for multiply (cupy has no scatter product)."""
-    if xp is np:
-        getattr(np, name).at(target, index, values)
-    elif name == "add":  # pragma: no cover - GPU only
+    multiply, maximum, minimum (repeated places combine): the module's ``ufunc.at``, or
+    numpy's on the host where the module has none."""
+    if name == "add":
         add_at(xp, target, index, values)
-    elif name in ("maximum", "minimum"):  # pragma: no cover - GPU only
-        import cupyx
-        scatter = cupyx.scatter_max if name == "maximum" else cupyx.scatter_min
-        scatter(target, index, values)
-    else:  # pragma: no cover - GPU only
-        host = xp.asnumpy(target)
-        np.multiply.at(host, tuple(i if isinstance(i, slice) else xp.asnumpy(i)
-                                   for i in index), xp.asnumpy(values))
-        target[...] = xp.asarray(host)
+        return
+    try:
+        getattr(xp, name).at(target, index, values)
+        return
+    except (AttributeError, NotImplementedError, TypeError):
+        pass
+    host = _host(target)  # pragma: no cover - array modules without ufunc.at
+    getattr(np, name).at(host, tuple(i if isinstance(i, slice) else _host(i) for i in index),
+                         _host(values))
+    target[...] = extras(xp).asarray(host)
 
 
 def to_device(x, device: str):
-    """``x`` as an array of ``device``: numpy for "cpu", cupy (imported here, lazily) for
-    "cuda"."""
+    """``x`` as an array of ``device`` (numpy for "cpu"; another device's array module as
+    its backend registered it)."""
     if device == "cpu":
-        return x.get() if hasattr(x, "get") else x
-    import cupy   # pragma: no cover - GPU only
-    return cupy.asarray(x)
+        return _host(x) if hasattr(x, "get") else x
+    name = _DEVICES.get(device)
+    if name is None or name not in _LOADERS:
+        raise RuntimeError(f"to_device: no backend for the device {device!r} is available "
+                           f"(the cuda backend needs cupy: pip install 'duograph[gpu]')")
+    return _extras_by_name(name).asarray(x)
+
+
+def _extras_by_name(name: str) -> ArrayModuleExtras:
+    found = _EXTRAS.get(name)
+    if found is None:
+        found = _EXTRAS[name] = _LOADERS[name]()
+    return found
 
 
 def rng(xp, seed, stream: int):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Dict
 
+from ..graphlib import xp as xpu
 from .backend import Backend
 
 BACKENDS = ("numpy", "cupy")
@@ -33,6 +34,18 @@ def get_backend(name: str) -> Backend:
             backend = Backend("cupy", cupy, "cuda")   # reference kernels only, for now
         _made[key] = backend
     return backend
+
+
+def _cupy_extras() -> xpu.ArrayModuleExtras:
+    """What cupy lacks of numpy's API, for the reference kernels (made on first use)."""
+    import cupy
+    import cupyx
+    from cupyx.scipy.special import erf
+    return xpu.ArrayModuleExtras(erf=erf, add_at=cupyx.scatter_add, asarray=cupy.asarray)
+
+
+# the hook graphlib's kernels reach cupy through (graphlib itself never imports it)
+xpu.register_array_module("cupy", _cupy_extras, device="cuda")
 
 
 def backend_for_device(device: str) -> Backend:

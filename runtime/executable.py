@@ -16,6 +16,7 @@ written by the ops' ``out=`` kernels. Programs are cached per signature (the mos
 from __future__ import annotations
 
 import threading
+import time
 from collections import OrderedDict
 from typing import Callable, Dict, List, Optional, Sequence
 
@@ -323,6 +324,35 @@ class Executable:
         if self.xp is not np:
             outs = [self.xp.asnumpy(o) for o in outs]
         return outs
+
+    def trace(self, feeds: Optional[dict] = None,
+              timings: Optional[list] = None) -> Dict[Value, object]:
+        """Run once through the instruction list with this backend's kernels, keeping every
+        value instead of freeing it at its last use: returns each node output (and each feed
+        and state input) of ``self.graph`` -> its array. The state is read, never written,
+        so a trace does not advance a training step. What ``dg.compare`` matches node by
+        node against eager execution. ``timings``: a list that gets (node, seconds) of every
+        kernel call."""
+        env: list = [None] * self.num_slots
+        bindings = self._bind_feeds(feeds or {}, env)
+        for v, s in self.state_slots:
+            env[s] = self._state_array(v)
+        xp = self.xp
+        with np.errstate(all="ignore"):
+            for ins in self.instructions:
+                args = [env[s] for s in ins.ins]
+                attrs = self._resolve(ins, bindings) if ins.symbolic else ins.attrs
+                t0 = time.perf_counter()
+                try:
+                    res = run_kernel(ins.kernel, xp, args, attrs, ins.multi, ins.dtypes,
+                                     ins.shapes, bindings)
+                except Exception as e:
+                    raise self._kernel_error(ins, args, e) from e
+                if timings is not None:
+                    timings.append((ins.node, time.perf_counter() - t0))
+                for s, r in zip(ins.outs, res):
+                    env[s] = r
+        return {v: env[s] for v, s in self.slot_of.items() if env[s] is not None}
 
     def _state_target(self, name: str):
         owned = self._owned.get(name)

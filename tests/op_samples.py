@@ -1720,5 +1720,289 @@ def _indexing_ops() -> List[OpInfo]:
 OPS: List[OpInfo] = (_elementwise_unary() + _elementwise_binary() + _reductions() + _linalg()
                      + _shape_ops() + _nn() + _conv() + _creation() + _indexing_ops())
 
+# -- round, nan_to_num, lerp, xlogy, shifts; flips, rolls, diagonals, einsum... ---------------
+def _xlogy_ref(x, y):
+    x, y = np.asarray(x), np.asarray(y)
+    dt = np.result_type(x, y)
+    if dt.kind != "f":
+        dt = np.dtype(F32)
+    x, y = x.astype(dt), y.astype(dt)
+    with np.errstate(all="ignore"):
+        return np.where(np.isnan(y), y, np.where(x == 0, dt.type(0), x * np.log(y)))
+
+
+def _shift_ref(left: bool):
+    """Element by element with Python ints: PyTorch's rules for shifts out of range."""
+    def ref(a, b):
+        if isinstance(b, int):        # a Python number: PyTorch's weak promotion
+            dt = np.dtype(dg.dtypes.weak_result_dtype(np.asarray(a).dtype.name, b))
+        else:
+            dt = np.dtype(dg.dtypes.result_dtype(np.asarray(a).dtype.name,
+                                                 np.asarray(b).dtype.name))
+        a, b = np.asarray(a), np.asarray(b)
+        bits = dt.itemsize * 8
+        a, b = np.broadcast_arrays(a.astype(dt), b.astype(dt))
+        out = np.empty(a.shape, dt)
+        for k in np.ndindex(a.shape):
+            x, s = int(a[k]), int(b[k])
+            if left:
+                v = (x << s) & ((1 << bits) - 1) if 0 <= s < bits else 0
+                if dt.kind == "i" and v >= 1 << (bits - 1):
+                    v -= 1 << bits
+            else:
+                v = x >> s if 0 <= s < bits else (-1 if x < 0 else 0)
+            out[k] = v
+        return out
+    return ref
+
+
+def _shift_samples():
+    return [
+        Sample("i64", (idx([[1, -1, 5, -128], [7, -7, 3, 2]]), idx([[1, 63, 64, -1],
+                                                                    [70, 2, 0, 61]]))),
+        Sample("i32_bcast", (ints(2, 3, low=-90, high=90, dtype=I32),
+                             idx([0, 5, 31], dtype=I32))),
+        Sample("i8", (idx([1, -1, 5, -128], dtype="int8"), idx([1, 7, 8, -1], dtype="int8"))),
+        Sample("u8", (idx([200, 1, 3, 255], dtype=U8), idx([9, 7, 1, 0], dtype=U8))),
+        Sample("i16_scalar", (idx([3, -3, 1000], dtype="int16"), 2)),
+        Sample("i32_i64", (idx([3, -3, 9], dtype=I32), idx([1, 2, 40]))),
+        Sample("bool_scalar", (np.array([True, False]), 1), dtype=I64)]
+
+
+def _shift_errors(name):
+    return [ErrorCase("float", (rand(2), ints(2)), {}, dg.DTypeError, "integer operands"),
+            ErrorCase("bool_bool", (bools(2), bools(2)), {}, dg.DTypeError,
+                      "found bool and bool")]
+
+
+_HALVES = np.array([0.5, 1.5, 2.5, -0.5, -1.5, 1.2345, 2.675, -3.49])
+
+
+def _round_ref(x, decimals=0):
+    return np.round(x, decimals) if x.dtype.kind == "f" else x.copy()
+
+
+def _diag_embed_ref(x, diagonal=0):
+    return np.diag(x, diagonal)
+
+
+def _narrow_ref(x, dim, start, length):
+    d = dim % x.ndim
+    start = start + x.shape[d] if start < 0 else start
+    return x[(slice(None),) * d + (slice(start, start + length),)]
+
+
+def _unflatten_ref(x, dim, sizes):
+    d = dim % x.ndim
+    return x.reshape(x.shape[:d] + tuple(sizes) + x.shape[d + 1:])
+
+
+def _tensor_split_ref(x, indices_or_sections, dim=0):
+    return tuple(np.array_split(x, indices_or_sections, axis=dim))
+
+
+def _elemshape_ops() -> List[OpInfo]:
+    sq = rand(3, 3)
+    x34 = rand(3, 4)
+    return [
+        OpInfo("round", dg.round, [
+            Sample("f64", (rand(2, 3, low=-3, high=3),)),
+            Sample("f64_halves", (_HALVES,), fd=False),
+            Sample("f64_decimals", (_HALVES,), {"decimals": 2}, fd=False),
+            Sample("f64_neg_decimals", (np.array([125.0, 135.0, 1234.5, -15.0, 14.9]),),
+                   {"decimals": -1}, fd=False),
+            Sample("f32", (np.array([0.5, 1.5, -2.5, 3.7, 1.2345], F32),), {"decimals": 1}),
+            Sample("f64_0d", (zero_d(2.5),), fd=False),
+            Sample("i64", (ints(2, 3),))], _round_ref, differentiable=True, errors=[
+                ErrorCase("int_decimals", (ints(3),), {"decimals": 1}, dg.DTypeError,
+                          "needs a floating-point"),
+                ErrorCase("bool", (bools(2),), {}, dg.DTypeError, "found bool"),
+                ErrorCase("float_decimals", (rand(2),), {"decimals": 1.5}, TypeError,
+                          "decimals must be an int")]),
+        OpInfo("nan_to_num", dg.nan_to_num, [
+            Sample("f64", (np.array([np.nan, np.inf, -np.inf, 1.5, -2.0]),), fd=False),
+            Sample("f64_values", (np.array([[np.nan, np.inf], [-np.inf, 0.25]]),),
+                   {"nan": 1.0, "posinf": 9.0, "neginf": -9.0}, fd=False),
+            Sample("f64_finite", (rand(2, 3),), {"nan": 2.0}),
+            Sample("f32", (np.array([np.nan, np.inf, -np.inf, 3.0], F32),)),
+            Sample("f16", (np.array([np.nan, np.inf, -np.inf, 3.0], F16),), {"neginf": -1.0}),
+            Sample("i64", (ints(3),), {"nan": 1.5}), Sample("bool", (bools(3),))],
+            lambda x, nan=0.0, posinf=None, neginf=None: np.nan_to_num(
+                x, nan=nan, posinf=posinf, neginf=neginf),
+            differentiable=True, errors=[
+                ErrorCase("tensor_nan", (rand(2),), {"nan": rand(2)}, TypeError,
+                          "nan must be a Python number")]),
+        OpInfo("lerp", dg.lerp, [
+            Sample("f64_scalar", (rand(2, 3), rand(2, 3), 0.3)),
+            Sample("f64_tensor", (rand(2, 3), rand(2, 3), rand(2, 3, low=-0.5, high=1.5))),
+            Sample("f64_bcast", (rand(2, 1), rand(3), rand(2, 3))),
+            Sample("f64_int_weight", (rand(3), rand(3), 2)),
+            Sample("f32", (rand(4, dtype=F32), rand(4, dtype=F32), 0.75))],
+            lambda a, b, w: a + w * (b - a), differentiable=True, errors=[
+                ErrorCase("dtypes", (rand(2, dtype=F32), rand(2), 0.5), {}, dg.DTypeError,
+                          "expected dtype float32 for end"),
+                ErrorCase("weight_dtype", (rand(2), rand(2), rand(2, dtype=F32)), {},
+                          dg.DTypeError, "for weight"),
+                ErrorCase("int", (ints(2), ints(2), 0.5), {}, dg.DTypeError,
+                          "floating-point input"),
+                ErrorCase("bcast", (rand(2), rand(3), 0.5), {}, dg.ShapeError,
+                          "cannot be broadcast")]),
+        OpInfo("xlogy", dg.xlogy, [
+            Sample("f64", (rand(2, 3), pos(2, 3))),
+            Sample("f64_special", (np.array([0.0, 0.0, 0.0, 1.0, 2.0, 0.0, 0.0]),
+                                   np.array([0.0, np.nan, -1.0, 0.0, 3.0, np.inf, 2.0])),
+                   fd=False),
+            Sample("f64_bcast", (rand(2, 1), pos(3))),
+            Sample("f64_scalar_left", (2.0, pos(3))),
+            Sample("f32", (rand(3, dtype=F32), pos(3, dtype=F32))),
+            Sample("i64", (ints(3, low=0, high=3), ints(3, low=1, high=4)), dtype=F32)],
+            _xlogy_ref, differentiable=True, binary=True,
+            make_input=lambda rng, shape: np.asarray(rng.uniform(0.5, 2.0, size=shape))),
+    ] + [
+        OpInfo(name, getattr(dg, name), _shift_samples(), _shift_ref(name.endswith("left_shift")),
+               errors=_shift_errors(name), binary=True,
+               make_input=lambda rng, shape: rng.integers(-40, 40, size=shape))
+        for name in ("bitwise_left_shift", "bitwise_right_shift")
+    ] + [
+        OpInfo("flip", dg.flip, [
+            Sample("two", (rand(2, 3, 4), (0, 2))), Sample("int", (rand(2, 3), -1)),
+            Sample("none", (rand(3), ())), Sample("i64", (ints(2, 3), [1]))],
+            lambda x, dims: np.flip(x, axis=dims) if dims != () else x,
+            differentiable=True, errors=[
+                ErrorCase("twice", (rand(2, 3), (0, -2)), {}, dg.ShapeError,
+                          "more than once"),
+                ErrorCase("range", (rand(2, 3), 2), {}, dg.ShapeError, "out of range")]),
+        OpInfo("fliplr", dg.fliplr, [Sample("f64", (rand(2, 3, 2),))], np.fliplr,
+               differentiable=True, errors=[
+                   ErrorCase("1d", (rand(3),), {}, dg.ShapeError, "at least 2 dims")]),
+        OpInfo("flipud", dg.flipud, [Sample("f64", (rand(3, 2),))], np.flipud,
+               differentiable=True, errors=[
+                   ErrorCase("0d", (rand(),), {}, dg.ShapeError, "at least 1 dim")]),
+        OpInfo("roll", dg.roll, [
+            Sample("flat", (rand(3, 4), 5)),
+            Sample("dims", (rand(3, 4), (1, -2), (0, 1))),
+            Sample("wrap", (rand(3, 4), 7, 1)), Sample("neg", (rand(5,), -2, 0)),
+            Sample("i64", (ints(2, 3), 1, -1))],
+            lambda x, shifts, dims=None: np.roll(x, shifts, axis=dims), differentiable=True,
+            errors=[ErrorCase("lengths", (rand(2, 3), (1, 2), (0,)), {}, dg.ShapeError,
+                              "same length")]),
+        OpInfo("repeat_interleave", dg.repeat_interleave, [
+            Sample("flat", (rand(2, 3), 2)),
+            Sample("dim", (rand(2, 3), 3), {"dim": 1}),
+            Sample("counts", (rand(2, 3), [1, 0, 2]), {"dim": 1}),
+            Sample("counts_dim0", (ints(3, 2), [2, 1, 1]), {"dim": 0}),
+            Sample("0d", (rand(), 3))],
+            lambda x, repeats, dim=None: np.repeat(x, repeats, axis=dim),
+            differentiable=True, errors=[
+                ErrorCase("length", (rand(2, 3), [1, 2]), {"dim": 1}, dg.ShapeError,
+                          "same size as input"),
+                ErrorCase("negative", (rand(2), -1), {}, ValueError, "non-negative")]),
+        OpInfo("tile", dg.tile, [
+            Sample("short", (rand(2, 3), (2,))), Sample("long", (rand(2, 3), (2, 1, 3))),
+            Sample("i64", (ints(3), (2, 2)))],
+            np.tile, differentiable=True, errors=[
+                ErrorCase("negative", (rand(2), (-1,)), {}, ValueError, "non-negative")]),
+    ] + [
+        OpInfo(name, getattr(dg, name), [
+            Sample("f64", (x34,)), Sample("above", (x34, 1)), Sample("below", (x34, -1)),
+            Sample("batched", (rand(2, 3, 3),)), Sample("i64", (ints(3, 3),)),
+            Sample("bool", (bools(2, 3), 1))],
+            getattr(np, name), differentiable=True, errors=[
+                ErrorCase("1d", (rand(3),), {}, dg.ShapeError, "at least 2 dims")])
+        for name in ("tril", "triu")
+    ] + [
+        OpInfo("diagonal", dg.diagonal, [
+            Sample("f64", (x34,)), Sample("offset", (x34, 1)), Sample("neg", (x34, -2)),
+            Sample("empty", (x34, 5)), Sample("dims", (rand(2, 3, 4), 0, 1, 2)),
+            Sample("dims_neg", (rand(2, 3, 4), 1, -1, 0)), Sample("i64", (ints(3, 3),))],
+            lambda x, offset=0, dim1=0, dim2=1: np.diagonal(x, offset, dim1, dim2),
+            differentiable=True, errors=[
+                ErrorCase("same", (x34, 0, 1, 1), {}, dg.ShapeError, "cannot be the same")]),
+        OpInfo("diag", dg.diag, [
+            Sample("vec", (rand(3),)), Sample("vec_up", (rand(3), 1)),
+            Sample("vec_down", (rand(3), -2)), Sample("mat", (x34,)),
+            Sample("mat_up", (x34, 1)), Sample("i64_vec", (ints(2),)),
+            Sample("bool_vec", (bools(3), 1))],
+            _diag_embed_ref, differentiable=True, errors=[
+                ErrorCase("3d", (rand(2, 2, 2),), {}, dg.ShapeError, "1-D or 2-D")]),
+        OpInfo("trace", dg.trace, [
+            Sample("f64", (x34,)), Sample("square", (sq,)),
+            Sample("i32", (ints(3, 3, dtype=I32),), dtype=I64)],
+            np.trace, differentiable=True, errors=[
+                ErrorCase("3d", (rand(2, 2, 2),), {}, dg.ShapeError, "2-D")]),
+        OpInfo("outer", dg.outer, [
+            Sample("f64", (rand(3), rand(4))),
+            Sample("i64_f32", (ints(2), rand(3, dtype=F32)), dtype=F32)],
+            np.outer, differentiable=True, errors=[
+                ErrorCase("2d", (rand(2, 2), rand(2)), {}, dg.ShapeError, "1-D")]),
+        OpInfo("cross", dg.cross, [
+            Sample("last", (rand(2, 3), rand(2, 3)), {"dim": 1}),
+            Sample("first", (rand(3, 2), rand(3, 2)), {"dim": 0}),
+            Sample("bcast", (rand(1, 3), rand(4, 3)), {"dim": -1}),
+            Sample("i64", (ints(2, 3), ints(2, 3)), {"dim": -1})],
+            lambda a, b, dim: np.cross(a, b, axis=dim), differentiable=True, errors=[
+                ErrorCase("size", (rand(2, 4), rand(2, 4)), {"dim": 1}, dg.ShapeError,
+                          "size 3"),
+                ErrorCase("dtype", (rand(3), rand(3, dtype=F32)), {"dim": 0}, dg.DTypeError,
+                          "one dtype")]),
+        OpInfo("meshgrid", dg.meshgrid, [
+            Sample("ij", (rand(2), rand(3)), {"indexing": "ij"}),
+            Sample("xy", (rand(2), rand(3)), {"indexing": "xy"}),
+            Sample("three_xy", (rand(2), rand(3), rand(4)), {"indexing": "xy"}),
+            Sample("0d", (rand(), rand(2)), {"indexing": "ij"})],
+            lambda *ts, indexing: tuple(np.meshgrid(*ts, indexing=indexing)),
+            differentiable=True, errors=[
+                ErrorCase("2d", (rand(2, 2), rand(2)), {"indexing": "ij"}, dg.ShapeError,
+                          "0-D or 1-D"),
+                ErrorCase("indexing", (rand(2),), {"indexing": "yx"}, ValueError,
+                          "'ij' or 'xy'")]),
+        OpInfo("narrow", dg.narrow, [
+            Sample("f64", (rand(4, 3), 0, 1, 2)), Sample("neg", (rand(4, 3), -1, -2, 2)),
+            Sample("empty", (rand(4, 3), 0, 4, 0))],
+            _narrow_ref, differentiable=True, errors=[
+                ErrorCase("exceeds", (rand(4), 0, 3, 2), {}, dg.ShapeError, "exceeds"),
+                ErrorCase("start", (rand(4), 0, 6, 0), {}, dg.ShapeError, "out of range")]),
+        OpInfo("unflatten", dg.unflatten, [
+            Sample("f64", (rand(2, 6), 1, (2, 3))), Sample("hole", (rand(6, 2), 0, (-1, 2))),
+            Sample("neg_dim", (rand(2, 6), -1, [3, 1, 2]))],
+            _unflatten_ref, differentiable=True, errors=[
+                ErrorCase("product", (rand(2, 6), 1, (4, 2)), {}, dg.ShapeError,
+                          "do not multiply")]),
+        OpInfo("movedim", dg.movedim, [
+            Sample("one", (rand(2, 3, 4), 0, -1)),
+            Sample("two", (rand(2, 3, 4), (0, 1), (2, 0)))],
+            np.moveaxis, differentiable=True, errors=[
+                ErrorCase("repeat", (rand(2, 3), (0, 1), (0, 0)), {}, dg.ShapeError,
+                          "must not repeat")]),
+        OpInfo("tensor_split", dg.tensor_split, [
+            Sample("sections", (rand(7, 2), 3)),
+            Sample("indices", (rand(7, 2), [1, 5, 3, 9])),
+            Sample("dim", (rand(2, 5), 2), {"dim": 1})],
+            _tensor_split_ref, differentiable=True, errors=[
+                ErrorCase("zero", (rand(4), 0), {}, ValueError, "positive")]),
+        OpInfo("einsum", dg.einsum, [
+            Sample("matmul", ("ij,jk->ik", rand(2, 3), rand(3, 4))),
+            Sample("diag", ("ii->i", sq)), Sample("trace", ("ii", rand(3, 3))),
+            Sample("outer", ("i,j->ij", rand(2), rand(3))),
+            Sample("implicit", ("ba", rand(2, 3))),
+            Sample("ellipsis", ("...ij,...jk", rand(2, 2, 3), rand(3, 4))),
+            Sample("sum_all", ("bij->", rand(2, 2, 3))),
+            Sample("three", ("ij,jk,k->i", rand(2, 3), rand(3, 2), rand(2))),
+            Sample("repeated_in_two", ("iij,j->i", rand(2, 2, 3), rand(3))),
+            Sample("f32", ("bi,bi->b", rand(2, 3, dtype=F32), rand(2, 3, dtype=F32)))],
+            lambda eq, *ops: np.einsum(eq, *ops), tol=dict(LOOSE_TOL), differentiable=True,
+            errors=[
+                ErrorCase("count", ("ij,jk->ik", rand(2, 3)), {}, ValueError,
+                          "names 2 operands"),
+                ErrorCase("dtype", ("i,i", rand(2), rand(2, dtype=F32)), {}, dg.DTypeError,
+                          "one dtype"),
+                ErrorCase("dims", ("ij", rand(2)), {}, dg.ShapeError, "has 1 dims"),
+                ErrorCase("sizes", ("ij,jk", rand(2, 3), rand(2, 4)), {}, dg.ShapeError,
+                          "does not broadcast")]),
+    ]
+
+
+OPS += _elemshape_ops()
+
 BY_NAME: Dict[str, OpInfo] = {op.name: op for op in OPS}
 assert len(BY_NAME) == len(OPS), "duplicate OpInfo names"

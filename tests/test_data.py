@@ -423,8 +423,9 @@ def test_twenty_kills_at_random_moments_never_hang_nor_orphan():
     rng = random.Random(16)
     outcomes = []
     for trial in range(20):
-        # an epoch of 100 batches of 4 MB takes far longer than the 0.15 s before the kill
-        it = iter(DataLoader(BigDataset(200, 500_000), batch_size=2, num_workers=2, timeout=5))
+        # batches of 40 MB, as in the report: an epoch of 20 of them takes far longer than
+        # the 0.3 s before the kill, which lands while a worker builds or sends one
+        it = iter(DataLoader(BigDataset(40, 5_000_000), batch_size=2, num_workers=2, timeout=5))
         processes = list(it._workers)
         victim = rng.randrange(2)
 
@@ -434,7 +435,7 @@ def test_twenty_kills_at_random_moments_never_hang_nor_orphan():
             except ProcessLookupError:   # the epoch ended first
                 pass
 
-        killer = threading.Timer(rng.uniform(0.0, 0.15), kill)
+        killer = threading.Timer(rng.uniform(0.0, 0.3), kill)
         killer.start()
         result = _consume_in_thread(it, limit=30)
         killer.join()

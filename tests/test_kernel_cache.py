@@ -34,6 +34,24 @@ def test_world_writable_directory_is_refused_and_falls_back_to_a_private_one(
         cache_dir(str(hostile))
 
 
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0,
+                    reason="only root can give a directory to another user")
+def test_directory_owned_by_someone_else_is_refused(tmp_path, monkeypatch):
+    """Another user pre-created the per-user fallback (private to them, so not writable by
+    others): still refused, as it is theirs; with no safe place left, KernelCacheError."""
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    foreign = tmp_path / "tmp" / f"duograph-{os.getuid()}"
+    foreign.mkdir(mode=0o700)
+    os.chown(foreign, 65534, 65534)
+    hostile = tmp_path / "base"
+    hostile.mkdir(mode=0o700)
+    os.chown(hostile, 65534, 65534)
+    with pytest.raises(KernelCacheError, match=r"owned by uid 65534, not by this user"):
+        cache_dir(str(hostile))
+    assert os.listdir(foreign) == [] and os.listdir(hostile) == []
+
+
 @posix
 def test_symlinked_cache_directory_is_refused(tmp_path, monkeypatch):
     real = tmp_path / "real"

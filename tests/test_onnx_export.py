@@ -19,7 +19,8 @@ from op_samples import OPS, as_tuple, assert_matches, build  # noqa: E402
 
 # ops duograph refuses to export, and why (checked: they raise, naming the op)
 REFUSED = {"uniform", "rand", "normal", "randn", "bernoulli", "randint", "log1p", "expm1",
-           "remainder", "fmod", "floor_divide", "atan2", "hypot",
+           "remainder", "fmod", "floor_divide", "atan2", "hypot", "bitwise_left_shift",
+           "bitwise_right_shift",
            # data-dependent sizes and reductions ScatterElements lacks (mean, include_self)
            "scatter_reduce", "nonzero", "nonzero_static", "argwhere", "masked_select",
            "masked_scatter"}

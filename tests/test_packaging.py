@@ -173,3 +173,57 @@ def test_the_import_check_sees_this_repository():
     files = {p.relative_to(ROOT).as_posix() for p in _python_files()}
     assert "graphlib/ir.py" in files and "runtime/executable.py" in files
     assert "tests/test_packaging.py" in files
+
+
+# import name -> the distribution that provides it, where the two differ
+_DISTRIBUTIONS = {"cupy": "cupy", "cupyx": "cupy", "sklearn": "scikit-learn"}
+# Imported only when the user asks for them, never declared: PyTorch is a peer that
+# ``dg.compare``'s torch mode and the model zoo's twins run against (its wheel is the user's
+# choice: an unpinned requirement would pull gigabytes of CUDA packages).
+_PEERS = {"torch"}
+
+
+def _declared_requirements() -> dict:
+    """Distribution name -> where setup.cfg declares it ('install_requires' or the extra)."""
+    config = configparser.ConfigParser()
+    config.read(ROOT / "setup.cfg")
+    declared = {}
+
+    def names(text):
+        for line in text.split("\n"):
+            line = line.split("#")[0].strip()
+            if line:
+                yield line.split(">")[0].split("=")[0].split("<")[0].split("[")[0].strip()
+    for name in names(config.get("options", "install_requires")):
+        declared[name.lower().replace("_", "-")] = "install_requires"
+    for extra, text in config.items("options.extras_require"):
+        for name in names(text):
+            declared.setdefault(name.lower().replace("_", "-"), extra)
+    return declared
+
+
+def test_every_third_party_import_is_a_declared_dependency():
+    """A module the package imports (at the top or inside a function) that no requirement
+    or extra of setup.cfg provides would fail on a fresh machine (sympy once did: only
+    other packages' dependencies installed it here)."""
+    declared = _declared_requirements()
+    missing = []
+    for folder in ROOT_FOLDERS:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            if "__pycache__" in path.parts:
+                continue
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if isinstance(node, ast.Import):
+                    mods = [a.name for a in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                    mods = [node.module]
+                else:
+                    continue
+                for mod in mods:
+                    top = mod.split(".")[0]
+                    if top in sys.stdlib_module_names or top == "duograph" or top in _PEERS:
+                        continue
+                    dist = _DISTRIBUTIONS.get(top, top).lower().replace("_", "-")
+                    if dist not in declared:
+                        missing.append(f"{path.relative_to(ROOT)}:{node.lineno}: {mod}")
+    assert not missing, "imports no requirement of setup.cfg provides:\n" + "\n".join(missing)

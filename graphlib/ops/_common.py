@@ -7,7 +7,7 @@ import numpy as np
 
 from .. import dtypes
 from ..attrs import Attrs
-from ..errors import DTypeError, located
+from ..errors import DTypeError, UnsupportedDTypeError, located
 from ..registry import OpDef, register
 from ..types import TensorType, broadcast_shapes
 
@@ -108,7 +108,7 @@ def binary_infer(name: str, out_dtype: Optional[str] = None, float_out: bool = F
         if allowed_kinds is not None:
             for t in (a, b):
                 if dtypes.kind(t.dtype) not in allowed_kinds:
-                    raise DTypeError(f"{name}: unsupported dtype {t.dtype}")
+                    raise UnsupportedDTypeError(f"{name}: unsupported dtype {t.dtype}")
         if not bool_ok and a.dtype == b.dtype == "bool":
             raise DTypeError(f"{name}: expected numeric operands, found bool and bool; use "
                              "ne (!=) or logical_not (~) for masks, or cast them first")

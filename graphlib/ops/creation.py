@@ -12,7 +12,7 @@ from typing import Callable, Optional
 
 from .. import dtypes
 from .. import xp as xpu
-from ..attrs import Attr, Attrs
+from ..attrs import Attr, Attrs, AttrValueError
 from ..errors import DTypeError, GraphError, ShapeError, located
 from ..ir import ConstArray, current_graph
 from ..registry import OpDef, register
@@ -192,6 +192,8 @@ def _seed_operand(seed, name):
 
 
 def _size(shape, name):
+    if not isinstance(shape, (tuple, list)):
+        shape = (shape,)
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = tuple(shape[0])
     try:
@@ -307,7 +309,7 @@ def arange(start, end=None, step=1, dtype=None):
     start, end, step = (_number(v, "arange", w) for v, w in
                         ((start, "start"), (end, "end"), (step, "step")))
     if step == 0:
-        raise ValueError(located("arange: step must not be 0"))
+        raise AttrValueError(located("arange: step must not be 0"))
     if dtype is None:
         dtype = (dtypes.DEFAULT_FLOAT if any(isinstance(v, float) for v in (start, end, step))
                  else dtypes.DEFAULT_INT)

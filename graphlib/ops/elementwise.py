@@ -447,7 +447,7 @@ def relu(x):
 
 def leaky_relu(x, negative_slope: float = 0.01):
     """x where x > 0, else negative_slope * x."""
-    return leaky_relu_op(x, negative_slope=float(negative_slope))
+    return leaky_relu_op(x, negative_slope=negative_slope)   # the schema checks the type
 
 
 def gelu(x, approximate: str = "none"):
@@ -460,7 +460,7 @@ def gelu(x, approximate: str = "none"):
 
 def softplus(x, beta: float = 1.0, threshold: float = 20.0):
     """log(1 + exp(beta * x)) / beta, linear where beta * x > threshold (as PyTorch)."""
-    return softplus_op(x, beta=float(beta), threshold=float(threshold))
+    return softplus_op(x, beta=beta, threshold=threshold)   # the schema checks the types
 
 
 def erf(x):

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from .. import dtypes
 from ..attrs import Attrs
-from ..errors import DTypeError, ShapeError, located
+from ..errors import DTypeError, ShapeError, UnsupportedDTypeError, located
 from ..registry import OpDef, register
 from ..types import TensorType, broadcast_shapes, format_shape
 from ._common import operand, promoting_kernel
@@ -16,7 +16,7 @@ def _matmul_infer(types, attrs):
         raise ShapeError(f"matmul: both operands need at least 1 dim, found "
                          f"{format_shape(a.shape)} and {format_shape(b.shape)}; use mul")
     if a.dtype == "bool" or b.dtype == "bool":
-        raise DTypeError("matmul: bool operands are not supported; cast them first")
+        raise UnsupportedDTypeError("matmul: bool operands are not supported; cast them first")
     ash = a.shape if a.ndim > 1 else (1,) + a.shape
     bsh = b.shape if b.ndim > 1 else b.shape + (1,)
     k1, k2 = ash[-1], bsh[-2]

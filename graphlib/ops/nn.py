@@ -112,6 +112,10 @@ def one_hot(indices, num_classes: int = -1):
     In graph mode ``num_classes`` must be given (the output shape cannot depend on data); on
     eager tensors -1 means ``indices.max() + 1``, as in PyTorch.
     """
+    if num_classes is not None and (isinstance(num_classes, bool)
+                                    or not hasattr(num_classes, "__index__")):
+        raise TypeError(located(f"one_hot: expected num_classes to be an int, found "
+                                f"{type(num_classes).__name__} {num_classes!r}"))
     if num_classes is None or num_classes < 0:
         if hasattr(indices, "item") and hasattr(indices, "numpy"):
             num_classes = int(indices.amax().item()) + 1

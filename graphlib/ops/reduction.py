@@ -6,7 +6,7 @@ import numpy as np
 
 from .. import dtypes
 from ..attrs import Attr, Attrs
-from ..errors import DTypeError, ShapeError, located
+from ..errors import DimError, DTypeError, ShapeError, located
 from ..registry import OpDef, register
 from ..types import TensorType, normalize_dim, normalize_dims
 from .elementwise import cast, exp, logical_and, where
@@ -23,7 +23,7 @@ def _reduced_shape(shape, dims, keepdim):
 def _check_dims(name, t, dims):
     for d in dims:
         if d >= max(t.ndim, 1) and not (t.ndim == 0 and d == 0):
-            raise ShapeError(f"{name}: dim {d} out of range for {t!r}")
+            raise DimError(f"{name}: dim {d} out of range for {t!r}")
 
 
 def _reduce_infer(name, out_dtype=None, float_only=False):
@@ -352,4 +352,8 @@ def logsumexp(x, dim, keepdim: bool = False):
 def numel(x, dim=None, dtype="float32"):
     """Number of elements of ``x`` over ``dim`` as a 0-d tensor (works for symbolic dims)."""
     x = operand(x, "numel")
-    return numel_op(x, dim=_dims(x, dim, "numel"), dtype=dtypes.as_dtype(dtype))
+    try:
+        dtype = dtypes.as_dtype(dtype)
+    except TypeError as e:
+        raise TypeError(located(f"numel: {e}")) from None
+    return numel_op(x, dim=_dims(x, dim, "numel"), dtype=dtype)

@@ -5,14 +5,15 @@ the feeds before a kernel sees them.
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Iterable, Sequence
 
 import numpy as np
 
 from .. import dtypes
 from .. import xp as xpu
-from ..attrs import Attr, Attrs
-from ..errors import DTypeError, ShapeError, located
+from ..attrs import Attr, Attrs, AttrValueError
+from ..errors import DTypeError, IndexBoundsError, ShapeError, located
+from ..ir import Value, current_graph
 from ..registry import OpDef, register
 from ..types import (TensorType, as_shape, dim_add, dim_product, dim_quotient, dim_slice,
                      format_shape, normalize_dim)
@@ -220,7 +221,7 @@ split_op = register(OpDef("split", _split_infer, _split_kernel, _split_vjp, mult
 # -- basic indexing ----------------------------------------------------------------------------
 
 
-class IndexingError(ShapeError, IndexError):
+class IndexingError(IndexBoundsError):
     """An index that does not fit the tensor (out of range, too many indices, a mask of the
     wrong shape, an index tensor of the wrong dtype): a ShapeError, and an ``IndexError`` as
     PyTorch raises, so code catching PyTorch's exception catches it."""
@@ -269,7 +270,7 @@ def _normalize_index(index, shape, name="getitem"):
             k = int(it.__index__())
             size = shape[axis]
             if isinstance(size, int) and not -size <= k < size:
-                raise IndexingError(f"{name}: index {k} is out of bounds for dim {axis} with "
+                raise IndexBoundsError(f"{name}: index {k} is out of bounds for dim {axis} with "
                                  f"size {size}")
             items.append(("i", k))
             axis += 1
@@ -551,10 +552,20 @@ def transpose(x, dim0: int, dim1: int):
     return permute_op(x, dims=tuple(dims))
 
 
+def _eager_sizes(x, sizes, name):
+    """Refuse symbolic sizes (names) for an eager tensor: only a graph binds them."""
+    symbolic = [d for d in sizes if not isinstance(d, int)]
+    if symbolic and not isinstance(x, Value) and current_graph() is None:
+        raise ShapeError(located(f"{name}: expected int sizes for an eager tensor (a symbolic "
+                                 f"size such as {str(symbolic[0])!r} needs graph mode), found "
+                                 f"{format_shape(sizes)}"))
+
+
 def expand(x, *sizes):
     """Broadcast ``x`` to ``sizes`` without copying (-1 keeps a dim)."""
     x = operand(x, "expand")
     sizes = _shape_args(sizes, "expand")
+    _eager_sizes(x, sizes, "expand")
     if tuple(sizes) == tuple(x.shape):
         return x
     return expand_op(x, shape=sizes)
@@ -562,13 +573,22 @@ def expand(x, *sizes):
 
 def broadcast_to(x, shape):
     """``expand(x, *shape)`` (numpy's name)."""
+    if hasattr(shape, "__index__") and not isinstance(shape, bool):
+        shape = (shape,)
+    if isinstance(shape, (str, bool)) or not isinstance(shape, Iterable):
+        raise TypeError(located(f"broadcast_to: expected a shape (a sequence of ints), found "
+                                f"{type(shape).__name__} {shape!r}"))
     return expand(x, *shape)
 
 
 def sum_to(x, shape):
     """Sum ``x`` down to ``shape`` (the adjoint of broadcasting to it)."""
     x = operand(x, "sum_to")
-    shape = as_shape(shape)
+    try:
+        shape = as_shape(shape)
+    except (TypeError, ValueError) as e:
+        raise type(e)(located(f"sum_to: {e}")) from None
+    _eager_sizes(x, shape, "sum_to")
     if tuple(x.shape) == shape:
         return x
     return sum_to_op(x, shape=shape)
@@ -668,8 +688,12 @@ def split(x, split_size_or_sections, dim: int = 0):
             raise ShapeError(located(f"split: cannot split symbolic dim {size!r} into chunks "
                                      f"of {step}"))
         sizes = tuple(min(step, size - i) for i in range(0, size, step)) or (0,)
+    elif isinstance(split_size_or_sections, (list, tuple)) and all(
+            hasattr(s, "__index__") and not isinstance(s, bool) for s in split_size_or_sections):
+        sizes = tuple(int(s.__index__()) for s in split_size_or_sections)
     else:
-        sizes = tuple(int(s) for s in split_size_or_sections)
+        raise TypeError(located(f"split: expected split_size_or_sections to be an int or a "
+                                f"list of ints, found {split_size_or_sections!r}"))
     return split_op(x, dim=d, sizes=sizes)
 
 
@@ -677,7 +701,7 @@ def chunk(x, chunks: int, dim: int = 0):
     """Split into ``chunks`` nearly equal pieces (as torch.chunk)."""
     x = operand(x, "chunk")
     if isinstance(chunks, bool) or not isinstance(chunks, int) or chunks <= 0:
-        raise ValueError(located(f"chunk: chunks must be a positive int, found {chunks!r}"))
+        raise AttrValueError(located(f"chunk: chunks must be a positive int, found {chunks!r}"))
     size = x.shape[normalize_dim(dim, x.ndim, "chunk")]
     if not isinstance(size, int):
         raise ShapeError(located(f"chunk: cannot chunk symbolic dim {size!r} of "
@@ -739,7 +763,7 @@ def pad(x, pad: Sequence[int], mode: str = "constant", value=None):
     the last dim backwards; ``value`` (default 0) fills them. Only ``mode="constant"``."""
     if mode != "constant":
         raise ValueError(located(f"pad: only mode='constant' is supported, found {mode!r}"))
-    if isinstance(pad, (int, str)) or not all(
+    if isinstance(pad, (int, str)) or not isinstance(pad, Iterable) or not all(
             hasattr(p, "__index__") and not isinstance(p, bool) for p in pad):
         raise TypeError(located(f"pad: expected a sequence of ints, found {pad!r}"))
     if value is None:

@@ -44,6 +44,7 @@ import numpy as np
 from ...graphlib.config import config
 from ...graphlib.ir import Value
 from ...graphlib.ops.fused import eval_nodes
+from ...graphlib.registry import get_op
 from ..backend import FusedCompiler
 from ..kernel_cache import cache_dir, write_verified
 from .tables import KERNELS, OUT_KERNELS
@@ -737,12 +738,14 @@ def numba_module(name: str):
 
 
 # Ops whose numba form measured faster than numpy's chunks (benchmarks/fusion.py); float32
-# adds the tanh family, computed by the vectorisable rational approximation below.
-NUMBA_FAST = {"neg", "abs", "square", "reciprocal", "rsqrt", "sqrt", "add", "sub", "mul",
-              "div", "maximum", "minimum", "relu", "leaky_relu", "where", "eq", "ne", "lt",
-              "le", "gt", "ge", "logical_and", "logical_or", "logical_not", "cast",
-              "stop_gradient", "sign"}
-NUMBA_FAST_F32 = {"tanh", "sigmoid", "gelu"}
+# adds the tanh family, computed by the vectorisable rational approximation below. Keyed by
+# the OpDef (a name that is not a registered op fails here, at import, instead of drifting).
+NUMBA_FAST = frozenset(get_op(name) for name in (
+    "neg", "abs", "square", "reciprocal", "rsqrt", "sqrt", "add", "sub", "mul", "div",
+    "maximum", "minimum", "relu", "leaky_relu", "where", "eq", "ne", "lt", "le", "gt", "ge",
+    "logical_and", "logical_or", "logical_not", "cast", "stop_gradient", "sign"))
+NUMBA_FAST_F32 = frozenset(get_op(name) for name in ("tanh", "sigmoid", "gelu"))
+_GELU = get_op("gelu")
 
 _HELPERS = '''
 @njit(inline="always", error_model="numpy", fastmath=FASTMATH)
@@ -819,7 +822,8 @@ _FUNCS = {"exp": "np.exp", "log": "np.log", "sqrt": "np.sqrt", "sin": "np.sin",
           "log10": "np.log10", "exp2": "np.exp2", "floor": "np.floor", "ceil": "np.ceil",
           "trunc": "np.trunc", "isnan": "np.isnan", "isinf": "np.isinf",
           "isfinite": "np.isfinite", "remainder": "np.remainder", "fmod": "np.fmod",
-          "floor_divide": "np.floor_divide", "atan2": "np.arctan2", "hypot": "np.hypot"}
+          "floor_divide": "np.floor_divide", "atan2": "np.arctan2", "hypot": "np.hypot",
+          "rint": "np.rint"}
 _DTYPE_NAMES = {"float16", "float32", "float64", "int32", "int64", "uint8", "bool"}
 _TOKEN = re.compile(r"\s*(?:(\d+\.\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|"
                     r"\d+(?:[eE][-+]?\d+)?)|([A-Za-z_]\w*)|(&&|\|\||==|!=|<=|>=|[-+*/?:!<>(),]))")
@@ -985,9 +989,9 @@ class NumbaPlan:
             if node.op.expr is None:
                 return None
             if not forced:
-                fast = node.op.name in NUMBA_FAST or (
-                    dt == "float32" and node.op.name in NUMBA_FAST_F32)
-                if not fast or (node.op.name == "gelu"
+                fast = node.op in NUMBA_FAST or (
+                    dt == "float32" and node.op in NUMBA_FAST_F32)
+                if not fast or (node.op is _GELU
                                 and node.attrs.get("approximate") != "tanh"):
                     return None
         # classify the inputs: full, trailing slice (rows mode), or one element
