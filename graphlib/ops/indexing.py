@@ -794,19 +794,31 @@ def nonzero(input, *, as_tuple: bool = False, size=None, fill_value: int = -1):
     or with ``as_tuple=True`` one 1-D tensor per dim (torch.nonzero). The size n depends on
     the data: eager mode reads it; graph mode needs ``size=`` (a duograph extension, as
     JAX's ``nonzero(size=)``: the rows are cut or padded with ``fill_value``)."""
-    x = operand(input, "nonzero")
+    return _nonzero(input, as_tuple, size, fill_value, "nonzero")
+
+
+def _nonzero(input, as_tuple, size, fill_value, name):
+    x = operand(input, name)
+    if size is None and name == "nonzero_static":
+        raise TypeError(located(f"{name}: expected size to be an int, found None"))
+    for what, v in (("size", size), ("fill_value", fill_value)):
+        if (v is not None or what == "fill_value") and (
+                isinstance(v, bool) or not isinstance(v, (int, np.integer))):
+            raise TypeError(located(f"{name}: expected {what} to be an int, found "
+                                    f"{type(v).__name__} {v!r}"))
+    if size is not None and size < 0:
+        raise ValueError(located(f"{name}: expected size >= 0, found {size}"))
     if x.ndim == 0:
         from .shape import reshape
-        x = reshape(x, 1)
-        cols = nonzero(x, size=size, fill_value=fill_value)
+        cols = _nonzero(reshape(x, 1), False, size, fill_value, name)
         if as_tuple:
-            return (cols[:, 0],)
+            return (getitem_op(cols, index=(("s", None, None, None), ("i", 0))),)
         return getitem_op(cols, index=(("s", None, None, None), ("s", 0, 0, None)))
     if size is None:
         if _symbolic(x):
-            raise _data_dependent("nonzero", "nonzero(x, size=N)")
+            raise _data_dependent(name, f"{name}(x, size=N)")
         size = _count(x)
-    out = nonzero_op(x, size=size, fill_value=fill_value)
+    out = nonzero_op(x, size=int(size), fill_value=int(fill_value))
     if as_tuple:
         return tuple(getitem_op(out, index=(("s", None, None, None), ("i", k)))
                      for k in range(x.ndim))
@@ -816,12 +828,12 @@ def nonzero(input, *, as_tuple: bool = False, size=None, fill_value: int = -1):
 def nonzero_static(input, *, size: int, fill_value: int = -1):
     """``nonzero(input)`` with exactly ``size`` rows, padded with ``fill_value`` or cut
     (torch.nonzero_static): a static shape, so it works in graph mode."""
-    return nonzero(input, size=size, fill_value=fill_value)
+    return _nonzero(input, False, size, fill_value, "nonzero_static")
 
 
 def argwhere(input, *, size=None, fill_value: int = -1):
     """``nonzero(input)`` (torch.argwhere; ``size`` and ``fill_value`` as in nonzero)."""
-    return nonzero(input, size=size, fill_value=fill_value)
+    return _nonzero(input, False, size, fill_value, "argwhere")
 
 
 def where(condition, input=None, other=None):
@@ -871,21 +883,24 @@ def masked_select(input, mask, *, size=None):
 def masked_fill(input, mask, value):
     """``input`` with ``value`` where ``mask`` holds (torch.masked_fill); ``value`` is a
     number or a 0-d tensor (differentiable), cast to input's dtype."""
-    from .elementwise import cast, where_op
+    from .elementwise import where_op
     x = operand(input, "masked_fill")
     mask = _bool_mask(mask, "masked_fill")
+    return where_op(mask, _fill_value(x, value, "masked_fill"), x)
+
+
+def _fill_value(x, value, name):
+    """A fill value (a number, or a 0-d tensor: differentiable) in x's dtype."""
+    from .elementwise import cast
     if _is_tensor(value):
         if value.ndim != 0:
-            raise ShapeError(located(f"masked_fill: only supports a 0-dimensional value "
-                                     f"tensor, found one of shape {format_shape(value.shape)}"))
-        if _dtype_of(value) != _dtype_of(x):
-            value = cast(value, _dtype_of(x))
-    elif isinstance(value, (bool, int, float, np.generic)):
-        value = _scalar_as(x, value)
-    else:
-        raise TypeError(located(f"masked_fill: expected value to be a number or a 0-d "
-                                f"tensor, found {type(value).__name__}"))
-    return where_op(mask, value, x)
+            raise ShapeError(located(f"{name}: only supports a 0-dimensional value tensor, "
+                                     f"found one of shape {format_shape(value.shape)}"))
+        return value if _dtype_of(value) == _dtype_of(x) else cast(value, _dtype_of(x))
+    if isinstance(value, (bool, int, float, np.generic)):
+        return _scalar_as(x, value)
+    raise TypeError(located(f"{name}: expected value to be a number or a 0-d tensor, found "
+                            f"{type(value).__name__}"))
 
 
 def masked_scatter(input, mask, source):
@@ -976,6 +991,7 @@ def index_fill(input, dim: int, index, value):
     x = operand(input, "index_fill")
     d = normalize_dim(dim, max(x.ndim, 1), "index_fill")
     index = _index_1d(index, "index_fill")
+    value = _fill_value(x, value, "index_fill")
     if x.ndim == 0:
         col = full((1,), False, dtype="bool")
     else:
