@@ -855,45 +855,66 @@ class Tensor(TensorMethods):
         return self.div_(other)
 
     def __setitem__(self, index, value):
-        """``t[index] = value`` for basic indices (ints, slices, None, ...) and same-shape
-        boolean masks. Under autograd or ``record()`` it is an in-place op built from
-        ``where`` and ``getitem_grad``, so gradients and recorded graphs see it."""
+        """``t[index] = value`` as PyTorch: basic indices (ints, slices, None, ...), integer
+        tensors and lists in any position (the last write wins where they repeat a place),
+        and bool masks. Under autograd or ``record()`` it is an in-place op built from
+        ``index_put``, ``where`` and ``getitem_grad``, so gradients and recorded graphs see
+        it."""
+        from ..graphlib.ops.shape import _is_advanced
         tracked = grad_mode.is_grad_enabled() and (self.requires_grad or (
             isinstance(value, Tensor) and value.requires_grad))
         if not tracked and not _recorders:
             if isinstance(value, Tensor):
+                if value.device != self.device:
+                    value = value.to(device=self.device)
                 value = value.array
-            if isinstance(index, Tensor):
-                index = index.array
-            self.array[index] = value
+            if _is_advanced(index):
+                from ..graphlib.ops.indexing import write_in_place
+                write_in_place(self, self.array, _xp_for(self.device), index, value)
+            else:
+                self.array[index] = value
             self._version[0] += 1
             return
-        from ..graphlib import functional as F
-        from ..graphlib.ops.shape import _normalize_index, getitem_grad_op
-        if isinstance(index, Tensor):
-            if index.dtype != "bool" or tuple(index.shape) != tuple(self.shape):
-                raise TypeError(f"__setitem__: under autograd or record() a tensor index must "
-                                f"be a boolean mask of this tensor's shape {list(self.shape)}, "
-                                f"found {index.dtype}{list(index.shape)}; use dg.where"
-                                f"\n  in: {user_source()}")
-            mask = index
-            self._inplace(lambda s: F.where(mask, F.cast(value, s.dtype), s), "__setitem__",
-                          value)
-            return
-        try:
-            items, part_shape = _normalize_index(index, tuple(self.shape), "__setitem__")
-        except (ShapeError, TypeError) as e:
-            raise type(e)(f"{e}\n  in: {user_source()}") from None
+        from ..graphlib.ops.indexing import index_assign
+        self._inplace(lambda s: index_assign(s, index, value), "__setitem__", value)
 
-        def assign(s):
-            part = F.cast(value, s.dtype)
-            if tuple(part.shape) != part_shape:
-                part = F.expand(part, *part_shape) if part.ndim else F.full(
-                    part_shape, 0, dtype=s.dtype) + part
-            with grad_mode.no_grad():
-                mask = getitem_grad_op(F.full(part_shape, True, dtype="bool"), s, index=items)
-            return F.where(mask, getitem_grad_op(part, s, index=items), s)
-        self._inplace(assign, "__setitem__", value)
+    def _inplace_named(self, name: str, fn: str, *args, **kwargs) -> "Tensor":
+        """``_inplace_op`` with the op function named (``"scatter"``), not given."""
+        from ..graphlib import functional as F
+        return self._inplace_op(name, getattr(F, fn), *args, **kwargs)
+
+    def scatter_(self, dim, index, src=None, value=None, *, reduce=None):
+        """In-place ``scatter``."""
+        return self._inplace_named("scatter_", "scatter", dim, index, src, value, reduce=reduce)
+
+    def scatter_add_(self, dim, index, src):
+        """In-place ``scatter_add``."""
+        return self._inplace_named("scatter_add_", "scatter_add", dim, index, src)
+
+    def scatter_reduce_(self, dim, index, src, reduce, *, include_self=True):
+        """In-place ``scatter_reduce``."""
+        return self._inplace_named("scatter_reduce_", "scatter_reduce", dim, index, src,
+                                reduce, include_self=include_self)
+
+    def index_add_(self, dim, index, source, *, alpha=1):
+        """In-place ``index_add``."""
+        return self._inplace_named("index_add_", "index_add", dim, index, source, alpha=alpha)
+
+    def index_copy_(self, dim, index, source):
+        """In-place ``index_copy``."""
+        return self._inplace_named("index_copy_", "index_copy", dim, index, source)
+
+    def index_fill_(self, dim, index, value):
+        """In-place ``index_fill``."""
+        return self._inplace_named("index_fill_", "index_fill", dim, index, value)
+
+    def index_put_(self, indices, values, accumulate=False):
+        """In-place ``index_put``: ``self[indices] = values`` (``+=`` when ``accumulate``)."""
+        return self._inplace_named("index_put_", "index_put", indices, values, accumulate)
+
+    def masked_scatter_(self, mask, source):
+        """In-place ``masked_scatter``."""
+        return self._inplace_named("masked_scatter_", "masked_scatter", mask, source)
 
     def any(self, dim=None, keepdim: bool = False) -> "Tensor":
         """Whether any element is nonzero (along ``dim``). Built from ops, so a Python

@@ -35,6 +35,10 @@ from .ops.reduction import (amax, amin, argmax, argmin, logsumexp, mean, numel, 
 from .ops.shape import (broadcast_to, cat, chunk, concatenate, expand, flatten,  # noqa
                         gather, getitem, index_add, index_select, pad, permute, reshape,
                         scatter_add, split, squeeze, stack, sum_to, transpose, unsqueeze)
+from .ops.indexing import (argwhere, index_copy, index_fill, index_put,  # noqa: F401
+                           masked_fill, masked_scatter, masked_select, nonzero,
+                           nonzero_static, scatter, scatter_reduce, take, take_along_dim,
+                           where)
 
 from .ops.norms import norm  # noqa: F401
 from .ops.scan import cummax, cummin, cumprod, cumsum, logcumsumexp  # noqa: F401
@@ -93,7 +97,10 @@ __all__ = ["adaptive_avg_pool2d", "avg_pool2d", "conv2d", "max_pool2d", "arange"
            "unflatten",
            "conv1d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
            "max_pool1d", "max_pool3d", "avg_pool1d", "avg_pool3d", "pixel_shuffle",
-           "pixel_unshuffle"]
+           "pixel_unshuffle",
+           "argwhere", "index_copy", "index_fill", "index_put", "masked_fill",
+           "masked_scatter", "masked_select", "nonzero", "nonzero_static", "scatter",
+           "scatter_reduce", "take", "take_along_dim"]
 __all__ += ["cumsum", "cumprod", "cummax", "cummin", "logcumsumexp", "sort", "argsort", "topk",
             "kthvalue", "median", "mode", "unique", "norm", "isclose", "allclose", "equal"]
 

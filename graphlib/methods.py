@@ -280,6 +280,16 @@ class TensorMethods:
     def __getitem__(self, index):
         return F.getitem(self, index)
 
+    def __setitem__(self, index, value):
+        """Eager tensors write in place (``Tensor.__setitem__``); a graph Value is
+        immutable, so this raises an error naming the out-of-place forms."""
+        from .errors import located
+        raise TypeError(located(
+            "__setitem__: a graph Value cannot be assigned to in place; build the new value "
+            "and use it instead: y = dg.index_put(x, indices, values), "
+            "dg.masked_fill(x, mask, value), dg.where(mask, values, x) or "
+            "dg.scatter(x, dim, index, src)"))
+
     def reshape(self, *shape):
         """``reshape(*shape) -> Tensor``: the same elements with a new shape (given as ints or
         one tuple); one dim may be -1. See ``dg.reshape``."""
@@ -611,7 +621,7 @@ class TensorMethods:
 
     def masked_fill(self, mask, value):
         """``value`` where ``mask`` holds, else this tensor (PyTorch's masked_fill)."""
-        return F.where(mask, F.full_like(self, value), self)
+        return F.masked_fill(self, mask, value)
 
     def narrow(self, dim, start, length):
         """``dg.narrow(self, dim, start, length)``: a slice along ``dim``."""
@@ -849,6 +859,60 @@ class TensorMethods:
     def equal(self, other):
         """Whether ``other`` has the same shape and elements: a Python bool."""
         return F.equal(self, other)
+
+    # indexing and the scatter family (graphlib/ops/indexing.py) -----------------------------
+    def scatter(self, dim, index, src=None, value=None, *, reduce=None):
+        """``torch.Tensor.scatter``: this tensor with ``src`` (or a number) written at
+        ``index`` along ``dim``."""
+        return F.scatter(self, dim, index, src, value, reduce=reduce)
+
+    def scatter_add(self, dim, index, src):
+        """``torch.Tensor.scatter_add``: ``src`` added at ``index`` along ``dim``."""
+        return F.scatter_add(self, dim, index, src)
+
+    def scatter_reduce(self, dim, index, src, reduce, *, include_self=True):
+        """``torch.Tensor.scatter_reduce`` (sum, prod, mean, amax, amin)."""
+        return F.scatter_reduce(self, dim, index, src, reduce, include_self=include_self)
+
+    def index_add(self, dim, index, source, *, alpha=1):
+        """``torch.Tensor.index_add``: ``alpha * source`` added at ``index`` along ``dim``."""
+        return F.index_add(self, dim, index, source, alpha=alpha)
+
+    def index_copy(self, dim, index, source):
+        """``torch.Tensor.index_copy``: ``source`` copied to ``index`` along ``dim``."""
+        return F.index_copy(self, dim, index, source)
+
+    def index_fill(self, dim, index, value):
+        """``torch.Tensor.index_fill``: ``value`` at ``index`` along ``dim``."""
+        return F.index_fill(self, dim, index, value)
+
+    def index_put(self, indices, values, accumulate=False):
+        """``torch.Tensor.index_put``: ``self[indices] = values`` out of place."""
+        return F.index_put(self, indices, values, accumulate)
+
+    def masked_select(self, mask):
+        """``torch.Tensor.masked_select``: the elements where ``mask`` holds (1-D)."""
+        return F.masked_select(self, mask)
+
+    def masked_scatter(self, mask, source):
+        """``torch.Tensor.masked_scatter``: ``source``'s elements where ``mask`` holds."""
+        return F.masked_scatter(self, mask, source)
+
+    def take_along_dim(self, indices, dim=None):
+        """``torch.Tensor.take_along_dim``."""
+        return F.take_along_dim(self, indices, dim)
+
+    def take(self, index):
+        """``torch.Tensor.take``: the flattened tensor at ``index``."""
+        return F.take(self, index)
+
+    def nonzero(self, *, as_tuple=False):
+        """``torch.Tensor.nonzero``: coordinates of the nonzero elements."""
+        return F.nonzero(self, as_tuple=as_tuple)
+
+    def argwhere(self):
+        """``torch.Tensor.argwhere``: ``nonzero()``."""
+        return F.argwhere(self)
 
 
 def _add_axis_aliases(cls):

@@ -70,6 +70,24 @@ def add_at(xp, target, index, values) -> None:
     extras(xp).add_at(target, index, values)
 
 
+def ufunc_at(xp, name: str, target, index, values) -> None:
+    """Unbuffered ``target[index] = name(target[index], values)`` for ``name`` in add,
+    multiply, maximum, minimum (repeated places combine): the module's ``ufunc.at``, or
+    numpy's on the host where the module has none."""
+    if name == "add":
+        add_at(xp, target, index, values)
+        return
+    try:
+        getattr(xp, name).at(target, index, values)
+        return
+    except (AttributeError, NotImplementedError, TypeError):
+        pass
+    host = _host(target)  # pragma: no cover - array modules without ufunc.at
+    getattr(np, name).at(host, tuple(i if isinstance(i, slice) else _host(i) for i in index),
+                         _host(values))
+    target[...] = extras(xp).asarray(host)
+
+
 def to_device(x, device: str):
     """``x`` as an array of ``device`` (numpy for "cpu"; another device's array module as
     its backend registered it)."""

@@ -973,8 +973,8 @@ def _pad_ref(x, pad, value=0.0, mode="constant"):
 
 
 def _getitem_ref(x, index):
-    if isinstance(index, np.ndarray):
-        return np.take(x, index, axis=0)
+    if isinstance(index, tuple):    # lists as arrays (numpy reads a list inside a tuple so)
+        index = tuple(np.asarray(i) if isinstance(i, list) else i for i in index)
     return x[index]
 
 
@@ -1115,7 +1115,12 @@ def _shape_ops() -> List[OpInfo]:
             Sample("0d_ellipsis", (rand(), Ellipsis)),
             Sample("0d_none", (rand(), None)),
             Sample("1d", (rand(5,), slice(1, None, 3))),
-            Sample("int_tensor", (rand(4, 2), idx([3, 0, 3])))],
+            Sample("int_tensor", (rand(4, 2), idx([3, 0, 3]))),
+            Sample("col_tensor", (x234, (slice(None), idx([2, -1, 2])))),
+            Sample("two_tensors", (x234, (idx([[1], [0]]), slice(None), idx([0, 3, 2])))),
+            Sample("adjacent", (x234, (Ellipsis, idx([2, 0]), idx([1, 1], I32)))),
+            Sample("list", (x234, (slice(None), [0, 2, 2]))),
+            Sample("2d_first", (rand(4, 2), idx([[3, 0], [1, 1]])))],
             _getitem_ref, differentiable=True, errors=[
                 ErrorCase("too_many", (rand(2, 3), (0, 1, 2)), {}, dg.ShapeError,
                           "too many indices"),
@@ -1142,8 +1147,8 @@ def _shape_ops() -> List[OpInfo]:
             Sample("dim1", (rand(2, 3), 1, idx([[2, 2], [0, 1]]), rand(2, 2))),
             Sample("i64", (ints(3,), 0, idx([1, 1]), ints(2,)))],
             _scatter_add_ref, differentiable=True, grad_args=(0, 2), errors=[
-                ErrorCase("shape", (rand(3, 4), 0, idx([[0, 1]]), rand(2, 2)), {},
-                          dg.ShapeError, "same shape"),
+                ErrorCase("shape", (rand(3, 4), 0, idx([[0, 1], [1, 1]]), rand(1, 2)), {},
+                          dg.ShapeError, "no larger than src"),
                 ErrorCase("float_index", (rand(3, 4), 0, rand(2, 2), rand(2, 2)), {},
                           dg.DTypeError, "integer index")]),
         OpInfo("index_select", dg.index_select, [
@@ -1955,9 +1960,197 @@ def _resampling() -> List[OpInfo]:
     ]
 
 
+def _scatter_ref(x, dim, index, src=None, value=None, reduce=None):
+    out = x.copy()
+    src = np.broadcast_to(np.asarray(value if src is None else src, x.dtype), index.shape) \
+        if src is None or np.ndim(src) == 0 else src[tuple(slice(0, n) for n in index.shape)]
+    grids = list(np.indices(index.shape, sparse=True))
+    grids[dim] = index
+    key = tuple(grids)
+    if reduce is None:
+        for pos in np.ndindex(index.shape):     # in order: the last write wins
+            place = tuple(index[pos] if d == dim else p for d, p in enumerate(pos))
+            out[place] = src[pos]
+    elif reduce == "add":
+        np.add.at(out, key, src)
+    else:
+        np.multiply.at(out, key, src)
+    return out
+
+
+def _scatter_reduce_ref(x, dim, index, src, reduce, include_self=True):
+    groups = {}
+    for pos in np.ndindex(index.shape):
+        place = tuple(index[pos] if d == dim else p for d, p in enumerate(pos))
+        groups.setdefault(place, []).append(src[pos])
+    out = x.copy()
+    fn = {"sum": np.sum, "prod": np.prod, "mean": np.mean, "amax": np.max, "amin": np.min}
+    for place, vals in groups.items():
+        vals = ([x[place]] if include_self else []) + vals
+        r = fn[reduce](np.asarray(vals))
+        if reduce == "mean" and x.dtype.kind != "f":
+            r = np.sum(vals) // len(vals)
+        out[place] = r
+    return out
+
+
+def _nonzero_ref(x, as_tuple=False, size=None, fill_value=-1):
+    found = np.argwhere(x)
+    if size is not None:
+        out = np.full((size, max(x.ndim, 1) if x.ndim else 0), fill_value, np.int64)
+        n = min(size, len(found))
+        out[:n] = found[:n]
+        found = out
+    found = found.astype(np.int64)
+    return tuple(found[:, k] for k in range(x.ndim)) if as_tuple else found
+
+
+def _masked_select_ref(x, mask, size=None):
+    x, mask = np.broadcast_arrays(x, mask)
+    picked = x[mask]
+    if size is None:
+        return picked
+    out = np.zeros(size, x.dtype)
+    out[:min(size, picked.size)] = picked[:size]
+    return out
+
+
+def _masked_scatter_ref(x, mask, source):
+    out = x.copy()
+    mask = np.broadcast_to(mask, x.shape)
+    out[mask] = source.reshape(-1)[:int(mask.sum())]
+    return out
+
+
+def _index_put_ref(x, indices, values, accumulate=False):
+    out = x.copy()
+    if accumulate:
+        np.add.at(out, tuple(indices), values)
+    else:
+        out[tuple(indices)] = values
+    return out
+
+
+def _index_copy_ref(x, dim, index, source):
+    out = x.copy()
+    out[(slice(None),) * dim + (index,)] = source
+    return out
+
+
+def _index_fill_ref(x, dim, index, value):
+    out = x.copy()
+    out[(slice(None),) * dim + (index,)] = value
+    return out
+
+
+def _take_along_dim_ref(x, indices, dim=None):
+    if dim is None:
+        return np.take_along_axis(x.reshape(-1), indices.reshape(-1), 0)
+    shape = list(np.broadcast_shapes(x.shape, indices.shape))
+    xs, ish = list(shape), list(shape)
+    xs[dim], ish[dim] = x.shape[dim], indices.shape[dim]
+    return np.take_along_axis(np.broadcast_to(x, xs), np.broadcast_to(indices, ish), dim)
+
+
+def _indexing_ops() -> List[OpInfo]:
+    """graphlib/ops/indexing.py: the scatter family, masks and nonzero."""
+    mask34 = bools(3, 4)
+    return [
+        OpInfo("scatter", dg.scatter, [
+            Sample("src", (rand(3, 4), 0, idx([[0, 1, 2, 0], [2, 0, 1, 1]]), rand(2, 4))),
+            Sample("value", (rand(3, 4), 1, idx([[3], [0], [1]]), 2.5)),
+            Sample("smaller", (rand(3, 4), 1, idx([[3, 1], [0, 2]]), rand(3, 3))),
+            Sample("add", (rand(3, 4), 0, idx([[0, 0, 2, 0]]), rand(1, 4)), {"reduce": "add"}),
+            Sample("i64", (ints(3, 4), 1, idx([[1], [0], [0]]), ints(3, 1)))],
+            _scatter_ref, differentiable=True, grad_args=(0, 2), errors=[
+                ErrorCase("int32_index", (rand(3, 4), 0, idx([[0]], I32), 1.0), {},
+                          dg.DTypeError, "int64 index"),
+                ErrorCase("dtype", (rand(3, 4), 0, idx([[0]]), rand(1, 1, dtype=F32)), {},
+                          dg.DTypeError, "one dtype"),
+                ErrorCase("larger", (rand(3, 4), 0, idx([[0, 1]]), rand(1, 1)), {},
+                          dg.ShapeError, "larger than src")]),
+        OpInfo("scatter_reduce", dg.scatter_reduce, [
+            Sample(f"{r}_{incl}", (pos(3, 4), 1, idx([[0, 0, 3], [1, 1, 1], [2, 0, 2]]),
+                                   pos(3, 3), r), {"include_self": incl})
+            for r in ("sum", "prod", "mean", "amax", "amin") for incl in (True, False)] + [
+            Sample("i64_mean", (ints(3, 4), 1, idx([[0, 0], [1, 1], [3, 3]]), ints(3, 2),
+                                "mean"))],
+            _scatter_reduce_ref, differentiable=True, grad_args=(0, 3), errors=[
+                ErrorCase("reduce", (rand(3, 4), 0, idx([[0]]), rand(1, 1), "max"), {},
+                          ValueError, "reduce")]),
+        OpInfo("nonzero", dg.nonzero, [
+            Sample("2d", (mask34,), {"size": 4}),
+            Sample("pad", (ints(2, 3, low=0, high=2),), {"size": 7}),
+            Sample("tuple", (rand(5),), {"size": 5, "as_tuple": True}),
+            Sample("fill", (bools(4),), {"size": 6, "fill_value": 0})],
+            _nonzero_ref),
+        OpInfo("nonzero_static", dg.nonzero_static, [
+            Sample("cut", (ints(3, 4, low=0, high=2),), {"size": 2}),
+            Sample("pad", (bools(2, 2),), {"size": 6, "fill_value": 9})],
+            lambda x, size, fill_value=-1: _nonzero_ref(x, size=size, fill_value=fill_value)),
+        OpInfo("argwhere", dg.argwhere, [
+            Sample("sized", (bools(3, 2),), {"size": 6})],
+            lambda x, size=None, fill_value=-1: _nonzero_ref(x, size=size,
+                                                             fill_value=fill_value)),
+        OpInfo("masked_select", dg.masked_select, [
+            Sample("same", (rand(3, 4), mask34), {"size": int(mask34.sum())}),
+            Sample("padded", (rand(3, 4), mask34), {"size": 12}),
+            Sample("bcast", (rand(3, 1), bools(2, 3, 4)), {"size": 5})],
+            _masked_select_ref, differentiable=True, grad_args=(0,), errors=[
+                ErrorCase("int_mask", (rand(3, 4), ints(3, 4)), {"size": 2}, dg.DTypeError,
+                          "bool mask")]),
+        OpInfo("masked_fill", dg.masked_fill, [
+            Sample("number", (rand(3, 4), mask34, 0.5)),
+            Sample("tensor", (rand(3, 4), bools(4), zero_d(-2.0))),
+            Sample("int", (ints(3, 4), mask34, 2.7), dtype=I64)],
+            lambda x, m, v: np.where(m, np.asarray(v).astype(x.dtype), x),
+            differentiable=True, errors=[
+                ErrorCase("int_mask", (rand(3, 4), ints(3, 4), 1.0), {}, dg.DTypeError,
+                          "bool mask"),
+                ErrorCase("1d_value", (rand(3, 4), mask34, rand(4)), {}, dg.ShapeError,
+                          "0-dimensional")]),
+        OpInfo("masked_scatter", dg.masked_scatter, [
+            Sample("same", (rand(3, 4), mask34, rand(12))),
+            Sample("bcast", (rand(3, 4), bools(3, 1), rand(4, 4)))],
+            _masked_scatter_ref, differentiable=True, grad_args=(0, 2), errors=[
+                ErrorCase("dtype", (rand(3, 4), mask34, rand(12, dtype=F32)), {},
+                          dg.DTypeError, "source of dtype")]),
+        OpInfo("index_put", dg.index_put, [
+            Sample("one", (rand(4, 3), (idx([2, 0]),), rand(2, 3))),
+            Sample("two", (rand(4, 3), (idx([2, 0, 3]), idx([1, 1, 0])), rand(3))),
+            Sample("acc", (rand(4, 3), (idx([2, 2, 0]),), rand(3, 3)), {"accumulate": True})],
+            _index_put_ref, differentiable=True, errors=[
+                ErrorCase("dtype", (rand(4, 3), (idx([0]),), rand(3, dtype=F32)), {},
+                          dg.DTypeError, "dtypes match")]),
+        OpInfo("index_copy", dg.index_copy, [
+            Sample("dim0", (rand(4, 3), 0, idx([3, 0]), rand(2, 3))),
+            Sample("dim1", (rand(2, 3, 2), 1, idx([2]), rand(2, 1, 2)))],
+            _index_copy_ref, differentiable=True, grad_args=(0, 2), errors=[
+                ErrorCase("shape", (rand(4, 3), 0, idx([3, 0]), rand(3, 3)), {},
+                          dg.ShapeError, "expected source of shape")]),
+        OpInfo("index_fill", dg.index_fill, [
+            Sample("dim1", (rand(3, 4), 1, idx([0, -1]), -2.0)),
+            Sample("tensor", (rand(3, 4), 0, idx([1]), zero_d(0.25))),
+            Sample("i64", (ints(3, 4), 0, idx([2]), 7))],
+            _index_fill_ref, differentiable=True, errors=[
+                ErrorCase("2d_index", (rand(3, 4), 0, idx([[0]]), 1.0), {}, IndexError,
+                          "at most one dimension")]),
+        OpInfo("take_along_dim", dg.take_along_dim, [
+            Sample("dim1", (rand(3, 4), idx([[3], [0], [1]]), 1)),
+            Sample("bcast", (rand(3, 4), idx([[2, 0, 1, 0]]), 0)),
+            Sample("flat", (rand(3, 4), idx([[5, 0], [11, 2]])))],
+            _take_along_dim_ref, differentiable=True, grad_args=(0,), errors=[
+                ErrorCase("ndim", (rand(3, 4), idx([1]), 1), {}, dg.ShapeError,
+                          "same number of dimensions")]),
+        OpInfo("take", dg.take, [
+            Sample("2d", (rand(3, 4), idx([[0, -1], [7, 7]])))],
+            lambda x, i: np.take(x.reshape(-1), i), differentiable=True, grad_args=(0,)),
+    ]
+
+
 OPS: List[OpInfo] = (_elementwise_unary() + _elementwise_binary() + _reductions() + _linalg()
                      + _shape_ops() + _nn() + _conv() + _creation() + _conv_nd()
-                     + _resampling())
+                     + _resampling() + _indexing_ops())
 
 # -- round, nan_to_num, lerp, xlogy, shifts; flips, rolls, diagonals, einsum... ---------------
 def _xlogy_ref(x, y):

@@ -22,7 +22,10 @@ REFUSED = {"uniform", "rand", "normal", "randn", "bernoulli", "randint", "log1p"
            "floor_divide", "atan2", "hypot", "bitwise_left_shift",
            "bitwise_right_shift",
            "cumprod", "cummax", "cummin", "logcumsumexp", "mode", "svd", "svdvals",
-           "fold", "adaptive_max_pool2d", "max_unpool2d", "adaptive_max_pool1d"}
+           "fold", "adaptive_max_pool2d", "max_unpool2d", "adaptive_max_pool1d",
+           # data-dependent sizes and reductions ScatterElements lacks (mean, include_self)
+           "scatter_reduce", "nonzero", "nonzero_static", "argwhere", "masked_select",
+           "masked_scatter"}
 # samples refused where the op's other samples export: the SVD-based matrix norms, and
 # avg_pool with ceil_mode=True
 REFUSED_SAMPLES = {"matrix_norm-nuc", "matrix_norm-two", "norm-nuc",

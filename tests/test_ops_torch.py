@@ -156,6 +156,16 @@ TORCH.update(
     matrix_norm=torch.linalg.matrix_norm, svdvals=torch.linalg.svdvals,
     svd=torch.linalg.svd, isclose=torch.isclose)
 
+TORCH.update(
+    scatter=lambda x, dim, index, src, reduce=None: torch.scatter(
+        x, dim, index, src, **({"reduce": reduce} if reduce else {})),
+    scatter_reduce=torch.scatter_reduce, nonzero_static=torch.nonzero_static,
+    masked_fill=torch.masked_fill, masked_scatter=torch.masked_scatter,
+    index_put=lambda x, indices, values, accumulate=False: torch.index_put(
+        x, tuple(indices), values, accumulate),
+    index_copy=torch.index_copy, index_fill=torch.index_fill,
+    take_along_dim=torch.take_along_dim, take=torch.take)
+
 # Samples torch rejects (duograph promotes, or accepts more index dtypes) or where duograph
 # deliberately differs (documented in the op's docstring).
 NOT_IN_TORCH = {
@@ -169,6 +179,8 @@ NOT_IN_TORCH = {
     "kthvalue-i32": "ties: torch leaves the index unspecified; duograph gives stable order",
     "svd-batch": "singular vectors are defined up to sign; LAPACK calls differ in the batch",
     "unfold-i64": "torch's im2col has no integer kernel; duograph's unfold copies any dtype",
+    "scatter-smaller": "torch has no gradient where src is larger than index",
+    "scatter-add": "torch has no gradient for scatter(reduce=)",
 }
 
 

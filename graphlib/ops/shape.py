@@ -221,6 +221,12 @@ split_op = register(OpDef("split", _split_infer, _split_kernel, _split_vjp, mult
 # -- basic indexing ----------------------------------------------------------------------------
 
 
+class IndexingError(IndexBoundsError):
+    """An index that does not fit the tensor (out of range, too many indices, a mask of the
+    wrong shape, an index tensor of the wrong dtype): a ShapeError, and an ``IndexError`` as
+    PyTorch raises, so code catching PyTorch's exception catches it."""
+
+
 def _normalize_index(index, shape, name="getitem"):
     """Turn a Python index into a hashable tuple of ('i', k), ('s', start, stop, step),
     ('n',) for None; Ellipsis is expanded. Returns (items, result shape)."""
@@ -228,7 +234,7 @@ def _normalize_index(index, shape, name="getitem"):
         index = (index,)
     consumed = sum(1 for i in index if i is not None and i is not Ellipsis)
     if consumed > len(shape):
-        raise ShapeError(f"{name}: too many indices ({consumed}) for a tensor with "
+        raise IndexingError(f"{name}: too many indices ({consumed}) for a tensor with "
                          f"{len(shape)} dims")
     items, out_shape, axis = [], [], 0
     seen_ellipsis = False
@@ -269,8 +275,8 @@ def _normalize_index(index, shape, name="getitem"):
             items.append(("i", k))
             axis += 1
         else:
-            raise TypeError(f"{name}: unsupported index {it!r}; basic indexing takes ints, "
-                            "slices, None and ...; use index_select or gather for tensors")
+            raise TypeError(f"{name}: unsupported index {it!r}; an index takes ints, "
+                            "slices, None, ..., and integer or bool tensors and lists")
     out_shape.extend(shape[axis:])
     return tuple(items), tuple(out_shape)
 
@@ -379,9 +385,15 @@ gather_op = register(OpDef(
 def _scatter_add_infer(types, attrs):
     x, idx, src = types
     _check_index_dtype("scatter_add", idx)
-    if idx.shape != src.shape:
-        raise ShapeError(f"scatter_add: index {format_shape(idx.shape)} and src "
-                         f"{format_shape(src.shape)} must have the same shape")
+    if idx.ndim != x.ndim or src.ndim != x.ndim or any(
+            isinstance(i, int) and isinstance(s, int) and i > s
+            for i, s in zip(idx.shape, src.shape)) or any(
+            isinstance(i, int) and isinstance(s, int) and i > s and d != attrs["dim"]
+            for d, (i, s) in enumerate(zip(idx.shape, x.shape))):
+        raise ShapeError(f"scatter_add: index {format_shape(idx.shape)} must have self's "
+                         f"dims ({format_shape(x.shape)}) and be no larger than src "
+                         f"{format_shape(src.shape)} in any dim, nor than self in dims "
+                         f"other than {attrs['dim']}")
     return [TensorType(x.shape, dtypes.result_dtype(x.dtype, src.dtype))]
 
 
@@ -389,14 +401,26 @@ def _scatter_add_kernel(xp, x, index, src, dim):
     out = x.astype(xp.result_type(x, src), copy=True)
     grids = list(xp.indices(index.shape, sparse=True))
     grids[dim] = _checked_index(xp, index, x.shape[dim], dim, "scatter_add")
+    if src.shape != index.shape:    # only the corner of src that index covers is read
+        src = src[tuple(slice(0, n) for n in index.shape)]
     xpu.add_at(xp, out, tuple(grids), src)
     return out
 
 
+def _scatter_add_vjp(cts, ins, outs, a, needs):
+    gs = None
+    if needs[2]:
+        gs = gather(cts[0], a["dim"], ins[1])
+        if tuple(gs.shape) != tuple(ins[2].shape):     # zeros where src was not read
+            widths = []
+            for n, m in reversed(list(zip(ins[1].shape, ins[2].shape))):
+                widths += [0, m - n]
+            gs = pad(gs, widths)
+    return [cts[0], None, gs]
+
+
 scatter_add_op = register(OpDef(
-    "scatter_add", _scatter_add_infer, _scatter_add_kernel,
-    lambda cts, ins, outs, a, needs: [
-        cts[0], None, gather(cts[0], a["dim"], ins[1]) if needs[2] else None],
+    "scatter_add", _scatter_add_infer, _scatter_add_kernel, _scatter_add_vjp,
     nondiff_inputs=(1,),
     attrs=Attrs(dim=Attr(int))))
 
@@ -685,16 +709,22 @@ def chunk(x, chunks: int, dim: int = 0):
     return split(x, -(-size // chunks), dim)
 
 
+def _is_advanced(index) -> bool:
+    """Whether ``index`` holds a tensor, array or list (advanced indexing: ``indexing``)."""
+    items = index if isinstance(index, tuple) else (index,)
+    return any(isinstance(it, (list, tuple)) or (
+        hasattr(it, "shape") and hasattr(it, "dtype") and not isinstance(it, np.generic))
+        for it in items)
+
+
 def getitem(x, index):
-    """Basic indexing: ints, slices (positive steps), None and ... ; a 1-D integer tensor
-    index selects along the first dim (index_select)."""
+    """``x[index]`` as PyTorch: ints, slices (positive steps), None and ``...``; integer
+    tensors and lists in any position (``x[:, idx]``, ``x[a, b]``: advanced indexing); bool
+    masks (``x[mask]``: eager mode only, the size depends on the data)."""
     x = operand(x, "getitem")
-    if hasattr(index, "dtype") and hasattr(index, "shape") and not isinstance(index, int):
-        dt = index.dtype if isinstance(index.dtype, str) else dtypes.as_dtype(index.dtype)
-        if dt == "bool":
-            raise TypeError(located("getitem: boolean mask indexing gives a data-dependent "
-                                    "shape; use dg.where(mask, x, 0) instead"))
-        return index_select(x, 0, index)
+    if _is_advanced(index):
+        from .indexing import advanced_getitem
+        return advanced_getitem(x, index)
     try:
         items, _ = _normalize_index(index, tuple(x.shape))
     except (ShapeError, TypeError) as e:
@@ -720,9 +750,11 @@ def index_select(x, dim: int, index):
     return index_select_op(x, index, dim=normalize_dim(dim, x.ndim, "index_select"))
 
 
-def index_add(x, dim: int, index, src):
-    """out = x; out[..., index[i], ...] += src[..., i, ...] along ``dim``."""
+def index_add(x, dim: int, index, src, *, alpha=1):
+    """out = x; out[..., index[i], ...] += alpha * src[..., i, ...] along ``dim``."""
     x = operand(x, "index_add")
+    if alpha != 1:
+        src = src * alpha
     return index_add_op(x, index, src, dim=normalize_dim(dim, x.ndim, "index_add"))
 
 
