@@ -674,8 +674,7 @@ def write_in_place(x, data, xp, index, value) -> None:
         return
     key = [slice(None)] * (dims[-1] + 1)
     for t, d in zip(tensors, dims):
-        arr = t.data if hasattr(t, "data") and not isinstance(t, np.ndarray) else \
-            xp.asarray(t)
+        arr = t.array if hasattr(t, "array") else xp.asarray(t)
         key[d] = _wrapped(xp, arr, view.shape[d], d, name)
     try:
         view[tuple(key)] = value
