@@ -309,8 +309,8 @@ def rand_like(x, dtype=None, device=None, requires_grad: bool = False, seed=None
     mode raises (a graph's randomness is an explicit input). ``requires_grad=True`` makes the
     result a leaf that requires grad.
     """
-    return _like(lambda: F.rand(*x.shape, seed=seed, dtype=dtype or x.dtype), x, dtype,
-                 device, requires_grad)
+    return _like(lambda: F.uniform(*x.shape, seed=seed, dtype=dtype or x.dtype,
+                                   _name="rand_like"), x, dtype, device, requires_grad)
 
 
 def randn_like(x, dtype=None, device=None, requires_grad: bool = False, seed=None):
@@ -322,8 +322,8 @@ def randn_like(x, dtype=None, device=None, requires_grad: bool = False, seed=Non
     mode raises (a graph's randomness is an explicit input). ``requires_grad=True`` makes the
     result a leaf that requires grad.
     """
-    return _like(lambda: F.randn(*x.shape, seed=seed, dtype=dtype or x.dtype), x, dtype,
-                 device, requires_grad)
+    return _like(lambda: F.normal(*x.shape, seed=seed, dtype=dtype or x.dtype,
+                                  _name="randn_like"), x, dtype, device, requires_grad)
 
 
 def randint_like(x, low, high=None, dtype=None, device=None, seed=None):

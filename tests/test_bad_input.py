@@ -157,3 +157,35 @@ def test_batch_norm_refuses_eps_pytorch_refuses(training, eps):
     if training:
         with pytest.raises(ValueError, match=r"batch_norm_train: expected eps > 0"):
             dg.batch_norm_train(x, dg.ones(2), dg.zeros(2), eps)
+
+
+def test_every_mistake_on_every_sample_names_the_op():
+    """Not a sample of the mistakes but all of them: each of the first two samples of every
+    op, each argument slot, each kind of mistake (a few thousand calls, a few seconds). A
+    function written with other ops must name itself, not the op it is built from."""
+    unnamed, bare = [], []
+    for op, sample in CALLS:
+        args0, kw0 = list(sample.args), dict(sample.kwargs)
+        slots = [("arg", i) for i in range(len(args0))] + [("kw", k) for k in kw0]
+        for where, key in slots:
+            value = args0[key] if where == "arg" else kw0[key]
+            kinds = TENSOR_MISTAKES if isinstance(value, np.ndarray) else VALUE_MISTAKES
+            for kind in kinds:
+                args = [_eager(a) for a in args0]
+                kwargs = {k: _eager(v) for k, v in kw0.items()}
+                if where == "arg":
+                    args[key] = _mistake(value, kind)
+                else:
+                    kwargs[key] = _mistake(value, kind)
+                try:
+                    with np.errstate(all="ignore"):
+                        op.fn(*args, **kwargs)
+                except CLEAR as e:
+                    names = {op.name, op.fn.__name__, WRITTEN_WITH.get(op.name, op.name)}
+                    if not any(f"{n}:" in str(e) or f"{n}(" in str(e) for n in names):
+                        unnamed.append(f"{op.name} ({kind} at {key}): {type(e).__name__}: "
+                                       f"{str(e).splitlines()[0][:100]}")
+                except Exception as e:  # noqa: BLE001 - what the test is about
+                    bare.append(f"{op.name} ({kind} at {key}): {type(e).__name__}: {e}")
+    assert not bare, "bare exceptions:\n" + "\n".join(bare[:20])
+    assert not unnamed, "messages that do not name the op:\n" + "\n".join(unnamed[:20])

@@ -298,3 +298,21 @@ def test_the_hierarchy_keeps_duograph_classes_and_adds_torch_ones():
     assert issubclass(dg.GraphError, RuntimeError)
     with pytest.raises(dg.DimError, match=r"^sum: dim 2 out of range for a tensor with 2 dims"):
         dg.ones(2, 3).sum(2)
+
+
+def test_random_draws_of_integer_dtypes_and_unknown_init_modes_raise_as_torch():
+    torch = pytest.importorskip("torch")
+    cases = [
+        (lambda m: m.rand(3, dtype=m.int64), "rand"),
+        (lambda m: m.randn(2, dtype=m.int32), "randn"),
+        (lambda m: m.rand_like(m.tensor([1, 2])), "rand_like"),
+        (lambda m: m.randn_like(m.tensor([1, 2])), "randn_like"),
+        (lambda m: m.nn.init.kaiming_uniform_(m.zeros(3, 4), mode="fan_avg"), "Mode fan_avg"),
+        (lambda m: m.nn.init.kaiming_normal_(m.zeros(3, 4), mode="x"), "Mode x"),
+    ]
+    for make, name in cases:
+        with pytest.raises(Exception) as want:
+            make(torch)
+        with pytest.raises(want.type) as got:
+            make(dg)
+        assert name in str(got.value), got.value

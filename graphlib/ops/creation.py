@@ -13,7 +13,7 @@ from typing import Callable, Optional
 from .. import dtypes
 from .. import xp as xpu
 from ..attrs import Attr, Attrs, AttrValueError
-from ..errors import DTypeError, GraphError, ShapeError, located
+from ..errors import DTypeError, GraphError, ShapeError, UnsupportedDTypeError, located
 from ..ir import ConstArray, current_graph
 from ..registry import OpDef, register
 from ..types import TensorType, as_shape
@@ -235,6 +235,16 @@ def _float_dtype(dtype, name: str = "tensor"):
     return _dtype(dtype, name, dtypes.DEFAULT_FLOAT)
 
 
+def _random_float_dtype(dtype, name: str):
+    """A floating-point dtype for a random draw: an integer or bool dtype is refused, as
+    PyTorch refuses it (a NotImplementedError there; UnsupportedDTypeError is one too)."""
+    dt = _float_dtype(dtype, name)
+    if not dtypes.is_float(dt):
+        raise UnsupportedDTypeError(located(f"{name}: expected a floating-point dtype for random "
+                                 f"samples, found {dt}"))
+    return dt
+
+
 def constant(value, dtype=None):
     """A tensor holding ``value`` (a number, nested list or array)."""
     import numpy as np
@@ -345,7 +355,7 @@ def uniform(*size, seed=None, low: float = 0.0, high: float = 1.0, dtype=None,
         raise ValueError(located(f"{_name}: expected low <= high, found low={low}, "
                                  f"high={high}"))
     return uniform_op(_seed_operand(seed, _name), shape=_size(size, _name),
-                      low=float(low), high=float(high), dtype=_float_dtype(dtype, _name))
+                      low=float(low), high=float(high), dtype=_random_float_dtype(dtype, _name))
 
 
 def rand(*size, seed=None, dtype=None):
@@ -360,7 +370,8 @@ def normal(*size, seed=None, mean: float = 0.0, std: float = 1.0, dtype=None,
     if not std >= 0:
         raise ValueError(located(f"{_name}: std must be >= 0, found {std}"))
     return normal_op(_seed_operand(seed, _name), shape=_size(size, _name),
-                     mean=float(mean), std=float(std), dtype=_float_dtype(dtype, _name))
+                     mean=float(mean), std=float(std),
+                     dtype=_random_float_dtype(dtype, _name))
 
 
 def randn(*size, seed=None, dtype=None):

@@ -26,7 +26,7 @@ import numpy as np
 from .. import dtypes
 from .. import xp as xpu
 from ..attrs import Attr, Attrs
-from ..errors import DTypeError, ShapeError, located
+from ..errors import DTypeError, ShapeError, composite, located
 from ..ir import Value, current_graph
 from ..registry import OpDef, register
 from ..types import TensorType, broadcast_shapes, format_shape, normalize_dim
@@ -865,6 +865,7 @@ def _broadcast_pair(x, mask, name):
     return x, mask
 
 
+@composite("masked_select")
 def masked_select(input, mask, *, size=None):
     """The elements of ``input`` where ``mask`` holds, as a 1-D tensor (input and mask
     broadcast together; torch.masked_select). Its length depends on the data: graph mode
@@ -902,6 +903,7 @@ def _fill_value(x, value, name):
                             f"{type(value).__name__}"))
 
 
+@composite("masked_scatter")
 def masked_scatter(input, mask, source):
     """``input`` with the places where ``mask`` holds filled, in row-major order, by the
     elements of ``source`` (torch.masked_scatter; mask broadcasts to input)."""
@@ -982,6 +984,7 @@ def index_copy(input, dim: int, index, source):
     return index_put_op(x, source, index, dims=(d,), accumulate=False)
 
 
+@composite("index_fill")
 def index_fill(input, dim: int, index, value):
     """``input`` with ``value`` at the entries ``index`` along ``dim`` (torch.index_fill);
     ``value`` is a number or a 0-d tensor."""
@@ -1030,6 +1033,7 @@ def take_along_dim(input, indices, dim=None):
     return gather(x, d, indices)
 
 
+@composite("take")
 def take(input, index):
     """``input`` flattened, at ``index`` (any shape; negative entries count from the end),
     as torch.take."""
