@@ -43,13 +43,14 @@ def plot_times(cmp, path: str) -> str:
 
 
 def plot_memory(cmp, path: str) -> str:
-    """Live arena bytes after each node of every planned mode's memory plan."""
+    """Live bytes over one step of every mode: after each node of a planned mode's memory
+    plan, after each kernel of the others (tracemalloc)."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6, 3))
     for r in cmp.modes.values():
         if r.live_bytes:
             ax.plot(range(len(r.live_bytes)), [b / 1024 for b in r.live_bytes], label=r.mode)
-    ax.set_xlabel("node of the schedule")
+    ax.set_xlabel("kernel (or planned node) of the step")
     ax.set_ylabel("live KiB")
     ax.set_title(f"{cmp.name}: memory timeline")
     if ax.lines:

@@ -17,13 +17,14 @@ Every mode starts from the same weights and optimizer state. What is measured pe
 
 - time: the first call alone (recording, passes, planning, compiling), then the median,
   min, max and quartiles of ``repeats`` steps, and the share of a step spent outside
-  kernels (eager: its kernels timed through the backend-provider hook; interpreted graphs:
-  a timed run of the instruction list; not measured for planned runs and compiled mode);
+  kernels (a fresh build of the mode whose kernels time themselves: the backend's tables
+  and eager dispatch's provider are wrapped while it is built and run, so planned programs,
+  fused regions, compiled replays and eager ops are all timed the same way);
 - kernels per step and IR nodes (graph modes: after the passes), recompiles and their
   reasons (compiled);
-- memory: the peak of numpy allocations during one step (``tracemalloc``), and for planned
-  graphs the arena against its lower bound and the no-reuse total, with the live bytes
-  after each node of the plan;
+- memory: the peak of numpy allocations during one step (``tracemalloc``), the live bytes
+  over a step (planned graphs: after every node of the plan, with the arena against its
+  lower bound and the no-reuse total; other modes: tracemalloc's bytes after every kernel);
 - drift: the loss of every step of ``steps`` steps, and how far each mode's parameters end
   from eager's.
 
@@ -38,6 +39,7 @@ user's source line.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import statistics
@@ -108,8 +110,11 @@ class ModeResult:
     arena_bytes: Optional[int] = None
     lower_bound_bytes: Optional[int] = None
     no_reuse_bytes: Optional[int] = None
-    live_bytes: List[int] = field(default_factory=list)   # after each node of the plan
-    kernel_s: Optional[float] = None         # seconds inside kernels during one step
+    # live bytes after each node of the plan (planned graphs), else after each kernel of a
+    # step (tracemalloc)
+    live_bytes: List[int] = field(default_factory=list)
+    kernel_s: Optional[float] = None         # seconds inside kernels during a timed step
+    timed_step_s: Optional[float] = None     # that step's whole time
     recompiles: Optional[int] = None
     recompile_reasons: List[str] = field(default_factory=list)
     losses: List[float] = field(default_factory=list)
@@ -122,11 +127,11 @@ class ModeResult:
 
     @property
     def dispatch_share(self) -> Optional[float]:
-        """The share of a step's median time spent outside kernels (Python dispatch, feed
-        checks, bookkeeping): 1 - kernel time / step time, clamped to [0, 1]."""
-        if self.kernel_s is None or not self.median_s:
+        """The share of a step spent outside kernels (Python dispatch, feed checks, the tape,
+        bookkeeping): 1 - kernel time / step time of a timed step, clamped to [0, 1]."""
+        if self.kernel_s is None or not self.timed_step_s:
             return None
-        return min(1.0, max(0.0, 1.0 - self.kernel_s / self.median_s))
+        return min(1.0, max(0.0, 1.0 - self.kernel_s / self.timed_step_s))
 
     @property
     def spread_s(self) -> Optional[tuple]:
@@ -398,58 +403,127 @@ def _peak_bytes(step: Callable) -> int:
             tracemalloc.stop()
 
 
-class _TimedKernels:
-    """A backend's kernel table whose kernels add their seconds to ``spent[0]``."""
+class _KernelClock:
+    """Adds the seconds spent inside kernels to ``spent``; a kernel that calls kernels (a
+    fused body run op by op) counts once, as the outermost call."""
 
-    def __init__(self, kernels, spent: list):
-        self._kernels = kernels
-        self._spent = spent
-        self._made: dict = {}
+    def __init__(self, memory: bool = False):
+        self.spent = 0.0
+        self._depth = 0
+        self.memory = memory            # also note tracemalloc's bytes after each kernel
+        self.samples: List[int] = []
+
+    def wrap(self, fn: Optional[Callable]) -> Optional[Callable]:
+        if fn is None:
+            return None
+
+        def timed(*args, **kwargs):
+            if self._depth:
+                return fn(*args, **kwargs)
+            self._depth = 1
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.spent += time.perf_counter() - t0
+                self._depth = 0
+                if self.memory:
+                    self.samples.append(tracemalloc.get_traced_memory()[0])
+        return timed
+
+
+class _TimedKernels:
+    """A backend's kernel table (OpDef -> kernel) whose kernels time themselves."""
+
+    def __init__(self, kernels, clock: _KernelClock):
+        self._kernels, self._clock, self._made = kernels, clock, {}
 
     def __getitem__(self, op):
         timed = self._made.get(op)
         if timed is None:
-            kernel, spent = self._kernels[op], self._spent
-
-            def timed(xp, *arrays, **attrs):
-                t0 = time.perf_counter()
-                try:
-                    return kernel(xp, *arrays, **attrs)
-                finally:
-                    spent[0] += time.perf_counter() - t0
-            self._made[op] = timed
+            timed = self._made[op] = self._clock.wrap(self._kernels[op])
         return timed
 
 
-class _TimedBackend:
-    def __init__(self, backend, spent: list):
+class _TimedProvider:
+    """An eager backend whose kernels time themselves (for the backend-provider hook)."""
+
+    def __init__(self, backend, clock: _KernelClock):
         self.name, self.xp = backend.name, backend.xp
         self.device = getattr(backend, "device", "cpu")
-        self.kernels = _TimedKernels(backend.kernels, spent)
+        self.kernels = _TimedKernels(backend.kernels, clock)
 
 
-def _eager_kernel_seconds(step: Callable) -> float:
-    """Seconds spent inside kernels during one eager step: eager dispatch gets its kernels
-    through the backend-provider hook, so a provider whose kernels time themselves is
-    installed for the step, then the previous one is put back."""
+@contextlib.contextmanager
+def _kernels_timed(backend, clock: _KernelClock):
+    """While open, everything built to run on ``backend`` (executables, planned programs,
+    fused regions) and every eager op gets kernels that add their time to ``clock``: the
+    backend's tables are wrapped in place and a timing provider is installed for eager
+    dispatch; both are put back after."""
     from .eager import tensors as eager_tensors
+    from .runtime.backends import get_backend
+    be = get_backend(backend) if isinstance(backend, str) else backend
     previous = eager_tensors.get_backend_provider()
-    spent = [0.0]
-    eager_tensors.set_backend_provider(
-        lambda device: _TimedBackend(previous(device), spent) if previous else None)
+    kernels, out_kernel, prepare_out = be.kernels, be.out_kernel, be.prepare_out
+    be.kernels = _TimedKernels(kernels, clock)
+    be.out_kernel = lambda op: clock.wrap(out_kernel(op))
+    be.prepare_out = lambda op, attrs, shapes: clock.wrap(prepare_out(op, attrs, shapes))
+    if previous is not None:
+        eager_tensors.set_backend_provider(lambda d: _TimedProvider(previous(d), clock))
     try:
-        step()
+        yield
     finally:
+        be.kernels = kernels
+        del be.out_kernel, be.prepare_out           # the class's methods again
         eager_tensors.set_backend_provider(previous)
-    return spent[0]
 
 
-def _graph_kernel_seconds(exe, feeds: dict) -> float:
-    """Seconds inside the kernels of one run of ``exe``'s instruction list (a trace: the
-    same kernels, their results kept rather than planned into the arena)."""
-    timings: list = []
-    exe.trace(feeds, timings=timings)
-    return sum(t for _, t in timings)
+def _build(work: "_Workload", mode: str) -> Callable:
+    if mode == "eager":
+        return work.eager_step()
+    step, _ = work.compiled_step() if mode == "compiled" else work.graph_step(mode)
+    return step
+
+
+def _memory_timeline(work: "_Workload", mode: str) -> List[int]:
+    """Bytes of numpy allocations alive after each kernel of one step (tracemalloc, above
+    what was alive when the step began): the live-bytes timeline of a mode that allocates
+    as it goes (eager, compiled, interpreted graphs)."""
+    clock = _KernelClock(memory=True)
+    with _kernels_timed(work.backend, clock):
+        step = _build(work, mode)
+        step()
+        started = not tracemalloc.is_tracing()
+        if started:
+            tracemalloc.start()
+        try:
+            base = tracemalloc.get_traced_memory()[0]
+            clock.samples = []
+            step()
+            return [max(0, b - base) for b in clock.samples]
+        finally:
+            if started:
+                tracemalloc.stop()
+
+
+def _timed_step(work: "_Workload", mode: str) -> tuple:
+    """(seconds in kernels, seconds of the whole step) for the fastest of three steps of a
+    fresh build of ``mode`` whose kernels time themselves (the timing wrappers' own cost,
+    about a microsecond per kernel, counts as outside)."""
+    clock = _KernelClock()
+    with _kernels_timed(work.backend, clock):
+        step = _build(work, mode)
+        step()
+        step()
+        best = None
+        for _ in range(3):
+            clock.spent = 0.0
+            t0 = time.perf_counter()
+            step()
+            wall = time.perf_counter() - t0
+            if best is None or wall < best[1]:
+                best = (clock.spent, wall)
+    return best
 
 
 def _plan_figures(result: ModeResult, exe) -> None:
@@ -505,10 +579,10 @@ def _run_mode(work: _Workload, mode: str, steps: int, repeats: int) -> ModeResul
         result.kernels = handle.kernel_count
     elif mode in GRAPH_LEVELS:
         _plan_figures(result, handle)
-        if not handle.planned:      # a planned run's out= kernels are not timed one by one
-            result.kernel_s = min(_graph_kernel_seconds(handle, step.feeds) for _ in range(3))
-    elif mode == "eager":
-        result.kernel_s = min(_eager_kernel_seconds(step) for _ in range(3))
+    result.kernel_s, result.timed_step_s = _timed_step(work, mode)
+    if not result.live_bytes:           # planned graphs have their plan's exact timeline
+        result.live_bytes = _memory_timeline(work, mode)
+    if mode == "eager":
         work.reset()
         with record(bind=True) as rec:
             step()
