@@ -540,11 +540,12 @@ def live_bytes(plan) -> List[int]:
     """Bytes of arena values live after each node of a memory plan (values written in place
     or viewing another are counted once, with the value owning the bytes)."""
     n = len(plan.order)
+    a = int(plan.alignment)
     live = [0] * n
     for v, (first, last) in plan.intervals.items():
-        if v in plan.aliases or v in plan.views:
-            continue
-        size = plan.sizes.get(v, 0)
+        if v not in plan.offsets or v in plan.aliases or v in plan.views:
+            continue            # only arena buffers, each counted once, by its owner
+        size = -(-plan.sizes.get(v, 0) // a) * a          # aligned, as the planner counts
         for i in range(max(first, 0), min(last, n - 1) + 1):
             live[i] += size
     return live
