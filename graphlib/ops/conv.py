@@ -573,17 +573,6 @@ def _adaptive_infer(types, attrs):
     return [TensorType(t.shape[:2] + tuple(attrs["output_size"]), t.dtype)]
 
 
-def _adaptive_matrix(xp, size: int, out: int, dtype):
-    """(out, size) averaging matrix: row i averages [floor(i*size/out), ceil((i+1)*size/out)).
-    (Used by the ONNX exporter; the kernels average window by window instead.)"""
-    i = np.arange(out)
-    start = (i * size) // out
-    end = -((-(i + 1) * size) // out)
-    cols = np.arange(size)
-    inside = (cols >= start[:, None]) & (cols < end[:, None])
-    return xp.asarray(inside / (end - start)[:, None], dtype=dtype)
-
-
 def _adaptive_windows(size: int, out: int):
     """(start, end) of each of ``out`` windows: [floor(i*size/out), ceil((i+1)*size/out))."""
     return [((i * size) // out, -((-(i + 1) * size) // out)) for i in range(out)]
