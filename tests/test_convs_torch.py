@@ -435,6 +435,14 @@ ERRORS = [
      r"3-D weight \[C_in,C_out/groups,kW\]"),
     (lambda: NF.max_unpool2d(dg.zeros(1, 1, 2, 2), dg.tensor(np.full((1, 1, 2, 2), 16)), 2),
      IndexError, "invalid max index 16"),
+    # conv_transpose3d checks every dim itself (not through its inner conv_transpose2d)
+    (lambda: NF.conv_transpose3d(dg.zeros(1, 4, 3, 3, 3), dg.zeros(4, 2, 2, 2, 2),
+                                 output_padding=(0, 2, 0)), dg.ShapeError,
+     r"^conv_transpose3d: output_padding \(0, 2, 0\) must be smaller than either stride "
+     r"\(1, 1, 1\)"),
+    (lambda: NF.conv_transpose3d(dg.zeros(1, 4, 3, 3, 3), dg.zeros(4, 2, 2, 2, 2), groups=3),
+     dg.ShapeError, r"^conv_transpose3d: weight \[4,2,2,2,2\] has 4 input channels, which "
+     r"groups=3"),
 ]
 
 

@@ -247,3 +247,41 @@ def test_the_digits_example_exports_agrees_with_onnxruntime_and_draws(tmp_path, 
     picture = example.draw(dg.onnx.load(numbers["path"]), str(tmp_path / "g"), printed.append)
     assert picture.endswith("g.dot") and open(picture).read().startswith("strict digraph")
     assert any("apt install graphviz" in line for line in printed)
+
+
+@pytest.mark.parametrize("size, out", [((5, 7), (3, 2)), ((4, 7), (2, 3)), ((5, 6), (3, 2))],
+                         ids=["uneven", "even_rows", "even_cols"])
+def test_adaptive_avg_pool2d_keeps_a_nan_in_its_windows(size, out):
+    torch = pytest.importorskip("torch")
+    # the exported model averages window by window, as the kernel (issue 10): a NaN or inf in
+    # the input reaches only the windows that contain it, and so for the backward's cotangent
+    h, w = size
+    x = np.random.default_rng(0).standard_normal((2, 3, h, w)).astype(np.float32)
+    x[0, 1, 2, 3] = np.nan
+    x[1, 2, h - 1, 0] = np.inf
+    g = dg.Graph("t")
+    with g:
+        xv = dg.placeholder("x", (2, 3, h, w))
+        cv = dg.placeholder("c", (2, 3) + out)
+        y = dg.nn.functional.adaptive_avg_pool2d(xv, out)
+        (dx,) = dg.grad(y, [xv], cotangent=cv)
+    g.outputs = [y, dx]
+    assert {n.op.name for n in g.nodes} >= {"adaptive_avg_pool2d",
+                                            "adaptive_avg_pool2d_backward"}
+    model = dg.onnx.to_model(g)
+    onnx.checker.check_model(model, full_check=True)
+    assert not {n.op_type for n in model.graph.node} & {"MatMul", "Gemm"}
+    c = np.random.default_rng(1).standard_normal((2, 3) + out).astype(np.float32)
+    c[0, 1, 1, 0] = np.nan
+    feeds = {"x": x, "c": c}
+    want = [np.asarray(v) for v in g.compile()(**feeds)]
+    got = run_onnx(model, feeds)
+    ref = torch.nn.functional.adaptive_avg_pool2d(torch.from_numpy(x), out).numpy()
+    np.testing.assert_allclose(want[0], ref, rtol=1e-6, atol=1e-6)   # NaN/inf where torch's
+    tx = torch.from_numpy(x).requires_grad_()
+    torch.nn.functional.adaptive_avg_pool2d(tx, out).backward(torch.from_numpy(c))
+    np.testing.assert_allclose(want[1], tx.grad.numpy(), rtol=1e-6, atol=1e-6)
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)    # same NaN/inf positions
+    assert 0 < np.isnan(want[0]).sum() < want[0].size / 4
+    assert 0 < np.isnan(want[1]).sum() < want[1].size / 4

@@ -16,7 +16,7 @@ from ..eager.tensors import Parameter
 from ..graphlib import dtypes
 from . import functional as NF
 from . import init
-from .layers import _check_input, _shape_error
+from ._checks import _check_input, _shape_error
 from .module import Module
 
 _PADDING_MODES = ("zeros", "reflect", "replicate", "circular")
@@ -90,8 +90,9 @@ class _ConvNd(Module):
 
     def _check(self, x):
         n = self._n
+        dims = ("D, H, W", "H, W", "L")[3 - n] if 1 <= n <= 3 else "..."
         _check_input(self, x, (n + 1, n + 2),
-                     f"a {n + 2}-D (N, C, ...) or {n + 1}-D (C, ...) input")
+                     f"a {n + 2}-D (N, C, {dims}) or {n + 1}-D (C, {dims}) input")
         c = x.shape[x.ndim - n - 1]
         if isinstance(c, int) and c != self.in_channels:
             raise _shape_error(self, f"expected {self.in_channels} input channels (dim "
@@ -235,8 +236,9 @@ class _PoolNd(Module):
 
     def _check(self, x):
         n = self._n
+        dims = ("D, H, W", "H, W", "L")[3 - n] if 1 <= n <= 3 else "..."
         _check_input(self, x, (n + 1, n + 2),
-                     f"a {n + 2}-D (N, C, ...) or {n + 1}-D (C, ...) input")
+                     f"a {n + 2}-D (N, C, {dims}) or {n + 1}-D (C, {dims}) input")
 
 
 class _MaxPoolNd(_PoolNd):

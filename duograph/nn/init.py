@@ -122,11 +122,11 @@ def kaiming_uniform_(t: Tensor, a: float = 0.0, mode: str = "fan_in",
     """He initialisation: samples from U(-bound, bound) with ``bound =
     calculate_gain(nonlinearity, a) * sqrt(3 / fan)``.
 
-    ``fan`` is fan_in for ``mode='fan_in'`` (the default), fan_out for 'fan_out'; ``a`` is the negative
-    slope of a 'leaky_relu'. fan_in is ``t.shape[1]`` times the product of ``t.shape[2:]``,
-    fan_out ``t.shape[0]`` times it; ``t`` needs at least 2 dims (ValueError). Writes ``t``'s
-    data in place without recording a gradient and returns ``t``; random draws use the global
-    generator (``dg.manual_seed``).
+    ``fan`` is fan_in for ``mode='fan_in'`` (the default), fan_out for 'fan_out'; ``a`` is the
+    negative slope of a 'leaky_relu'. fan_in is ``t.shape[1]`` times the product of
+    ``t.shape[2:]``, fan_out ``t.shape[0]`` times it; ``t`` needs at least 2 dims (ValueError).
+    Writes ``t``'s data in place without recording a gradient and returns ``t``; random draws
+    use the global generator (``dg.manual_seed``).
     """
     fan = _kaiming_fan(t, mode)
     bound = calculate_gain(nonlinearity, a) * math.sqrt(3.0 / fan)
@@ -138,11 +138,11 @@ def kaiming_normal_(t: Tensor, a: float = 0.0, mode: str = "fan_in",
     """He initialisation: samples from N(0, std**2) with ``std = calculate_gain(nonlinearity, a)
     / sqrt(fan)``.
 
-    ``fan`` is fan_in for ``mode='fan_in'`` (the default), fan_out for 'fan_out'; ``a`` is the negative
-    slope of a 'leaky_relu'. fan_in is ``t.shape[1]`` times the product of ``t.shape[2:]``,
-    fan_out ``t.shape[0]`` times it; ``t`` needs at least 2 dims (ValueError). Writes ``t``'s
-    data in place without recording a gradient and returns ``t``; random draws use the global
-    generator (``dg.manual_seed``).
+    ``fan`` is fan_in for ``mode='fan_in'`` (the default), fan_out for 'fan_out'; ``a`` is the
+    negative slope of a 'leaky_relu'. fan_in is ``t.shape[1]`` times the product of
+    ``t.shape[2:]``, fan_out ``t.shape[0]`` times it; ``t`` needs at least 2 dims (ValueError).
+    Writes ``t``'s data in place without recording a gradient and returns ``t``; random draws
+    use the global generator (``dg.manual_seed``).
     """
     fan = _kaiming_fan(t, mode)
     return normal_(t, 0.0, calculate_gain(nonlinearity, a) / math.sqrt(fan))

@@ -9,38 +9,15 @@ import numpy as np
 
 from ..eager.tensors import Parameter, Tensor
 from ..graphlib import functional as F
-from ..graphlib.errors import ShapeError
 from . import functional as NF
 from . import init
+from ._checks import _IMAGE, _check_input, _shape_error  # noqa: F401
+from .conv_layers import _Conv
 from .module import Module
-
-
-def _pair(v, name="value"):
-    if isinstance(v, int):
-        return (v, v)
-    v = tuple(v)
-    if len(v) != 2:
-        raise ValueError(f"expected an int or a pair for {name}, found {v}")
-    return v
 
 
 def _empty(*shape) -> np.ndarray:
     return np.zeros(shape, dtype=np.float32)
-
-
-def _shape_error(layer: Module, message: str) -> ShapeError:
-    """A ShapeError naming the layer (its class and repr) and the user's line."""
-    from ..graphlib.source import user_source
-    return ShapeError(f"{type(layer).__name__}: {message}\n  layer: {layer!r}"
-                      f"\n  in: {user_source()}")
-
-
-_IMAGE = "a 4-D (N, C, H, W) or 3-D (C, H, W) input"
-
-
-def _check_input(layer: Module, x, ndims: Iterable[int], what: str):
-    if x.ndim not in tuple(ndims):
-        raise _shape_error(layer, f"expected {what}, found an input of shape {list(x.shape)}")
 
 
 # -- containers --------------------------------------------------------------------------------
@@ -190,78 +167,14 @@ class Linear(Module):
                 f"bias={self.bias is not None}")
 
 
-class Conv2d(Module):
-    """2-D convolution over NCHW input (stride, padding, dilation, groups)."""
-
-    def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1,
-                 padding=0, dilation=1, groups: int = 1, bias: bool = True,
-                 padding_mode: str = "zeros"):
-        super().__init__()
-        if in_channels % groups or out_channels % groups:
-            raise ValueError(f"Conv2d: in_channels ({in_channels}) and out_channels "
-                             f"({out_channels}) must be divisible by groups ({groups})")
-        if padding_mode not in ("zeros", "reflect", "replicate", "circular"):
-            raise ValueError(f"Conv2d: padding_mode must be 'zeros', 'reflect', 'replicate' "
-                             f"or 'circular', found {padding_mode!r}")
-        self.padding_mode = padding_mode
-        self.in_channels, self.out_channels = in_channels, out_channels
-        self.kernel_size = _pair(kernel_size, "kernel_size")
-        self.stride = _pair(stride, "stride")
-        self.padding = padding if isinstance(padding, str) else _pair(padding, "padding")
-        self.dilation = _pair(dilation, "dilation")
-        self.groups = groups
-        kh, kw = self.kernel_size
-        self.weight = Parameter(_empty(out_channels, in_channels // groups, kh, kw))
-        if bias:
-            self.bias = Parameter(_empty(out_channels))
-        else:
-            self.register_parameter("bias", None)
-        self.reset_parameters()
-
-    def reset_parameters(self) -> None:
-        """PyTorch's init: ``kaiming_uniform_(a=sqrt(5))`` for the weight, U(-1/sqrt(fan_in),
-        1/sqrt(fan_in)) for the bias (fan_in from the weight's dim 1 and kernel). Called by
-        the constructor."""
-        init.kaiming_uniform_(self.weight, a=math.sqrt(5))
-        if self.bias is not None:
-            fan_in = self.weight.shape[1] * self.kernel_size[0] * self.kernel_size[1]
-            bound = 1.0 / math.sqrt(fan_in)
-            init.uniform_(self.bias, -bound, bound)
-
-    def forward(self, x):
-        _check_input(self, x, (3, 4), _IMAGE)
-        c = x.shape[x.ndim - 3]
-        if isinstance(c, int) and c != self.in_channels:
-            raise _shape_error(self, f"expected {self.in_channels} input channels (dim "
-                               f"{x.ndim - 3}), found input of shape {list(x.shape)}")
-        if self.padding_mode != "zeros":     # pad as PyTorch does, then a valid conv
-            if self.padding == "same":
-                pads = [(d * (k - 1) // 2, d * (k - 1) - d * (k - 1) // 2)
-                        for k, d in zip(self.kernel_size, self.dilation)]
-            elif self.padding == "valid":
-                pads = [(0, 0), (0, 0)]
-            else:
-                pads = [(p, p) for p in self.padding]
-            x = NF.pad(x, pads[1] + pads[0], mode=self.padding_mode)
-            return NF.conv2d(x, self.weight, self.bias, self.stride, 0, self.dilation,
-                             self.groups)
-        return NF.conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation,
-                         self.groups)
-
-    def extra_repr(self) -> str:
-        s = (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
-             f"stride={self.stride}")
-        if self.padding not in ((0, 0), "valid"):
-            s += f", padding={self.padding}"
-        if self.dilation != (1, 1):
-            s += f", dilation={self.dilation}"
-        if self.groups != 1:
-            s += f", groups={self.groups}"
-        if self.bias is None:
-            s += ", bias=False"
-        if self.padding_mode != "zeros":
-            s += f", padding_mode={self.padding_mode}"
-        return s
+class Conv2d(_Conv):
+    """2-D convolution over (N, C, H, W) or (C, H, W) input, as ``torch.nn.Conv2d(in_channels,
+    out_channels, kernel_size, stride=1, padding=0, dilation=1, groups=1, bias=True,
+    padding_mode='zeros', device=None, dtype=None)``: weight [out_channels,
+    in_channels/groups, kH, kW], PyTorch's init (``reset_parameters``). The constructor checks,
+    parameters, init, padding modes and repr are the other convolutions' (``_ConvNd``)."""
+    _n = 2
+    _fn = staticmethod(NF.conv2d)
 
 
 class _Pool(Module):

@@ -1190,33 +1190,58 @@ def _avg_pool2d(ex, node, ins):
                   count_include_pad=int(a["count_include_pad"]))]
 
 
-def _adaptive_matrices(node, shape, dtype):
-    from ..graphlib.ops.conv import _adaptive_matrix
+def _adaptive_sizes(node, shape):
     h, w = shape[2:]
     if not isinstance(h, int) or not isinstance(w, int):
         _refuse("adaptive pooling over symbolic spatial sizes")
-    oh, ow = node.attrs["output_size"]
-    return (_adaptive_matrix(np, h, oh, dtype), _adaptive_matrix(np, w, ow, dtype))
+    return (h, w), tuple(node.attrs["output_size"])
 
 
 @converter("adaptive_avg_pool2d")
 def _adaptive(ex, node, ins):
-    x = node.inputs[0]
-    oh, ow = node.attrs["output_size"]
-    h, w = x.shape[2:]
-    if isinstance(h, int) and isinstance(w, int) and h % oh == 0 and w % ow == 0:
-        k = [h // oh, w // ow]
+    """Window by window, as the kernel: an AveragePool along a dim whose windows are even, else
+    a ReduceMean per window (rows, then columns). Never a product with an averaging matrix,
+    whose zeros would spread one NaN/inf to every output (0 * NaN)."""
+    from ..graphlib.ops.conv import _adaptive_windows
+    sizes, outs = _adaptive_sizes(node, node.inputs[0].shape)
+    if all(s % o == 0 for s, o in zip(sizes, outs)):
+        k = [s // o for s, o in zip(sizes, outs)]
         return [ex.op("AveragePool", ins[0], kernel_shape=k, strides=k)]
-    rows, cols = _adaptive_matrices(node, x.shape, x.dtype)
-    y = ex.op("MatMul", ex.op("MatMul", ex.const(rows), ins[0]), ex.const(cols.T.copy()))
+    y = ins[0]
+    for axis, size, out in ((2, sizes[0], outs[0]), (3, sizes[1], outs[1])):
+        if size % out == 0:
+            k = [size // out if d == axis else 1 for d in (2, 3)]
+            y = ex.op("AveragePool", y, kernel_shape=k, strides=k)
+            continue
+        parts = [ex.reduce("ReduceMean", ex.op("Slice", y, ex.ints([lo]), ex.ints([hi]),
+                                               ex.ints([axis])), [axis], True)
+                 for lo, hi in _adaptive_windows(size, out)]
+        y = ex.op("Concat", *parts, axis=axis)
     return [y]
 
 
 @converter("adaptive_avg_pool2d_backward")
 def _adaptive_backward(ex, node, ins):
+    """Each window's cotangent spread evenly over it (columns, then rows), as the kernel: every
+    window's share is padded with zeros to the full size and the shares are summed, so a NaN/inf
+    cotangent stays in its own window."""
+    from ..graphlib.ops.conv import _adaptive_windows
     g = node.inputs[0]
-    rows, cols = _adaptive_matrices(node, node.attrs["shape"], g.dtype)
-    y = ex.op("MatMul", ex.op("MatMul", ex.const(rows.T.copy()), ins[0]), ex.const(cols))
+    sizes, outs = _adaptive_sizes(node, node.attrs["shape"])
+    y = ins[0]
+    for axis, size, out in ((3, sizes[1], outs[1]), (2, sizes[0], outs[0])):
+        shares = []
+        for j, (lo, hi) in enumerate(_adaptive_windows(size, out)):
+            part = ex.op("Slice", y, ex.ints([j]), ex.ints([j + 1]), ex.ints([axis]))
+            part = ex.op("Div", part, ex.const(np.asarray(hi - lo, dtype=g.dtype)))
+            reps = [hi - lo if d == axis else 1 for d in range(4)]
+            part = ex.op("Tile", part, ex.ints(reps))
+            pads = [0] * 8
+            pads[axis], pads[4 + axis] = lo, size - hi
+            if lo or size - hi:
+                part = ex.op("Pad", part, ex.ints(pads), mode="constant")
+            shares.append(part)
+        y = ex.op("Sum", *shares) if len(shares) > 1 else shares[0]
     return [y]
 
 

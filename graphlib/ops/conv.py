@@ -573,17 +573,6 @@ def _adaptive_infer(types, attrs):
     return [TensorType(t.shape[:2] + tuple(attrs["output_size"]), t.dtype)]
 
 
-def _adaptive_matrix(xp, size: int, out: int, dtype):
-    """(out, size) averaging matrix: row i averages [floor(i*size/out), ceil((i+1)*size/out)).
-    (Used by the ONNX exporter; the kernels average window by window instead.)"""
-    i = np.arange(out)
-    start = (i * size) // out
-    end = -((-(i + 1) * size) // out)
-    cols = np.arange(size)
-    inside = (cols >= start[:, None]) & (cols < end[:, None])
-    return xp.asarray(inside / (end - start)[:, None], dtype=dtype)
-
-
 def _adaptive_windows(size: int, out: int):
     """(start, end) of each of ``out`` windows: [floor(i*size/out), ceil((i+1)*size/out))."""
     return [((i * size) // out, -((-(i + 1) * size) // out)) for i in range(out)]
@@ -940,10 +929,10 @@ def _transposed_geometry(name, size, k, s, p, op, d):
     return out, (p, 0), op - p
 
 
-def _conv_transpose_nd(name, spatial, input, weight, bias, stride, padding, output_padding,
-                       groups, dilation):
-    """conv_transpose{1,2}d as conv2d_input_grad (the adjoint of conv2d)."""
-    from .shape import pad as pad_fn
+def _transposed_args(name, spatial, weight, bias, stride, padding, output_padding, groups,
+                     dilation):
+    """conv_transpose{1,2,3}d's arguments checked and normalised: (weight, bias, stride,
+    padding, output_padding, groups, dilation) with per-dim tuples."""
     letters = "kD,kH,kW".split(",")[3 - spatial:]
     stride = _ntuple(stride, spatial, name, "stride", 1)
     padding = _ntuple(padding, spatial, name, "padding", 0)
@@ -965,12 +954,29 @@ def _conv_transpose_nd(name, spatial, input, weight, bias, stride, padding, outp
         if tuple(bias.shape) != (out_ch,):
             raise ShapeError(located(f"{name}: expected a bias of shape [{out_ch}] (one per "
                                      f"output channel), found {format_shape(bias.shape)}"))
+    return weight, bias, stride, padding, output_padding, groups, dilation
+
+
+def _check_transposed_input(name, x, weight):
+    """The input's channels (dim 1) against the weight's dim 0, where static."""
+    c, in_ch = x.shape[1], weight.shape[0]
+    if isinstance(c, int) and c != in_ch:
+        raise ShapeError(located(f"{name}: input {format_shape(x.shape)} has {c} channels, "
+                                 f"expected {in_ch} (weight {format_shape(weight.shape)})"))
+
+
+def _conv_transpose_nd(name, spatial, input, weight, bias, stride, padding, output_padding,
+                       groups, dilation):
+    """conv_transpose{1,2}d as conv2d_input_grad (the adjoint of conv2d)."""
+    from .shape import pad as pad_fn
+    weight, bias, stride, padding, output_padding, groups, dilation = _transposed_args(
+        name, spatial, weight, bias, stride, padding, output_padding, groups, dilation)
+    in_ch, cg = weight.shape[:2]
+    out_ch = cg * groups
 
     def run(x):
+        _check_transposed_input(name, x, weight)
         c = x.shape[1]
-        if isinstance(c, int) and c != in_ch:
-            raise ShapeError(located(f"{name}: input {format_shape(x.shape)} has {c} channels, "
-                                     f"expected {in_ch} (weight {format_shape(weight.shape)})"))
         sizes = x.shape[2:]
         if not all(isinstance(s, int) for s in sizes):
             raise ShapeError(located(f"{name}: expected static spatial sizes, found input "
@@ -1032,31 +1038,17 @@ def conv_transpose3d(input, weight, bias=None, stride=1, padding=0, output_paddi
     from .shape import getitem, permute, unsqueeze
     from .shape import pad as pad_fn
     name = "conv_transpose3d"
-    stride = _ntuple(stride, 3, name, "stride", 1)
-    padding = _ntuple(padding, 3, name, "padding", 0)
-    output_padding = _ntuple(output_padding, 3, name, "output_padding", 0)
-    dilation = _ntuple(dilation, 3, name, "dilation", 1)
-    groups = _groups(groups, name)
-    weight = _check_weight(name, weight, 3, "C_in,C_out/groups,kD,kH,kW")
+    weight, bias, stride, padding, output_padding, groups, dilation = _transposed_args(
+        name, 3, weight, bias, stride, padding, output_padding, groups, dilation)
     in_ch, cg, kd, kh, kw = weight.shape
     out_ch = cg * groups
-    if output_padding[0] >= stride[0] and output_padding[0] >= dilation[0]:
-        raise ShapeError(located(f"{name}: output_padding {output_padding} must be smaller "
-                                 f"than either stride {stride} or dilation {dilation}"))
-    if bias is not None:
-        bias = operand(bias, name, "bias")
-        if tuple(bias.shape) != (out_ch,):
-            raise ShapeError(located(f"{name}: expected a bias of shape [{out_ch}] (one per "
-                                     f"output channel), found {format_shape(bias.shape)}"))
 
     def run(x):
         n, c, d, h, w = x.shape
         if not isinstance(d, int):
             raise ShapeError(located(f"{name}: expected a static depth, found input "
                                      f"{format_shape(x.shape)}"))
-        if isinstance(c, int) and c != in_ch:
-            raise ShapeError(located(f"{name}: input {format_shape(x.shape)} has {c} channels, "
-                                     f"expected {in_ch} (weight {format_shape(weight.shape)})"))
+        _check_transposed_input(name, x, weight)
         dout, _, _ = _transposed_geometry(name, d, kd, stride[0], padding[0],
                                           output_padding[0], dilation[0])
         planes = reshape(permute(x, 0, 2, 1, 3, 4), -1, in_ch, h, w)       # (N*D, C_in, H, W)
