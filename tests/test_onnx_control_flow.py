@@ -148,3 +148,161 @@ def test_graph_mode_control_flow_exports(tmp_path):
         want = exe(x=xv)
         for a, b in zip(got, want):
             np.testing.assert_allclose(a, np.asarray(b), rtol=1e-12, atol=1e-12)
+
+
+# -- import ------------------------------------------------------------------------------------
+def _ops_in(graph) -> set:
+    """Op names of a graph's nodes, inside regions too."""
+    names = set()
+    for n in graph.nodes:
+        names.add(n.op.name)
+        for r in n.regions:
+            names |= _ops_in(r.graph)
+    return names
+
+
+def _load_and_compare(model, feeds_list, want_ops, passes=("O0", "O2")):
+    """Import ``model``; every pass level must run equal to onnxruntime on every feeds."""
+    onnx.checker.check_model(model, full_check=True)
+    g = dg.onnx.load(model)
+    assert set(want_ops) <= _ops_in(g), _ops_in(g)
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for level in passes:
+        exe = g.compile(passes=level)
+        for feeds in feeds_list:
+            want = sess.run(None, feeds)
+            got = exe(**feeds)
+            got = list(got) if isinstance(got, (tuple, list)) else [got]
+            for a, b in zip(got, want):
+                assert np.asarray(a).shape == b.shape
+                np.testing.assert_allclose(np.asarray(a), b, rtol=1e-12, atol=1e-12)
+    return g
+
+
+def test_exported_control_flow_imports_back_as_the_same_ops(tmp_path):
+    w = dg.tensor(W)
+
+    def f(xs, limit):
+        def step(h, x):
+            h = dg.cond(x.sum() > 0.0, lambda v: dg.tanh(v @ w + x), lambda v: v - x, h)
+            return h, h.sum()
+        h, ys = dg.scan(step, xs[0] * 0.0, xs, reverse=True)
+        n, v = dg.while_loop(lambda c: c[1].sum() < limit, lambda c: (c[0] + 1, c[1] * 2.0),
+                             (dg.tensor(0), dg.abs(h) + 0.1))
+        return ys, n, v
+    path = tmp_path / "rt.onnx"
+    dg.onnx.export(f, path, dg.onnx.Input((5, "B", 3), "float64"),
+                   dg.onnx.Input((), "float64"))
+    feeds = [{"xs": RNG.standard_normal((5, b, 3)), "limit": np.asarray(lim)}
+             for b, lim in ((3, 30.0), (4, 2.0))]
+    _load_and_compare(onnx.load(path), feeds, {"cond", "scan", "while_loop"})
+
+
+def _vi(name, dt, shape):
+    return helper.make_tensor_value_info(name, dt, shape)
+
+
+def _model(nodes, inputs, outputs, opset=17, inits=()):
+    g = helper.make_graph(nodes, "m", inputs, outputs, list(inits))
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    return m
+
+
+def test_if_reading_outer_names_imports_as_cond():
+    D = TensorProto.DOUBLE
+    then_g = helper.make_graph([helper.make_node("Mul", ["x", "x"], ["t"])], "then", [],
+                               [_vi("t", D, [3])])
+    else_g = helper.make_graph([helper.make_node("Neg", ["x"], ["e"])], "else", [],
+                               [_vi("e", D, [3])])
+    nodes = [helper.make_node("If", ["p"], ["y"], then_branch=then_g, else_branch=else_g)]
+    m = _model(nodes, [_vi("p", TensorProto.BOOL, []), _vi("x", D, [3])], [_vi("y", D, [3])])
+    feeds = [{"p": np.asarray(v), "x": RNG.standard_normal(3)} for v in (True, False)]
+    _load_and_compare(m, feeds, {"cond"})
+
+
+def test_if_with_branches_of_different_shapes_is_refused():
+    D = TensorProto.DOUBLE
+    then_g = helper.make_graph([helper.make_node("Identity", ["x"], ["t"])], "then", [],
+                               [_vi("t", D, [3])])
+    else_g = helper.make_graph([helper.make_node("ReduceSum", ["x"], ["e"], keepdims=1)],
+                               "else", [], [_vi("e", D, [1])])
+    nodes = [helper.make_node("If", ["p"], ["y"], then_branch=then_g, else_branch=else_g)]
+    m = _model(nodes, [_vi("p", TensorProto.BOOL, []), _vi("x", D, [3])], [_vi("y", D, None)])
+    with pytest.raises(dg.onnx.OnnxImportError, match="If.*cond"):
+        dg.onnx.load(m)
+
+
+def _loop_body(scan_out: bool, stop_in_body: bool):
+    """Body (i, c, acc) -> (c', acc + x * i[, acc]); c' = c, or sum(acc) < limit."""
+    D = TensorProto.DOUBLE
+    nodes = [helper.make_node("Cast", ["i"], ["fi"], to=D),
+             helper.make_node("Mul", ["x", "fi"], ["xi"]),
+             helper.make_node("Add", ["acc", "xi"], ["acc2"])]
+    if stop_in_body:
+        nodes += [helper.make_node("ReduceSum", ["acc2"], ["s"], keepdims=0),
+                  helper.make_node("Less", ["s", "limit"], ["c2"])]
+    else:
+        nodes += [helper.make_node("Identity", ["c"], ["c2"])]
+    outs = [_vi("c2", TensorProto.BOOL, []), _vi("acc2", D, [3])]
+    if scan_out:
+        nodes.append(helper.make_node("Identity", ["acc"], ["seen"]))
+        outs.append(_vi("seen", D, [3]))
+    return helper.make_graph(nodes, "body", [_vi("i", TensorProto.INT64, []),
+                                             _vi("c", TensorProto.BOOL, []),
+                                             _vi("acc", D, [3])], outs)
+
+
+def test_loop_with_a_data_dependent_trip_count_imports_as_while_loop():
+    D, I = TensorProto.DOUBLE, TensorProto.INT64
+    nodes = [helper.make_node("Loop", ["m", "c0", "a0"], ["acc"],
+                              body=_loop_body(False, True))]
+    m = _model(nodes, [_vi("m", I, []), _vi("c0", TensorProto.BOOL, []), _vi("a0", D, [3]),
+                       _vi("x", D, [3]), _vi("limit", D, [])], [_vi("acc", D, [3])])
+    feeds = [{"m": np.asarray(mm, np.int64), "c0": np.asarray(c), "a0": np.zeros(3),
+              "x": np.abs(RNG.standard_normal(3)) + 0.5, "limit": np.asarray(lim)}
+             for mm, c, lim in ((100, True, 40.0), (3, True, 1e9), (100, False, 40.0),
+                                (0, True, 40.0))]
+    _load_and_compare(m, feeds, {"while_loop"})
+
+
+def test_loop_with_scan_outputs_and_a_fixed_trip_count_imports_as_scan():
+    D = TensorProto.DOUBLE
+    m_node = helper.make_node("Constant", [], ["m"],
+                              value=onnx.numpy_helper.from_array(np.asarray(4, np.int64)))
+    nodes = [m_node, helper.make_node("Loop", ["m", "", "a0"], ["acc", "seen"],
+                              body=_loop_body(True, False))]
+    m = _model(nodes, [_vi("a0", D, [3]), _vi("x", D, [3])],
+               [_vi("acc", D, [3]), _vi("seen", D, [4, 3])])
+    feeds = [{"a0": RNG.standard_normal(3), "x": RNG.standard_normal(3)} for _ in range(2)]
+    _load_and_compare(m, feeds, {"scan"})
+
+
+def test_loop_with_scan_outputs_and_a_data_dependent_stop_is_refused():
+    D = TensorProto.DOUBLE
+    m_node = helper.make_node("Constant", [], ["m"],
+                              value=onnx.numpy_helper.from_array(np.asarray(4, np.int64)))
+    nodes = [m_node, helper.make_node("Loop", ["m", "", "a0"], ["acc", "seen"],
+                              body=_loop_body(True, True))]
+    m = _model(nodes, [_vi("a0", D, [3]), _vi("x", D, [3]), _vi("limit", D, [])],
+               [_vi("acc", D, [3]), _vi("seen", D, None)])
+    with pytest.raises(dg.onnx.OnnxImportError, match="data-dependent length"):
+        dg.onnx.load(m)
+
+
+@pytest.mark.parametrize("directions", [(0, 0), (1, 0), (0, 1), (1, 1)])
+def test_scan_with_axes_and_directions_imports_as_scan(directions):
+    D = TensorProto.DOUBLE
+    body = helper.make_graph(
+        [helper.make_node("Add", ["s", "xt"], ["s2"]),
+         helper.make_node("Mul", ["s2", "w"], ["y"])], "body",
+        [_vi("s", D, [2]), _vi("xt", D, [2])], [_vi("s2", D, [2]), _vi("y", D, [2])])
+    din, dout = directions
+    nodes = [helper.make_node("Scan", ["s0", "xs"], ["sf", "ys"], body=body, num_scan_inputs=1,
+                              scan_input_axes=[1], scan_input_directions=[din],
+                              scan_output_axes=[-1], scan_output_directions=[dout])]
+    m = _model(nodes, [_vi("s0", D, [2]), _vi("xs", D, [2, 5]), _vi("w", D, [2])],
+               [_vi("sf", D, [2]), _vi("ys", D, [2, 5])])
+    feeds = [{"s0": RNG.standard_normal(2), "xs": RNG.standard_normal((2, 5)),
+              "w": RNG.standard_normal(2)} for _ in range(2)]
+    _load_and_compare(m, feeds, {"scan"})
