@@ -306,3 +306,19 @@ def test_scan_with_axes_and_directions_imports_as_scan(directions):
     feeds = [{"s0": RNG.standard_normal(2), "xs": RNG.standard_normal((2, 5)),
               "w": RNG.standard_normal(2)} for _ in range(2)]
     _load_and_compare(m, feeds, {"scan"})
+
+
+@pytest.mark.parametrize("direction", [0, 1])
+def test_opset8_batched_scan_imports_as_a_scan_of_scans(direction):
+    D = TensorProto.DOUBLE
+    body = helper.make_graph(
+        [helper.make_node("Add", ["s", "xt"], ["s2"]),
+         helper.make_node("Mul", ["s2", "xt"], ["y"])], "body",
+        [_vi("s", D, [2]), _vi("xt", D, [2])], [_vi("s2", D, [2]), _vi("y", D, [2])])
+    nodes = [helper.make_node("Scan", ["", "s0", "xs"], ["sf", "ys"], body=body,
+                              num_scan_inputs=1, directions=[direction])]
+    m = _model(nodes, [_vi("s0", D, [3, 2]), _vi("xs", D, [3, 4, 2])],
+               [_vi("sf", D, [3, 2]), _vi("ys", D, [3, 4, 2])], opset=8)
+    m.ir_version = 3
+    feeds = [{"s0": RNG.standard_normal((3, 2)), "xs": RNG.standard_normal((3, 4, 2))}]
+    _load_and_compare(m, feeds, {"scan"})

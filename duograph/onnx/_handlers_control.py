@@ -1,6 +1,6 @@
 """ONNX control flow imported as duograph's control-flow ops: ``If`` -> ``cond``, ``Loop``
 -> ``while_loop`` (or ``scan`` when it has scan outputs and a fixed trip count), ``Scan`` ->
-``scan``.
+``scan`` (opset 8's batched Scan: a scan over the batch of scans over the sequence).
 
 A subgraph is imported by the same importer, inside the Python function that duograph's
 ``cond``/``scan``/``while_loop`` traces into a region: its nodes read the subgraph's formal
@@ -8,7 +8,8 @@ inputs (bound to the region's placeholders) and outer-scope names (the importer'
 which the tracing captures as explicit operands of the node). Values known when the graph is
 built still fold eagerly inside bodies. What duograph cannot express exactly is refused:
 branches of different types, carries that change shape between iterations, a ``Loop`` whose
-stacked outputs have a data-dependent length, ``Scan`` of opset 8 (``sequence_lens``).
+stacked outputs have a data-dependent length, an opset-8 ``Scan`` over ragged sequences
+(``sequence_lens`` shorter than the sequence dim).
 """
 from __future__ import annotations
 
@@ -111,9 +112,11 @@ def _loop(ctx: Ctx):
     if has_m:
         m = ctx.x(0)
         m = m if tuple(m.shape) == () else F.reshape(m, ())
-    bound = None
+    bound = None         # a known trip count bounds the loop (which makes it differentiable)
     if has_m and ctx._known[0] is not None:
         bound = max(int(np.asarray(ctx._known[0]).reshape(())), 0)
+        if bound > np.iinfo(np.int32).max:
+            bound = None     # "no bound" as exporters write it; i < M still tests it
 
     def cond_fn(state):
         i, go = state[0], state[1]
@@ -159,7 +162,7 @@ def _loop_as_scan(ctx, body, b_in, vs, has_m, has_c):
 @handler("Scan")
 def _scan(ctx: Ctx):
     if ctx.opset < 9:
-        refuse("Scan of opset 8 (batched, with sequence_lens)")
+        return _scan8(ctx)
     body = ctx.attr("body")
     nx = ctx.attr("num_scan_inputs")
     n_state = len(ctx.ins) - nx
@@ -194,3 +197,41 @@ def _scan(ctx: Ctx):
             y = F.movedim(y, 0, axis)
         outs.append(y)
     return outs
+
+
+def _scan8(ctx: Ctx):
+    """Scan of opset 8: a batch dim before the sequence dim, the body per batch element.
+    A scan over the batch of scans over the sequence; ``sequence_lens`` (when given) must
+    be the full length for every element (shorter sequences are refused)."""
+    body = ctx.attr("body")
+    nx = ctx.attr("num_scan_inputs")
+    ins = list(ctx.ins[1:])
+    n_state = len(ins) - nx
+    if n_state < 0:
+        refuse(f"num_scan_inputs={nx} but the node has {len(ctx.ins)} inputs")
+    states, xs = ins[:n_state], ins[n_state:]
+    dirs = ctx.attr("directions") or [0] * nx
+    for x in xs:
+        if len(x.shape) < 2:
+            refuse("an opset-8 scan input needs a batch and a sequence dim")
+    if ctx.has(0):
+        lens = np.asarray(ctx.known(0, "sequence_lens")).reshape(-1)
+        full = xs[0].shape[1] if xs else None
+        if not isinstance(full, int) or np.any(lens != full):
+            refuse(f"sequence_lens {lens.tolist()} shorter than the sequence dim {full} "
+                   "(ragged batches)")
+    b_in = _names(body)
+    if len(b_in) != n_state + nx:
+        refuse(f"the body takes {len(b_in)} inputs for {n_state} states and {nx} scan inputs")
+
+    def per_element(_, item):
+        st, seqs = item
+        seqs = [F.flip(x, [0]) if d else x for x, d in zip(seqs, dirs)]
+
+        def step(carry, x):
+            outs = run_subgraph(ctx.imp, body, dict(zip(b_in, list(carry) + list(x))))
+            return tuple(outs[:n_state]), tuple(outs[n_state:])
+        final, ys = scan(step, tuple(st), tuple(seqs))
+        return (), (tuple(final), tuple(ys))
+    _, (finals, ys) = scan(per_element, (), (tuple(states), tuple(xs)))
+    return list(finals) + list(ys)
