@@ -28,6 +28,7 @@ from ..graphlib.types import TensorType
 from ._export import OnnxExportError, graph_to_model
 from . import _export_elemshape  # noqa: F401,E402  (registers its converters)
 from . import _export_indexing  # noqa: F401,E402  (registers the indexing ops' converters)
+from . import _export_control  # noqa: F401,E402  (registers cond/scan/while_loop converters)
 
 __all__ = ["Input", "export", "to_model", "load", "from_model", "OnnxExportError",
            "OnnxImportError", "DEFAULT_OPSET"]

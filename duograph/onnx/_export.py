@@ -1357,7 +1357,7 @@ def graph_to_model(graph: Graph, opset: int = 17, output_names: Optional[Sequenc
                                          name=ex.fresh("n_output")))
         outputs.append(_value_info(n, v.dtype, v.shape))
     # state that no node reads (an eval-mode BatchNorm's num_batches_tracked) is left out
-    read = {name for node in ex.nodes for name in node.input}
+    read = _names_read(ex.nodes)
     inits = [t for t in inits if t.name in read]
     g = helper.make_graph(ex.nodes, graph.name, inputs, outputs, inits + ex.initializers)
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)],
@@ -1366,6 +1366,17 @@ def graph_to_model(graph: Graph, opset: int = 17, output_names: Optional[Sequenc
         model.doc_string = doc
     model.ir_version = min(model.ir_version, _max_ir_version(opset))
     return model
+
+
+def _names_read(nodes) -> set:
+    """The names ``nodes`` read, inside their subgraphs (If/Loop/Scan bodies) too."""
+    read = set()
+    for node in nodes:
+        read.update(node.input)
+        for a in node.attribute:
+            for sub in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                read |= _names_read(sub.node)
+    return read
 
 
 def _max_ir_version(opset: int) -> int:

@@ -13,6 +13,7 @@ backend answers by building again with that input's fed value.
 """
 from __future__ import annotations
 
+import contextlib
 from typing import Dict, Mapping, Optional, Sequence
 
 import numpy as np
@@ -20,6 +21,7 @@ import numpy as np
 from .. import eager
 from ..graphlib import functional as F
 from ..graphlib.ir import Graph, Value
+from ..graphlib.ir import _stack as _graph_stack
 from ..graphlib.types import TensorType
 from . import OnnxImportError
 
@@ -282,7 +284,7 @@ class Importer:
             node.op_type not in _NEVER_FOLD
         try:
             if eager_mode:
-                with eager.no_grad():
+                with eager.no_grad(), _no_graph():
                     ops = [None if r is None else eager.tensor(r) for r in raw]
                     ctx = Ctx(self, node, ops, known, True)
                     outs = fn(ctx)
@@ -317,6 +319,19 @@ class Importer:
             if missing:
                 raise OnnxImportError(f"onnx import: {where}: outputs {missing} are not "
                                       "supported")
+
+
+@contextlib.contextmanager
+def _no_graph():
+    """Known values fold eagerly even while a control-flow body is being traced (an op on
+    eager tensors would otherwise build a node of the traced body)."""
+    stack = _graph_stack()
+    saved = stack[:]
+    del stack[:]
+    try:
+        yield
+    finally:
+        stack[:] = saved
 
 
 _NEVER_FOLD = {"RandomUniform", "RandomNormal", "RandomUniformLike", "RandomNormalLike",
@@ -361,3 +376,4 @@ def import_model(path_or_model, initializers: str = "state", static_inputs=None,
 
 # == handlers ====================================================================================
 from . import _handlers  # noqa: E402,F401  (registers them)
+from . import _handlers_control  # noqa: E402,F401  (If, Loop, Scan)
