@@ -20,7 +20,7 @@ from ..graphlib.dispatch import Scalar, register_handler, set_default_handler
 from ..graphlib.errors import DTypeError, DuographError, ShapeError
 from ..graphlib.aliases import accept_axis
 from ..graphlib.ir import ConstArray, Node
-from ..graphlib.kernels import run_kernel
+from ..graphlib.kernels import direct_kernel, run_kernel
 from ..graphlib.methods import TensorMethods
 from ..graphlib.registry import REGISTRY
 from ..graphlib.source import capture_source_eagerly, user_source
@@ -69,6 +69,7 @@ def set_backend_provider(provider) -> None:
     _backends.clear()
     _backends["cpu"] = _ReferenceCPU() if provider is None else provider("cpu")
     _cpu_kernels = _backends["cpu"].kernels
+    _plans.clear()
 
 
 def get_backend_provider():
@@ -1273,8 +1274,129 @@ def _prepare(op, inputs):
         raise TypeError(f"{op.name}: {e}\n  in: {user_source()}") from None
 
 
+_plans: dict = {}        # (op, shape, dtype, ..., [attrs]) -> _Plan: the fast path's cache
+_PLAN_LIMIT = 8192
+
+
+class _Plan:
+    """What the fast path needs to run one registered op on CPU arrays of one signature: the
+    backend kernel it was made for (``raw``: a kernel registered later makes the plan stale),
+    the kernel to call (``raw`` itself, or what it wraps when its casts do nothing for these
+    dtypes), the inferred output dtypes, and which inputs can carry a gradient."""
+
+    __slots__ = ("raw", "kernel", "out_dtypes", "dtype0", "multi", "diff")
+
+    def __init__(self, op, raw, in_dtypes, out_dtypes):
+        self.raw = raw
+        self.kernel = direct_kernel(raw, [dtype_name(d) for d in in_dtypes])
+        self.out_dtypes = out_dtypes
+        self.dtype0 = out_dtypes[0] if out_dtypes else None
+        self.multi = op.multi_output
+        nondiff = op.nondiff_inputs
+        self.diff = None if op.vjp is None else tuple(
+            i for i in range(len(in_dtypes)) if i not in nondiff)
+
+
 def eager_apply(op, inputs, attrs):
-    """Run ``op`` at once on tensors; record a node when autograd or record() needs one."""
+    """Run ``op`` at once on tensors; record a node when autograd or record() needs one.
+
+    The fast path: CPU tensors (and cached scalars) whose signature has a ``_Plan``; anything
+    else (first call of a signature, other devices, random ops, unhashable attributes, new
+    scalars) takes ``_eager_apply_slow``, which makes the plan."""
+    arrays = []
+    sig = [op]
+    tensors = inputs
+    for x in inputs:
+        tx = type(x)
+        if tx is Tensor or tx is Parameter:
+            a = x.array
+        elif tx is Scalar:
+            v = x.value     # (_scalar_key inlined for the common nonzero case)
+            t = _scalar_cache.get((type(v), v, x.dtype, "cpu") if v or not isinstance(
+                v, float) else _scalar_key(v, x.dtype, "cpu"))
+            if t is None:
+                return _eager_apply_slow(op, inputs, attrs)
+            if tensors is inputs:
+                tensors = list(inputs)
+            tensors[len(arrays)] = t
+            a = t.array
+        else:
+            return _eager_apply_slow(op, inputs, attrs)
+        if type(a) is not _ndarray:
+            return _eager_apply_slow(op, inputs, attrs)
+        arrays.append(a)
+        sig.append(a.shape)
+        sig.append(a.dtype)
+    if attrs:
+        sig.append(tuple(attrs.items()))
+        try:
+            plan = _plans.get(tuple(sig))
+        except TypeError:
+            plan = None
+    else:
+        plan = _plans.get(tuple(sig))
+    if plan is None or plan.raw is not _cpu_kernels[op]:
+        return _eager_apply_slow(op, inputs, attrs)
+    try:
+        res = plan.kernel(np, *arrays, **attrs)
+        if plan.multi:
+            res = run_kernel(lambda *a, **k: res, np, arrays, attrs, True, plan.out_dtypes)
+        else:
+            if type(res) is not _ndarray:
+                res = np.asarray(res)
+            if res.dtype != plan.dtype0:
+                res = res.astype(plan.dtype0)
+    except DuographError:
+        raise
+    except Exception as e:
+        raise _kernel_failure(op, arrays, e) from e
+    if plan.multi:
+        outs = [_wrap(r) for r in res]
+    else:
+        out = _wrap(res)
+        outs = (out,)
+    grad = False
+    diff = plan.diff
+    if diff is not None and _grad_enabled():
+        for i in diff:
+            if tensors[i].requires_grad:
+                grad = True
+                break
+    if op.view:
+        shared = tensors[0]._version
+        for o in outs:
+            o._version = shared
+    if grad or _recorders:
+        _record(op, inputs, tuple(tensors), attrs, outs, grad)
+    if plan.multi:
+        return tuple(outs)
+    return out
+
+
+def _kernel_failure(op, arrays, e):
+    from ..graphlib.errors import kernel_error
+    shapes = ", ".join(f"{a.dtype}{list(a.shape)}" for a in arrays)
+    return kernel_error(f"{op.name} failed: {type(e).__name__}: {e}\n  inputs: ({shapes})"
+                        f"\n  in: {user_source()}", e)
+
+
+def _record(op, inputs, tensors, attrs, outs, grad):
+    """Put a node for this call on the tape (autograd) and into open record() blocks."""
+    source = user_source() if (capture_source_eagerly() or _recorders) else None
+    if grad:
+        for o in outs:
+            if o.array.dtype in _FLOAT_NP:
+                o.requires_grad = True
+    node = EagerNode(op, tensors, attrs, outs, source, grad)
+    for i, o in enumerate(outs):
+        if o.requires_grad:
+            o.grad_fn, o._index = node, i
+    for rec in _recorders:
+        rec._add(node, outs, inputs)
+
+
+def _eager_apply_slow(op, inputs, attrs):
+    """eager_apply for everything its fast path does not take; makes that path's plans."""
     tensors = inputs
     arrays = []
     cpu = True
@@ -1312,6 +1434,16 @@ def eager_apply(op, inputs, attrs):
     out_types, out_dtypes = hit
     if cpu and op is not _TO_DEVICE:
         xp, kernel = np, _cpu_kernels[op]
+        if not op.random and REGISTRY.get(op.name) is op:
+            try:
+                pkey = (op, *[v for a in arrays for v in (a.shape, a.dtype)],
+                        *((tuple(attrs.items()),) if attrs else ()))
+                if pkey not in _plans:
+                    if len(_plans) > _PLAN_LIMIT:
+                        _plans.clear()
+                    _plans[pkey] = _Plan(op, kernel, [a.dtype for a in arrays], out_dtypes)
+            except TypeError:     # an unhashable attribute: no plan
+                pass
     else:
         if op is _TO_DEVICE:      # its results belong to the target device
             backend = backend_for(attrs["device"])
@@ -1325,10 +1457,7 @@ def eager_apply(op, inputs, attrs):
     except DuographError:
         raise
     except Exception as e:
-        from ..graphlib.errors import kernel_error
-        shapes = ", ".join(f"{a.dtype}{list(a.shape)}" for a in arrays)
-        raise kernel_error(f"{op.name} failed: {type(e).__name__}: {e}\n  inputs: ({shapes})"
-                           f"\n  in: {user_source()}", e) from e
+        raise _kernel_failure(op, arrays, e) from e
     if len(res) == 1:
         outs = [_wrap(res[0])]
     else:
@@ -1347,17 +1476,7 @@ def eager_apply(op, inputs, attrs):
         for o in outs:
             o._version = shared
     if grad or _recorders:
-        source = user_source() if (capture_source_eagerly() or _recorders) else None
-        if grad:
-            for o in outs:
-                if o.array.dtype in _FLOAT_NP:
-                    o.requires_grad = True
-        node = EagerNode(op, tuple(tensors), attrs, outs, source, grad)
-        for i, o in enumerate(outs):
-            if o.requires_grad:
-                o.grad_fn, o._index = node, i
-        for rec in _recorders:
-            rec._add(node, outs, inputs)
+        _record(op, inputs, tuple(tensors), attrs, outs, grad)
     if op.multi_output:
         return tuple(outs)
     return outs[0]
