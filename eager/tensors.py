@@ -96,6 +96,7 @@ def _xp_for(device: str):
 
 
 _new = object.__new__
+_weakref = weakref.ref
 
 
 def _init(t, data, requires_grad: bool) -> None:
@@ -1078,7 +1079,7 @@ class EagerNode(Node):
 
     # a plain ``inputs`` slot (no use lists: a tape node is never placed in a graph)
     __slots__ = ("inputs", "_out_refs", "_out_data", "input_keys", "next_nodes",
-                 "saved_versions", "freed", "for_grad")
+                 "saved_versions", "freed", "for_grad", "n_outputs")
     graph = None
 
     def __init__(self, op, inputs, attrs, outputs, source, for_grad):
@@ -1088,8 +1089,15 @@ class EagerNode(Node):
         self.source = source
         self.for_grad = for_grad
         self.freed = False
-        self._out_refs = tuple(weakref.ref(o) for o in outputs)
-        self._out_data = tuple(o.array for o in outputs)
+        if len(outputs) == 1:
+            o = outputs[0]
+            self._out_refs = (_weakref(o),)
+            self._out_data = (o.array,)
+            self.n_outputs = 1
+        else:
+            self._out_refs = tuple([_weakref(o) for o in outputs])
+            self._out_data = tuple([o.array for o in outputs])
+            self.n_outputs = len(outputs)
         keys, nexts = [], []
         for x in inputs:
             fn = x.grad_fn
@@ -1104,8 +1112,10 @@ class EagerNode(Node):
         # a view's gradient path assumes its base is unchanged: views save versions too
         # (the op's traits: ``view``, ``saves_no_data``, ``vjp_reads_output``)
         if for_grad and (not op.saves_no_data or op.view):
-            self.saved_versions = tuple(x._version[0] for x in inputs) + (tuple(
-                o._version[0] for o in outputs) if op.vjp_reads_output else ())
+            saved = [x._version[0] for x in inputs]
+            if op.vjp_reads_output:
+                saved += [o._version[0] for o in outputs]
+            self.saved_versions = tuple(saved)
         else:
             self.saved_versions = None
 

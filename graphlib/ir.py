@@ -122,6 +122,7 @@ class Node:
 
     __slots__ = ("op", "_inputs", "attrs", "outputs", "source", "graph", "uid", "provenance",
                  "__weakref__")
+    n_outputs = None    # len(outputs) where a subclass knows it cheaply (eager tape nodes)
 
     def __init__(self, op, inputs: Sequence, attrs: dict, outputs: Sequence = (),
                  source=None, provenance: Optional[Tuple[int, ...]] = None):
