@@ -16,10 +16,10 @@ from typing import Optional
 import numpy as np
 
 from ..graphlib import dtypes
-from ..graphlib.dispatch import Scalar, register_handler, set_default_handler
+from ..graphlib.dispatch import Scalar, register_handler, set_default_handler, weak_scalar
 from ..graphlib.errors import DTypeError, DuographError, ShapeError
 from ..graphlib.aliases import accept_axis
-from ..graphlib.ir import ConstArray, Node
+from ..graphlib.ir import ConstArray, Node, _local as _graph_local
 from ..graphlib.kernels import direct_kernel, run_kernel
 from ..graphlib.methods import TensorMethods
 from ..graphlib.registry import REGISTRY
@@ -1313,42 +1313,61 @@ def eager_apply(op, inputs, attrs):
     The fast path: CPU tensors (and cached scalars) whose signature has a ``_Plan``; anything
     else (first call of a signature, other devices, random ops, unhashable attributes, new
     scalars) takes ``_eager_apply_slow``, which makes the plan."""
-    arrays = []
-    sig = [op]
     tensors = inputs
-    for x in inputs:
+    arrays = None
+    n = len(inputs)
+    if n == 2:          # the common cases first, without the general loop's lists
+        x, y = inputs
+        tx, ty = type(x), type(y)
+        if (tx is Tensor or tx is Parameter) and (ty is Tensor or ty is Parameter):
+            a, b = x.array, y.array
+            if type(a) is _ndarray and type(b) is _ndarray:
+                arrays = (a, b)
+                key = (op, a.shape, a.dtype, b.shape, b.dtype)
+    elif n == 1:
+        x = inputs[0]
         tx = type(x)
         if tx is Tensor or tx is Parameter:
             a = x.array
-        elif tx is Scalar:
-            v = x.value     # (_scalar_key inlined for the common nonzero case)
-            t = _scalar_cache.get((type(v), v, x.dtype, "cpu") if v or not isinstance(
-                v, float) else _scalar_key(v, x.dtype, "cpu"))
-            if t is None:
+            if type(a) is _ndarray:
+                arrays = (a,)
+                key = (op, a.shape, a.dtype)
+    if arrays is None:
+        arrays = []
+        sig = [op]
+        for x in inputs:
+            tx = type(x)
+            if tx is Tensor or tx is Parameter:
+                a = x.array
+            elif tx is Scalar:
+                v = x.value     # (_scalar_key inlined for the common nonzero case)
+                t = _scalar_cache.get((type(v), v, x.dtype, "cpu") if v or not isinstance(
+                    v, float) else _scalar_key(v, x.dtype, "cpu"))
+                if t is None:
+                    return _eager_apply_slow(op, inputs, attrs)
+                if tensors is inputs:
+                    tensors = list(inputs)
+                tensors[len(arrays)] = t
+                a = t.array
+            else:
                 return _eager_apply_slow(op, inputs, attrs)
-            if tensors is inputs:
-                tensors = list(inputs)
-            tensors[len(arrays)] = t
-            a = t.array
-        else:
-            return _eager_apply_slow(op, inputs, attrs)
-        if type(a) is not _ndarray:
-            return _eager_apply_slow(op, inputs, attrs)
-        arrays.append(a)
-        sig.append(a.shape)
-        sig.append(a.dtype)
+            if type(a) is not _ndarray:
+                return _eager_apply_slow(op, inputs, attrs)
+            arrays.append(a)
+            sig.append(a.shape)
+            sig.append(a.dtype)
+        key = tuple(sig)
     if attrs:
-        sig.append(tuple(attrs.items()))
         try:
-            plan = _plans.get(tuple(sig))
+            plan = _plans.get((*key, tuple(attrs.items())))
         except TypeError:
             plan = None
     else:
-        plan = _plans.get(tuple(sig))
+        plan = _plans.get(key)
     if plan is None or plan.raw is not _cpu_kernels[op]:
         return _eager_apply_slow(op, inputs, attrs)
     try:
-        res = plan.kernel(np, *arrays, **attrs)
+        res = plan.kernel(np, *arrays, **attrs) if attrs else plan.kernel(np, *arrays)
         if plan.multi:
             res = run_kernel(lambda *a, **k: res, np, arrays, attrs, True, plan.out_dtypes)
         else:
@@ -1521,6 +1540,51 @@ def _capture_into_graph(graph, t: Tensor):
         raise NotImplementedError("graph mode reads CPU tensors only for now")
     return graph.bind_state(t)
 
+
+# -- operators without the dispatch chain ------------------------------------------------------
+# ``a * b`` on two CPU-or-not eager tensors (or a tensor and a Python number), outside any
+# ``with graph:`` block, is exactly ``eager_apply(mul, ...)``: what ``dispatch.apply`` would
+# decide (no Values, no graph, the Tensor handler, the weak scalar its coercion makes) after
+# three more calls. Anything else takes the shared ``TensorMethods`` operator.
+_EAGER_TYPES = (Tensor, Parameter)
+
+
+def _fast_binary(op, name: str, reflected: bool):
+    general = getattr(TensorMethods, name)
+
+    def operator(self, other):
+        if not _graph_local.graphs:
+            to = type(other)
+            if to is Tensor or to is Parameter:
+                return eager_apply(op, (other, self) if reflected else (self, other), {})
+            if to is float or to is int or to is bool:
+                s = weak_scalar(dtype_name(self.array.dtype), other)
+                return eager_apply(op, (s, self) if reflected else (self, s), {})
+        return general(self, other)
+    operator.__name__ = operator.__qualname__ = name
+    operator.__doc__ = general.__doc__
+    return operator
+
+
+def _fast_unary(op, name: str):
+    general = getattr(TensorMethods, name)
+
+    def operator(self):
+        if not _graph_local.graphs:
+            return eager_apply(op, (self,), {})
+        return general(self)
+    operator.__name__ = operator.__qualname__ = name
+    operator.__doc__ = general.__doc__
+    return operator
+
+
+for _name, _op, _reflected in (("__add__", "add", False), ("__radd__", "add", True),
+                               ("__sub__", "sub", False), ("__rsub__", "sub", True),
+                               ("__mul__", "mul", False), ("__rmul__", "mul", True),
+                               ("__truediv__", "div", False), ("__rtruediv__", "div", True)):
+    setattr(Tensor, _name, _fast_binary(REGISTRY[_op], _name, _reflected))
+Tensor.__neg__ = _fast_unary(REGISTRY["neg"], "__neg__")
+del _name, _op, _reflected
 
 register_handler(Tensor, eager_apply, _capture_into_graph)
 register_handler(Parameter, eager_apply, _capture_into_graph)

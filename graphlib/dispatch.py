@@ -93,6 +93,12 @@ def _weak_dtype(tensor_dtype: str, value) -> str:
     return d
 
 
+def weak_scalar(tensor_dtype: str, value) -> Scalar:
+    """The Scalar marker a Python bool, int or float ``value`` becomes next to a tensor of
+    ``tensor_dtype`` in a promoting binary op (what ``apply`` makes of ``tensor + 1.0``)."""
+    return Scalar(value, _weak_dtype(tensor_dtype, value))
+
+
 def _coerce_scalars(op, inputs):
     """Replace Python numbers by Scalar markers carrying their (weakly promoted) dtype."""
     promote = op.promote
