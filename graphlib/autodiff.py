@@ -52,15 +52,19 @@ def relevant_values(nodes: Sequence, wrt: Sequence) -> set:
 
 def backward_pass(nodes: Sequence, seeds: Dict[object, object], wrt: Sequence = (),
                   relevant: Optional[set] = None,
-                  on_grad: Optional[Callable] = None) -> Dict[object, object]:
+                  on_grad: Optional[Callable] = None,
+                  fit: Callable = None) -> Dict[object, object]:
     """Propagate cotangents from ``seeds`` (value key -> cotangent) back through ``nodes``.
 
     ``nodes`` must be in topological order; ``relevant`` holds the keys of values that want a
     gradient (default: those depending on ``wrt``). ``on_grad(node, index, ct)`` may replace
     an output's cotangent once it is complete (tensor hooks). Returns key -> accumulated
-    cotangent for every value reached.
+    cotangent for every value reached. ``fit(ct, x)`` (default ``fit_to``) fits an input's
+    cotangent to it; a caller may pass a faster one for its own tensor type.
     """
     from .ops.creation import zeros_like
+    if fit is None:
+        fit = fit_to
     if relevant is None:
         relevant = relevant_values(nodes, wrt)
     cts: Dict[object, object] = dict(seeds)
@@ -100,7 +104,7 @@ def backward_pass(nodes: Sequence, seeds: Dict[object, object], wrt: Sequence = 
             ct = in_cts[i]
             if ct is None:
                 continue
-            ct = fit_to(ct, node.inputs[i])
+            ct = fit(ct, node.inputs[i])
             prev = cts.get(keys[i])
             cts[keys[i]] = ct if prev is None else prev + ct
     return cts
