@@ -94,11 +94,14 @@ def backward_pass(nodes: Sequence, seeds: Dict[object, object], wrt: Sequence = 
                              f"must flow through it{where}")
         outputs = node.outputs
         if on_grad is not None:
-            out_cts = [on_grad(node, i, c) if c is not None else None
-                       for i, c in enumerate(out_cts)]
+            if n_out == 1:
+                out_cts = [on_grad(node, 0, out_cts[0])]
+            else:
+                out_cts = [on_grad(node, i, c) if c is not None else None
+                           for i, c in enumerate(out_cts)]
         if n_out != 1 or out_cts[0] is None:
             out_cts = [c if c is not None else zeros_like(o) for c, o in zip(out_cts, outputs)]
-        needs = tuple(i in targets for i in range(len(node.inputs)))
+        needs = tuple([i in targets for i in range(len(node.inputs))])
         in_cts = node.op.vjp(out_cts, node.inputs, outputs, node.attrs, needs)
         for i in targets:
             ct = in_cts[i]
