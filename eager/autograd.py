@@ -58,8 +58,12 @@ def _check(nodes: Sequence[EagerNode]) -> None:
             for t, v in zip(ins, saved):
                 if t._version[0] != v:
                     _check_node(node)
-            if len(saved) > len(ins):
-                _check_node(node)
+            n_in = len(ins)
+            if len(saved) > n_in:
+                for i, ref in enumerate(node._out_refs):
+                    t = ref()
+                    if t is not None and t._version[0] != saved[n_in + i]:
+                        _check_node(node)
 
 
 def _check_node(node: EagerNode) -> None:

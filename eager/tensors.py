@@ -1284,33 +1284,29 @@ def _prepare(op, inputs):
         raise TypeError(f"{op.name}: {e}\n  in: {user_source()}") from None
 
 
-_plans: dict = {}        # (op, shape, dtype, ..., [attrs]) -> _Plan: the fast path's cache
+_plans: dict = {}        # (op, shape, dtype, ..., [attrs]) -> _plan(): the fast path's cache
 _PLAN_LIMIT = 8192
 
 
-class _Plan:
-    """What the fast path needs to run one registered op on CPU arrays of one signature: the
-    backend kernel it was made for (``raw``: a kernel registered later makes the plan stale),
-    the kernel to call (``raw`` itself, or what it wraps when its casts do nothing for these
-    dtypes), the inferred output dtypes, and which inputs can carry a gradient."""
-
-    __slots__ = ("raw", "kernel", "out_dtypes", "dtype0", "multi", "diff")
-
-    def __init__(self, op, raw, in_dtypes, out_dtypes):
-        self.raw = raw
-        self.kernel = direct_kernel(raw, [dtype_name(d) for d in in_dtypes])
-        self.out_dtypes = out_dtypes
-        self.dtype0 = out_dtypes[0] if out_dtypes else None
-        self.multi = op.multi_output
-        nondiff = op.nondiff_inputs
-        self.diff = None if op.vjp is None else tuple(
-            i for i in range(len(in_dtypes)) if i not in nondiff)
+def _plan(op, raw, in_dtypes, out_dtypes) -> tuple:
+    """What the fast path needs to run one registered op on CPU arrays of one signature:
+    ``(raw, kernel, out_dtypes, dtype0, diff)``: the backend kernel it was made for (one
+    registered later makes the plan stale), the kernel to call (``raw`` itself, or what it
+    wraps when its casts do nothing for these dtypes), the inferred output dtypes, the one
+    output's dtype (None for a multi-output op) and which inputs can carry a gradient (None:
+    the op has no vjp)."""
+    kernel = direct_kernel(raw, [dtype_name(d) for d in in_dtypes])
+    nondiff = op.nondiff_inputs
+    diff = None if op.vjp is None else tuple(
+        i for i in range(len(in_dtypes)) if i not in nondiff)
+    dtype0 = None if op.multi_output else out_dtypes[0]
+    return (raw, kernel, out_dtypes, dtype0, diff)
 
 
 def eager_apply(op, inputs, attrs):
     """Run ``op`` at once on tensors; record a node when autograd or record() needs one.
 
-    The fast path: CPU tensors (and cached scalars) whose signature has a ``_Plan``; anything
+    The fast path: CPU tensors (and cached scalars) whose signature has a plan (``_plan``); anything
     else (first call of a signature, other devices, random ops, unhashable attributes, new
     scalars) takes ``_eager_apply_slow``, which makes the plan."""
     tensors = inputs
@@ -1364,42 +1360,67 @@ def eager_apply(op, inputs, attrs):
             plan = None
     else:
         plan = _plans.get(key)
-    if plan is None or plan.raw is not _cpu_kernels[op]:
+    if plan is None:
         return _eager_apply_slow(op, inputs, attrs)
+    raw, kernel, out_dtypes, dtype0, diff = plan
+    if raw is not _cpu_kernels[op]:
+        return _eager_apply_slow(op, inputs, attrs)
+    if dtype0 is None:                   # a multi-output op
+        return _apply_multi(op, inputs, tensors, arrays, attrs, plan)
     try:
-        res = plan.kernel(np, *arrays, **attrs) if attrs else plan.kernel(np, *arrays)
-        if plan.multi:
-            res = run_kernel(lambda *a, **k: res, np, arrays, attrs, True, plan.out_dtypes)
-        else:
-            if type(res) is not _ndarray:
-                res = np.asarray(res)
-            if res.dtype != plan.dtype0:
-                res = res.astype(plan.dtype0)
+        res = kernel(np, *arrays, **attrs) if attrs else kernel(np, *arrays)
+        if type(res) is not _ndarray:
+            res = np.asarray(res)
+        rd = res.dtype
+        if rd is not dtype0 and rd != dtype0:
+            res = res.astype(dtype0)
     except DuographError:
         raise
     except Exception as e:
         raise _kernel_failure(op, arrays, e) from e
-    if plan.multi:
-        outs = [_wrap(r) for r in res]
-    else:
-        out = _wrap(res)
-        outs = (out,)
+    out = _new(Tensor)      # _wrap(res), inlined
+    out.array = res
+    out.requires_grad = False
+    out.grad = None
+    out.grad_fn = None
+    out._index = 0
+    out._version = tensors[0]._version if op.view else [0]
+    out._hooks = None
+    out._retains_grad = False
     grad = False
-    diff = plan.diff
     if diff is not None and _grad_enabled():
         for i in diff:
             if tensors[i].requires_grad:
                 grad = True
                 break
+    if grad or _recorders:
+        _record(op, inputs, tuple(tensors), attrs, (out,), grad)
+    return out
+
+
+def _apply_multi(op, inputs, tensors, arrays, attrs, plan):
+    """eager_apply's fast path for a multi-output op (always returns a tuple)."""
+    raw, kernel, out_dtypes, dtype0, diff = plan
+    try:
+        res = run_kernel(kernel, np, arrays, attrs, True, out_dtypes)
+    except DuographError:
+        raise
+    except Exception as e:
+        raise _kernel_failure(op, arrays, e) from e
+    outs = [_wrap(r) for r in res]
     if op.view:
         shared = tensors[0]._version
         for o in outs:
             o._version = shared
+    grad = False
+    if diff is not None and _grad_enabled():
+        for i in diff:
+            if tensors[i].requires_grad:
+                grad = True
+                break
     if grad or _recorders:
         _record(op, inputs, tuple(tensors), attrs, outs, grad)
-    if plan.multi:
-        return tuple(outs)
-    return out
+    return tuple(outs)
 
 
 def _kernel_failure(op, arrays, e):
@@ -1463,14 +1484,15 @@ def _eager_apply_slow(op, inputs, attrs):
     out_types, out_dtypes = hit
     if cpu and op is not _TO_DEVICE:
         xp, kernel = np, _cpu_kernels[op]
-        if not op.random and REGISTRY.get(op.name) is op:
+        if not op.random and REGISTRY.get(op.name) is op and (
+                op.multi_output or len(out_dtypes) == 1):
             try:
                 pkey = (op, *[v for a in arrays for v in (a.shape, a.dtype)],
                         *((tuple(attrs.items()),) if attrs else ()))
                 if pkey not in _plans:
                     if len(_plans) > _PLAN_LIMIT:
                         _plans.clear()
-                    _plans[pkey] = _Plan(op, kernel, [a.dtype for a in arrays], out_dtypes)
+                    _plans[pkey] = _plan(op, kernel, [a.dtype for a in arrays], out_dtypes)
             except TypeError:     # an unhashable attribute: no plan
                 pass
     else:
