@@ -99,10 +99,14 @@ def _ones_like(t: Tensor) -> Tensor:
 
 def _grad_seed(root: Tensor, g, create_graph: bool) -> Tensor:
     if g is None:
-        if root.array.size != 1:
+        arr = root.array
+        if arr.size != 1:
             raise RuntimeError(f"backward: grad can be created implicitly only for scalar "
                                f"outputs; this output has shape {list(root.shape)}: pass "
                                f"gradient= of that shape")
+        if type(arr) is np.ndarray and not tensor_mod._recorders:   # ones_like, undispatched
+            # (inside record() the seed must be an op of the recorded graph)
+            return Tensor._wrap(np.ones(arr.shape, arr.dtype))
         return _ones_like(root)
     if not isinstance(g, Tensor):
         from .tensors import tensor_from_data

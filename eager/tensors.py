@@ -1320,6 +1320,26 @@ def eager_apply(op, inputs, attrs):
             if type(a) is _ndarray and type(b) is _ndarray:
                 arrays = (a, b)
                 key = (op, a.shape, a.dtype, b.shape, b.dtype)
+        elif ty is Scalar and (tx is Tensor or tx is Parameter):      # tensor <op> number
+            v = y.value
+            if v or not isinstance(v, float):
+                t = _scalar_cache.get((type(v), v, y.dtype, "cpu"))
+                a = x.array
+                if t is not None and type(a) is _ndarray:
+                    b = t.array
+                    tensors = (x, t)
+                    arrays = (a, b)
+                    key = (op, a.shape, a.dtype, b.shape, b.dtype)
+        elif tx is Scalar and (ty is Tensor or ty is Parameter):      # number <op> tensor
+            v = x.value
+            if v or not isinstance(v, float):
+                t = _scalar_cache.get((type(v), v, x.dtype, "cpu"))
+                b = y.array
+                if t is not None and type(b) is _ndarray:
+                    a = t.array
+                    tensors = (t, y)
+                    arrays = (a, b)
+                    key = (op, a.shape, a.dtype, b.shape, b.dtype)
     elif n == 1:
         x = inputs[0]
         tx = type(x)
