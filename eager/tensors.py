@@ -23,7 +23,8 @@ from ..graphlib.ir import ConstArray, Node, _local as _graph_local
 from ..graphlib.kernels import direct_kernel, run_kernel
 from ..graphlib.methods import TensorMethods
 from ..graphlib.registry import REGISTRY
-from ..graphlib.source import capture_source_eagerly, user_source
+from ..graphlib.config import config as _config
+from ..graphlib.source import user_source
 from ..graphlib.types import TensorType
 from . import grad_mode
 
@@ -1098,17 +1099,24 @@ class EagerNode(Node):
             self._out_refs = tuple([_weakref(o) for o in outputs])
             self._out_data = tuple([o.array for o in outputs])
             self.n_outputs = len(outputs)
-        keys, nexts = [], []
-        for x in inputs:
-            fn = x.grad_fn
-            if fn is not None:
-                keys.append((fn, x._index))
-                nexts.append(fn)
-            else:
-                keys.append(x)
-                nexts.append(None)
-        self.input_keys = tuple(keys)
-        self.next_nodes = tuple(nexts)
+        if len(inputs) == 2:        # (the general loop below, unrolled for binary ops)
+            x, y = inputs
+            fx, fy = x.grad_fn, y.grad_fn
+            self.input_keys = (x if fx is None else (fx, x._index),
+                               y if fy is None else (fy, y._index))
+            self.next_nodes = (fx, fy)
+        else:
+            keys, nexts = [], []
+            for x in inputs:
+                fn = x.grad_fn
+                if fn is not None:
+                    keys.append((fn, x._index))
+                    nexts.append(fn)
+                else:
+                    keys.append(x)
+                    nexts.append(None)
+            self.input_keys = tuple(keys)
+            self.next_nodes = tuple(nexts)
         # a view's gradient path assumes its base is unchanged: views save versions too
         # (the op's traits: ``view``, ``saves_no_data``, ``vjp_reads_output``)
         if for_grad and (not op.saves_no_data or op.view):
@@ -1121,6 +1129,11 @@ class EagerNode(Node):
 
     @property
     def outputs(self):
+        refs = self._out_refs
+        if len(refs) == 1:
+            t = refs[0]()
+            if t is not None:
+                return (t,)
         outs = []
         for i, ref in enumerate(self._out_refs):
             t = ref()
@@ -1452,15 +1465,16 @@ def _kernel_failure(op, arrays, e):
 
 def _record(op, inputs, tensors, attrs, outs, grad):
     """Put a node for this call on the tape (autograd) and into open record() blocks."""
-    source = user_source() if (capture_source_eagerly() or _recorders) else None
+    source = user_source() if (_recorders or _config.capture_source) else None
+    node = EagerNode(op, tensors, attrs, outs, source, grad)
     if grad:
+        i = 0
         for o in outs:
             if o.array.dtype in _FLOAT_NP:
                 o.requires_grad = True
-    node = EagerNode(op, tensors, attrs, outs, source, grad)
-    for i, o in enumerate(outs):
-        if o.requires_grad:
-            o.grad_fn, o._index = node, i
+                o.grad_fn = node
+                o._index = i
+            i += 1
     for rec in _recorders:
         rec._add(node, outs, inputs)
 
