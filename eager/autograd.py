@@ -11,12 +11,12 @@ from typing import List, Sequence
 import numpy as np
 
 from ..graphlib import dtypes
-from ..graphlib.autodiff import backward_pass, value_key
+from ..graphlib.autodiff import backward_pass, fit_to, value_key
 from ..graphlib.registry import OpDef
 from ..graphlib.types import TensorType
 from . import grad_mode
 from . import tensors as tensor_mod
-from .tensors import EagerNode, Tensor, eager_apply
+from .tensors import EagerNode, Parameter, Tensor, eager_apply
 
 
 def _collect(roots: Sequence[Tensor]) -> List[EagerNode]:
@@ -50,26 +50,45 @@ _NO_SOURCE = ("\n  (to see where the op was created, run with DUOGRAPH_SOURCE=1 
 
 def _check(nodes: Sequence[EagerNode]) -> None:
     for node in nodes:
-        where = f"\n  in: {node.source}" if node.source else _NO_SOURCE
         if node.freed:
-            raise RuntimeError(
-                f"backward through the graph a second time: the saved tensors of "
-                f"{node.op.name} were freed by the previous backward; pass "
-                f"retain_graph=True to the first backward if you need to go through it "
-                f"again{where}")
-        if node.saved_versions is not None:
-            tensors = list(node.inputs) + [node.output_tensor(i) for i in
-                                           range(len(node._out_refs))]
-            for k, (t, v) in enumerate(zip(tensors, node.saved_versions)):
-                if t is not None and t._version[0] != v:
-                    role = (f"input {k}" if k < len(node.inputs)
-                            else f"output {k - len(node.inputs)}")
-                    raise RuntimeError(
-                        f"a tensor needed to compute the gradient of {node.op.name} "
-                        f"({role}, shape {list(t.shape)}) was modified by an in-place "
-                        f"operation: it is at version {t._version[0]}, the gradient needs "
-                        f"version {v}. Use the out-of-place form, or .clone() before "
-                        f"modifying{where}")
+            _check_node(node)
+        saved = node.saved_versions
+        if saved is not None:
+            ins = node.inputs
+            for t, v in zip(ins, saved):
+                if t._version[0] != v:
+                    _check_node(node)
+            n_in = len(ins)
+            if len(saved) > n_in:
+                for i, ref in enumerate(node._out_refs):
+                    t = ref()
+                    if t is not None and t._version[0] != saved[n_in + i]:
+                        _check_node(node)
+
+
+def _check_node(node: EagerNode) -> None:
+    """Raise the error for a node found freed or holding a saved tensor modified since (the
+    full check, run where ``_check``'s quick one saw something)."""
+    where = f"\n  in: {node.source}" if node.source else _NO_SOURCE
+    if node.freed:
+        raise RuntimeError(
+            f"backward through the graph a second time: the saved tensors of "
+            f"{node.op.name} were freed by the previous backward; pass "
+            f"retain_graph=True to the first backward if you need to go through it "
+            f"again{where}")
+    if node.saved_versions is not None:
+        tensors = list(node.inputs) + [node.output_tensor(i) for i in
+                                       range(len(node._out_refs))]
+        for k, (t, v) in enumerate(zip(tensors, node.saved_versions)):
+            if t is not None and t._version[0] != v:
+                role = (f"input {k}" if k < len(node.inputs)
+                        else f"output {k - len(node.inputs)}")
+                raise RuntimeError(
+                    f"a tensor needed to compute the gradient of {node.op.name} "
+                    f"({role}, shape {list(t.shape)}) was modified by an in-place "
+                    f"operation: it is at version {t._version[0]}, the gradient needs "
+                    f"version {v}. Use the out-of-place form, or .clone() before "
+                    f"modifying{where}")
 
 
 def _ones_like(t: Tensor) -> Tensor:
@@ -80,10 +99,14 @@ def _ones_like(t: Tensor) -> Tensor:
 
 def _grad_seed(root: Tensor, g, create_graph: bool) -> Tensor:
     if g is None:
-        if root.array.size != 1:
+        arr = root.array
+        if arr.size != 1:
             raise RuntimeError(f"backward: grad can be created implicitly only for scalar "
                                f"outputs; this output has shape {list(root.shape)}: pass "
                                f"gradient= of that shape")
+        if type(arr) is np.ndarray and not tensor_mod._recorders:   # ones_like, undispatched
+            # (inside record() the seed must be an op of the recorded graph)
+            return Tensor._wrap(np.ones(arr.shape, arr.dtype))
         return _ones_like(root)
     if not isinstance(g, Tensor):
         from .tensors import tensor_from_data
@@ -115,7 +138,10 @@ def _run(roots, grad_roots, retain_graph, create_graph, wanted=None):
     relevant = set()
     leaves = {}
     for node in nodes:
-        relevant.update((node, i) for i in range(len(node._out_refs)))
+        if node.n_outputs == 1:
+            relevant.add((node, 0))
+        else:
+            relevant.update((node, i) for i in range(node.n_outputs))
         for x, k in zip(node.inputs, node.input_keys):
             if x.requires_grad and x.grad_fn is None and not isinstance(k, tuple):
                 relevant.add(k)
@@ -145,11 +171,23 @@ def _run(roots, grad_roots, retain_graph, create_graph, wanted=None):
         return ct
 
     with grad_mode.set_grad_enabled(create_graph):
-        cts = backward_pass(nodes, seeds, relevant=relevant, on_grad=on_grad)
+        cts = backward_pass(nodes, seeds, relevant=relevant, on_grad=on_grad, fit=_fit)
     if not retain_graph:
         for node in nodes:
             node.release()
     return cts, leaves
+
+
+_TENSOR_TYPES = (Tensor, Parameter)
+
+
+def _fit(ct, x):
+    """``fit_to`` for eager tensors: nothing to do when the arrays already agree."""
+    if type(ct) in _TENSOR_TYPES and type(x) in _TENSOR_TYPES:
+        a, b = ct.array, x.array
+        if a.shape == b.shape and a.dtype == b.dtype:
+            return ct
+    return fit_to(ct, x)
 
 
 def _accumulate(t: Tensor, ct: Tensor, create_graph: bool) -> None:

@@ -4,13 +4,22 @@ from __future__ import annotations
 import functools
 import threading
 
-_state = threading.local()
+
+
+class _State(threading.local):
+    """Per-thread grad mode; the class default answers a thread that never set it without
+    the AttributeError a missing attribute would cost (~0.4 us on every op)."""
+
+    enabled = True
+
+
+_state = _State()
 
 
 def is_grad_enabled() -> bool:
     """Whether gradient recording is on in this thread (True unless inside ``dg.no_grad()`` or
     ``dg.set_grad_enabled(False)``)."""
-    return getattr(_state, "enabled", True)
+    return _state.enabled
 
 
 def _set(enabled: bool) -> None:

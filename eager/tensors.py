@@ -16,14 +16,15 @@ from typing import Optional
 import numpy as np
 
 from ..graphlib import dtypes
-from ..graphlib.dispatch import Scalar, register_handler, set_default_handler
+from ..graphlib.dispatch import Scalar, register_handler, set_default_handler, weak_scalar
 from ..graphlib.errors import DTypeError, DuographError, ShapeError
 from ..graphlib.aliases import accept_axis
-from ..graphlib.ir import ConstArray, Node
-from ..graphlib.kernels import run_kernel
+from ..graphlib.ir import ConstArray, Node, _local as _graph_local
+from ..graphlib.kernels import direct_kernel, run_kernel
 from ..graphlib.methods import TensorMethods
 from ..graphlib.registry import REGISTRY
-from ..graphlib.source import capture_source_eagerly, user_source
+from ..graphlib.config import config as _config
+from ..graphlib.source import user_source
 from ..graphlib.types import TensorType
 from . import grad_mode
 
@@ -69,6 +70,7 @@ def set_backend_provider(provider) -> None:
     _backends.clear()
     _backends["cpu"] = _ReferenceCPU() if provider is None else provider("cpu")
     _cpu_kernels = _backends["cpu"].kernels
+    _plans.clear()
 
 
 def get_backend_provider():
@@ -95,6 +97,7 @@ def _xp_for(device: str):
 
 
 _new = object.__new__
+_weakref = weakref.ref
 
 
 def _init(t, data, requires_grad: bool) -> None:
@@ -1077,7 +1080,7 @@ class EagerNode(Node):
 
     # a plain ``inputs`` slot (no use lists: a tape node is never placed in a graph)
     __slots__ = ("inputs", "_out_refs", "_out_data", "input_keys", "next_nodes",
-                 "saved_versions", "freed", "for_grad")
+                 "saved_versions", "freed", "for_grad", "n_outputs")
     graph = None
 
     def __init__(self, op, inputs, attrs, outputs, source, for_grad):
@@ -1087,29 +1090,50 @@ class EagerNode(Node):
         self.source = source
         self.for_grad = for_grad
         self.freed = False
-        self._out_refs = tuple(weakref.ref(o) for o in outputs)
-        self._out_data = tuple(o.array for o in outputs)
-        keys, nexts = [], []
-        for x in inputs:
-            fn = x.grad_fn
-            if fn is not None:
-                keys.append((fn, x._index))
-                nexts.append(fn)
-            else:
-                keys.append(x)
-                nexts.append(None)
-        self.input_keys = tuple(keys)
-        self.next_nodes = tuple(nexts)
+        if len(outputs) == 1:
+            o = outputs[0]
+            self._out_refs = (_weakref(o),)
+            self._out_data = (o.array,)
+            self.n_outputs = 1
+        else:
+            self._out_refs = tuple([_weakref(o) for o in outputs])
+            self._out_data = tuple([o.array for o in outputs])
+            self.n_outputs = len(outputs)
+        if len(inputs) == 2:        # (the general loop below, unrolled for binary ops)
+            x, y = inputs
+            fx, fy = x.grad_fn, y.grad_fn
+            self.input_keys = (x if fx is None else (fx, x._index),
+                               y if fy is None else (fy, y._index))
+            self.next_nodes = (fx, fy)
+        else:
+            keys, nexts = [], []
+            for x in inputs:
+                fn = x.grad_fn
+                if fn is not None:
+                    keys.append((fn, x._index))
+                    nexts.append(fn)
+                else:
+                    keys.append(x)
+                    nexts.append(None)
+            self.input_keys = tuple(keys)
+            self.next_nodes = tuple(nexts)
         # a view's gradient path assumes its base is unchanged: views save versions too
         # (the op's traits: ``view``, ``saves_no_data``, ``vjp_reads_output``)
         if for_grad and (not op.saves_no_data or op.view):
-            self.saved_versions = tuple(x._version[0] for x in inputs) + (tuple(
-                o._version[0] for o in outputs) if op.vjp_reads_output else ())
+            saved = [x._version[0] for x in inputs]
+            if op.vjp_reads_output:
+                saved += [o._version[0] for o in outputs]
+            self.saved_versions = tuple(saved)
         else:
             self.saved_versions = None
 
     @property
     def outputs(self):
+        refs = self._out_refs
+        if len(refs) == 1:
+            t = refs[0]()
+            if t is not None:
+                return (t,)
         outs = []
         for i, ref in enumerate(self._out_refs):
             t = ref()
@@ -1273,8 +1297,190 @@ def _prepare(op, inputs):
         raise TypeError(f"{op.name}: {e}\n  in: {user_source()}") from None
 
 
+_plans: dict = {}        # (op, shape, dtype, ..., [attrs]) -> _plan(): the fast path's cache
+_PLAN_LIMIT = 8192
+
+
+def _plan(op, raw, in_dtypes, out_dtypes) -> tuple:
+    """What the fast path needs to run one registered op on CPU arrays of one signature:
+    ``(raw, kernel, out_dtypes, dtype0, diff)``: the backend kernel it was made for (one
+    registered later makes the plan stale), the kernel to call (``raw`` itself, or what it
+    wraps when its casts do nothing for these dtypes), the inferred output dtypes, the one
+    output's dtype (None for a multi-output op) and which inputs can carry a gradient (None:
+    the op has no vjp)."""
+    kernel = direct_kernel(raw, [dtype_name(d) for d in in_dtypes])
+    nondiff = op.nondiff_inputs
+    diff = None if op.vjp is None else tuple(
+        i for i in range(len(in_dtypes)) if i not in nondiff)
+    dtype0 = None if op.multi_output else out_dtypes[0]
+    return (raw, kernel, out_dtypes, dtype0, diff)
+
+
 def eager_apply(op, inputs, attrs):
-    """Run ``op`` at once on tensors; record a node when autograd or record() needs one."""
+    """Run ``op`` at once on tensors; record a node when autograd or record() needs one.
+
+    The fast path: CPU tensors (and cached scalars) whose signature has a plan (``_plan``); anything
+    else (first call of a signature, other devices, random ops, unhashable attributes, new
+    scalars) takes ``_eager_apply_slow``, which makes the plan."""
+    tensors = inputs
+    arrays = None
+    n = len(inputs)
+    if n == 2:          # the common cases first, without the general loop's lists
+        x, y = inputs
+        tx, ty = type(x), type(y)
+        if (tx is Tensor or tx is Parameter) and (ty is Tensor or ty is Parameter):
+            a, b = x.array, y.array
+            if type(a) is _ndarray and type(b) is _ndarray:
+                arrays = (a, b)
+                key = (op, a.shape, a.dtype, b.shape, b.dtype)
+        elif ty is Scalar and (tx is Tensor or tx is Parameter):      # tensor <op> number
+            v = y.value
+            if v or not isinstance(v, float):
+                t = _scalar_cache.get((type(v), v, y.dtype, "cpu"))
+                a = x.array
+                if t is not None and type(a) is _ndarray:
+                    b = t.array
+                    tensors = (x, t)
+                    arrays = (a, b)
+                    key = (op, a.shape, a.dtype, b.shape, b.dtype)
+        elif tx is Scalar and (ty is Tensor or ty is Parameter):      # number <op> tensor
+            v = x.value
+            if v or not isinstance(v, float):
+                t = _scalar_cache.get((type(v), v, x.dtype, "cpu"))
+                b = y.array
+                if t is not None and type(b) is _ndarray:
+                    a = t.array
+                    tensors = (t, y)
+                    arrays = (a, b)
+                    key = (op, a.shape, a.dtype, b.shape, b.dtype)
+    elif n == 1:
+        x = inputs[0]
+        tx = type(x)
+        if tx is Tensor or tx is Parameter:
+            a = x.array
+            if type(a) is _ndarray:
+                arrays = (a,)
+                key = (op, a.shape, a.dtype)
+    if arrays is None:
+        arrays = []
+        sig = [op]
+        for x in inputs:
+            tx = type(x)
+            if tx is Tensor or tx is Parameter:
+                a = x.array
+            elif tx is Scalar:
+                v = x.value     # (_scalar_key inlined for the common nonzero case)
+                t = _scalar_cache.get((type(v), v, x.dtype, "cpu") if v or not isinstance(
+                    v, float) else _scalar_key(v, x.dtype, "cpu"))
+                if t is None:
+                    return _eager_apply_slow(op, inputs, attrs)
+                if tensors is inputs:
+                    tensors = list(inputs)
+                tensors[len(arrays)] = t
+                a = t.array
+            else:
+                return _eager_apply_slow(op, inputs, attrs)
+            if type(a) is not _ndarray:
+                return _eager_apply_slow(op, inputs, attrs)
+            arrays.append(a)
+            sig.append(a.shape)
+            sig.append(a.dtype)
+        key = tuple(sig)
+    if attrs:
+        try:
+            plan = _plans.get((*key, tuple(attrs.items())))
+        except TypeError:
+            plan = None
+    else:
+        plan = _plans.get(key)
+    if plan is None:
+        return _eager_apply_slow(op, inputs, attrs)
+    raw, kernel, out_dtypes, dtype0, diff = plan
+    if raw is not _cpu_kernels[op]:
+        return _eager_apply_slow(op, inputs, attrs)
+    if dtype0 is None:                   # a multi-output op
+        return _apply_multi(op, inputs, tensors, arrays, attrs, plan)
+    try:
+        res = kernel(np, *arrays, **attrs) if attrs else kernel(np, *arrays)
+        if type(res) is not _ndarray:
+            res = np.asarray(res)
+        rd = res.dtype
+        if rd is not dtype0 and rd != dtype0:
+            res = res.astype(dtype0)
+    except DuographError:
+        raise
+    except Exception as e:
+        raise _kernel_failure(op, arrays, e) from e
+    out = _new(Tensor)      # _wrap(res), inlined
+    out.array = res
+    out.requires_grad = False
+    out.grad = None
+    out.grad_fn = None
+    out._index = 0
+    out._version = tensors[0]._version if op.view else [0]
+    out._hooks = None
+    out._retains_grad = False
+    grad = False
+    if diff is not None and _grad_enabled():
+        for i in diff:
+            if tensors[i].requires_grad:
+                grad = True
+                break
+    if grad or _recorders:
+        _record(op, inputs, tuple(tensors), attrs, (out,), grad)
+    return out
+
+
+def _apply_multi(op, inputs, tensors, arrays, attrs, plan):
+    """eager_apply's fast path for a multi-output op (always returns a tuple)."""
+    raw, kernel, out_dtypes, dtype0, diff = plan
+    try:
+        res = run_kernel(kernel, np, arrays, attrs, True, out_dtypes)
+    except DuographError:
+        raise
+    except Exception as e:
+        raise _kernel_failure(op, arrays, e) from e
+    outs = [_wrap(r) for r in res]
+    if op.view:
+        shared = tensors[0]._version
+        for o in outs:
+            o._version = shared
+    grad = False
+    if diff is not None and _grad_enabled():
+        for i in diff:
+            if tensors[i].requires_grad:
+                grad = True
+                break
+    if grad or _recorders:
+        _record(op, inputs, tuple(tensors), attrs, outs, grad)
+    return tuple(outs)
+
+
+def _kernel_failure(op, arrays, e):
+    from ..graphlib.errors import kernel_error
+    shapes = ", ".join(f"{a.dtype}{list(a.shape)}" for a in arrays)
+    return kernel_error(f"{op.name} failed: {type(e).__name__}: {e}\n  inputs: ({shapes})"
+                        f"\n  in: {user_source()}", e)
+
+
+def _record(op, inputs, tensors, attrs, outs, grad):
+    """Put a node for this call on the tape (autograd) and into open record() blocks."""
+    source = user_source() if (_recorders or _config.capture_source) else None
+    node = EagerNode(op, tensors, attrs, outs, source, grad)
+    if grad:
+        i = 0
+        for o in outs:
+            if o.array.dtype in _FLOAT_NP:
+                o.requires_grad = True
+                o.grad_fn = node
+                o._index = i
+            i += 1
+    for rec in _recorders:
+        rec._add(node, outs, inputs)
+
+
+def _eager_apply_slow(op, inputs, attrs):
+    """eager_apply for everything its fast path does not take; makes that path's plans."""
     tensors = inputs
     arrays = []
     cpu = True
@@ -1312,6 +1518,17 @@ def eager_apply(op, inputs, attrs):
     out_types, out_dtypes = hit
     if cpu and op is not _TO_DEVICE:
         xp, kernel = np, _cpu_kernels[op]
+        if not op.random and REGISTRY.get(op.name) is op and (
+                op.multi_output or len(out_dtypes) == 1):
+            try:
+                pkey = (op, *[v for a in arrays for v in (a.shape, a.dtype)],
+                        *((tuple(attrs.items()),) if attrs else ()))
+                if pkey not in _plans:
+                    if len(_plans) > _PLAN_LIMIT:
+                        _plans.clear()
+                    _plans[pkey] = _plan(op, kernel, [a.dtype for a in arrays], out_dtypes)
+            except TypeError:     # an unhashable attribute: no plan
+                pass
     else:
         if op is _TO_DEVICE:      # its results belong to the target device
             backend = backend_for(attrs["device"])
@@ -1325,10 +1542,7 @@ def eager_apply(op, inputs, attrs):
     except DuographError:
         raise
     except Exception as e:
-        from ..graphlib.errors import kernel_error
-        shapes = ", ".join(f"{a.dtype}{list(a.shape)}" for a in arrays)
-        raise kernel_error(f"{op.name} failed: {type(e).__name__}: {e}\n  inputs: ({shapes})"
-                           f"\n  in: {user_source()}", e) from e
+        raise _kernel_failure(op, arrays, e) from e
     if len(res) == 1:
         outs = [_wrap(res[0])]
     else:
@@ -1347,17 +1561,7 @@ def eager_apply(op, inputs, attrs):
         for o in outs:
             o._version = shared
     if grad or _recorders:
-        source = user_source() if (capture_source_eagerly() or _recorders) else None
-        if grad:
-            for o in outs:
-                if o.array.dtype in _FLOAT_NP:
-                    o.requires_grad = True
-        node = EagerNode(op, tuple(tensors), attrs, outs, source, grad)
-        for i, o in enumerate(outs):
-            if o.requires_grad:
-                o.grad_fn, o._index = node, i
-        for rec in _recorders:
-            rec._add(node, outs, inputs)
+        _record(op, inputs, tuple(tensors), attrs, outs, grad)
     if op.multi_output:
         return tuple(outs)
     return outs[0]
@@ -1392,6 +1596,51 @@ def _capture_into_graph(graph, t: Tensor):
         raise NotImplementedError("graph mode reads CPU tensors only for now")
     return graph.bind_state(t)
 
+
+# -- operators without the dispatch chain ------------------------------------------------------
+# ``a * b`` on two CPU-or-not eager tensors (or a tensor and a Python number), outside any
+# ``with graph:`` block, is exactly ``eager_apply(mul, ...)``: what ``dispatch.apply`` would
+# decide (no Values, no graph, the Tensor handler, the weak scalar its coercion makes) after
+# three more calls. Anything else takes the shared ``TensorMethods`` operator.
+_EAGER_TYPES = (Tensor, Parameter)
+
+
+def _fast_binary(op, name: str, reflected: bool):
+    general = getattr(TensorMethods, name)
+
+    def operator(self, other):
+        if not _graph_local.graphs:
+            to = type(other)
+            if to is Tensor or to is Parameter:
+                return eager_apply(op, (other, self) if reflected else (self, other), {})
+            if to is float or to is int or to is bool:
+                s = weak_scalar(dtype_name(self.array.dtype), other)
+                return eager_apply(op, (s, self) if reflected else (self, s), {})
+        return general(self, other)
+    operator.__name__ = operator.__qualname__ = name
+    operator.__doc__ = general.__doc__
+    return operator
+
+
+def _fast_unary(op, name: str):
+    general = getattr(TensorMethods, name)
+
+    def operator(self):
+        if not _graph_local.graphs:
+            return eager_apply(op, (self,), {})
+        return general(self)
+    operator.__name__ = operator.__qualname__ = name
+    operator.__doc__ = general.__doc__
+    return operator
+
+
+for _name, _op, _reflected in (("__add__", "add", False), ("__radd__", "add", True),
+                               ("__sub__", "sub", False), ("__rsub__", "sub", True),
+                               ("__mul__", "mul", False), ("__rmul__", "mul", True),
+                               ("__truediv__", "div", False), ("__rtruediv__", "div", True)):
+    setattr(Tensor, _name, _fast_binary(REGISTRY[_op], _name, _reflected))
+Tensor.__neg__ = _fast_unary(REGISTRY["neg"], "__neg__")
+del _name, _op, _reflected
 
 register_handler(Tensor, eager_apply, _capture_into_graph)
 register_handler(Parameter, eager_apply, _capture_into_graph)

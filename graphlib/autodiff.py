@@ -16,11 +16,12 @@ from .ir import Value
 
 def fit_to(ct, x):
     """Sum a cotangent down to the shape of ``x`` and cast it to ``x``'s dtype."""
-    from .ops.elementwise import cast
-    from .ops.shape import sum_to
-    if tuple(ct.shape) != tuple(x.shape):
-        ct = sum_to(ct, tuple(x.shape))
+    cs, xs = ct.shape, x.shape
+    if cs != xs and tuple(cs) != tuple(xs):
+        from .ops.shape import sum_to
+        ct = sum_to(ct, tuple(xs))
     if ct.dtype != x.dtype:
+        from .ops.elementwise import cast
         ct = cast(ct, x.dtype)
     return ct
 
@@ -51,26 +52,40 @@ def relevant_values(nodes: Sequence, wrt: Sequence) -> set:
 
 def backward_pass(nodes: Sequence, seeds: Dict[object, object], wrt: Sequence = (),
                   relevant: Optional[set] = None,
-                  on_grad: Optional[Callable] = None) -> Dict[object, object]:
+                  on_grad: Optional[Callable] = None,
+                  fit: Callable = None) -> Dict[object, object]:
     """Propagate cotangents from ``seeds`` (value key -> cotangent) back through ``nodes``.
 
     ``nodes`` must be in topological order; ``relevant`` holds the keys of values that want a
     gradient (default: those depending on ``wrt``). ``on_grad(node, index, ct)`` may replace
     an output's cotangent once it is complete (tensor hooks). Returns key -> accumulated
-    cotangent for every value reached.
+    cotangent for every value reached. ``fit(ct, x)`` (default ``fit_to``) fits an input's
+    cotangent to it; a caller may pass a faster one for its own tensor type.
     """
     from .ops.creation import zeros_like
+    if fit is None:
+        fit = fit_to
     if relevant is None:
         relevant = relevant_values(nodes, wrt)
     cts: Dict[object, object] = dict(seeds)
+    float_dtypes = dtypes.FLOAT_DTYPES
     for node in reversed(nodes):
-        out_cts = [cts.get((node, i)) for i in range(len(node.outputs))]
-        if all(c is None for c in out_cts):
-            continue
+        n_out = node.n_outputs
+        if n_out is None:
+            n_out = len(node.outputs)
+        if n_out == 1:
+            c = cts.get((node, 0))
+            if c is None:
+                continue
+            out_cts = [c]
+        else:
+            out_cts = [cts.get((node, i)) for i in range(n_out)]
+            if all(c is None for c in out_cts):
+                continue
         keys = input_keys(node)
+        nondiff = node.op.nondiff_inputs
         targets = [i for i, x in enumerate(node.inputs)
-                   if keys[i] in relevant and i not in node.op.nondiff_inputs
-                   and dtypes.is_float(x.dtype)]
+                   if keys[i] in relevant and i not in nondiff and x.dtype in float_dtypes]
         if not targets:
             continue
         if node.op.vjp is None:
@@ -79,16 +94,20 @@ def backward_pass(nodes: Sequence, seeds: Dict[object, object], wrt: Sequence = 
                              f"must flow through it{where}")
         outputs = node.outputs
         if on_grad is not None:
-            out_cts = [on_grad(node, i, c) if c is not None else None
-                       for i, c in enumerate(out_cts)]
-        out_cts = [c if c is not None else zeros_like(o) for c, o in zip(out_cts, outputs)]
-        needs = tuple(i in targets for i in range(len(node.inputs)))
+            if n_out == 1:
+                out_cts = [on_grad(node, 0, out_cts[0])]
+            else:
+                out_cts = [on_grad(node, i, c) if c is not None else None
+                           for i, c in enumerate(out_cts)]
+        if n_out != 1 or out_cts[0] is None:
+            out_cts = [c if c is not None else zeros_like(o) for c, o in zip(out_cts, outputs)]
+        needs = tuple([i in targets for i in range(len(node.inputs))])
         in_cts = node.op.vjp(out_cts, node.inputs, outputs, node.attrs, needs)
         for i in targets:
             ct = in_cts[i]
             if ct is None:
                 continue
-            ct = fit_to(ct, node.inputs[i])
+            ct = fit(ct, node.inputs[i])
             prev = cts.get(keys[i])
             cts[keys[i]] = ct if prev is None else prev + ct
     return cts

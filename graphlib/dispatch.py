@@ -21,7 +21,7 @@ import numpy as np
 
 from . import dtypes
 from .errors import DTypeError, DuographError, GraphError, ShapeError
-from .ir import ConstArray, Graph, Node, Value, current_graph, value_key
+from .ir import ConstArray, Graph, Node, Value, _local, current_graph, value_key
 from .source import user_source
 
 _handlers: Dict[type, Callable] = {}
@@ -80,19 +80,42 @@ def _is_py_number(x) -> bool:
         isinstance(x, (bool, int, float)) and not isinstance(x, np.generic))
 
 
+_weak_dtypes: Dict[tuple, str] = {}
+
+
+def _weak_dtype(tensor_dtype: str, value) -> str:
+    """``dtypes.weak_result_dtype`` for a bool, int or float ``value`` (it depends on the
+    value's type only), memoised."""
+    key = (tensor_dtype, type(value))
+    d = _weak_dtypes.get(key)
+    if d is None:
+        d = _weak_dtypes[key] = dtypes.weak_result_dtype(tensor_dtype, value)
+    return d
+
+
+def weak_scalar(tensor_dtype: str, value) -> Scalar:
+    """The Scalar marker a Python bool, int or float ``value`` becomes next to a tensor of
+    ``tensor_dtype`` in a promoting binary op (what ``apply`` makes of ``tensor + 1.0``)."""
+    return Scalar(value, _weak_dtype(tensor_dtype, value))
+
+
 def _coerce_scalars(op, inputs):
     """Replace Python numbers by Scalar markers carrying their (weakly promoted) dtype."""
     promote = op.promote
     if promote is True and len(inputs) == 2:     # the common `tensor <op> number` case
         a, b = inputs
         if type(b) in _NUMBER_TYPES and type(a) not in _NUMBER_TYPES:
-            d = operand_dtype(a)
+            d = getattr(a, "dtype", None)
+            if type(d) is not str:
+                d = operand_dtype(a)
             if d is not None:
-                return a, Scalar(b, dtypes.weak_result_dtype(d, b))
+                return a, Scalar(b, _weak_dtype(d, b))
         elif type(a) in _NUMBER_TYPES and type(b) not in _NUMBER_TYPES:
-            d = operand_dtype(b)
+            d = getattr(b, "dtype", None)
+            if type(d) is not str:
+                d = operand_dtype(b)
             if d is not None:
-                return Scalar(a, dtypes.weak_result_dtype(d, a)), b
+                return Scalar(a, _weak_dtype(d, a)), b
     if not promote:
         return tuple(Scalar(x, dtypes.default_dtype_for(x)) if _is_py_number(x) else x
                      for x in inputs)
@@ -156,7 +179,8 @@ def apply(op, inputs, attrs):
                 handler = _handler_for(x)
     if numbers:
         inputs = _coerce_scalars(op, inputs)
-    cur = current_graph()
+    stack = _local.graphs           # current_graph(), inlined
+    cur = stack[-1] if stack else None
     if graph is None or (cur is not None and cur.captures is not None):
         graph = cur     # a body being traced reads outside values as captures
     if graph is not None:

@@ -122,6 +122,7 @@ class Node:
 
     __slots__ = ("op", "_inputs", "attrs", "outputs", "source", "graph", "uid", "provenance",
                  "__weakref__")
+    n_outputs = None    # len(outputs) where a subclass knows it cheaply (eager tape nodes)
 
     def __init__(self, op, inputs: Sequence, attrs: dict, outputs: Sequence = (),
                  source=None, provenance: Optional[Tuple[int, ...]] = None):
@@ -278,12 +279,21 @@ class ConstArray:
         return f"<{self.array.dtype}{list(self.array.shape)}>"
 
 
-_local = threading.local()
+
+
+class _Local(threading.local):
+    """Per-thread graph stack; the class default (None: no stack yet) spares a thread that
+    never opened a graph the AttributeError a missing attribute costs on every op."""
+
+    graphs = None
+
+
+_local = _Local()
 _graph_ids = itertools.count()
 
 
 def _stack() -> list:
-    s = getattr(_local, "graphs", None)
+    s = _local.graphs
     if s is None:
         s = _local.graphs = []
     return s
@@ -291,7 +301,7 @@ def _stack() -> list:
 
 def current_graph() -> "Optional[Graph]":
     """The graph being built by the innermost ``with graph:`` block, or None."""
-    s = getattr(_local, "graphs", None)
+    s = _local.graphs
     return s[-1] if s else None
 
 
