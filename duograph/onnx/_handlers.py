@@ -2323,3 +2323,27 @@ def _unique(ctx):
         first, counts, inverse = first[order], counts[order], rank[inverse]
     return [ctx.const(y, str(arr.dtype)), ctx.const(first, "int64"),
             ctx.const(inverse, "int64"), ctx.const(counts, "int64")]
+
+
+def _lp_pool_3d_wrap():
+    prev = HANDLERS["LpPool"]
+
+    def run(ctx):
+        """LpPool over (N, C, D, H, W): (window sums of |x|**p) ** (1/p), the sums a
+        depthwise conv3d with ones over the zero-padded input."""
+        x = ctx.x(0)
+        if x.ndim != 5:
+            return prev(ctx)
+        _float_only(ctx)
+        kernel, strides, dil, pads, _, extra = _pool_geometry(ctx, x)
+        full = [(lo, hi + e) for (lo, hi), e in zip(pads, extra)]
+        p = ctx.attr("p", 2)
+        powered = F.pow(F.abs(x), ctx.const(p, x.dtype))
+        if any(map(any, full)):
+            powered = F.pad(powered, _torch_pad(full))
+        total = _depthwise_sum(ctx, powered, kernel, strides, dil)
+        return F.pow(total, ctx.const(1.0 / p, x.dtype))
+    return run
+
+
+handler("LpPool")(_lp_pool_3d_wrap())
