@@ -2292,7 +2292,7 @@ handler("ConvTranspose")(_conv_transpose_nd_wrap())
 # -- data-dependent output sizes: only for values known when the graph is built -----------------
 def _data_dependent(ctx, what):
     if not ctx.eager:
-        refuse(f"{what}'s output size depends on the input's values, and duograph graphs "
+        refuse(f"the output size of {what} depends on the input values, and duograph graphs "
                "have shapes fixed when the graph is built (only a constant input is "
                "computed)")
 
