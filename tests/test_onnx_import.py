@@ -252,3 +252,29 @@ def test_a_transformer_encoder_layer_exported_by_pytorch_runs_equal(tmp_path):
     with torch.no_grad():
         want = layer(x).numpy()
     np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("mode", ["nearest", "linear", "cubic"])
+@pytest.mark.parametrize("padding", ["zeros", "border", "reflection"])
+@pytest.mark.parametrize("align", [0, 1])
+def test_grid_sample_matches_the_onnx_reference_on_random_grids(mode, padding, align):
+    """Points inside and outside the image (reflected more than once), 2-D and 3-D."""
+    from onnx import TensorProto, helper
+    from onnx.reference import ReferenceEvaluator
+    rng = np.random.default_rng(1)
+    for data_shape, grid_shape in (((2, 2, 4, 5), (2, 3, 4, 2)),
+                                   ((1, 2, 3, 4, 3), (1, 2, 3, 2, 3))):
+        if mode == "cubic" and len(data_shape) == 5:
+            continue                     # ONNX has no 3-D cubic GridSample
+        x = rng.standard_normal(data_shape).astype(np.float32)
+        grid = rng.uniform(-3.5, 3.5, grid_shape).astype(np.float32)
+        node = helper.make_node("GridSample", ["x", "g"], ["y"], mode=mode,
+                                padding_mode=padding, align_corners=align)
+        model = _one_node_model(
+            node, [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape),
+                   helper.make_tensor_value_info("g", TensorProto.FLOAT, grid.shape)],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+        model.opset_import[0].version = 22
+        (want,) = ReferenceEvaluator(model).run(None, {"x": x, "g": grid})
+        (y,) = _run_loaded(model, {"x": x, "g": grid})
+        np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)

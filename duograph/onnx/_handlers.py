@@ -5,6 +5,7 @@ are used only where they are exact; everything else is refused with the reason.
 """
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -2347,3 +2348,125 @@ def _lp_pool_3d_wrap():
 
 
 handler("LpPool")(_lp_pool_3d_wrap())
+
+
+# -- GridSample: the ONNX reference's rules, composed from gathers ------------------------------
+def _gs_reflect(ctx, x, lo: float, hi: float):
+    """x reflected by the near border until inside [lo, hi] (the reference's _gs_reflect)."""
+    dt = x.dtype
+    c = lambda v: ctx.const(v, dt)          # noqa: E731
+    rng = hi - lo
+    if rng <= 0:
+        return F.where(F.lt(x, c(lo)), c(lo), F.where(F.gt(x, c(hi)), c(hi), x))
+
+    def fold(dx):                           # dx >= 0: (r, whether the fold count is even)
+        n = _floor(ctx, dx / rng)
+        even = F.eq(n - _floor(ctx, n * 0.5) * 2.0, c(0))
+        return dx - n * rng, even
+    r_lo, even_lo = fold(F.maximum(c(lo) - x, c(0)))
+    r_hi, even_hi = fold(F.maximum(x - c(hi), c(0)))
+    below = F.where(even_lo, c(lo) + r_lo, c(hi) - r_lo)
+    above = F.where(even_hi, c(hi) - r_hi, c(lo) + r_hi)
+    return F.where(F.lt(x, c(lo)), below, F.where(F.gt(x, c(hi)), above, x))
+
+
+def _gs_tap(ctx, i, size: int, lo: float, hi: float, padding: str):
+    """(a valid int64 index, the mask of taps that read data) for integer-valued float taps
+    ``i`` along a dim of ``size`` (the reference's _pixel_at_array)."""
+    dt = i.dtype
+    if padding == "zeros":
+        ok = F.logical_and(F.ge(i, ctx.const(0, dt)), F.lt(i, ctx.const(size, dt)))
+        idx = F.clamp(i, 0.0, float(size - 1))
+        return cast(idx, "int64"), ok
+    if padding == "border":
+        return cast(F.clamp(i, 0.0, float(size - 1)), "int64"), None
+    f = _gs_reflect(ctx, i, lo, hi)           # int(): toward zero; f >= lo >= -0.5
+    return cast(F.clamp(_floor(ctx, F.maximum(f, ctx.const(0, dt))), 0.0,
+                        float(size - 1)), "int64"), None
+
+
+def _gs_cubic(ctx, t):
+    a = -0.75
+    one = ctx.const(1, t.dtype)
+    two = ctx.const(2, t.dtype)
+    t1, t2, t3 = t + 1.0, one - t, two - t
+    return [((t1 * a - 5 * a) * t1 + 8 * a) * t1 - 4 * a,
+            ((t * (a + 2)) - (a + 3)) * t * t + 1.0,
+            ((t2 * (a + 2)) - (a + 3)) * t2 * t2 + 1.0,
+            ((t3 * a - 5 * a) * t3 + 8 * a) * t3 - 4 * a]
+
+
+@handler("GridSample")
+def _grid_sample(ctx):
+    """GridSample (2-D and 3-D; nearest, linear, cubic; zeros, border, reflection padding)
+    as the ONNX reference computes it: each output point is a weighted sum of gathered input
+    points, the taps padded one by one."""
+    x, grid = ctx.x(0), ctx.x(1)
+    _float_only(ctx)
+    if grid.dtype != x.dtype:
+        refuse(f"grid of dtype {grid.dtype} with data of dtype {x.dtype}")
+    mode = {"bilinear": "linear", "bicubic": "cubic"}.get(ctx.attr("mode", "linear"),
+                                                          ctx.attr("mode", "linear"))
+    padding = ctx.attr("padding_mode", "zeros")
+    align = bool(ctx.attr("align_corners", 0))
+    if mode not in ("nearest", "linear", "cubic") or padding not in ("zeros", "border",
+                                                                      "reflection"):
+        refuse(f"mode {mode!r} with padding_mode {padding!r}")
+    shape = static_shape(ctx)
+    gshape = static_shape(ctx, 1)
+    nd = len(shape) - 2
+    if nd not in (2, 3) or len(gshape) != nd + 2 or gshape[-1] != nd or gshape[0] != shape[0]:
+        refuse(f"data {list(shape)} with grid {list(gshape)}")
+    n, c, dims = shape[0], shape[1], shape[2:]
+    out_sp = gshape[1:-1]
+    p = int(np.prod(out_sp, dtype=np.int64))
+    flat_g = F.reshape(grid, n, p, nd)
+    dt = x.dtype
+    per_dim = []                                 # per data dim: [(index, weight, mask)]
+    for k, size in enumerate(dims):
+        g = F.reshape(F.narrow(flat_g, 2, nd - 1 - k, 1), n, p)
+        lo, hi = (0.0, size - 1.0) if align else (-0.5, size - 0.5)
+        v = (g + 1.0) / 2.0 * float(size - 1) if align else ((g + 1.0) * float(size) - 1.0) / 2.0
+        if mode == "nearest":
+            v = F.round(v)
+        outside = F.logical_or(F.lt(v, ctx.const(lo, dt)), F.gt(v, ctx.const(hi, dt)))
+        if padding == "border":
+            v = F.where(outside, F.clamp(v, 0.0, float(size - 1)), v)
+        elif padding == "reflection":
+            v = F.where(outside, _gs_reflect(ctx, v, lo, hi), v)
+        if mode == "nearest":                   # astype(int32): toward zero
+            t = F.where(F.lt(v, ctx.const(0, dt)), F.neg(_floor(ctx, F.neg(v))),
+                        _floor(ctx, v))
+            idx, ok = _gs_tap(ctx, t, size, lo, hi, padding)
+            per_dim.append([(idx, None, ok)])
+            continue
+        base = _floor(ctx, v)
+        frac = v - base
+        if mode == "linear":
+            offsets, weights = (0, 1), [ctx.const(1, dt) - frac, frac]
+        else:
+            offsets, weights = (-1, 0, 1, 2), _gs_cubic(ctx, frac)
+        taps = []
+        for off, w in zip(offsets, weights):
+            idx, ok = _gs_tap(ctx, base + float(off), size, lo, hi, padding)
+            taps.append((idx, w, ok))
+        per_dim.append(taps)
+    data = F.reshape(x, n, c, int(np.prod(dims, dtype=np.int64)))
+    strides = [int(np.prod(dims[k + 1:], dtype=np.int64)) for k in range(nd)]
+    total = None
+    for combo in itertools.product(*per_dim):
+        flat, weight, mask = None, None, None
+        for (idx, w, ok), s in zip(combo, strides):
+            term = idx * ctx.const(s, "int64") if s != 1 else idx
+            flat = term if flat is None else flat + term
+            if w is not None:
+                weight = w if weight is None else weight * w
+            if ok is not None:
+                mask = ok if mask is None else F.logical_and(mask, ok)
+        picked = F.gather(data, 2, F.expand(F.reshape(flat, n, 1, p), n, c, p))
+        if mask is not None:
+            picked = F.where(F.reshape(mask, n, 1, p), picked, ctx.const(0, dt))
+        if weight is not None:
+            picked = picked * F.reshape(weight, n, 1, p)
+        total = picked if total is None else total + picked
+    return cast(F.reshape(total, n, c, *out_sp), dt)
