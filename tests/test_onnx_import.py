@@ -278,3 +278,22 @@ def test_grid_sample_matches_the_onnx_reference_on_random_grids(mode, padding, a
         (want,) = ReferenceEvaluator(model).run(None, {"x": x, "g": grid})
         (y,) = _run_loaded(model, {"x": x, "g": grid})
         np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("align", [0, 1])
+def test_affine_grid_matches_torch(align):
+    torch = pytest.importorskip("torch")
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(2)
+    for size in ((2, 3, 4, 5), (2, 1, 3, 4, 2)):
+        nd = len(size) - 2
+        theta = rng.standard_normal((2, nd, nd + 1)).astype(np.float32)
+        node = helper.make_node("AffineGrid", ["t", "s"], ["y"], align_corners=align)
+        model = _one_node_model(
+            node, [helper.make_tensor_value_info("t", TensorProto.FLOAT, theta.shape)],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+            [numpy_helper.from_array(np.array(size, np.int64), "s")])
+        (y,) = _run_loaded(model, {"t": theta}, initializers="constant")
+        want = torch.nn.functional.affine_grid(torch.from_numpy(theta), list(size),
+                                               align_corners=bool(align)).numpy()
+        np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-6)

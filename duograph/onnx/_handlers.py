@@ -2470,3 +2470,29 @@ def _grid_sample(ctx):
             picked = picked * F.reshape(weight, n, 1, p)
         total = picked if total is None else total + picked
     return cast(F.reshape(total, n, c, *out_sp), dt)
+
+
+@handler("AffineGrid")
+def _affine_grid(ctx):
+    """AffineGrid: theta (N, 2, 3) or (N, 3, 4) times the homogeneous base grid (x first)."""
+    _float_only(ctx)
+    theta = ctx.x(0)
+    size = [int(s) for s in np.asarray(ctx.known(1, "size")).reshape(-1)]
+    nd = len(size) - 2
+    if nd not in (2, 3) or static_shape(ctx) != (size[0], nd, nd + 1):
+        refuse(f"theta {list(ctx.shape(0))} with size {size}")
+    spatial = size[2:]
+    axes = []
+    for s in spatial:
+        if ctx.attr("align_corners", 0):
+            a = np.arange(s, dtype=np.float64) * (2.0 / (s - 1)) - 1 if s > 1 else \
+                np.array([-1.0])
+        else:
+            a = (np.arange(s, dtype=np.float64) * 2 + 1) / s - 1
+        axes.append(a)
+    mesh = np.meshgrid(*axes, indexing="ij")          # (D,) H, W
+    base = np.stack([m.reshape(-1) for m in reversed(mesh)] +
+                    [np.ones(mesh[0].size)], 1)      # (P, nd + 1): x, y(, z), 1
+    b = ctx.const(base.T.copy(), theta.dtype)
+    y = F.matmul(theta, b)                           # (N, nd, P)
+    return F.reshape(F.transpose(y, 1, 2), size[0], *spatial, nd)
