@@ -2005,7 +2005,9 @@ def _upsample(ctx):
 # -- cumulative products, top-k, einsum, scatter reductions --------------------------------------
 def _shift_exclusive(ctx, y, axis, n, fill):
     """``y`` moved one place along ``axis`` with ``fill`` in front (an exclusive scan)."""
-    shape = list(static_shape_of(y))
+    shape = list(y.shape)
+    if not all(isinstance(d, int) for d in shape):
+        refuse(f"an exclusive scan over symbolic dims {shape}")
     shape[axis] = 1
     first = F.full(tuple(shape), fill, dtype=y.dtype)
     if ctx.eager:
@@ -2138,7 +2140,9 @@ def _pool_geometry(ctx, x):
     """(kernel, strides, dilations, pads, output sizes, extra end padding) of a pooling node
     by ONNX's rule: ceil_mode rounds the output size up, dropping a last window that would
     start past the input and its leading pad."""
-    sizes = static_shape(ctx)[2:]
+    sizes = tuple(ctx.shape(0))[2:]
+    if not all(isinstance(d, int) for d in sizes):
+        refuse(f"symbolic spatial dims {list(ctx.shape(0))} (load with input_shapes=...)")
     n = len(sizes)
     kernel = list(ctx.attr("kernel_shape"))
     if len(kernel) != n:
@@ -2176,7 +2180,9 @@ def _window_counts(sizes, kernel, strides, dil, pads, outs, include_pad):
 
 def _depthwise_sum(ctx, x, kernel, strides, dil):
     """Window sums over an already padded ``x``: a depthwise convolution with ones."""
-    c = static_shape_of(x)[1]
+    c = x.shape[1]
+    if not isinstance(c, int):
+        refuse(f"a symbolic channel count in {list(x.shape)}")
     ones = ctx.const(np.ones((c, 1) + tuple(kernel)), x.dtype)
     if len(kernel) == 2:
         from ..graphlib.ops.conv import conv2d_op
@@ -2196,8 +2202,6 @@ def _nd_pool(kind: str):
         if x.ndim not in (4, 5) or x.dtype not in FLOATS:
             return prev(ctx)
         indices = len([o for o in ctx.node.output if o]) > 1
-        if kind == "max" and not indices and x.ndim == 4 and ctx.attr("storage_order", 0):
-            return prev(ctx)
         if kind == "avg" and x.ndim == 4 and not ctx.attr("ceil_mode", 0):
             return prev(ctx)
         kernel, strides, dil, pads, outs, extra = _pool_geometry(ctx, x)
@@ -2213,7 +2217,7 @@ def _nd_pool(kind: str):
             return [y, _onnx_pool_indices(ctx, x, flat, full, static_shape_of(xp))]
         xz = F.pad(x, _torch_pad(full)) if any(map(any, full)) else x
         total = _depthwise_sum(ctx, xz, kernel, strides, dil)
-        count = _window_counts(static_shape(ctx)[2:], kernel, strides, dil, pads, outs,
+        count = _window_counts(tuple(ctx.shape(0))[2:], kernel, strides, dil, pads, outs,
                                bool(ctx.attr("count_include_pad", 0)))
         return cast(total / ctx.const(count, x.dtype), x.dtype)
     return run
