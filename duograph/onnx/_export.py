@@ -839,8 +839,8 @@ def _arg(ex, node, ins):
     return [ex.op(op_type, name, axis=dim, keepdims=int(keep))]
 
 
-# -- scans, sorting and norms (cumprod, cummax/cummin, logcumsumexp, mode and svd have no exact
-# ONNX form and are refused)
+# -- scans, sorting and norms (cummax/cummin, logcumsumexp, mode and svd have no exact ONNX
+# form and are refused; cumprod needs opset 26's CumProd)
 @converter("cumsum")
 def _cumsum(ex, node, ins):
     x, out = node.inputs[0], _out(node)
@@ -848,6 +848,17 @@ def _cumsum(ex, node, ins):
     y = ex.op("CumSum", ex.cast(ins[0], x.dtype, work),
               ex.const(np.asarray(node.attrs["dim"], np.int64)),
               reverse=int(node.attrs.get("reverse", False)))
+    return [ex.cast(y, work, out)]
+
+
+@converter("cumprod")
+def _cumprod(ex, node, ins):
+    if ex.opset < 26:
+        _refuse("cumprod needs opset >= 26 (CumProd)")
+    x, out = node.inputs[0], _out(node)
+    work = _compute_dtype(out)          # integers multiply in int64, float16 in float32
+    y = ex.op("CumProd", ex.cast(ins[0], x.dtype, work),
+              ex.const(np.asarray(node.attrs["dim"], np.int64)))
     return [ex.cast(y, work, out)]
 
 

@@ -5,6 +5,7 @@ are used only where they are exact; everything else is refused with the reason.
 """
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -1999,3 +2000,503 @@ def _upsample(ctx):
         if s != 1:
             x = _take(ctx, x, d, np.arange(int(shape[d] * s)) // int(s))
     return x
+
+
+# -- cumulative products, top-k, einsum, scatter reductions --------------------------------------
+def _shift_exclusive(ctx, y, axis, n, fill):
+    """``y`` moved one place along ``axis`` with ``fill`` in front (an exclusive scan)."""
+    shape = list(y.shape)
+    if not all(isinstance(d, int) for d in shape):
+        refuse(f"an exclusive scan over symbolic dims {shape}")
+    shape[axis] = 1
+    first = F.full(tuple(shape), fill, dtype=y.dtype)
+    if ctx.eager:
+        from .. import eager
+        first = eager.tensor(np.full(shape, fill, dtype=y.dtype))
+    if n <= 1:
+        return first if n == 1 else y
+    return F.cat([first, F.narrow(y, axis, 0, n - 1)], axis)
+
+
+@handler("CumProd")
+def _cumprod(ctx):
+    """CumProd with its exclusive (a leading 1) and reverse (from the end) attributes."""
+    x = ctx.x(0)
+    if x.dtype not in FLOATS and x.dtype not in ("int32", "int64"):
+        refuse(f"CumProd of {x.dtype}")
+    axis = _axis(int(np.asarray(ctx.known(1, "axis")).item()), x.ndim)
+    n = static_shape(ctx)[axis]
+    rev = bool(ctx.attr("reverse", 0))
+    y = F.flip(x, (axis,)) if rev else x
+    y = cast(F.cumprod(y, axis), x.dtype)
+    if ctx.attr("exclusive", 0):
+        y = _shift_exclusive(ctx, y, axis, n, 1)
+    return F.flip(y, (axis,)) if rev else y
+
+
+@handler("TopK")
+def _topk(ctx):
+    """TopK through duograph's stable sort: among equal values the lower index comes first,
+    as ONNX requires; ``sorted=0`` (any order allowed) gives the sorted order too."""
+    x = ctx.x(0)
+    if x.dtype == "bool":
+        refuse("TopK of bool")
+    if ctx.opset < 10:
+        k = int(ctx.attr("k"))
+    else:
+        k = int(np.asarray(ctx.known(1, "K")).reshape(-1)[0])
+    axis = _axis(ctx.attr("axis", -1), x.ndim)
+    size = static_shape(ctx)[axis]
+    if not 0 <= k <= size:
+        refuse(f"K={k} out of range for an axis of size {size}")
+    values, indices = F.topk(x, k, axis, largest=bool(ctx.attr("largest", 1)), sorted=True)
+    return [values, cast(indices, "int64")]
+
+
+@handler("Einsum")
+def _einsum(ctx):
+    eq = ctx.attr("equation").replace(" ", "")
+    ops = [ctx.x(i) for i in range(len(ctx.ins))]
+    dt = ops[0].dtype
+    if any(o.dtype != dt for o in ops):
+        refuse(f"operands of different dtypes {[o.dtype for o in ops]}")
+    if dt not in FLOATS and dt not in ("int32", "int64"):
+        refuse(f"Einsum of {dt}")
+    try:
+        y = F.einsum(eq, *ops)
+    except Exception as e:        # duograph's own error names what it cannot do
+        refuse(f"equation {eq!r}: {str(e).splitlines()[0]}")
+    return cast(y, dt)
+
+
+_SCATTER_REDUCE = {"add": "sum", "mul": "prod", "max": "amax", "min": "amin"}
+
+
+@handler("ScatterElements", "Scatter")
+def _scatter_elements_reduce(ctx):
+    """ScatterElements; the reductions add, mul, max and min combine the updates with the
+    data's own value (scatter_reduce with include_self=True)."""
+    reduction = ctx.attr("reduction", "none")
+    if reduction == "none":
+        return _scatter_elements(ctx)
+    if reduction not in _SCATTER_REDUCE:
+        refuse(f"reduction {reduction!r}")
+    x, idx, src = ctx.x(0), ctx.x(1), ctx.x(2)
+    if x.dtype == "bool":
+        refuse("scattering bool tensors")
+    axis = _axis(ctx.attr("axis", 0), x.ndim)
+    idx = _fix_negative(ctx, idx, x.shape[axis])
+    return cast(F.scatter_reduce(x, axis, idx, src, _SCATTER_REDUCE[reduction]), x.dtype)
+
+
+@handler("ScatterND")
+def _scatter_nd_reduce(ctx):
+    """ScatterND; mul, max and min as scatter_reduce over the flattened index tuples."""
+    reduction = ctx.attr("reduction", "none")
+    if reduction in ("none", "add"):
+        return _scatter_nd(ctx)
+    if reduction not in _SCATTER_REDUCE:
+        refuse(f"reduction {reduction!r}")
+    x, idx, upd = ctx.x(0), ctx.x(1), ctx.x(2)
+    if x.dtype == "bool":
+        refuse("scattering bool tensors")
+    data, flat, lead, rest = _nd_flatten(ctx, x, idx, 0)
+    src = F.reshape(upd, -1, *rest)
+    index = F.expand(F.reshape(flat, -1, *([1] * len(rest))), *static_shape_of(src))
+    y = F.scatter_reduce(data, 0, index, src, _SCATTER_REDUCE[reduction])
+    return F.reshape(cast(y, x.dtype), *static_shape_of(x))
+
+
+# -- N-D (2-D and 3-D) convolution and pooling with any pads and ceil_mode ----------------------
+def _pads_nd(ctx, kernel, strides, dil, sizes):
+    """[(before, after)] per spatial dim from ``pads`` or ``auto_pad``."""
+    n = len(kernel)
+    auto = ctx.attr("auto_pad", "NOTSET")
+    if auto in ("NOTSET", ""):
+        pads = list(ctx.attr("pads", [0] * 2 * n))
+        return [(pads[i], pads[i + n]) for i in range(n)]
+    if auto == "VALID":
+        return [(0, 0)] * n
+    out = []
+    for size, k, s, d in zip(sizes, kernel, strides, dil):
+        if not isinstance(size, int):
+            refuse("auto_pad over symbolic sizes")
+        o = -(-size // s)
+        total = max(0, (o - 1) * s + (k - 1) * d + 1 - size)
+        lo = total // 2 if auto == "SAME_UPPER" else total - total // 2
+        out.append((lo, total - lo))
+    return out
+
+
+def _torch_pad(pads):
+    """[(before, after)] per spatial dim as F.pad's list (last dim first)."""
+    out = []
+    for lo, hi in reversed(pads):
+        out += [lo, hi]
+    return out
+
+
+def _pool_geometry(ctx, x):
+    """(kernel, strides, dilations, pads, output sizes, extra end padding) of a pooling node
+    by ONNX's rule: ceil_mode rounds the output size up, dropping a last window that would
+    start past the input and its leading pad."""
+    sizes = tuple(ctx.shape(0))[2:]
+    if not all(isinstance(d, int) for d in sizes):
+        refuse(f"symbolic spatial dims {list(ctx.shape(0))} (load with input_shapes=...)")
+    n = len(sizes)
+    kernel = list(ctx.attr("kernel_shape"))
+    if len(kernel) != n:
+        refuse(f"kernel_shape {kernel} for {n} spatial dims")
+    strides = list(ctx.attr("strides", [1] * n))
+    dil = list(ctx.attr("dilations", [1] * n))
+    pads = _pads_nd(ctx, kernel, strides, dil, sizes)
+    if min(min(p) for p in pads) < 0:
+        refuse("negative pads")
+    ceil = bool(ctx.attr("ceil_mode", 0))
+    outs, extra = [], []
+    for size, k, s, d, (lo, hi) in zip(sizes, kernel, strides, dil, pads):
+        span = size + lo + hi - (k - 1) * d - 1
+        if span < 0:
+            refuse(f"the window ({k} with dilation {d}) is larger than the padded input")
+        o = -(-span // s) + 1 if ceil else span // s + 1
+        if ceil and (o - 1) * s >= size + lo:
+            o -= 1
+        outs.append(o)
+        extra.append(max(0, (o - 1) * s + (k - 1) * d + 1 - (size + lo + hi)))
+    return kernel, strides, dil, pads, outs, extra
+
+
+def _window_counts(sizes, kernel, strides, dil, pads, outs, include_pad):
+    """How many places each (box) window averages over, as an array of the output's spatial
+    shape: the taps inside the input (or, with ``include_pad``, inside the padded input)."""
+    total = np.ones((), np.float64)
+    for size, k, s, d, (lo, hi), o in zip(sizes, kernel, strides, dil, pads, outs):
+        pos = np.arange(o)[:, None] * s - lo + np.arange(k)[None, :] * d
+        lo_ok, hi_ok = (-lo, size + hi) if include_pad else (0, size)
+        count = ((pos >= lo_ok) & (pos < hi_ok)).sum(1).astype(np.float64)
+        total = np.multiply.outer(total, count)
+    return total
+
+
+def _depthwise_sum(ctx, x, kernel, strides, dil):
+    """Window sums over an already padded ``x``: a depthwise convolution with ones."""
+    c = x.shape[1]
+    if not isinstance(c, int):
+        refuse(f"a symbolic channel count in {list(x.shape)}")
+    ones = ctx.const(np.ones((c, 1) + tuple(kernel)), x.dtype)
+    if len(kernel) == 2:
+        from ..graphlib.ops.conv import conv2d_op
+        return conv2d_op(x, ones, stride=tuple(strides), padding=(0, 0, 0, 0),
+                         dilation=tuple(dil), groups=c)
+    return F.conv3d(x, ones, None, tuple(strides), 0, tuple(dil), c)
+
+
+def _nd_pool(kind: str):
+    """MaxPool / AveragePool over 2-D and 3-D float inputs with any pads, dilations and
+    ceil_mode: the input padded explicitly (-inf for max, zeros for the sums), the windows
+    taken without padding, averages divided by each window's count."""
+    prev = HANDLERS["MaxPool" if kind == "max" else "AveragePool"]
+
+    def run(ctx):
+        x = ctx.x(0)
+        if x.ndim not in (4, 5) or x.dtype not in FLOATS:
+            return prev(ctx)
+        indices = len([o for o in ctx.node.output if o]) > 1
+        if kind == "avg" and x.ndim == 4 and not ctx.attr("ceil_mode", 0):
+            return prev(ctx)
+        kernel, strides, dil, pads, outs, extra = _pool_geometry(ctx, x)
+        full = [(lo, hi + e) for (lo, hi), e in zip(pads, extra)]
+        if kind == "max":
+            xp = F.pad(x, _torch_pad(full), value=-math.inf) if any(map(any, full)) else x
+            pool = F.max_pool2d if x.ndim == 4 else F.max_pool3d
+            if not indices:
+                return pool(xp, kernel, strides, 0, dil, False)
+            if x.ndim != 4:
+                refuse("the Indices output of a 3-D MaxPool")
+            y, flat = F.max_pool2d(xp, kernel, strides, 0, dil, False, return_indices=True)
+            return [y, _onnx_pool_indices(ctx, x, flat, full, static_shape_of(xp))]
+        xz = F.pad(x, _torch_pad(full)) if any(map(any, full)) else x
+        total = _depthwise_sum(ctx, xz, kernel, strides, dil)
+        count = _window_counts(tuple(ctx.shape(0))[2:], kernel, strides, dil, pads, outs,
+                               bool(ctx.attr("count_include_pad", 0)))
+        return cast(total / ctx.const(count, x.dtype), x.dtype)
+    return run
+
+
+def _onnx_pool_indices(ctx, x, flat, full, padded_shape):
+    """max_pool2d's flat H*W indices into the padded input as ONNX's Indices: flattened over
+    the whole (N, C, H, W) input, row-major (storage_order 0) or column-major over H, W."""
+    n, c, h, w = static_shape(ctx)
+    wp = padded_shape[3]
+    flat = cast(flat, "int64")
+    row = F.floor_divide(flat, ctx.const(wp, "int64")) - ctx.const(full[0][0], "int64")
+    col = F.remainder(flat, ctx.const(wp, "int64")) - ctx.const(full[1][0], "int64")
+    inner = row * ctx.const(w, "int64") + col if not ctx.attr("storage_order", 0) else \
+        col * ctx.const(h, "int64") + row
+    base = (np.arange(n * c, dtype=np.int64) * h * w).reshape(n, c, 1, 1)
+    return inner + ctx.const(base, "int64")
+
+
+handler("MaxPool")(_lift_1d(_nd_pool("max"), False))
+handler("AveragePool")(_lift_1d(_nd_pool("avg"), False))
+
+
+def _conv_nd_wrap():
+    prev = HANDLERS["Conv"]
+
+    def run(ctx):
+        """Conv over (N, C, D, H, W): conv3d after explicit zero padding."""
+        x = ctx.x(0)
+        if x.ndim != 5:
+            return prev(ctx)
+        _float_only(ctx)
+        w = ctx.x(1)
+        kernel = list(static_shape(ctx, 1)[2:])
+        strides = list(ctx.attr("strides", [1] * 3))
+        dil = list(ctx.attr("dilations", [1] * 3))
+        pads = _pads_nd(ctx, kernel, strides, dil, x.shape[2:])
+        if min(min(p) for p in pads) < 0:
+            refuse("negative pads")
+        if any(map(any, pads)):
+            x = F.pad(x, _torch_pad(pads))
+        b = ctx.x(2) if ctx.has(2) else None
+        return F.conv3d(x, w, b, tuple(strides), 0, tuple(dil), ctx.attr("group", 1))
+    return run
+
+
+def _conv_transpose_nd_wrap():
+    prev = HANDLERS["ConvTranspose"]
+
+    def run(ctx):
+        """ConvTranspose over (N, C, D, H, W) with symmetric pads: conv_transpose3d."""
+        x = ctx.x(0)
+        if x.ndim != 5:
+            return prev(ctx)
+        _float_only(ctx)
+        auto = ctx.attr("auto_pad", "NOTSET")
+        if ctx.attr("output_shape") is not None or auto not in ("NOTSET", "", "VALID"):
+            refuse("output_shape or auto_pad SAME_* on a 3-D ConvTranspose")
+        pads = [0] * 6 if auto == "VALID" else list(ctx.attr("pads", [0] * 6))
+        if pads[:3] != pads[3:]:
+            refuse(f"asymmetric pads {pads} on a 3-D ConvTranspose")
+        strides = list(ctx.attr("strides", [1] * 3))
+        out_pad = list(ctx.attr("output_padding", [0] * 3))
+        if any(op >= s for op, s in zip(out_pad, strides)):
+            refuse(f"output_padding {out_pad} not below the strides {strides}")
+        b = ctx.x(2) if ctx.has(2) else None
+        return F.conv_transpose3d(x, ctx.x(1), b, tuple(strides), tuple(pads[:3]),
+                                  tuple(out_pad), ctx.attr("group", 1),
+                                  tuple(ctx.attr("dilations", [1] * 3)))
+    return run
+
+
+handler("Conv")(_conv_nd_wrap())
+handler("ConvTranspose")(_conv_transpose_nd_wrap())
+
+
+# -- data-dependent output sizes: only for values known when the graph is built -----------------
+def _data_dependent(ctx, what):
+    if not ctx.eager:
+        refuse(f"the output size of {what} depends on the input values, and duograph graphs "
+               "have shapes fixed when the graph is built (only a constant input is "
+               "computed)")
+
+
+@handler("NonZero")
+def _nonzero(ctx):
+    _data_dependent(ctx, "NonZero")
+    arr = np.asarray(ctx.x(0).numpy())
+    return ctx.const(np.array(np.nonzero(arr), dtype=np.int64).reshape(arr.ndim, -1), "int64")
+
+
+@handler("Unique")
+def _unique(ctx):
+    """Unique of a known tensor (numpy's unique; sorted=0 keeps first-occurrence order)."""
+    _data_dependent(ctx, "Unique")
+    arr = np.asarray(ctx.x(0).numpy())
+    axis = ctx.attr("axis")
+    if axis is not None:
+        axis = _axis(axis, arr.ndim)
+    y, first, inverse, counts = np.unique(arr, return_index=True, return_inverse=True,
+                                          return_counts=True, axis=axis)
+    inverse = inverse.reshape(-1)
+    if not ctx.attr("sorted", 1):
+        order = np.argsort(first, kind="stable")
+        rank = np.empty_like(order)
+        rank[order] = np.arange(len(order))
+        y = np.take(y, order, axis=0 if axis is None else axis)
+        first, counts, inverse = first[order], counts[order], rank[inverse]
+    return [ctx.const(y, str(arr.dtype)), ctx.const(first, "int64"),
+            ctx.const(inverse, "int64"), ctx.const(counts, "int64")]
+
+
+def _lp_pool_3d_wrap():
+    prev = HANDLERS["LpPool"]
+
+    def run(ctx):
+        """LpPool over (N, C, D, H, W): (window sums of |x|**p) ** (1/p), the sums a
+        depthwise conv3d with ones over the zero-padded input."""
+        x = ctx.x(0)
+        if x.ndim != 5:
+            return prev(ctx)
+        _float_only(ctx)
+        kernel, strides, dil, pads, _, extra = _pool_geometry(ctx, x)
+        full = [(lo, hi + e) for (lo, hi), e in zip(pads, extra)]
+        p = ctx.attr("p", 2)
+        powered = F.pow(F.abs(x), ctx.const(p, x.dtype))
+        if any(map(any, full)):
+            powered = F.pad(powered, _torch_pad(full))
+        total = _depthwise_sum(ctx, powered, kernel, strides, dil)
+        return F.pow(total, ctx.const(1.0 / p, x.dtype))
+    return run
+
+
+handler("LpPool")(_lp_pool_3d_wrap())
+
+
+# -- GridSample: the ONNX reference's rules, composed from gathers ------------------------------
+def _gs_reflect(ctx, x, lo: float, hi: float):
+    """x reflected by the near border until inside [lo, hi] (the reference's _gs_reflect)."""
+    dt = x.dtype
+    c = lambda v: ctx.const(v, dt)          # noqa: E731
+    rng = hi - lo
+    if rng <= 0:
+        return F.where(F.lt(x, c(lo)), c(lo), F.where(F.gt(x, c(hi)), c(hi), x))
+
+    def fold(dx):                           # dx >= 0: (r, whether the fold count is even)
+        n = _floor(ctx, dx / rng)
+        even = F.eq(n - _floor(ctx, n * 0.5) * 2.0, c(0))
+        return dx - n * rng, even
+    r_lo, even_lo = fold(F.maximum(c(lo) - x, c(0)))
+    r_hi, even_hi = fold(F.maximum(x - c(hi), c(0)))
+    below = F.where(even_lo, c(lo) + r_lo, c(hi) - r_lo)
+    above = F.where(even_hi, c(hi) - r_hi, c(lo) + r_hi)
+    return F.where(F.lt(x, c(lo)), below, F.where(F.gt(x, c(hi)), above, x))
+
+
+def _gs_tap(ctx, i, size: int, lo: float, hi: float, padding: str):
+    """(a valid int64 index, the mask of taps that read data) for integer-valued float taps
+    ``i`` along a dim of ``size`` (the reference's _pixel_at_array)."""
+    dt = i.dtype
+    if padding == "zeros":
+        ok = F.logical_and(F.ge(i, ctx.const(0, dt)), F.lt(i, ctx.const(size, dt)))
+        idx = F.clamp(i, 0.0, float(size - 1))
+        return cast(idx, "int64"), ok
+    if padding == "border":
+        return cast(F.clamp(i, 0.0, float(size - 1)), "int64"), None
+    f = _gs_reflect(ctx, i, lo, hi)           # int(): toward zero; f >= lo >= -0.5
+    return cast(F.clamp(_floor(ctx, F.maximum(f, ctx.const(0, dt))), 0.0,
+                        float(size - 1)), "int64"), None
+
+
+def _gs_cubic(ctx, t):
+    a = -0.75
+    one = ctx.const(1, t.dtype)
+    two = ctx.const(2, t.dtype)
+    t1, t2, t3 = t + 1.0, one - t, two - t
+    return [((t1 * a - 5 * a) * t1 + 8 * a) * t1 - 4 * a,
+            ((t * (a + 2)) - (a + 3)) * t * t + 1.0,
+            ((t2 * (a + 2)) - (a + 3)) * t2 * t2 + 1.0,
+            ((t3 * a - 5 * a) * t3 + 8 * a) * t3 - 4 * a]
+
+
+@handler("GridSample")
+def _grid_sample(ctx):
+    """GridSample (2-D and 3-D; nearest, linear, cubic; zeros, border, reflection padding)
+    as the ONNX reference computes it: each output point is a weighted sum of gathered input
+    points, the taps padded one by one."""
+    x, grid = ctx.x(0), ctx.x(1)
+    _float_only(ctx)
+    if grid.dtype != x.dtype:
+        refuse(f"grid of dtype {grid.dtype} with data of dtype {x.dtype}")
+    mode = {"bilinear": "linear", "bicubic": "cubic"}.get(ctx.attr("mode", "linear"),
+                                                          ctx.attr("mode", "linear"))
+    padding = ctx.attr("padding_mode", "zeros")
+    align = bool(ctx.attr("align_corners", 0))
+    if mode not in ("nearest", "linear", "cubic") or padding not in ("zeros", "border",
+                                                                      "reflection"):
+        refuse(f"mode {mode!r} with padding_mode {padding!r}")
+    shape = static_shape(ctx)
+    gshape = static_shape(ctx, 1)
+    nd = len(shape) - 2
+    if nd not in (2, 3) or len(gshape) != nd + 2 or gshape[-1] != nd or gshape[0] != shape[0]:
+        refuse(f"data {list(shape)} with grid {list(gshape)}")
+    n, c, dims = shape[0], shape[1], shape[2:]
+    out_sp = gshape[1:-1]
+    p = int(np.prod(out_sp, dtype=np.int64))
+    flat_g = F.reshape(grid, n, p, nd)
+    dt = x.dtype
+    per_dim = []                                 # per data dim: [(index, weight, mask)]
+    for k, size in enumerate(dims):
+        g = F.reshape(F.narrow(flat_g, 2, nd - 1 - k, 1), n, p)
+        lo, hi = (0.0, size - 1.0) if align else (-0.5, size - 0.5)
+        v = (g + 1.0) / 2.0 * float(size - 1) if align else ((g + 1.0) * float(size) - 1.0) / 2.0
+        if mode == "nearest":
+            v = F.round(v)
+        outside = F.logical_or(F.lt(v, ctx.const(lo, dt)), F.gt(v, ctx.const(hi, dt)))
+        if padding == "border":
+            v = F.where(outside, F.clamp(v, 0.0, float(size - 1)), v)
+        elif padding == "reflection":
+            v = F.where(outside, _gs_reflect(ctx, v, lo, hi), v)
+        if mode == "nearest":                   # astype(int32): toward zero
+            t = F.where(F.lt(v, ctx.const(0, dt)), F.neg(_floor(ctx, F.neg(v))),
+                        _floor(ctx, v))
+            idx, ok = _gs_tap(ctx, t, size, lo, hi, padding)
+            per_dim.append([(idx, None, ok)])
+            continue
+        base = _floor(ctx, v)
+        frac = v - base
+        if mode == "linear":
+            offsets, weights = (0, 1), [ctx.const(1, dt) - frac, frac]
+        else:
+            offsets, weights = (-1, 0, 1, 2), _gs_cubic(ctx, frac)
+        taps = []
+        for off, w in zip(offsets, weights):
+            idx, ok = _gs_tap(ctx, base + float(off), size, lo, hi, padding)
+            taps.append((idx, w, ok))
+        per_dim.append(taps)
+    data = F.reshape(x, n, c, int(np.prod(dims, dtype=np.int64)))
+    strides = [int(np.prod(dims[k + 1:], dtype=np.int64)) for k in range(nd)]
+    total = None
+    for combo in itertools.product(*per_dim):
+        flat, weight, mask = None, None, None
+        for (idx, w, ok), s in zip(combo, strides):
+            term = idx * ctx.const(s, "int64") if s != 1 else idx
+            flat = term if flat is None else flat + term
+            if w is not None:
+                weight = w if weight is None else weight * w
+            if ok is not None:
+                mask = ok if mask is None else F.logical_and(mask, ok)
+        picked = F.gather(data, 2, F.expand(F.reshape(flat, n, 1, p), n, c, p))
+        if mask is not None:
+            picked = F.where(F.reshape(mask, n, 1, p), picked, ctx.const(0, dt))
+        if weight is not None:
+            picked = picked * F.reshape(weight, n, 1, p)
+        total = picked if total is None else total + picked
+    return cast(F.reshape(total, n, c, *out_sp), dt)
+
+
+@handler("AffineGrid")
+def _affine_grid(ctx):
+    """AffineGrid: theta (N, 2, 3) or (N, 3, 4) times the homogeneous base grid (x first)."""
+    _float_only(ctx)
+    theta = ctx.x(0)
+    size = [int(s) for s in np.asarray(ctx.known(1, "size")).reshape(-1)]
+    nd = len(size) - 2
+    if nd not in (2, 3) or static_shape(ctx) != (size[0], nd, nd + 1):
+        refuse(f"theta {list(ctx.shape(0))} with size {size}")
+    spatial = size[2:]
+    axes = []
+    for s in spatial:
+        if ctx.attr("align_corners", 0):
+            a = np.arange(s, dtype=np.float64) * (2.0 / (s - 1)) - 1 if s > 1 else \
+                np.array([-1.0])
+        else:
+            a = (np.arange(s, dtype=np.float64) * 2 + 1) / s - 1
+        axes.append(a)
+    mesh = np.meshgrid(*axes, indexing="ij")          # (D,) H, W
+    base = np.stack([m.reshape(-1) for m in reversed(mesh)] +
+                    [np.ones(mesh[0].size)], 1)      # (P, nd + 1): x, y(, z), 1
+    b = ctx.const(base.T.copy(), theta.dtype)
+    y = F.matmul(theta, b)                           # (N, nd, P)
+    return F.reshape(F.transpose(y, 1, 2), size[0], *spatial, nd)
