@@ -26,7 +26,7 @@ Every mode starts from the same weights and optimizer state. What is measured pe
   over a step (planned graphs: after every node of the plan, with the arena against its
   lower bound and the no-reuse total; other modes: tracemalloc's bytes after every kernel);
 - drift: the loss of every step of ``steps`` steps, and how far each mode's parameters end
-  from eager's.
+  from those of the eager mode.
 
 Numerics are matched node by node through the shared IR: one eager step (forward and
 backward) is recorded with the values each op computed (``record(keep_values=True)``); the
