@@ -281,7 +281,7 @@ class RNNBase(Module):
             order = _int_array(sorted_indices, "sorted_indices", type(self).__name__)
             hx = tuple(F.index_select(s, 1, order) for s in hx) if lstm else \
                 F.index_select(hx, 1, order)
-        zero = F.zeros((1, data.shape[1]), dtype=data.dtype)
+        zero = F.zeros_like(data[0:1])                # padding rows, on data's device
         idx = _padded_index(bs, steps, rows).reshape(-1)
         x = F.reshape(F.index_select(F.cat([data, zero], 0), 0, idx), (steps, n, -1))
         lens = (bs[None, :] > np.arange(n)[:, None]).sum(1)

@@ -124,24 +124,31 @@ class PackedSequence(namedtuple("PackedSequence_",
                                                          self.unsorted_indices)
 
     def cpu(self) -> "PackedSequence":
+        """The data on the host."""
         return self.to("cpu")
 
     def cuda(self, *args, **kwargs) -> "PackedSequence":
+        """The data on the GPU."""
         return self.to("cuda", *args, **kwargs)
 
     def double(self) -> "PackedSequence":
+        """The data as float64."""
         return self.to(dtype="float64")
 
     def float(self) -> "PackedSequence":
+        """The data as float32."""
         return self.to(dtype="float32")
 
     def half(self) -> "PackedSequence":
+        """The data as float16."""
         return self.to(dtype="float16")
 
     def long(self) -> "PackedSequence":
+        """The data as int64."""
         return self.to(dtype="int64")
 
     def int(self) -> "PackedSequence":
+        """The data as int32."""
         return self.to(dtype="int32")
 
     @property
@@ -243,7 +250,7 @@ def pad_packed_sequence(sequence: PackedSequence, batch_first: bool = False,
                                  f"batch_sizes add up to {rows} rows"))
     n = int(bs[0])
     rest = tuple(data.shape[1:])
-    filler = F.full((1,) + rest, padding_value, dtype=data.dtype)
+    filler = F.full_like(data[0:1], padding_value)         # on data's device
     src = F.cat([data, filler], 0)
     idx = _padded_index(bs, max_len, rows).reshape(-1)
     padded = F.reshape(F.index_select(src, 0, idx), (max_len, n) + rest)
@@ -294,8 +301,8 @@ def pad_sequence(sequences, batch_first: bool = False, padding_value: float = 0.
         if s.dtype != dtype:
             s = s.to(dtype) if isinstance(s, Tensor) else F.cast(s, dtype)
         if missing:
-            fill = F.full((missing,) + trailing, padding_value, dtype=dtype)
-            s = F.cat([s, fill] if padding_side == "right" else [fill, s], 0)
+            ends = (0, missing) if padding_side == "right" else (missing, 0)
+            s = F.pad(s, (0, 0) * len(trailing) + ends, value=padding_value)
         out.append(s)
     return F.stack(out, 0 if batch_first else 1)
 
