@@ -434,3 +434,25 @@ def test_compiled_function_returns_a_packed_sequence_and_guards_the_lengths():
         _same_packed(out, to, exact=False)
         np.testing.assert_allclose(_np(h), _np(th), rtol=1e-10, atol=1e-12)
     assert len(run.specializations) == 2                # other lengths: another packing
+
+
+def test_lengths_tensor_exports_to_onnx_and_runs_equal_to_torch(tmp_path):
+    onnx = pytest.importorskip("onnx")
+    ort = pytest.importorskip("onnxruntime")
+    tm, dm = _pair("LSTM", dict(bidirectional=True, proj_size=3))
+
+    def f(x, lengths):
+        out, (h, c) = dm(x, lengths=lengths)
+        return out, h, c
+    path = tmp_path / "lstm_lengths.onnx"
+    model = dg.onnx.export(f, path, dg.onnx.Input((6, "B", 4), "float64"),
+                           dg.onnx.Input(("B",), "int64"))
+    onnx.checker.check_model(onnx.load(path), full_check=True)
+    assert "Scan" in {n.op_type for n in model.graph.node}
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(9)
+    for lengths in ([6, 2, 3], [1, 6, 5, 4]):                 # two batch sizes, one file
+        x = rng.standard_normal((6, len(lengths), 4))
+        got = sess.run(None, {"x": x, "lengths": np.array(lengths)})
+        for a, b in zip(got, _torch_padded(tm, x, lengths, False, True)):
+            np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
