@@ -128,7 +128,7 @@ class RNNBase(Module):
         return s
 
     # -- the forward pass ----------------------------------------------------------------------
-    def _cell(self, layer: int, d: int, masked: bool):
+    def _cell(self, layer: int, d: int, masked: bool = False):
         """The recurrent step ``(state, xw_t) -> (state, h_t)`` of one layer and direction,
         where ``xw_t`` is the input projection of step t (with b_ih). ``masked``: the step
         takes ``(xw_t, valid_t)`` and keeps the old state (and outputs zeros) where
