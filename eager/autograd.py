@@ -11,7 +11,9 @@ from typing import List, Sequence
 import numpy as np
 
 from ..graphlib import dtypes
-from ..graphlib.autodiff import backward_pass, fit_to, value_key
+from ..graphlib.autodiff import fit_to, value_key
+from ..graphlib.errors import GraphError
+from ..graphlib.ops.creation import zeros_like
 from ..graphlib.registry import OpDef
 from ..graphlib.types import TensorType
 from . import grad_mode
@@ -135,16 +137,10 @@ def _run(roots, grad_roots, retain_graph, create_graph, wanted=None):
         retain_graph = create_graph
     nodes = _collect(roots)
     _check(nodes)
-    relevant = set()
     leaves = {}
     for node in nodes:
-        if node.n_outputs == 1:
-            relevant.add((node, 0))
-        else:
-            relevant.update((node, i) for i in range(node.n_outputs))
         for x, k in zip(node.inputs, node.input_keys):
-            if x.requires_grad and x.grad_fn is None and not isinstance(k, tuple):
-                relevant.add(k)
+            if type(k) is not tuple and x.requires_grad and x.grad_fn is None:
                 leaves[k] = x
     seeds = {}
     for r, g in zip(roots, grad_roots):
@@ -152,30 +148,116 @@ def _run(roots, grad_roots, retain_graph, create_graph, wanted=None):
         seed = _grad_seed(r, g, create_graph)
         seeds[k] = seed if k not in seeds else seeds[k] + seed
         if r.grad_fn is None:
-            relevant.add(k)
             leaves[k] = r
-
-    def on_grad(node, i, ct):
-        t = node.output_tensor(i)
-        if t is None:
-            return ct
-        if t._hooks:
-            for hook in list(t._hooks):
-                new = hook(ct)
-                if new is not None:
-                    ct = new
-        if t._retains_grad:
-            _accumulate(t, ct, create_graph)
-        if wanted is not None and t in wanted:
-            wanted[t] = ct
-        return ct
-
     with grad_mode.set_grad_enabled(create_graph):
-        cts = backward_pass(nodes, seeds, relevant=relevant, on_grad=on_grad, fit=_fit)
+        cts = _walk(nodes, seeds, leaves, create_graph, wanted)
     if not retain_graph:
         for node in nodes:
             node.release()
     return cts, leaves
+
+
+def _on_grad(t, ct, create_graph, wanted):
+    """An output's complete cotangent meets its tensor: hooks may replace it, retain_grad
+    keeps it, ``grad()`` may want it."""
+    if t._hooks:
+        for hook in list(t._hooks):
+            new = hook(ct)
+            if new is not None:
+                ct = new
+    if t._retains_grad:
+        _accumulate(t, ct, create_graph)
+    if wanted is not None and t in wanted:
+        wanted[t] = ct
+    return ct
+
+
+def _walk(nodes, seeds, leaves, create_graph, wanted):
+    """graphlib's ``backward_pass`` for the eager tape (the same vjp rules, the same order and
+    results), with what the tape already knows taken as given: every output of a collected
+    node wants a gradient (a non-leaf input's key is such an output), a leaf input wants one
+    when it is in ``leaves``; hooks, ``retain_grad`` and ``grad()``'s wanted tensors are
+    looked up only on tensors that have them. Without ``create_graph`` (and outside
+    ``record()``), cotangents of one shape and dtype are summed on their arrays: nothing of
+    that sum is recorded either way."""
+    cts = dict(seeds)
+    get = cts.get
+    float_np = _FLOAT_NP
+    arrays_sum = not create_graph and not tensor_mod._recorders
+    for node in reversed(nodes):
+        n_out = node.n_outputs
+        if n_out == 1:
+            c = get((node, 0))
+            if c is None:
+                continue
+        else:
+            out_cts = [get((node, i)) for i in range(n_out)]
+            if all(c is None for c in out_cts):
+                continue
+        op = node.op
+        keys = node.input_keys
+        nondiff = op.nondiff_inputs
+        ins = node.inputs
+        targets = []
+        i = 0
+        for x in ins:
+            k = keys[i]
+            if (type(k) is tuple or k in leaves) and x.array.dtype in float_np and (
+                    not nondiff or i not in nondiff):
+                targets.append(i)
+            i += 1
+        if not targets:
+            continue
+        if op.vjp is None:
+            where = f"\n  in: {node.source}" if node.source else ""
+            raise GraphError(f"{op.name}: this op has no gradient rule, but a gradient "
+                             f"must flow through it{where}")
+        outputs = node.outputs
+        if n_out == 1:
+            t = outputs[0]
+            if t._hooks or t._retains_grad or (wanted is not None and t in wanted):
+                c = _on_grad(t, c, create_graph, wanted)
+                if c is None:
+                    c = zeros_like(t)
+            out_cts = [c]
+        else:
+            for j in range(n_out):
+                c = out_cts[j]
+                if c is not None:
+                    t = node.output_tensor(j)
+                    if t is not None:
+                        out_cts[j] = _on_grad(t, c, create_graph, wanted)
+            out_cts = [c if c is not None else zeros_like(o) for c, o in zip(out_cts, outputs)]
+        if len(targets) == len(ins):
+            needs = _ALL_NEEDED.get(len(ins)) or tuple([True] * len(ins))
+        else:
+            needs = tuple([i in targets for i in range(len(ins))])
+        in_cts = op.vjp(out_cts, ins, outputs, node.attrs, needs)
+        for i in targets:
+            ct = in_cts[i]
+            if ct is None:
+                continue
+            ct = _fit(ct, ins[i])
+            k = keys[i]
+            prev = get(k)
+            if prev is None:
+                cts[k] = ct
+            elif arrays_sum and type(prev) is Tensor and type(ct) is Tensor:
+                a, b = prev.array, ct.array
+                if type(a) is _ndarray and type(b) is _ndarray and a.shape == b.shape and (
+                        a.dtype == b.dtype):
+                    r = a + b
+                    cts[k] = tensor_mod._wrap(r if type(r) is _ndarray else np.asarray(r))
+                else:
+                    cts[k] = prev + ct
+            else:
+                cts[k] = prev + ct
+    return cts
+
+
+_ALL_NEEDED = {1: (True,), 2: (True, True), 3: (True, True, True)}
+_FLOAT_NP = dtypes.FLOAT_NP
+_ndarray = np.ndarray
 
 
 _TENSOR_TYPES = (Tensor, Parameter)
