@@ -1299,21 +1299,27 @@ def _prepare(op, inputs):
 
 _plans: dict = {}        # (op, shape, dtype, ..., [attrs]) -> _plan(): the fast path's cache
 _PLAN_LIMIT = 8192
+_FLOAT_NP = dtypes.FLOAT_NP
 
 
 def _plan(op, raw, in_dtypes, out_dtypes) -> tuple:
     """What the fast path needs to run one registered op on CPU arrays of one signature:
-    ``(raw, kernel, out_dtypes, dtype0, diff)``: the backend kernel it was made for (one
+    ``(raw, kernel, out_dtypes, dtype0, diff, view, float_out, saves)``: the backend kernel it was made for (one
     registered later makes the plan stale), the kernel to call (``raw`` itself, or what it
     wraps when its casts do nothing for these dtypes), the inferred output dtypes, the one
-    output's dtype (None for a multi-output op) and which inputs can carry a gradient (None:
-    the op has no vjp)."""
+    output's dtype (None for a multi-output op), which inputs can carry a gradient (None:
+    the op has no vjp), whether the op is a view, whether its one output is floating point
+    (can require grad) and what its tape node saves."""
     kernel = direct_kernel(raw, [dtype_name(d) for d in in_dtypes])
     nondiff = op.nondiff_inputs
     diff = None if op.vjp is None else tuple(
         i for i in range(len(in_dtypes)) if i not in nondiff)
     dtype0 = None if op.multi_output else out_dtypes[0]
-    return (raw, kernel, out_dtypes, dtype0, diff)
+    # what a tape node of this call saves (EagerNode.__init__'s rule): 0 nothing, 1 the
+    # inputs' versions, 2 the outputs' too
+    saves = 0 if op.saves_no_data and not op.view else (2 if op.vjp_reads_output else 1)
+    return (raw, kernel, out_dtypes, dtype0, diff, bool(op.view),
+            dtype0 is not None and dtype0 in _FLOAT_NP, saves)
 
 
 def eager_apply(op, inputs, attrs):
@@ -1395,7 +1401,7 @@ def eager_apply(op, inputs, attrs):
         plan = _plans.get(key)
     if plan is None:
         return _eager_apply_slow(op, inputs, attrs)
-    raw, kernel, out_dtypes, dtype0, diff = plan
+    raw, kernel, out_dtypes, dtype0, diff, view, float_out, saves = plan
     if raw is not _cpu_kernels[op]:
         return _eager_apply_slow(op, inputs, attrs)
     if dtype0 is None:                   # a multi-output op
@@ -1417,23 +1423,87 @@ def eager_apply(op, inputs, attrs):
     out.grad = None
     out.grad_fn = None
     out._index = 0
-    out._version = tensors[0]._version if op.view else [0]
+    out._version = tensors[0]._version if view else [0]
     out._hooks = None
     out._retains_grad = False
-    grad = False
-    if diff is not None and _grad_enabled():
+    if diff is not None and _state.enabled:
         for i in diff:
             if tensors[i].requires_grad:
-                grad = True
-                break
-    if grad or _recorders:
-        _record(op, inputs, tuple(tensors), attrs, (out,), grad)
+                if _recorders:
+                    break
+                _tape(op, tuple(tensors), attrs, out, res, float_out, saves)
+                return out
+        else:
+            if _recorders:
+                _record(op, inputs, tuple(tensors), attrs, (out,), False)
+            return out
+        _record(op, inputs, tuple(tensors), attrs, (out,), True)
+    elif _recorders:
+        _record(op, inputs, tuple(tensors), attrs, (out,), False)
     return out
+
+
+def _tape(op, tensors, attrs, out, res, float_out, saves):
+    """``_record`` of one single-output call for autograd outside ``record()`` blocks, with
+    ``EagerNode.__init__`` inlined (the same fields, the same values)."""
+    node = _new(EagerNode)
+    node.op = op
+    node.inputs = tensors
+    node.attrs = attrs
+    node.source = user_source() if _config.capture_source else None
+    node.for_grad = True
+    node.freed = False
+    node._out_refs = (_weakref(out),)
+    node._out_data = (res,)
+    node.n_outputs = 1
+    if len(tensors) == 2:
+        x, y = tensors
+        fx, fy = x.grad_fn, y.grad_fn
+        node.input_keys = (x if fx is None else (fx, x._index),
+                           y if fy is None else (fy, y._index))
+        node.next_nodes = (fx, fy)
+        if saves:
+            node.saved_versions = ((x._version[0], y._version[0]) if saves == 1 else
+                                   (x._version[0], y._version[0], out._version[0]))
+        else:
+            node.saved_versions = None
+    elif len(tensors) == 1:
+        x = tensors[0]
+        fx = x.grad_fn
+        node.input_keys = (x if fx is None else (fx, x._index),)
+        node.next_nodes = (fx,)
+        if saves:
+            node.saved_versions = ((x._version[0],) if saves == 1 else
+                                   (x._version[0], out._version[0]))
+        else:
+            node.saved_versions = None
+    else:
+        keys, nexts = [], []
+        for x in tensors:
+            fn = x.grad_fn
+            if fn is not None:
+                keys.append((fn, x._index))
+                nexts.append(fn)
+            else:
+                keys.append(x)
+                nexts.append(None)
+        node.input_keys = tuple(keys)
+        node.next_nodes = tuple(nexts)
+        if saves:
+            saved = [x._version[0] for x in tensors]
+            if saves == 2:
+                saved.append(out._version[0])
+            node.saved_versions = tuple(saved)
+        else:
+            node.saved_versions = None
+    if float_out:
+        out.requires_grad = True
+        out.grad_fn = node
 
 
 def _apply_multi(op, inputs, tensors, arrays, attrs, plan):
     """eager_apply's fast path for a multi-output op (always returns a tuple)."""
-    raw, kernel, out_dtypes, dtype0, diff = plan
+    raw, kernel, out_dtypes, dtype0, diff = plan[:5]
     try:
         res = run_kernel(kernel, np, arrays, attrs, True, out_dtypes)
     except DuographError:
@@ -1569,6 +1639,7 @@ def _eager_apply_slow(op, inputs, attrs):
 
 _ndarray = np.ndarray
 _grad_enabled = grad_mode.is_grad_enabled
+_state = grad_mode._state      # its ``enabled``, read without a call on the hot path
 
 
 def _device_of_inputs(inputs) -> str:
