@@ -1674,6 +1674,54 @@ def _capture_into_graph(graph, t: Tensor):
 # decide (no Values, no graph, the Tensor handler, the weak scalar its coercion makes) after
 # three more calls. Anything else takes the shared ``TensorMethods`` operator.
 _EAGER_TYPES = (Tensor, Parameter)
+# (Python type, value, the tensor's numpy dtype) -> the cached CPU scalar tensor that
+# ``tensor <op> value`` reads (the one ``_as_tensor`` made for its weak Scalar), so the
+# operator runs as a tensor-tensor op at once; filled on first use, never for a float zero
+# (its sign is not part of the key) and used only outside record() blocks (which want the
+# Scalar operand itself, to make a constant of it)
+_op_scalars: dict = {}
+
+
+def _apply2(op, x, y):
+    """``eager_apply(op, (x, y), {})`` for two eager tensors, without building the call's
+    tuples: CPU arrays whose signature has a plan run here, anything else goes there."""
+    a = x.array
+    b = y.array
+    if type(a) is _ndarray and type(b) is _ndarray:
+        plan = _plans.get((op, a.shape, a.dtype, b.shape, b.dtype))
+        if plan is not None:
+            raw, kernel, out_dtypes, dtype0, diff, view, float_out, saves = plan
+            if raw is _cpu_kernels[op] and dtype0 is not None:
+                try:
+                    res = kernel(np, a, b)
+                    if type(res) is not _ndarray:
+                        res = np.asarray(res)
+                    rd = res.dtype
+                    if rd is not dtype0 and rd != dtype0:
+                        res = res.astype(dtype0)
+                except DuographError:
+                    raise
+                except Exception as e:
+                    raise _kernel_failure(op, (a, b), e) from e
+                out = _new(Tensor)      # _wrap(res), inlined
+                out.array = res
+                out.requires_grad = False
+                out.grad = None
+                out.grad_fn = None
+                out._index = 0
+                out._version = x._version if view else [0]
+                out._hooks = None
+                out._retains_grad = False
+                if _recorders:
+                    grad = diff is not None and _state.enabled and any(
+                        (x, y)[i].requires_grad for i in diff)
+                    _record(op, (x, y), (x, y), {}, (out,), grad)
+                elif diff is not None and _state.enabled and (
+                        (x.requires_grad or y.requires_grad) if len(diff) == 2 else
+                        any((x, y)[i].requires_grad for i in diff)):
+                    _tape(op, (x, y), {}, out, res, float_out, saves)
+                return out
+    return eager_apply(op, (x, y), {})
 
 
 def _fast_binary(op, name: str, reflected: bool):
@@ -1683,10 +1731,22 @@ def _fast_binary(op, name: str, reflected: bool):
         if not _graph_local.graphs:
             to = type(other)
             if to is Tensor or to is Parameter:
-                return eager_apply(op, (other, self) if reflected else (self, other), {})
+                return _apply2(op, other, self) if reflected else _apply2(op, self, other)
             if to is float or to is int or to is bool:
-                s = weak_scalar(dtype_name(self.array.dtype), other)
-                return eager_apply(op, (s, self) if reflected else (self, s), {})
+                a = self.array
+                if not _recorders and (other or to is not float):
+                    t = _op_scalars.get((to, other, a.dtype))
+                    if t is not None and type(a) is _ndarray:
+                        return _apply2(op, t, self) if reflected else _apply2(op, self, t)
+                s = weak_scalar(dtype_name(a.dtype), other)
+                out = eager_apply(op, (s, self) if reflected else (self, s), {})
+                if type(a) is _ndarray and (other or to is not float):
+                    t = _scalar_cache.get((to, other, s.dtype, "cpu"))
+                    if t is not None:
+                        if len(_op_scalars) > 4096:
+                            _op_scalars.clear()
+                        _op_scalars[(to, other, a.dtype)] = t
+                return out
         return general(self, other)
     operator.__name__ = operator.__qualname__ = name
     operator.__doc__ = general.__doc__
