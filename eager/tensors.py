@@ -1363,6 +1363,8 @@ def eager_apply(op, inputs, attrs):
         x = inputs[0]
         tx = type(x)
         if tx is Tensor or tx is Parameter:
+            if not attrs:
+                return _apply1(op, x)
             a = x.array
             if type(a) is _ndarray:
                 arrays = (a,)
@@ -1724,6 +1726,45 @@ def _apply2(op, x, y):
     return eager_apply(op, (x, y), {})
 
 
+def _apply1(op, x):
+    """``eager_apply(op, (x,), {})`` for one eager tensor (``_apply2``'s unary twin)."""
+    a = x.array
+    if type(a) is _ndarray:
+        plan = _plans.get((op, a.shape, a.dtype))
+        if plan is not None:
+            raw, kernel, out_dtypes, dtype0, diff, view, float_out, saves = plan
+            if raw is _cpu_kernels[op] and dtype0 is not None:
+                try:
+                    res = kernel(np, a)
+                    if type(res) is not _ndarray:
+                        res = np.asarray(res)
+                    rd = res.dtype
+                    if rd is not dtype0 and rd != dtype0:
+                        res = res.astype(dtype0)
+                except DuographError:
+                    raise
+                except Exception as e:
+                    raise _kernel_failure(op, (a,), e) from e
+                out = _new(Tensor)      # _wrap(res), inlined
+                out.array = res
+                out.requires_grad = False
+                out.grad = None
+                out.grad_fn = None
+                out._index = 0
+                out._version = x._version if view else [0]
+                out._hooks = None
+                out._retains_grad = False
+                if _recorders:
+                    grad = bool(diff) and x.requires_grad and _state.enabled
+                    _record(op, (x,), (x,), {}, (out,), grad)
+                elif diff and x.requires_grad and _state.enabled:
+                    _tape(op, (x,), {}, out, res, float_out, saves)
+                return out
+            if raw is _cpu_kernels[op]:      # a multi-output op
+                return _apply_multi(op, (x,), (x,), (a,), {}, plan)
+    return _eager_apply_slow(op, (x,), {})
+
+
 def _fast_binary(op, name: str, reflected: bool):
     general = getattr(TensorMethods, name)
 
@@ -1758,7 +1799,7 @@ def _fast_unary(op, name: str):
 
     def operator(self):
         if not _graph_local.graphs:
-            return eager_apply(op, (self,), {})
+            return _apply1(op, self)
         return general(self)
     operator.__name__ = operator.__qualname__ = name
     operator.__doc__ = general.__doc__
