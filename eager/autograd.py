@@ -198,29 +198,47 @@ def _walk(nodes, seeds, leaves, create_graph, wanted):
         keys = node.input_keys
         nondiff = op.nondiff_inputs
         ins = node.inputs
-        targets = []
-        i = 0
-        for x in ins:
-            k = keys[i]
-            if (type(k) is tuple or k in leaves) and x.array.dtype in float_np and (
-                    not nondiff or i not in nondiff):
-                targets.append(i)
-            i += 1
-        if not targets:
-            continue
-        if op.vjp is None:
+        n_in = len(ins)
+        if n_in == 1 and not nondiff:
+            k = keys[0]
+            if (type(k) is not tuple and k not in leaves) or (
+                    ins[0].array.dtype not in float_np):
+                continue
+            targets = _FIRST
+            needs = _ALL_NEEDED[1]
+        else:
+            targets = []
+            i = 0
+            for x in ins:
+                k = keys[i]
+                if (type(k) is tuple or k in leaves) and x.array.dtype in float_np and (
+                        not nondiff or i not in nondiff):
+                    targets.append(i)
+                i += 1
+            if not targets:
+                continue
+            if len(targets) == n_in:
+                needs = _ALL_NEEDED.get(n_in) or tuple([True] * n_in)
+            else:
+                needs = tuple([i in targets for i in range(n_in)])
+        vjp = op.vjp
+        if vjp is None:
             where = f"\n  in: {node.source}" if node.source else ""
             raise GraphError(f"{op.name}: this op has no gradient rule, but a gradient "
                              f"must flow through it{where}")
-        outputs = node.outputs
         if n_out == 1:
-            t = outputs[0]
-            if t._hooks or t._retains_grad or (wanted is not None and t in wanted):
-                c = _on_grad(t, c, create_graph, wanted)
-                if c is None:
-                    c = zeros_like(t)
+            t = node._out_refs[0]()
+            if t is None:
+                outputs = node.outputs
+            else:
+                outputs = (t,)
+                if t._hooks or t._retains_grad or (wanted is not None and t in wanted):
+                    c = _on_grad(t, c, create_graph, wanted)
+            if c is None:
+                c = zeros_like(outputs[0])
             out_cts = [c]
         else:
+            outputs = node.outputs
             for j in range(n_out):
                 c = out_cts[j]
                 if c is not None:
@@ -228,16 +246,18 @@ def _walk(nodes, seeds, leaves, create_graph, wanted):
                     if t is not None:
                         out_cts[j] = _on_grad(t, c, create_graph, wanted)
             out_cts = [c if c is not None else zeros_like(o) for c, o in zip(out_cts, outputs)]
-        if len(targets) == len(ins):
-            needs = _ALL_NEEDED.get(len(ins)) or tuple([True] * len(ins))
-        else:
-            needs = tuple([i in targets for i in range(len(ins))])
-        in_cts = op.vjp(out_cts, ins, outputs, node.attrs, needs)
+        in_cts = vjp(out_cts, ins, outputs, node.attrs, needs)
         for i in targets:
             ct = in_cts[i]
             if ct is None:
                 continue
-            ct = _fit(ct, ins[i])
+            x = ins[i]
+            if type(ct) is Tensor:      # ``fit_to``, skipped where the arrays agree
+                a, b = ct.array, x.array
+                if a.shape != b.shape or (a.dtype is not b.dtype and a.dtype != b.dtype):
+                    ct = fit_to(ct, x)
+            else:
+                ct = fit_to(ct, x)
             k = keys[i]
             prev = get(k)
             if prev is None:
@@ -255,21 +275,10 @@ def _walk(nodes, seeds, leaves, create_graph, wanted):
     return cts
 
 
+_FIRST = (0,)
 _ALL_NEEDED = {1: (True,), 2: (True, True), 3: (True, True, True)}
 _FLOAT_NP = dtypes.FLOAT_NP
 _ndarray = np.ndarray
-
-
-_TENSOR_TYPES = (Tensor, Parameter)
-
-
-def _fit(ct, x):
-    """``fit_to`` for eager tensors: nothing to do when the arrays already agree."""
-    if type(ct) in _TENSOR_TYPES and type(x) in _TENSOR_TYPES:
-        a, b = ct.array, x.array
-        if a.shape == b.shape and a.dtype == b.dtype:
-            return ct
-    return fit_to(ct, x)
 
 
 def _accumulate(t: Tensor, ct: Tensor, create_graph: bool) -> None:
