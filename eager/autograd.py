@@ -21,9 +21,12 @@ from . import tensors as tensor_mod
 from .tensors import EagerNode, Parameter, Tensor, eager_apply
 
 
-def _collect(roots: Sequence[Tensor]) -> List[EagerNode]:
-    """Nodes reachable from the roots, in topological order (iterative DFS, no recursion)."""
+def _collect(roots: Sequence[Tensor]):
+    """``(nodes, leaves)``: the nodes reachable from the roots in topological order
+    (iterative DFS, no recursion), each checked as it is placed (``_check``), and the leaf
+    tensors among their inputs that want a gradient, by key."""
     order: List[EagerNode] = []
+    leaves = {}
     seen = set()
     stack = []
     for r in roots:
@@ -42,8 +45,17 @@ def _collect(roots: Sequence[Tensor]) -> List[EagerNode]:
                 stack.append((nxt, 0))
                 break
         else:
+            if node.freed or node.saved_versions is not None:
+                _check((node,))
+            keys = node.input_keys
+            j = 0
+            for x in node.inputs:
+                k = keys[j]
+                if type(k) is not tuple and x.requires_grad and x.grad_fn is None:
+                    leaves[k] = x
+                j += 1
             order.append(node)
-    return order
+    return order, leaves
 
 
 _NO_SOURCE = ("\n  (to see where the op was created, run with DUOGRAPH_SOURCE=1 or "
@@ -135,13 +147,7 @@ def _run(roots, grad_roots, retain_graph, create_graph, wanted=None):
                                "dg.no_grad(), or forget requires_grad=True?)")
     if retain_graph is None:
         retain_graph = create_graph
-    nodes = _collect(roots)
-    _check(nodes)
-    leaves = {}
-    for node in nodes:
-        for x, k in zip(node.inputs, node.input_keys):
-            if type(k) is not tuple and x.requires_grad and x.grad_fn is None:
-                leaves[k] = x
+    nodes, leaves = _collect(roots)
     seeds = {}
     for r, g in zip(roots, grad_roots):
         k = value_key(r)
@@ -152,8 +158,10 @@ def _run(roots, grad_roots, retain_graph, create_graph, wanted=None):
     with grad_mode.set_grad_enabled(create_graph):
         cts = _walk(nodes, seeds, leaves, create_graph, wanted)
     if not retain_graph:
-        for node in nodes:
-            node.release()
+        for node in nodes:      # node.release(), inlined
+            node.freed = True
+            node.inputs = ()
+            node._out_data = ()
     return cts, leaves
 
 
