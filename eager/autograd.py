@@ -329,8 +329,9 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph: bool =
         ct = cts.get(k)
         if ct is None or (only is not None and t not in only):
             continue
-        with grad_mode.set_grad_enabled(create_graph):
-            ct = _leaf_hooks(t, ct)
+        if t._hooks:
+            with grad_mode.set_grad_enabled(create_graph):
+                ct = _leaf_hooks(t, ct)
         _accumulate(t, ct, create_graph)
 
 
