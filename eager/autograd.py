@@ -23,38 +23,46 @@ from .tensors import EagerNode, Parameter, Tensor, eager_apply
 
 def _collect(roots: Sequence[Tensor]):
     """``(nodes, leaves)``: the nodes reachable from the roots in topological order
-    (iterative DFS, no recursion), each checked as it is placed (``_check``), and the leaf
-    tensors among their inputs that want a gradient, by key."""
+    (iterative DFS, no recursion), each checked as it is placed (freed, or holding a saved
+    tensor modified since: ``_check_node`` raises), and the leaf tensors among their inputs
+    that want a gradient, by key (a leaf input's key is the tensor itself)."""
     order: List[EagerNode] = []
     leaves = {}
     seen = set()
-    stack = []
     for r in roots:
-        if r.grad_fn is not None and r.grad_fn not in seen:
-            seen.add(r.grad_fn)
-            stack.append((r.grad_fn, 0))
-    while stack:
-        node, i = stack.pop()
-        nexts = node.next_nodes
-        while i < len(nexts):
-            nxt = nexts[i]
-            i += 1
-            if nxt is not None and nxt not in seen:
-                seen.add(nxt)
-                stack.append((node, i))
-                stack.append((nxt, 0))
-                break
-        else:
-            if node.freed or node.saved_versions is not None:
-                _check((node,))
-            keys = node.input_keys
-            j = 0
-            for x in node.inputs:
-                k = keys[j]
-                if type(k) is not tuple and x.requires_grad and x.grad_fn is None:
-                    leaves[k] = x
-                j += 1
-            order.append(node)
+        root = r.grad_fn
+        if root is None or root in seen:
+            continue
+        seen.add(root)
+        stack = [root]
+        while stack:
+            node = stack[-1]
+            for nxt in node.next_nodes:      # rescanned on return: a node has few inputs
+                if nxt is not None and nxt not in seen:
+                    seen.add(nxt)
+                    stack.append(nxt)
+                    break
+            else:
+                stack.pop()
+                if node.freed:
+                    _check_node(node)
+                saved = node.saved_versions
+                if saved is not None:
+                    i = 0
+                    for t in node.inputs:
+                        if t._version[0] != saved[i]:
+                            _check_node(node)
+                        i += 1
+                    if len(saved) > i:
+                        for ref in node._out_refs:
+                            t = ref()
+                            if t is not None and t._version[0] != saved[i]:
+                                _check_node(node)
+                            i += 1
+                for k in node.input_keys:
+                    if type(k) is not tuple and k.requires_grad and k.grad_fn is None:
+                        leaves[k] = k
+                order.append(node)
     return order, leaves
 
 
@@ -62,27 +70,9 @@ _NO_SOURCE = ("\n  (to see where the op was created, run with DUOGRAPH_SOURCE=1 
               "dg.set_capture_source(True))")
 
 
-def _check(nodes: Sequence[EagerNode]) -> None:
-    for node in nodes:
-        if node.freed:
-            _check_node(node)
-        saved = node.saved_versions
-        if saved is not None:
-            ins = node.inputs
-            for t, v in zip(ins, saved):
-                if t._version[0] != v:
-                    _check_node(node)
-            n_in = len(ins)
-            if len(saved) > n_in:
-                for i, ref in enumerate(node._out_refs):
-                    t = ref()
-                    if t is not None and t._version[0] != saved[n_in + i]:
-                        _check_node(node)
-
-
 def _check_node(node: EagerNode) -> None:
     """Raise the error for a node found freed or holding a saved tensor modified since (the
-    full check, run where ``_check``'s quick one saw something)."""
+    full check, run where ``_collect``'s quick one saw something)."""
     where = f"\n  in: {node.source}" if node.source else _NO_SOURCE
     if node.freed:
         raise RuntimeError(
