@@ -204,6 +204,17 @@ def _walk(nodes, seeds, leaves, create_graph, wanted):
                 continue
             targets = _FIRST
             needs = _ALL_NEEDED[1]
+        elif n_in == 2 and not nondiff:
+            k = keys[0]
+            t0 = (type(k) is tuple or k in leaves) and ins[0].array.dtype in float_np
+            k = keys[1]
+            t1 = (type(k) is tuple or k in leaves) and ins[1].array.dtype in float_np
+            if t0:
+                targets, needs = (_BOTH, _ALL_NEEDED[2]) if t1 else (_FIRST, _FIRST_ONLY)
+            elif t1:
+                targets, needs = _SECOND, _SECOND_ONLY
+            else:
+                continue
         else:
             targets = []
             i = 0
@@ -274,6 +285,10 @@ def _walk(nodes, seeds, leaves, create_graph, wanted):
 
 
 _FIRST = (0,)
+_SECOND = (1,)
+_BOTH = (0, 1)
+_FIRST_ONLY = (True, False)
+_SECOND_ONLY = (False, True)
 _ALL_NEEDED = {1: (True,), 2: (True, True), 3: (True, True, True)}
 _FLOAT_NP = dtypes.FLOAT_NP
 _ndarray = np.ndarray
