@@ -1304,12 +1304,13 @@ _FLOAT_NP = dtypes.FLOAT_NP
 
 def _plan(op, raw, in_dtypes, out_dtypes) -> tuple:
     """What the fast path needs to run one registered op on CPU arrays of one signature:
-    ``(raw, kernel, out_dtypes, dtype0, diff, view, float_out, saves)``: the backend kernel it was made for (one
-    registered later makes the plan stale), the kernel to call (``raw`` itself, or what it
-    wraps when its casts do nothing for these dtypes), the inferred output dtypes, the one
-    output's dtype (None for a multi-output op), which inputs can carry a gradient (None:
-    the op has no vjp), whether the op is a view, whether its one output is floating point
-    (can require grad) and what its tape node saves."""
+    ``(raw, kernel, out_dtypes, dtype0, diff, view, float_out, saves)``: the backend kernel
+    it was made for (one registered later makes the plan stale), the kernel to call
+    (``raw`` itself, or what it wraps when its casts do nothing for these dtypes), the
+    inferred output dtypes, the one output's dtype (None for a multi-output op), which
+    inputs can carry a gradient (None: the op has no vjp), whether the op is a view,
+    whether its one output is floating point (can require grad) and what its tape node
+    saves."""
     kernel = direct_kernel(raw, [dtype_name(d) for d in in_dtypes])
     nondiff = op.nondiff_inputs
     diff = None if op.vjp is None else tuple(
