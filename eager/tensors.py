@@ -1722,7 +1722,26 @@ def _apply2(op, x, y):
                 elif diff is not None and _state.enabled and (
                         (x.requires_grad or y.requires_grad) if len(diff) == 2 else
                         any((x, y)[i].requires_grad for i in diff)):
-                    _tape(op, (x, y), {}, out, res, float_out, saves)
+                    node = _new(EagerNode)      # _tape(op, (x, y), ...), inlined
+                    node.op = op
+                    node.inputs = (x, y)
+                    node.attrs = {}
+                    node.source = user_source() if _config.capture_source else None
+                    node.for_grad = True
+                    node.freed = False
+                    node._out_refs = (_weakref(out),)
+                    node._out_data = (res,)
+                    node.n_outputs = 1
+                    fx, fy = x.grad_fn, y.grad_fn
+                    node.input_keys = (x if fx is None else (fx, x._index),
+                                       y if fy is None else (fy, y._index))
+                    node.next_nodes = (fx, fy)
+                    node.saved_versions = None if not saves else (
+                        (x._version[0], y._version[0]) if saves == 1 else
+                        (x._version[0], y._version[0], out._version[0]))
+                    if float_out:
+                        out.requires_grad = True
+                        out.grad_fn = node
                 return out
     return eager_apply(op, (x, y), {})
 
