@@ -1,8 +1,10 @@
 """Eager autograd: ``backward``, ``grad``, custom ``Function`` and ``gradcheck``.
 
-The walk itself is graphlib's ``backward_pass`` (the same engine and the same vjp rules that
-graph mode uses); this module gathers the recorded nodes, checks them (freed graphs, tensors
-modified in place after being saved), runs hooks, and accumulates into leaves' ``.grad``.
+The walk (``_walk``) is graphlib's ``backward_pass`` specialised for the tape: the same vjp
+rules that graph mode uses, in the same order, with what the tape already knows (which values
+want a gradient, which tensors have hooks) taken as given. This module gathers the recorded
+nodes, checks them (freed graphs, tensors modified in place after being saved), runs hooks,
+and accumulates into leaves' ``.grad``.
 """
 from __future__ import annotations
 
