@@ -1,8 +1,10 @@
 """Eager autograd: ``backward``, ``grad``, custom ``Function`` and ``gradcheck``.
 
-The walk itself is graphlib's ``backward_pass`` (the same engine and the same vjp rules that
-graph mode uses); this module gathers the recorded nodes, checks them (freed graphs, tensors
-modified in place after being saved), runs hooks, and accumulates into leaves' ``.grad``.
+The walk (``_walk``) is graphlib's ``backward_pass`` specialised for the tape: the same vjp
+rules that graph mode uses, in the same order, with what the tape already knows (which values
+want a gradient, which tensors have hooks) taken as given. This module gathers the recorded
+nodes, checks them (freed graphs, tensors modified in place after being saved), runs hooks,
+and accumulates into leaves' ``.grad``.
 """
 from __future__ import annotations
 
@@ -11,7 +13,9 @@ from typing import List, Sequence
 import numpy as np
 
 from ..graphlib import dtypes
-from ..graphlib.autodiff import backward_pass, fit_to, value_key
+from ..graphlib.autodiff import fit_to, value_key
+from ..graphlib.errors import GraphError
+from ..graphlib.ops.creation import zeros_like
 from ..graphlib.registry import OpDef
 from ..graphlib.types import TensorType
 from . import grad_mode
@@ -19,56 +23,58 @@ from . import tensors as tensor_mod
 from .tensors import EagerNode, Parameter, Tensor, eager_apply
 
 
-def _collect(roots: Sequence[Tensor]) -> List[EagerNode]:
-    """Nodes reachable from the roots, in topological order (iterative DFS, no recursion)."""
+def _collect(roots: Sequence[Tensor]):
+    """``(nodes, leaves)``: the nodes reachable from the roots in topological order
+    (iterative DFS, no recursion), each checked as it is placed (freed, or holding a saved
+    tensor modified since: ``_check_node`` raises), and the leaf tensors among their inputs
+    that want a gradient, by key (a leaf input's key is the tensor itself)."""
     order: List[EagerNode] = []
+    leaves = {}
     seen = set()
-    stack = []
     for r in roots:
-        if r.grad_fn is not None and r.grad_fn not in seen:
-            seen.add(r.grad_fn)
-            stack.append((r.grad_fn, 0))
-    while stack:
-        node, i = stack.pop()
-        nexts = node.next_nodes
-        while i < len(nexts):
-            nxt = nexts[i]
-            i += 1
-            if nxt is not None and nxt not in seen:
-                seen.add(nxt)
-                stack.append((node, i))
-                stack.append((nxt, 0))
-                break
-        else:
-            order.append(node)
-    return order
+        root = r.grad_fn
+        if root is None or root in seen:
+            continue
+        seen.add(root)
+        stack = [root]
+        while stack:
+            node = stack[-1]
+            for nxt in node.next_nodes:      # rescanned on return: a node has few inputs
+                if nxt is not None and nxt not in seen:
+                    seen.add(nxt)
+                    stack.append(nxt)
+                    break
+            else:
+                stack.pop()
+                if node.freed:
+                    _check_node(node)
+                saved = node.saved_versions
+                if saved is not None:
+                    i = 0
+                    for t in node.inputs:
+                        if t._version[0] != saved[i]:
+                            _check_node(node)
+                        i += 1
+                    if len(saved) > i:
+                        for ref in node._out_refs:
+                            t = ref()
+                            if t is not None and t._version[0] != saved[i]:
+                                _check_node(node)
+                            i += 1
+                for k in node.input_keys:
+                    if type(k) is not tuple and k.requires_grad and k.grad_fn is None:
+                        leaves[k] = k
+                order.append(node)
+    return order, leaves
 
 
 _NO_SOURCE = ("\n  (to see where the op was created, run with DUOGRAPH_SOURCE=1 or "
               "dg.set_capture_source(True))")
 
 
-def _check(nodes: Sequence[EagerNode]) -> None:
-    for node in nodes:
-        if node.freed:
-            _check_node(node)
-        saved = node.saved_versions
-        if saved is not None:
-            ins = node.inputs
-            for t, v in zip(ins, saved):
-                if t._version[0] != v:
-                    _check_node(node)
-            n_in = len(ins)
-            if len(saved) > n_in:
-                for i, ref in enumerate(node._out_refs):
-                    t = ref()
-                    if t is not None and t._version[0] != saved[n_in + i]:
-                        _check_node(node)
-
-
 def _check_node(node: EagerNode) -> None:
     """Raise the error for a node found freed or holding a saved tensor modified since (the
-    full check, run where ``_check``'s quick one saw something)."""
+    full check, run where ``_collect``'s quick one saw something)."""
     where = f"\n  in: {node.source}" if node.source else _NO_SOURCE
     if node.freed:
         raise RuntimeError(
@@ -133,61 +139,161 @@ def _run(roots, grad_roots, retain_graph, create_graph, wanted=None):
                                "dg.no_grad(), or forget requires_grad=True?)")
     if retain_graph is None:
         retain_graph = create_graph
-    nodes = _collect(roots)
-    _check(nodes)
-    relevant = set()
-    leaves = {}
-    for node in nodes:
-        if node.n_outputs == 1:
-            relevant.add((node, 0))
-        else:
-            relevant.update((node, i) for i in range(node.n_outputs))
-        for x, k in zip(node.inputs, node.input_keys):
-            if x.requires_grad and x.grad_fn is None and not isinstance(k, tuple):
-                relevant.add(k)
-                leaves[k] = x
+    nodes, leaves = _collect(roots)
     seeds = {}
     for r, g in zip(roots, grad_roots):
         k = value_key(r)
         seed = _grad_seed(r, g, create_graph)
         seeds[k] = seed if k not in seeds else seeds[k] + seed
         if r.grad_fn is None:
-            relevant.add(k)
             leaves[k] = r
-
-    def on_grad(node, i, ct):
-        t = node.output_tensor(i)
-        if t is None:
-            return ct
-        if t._hooks:
-            for hook in list(t._hooks):
-                new = hook(ct)
-                if new is not None:
-                    ct = new
-        if t._retains_grad:
-            _accumulate(t, ct, create_graph)
-        if wanted is not None and t in wanted:
-            wanted[t] = ct
-        return ct
-
     with grad_mode.set_grad_enabled(create_graph):
-        cts = backward_pass(nodes, seeds, relevant=relevant, on_grad=on_grad, fit=_fit)
+        cts = _walk(nodes, seeds, leaves, create_graph, wanted)
     if not retain_graph:
-        for node in nodes:
-            node.release()
+        for node in nodes:      # node.release(), inlined
+            node.freed = True
+            node.inputs = ()
+            node._out_data = ()
     return cts, leaves
 
 
-_TENSOR_TYPES = (Tensor, Parameter)
+def _on_grad(t, ct, create_graph, wanted):
+    """An output's complete cotangent meets its tensor: hooks may replace it, retain_grad
+    keeps it, ``grad()`` may want it."""
+    if t._hooks:
+        for hook in list(t._hooks):
+            new = hook(ct)
+            if new is not None:
+                ct = new
+    if t._retains_grad:
+        _accumulate(t, ct, create_graph)
+    if wanted is not None and t in wanted:
+        wanted[t] = ct
+    return ct
 
 
-def _fit(ct, x):
-    """``fit_to`` for eager tensors: nothing to do when the arrays already agree."""
-    if type(ct) in _TENSOR_TYPES and type(x) in _TENSOR_TYPES:
-        a, b = ct.array, x.array
-        if a.shape == b.shape and a.dtype == b.dtype:
-            return ct
-    return fit_to(ct, x)
+def _walk(nodes, seeds, leaves, create_graph, wanted):
+    """graphlib's ``backward_pass`` for the eager tape (the same vjp rules, the same order and
+    results), with what the tape already knows taken as given: every output of a collected
+    node wants a gradient (a non-leaf input's key is such an output), a leaf input wants one
+    when it is in ``leaves``; hooks, ``retain_grad`` and ``grad()``'s wanted tensors are
+    looked up only on tensors that have them. Without ``create_graph`` (and outside
+    ``record()``), cotangents of one shape and dtype are summed on their arrays: nothing of
+    that sum is recorded either way."""
+    cts = dict(seeds)
+    get = cts.get
+    float_np = _FLOAT_NP
+    arrays_sum = not create_graph and not tensor_mod._recorders
+    for node in reversed(nodes):
+        n_out = node.n_outputs
+        if n_out == 1:
+            c = get((node, 0))
+            if c is None:
+                continue
+        else:
+            out_cts = [get((node, i)) for i in range(n_out)]
+            if all(c is None for c in out_cts):
+                continue
+        op = node.op
+        keys = node.input_keys
+        nondiff = op.nondiff_inputs
+        ins = node.inputs
+        n_in = len(ins)
+        if n_in == 1 and not nondiff:
+            k = keys[0]
+            if (type(k) is not tuple and k not in leaves) or (
+                    ins[0].array.dtype not in float_np):
+                continue
+            targets = _FIRST
+            needs = _ALL_NEEDED[1]
+        elif n_in == 2 and not nondiff:
+            k = keys[0]
+            t0 = (type(k) is tuple or k in leaves) and ins[0].array.dtype in float_np
+            k = keys[1]
+            t1 = (type(k) is tuple or k in leaves) and ins[1].array.dtype in float_np
+            if t0:
+                targets, needs = (_BOTH, _ALL_NEEDED[2]) if t1 else (_FIRST, _FIRST_ONLY)
+            elif t1:
+                targets, needs = _SECOND, _SECOND_ONLY
+            else:
+                continue
+        else:
+            targets = []
+            i = 0
+            for x in ins:
+                k = keys[i]
+                if (type(k) is tuple or k in leaves) and x.array.dtype in float_np and (
+                        not nondiff or i not in nondiff):
+                    targets.append(i)
+                i += 1
+            if not targets:
+                continue
+            if len(targets) == n_in:
+                needs = _ALL_NEEDED.get(n_in) or tuple([True] * n_in)
+            else:
+                needs = tuple([i in targets for i in range(n_in)])
+        vjp = op.vjp
+        if vjp is None:
+            where = f"\n  in: {node.source}" if node.source else ""
+            raise GraphError(f"{op.name}: this op has no gradient rule, but a gradient "
+                             f"must flow through it{where}")
+        if n_out == 1:
+            t = node._out_refs[0]()
+            if t is None:
+                outputs = node.outputs
+            else:
+                outputs = (t,)
+                if t._hooks or t._retains_grad or (wanted is not None and t in wanted):
+                    c = _on_grad(t, c, create_graph, wanted)
+            if c is None:
+                c = zeros_like(outputs[0])
+            out_cts = [c]
+        else:
+            outputs = node.outputs
+            for j in range(n_out):
+                c = out_cts[j]
+                if c is not None:
+                    t = node.output_tensor(j)
+                    if t is not None:
+                        out_cts[j] = _on_grad(t, c, create_graph, wanted)
+            out_cts = [c if c is not None else zeros_like(o) for c, o in zip(out_cts, outputs)]
+        in_cts = vjp(out_cts, ins, outputs, node.attrs, needs)
+        for i in targets:
+            ct = in_cts[i]
+            if ct is None:
+                continue
+            x = ins[i]
+            if type(ct) is Tensor:      # ``fit_to``, skipped where the arrays agree
+                a, b = ct.array, x.array
+                if a.shape != b.shape or (a.dtype is not b.dtype and a.dtype != b.dtype):
+                    ct = fit_to(ct, x)
+            else:
+                ct = fit_to(ct, x)
+            k = keys[i]
+            prev = get(k)
+            if prev is None:
+                cts[k] = ct
+            elif arrays_sum and type(prev) is Tensor and type(ct) is Tensor:
+                a, b = prev.array, ct.array
+                if type(a) is _ndarray and type(b) is _ndarray and a.shape == b.shape and (
+                        a.dtype == b.dtype):
+                    r = a + b
+                    cts[k] = tensor_mod._wrap(r if type(r) is _ndarray else np.asarray(r))
+                else:
+                    cts[k] = prev + ct
+            else:
+                cts[k] = prev + ct
+    return cts
+
+
+_FIRST = (0,)
+_SECOND = (1,)
+_BOTH = (0, 1)
+_FIRST_ONLY = (True, False)
+_SECOND_ONLY = (False, True)
+_ALL_NEEDED = {1: (True,), 2: (True, True), 3: (True, True, True)}
+_FLOAT_NP = dtypes.FLOAT_NP
+_ndarray = np.ndarray
 
 
 def _accumulate(t: Tensor, ct: Tensor, create_graph: bool) -> None:
@@ -230,8 +336,9 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph: bool =
         ct = cts.get(k)
         if ct is None or (only is not None and t not in only):
             continue
-        with grad_mode.set_grad_enabled(create_graph):
-            ct = _leaf_hooks(t, ct)
+        if t._hooks:
+            with grad_mode.set_grad_enabled(create_graph):
+                ct = _leaf_hooks(t, ct)
         _accumulate(t, ct, create_graph)
 
 

@@ -1299,21 +1299,28 @@ def _prepare(op, inputs):
 
 _plans: dict = {}        # (op, shape, dtype, ..., [attrs]) -> _plan(): the fast path's cache
 _PLAN_LIMIT = 8192
+_FLOAT_NP = dtypes.FLOAT_NP
 
 
 def _plan(op, raw, in_dtypes, out_dtypes) -> tuple:
     """What the fast path needs to run one registered op on CPU arrays of one signature:
-    ``(raw, kernel, out_dtypes, dtype0, diff)``: the backend kernel it was made for (one
-    registered later makes the plan stale), the kernel to call (``raw`` itself, or what it
-    wraps when its casts do nothing for these dtypes), the inferred output dtypes, the one
-    output's dtype (None for a multi-output op) and which inputs can carry a gradient (None:
-    the op has no vjp)."""
+    ``(raw, kernel, out_dtypes, dtype0, diff, view, float_out, saves)``: the backend kernel
+    it was made for (one registered later makes the plan stale), the kernel to call
+    (``raw`` itself, or what it wraps when its casts do nothing for these dtypes), the
+    inferred output dtypes, the one output's dtype (None for a multi-output op), which
+    inputs can carry a gradient (None: the op has no vjp), whether the op is a view,
+    whether its one output is floating point (can require grad) and what its tape node
+    saves."""
     kernel = direct_kernel(raw, [dtype_name(d) for d in in_dtypes])
     nondiff = op.nondiff_inputs
     diff = None if op.vjp is None else tuple(
         i for i in range(len(in_dtypes)) if i not in nondiff)
     dtype0 = None if op.multi_output else out_dtypes[0]
-    return (raw, kernel, out_dtypes, dtype0, diff)
+    # what a tape node of this call saves (EagerNode.__init__'s rule): 0 nothing, 1 the
+    # inputs' versions, 2 the outputs' too
+    saves = 0 if op.saves_no_data and not op.view else (2 if op.vjp_reads_output else 1)
+    return (raw, kernel, out_dtypes, dtype0, diff, bool(op.view),
+            dtype0 is not None and dtype0 in _FLOAT_NP, saves)
 
 
 def eager_apply(op, inputs, attrs):
@@ -1357,6 +1364,8 @@ def eager_apply(op, inputs, attrs):
         x = inputs[0]
         tx = type(x)
         if tx is Tensor or tx is Parameter:
+            if not attrs:
+                return _apply1(op, x)
             a = x.array
             if type(a) is _ndarray:
                 arrays = (a,)
@@ -1395,7 +1404,7 @@ def eager_apply(op, inputs, attrs):
         plan = _plans.get(key)
     if plan is None:
         return _eager_apply_slow(op, inputs, attrs)
-    raw, kernel, out_dtypes, dtype0, diff = plan
+    raw, kernel, out_dtypes, dtype0, diff, view, float_out, saves = plan
     if raw is not _cpu_kernels[op]:
         return _eager_apply_slow(op, inputs, attrs)
     if dtype0 is None:                   # a multi-output op
@@ -1417,23 +1426,87 @@ def eager_apply(op, inputs, attrs):
     out.grad = None
     out.grad_fn = None
     out._index = 0
-    out._version = tensors[0]._version if op.view else [0]
+    out._version = tensors[0]._version if view else [0]
     out._hooks = None
     out._retains_grad = False
-    grad = False
-    if diff is not None and _grad_enabled():
+    if diff is not None and _state.enabled:
         for i in diff:
             if tensors[i].requires_grad:
-                grad = True
-                break
-    if grad or _recorders:
-        _record(op, inputs, tuple(tensors), attrs, (out,), grad)
+                if _recorders:
+                    break
+                _tape(op, tuple(tensors), attrs, out, res, float_out, saves)
+                return out
+        else:
+            if _recorders:
+                _record(op, inputs, tuple(tensors), attrs, (out,), False)
+            return out
+        _record(op, inputs, tuple(tensors), attrs, (out,), True)
+    elif _recorders:
+        _record(op, inputs, tuple(tensors), attrs, (out,), False)
     return out
+
+
+def _tape(op, tensors, attrs, out, res, float_out, saves):
+    """``_record`` of one single-output call for autograd outside ``record()`` blocks, with
+    ``EagerNode.__init__`` inlined (the same fields, the same values)."""
+    node = _new(EagerNode)
+    node.op = op
+    node.inputs = tensors
+    node.attrs = attrs
+    node.source = user_source() if _config.capture_source else None
+    node.for_grad = True
+    node.freed = False
+    node._out_refs = (_weakref(out),)
+    node._out_data = (res,)
+    node.n_outputs = 1
+    if len(tensors) == 2:
+        x, y = tensors
+        fx, fy = x.grad_fn, y.grad_fn
+        node.input_keys = (x if fx is None else (fx, x._index),
+                           y if fy is None else (fy, y._index))
+        node.next_nodes = (fx, fy)
+        if saves:
+            node.saved_versions = ((x._version[0], y._version[0]) if saves == 1 else
+                                   (x._version[0], y._version[0], out._version[0]))
+        else:
+            node.saved_versions = None
+    elif len(tensors) == 1:
+        x = tensors[0]
+        fx = x.grad_fn
+        node.input_keys = (x if fx is None else (fx, x._index),)
+        node.next_nodes = (fx,)
+        if saves:
+            node.saved_versions = ((x._version[0],) if saves == 1 else
+                                   (x._version[0], out._version[0]))
+        else:
+            node.saved_versions = None
+    else:
+        keys, nexts = [], []
+        for x in tensors:
+            fn = x.grad_fn
+            if fn is not None:
+                keys.append((fn, x._index))
+                nexts.append(fn)
+            else:
+                keys.append(x)
+                nexts.append(None)
+        node.input_keys = tuple(keys)
+        node.next_nodes = tuple(nexts)
+        if saves:
+            saved = [x._version[0] for x in tensors]
+            if saves == 2:
+                saved.append(out._version[0])
+            node.saved_versions = tuple(saved)
+        else:
+            node.saved_versions = None
+    if float_out:
+        out.requires_grad = True
+        out.grad_fn = node
 
 
 def _apply_multi(op, inputs, tensors, arrays, attrs, plan):
     """eager_apply's fast path for a multi-output op (always returns a tuple)."""
-    raw, kernel, out_dtypes, dtype0, diff = plan
+    raw, kernel, out_dtypes, dtype0, diff = plan[:5]
     try:
         res = run_kernel(kernel, np, arrays, attrs, True, out_dtypes)
     except DuographError:
@@ -1569,6 +1642,7 @@ def _eager_apply_slow(op, inputs, attrs):
 
 _ndarray = np.ndarray
 _grad_enabled = grad_mode.is_grad_enabled
+_state = grad_mode._state      # its ``enabled``, read without a call on the hot path
 
 
 def _device_of_inputs(inputs) -> str:
@@ -1603,6 +1677,112 @@ def _capture_into_graph(graph, t: Tensor):
 # decide (no Values, no graph, the Tensor handler, the weak scalar its coercion makes) after
 # three more calls. Anything else takes the shared ``TensorMethods`` operator.
 _EAGER_TYPES = (Tensor, Parameter)
+# (Python type, value, the tensor's numpy dtype) -> the cached CPU scalar tensor that
+# ``tensor <op> value`` reads (the one ``_as_tensor`` made for its weak Scalar), so the
+# operator runs as a tensor-tensor op at once; filled on first use, never for a float zero
+# (its sign is not part of the key) and used only outside record() blocks (which want the
+# Scalar operand itself, to make a constant of it)
+_op_scalars: dict = {}
+
+
+def _apply2(op, x, y):
+    """``eager_apply(op, (x, y), {})`` for two eager tensors, without building the call's
+    tuples: CPU arrays whose signature has a plan run here, anything else goes there."""
+    a = x.array
+    b = y.array
+    if type(a) is _ndarray and type(b) is _ndarray:
+        plan = _plans.get((op, a.shape, a.dtype, b.shape, b.dtype))
+        if plan is not None:
+            raw, kernel, out_dtypes, dtype0, diff, view, float_out, saves = plan
+            if raw is _cpu_kernels[op] and dtype0 is not None:
+                try:
+                    res = kernel(np, a, b)
+                    if type(res) is not _ndarray:
+                        res = np.asarray(res)
+                    rd = res.dtype
+                    if rd is not dtype0 and rd != dtype0:
+                        res = res.astype(dtype0)
+                except DuographError:
+                    raise
+                except Exception as e:
+                    raise _kernel_failure(op, (a, b), e) from e
+                out = _new(Tensor)      # _wrap(res), inlined
+                out.array = res
+                out.requires_grad = False
+                out.grad = None
+                out.grad_fn = None
+                out._index = 0
+                out._version = x._version if view else [0]
+                out._hooks = None
+                out._retains_grad = False
+                if _recorders:
+                    grad = diff is not None and _state.enabled and any(
+                        (x, y)[i].requires_grad for i in diff)
+                    _record(op, (x, y), (x, y), {}, (out,), grad)
+                elif diff is not None and _state.enabled and (
+                        (x.requires_grad or y.requires_grad) if len(diff) == 2 else
+                        any((x, y)[i].requires_grad for i in diff)):
+                    node = _new(EagerNode)      # _tape(op, (x, y), ...), inlined
+                    node.op = op
+                    node.inputs = (x, y)
+                    node.attrs = {}
+                    node.source = user_source() if _config.capture_source else None
+                    node.for_grad = True
+                    node.freed = False
+                    node._out_refs = (_weakref(out),)
+                    node._out_data = (res,)
+                    node.n_outputs = 1
+                    fx, fy = x.grad_fn, y.grad_fn
+                    node.input_keys = (x if fx is None else (fx, x._index),
+                                       y if fy is None else (fy, y._index))
+                    node.next_nodes = (fx, fy)
+                    node.saved_versions = None if not saves else (
+                        (x._version[0], y._version[0]) if saves == 1 else
+                        (x._version[0], y._version[0], out._version[0]))
+                    if float_out:
+                        out.requires_grad = True
+                        out.grad_fn = node
+                return out
+    return eager_apply(op, (x, y), {})
+
+
+def _apply1(op, x):
+    """``eager_apply(op, (x,), {})`` for one eager tensor (``_apply2``'s unary twin)."""
+    a = x.array
+    if type(a) is _ndarray:
+        plan = _plans.get((op, a.shape, a.dtype))
+        if plan is not None:
+            raw, kernel, out_dtypes, dtype0, diff, view, float_out, saves = plan
+            if raw is _cpu_kernels[op] and dtype0 is not None:
+                try:
+                    res = kernel(np, a)
+                    if type(res) is not _ndarray:
+                        res = np.asarray(res)
+                    rd = res.dtype
+                    if rd is not dtype0 and rd != dtype0:
+                        res = res.astype(dtype0)
+                except DuographError:
+                    raise
+                except Exception as e:
+                    raise _kernel_failure(op, (a,), e) from e
+                out = _new(Tensor)      # _wrap(res), inlined
+                out.array = res
+                out.requires_grad = False
+                out.grad = None
+                out.grad_fn = None
+                out._index = 0
+                out._version = x._version if view else [0]
+                out._hooks = None
+                out._retains_grad = False
+                if _recorders:
+                    grad = bool(diff) and x.requires_grad and _state.enabled
+                    _record(op, (x,), (x,), {}, (out,), grad)
+                elif diff and x.requires_grad and _state.enabled:
+                    _tape(op, (x,), {}, out, res, float_out, saves)
+                return out
+            if raw is _cpu_kernels[op]:      # a multi-output op
+                return _apply_multi(op, (x,), (x,), (a,), {}, plan)
+    return _eager_apply_slow(op, (x,), {})
 
 
 def _fast_binary(op, name: str, reflected: bool):
@@ -1612,10 +1792,22 @@ def _fast_binary(op, name: str, reflected: bool):
         if not _graph_local.graphs:
             to = type(other)
             if to is Tensor or to is Parameter:
-                return eager_apply(op, (other, self) if reflected else (self, other), {})
+                return _apply2(op, other, self) if reflected else _apply2(op, self, other)
             if to is float or to is int or to is bool:
-                s = weak_scalar(dtype_name(self.array.dtype), other)
-                return eager_apply(op, (s, self) if reflected else (self, s), {})
+                a = self.array
+                if not _recorders and (other or to is not float):
+                    t = _op_scalars.get((to, other, a.dtype))
+                    if t is not None and type(a) is _ndarray:
+                        return _apply2(op, t, self) if reflected else _apply2(op, self, t)
+                s = weak_scalar(dtype_name(a.dtype), other)
+                out = eager_apply(op, (s, self) if reflected else (self, s), {})
+                if type(a) is _ndarray and (other or to is not float):
+                    t = _scalar_cache.get((to, other, s.dtype, "cpu"))
+                    if t is not None:
+                        if len(_op_scalars) > 4096:
+                            _op_scalars.clear()
+                        _op_scalars[(to, other, a.dtype)] = t
+                return out
         return general(self, other)
     operator.__name__ = operator.__qualname__ = name
     operator.__doc__ = general.__doc__
@@ -1627,7 +1819,7 @@ def _fast_unary(op, name: str):
 
     def operator(self):
         if not _graph_local.graphs:
-            return eager_apply(op, (self,), {})
+            return _apply1(op, self)
         return general(self)
     operator.__name__ = operator.__qualname__ = name
     operator.__doc__ = general.__doc__

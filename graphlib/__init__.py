@@ -28,6 +28,7 @@ from .source import SourceLocation, set_capture_source, user_source
 from .types import TensorType, broadcast_shapes
 
 methods.F = functional
+methods._bind()
 
 __all__ = [
     "Graph", "Node", "Value", "Region", "TensorType", "OpDef", "REGISTRY", "register", "get_op",

@@ -158,6 +158,10 @@ def apply(op, inputs, attrs):
     schema = op.attrs
     if schema is not None and (attrs or schema.required):
         attrs = schema.validate(op.name, attrs)
+    if len(inputs) == 1 and not _local.graphs:      # one eager operand, no graph: case 3
+        handler = _handlers.get(type(inputs[0]))
+        if handler is not None:
+            return handler(op, inputs, attrs)
     graph: Optional[Graph] = None
     handler = None
     numbers = False

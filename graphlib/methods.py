@@ -8,6 +8,30 @@ from __future__ import annotations
 F = None  # the functional module; bound by graphlib/__init__ once every op is registered
 
 
+def _unary(name: str, x):
+    """``F.<name>(x)``, for the methods whose function is exactly ``<name>_op(x)`` (no
+    attributes, nothing checked before dispatch): an operand whose type has a dispatch
+    handler (an eager tensor), outside any graph, goes to that handler at once, which is
+    what ``dispatch.apply`` decides four calls later; anything else takes the function."""
+    handler = _handlers.get(type(x))
+    if handler is not None and not _local.graphs:
+        return handler(_REGISTRY[name], (x,), {})
+    return getattr(F, name)(x)
+
+
+def _bind() -> None:
+    """Called by graphlib/__init__ with ``F`` bound (dispatch and ir import this module)."""
+    global _handlers, _local, _REGISTRY
+    from .dispatch import _handlers
+    from .ir import _local
+    from .registry import REGISTRY as _REGISTRY
+
+
+_handlers: dict = {}
+_local = None
+_REGISTRY: dict = {}
+
+
 def _is_dtype(x) -> bool:
     """Whether ``x`` names a dtype (``view(dg.int32)``), not a size."""
     if isinstance(x, (int, tuple, list)) or hasattr(x, "__index__"):
@@ -112,7 +136,7 @@ class TensorMethods:
         return self
 
     def __abs__(self):
-        return F.abs(self)
+        return _unary("abs", self)
 
     # comparisons and logic (elementwise, returning bool tensors) ------------------------------
     def __eq__(self, other):
@@ -437,43 +461,43 @@ class TensorMethods:
     # elementwise -----------------------------------------------------------------------------
     def exp(self):
         """``exp() -> Tensor``: the elementwise exponential. See ``dg.exp``."""
-        return F.exp(self)
+        return _unary("exp", self)
 
     def log(self):
         """``log() -> Tensor``: the elementwise natural logarithm. See ``dg.log``."""
-        return F.log(self)
+        return _unary("log", self)
 
     def sqrt(self):
         """``sqrt() -> Tensor``: the elementwise square root. See ``dg.sqrt``."""
-        return F.sqrt(self)
+        return _unary("sqrt", self)
 
     def rsqrt(self):
         """``rsqrt() -> Tensor``: ``1 / sqrt(self)``, elementwise. See ``dg.rsqrt``."""
-        return F.rsqrt(self)
+        return _unary("rsqrt", self)
 
     def square(self):
         """``square() -> Tensor``: ``self * self``, elementwise. See ``dg.square``."""
-        return F.square(self)
+        return _unary("square", self)
 
     def reciprocal(self):
         """``reciprocal() -> Tensor``: ``1 / self``, elementwise. See ``dg.reciprocal``."""
-        return F.reciprocal(self)
+        return _unary("reciprocal", self)
 
     def sin(self):
         """``sin() -> Tensor``: the elementwise sine. See ``dg.sin``."""
-        return F.sin(self)
+        return _unary("sin", self)
 
     def cos(self):
         """``cos() -> Tensor``: the elementwise cosine. See ``dg.cos``."""
-        return F.cos(self)
+        return _unary("cos", self)
 
     def tanh(self):
         """``tanh() -> Tensor``: the elementwise hyperbolic tangent. See ``dg.tanh``."""
-        return F.tanh(self)
+        return _unary("tanh", self)
 
     def sigmoid(self):
         """``sigmoid() -> Tensor``: ``1 / (1 + exp(-self))``, elementwise. See ``dg.sigmoid``."""
-        return F.sigmoid(self)
+        return _unary("sigmoid", self)
 
     def logsigmoid(self):
         """``logsigmoid() -> Tensor``: ``log(sigmoid(self))``, computed stably
@@ -483,11 +507,11 @@ class TensorMethods:
 
     def relu(self):
         """``relu() -> Tensor``: ``max(self, 0)``, elementwise. See ``dg.relu``."""
-        return F.relu(self)
+        return _unary("relu", self)
 
     def abs(self):
         """``abs() -> Tensor``: the elementwise absolute value. See ``dg.abs``."""
-        return F.abs(self)
+        return _unary("abs", self)
 
     def neg(self):
         """``neg() -> Tensor``: ``-self``, elementwise. See ``dg.neg``."""

@@ -83,10 +83,31 @@ def test_before_after_runs_both_checkouts_alternately():
     lines = proc.stdout.splitlines()
     assert lines[1].split() == ["figure", "old", "new", "new/old"]
     rows = {ln.split()[0]: ln.split()[1:] for ln in lines[2:]}
-    assert set(rows) == {"duograph_fwd", "duograph_fwd_bwd"}
+    assert set(rows) == {"duograph_fwd", "duograph_fwd_ctx", "duograph_fwd_grad",
+                         "duograph_fwd_bwd"}
     for old, new, ratio in rows.values():
         assert float(old) > 0 and float(new) > 0
         assert abs(float(ratio) - float(new) / float(old)) < 1e-3 * float(ratio) + 1e-3
+
+
+@pytest.mark.parametrize("timer", ["wall", "cpu"])
+def test_eager_overhead_measures_both_frameworks_alike(tmp_path, timer):
+    """Every mode is timed for duograph and PyTorch (the same closures), printed as a row
+    with the dg/torch ratio; the JSON names the clock."""
+    out = tmp_path / "eager.json"
+    proc = run_benchmark("eager_overhead.py", "--ops", "4", "--repeat", "1", "--number", "2",
+                         "--timer", timer, "--json", str(out))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    r = json.loads(out.read_text())
+    assert r["timer"] == timer
+    modes = ("fwd", "fwd_ctx", "fwd_grad", "fwd_bwd")
+    for mode in modes:
+        assert r[f"duograph_{mode}"] > 0 and r[f"torch_{mode}"] > 0
+    rows = {ln.split()[0]: ln.split()[1:] for ln in proc.stdout.splitlines()[2:6]}
+    assert set(rows) == set(modes)
+    for dg_us, torch_us, _numpy, ratio, _ in rows.values():
+        want = float(dg_us) / float(torch_us)       # (from figures rounded to 0.01 us)
+        assert abs(float(ratio) - want) < 0.05 * want + 0.02
 
 
 def test_executable_overhead_benchmark_runs(tmp_path):

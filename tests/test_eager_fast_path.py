@@ -124,3 +124,151 @@ def test_grad_mode_is_per_thread():
     finally:
         done.set()
         th.join()
+
+
+# -- named methods, the scalar shortcut and the tape's backward walk (issue 11, second pass) --
+_UNARY_METHODS = ("abs", "exp", "log", "sqrt", "rsqrt", "square", "reciprocal", "sin", "cos",
+                  "tanh", "sigmoid", "relu")
+
+
+@pytest.mark.parametrize("name", _UNARY_METHODS)
+def test_unary_methods_match_torch_values_and_gradients(name):
+    """The shared methods that dispatch straight to the eager handler give PyTorch's values
+    and gradients, cold and warm."""
+    xs = np.array([0.5, 1.5, 2.0], np.float32)
+    for _ in range(2):
+        x, tx = dg.tensor(xs, requires_grad=True), torch.tensor(xs, requires_grad=True)
+        y, ty = getattr(x, name)(), getattr(tx, name)()
+        np.testing.assert_allclose(y.detach().numpy(), ty.detach().numpy(), rtol=1e-6)
+        (y * y).sum().backward()
+        (ty * ty).sum().backward()
+        np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-5)
+
+
+def test_unary_methods_build_nodes_for_values_and_inside_graphs():
+    """Outside eager execution the methods still take the dispatch chain: a Value builds a
+    node, and an eager tensor inside ``with graph:`` is captured."""
+    t = _t([0.25, 0.5])
+    t.tanh()                                    # warm the eager path
+    g = dg.Graph("methods")
+    with g:
+        p = dg.placeholder("p", (2,))
+        y = p.tanh().exp() + t.sigmoid()
+        assert isinstance(y, dg.Value)
+        g.outputs = [y]
+    (out,) = g.compile()(p=np.array([1.0, 2.0], np.float32))
+    want = np.exp(np.tanh([1.0, 2.0])) + 1.0 / (1.0 + np.exp(-t.numpy()))
+    np.testing.assert_allclose(out, want, rtol=1e-6)
+
+
+def test_unary_method_dtype_errors_still_name_op_and_line():
+    """A refused dtype through the direct method path raises the op's error with the user's
+    source line, as the general path does."""
+    b = dg.tensor(np.array([True, False]))
+    with pytest.raises(Exception, match=r"(?s)relu.*test_eager_fast_path\.py"):
+        b.relu()
+
+
+def test_operator_scalar_shortcut_keeps_dtypes_and_zero_signs():
+    """``tensor <op> number`` served from the per-dtype scalar table (after warm-up) gives
+    what the general path gives: weak dtypes per tensor dtype, float zeros by sign."""
+    f32, i64 = _t([1.0, -2.0]), dg.tensor(np.array([3, 4], np.int64))
+    for _ in range(3):
+        assert (i64 * 2).dtype == "int64" and (i64 * 2.0).dtype == "float32"
+        assert (i64 + True).dtype == "int64" and (f32 + 1).dtype == "float32"
+        np.testing.assert_array_equal((2.5 - i64).numpy(), [-0.5, -1.5])
+        np.testing.assert_array_equal((f32 * 3).numpy(), [3.0, -6.0])
+    with np.errstate(divide="ignore"):
+        _signed_zero_checks(f32)
+
+
+def test_operator_scalar_shortcut_records_constants_inside_record():
+    """Inside record() a Python number stays a constant of the graph (not a state input),
+    even once the scalar table holds that number."""
+    x = _t([1.0, 2.0])
+    for _ in range(3):
+        _ = x * 3.5 + 1.25
+    with dg.record(names={"x": x}) as rec:
+        y = x * 3.5 + 1.25
+    g = rec.graph
+    assert [v.name for v in g.inputs] == ["x"] and list(g.state) == []
+    (got,) = g.compile(outputs=[rec.value(y)])(**rec.feeds())
+    np.testing.assert_allclose(got, [4.75, 8.25])
+
+
+def test_backward_records_nothing_without_create_graph():
+    """Backward without create_graph leaves gradients with no history; with it, the
+    gradient is differentiable again (second derivative checked against torch)."""
+    xs = np.array([0.3, -0.7], np.float32)
+    x = dg.tensor(xs, requires_grad=True)
+    (x.tanh() * x).sum().backward()
+    assert x.grad.grad_fn is None and not x.grad.requires_grad
+    x.grad = None
+    tx = torch.tensor(xs, requires_grad=True)
+    (g,) = dg.autograd.grad((x.tanh() * x).sum(), x, create_graph=True)
+    (tg,) = torch.autograd.grad((tx.tanh() * tx).sum(), tx, create_graph=True)
+    assert g.grad_fn is not None
+    g.sum().backward()
+    tg.sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-5)
+
+
+def test_backward_walk_hooks_retain_grad_and_repeated_leaves_match_torch():
+    """Hooks on an intermediate and on a leaf, retain_grad, a leaf reached along several
+    paths (its cotangents summed on arrays) and a 0-d leaf used twice: all as PyTorch."""
+    xs = np.array([0.5, -1.0, 2.0], np.float32)
+    results = []
+    for lib in (dg, torch):
+        x = lib.tensor(xs, requires_grad=True)
+        s = lib.tensor(np.float32(1.5), requires_grad=True)
+        a = x * s
+        a.retain_grad()
+        a.register_hook(lambda g: g * 2.0)
+        x.register_hook(lambda g: g + 1.0)
+        y = (a * x + a.tanh() * s + x).sum() * s
+        y.backward()
+        results.append((x.grad.numpy(), s.grad.numpy(), a.grad.numpy()))
+    for got, want in zip(*results):
+        np.testing.assert_allclose(got, want, rtol=1e-5)
+    assert isinstance(results[0][1], np.ndarray) and results[0][1].shape == ()
+
+
+def test_backward_walk_multi_output_and_grad_of_intermediates():
+    """A multi-output op (one output unused) and ``autograd.grad`` asked for an
+    intermediate and a leaf, against torch."""
+    xs = np.arange(6, dtype=np.float32).reshape(2, 3) / 5.0
+    x, tx = dg.tensor(xs, requires_grad=True), torch.tensor(xs, requires_grad=True)
+    outs = []
+    for lib, v in ((dg, x), (torch, tx)):
+        mid = v * 2.0
+        values, _ = lib.max(mid, dim=1)
+        loss = (values * values).sum() + mid.sum()
+        outs.append(lib.autograd.grad(loss, [mid, v]))
+    for got, want in zip(*outs):
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-6)
+
+
+def test_requires_grad_toggled_after_recording_is_read_at_backward():
+    """Which leaves get a gradient is decided when backward runs, as in torch: a leaf
+    switched off after its op was recorded gets none."""
+    x, w = _t([1.0, 2.0], requires_grad=True), _t([3.0, 4.0], requires_grad=True)
+    y = (x * w).sum()
+    w.requires_grad_(False)
+    y.backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [3.0, 4.0])
+    assert w.grad is None
+
+
+def test_fast_operators_on_parameters():
+    """Parameters take the operator fast path with the same results and the same tape."""
+    p = dg.nn.Parameter(dg.tensor([1.0, 2.0]))
+    base = _t([0.5, 0.25], requires_grad=True)
+    for _ in range(2):
+        y = (p * base - base / p).tanh()
+        y.sum().backward()
+    tp = torch.tensor([1.0, 2.0], requires_grad=True)
+    tb = torch.tensor([0.5, 0.25], requires_grad=True)
+    for _ in range(2):
+        (tp * tb - tb / tp).tanh().sum().backward()
+    np.testing.assert_allclose(p.grad.numpy(), tp.grad.numpy(), rtol=1e-5)
+    np.testing.assert_allclose(base.grad.numpy(), tb.grad.numpy(), rtol=1e-5)

@@ -77,10 +77,14 @@ def _sum_dtype(dt, attrs):
     return dt if dtypes.is_float(dt) else "int64"
 
 
+_NP_NAMES = {np.dtype(n): n for n in dtypes.DTYPE_NAMES}   # dtype.name takes microseconds
+
+
 def _sum_kernel(xp, x, dim, keepdim, dtype=None):
-    out_dtype = dtype or (x.dtype.name if dtypes.is_float_array(x) else "int64")
+    out_dtype = dtype or (_NP_NAMES.get(x.dtype) or x.dtype.name
+                          if dtypes.is_float_array(x) else "int64")
     acc = "float32" if out_dtype in ("float16", "bfloat16") else out_dtype
-    out = xp.sum(x, axis=_axis(dim, x.ndim), keepdims=keepdim, dtype=acc)
+    out = x.sum(axis=_axis(dim, x.ndim), keepdims=keepdim, dtype=acc)
     return out if acc == out_dtype else out.astype(out_dtype)
 
 

@@ -53,7 +53,7 @@ def _reshape_infer(types, attrs):
 
 
 reshape_op = register(OpDef(
-    "reshape", _reshape_infer, lambda xp, x, shape: xp.reshape(x, shape),
+    "reshape", _reshape_infer, lambda xp, x, shape: x.reshape(shape),
     lambda cts, ins, outs, a, needs: [reshape(cts[0], ins[0].shape)],
     view=True, saves_no_data=True,
     attrs=Attrs(shape=Attr("shape"))))
