@@ -859,36 +859,126 @@ def _while_infer(types, attrs):
     if out != carry:
         raise ShapeError(f"while_loop: the body returns {out}, expected the carry types "
                          f"{carry}")
+    if attrs.get("save"):
+        bound = attrs.get("max_iterations")
+        if bound is None:
+            raise ShapeError("while_loop: save=True needs max_iterations (the saved carries "
+                             "are max_iterations rows)")
+        return carry + [TensorType((), "int64")] + [
+            TensorType((bound,) + tuple(t.shape), t.dtype) for t in carry]
     return carry
 
 
+def _while_run(xp, test, step, as_array, carry, bound, save):
+    """The loop of one while_loop: ``test(carry) -> array``, ``step(carry) -> carry`` on
+    handles (arrays, or eager tensors ``as_array`` unwraps). Returns the final carry's
+    arrays and, with ``save``, the trip count and the carries entering each trip (``bound``
+    rows; those after the last trip are zeros)."""
+    trips, rows = 0, []
+    while bound is None or trips < bound:
+        if not bool(as_array(test(carry))):
+            break
+        if save:
+            rows.append([as_array(c) for c in carry])
+        carry = step(carry)
+        trips += 1
+    final = [as_array(c) for c in carry]
+    if not save:
+        return final, []
+    kept = []
+    for i, f in enumerate(final):
+        buf = xp.zeros((bound,) + tuple(f.shape), dtype=f.dtype)
+        for t, r in enumerate(rows):
+            buf[t] = r[i]
+        kept.append(buf)
+    return final, [xp.asarray(trips, dtype=np.int64)] + kept
+
+
 def _while_kernel(xp, *arrays, cond: Region, body: Region, n_carry: int,
-                  max_iterations=None):
+                  max_iterations=None, save: bool = False):
     from .fused import run_ops
     carry, caps = list(arrays[:n_carry]), list(arrays[n_carry:])
-    trips = 0
-    while max_iterations is None or trips < max_iterations:
-        if not bool(run_ops(cond.graph, xp, carry + caps)[0]):
-            break
-        carry = list(run_ops(body.graph, xp, carry + caps))
-        trips += 1
-    return _detach_outputs(xp, carry, arrays)
+    compute = _take_compute()
+    if compute is not None:         # an eager call: the Python functions run each trip
+        final, kept = compute(xp, carry, max_iterations, save)
+    else:
+        final, kept = _while_run(xp, lambda c: run_ops(cond.graph, xp, c + caps)[0],
+                                 lambda c: list(run_ops(body.graph, xp, c + caps)),
+                                 lambda a: a, carry, max_iterations, save)
+    return _detach_outputs(xp, final, arrays) + tuple(kept)
+
+
+_UNBOUNDED = ("while_loop: reverse-mode differentiation needs a bound on the trip count: pass "
+              "max_iterations=N to dg.while_loop (the loop then stops after at most N steps; "
+              "the forward saves its trip count and carries and the gradient runs that many "
+              "reverse steps), or write the loop with dg.scan or dg.fori_loop with Python-int "
+              "bounds")
 
 
 def _while_vjp(cts, ins, outs, attrs, needs):
     bound = attrs.get("max_iterations")
     if bound is None:
-        raise GraphError(located(
-            "while_loop: reverse-mode differentiation needs a bound on the trip count: pass "
-            "max_iterations=N to dg.while_loop (the loop then stops after at most N steps and "
-            "its gradient is a reverse scan over N steps), or write the loop with dg.scan or "
-            "dg.fori_loop with Python-int bounds"))
+        raise GraphError(located(_UNBOUNDED))
     n = attrs["n_carry"]
+    cond_r, body_r = attrs["cond"], attrs["body"]
+    every = _saving_outputs(outs, attrs, n)
+    if every is None:
+        return _while_vjp_replayed(cts, ins, attrs, needs)
+    from .creation import zeros_like
+    from .shape import index_select, reshape
+    carry, caps = list(ins[:n]), list(ins[n:])
+    trips, saved = every[n], every[n + 1:]
+    fc = [i for i in range(n) if dtypes.is_float(carry[i].dtype)]
+    want_c = [k for k in range(len(caps)) if needs[n + k]]
+    if not (want_c or any(needs[i] for i in fc)):
+        return [None] * len(ins)
+    gsaved = _live_cts(cts, [n + 1 + i for i in fc]) if attrs.get("save") else None
+    if gsaved is not None:
+        gsaved = [g if g is not None else zeros_like(saved[i]) for g, i in zip(gsaved, fc)]
+    step_needs = [i in fc for i in range(n)] + [k in want_c for k in range(len(caps))]
+    nf, nw = len(fc), len(want_c)
+
+    def row(a, j):
+        return reshape(index_select(a, 0, reshape(j, (1,))), tuple(a.shape[1:]))
+
+    # the reverse loop: trip j = trips-1 ... 0 reads the carry that entered it (saved[j]),
+    # turns the cotangent of its result into that of its input and sums the captured
+    # values' cotangents; a while_loop bounded like the forward, so it is differentiable
+    def back_cond(state):
+        return state[0] >= 0
+
+    def back_body(state):
+        j, gc, acc = state[0], list(state[1:1 + nf]), list(state[1 + nf:])
+        c_t = [row(s, j) for s in saved]
+        full = [None] * n
+        for i, g in zip(fc, gc):
+            full[i] = g
+        got = _region_vjp(body_r, c_t + caps, full, step_needs)
+        new_gc = [got[i] if got[i] is not None else zeros_like(c_t[i]) for i in fc]
+        if gsaved is not None:
+            new_gc = [g + row(s, j) for g, s in zip(new_gc, gsaved)]
+        new_acc = [a if got[n + k] is None else a + got[n + k] for a, k in zip(acc, want_c)]
+        return (j - 1, *new_gc, *new_acc)
+    init = (trips - 1, *[cts[i] for i in fc], *[zeros_like(caps[k]) for k in want_c])
+    res = while_loop(back_cond, back_body, init, max_iterations=bound)
+    gc0, acc = res[1:1 + nf], res[1 + nf:1 + nf + nw]
+    out = [None] * len(ins)
+    for i, g in zip(fc, gc0):
+        if needs[i]:
+            out[i] = g
+    for k, g in zip(want_c, acc):
+        out[n + k] = g
+    return out
+
+
+def _while_vjp_replayed(cts, ins, attrs, needs):
+    """The gradient of a bounded while_loop whose forward saved nothing (an eager node
+    recorded without autograd): the loop again as a scan of max_iterations steps, where the
+    steps after the loop ended pass the carry through a cond untouched."""
+    bound, n = attrs["max_iterations"], attrs["n_carry"]
     cond_r, body_r = attrs["cond"], attrs["body"]
 
     def bounded(*vals):
-        # the same loop as a scan of ``bound`` steps; a step after the loop ended (the
-        # predicate went false once) passes the carry through a cond untouched
         from .creation import zeros
         from .elementwise import cast, logical_and, logical_not
         carry, caps = list(vals[:n]), list(vals[n:])
@@ -902,7 +992,7 @@ def _while_vjp(cts, ins, outs, attrs, needs):
             return (logical_not(go), list(new)), None
         (_, final), _ = scan(step, (zeros((), dtype="bool"), carry), None, length=bound)
         return list(final)
-    return composite_vjp(bounded, cts, ins, needs)
+    return composite_vjp(bounded, list(cts[:n]), ins, needs)
 
 
 while_op = register(OpDef("while_loop", _while_infer, _while_kernel, _while_vjp,
@@ -911,7 +1001,8 @@ while_op = register(OpDef("while_loop", _while_infer, _while_kernel, _while_vjp,
                           doc="apply the body region while the cond region is true",
                           attrs=Attrs(cond=Attr("region"), body=Attr("region"),
                                       n_carry=Attr(int, min=0),
-                                      max_iterations=Attr(int, default=None, min=0))))
+                                      max_iterations=Attr(int, default=None, min=0),
+                                      save=Attr(bool, default=False))))
 
 
 def while_loop(cond_fn: Callable, body_fn: Callable, init, max_iterations=None):
@@ -953,10 +1044,30 @@ def while_loop(cond_fn: Callable, body_fn: Callable, init, max_iterations=None):
                 f"while_loop: carry leaf {k} returned by {_fn_name(body_fn)} is {a!r}, but "
                 f"init's is {b!r}; a carry keeps its shape and dtype"))
     outer = _join([cb, bb], len(leaves))
-    extra = {} if max_iterations is None else {"max_iterations": int(max_iterations)}
-    res = while_op(*leaves, *outer, cond=Region(cb.graph), body=Region(bb.graph),
-                   n_carry=len(leaves), **extra)
-    return tree_unflatten(c_def, res)
+    attrs = {"cond": Region(cb.graph), "body": Region(bb.graph), "n_carry": len(leaves)}
+    if max_iterations is not None:
+        attrs["max_iterations"] = int(max_iterations)
+    compute = None
+    if _eager_call([*leaves, *outer]):
+        # eagerly: cond_fn and body_fn run each trip on eager tensors; a bounded loop that
+        # autograd will record saves its trip count and carries for the gradient
+        if max_iterations is not None and _eager.grad_needed([*leaves, *outer]):
+            attrs["save"] = True
+
+        def compute(xp, carry, bound, save):
+            def test(c):
+                p = _eager_leaves("while_loop", cond_fn, cond_fn(tree_unflatten(c_def, c)),
+                                  cb.out_def, cb.out_types, "the predicate")[0]
+                return p
+
+            def step(c):
+                return _eager_leaves("while_loop", body_fn, body_fn(tree_unflatten(c_def, c)),
+                                     c_def, types, "the carry")
+            with _eager.paused():
+                return _while_run(xp, test, step, _eager.array,
+                                  [_eager.tensor(a) for a in carry], bound, save)
+    res = _apply_with(while_op, (*leaves, *outer), attrs, compute)
+    return tree_unflatten(c_def, res[:len(leaves)])
 
 
 def fori_loop(lower, upper, body_fun: Callable, init_val):
