@@ -757,12 +757,16 @@ def scan(fn: Callable, init, xs=None, length=None, reverse: bool = False,
     ``xs``; returns ``(final carry, stacked ys)``. ``init``, ``xs`` and the ys may be
     tensors or tuples/lists/dicts of them; ``xs=None`` needs ``length``. ``reverse=True``
     runs from the end (ys stay in xs order). ``fn`` is traced once into the node's body;
-    the carry it returns must have the structure, shapes and dtypes of ``init``. The
-    gradient is a reverse scan over the carries saved by a forward scan (each step's
-    internals are recomputed from its carry); ``checkpoint=True`` saves only the carries at
-    the starts of about sqrt(length) segments and recomputes each segment's carries during
-    the backward pass (memory O(sqrt(length)) carries instead of O(length), one more
-    forward; forward scans of length >= 4 only, the others save every carry)."""
+    the carry it returns must have the structure, shapes and dtypes of ``init``. Eagerly
+    ``fn`` itself runs at each step on eager tensors (so ``print`` in it prints every step)
+    and the call is one node on the tape and in ``dg.record``. The gradient is a reverse
+    scan over the carries the forward saved (the node's ``save`` attribute: eagerly when
+    autograd records the call, in a graph when a gradient is taken through it; each step's
+    internals are recomputed from its carry, the forward loop does not run again);
+    ``checkpoint=True`` saves only the carries at the starts of about sqrt(length) segments
+    and recomputes each segment's carries during the backward pass (memory O(sqrt(length))
+    carries instead of O(length), one more forward; forward scans of length >= 4 only, the
+    others save every carry)."""
     if not callable(fn):
         raise TypeError(located(f"scan: fn must be callable, found {type(fn).__name__}"))
     c_leaves, c_def = tree_flatten(init)
@@ -1010,9 +1014,12 @@ def while_loop(cond_fn: Callable, body_fn: Callable, init, max_iterations=None):
     ``init`` is a tensor or a tuple/list/dict of them; ``body_fn`` returns the same
     structure, shapes and dtypes; ``cond_fn`` returns a scalar. With ``max_iterations=N``
     the loop stops after at most N trips (as TensorFlow's ``maximum_iterations``) and is
-    reverse-differentiable (its gradient is a reverse scan over N steps, where the steps
-    after the loop ended pass the carry through); without it a gradient raises a clear
-    error (as JAX)."""
+    reverse-differentiable: the forward saves its trip count T and the carry entering each
+    trip (N rows, so memory grows with N, not T), and the gradient is a reverse loop of T
+    steps (itself a bounded while_loop, so differentiable again); without it a gradient
+    raises a clear error (as JAX). Eagerly ``cond_fn`` and ``body_fn`` themselves run on
+    eager tensors each trip (Python side effects happen per trip), and the call is one node
+    on the tape and in ``dg.record``."""
     for fn, role in ((cond_fn, "cond_fn"), (body_fn, "body_fn")):
         if not callable(fn):
             raise TypeError(located(f"while_loop: {role} must be callable, found "
