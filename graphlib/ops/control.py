@@ -741,6 +741,7 @@ def _scan_vjp(cts, ins, outs, attrs, needs):
 
 
 scan_op = register(OpDef("scan", _scan_infer, _scan_kernel, _scan_vjp, multi_output=True,
+                         vjp_reads_output=True,      # the saved carries
                          loop_invariant_from=lambda node: (node.attrs["n_carry"]
                                                            + node.attrs["n_xs"]),
                          doc="loop a region over the leading dim of xs, threading a carry",
@@ -1000,7 +1001,7 @@ def _while_vjp_replayed(cts, ins, attrs, needs):
 
 
 while_op = register(OpDef("while_loop", _while_infer, _while_kernel, _while_vjp,
-                          multi_output=True,
+                          multi_output=True, vjp_reads_output=True,     # saved trips, carries
                           loop_invariant_from=lambda node: node.attrs["n_carry"],
                           doc="apply the body region while the cond region is true",
                           attrs=Attrs(cond=Attr("region"), body=Attr("region"),
