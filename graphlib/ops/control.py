@@ -221,7 +221,11 @@ def _trace(fn, types: Sequence[TensorType], make_args: Callable, what: str) -> _
     try:
         with g:
             phs = [g.add_input(f"i{k}", t) for k, t in enumerate(types)]
-            res = fn(*make_args(phs))
+            try:
+                res = fn(*make_args(phs))
+            except (TypeError, ValueError, IndexError, RuntimeError,
+                    NotImplementedError) as e:
+                raise _in_body(e, what, fn) from e
             leaves, out_def = tree_flatten(res)
             vals = []
             for x in leaves:
@@ -235,6 +239,19 @@ def _trace(fn, types: Sequence[TensorType], make_args: Callable, what: str) -> _
         g.captures = None
     g.outputs = vals
     return _Body(g, caps, vals, out_def, fn)
+
+
+def _in_body(e: Exception, what: str, fn) -> Exception:
+    """``e`` (raised by ``fn`` while it was traced) with a message that says so: ``scan: in
+    step (traced on placeholders): <the message>``; the same type, or ``e`` itself with a
+    note when its type takes more than a message."""
+    msg = f"{what}: in {_fn_name(fn)} (traced on placeholders): {e}"
+    try:
+        new = type(e)(msg)
+    except Exception:       # noqa: BLE001 - a constructor that wants other arguments
+        e.add_note(msg)
+        return e
+    return new
 
 
 def _join(bodies: Sequence[_Body], n_fixed: int) -> list:
@@ -1088,6 +1105,21 @@ def fori_loop(lower, upper, body_fun: Callable, init_val):
                                 f"{type(body_fun).__name__}"))
     static = all(isinstance(b, (int, np.integer)) and not isinstance(b, bool)
                  for b in (lower, upper))
+    try:
+        return _fori_loop(lower, upper, body_fun, init_val, static)
+    except (TypeError, ValueError, IndexError, RuntimeError, NotImplementedError) as e:
+        msg = str(e)
+        for inner in ("scan: ", "while_loop: "):    # what fori_loop is written with
+            if msg.startswith(inner):
+                try:
+                    new = type(e)("fori_loop: " + msg[len(inner):])
+                except Exception:       # noqa: BLE001 - a constructor wanting more
+                    raise e from None
+                raise new from e
+        raise
+
+
+def _fori_loop(lower, upper, body_fun, init_val, static):
     if static:
         lower, upper = int(lower), int(upper)
         idx = np.arange(lower, max(lower, upper), dtype=np.int64)
@@ -1097,6 +1129,14 @@ def fori_loop(lower, upper, body_fun: Callable, init_val):
         step.__qualname__ = _fn_name(body_fun)
         final, _ = scan(step, init_val, idx, length=len(idx))
         return final
+    for b, role in ((lower, "lower"), (upper, "upper")):
+        if isinstance(b, (int, np.integer)) and not isinstance(b, bool):
+            continue
+        t = _type_of(b, "fori_loop") if hasattr(b, "shape") and hasattr(b, "dtype") else None
+        if t is None or t.shape != () or t.dtype not in dtypes.INT_DTYPES:
+            raise TypeError(located(
+                f"fori_loop: {role} must be an int or a scalar integer tensor, found "
+                f"{type(b).__name__ if t is None else repr(t)}"))
     from .elementwise import cast
     lo, hi = (cast(b, "int64") if not isinstance(b, (int, np.integer)) else
               np.asarray(b, dtype=np.int64) for b in (lower, upper))
