@@ -332,12 +332,14 @@ def set_eager_support(support) -> None:
 
 
 def _eager_call(objs) -> bool:
-    """Whether this call runs eagerly (no graph is being built or traced, no Value among the
-    operands, and the eager engine is loaded)."""
+    """Whether this call runs eagerly: no graph is being built or traced, no Value among the
+    operands and at least one eager tensor (operands that are all numpy arrays, as an
+    importer folding constants passes, run the regions)."""
     from ..ir import current_graph
     if _eager is None or current_graph() is not None:
         return False
-    return not any(isinstance(x, Value) for x in objs)
+    return not any(isinstance(x, Value) for x in objs) and any(
+        hasattr(x, "requires_grad") for x in objs)
 
 
 def _apply_with(op, operands, attrs, compute):
@@ -942,7 +944,7 @@ def _while_vjp(cts, ins, outs, attrs, needs):
     if bound is None:
         raise GraphError(located(_UNBOUNDED))
     n = attrs["n_carry"]
-    cond_r, body_r = attrs["cond"], attrs["body"]
+    body_r = attrs["body"]
     every = _saving_outputs(outs, attrs, n)
     if every is None:
         return _while_vjp_replayed(cts, ins, attrs, needs)
