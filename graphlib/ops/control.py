@@ -342,10 +342,23 @@ def _eager_call(objs) -> bool:
         hasattr(x, "requires_grad") for x in objs)
 
 
+class _internal:
+    """The loops a gradient rule builds (a reverse scan, a reverse while loop) run their
+    traced regions eagerly too: their functions are ours, with no side effects to show, and
+    a region runs without re-tracing the composite vjps inside it at every step."""
+
+    def __enter__(self):
+        _pending.internal = getattr(_pending, "internal", 0) + 1
+
+    def __exit__(self, *exc):
+        _pending.internal -= 1
+
+
 def _apply_with(op, operands, attrs, compute):
     """``op(*operands, **attrs)``; with ``compute`` (an eager call) the kernel returns
-    ``compute(xp, arrays)`` instead of running the regions."""
-    if compute is None:
+    ``compute(xp, arrays)`` instead of running the regions (not for the loops a gradient
+    rule builds: ``_internal``)."""
+    if compute is None or getattr(_pending, "internal", 0):
         return op(*operands, **attrs)
     _pending.compute = compute
     try:
@@ -428,8 +441,9 @@ def _cond_vjp(cts, ins, outs, attrs, needs):
             got = _region_vjp(region, xs, full, step_needs)
             return tuple(got[i] if got[i] is not None else zeros_like(xs[i]) for i in want)
         return vjp_branch
-    res = cond(pred, branch_vjp(attrs["true_branch"]), branch_vjp(attrs["false_branch"]),
-               *ops, *[cts[j] for j in live])
+    with _internal():
+        res = cond(pred, branch_vjp(attrs["true_branch"]), branch_vjp(attrs["false_branch"]),
+                   *ops, *[cts[j] for j in live])
     out = [None] * len(ins)
     for i, g in zip(want, res):
         out[i + 1] = g
@@ -604,7 +618,8 @@ def _scan_grads(region, nc, nx, length, rev, carry0, xs, caps, gc_fin, gys, idx,
         def save_step(c, x):
             out = replay(region, list(c) + list(x) + caps)
             return list(out[:nc]), list(c)
-        _, saved = scan(save_step, list(carry0), list(xs), length=length, reverse=rev)
+        with _internal():
+            _, saved = scan(save_step, list(carry0), list(xs), length=length, reverse=rev)
 
     # 2. the reverse scan: cotangents of the carry flow back, those of the captured values
     # are summed in the carry, those of xs are stacked
@@ -629,9 +644,10 @@ def _scan_grads(region, nc, nx, length, rev, carry0, xs, caps, gc_fin, gys, idx,
         gx = [got[nc + k] if got[nc + k] is not None else zeros_like(x_t[k]) for k in want_x]
         return (new_gc, new_acc), gx
     acc0 = [zeros_like(caps[k]) for k in want_c]
-    (gc0, acc), gxs = scan(back_step, (list(gc_fin), acc0),
-                           (list(saved), list(xs), list(gys), list(gsaved or [])),
-                           length=length, reverse=not rev)
+    with _internal():
+        (gc0, acc), gxs = scan(back_step, (list(gc_fin), acc0),
+                               (list(saved), list(xs), list(gys), list(gsaved or [])),
+                               length=length, reverse=not rev)
     return list(gc0), list(gxs), list(acc)
 
 
@@ -658,7 +674,8 @@ def _scan_grads_checkpointed(region, nc, nx, length, carry0, xs, caps, gc_fin, g
                 return list(replay(region, list(cc) + list(xx) + caps)[:nc]), None
             fin, _ = scan(one, list(c), list(xseg), length=k)
             return list(fin), list(c)
-        c_mid, starts = scan(seg_forward, list(carry0), main_xs, length=m)
+        with _internal():
+            c_mid, starts = scan(seg_forward, list(carry0), main_xs, length=m)
     else:
         starts, c_mid = [s[:m] for s in saved], [s[m] for s in saved]
     gc, gx_rem, acc = list(gc_fin), None, None
@@ -680,10 +697,11 @@ def _scan_grads_checkpointed(region, nc, nx, length, carry0, xs, caps, gc_fin, g
         if gs_s:
             g0 = [p + q for p, q in zip(g0, gs_s)]
         return (g0, [p + q for p, q in zip(a, da)]), gx
-    (gc0, acc), gx_main = scan(seg_back, (gc, acc),
-                               (starts, main_xs, [segments(g) for g in gys],
-                                [s[:m] for s in (gsaved or [])]),
-                               length=m, reverse=True)
+    with _internal():
+        (gc0, acc), gx_main = scan(seg_back, (gc, acc),
+                                   (starts, main_xs, [segments(g) for g in gys],
+                                    [s[:m] for s in (gsaved or [])]),
+                                   length=m, reverse=True)
     gxs = []
     for j, g in enumerate(gx_main):
         g = reshape(g, (mk,) + tuple(g.shape[2:]))
@@ -984,7 +1002,8 @@ def _while_vjp(cts, ins, outs, attrs, needs):
         new_acc = [a if got[n + k] is None else a + got[n + k] for a, k in zip(acc, want_c)]
         return (j - 1, *new_gc, *new_acc)
     init = (trips - 1, *[cts[i] for i in fc], *[zeros_like(caps[k]) for k in want_c])
-    res = while_loop(back_cond, back_body, init, max_iterations=bound)
+    with _internal():
+        res = while_loop(back_cond, back_body, init, max_iterations=bound)
     gc0, acc = res[1:1 + nf], res[1 + nf:1 + nf + nw]
     out = [None] * len(ins)
     for i, g in zip(fc, gc0):
@@ -1014,7 +1033,8 @@ def _while_vjp_replayed(cts, ins, attrs, needs):
             new = cond(go, lambda *cc: tuple(replay(body_r, list(cc) + caps)),
                        lambda *cc: tuple(cc), *c)
             return (logical_not(go), list(new)), None
-        (_, final), _ = scan(step, (zeros((), dtype="bool"), carry), None, length=bound)
+        with _internal():
+            (_, final), _ = scan(step, (zeros((), dtype="bool"), carry), None, length=bound)
         return list(final)
     return composite_vjp(bounded, list(cts[:n]), ins, needs)
 
