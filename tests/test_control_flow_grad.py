@@ -423,3 +423,42 @@ def test_control_flow_samples_under_compile_equal_eager_and_numpy(op, sample):
             np.testing.assert_allclose(tensors[i].grad.numpy(), finite_difference(f, data, i),
                                        rtol=1e-5, atol=1e-7)
     assert len(fast.specializations) == 1, fast.specializations
+
+
+def test_a_node_that_saved_nothing_still_gets_its_gradient_by_recomputing():
+    """A vjp called on eager tensors of a node built without ``save`` (no tape node can be
+    upgraded afterwards) recomputes what it needs: the same cotangents as the saving node."""
+    g = dg.Graph("both")
+    with g:
+        wv = dg.placeholder("w", (3, 3), "float64")
+        xv = dg.placeholder("x", (3,), "float64")
+        xs = dg.placeholder("xs", (4, 3), "float64")
+        _while(wv, xv, 6, 3)
+        dg.scan(_rnn(wv), xv, xs)
+    xs0 = RNG.standard_normal((4, 3))
+    feeds = {"w": W, "x": X, "xs": xs0}
+    for node in [n for n in g.nodes if n.op in (while_op, scan_op)]:
+        plain = dict(node.attrs)
+        saving = dict(plain, save=True)
+        sub = dg.Graph("one")
+        with sub:
+            ins = [dg.placeholder(f"in{k}", v.shape, v.dtype)
+                   for k, v in enumerate(node.inputs)]
+            outs = node.op(*ins, **saving)
+        names = [v.name for v in ins]
+        got_ins = g.compile(outputs=list(node.inputs))(**feeds)
+        got_outs = sub.compile(outputs=list(outs))(**dict(zip(names, got_ins)))
+        n_plain = len(node.outputs)
+        rng = np.random.default_rng(3)
+        cts = [rng.standard_normal(o.shape) if o.dtype.kind == "f" else np.zeros_like(o)
+               for o in got_outs]
+        needs = [a.dtype.kind == "f" for a in got_ins]
+        t = lambda arrays: [dg.tensor(a) for a in arrays]       # noqa: E731
+        zero_saved = cts[:n_plain] + [np.zeros_like(c) for c in cts[n_plain:]]
+        with_saved = node.op.vjp(t(zero_saved), t(got_ins), t(got_outs), saving, needs)
+        recomputed = node.op.vjp(t(cts[:n_plain]), t(got_ins), t(got_outs[:n_plain]), plain,
+                                 needs)
+        for a, b in zip(with_saved, recomputed):
+            assert (a is None) == (b is None)
+            if a is not None:
+                np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-12, atol=1e-14)
