@@ -460,3 +460,66 @@ def test_eager_loops_run_compiled_bodies():
     for x in xv:
         want = want * 0.5 + x
     np.testing.assert_allclose(c.numpy(), want, **TOL)
+
+
+@pytest.mark.parametrize("level", ["O0", "O2"])
+def test_trip_counts_of_every_parity_land_the_carry_in_the_output(level):
+    # the carry buffers alternate: 0, 1, 2 and 3 trips (and scans of 1, 2, 3 steps) must
+    # each leave the final carry, not the spare one, in what the node returns
+    g = dg.Graph("trips")
+    with g:
+        a = dg.placeholder("a", (3,), "float64")
+        b = dg.placeholder("b", (3,), "float64")
+        n = dg.placeholder("n", (), "int64")
+        xs = dg.placeholder("xs", (3, 3), "float64")
+        wa, wb, _ = dg.while_loop(lambda s: s[2] < n, lambda s: (s[1], s[0] * 2.0 + 1.0,
+                                                                 s[2] + 1),
+                                  (a, b, dg.zeros((), dtype="int64")))
+        outs = [wa, wb]
+        for length in (1, 2, 3):
+            (sa, sb), _ = dg.scan(lambda c, x: ((c[1], c[0] * 2.0 + x), c[0]), (a, b),
+                                  xs[:length])
+            outs += [sa, sb]
+        g.outputs = outs
+    exe = g.compile(passes=level)
+    av, bv, xv = np.arange(3.0), np.arange(3.0) + 10, RNG.standard_normal((3, 3))
+    for trips in range(4):
+        got = exe(a=av, b=bv, n=np.array(trips), xs=xv)
+        p, q = av, bv
+        for _ in range(trips):
+            p, q = q, p * 2.0 + 1.0
+        np.testing.assert_array_equal(got[0], p)
+        np.testing.assert_array_equal(got[1], q)
+        for k, length in enumerate((1, 2, 3)):
+            p, q = av, bv
+            for t in range(length):
+                p, q = q, p * 2.0 + xv[t]
+            np.testing.assert_array_equal(got[2 + 2 * k], p)
+            np.testing.assert_array_equal(got[3 + 2 * k], q)
+
+
+@pytest.mark.parametrize("level", ["O0", "O2"])
+def test_symbolic_batch_and_a_strided_xs_plan_one_body_per_signature(level):
+    g = dg.Graph("sym")
+    with g:
+        x = dg.placeholder("x", (3, "N", 5), "float64")
+        h0 = dg.placeholder("h", ("N", 3), "float64")
+        xs = dg.permute(x, (2, 1, 0))             # (5, N, 3): each row a strided view
+
+        def step(c, xt):
+            flat = dg.reshape(c, (-1,)) * 0.5
+            return dg.tanh(c @ W + xt) + dg.reshape(flat, c.shape), dg.sum(c, dim=1)
+        g.outputs = list(dg.scan(step, h0, xs))
+    exe = g.compile(passes=level)
+    for n in (2, 4, 2):
+        xv, hv = RNG.standard_normal((3, n, 5)), RNG.standard_normal((n, 3))
+        got = exe(x=xv, h=hv)
+        c, ys = hv, []
+        for t in range(5):
+            ys.append(c.sum(1))
+            c = np.tanh(c @ W + xv.transpose(2, 1, 0)[t]) + c * 0.5
+        np.testing.assert_allclose(got[0], c, **TOL)
+        np.testing.assert_allclose(got[1], np.stack(ys), **TOL)
+    bodies = [b for comp in exe.regions._compiled.values() for b in comp.bodies.values()]
+    assert len(bodies) == 2               # N = 2 and N = 4
+    assert all(isinstance(b, _PlannedBody) == (level == "O2") for b in bodies)
