@@ -12,6 +12,11 @@ asks for it) asks the planner, per concrete shape signature, for a memory plan a
 a ``Program`` (``planned.py``) whose intermediates all live in one preallocated arena,
 written by the ops' ``out=`` kernels. Programs are cached per signature (the most recent
 ``MAX_PROGRAMS``); ``exe.memory_plan`` is the plan of the last run.
+
+Ops with regions (loops, branches) run their ``region_kernel`` over ``exe.regions``, a
+``RegionRunner`` (``regions.py``) that compiles each body once into an executable of the
+same kind (interpreted, or planned with the same planner: one arena per body, reused by
+every iteration); ``exe.regions.arena_bytes()`` is what those arenas hold.
 """
 from __future__ import annotations
 

@@ -20,6 +20,9 @@ step (``reshape``, ``permute``...) keeps whatever its kernel returns (a view or 
 New state values the plan writes in place get the state's own buffer as their output. In
 steady state nothing is allocated per op, except by kernels without an ``out=`` form.
 
+A compiled loop body (``regions.py``) runs its program with ``run_steps`` after binding its
+results to the buffers the loop hands it (the next carry, a row of the stacked ys).
+
 Results a step writes are written into a fresh array per run and returned as they are;
 results that view the arena, a state or a feed, or are constants, are copied out before they
 are returned, so the next run can reuse the bytes.

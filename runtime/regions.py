@@ -37,6 +37,10 @@ from ..graphlib.ir import Region
 from ..graphlib.ops.control import OpByOpBody, give_results
 from ..graphlib.types import eval_dim
 
+# Prepared bodies kept per region (one per input signature), oldest dropped first: as the
+# executables' MAX_PROGRAMS.
+MAX_BODIES = 8
+
 
 class RegionRunner:
     """``bodies(region, arrays)`` for the region kernels: each region compiled once (an
@@ -61,6 +65,8 @@ class RegionRunner:
         key = tuple([(a.shape, a.dtype) for a in arrays])
         body = comp.bodies.get(key)
         if body is None:
+            if len(comp.bodies) >= MAX_BODIES:          # the oldest signature goes
+                del comp.bodies[next(iter(comp.bodies))]
             body = comp.bodies[key] = comp.prepare(region, arrays)
         return body
 
