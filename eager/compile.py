@@ -94,7 +94,9 @@ def _unflatten(spec, leaves_iter):
     if kind is dict:
         return {k: _unflatten(v, leaves_iter) for k, v in body}
     items = [_unflatten(s, leaves_iter) for s in body]
-    return kind(items) if kind is list else tuple(items)
+    if kind is list:
+        return items
+    return kind(*items) if hasattr(kind, "_fields") else tuple(items)   # namedtuples kept
 
 
 class _Tracer(DecisionTracer):

@@ -5,7 +5,7 @@ from typing import Iterable, Union
 
 import numpy as np
 
-from ..eager.tensors import Tensor
+from ...eager.tensors import Tensor
 
 
 def clip_grad_norm_(parameters: Union[Tensor, Iterable[Tensor]], max_norm: float,
@@ -46,7 +46,7 @@ def _as_list(parameters) -> list:
 def clip_grad_value_(parameters: Union[Tensor, Iterable[Tensor]], clip_value: float,
                      foreach=None) -> None:
     """Clamp every gradient in place to [-clip_value, clip_value] (``torch.nn.utils``)."""
-    from ..eager import grad_mode
+    from ...eager import grad_mode
     clip_value = float(clip_value)
     with grad_mode.no_grad():
         for p in _as_list(parameters):
@@ -57,7 +57,7 @@ def clip_grad_value_(parameters: Union[Tensor, Iterable[Tensor]], clip_value: fl
 def parameters_to_vector(parameters: Iterable[Tensor]) -> Tensor:
     """The parameters flattened and concatenated into one 1-D tensor (differentiable, as
     ``torch.nn.utils.parameters_to_vector``)."""
-    from ..graphlib import functional as F
+    from ...graphlib import functional as F
     params = _as_list(parameters)
     if not params:
         raise ValueError("parameters_to_vector: expected at least one parameter")
@@ -68,7 +68,7 @@ def parameters_to_vector(parameters: Iterable[Tensor]) -> Tensor:
 def vector_to_parameters(vec: Tensor, parameters: Iterable[Tensor]) -> None:
     """Copy consecutive slices of the 1-D ``vec`` into the parameters (in place, outside
     autograd, as ``torch.nn.utils.vector_to_parameters``)."""
-    from ..eager import grad_mode
+    from ...eager import grad_mode
     if not isinstance(vec, Tensor):
         raise TypeError(f"expected torch.Tensor, but got: {type(vec).__name__}")
     params = _as_list(parameters)
@@ -90,3 +90,4 @@ def _same_device(params, who: str) -> None:
     if len(devices) > 1:
         raise TypeError(f"{who}: found two parameters on different devices "
                         f"({', '.join(sorted(devices))})")
+from . import rnn  # noqa: E402,F401  (nn.utils.rnn: packed sequences)
