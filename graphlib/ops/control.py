@@ -119,11 +119,11 @@ def _reference(region_kernel: Callable) -> Callable:
     """The plain kernel of a region op: its region kernel over op-by-op bodies."""
     def kernel(xp, *arrays, **attrs):
         return region_kernel(xp, op_by_op_bodies(xp), *arrays, **attrs)
-    kernel.__name__ = region_kernel.__name__.replace("_run", "_kernel")
+    kernel.__name__ = region_kernel.__name__.replace("_region_kernel", "_kernel")
     return kernel
 
 
-def _call_run(xp, bodies, *arrays, out=None, body: Region):
+def _call_region_kernel(xp, bodies, *arrays, out=None, body: Region):
     return bodies(body, arrays)(list(arrays), out)
 
 
@@ -131,8 +131,8 @@ def _vjp(cts, ins, outs, attrs, needs):
     return composite_vjp(lambda *xs: replay(attrs["body"], xs), cts, ins, needs)
 
 
-call_op = register(OpDef("call", _infer, _reference(_call_run), _vjp, multi_output=True,
-                         region_kernel=_call_run,
+call_op = register(OpDef("call", _infer, _reference(_call_region_kernel), _vjp,
+                         multi_output=True, region_kernel=_call_region_kernel,
                          doc="apply a sub-graph (a region) to the operands",
                          attrs=Attrs(body=Attr("region"))))
 
@@ -380,8 +380,8 @@ def _cond_infer(types, attrs):
     return t
 
 
-def _cond_run(xp, bodies, pred, *arrays, out=None, true_branch: Region,
-              false_branch: Region):
+def _cond_region_kernel(xp, bodies, pred, *arrays, out=None, true_branch: Region,
+                        false_branch: Region):
     taken = true_branch if bool(pred) else false_branch
     return bodies(taken, arrays)(list(arrays), out)
 
@@ -424,8 +424,8 @@ def _cond_static_region(node, consts):
     return region, list(node.inputs[1:])
 
 
-cond_op = register(OpDef("cond", _cond_infer, _reference(_cond_run), _cond_vjp,
-                         multi_output=True, region_kernel=_cond_run,
+cond_op = register(OpDef("cond", _cond_infer, _reference(_cond_region_kernel), _cond_vjp,
+                         multi_output=True, region_kernel=_cond_region_kernel,
                          nondiff_inputs=(0,), static_region=_cond_static_region,
                          doc="run one of two regions on the operands, chosen by a scalar "
                              "predicate",
@@ -492,8 +492,9 @@ def _scan_infer(types, attrs):
     return carry + [TensorType((length,) + tuple(t.shape), t.dtype) for t in out[nc:]]
 
 
-def _scan_run(xp, bodies, *arrays, out=None, body: Region, length: int, n_carry: int,
-              n_xs: int, reverse: bool = False, checkpoint: bool = False):
+def _scan_region_kernel(xp, bodies, *arrays, out=None, body: Region, length: int,
+                        n_carry: int, n_xs: int, reverse: bool = False,
+                        checkpoint: bool = False):
     # the body is prepared once; each step reads the carry one buffer holds and writes the
     # next into the other (double buffering: a result never overwrites an input the same
     # step still reads), and its ys straight into their rows of the stacked outputs. The
@@ -637,8 +638,8 @@ def _scan_vjp(cts, ins, outs, attrs, needs):
     return res
 
 
-scan_op = register(OpDef("scan", _scan_infer, _reference(_scan_run), _scan_vjp,
-                         multi_output=True, region_kernel=_scan_run,
+scan_op = register(OpDef("scan", _scan_infer, _reference(_scan_region_kernel), _scan_vjp,
+                         multi_output=True, region_kernel=_scan_region_kernel,
                          loop_invariant_from=lambda node: (node.attrs["n_carry"]
                                                            + node.attrs["n_xs"]),
                          doc="loop a region over the leading dim of xs, threading a carry",
@@ -733,8 +734,8 @@ def _while_infer(types, attrs):
     return carry
 
 
-def _while_run(xp, bodies, *arrays, out=None, cond: Region, body: Region, n_carry: int,
-               max_iterations=None):
+def _while_region_kernel(xp, bodies, *arrays, out=None, cond: Region, body: Region,
+                         n_carry: int, max_iterations=None):
     # both regions prepared once; the carry alternates between ``out`` and a spare set of
     # buffers (a step never writes a buffer it reads), copied into ``out`` at the end when
     # the last trip wrote the spare one (or there was none)
@@ -791,8 +792,8 @@ def _while_vjp(cts, ins, outs, attrs, needs):
     return composite_vjp(bounded, cts, ins, needs)
 
 
-while_op = register(OpDef("while_loop", _while_infer, _reference(_while_run), _while_vjp,
-                          multi_output=True, region_kernel=_while_run,
+while_op = register(OpDef("while_loop", _while_infer, _reference(_while_region_kernel),
+                          _while_vjp, multi_output=True, region_kernel=_while_region_kernel,
                           loop_invariant_from=lambda node: node.attrs["n_carry"],
                           doc="apply the body region while the cond region is true",
                           attrs=Attrs(cond=Attr("region"), body=Attr("region"),
