@@ -1645,6 +1645,42 @@ del _name, _op, _reflected
 register_handler(Tensor, eager_apply, _capture_into_graph)
 register_handler(Parameter, eager_apply, _capture_into_graph)
 set_default_handler(eager_apply)
+
+
+class _ControlFlowSupport:
+    """What graphlib's control-flow ops need to run a body's Python function eagerly
+    (``graphlib.ops.control.set_eager_support``)."""
+
+    @staticmethod
+    def grad_needed(objs) -> bool:
+        return _grad_enabled() and any(getattr(x, "requires_grad", False) for x in objs)
+
+    class paused:
+        """No tape and no record() blocks: the control-flow node stands for these ops."""
+
+        def __enter__(self):
+            self._grad = grad_mode.is_grad_enabled()
+            self._recs = list(_recorders)
+            grad_mode._set(False)
+            _recorders.clear()
+
+        def __exit__(self, *exc):
+            _recorders[:] = self._recs
+            grad_mode._set(self._grad)
+
+    tensor = staticmethod(_wrap)
+
+    @staticmethod
+    def array(x):
+        return x.array if isinstance(x, Tensor) else x
+
+
+def _register_control_flow():
+    from ..graphlib.ops.control import set_eager_support
+    set_eager_support(_ControlFlowSupport)
+
+
+_register_control_flow()
 _ = ConstArray  # re-exported type used by record()
 
 # axis=/keepdims= for the methods Tensor defines itself (TensorMethods has its own)

@@ -207,26 +207,44 @@ class Region:
 
     def infer(self, types: Sequence[TensorType], op: str = "region") -> List[TensorType]:
         """The result types for inputs of ``types``, inferred through the body (so
-        ``verify`` checks a region-holding node like any other)."""
+        ``verify`` checks a region-holding node like any other).
+
+        Each operand must have the dtype and shape of its region input: dims equal, except
+        that a plain symbolic dim of the body (``N``) stands for whatever the operand has
+        there, the same wherever that symbol appears (a body traced on symbolic shapes is
+        applied to values of one size). The results the body infers must have the dtypes
+        and (up to those symbols) the shapes it was built with. Errors name the op, the
+        body (the traced function's name) and what was expected and found; the node being
+        built adds the user's line."""
         from .errors import DTypeError, ShapeError
         g = self.graph
         if len(types) != len(g.inputs):
-            raise ShapeError(f"{op}: the region takes {len(g.inputs)} inputs, found "
-                             f"{len(types)}")
+            raise ShapeError(f"{op}: the region {g.name!r} takes {len(g.inputs)} inputs, "
+                             f"found {len(types)}")
         env: Dict[Value, TensorType] = {}
+        bound: Dict[str, object] = {}
         for k, (v, t) in enumerate(zip(g.inputs, types)):
             if t.dtype != v.dtype:
-                raise DTypeError(f"{op}: region input {k} ({v.name}) expects dtype {v.dtype}, "
-                                 f"found {t.dtype}")
-            if len(t.shape) != len(v.shape):
-                raise ShapeError(f"{op}: region input {k} ({v.name}) expects {v.ndim} dims, "
-                                 f"found {len(t.shape)}")
+                raise DTypeError(f"{op}: region {g.name!r} input {k} ({v.name}) expects dtype "
+                                 f"{v.dtype}, found {t.dtype}")
+            if not _dims_fit(v.shape, t.shape, bound):
+                raise ShapeError(f"{op}: region {g.name!r} input {k} ({v.name}) expects shape "
+                                 f"{format_shape(v.shape)}, found {format_shape(t.shape)}")
             env[v] = t
         for node in g.nodes:
             out = node.op.infer([env[x] for x in node.inputs], node.attrs)
             for o, t in zip(node.outputs, out):
                 env[o] = t
-        return [env[o] for o in g.outputs]
+        res = [env[o] for o in g.outputs]
+        for k, (o, t) in enumerate(zip(g.outputs, res)):
+            if t.dtype != o.dtype:
+                raise DTypeError(f"{op}: region {g.name!r} result {k} was built as dtype "
+                                 f"{o.dtype}, but these operands give {t.dtype}")
+            if not _dims_fit(o.shape, t.shape, bound):
+                raise ShapeError(f"{op}: region {g.name!r} result {k} was built with shape "
+                                 f"{format_shape(o.shape)}, but these operands give "
+                                 f"{format_shape(t.shape)}")
+        return res
 
     def text(self, indent: str = "") -> str:
         """The body as printed after its node: a nested block (``Region`` subclasses may
@@ -236,6 +254,21 @@ class Region:
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__}: {len(self.graph.nodes)} nodes>"
+
+
+def _dims_fit(want, got, bound: dict) -> bool:
+    """Whether shape ``got`` fits ``want`` (a region's): same rank, equal dims, except a plain
+    symbol of ``want`` matches any dim, the same one wherever it appears (``bound`` holds
+    what each symbol matched so far)."""
+    if len(want) != len(got):
+        return False
+    for w, d in zip(want, got):
+        if getattr(w, "is_symbol", False):
+            if bound.setdefault(str(w), d) != d:
+                return False
+        elif w != d:
+            return False
+    return True
 
 
 def structure_key(graph: "Graph") -> tuple:

@@ -2656,5 +2656,139 @@ def _reduce_scan_sort() -> List[OpInfo]:
 
 OPS += _reduce_scan_sort()
 
+
+# -- control flow: ops that take functions ------------------------------------------------------
+# The bodies are module-level functions (passed as is, like any non-array argument); the arrays
+# are the operands, so each op runs through the generic checks (graph mode vs numpy, eager vs
+# graph, dg.compile, gradients against finite differences, serialisation, export).
+def _cf_true(a, b):
+    return dg.sin(a) * b
+
+
+def _cf_false(a, b):
+    return a * a - b
+
+
+def _cf_cond_ref(pred, true_fn, false_fn, a, b):
+    return np.sin(a) * b if bool(pred) else a * a - b
+
+
+def _cf_pair_true(a, b):
+    return a + b, dg.exp(a * 0.5), b * 2.0
+
+
+def _cf_pair_false(a, b):
+    return a - b, dg.cos(b), a * b
+
+
+def _cf_pair_ref(pred, true_fn, false_fn, a, b):
+    if bool(pred):
+        return a + b, np.exp(a * 0.5), b * 2.0
+    return a - b, np.cos(b), a * b
+
+
+def _cf_rnn_step(h, x):
+    h = dg.tanh(h * 0.5 + x)
+    return h, h * 2.0
+
+
+def _cf_scan_ref(fn, init, xs, length=None, reverse=False, checkpoint=False):
+    h, ys = init, [None] * len(xs)
+    for t in (range(len(xs) - 1, -1, -1) if reverse else range(len(xs))):
+        h = np.tanh(h * 0.5 + xs[t])
+        ys[t] = h * 2.0
+    return h, np.stack(ys).astype(init.dtype)
+
+
+def _cf_count_cond(state):
+    return state[0] < 3
+
+
+def _cf_count_body(state):
+    i, v = state
+    return i + 1, v * dg.cos(v) + 0.25
+
+
+def _cf_count_ref(cond_fn, body_fn, init, max_iterations=None):
+    i, v = init
+    trips = 0
+    while i < 3 and (max_iterations is None or trips < max_iterations):
+        i, v, trips = i + 1, v * np.cos(v) + 0.25, trips + 1
+    return np.asarray(i), v
+
+
+def _cf_norm_cond(v):
+    return dg.sum(v * v) < 6.0
+
+
+def _cf_norm_body(v):
+    return v * 1.5 + 0.1
+
+
+def _cf_norm_ref(cond_fn, body_fn, init, max_iterations=None):
+    v, trips = init, 0
+    while np.sum(v * v) < 6.0 and (max_iterations is None or trips < max_iterations):
+        v, trips = v * 1.5 + 0.1, trips + 1
+    return v
+
+
+def _cf_fori_body(i, v):
+    return v * dg.cos(v) + i
+
+
+def _cf_fori_ref(lower, upper, body_fun, init_val):
+    v = init_val
+    for i in range(lower, upper):
+        v = v * np.cos(v) + i
+    return v.astype(init_val.dtype)
+
+
+def _control_flow() -> List[OpInfo]:
+    a, b = rand(3), rand(3)
+    # a data-dependent trip count kept away from its switching points: |v|^2 after each
+    # trip is far from the bound 6 (checked by the finite differences themselves)
+    norm0 = np.array([0.3, -0.4, 0.2])
+    return [
+        OpInfo("cond", dg.cond, [
+            Sample("true", (np.array(True), _cf_true, _cf_false, a, b)),
+            Sample("false", (np.array(False), _cf_true, _cf_false, a, b)),
+            Sample("tuple", (np.array(True), _cf_pair_true, _cf_pair_false, a, b)),
+            Sample("tuple_false", (np.array(False), _cf_pair_true, _cf_pair_false, a, b)),
+            Sample("f32", (np.array(True), _cf_true, _cf_false, rand(2, 3, dtype=F32),
+                           rand(2, 3, dtype=F32)))],
+            lambda pred, t, f, a, b: (_cf_pair_ref if t is _cf_pair_true else _cf_cond_ref)(
+                pred, t, f, a, b), differentiable=True, grad_args=(1, 2), errors=[
+                ErrorCase("vector_pred", (np.array([True, False]), _cf_true, _cf_false, a, b),
+                          {}, dg.ShapeError, "predicate must be a scalar")]),
+        OpInfo("scan", dg.scan, [
+            Sample("forward", (_cf_rnn_step, rand(3), rand(5, 3))),
+            Sample("reverse", (_cf_rnn_step, rand(3), rand(4, 3)), {"reverse": True}),
+            Sample("checkpoint", (_cf_rnn_step, rand(3), rand(9, 3)), {"checkpoint": True}),
+            Sample("f32", (_cf_rnn_step, rand(2, dtype=F32), rand(4, 2, dtype=F32)))],
+            _cf_scan_ref, differentiable=True, errors=[
+                ErrorCase("length", (_cf_rnn_step, rand(3), rand(5, 3)), {"length": 4},
+                          dg.ShapeError, "length=4")]),
+        OpInfo("while_loop", dg.while_loop, [
+            Sample("counter", (_cf_count_cond, _cf_count_body, (np.array(0), rand(3))),
+                   {"max_iterations": 5}),
+            Sample("hits_bound", (_cf_count_cond, _cf_count_body, (np.array(0), rand(3))),
+                   {"max_iterations": 2}),
+            Sample("data_dependent", (_cf_norm_cond, _cf_norm_body, norm0),
+                   {"max_iterations": 10})],
+            lambda c, b, init, max_iterations=None: (
+                _cf_count_ref if c is _cf_count_cond else _cf_norm_ref)(
+                c, b, init, max_iterations), differentiable=True, errors=[
+                ErrorCase("not_scalar", (lambda v: v > 0, _cf_norm_body, rand(3)), {},
+                          dg.GraphError, "must return one scalar")]),
+        OpInfo("fori_loop", dg.fori_loop, [
+            Sample("static", (0, 3, _cf_fori_body, rand(3))),
+            Sample("empty", (2, 2, _cf_fori_body, rand(2, 2))),
+            Sample("f32", (1, 4, _cf_fori_body, rand(3, dtype=F32)))],
+            _cf_fori_ref, differentiable=True),
+    ]
+
+
+OPS += _control_flow()
+
 BY_NAME: Dict[str, OpInfo] = {op.name: op for op in OPS}
 assert len(BY_NAME) == len(OPS), "duplicate OpInfo names"

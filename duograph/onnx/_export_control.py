@@ -81,17 +81,35 @@ def _static(shape) -> bool:
     return all(isinstance(d, (int, np.integer)) for d in shape)
 
 
+def _unsaved(node, n_plain: int, convert):
+    """A loop node that saves its carries for a gradient (``save=True``, e.g. recorded
+    eagerly while autograd was on) exports as the plain loop when nothing reads the saved
+    outputs (they get no ONNX value)."""
+    extra = node.outputs[n_plain:]
+    if any(v.uses for v in extra):
+        _refuse("a loop whose saved carries feed a gradient (export the model without "
+                "its backward pass)")
+    return list(convert()) + [""] * len(extra)
+
+
 @converter("scan")
 def _scan(ex, node, ins):
+    if node.attrs.get("save"):
+        n_plain = len(node.attrs["body"].graph.outputs)
+        return _unsaved(node, n_plain, lambda: _scan_plain(ex, node, ins, n_plain))
+    return _scan_plain(ex, node, ins, len(node.outputs))
+
+
+def _scan_plain(ex, node, ins, n_plain):
     a = node.attrs
     nc, nx, length, rev = a["n_carry"], a["n_xs"], a["length"], a["reverse"]
     g = a["body"].graph
     carry, xs, caps = ins[:nc], ins[nc:nc + nx], ins[nc + nx:]
-    n_y = len(node.outputs) - nc
+    n_y = n_plain - nc
     if length == 0:
         # no step runs: the carries pass through and the ys are empty
         outs = [ex.op("Identity", c) for c in carry]
-        for o in node.outputs[nc:]:
+        for o in node.outputs[nc:n_plain]:
             if not _static(o.shape):
                 _refuse("a scan of length 0 whose ys have symbolic shapes")
             outs.append(ex.const(np.zeros(tuple(o.shape), dtype=o.dtype)))
@@ -127,6 +145,13 @@ def _scan(ex, node, ins):
 
 @converter("while_loop")
 def _while(ex, node, ins):
+    if node.attrs.get("save"):
+        n = node.attrs["n_carry"]
+        return _unsaved(node, n, lambda: _while_plain(ex, node, ins))
+    return _while_plain(ex, node, ins)
+
+
+def _while_plain(ex, node, ins):
     a = node.attrs
     n = a["n_carry"]
     cond_g, body_g = a["cond"].graph, a["body"].graph

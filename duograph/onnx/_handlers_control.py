@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import eager
 from ..graphlib import functional as F
 from ..graphlib.ir import current_graph
 from ..graphlib.ops.control import cond, scan, while_loop
@@ -32,7 +33,10 @@ def run_subgraph(imp, graph, bindings: dict) -> list:
     try:
         for t in graph.initializer:
             imp.env[t.name] = imp._array(t)
-        imp.env.update(bindings)
+        # eagerly (known operands) the control-flow op runs this function on eager
+        # tensors: they are known values, folded like the importer's own arrays
+        imp.env.update({k: np.asarray(v.numpy()) if isinstance(v, eager.Tensor) else v
+                        for k, v in bindings.items()})
         imp.run_nodes(graph.node)
         outs = []
         for o in graph.output:

@@ -15,6 +15,7 @@ the operands and differentiated, in graph mode and eagerly, to any order).
 """
 from __future__ import annotations
 
+import threading
 from typing import Callable, Sequence
 
 import numpy as np
@@ -299,7 +300,11 @@ def _trace(fn, types: Sequence[TensorType], make_args: Callable, what: str) -> _
     try:
         with g:
             phs = [g.add_input(f"i{k}", t) for k, t in enumerate(types)]
-            res = fn(*make_args(phs))
+            try:
+                res = fn(*make_args(phs))
+            except (TypeError, ValueError, IndexError, RuntimeError,
+                    NotImplementedError) as e:
+                raise _in_body(e, what, fn) from e
             leaves, out_def = tree_flatten(res)
             vals = []
             for x in leaves:
@@ -313,6 +318,19 @@ def _trace(fn, types: Sequence[TensorType], make_args: Callable, what: str) -> _
         g.captures = None
     g.outputs = vals
     return _Body(g, caps, vals, out_def, fn)
+
+
+def _in_body(e: Exception, what: str, fn) -> Exception:
+    """``e`` (raised by ``fn`` while it was traced) with a message that says so: ``scan: in
+    step (traced on placeholders): <the message>``; the same type, or ``e`` itself with a
+    note when its type takes more than a message."""
+    msg = f"{what}: in {_fn_name(fn)} (traced on placeholders): {e}"
+    try:
+        new = type(e)(msg)
+    except Exception:       # noqa: BLE001 - a constructor that wants other arguments
+        e.add_note(msg)
+        return e
+    return new
 
 
 def _join(bodies: Sequence[_Body], n_fixed: int) -> list:
@@ -367,6 +385,85 @@ def _region_vjp(region: Region, xs: Sequence, cts: Sequence, needs: Sequence[boo
     return composite_vjp(lambda *a: replay(region, a), list(cts), list(xs), list(needs))
 
 
+# -- eager calls: the Python functions run ------------------------------------------------------
+#
+# Eagerly a control-flow call still puts one node on the tape (and into open dg.record
+# blocks), holding the traced regions that its gradient and a recording need; but the values
+# come from running the user's Python functions on eager tensors (the taken branch, each
+# iteration's body), as PyTorch users expect: print() and other Python side effects in a body
+# run once per execution (besides once when the body is traced), and a breakpoint in a body
+# stops with real tensors. They run with autograd and recording paused (the node stands for
+# them), through what the eager engine registers with ``set_eager_support`` (graphlib imports
+# no engine folder). The op's kernel receives the call's ``compute`` through a thread-local
+# and runs it instead of the regions.
+
+_eager = None
+_pending = threading.local()
+
+
+def set_eager_support(support) -> None:
+    """Registered by the eager engine: ``support`` has ``grad_needed(objs) -> bool`` (autograd
+    would record a node reading these operands), ``paused()`` (a context in which eager ops
+    neither go on the tape nor into record() blocks), ``tensor(array)`` (an eager tensor over
+    an array) and ``array(x)`` (the array of an eager tensor, array or number)."""
+    global _eager
+    _eager = support
+
+
+def _eager_call(objs) -> bool:
+    """Whether this call runs eagerly: no graph is being built or traced, no Value among the
+    operands and at least one eager tensor (operands that are all numpy arrays, as an
+    importer folding constants passes, run the regions)."""
+    from ..ir import current_graph
+    if _eager is None or current_graph() is not None:
+        return False
+    return not any(isinstance(x, Value) for x in objs) and any(
+        hasattr(x, "requires_grad") for x in objs)
+
+
+def _apply_with(op, operands, attrs, compute):
+    """``op(*operands, **attrs)``; with ``compute`` (an eager call) the kernel returns
+    ``compute(xp, arrays)`` instead of running the regions."""
+    if compute is None:
+        return op(*operands, **attrs)
+    _pending.compute = compute
+    try:
+        return op(*operands, **attrs)
+    finally:
+        _pending.compute = None
+
+
+def _take_compute():
+    fn = getattr(_pending, "compute", None)
+    if fn is not None:
+        _pending.compute = None
+    return fn
+
+
+def _eager_leaves(what, fn, res, want_def, want_types, role):
+    """The leaves of ``res`` (what ``fn`` returned when run eagerly) as eager tensors, checked
+    against the structure and types the traced function gave."""
+    leaves, got_def = tree_flatten(res)
+    if got_def != want_def:
+        raise GraphError(located(
+            f"{what}: {role} of {_fn_name(fn)} has structure {_describe_tree(got_def)} when run "
+            f"eagerly, but {_describe_tree(want_def)} when traced; it must not change"))
+    out = []
+    for k, (x, t) in enumerate(zip(leaves, want_types)):
+        a = _eager.array(x)
+        if not hasattr(a, "shape"):
+            a = np.asarray(a)
+        if isinstance(x, (bool, int, float)) or (isinstance(a, np.ndarray) and not hasattr(
+                x, "requires_grad")):
+            a = a.astype(t.dtype, copy=False)
+        if tuple(a.shape) != tuple(t.shape) or dtypes.as_dtype(str(a.dtype)) != t.dtype:
+            raise GraphError(located(
+                f"{what}: {role} leaf {k} of {_fn_name(fn)} is {dtypes.as_dtype(str(a.dtype))}"
+                f"{list(a.shape)} when run eagerly, but {t!r} when traced"))
+        out.append(x if hasattr(x, "requires_grad") else _eager.tensor(a))
+    return out
+
+
 # -- cond ---------------------------------------------------------------------------------------
 def _cond_infer(types, attrs):
     pred = types[0]
@@ -382,6 +479,9 @@ def _cond_infer(types, attrs):
 
 def _cond_region_kernel(xp, bodies, pred, *arrays, out=None, true_branch: Region,
                         false_branch: Region):
+    compute = _take_compute()
+    if compute is not None:         # an eager call: the Python function of the branch runs
+        return give_results(xp, compute(xp, pred, arrays), arrays, out)
     taken = true_branch if bool(pred) else false_branch
     return bodies(taken, arrays)(list(arrays), out)
 
@@ -442,7 +542,8 @@ def cond(pred, true_fn: Callable, false_fn: Callable, *operands):
     return the same structure (a tensor, or tuples/lists/dicts of them) of the same shapes
     and dtypes. ``pred`` is a scalar tensor (bool or number); a Python bool just calls the
     chosen function. What the functions read from outside is passed to the node as extra
-    operands. Works eagerly (the taken region runs; one node on the tape), in graph mode
+    operands. Works eagerly (the taken function runs on the tensors, with its Python side
+    effects; one node on the tape and in dg.record), in graph mode
     and under ``dg.compile`` (recorded once whichever branch is taken); the gradient
     differentiates the taken branch, to any order."""
     for fn, role in ((true_fn, "true_fn"), (false_fn, "false_fn")):
@@ -466,8 +567,18 @@ def cond(pred, true_fn: Callable, false_fn: Callable, *operands):
     _check_same("cond", true_fn, tb.out_def, tb.out_types, false_fn, fb.out_def, fb.out_types,
                 "the result")
     outer = _join([tb, fb], len(leaves))
-    res = cond_op(pred, *leaves, *outer, true_branch=Region(tb.graph),
-                  false_branch=Region(fb.graph))
+    compute = None
+    if _eager_call([pred, *leaves, *outer]):
+        def compute(xp, p, arrays):
+            fn, body = (true_fn, tb) if bool(p) else (false_fn, fb)
+            args = tree_unflatten(in_def, [_eager.tensor(a) for a in arrays[:len(leaves)]])
+            with _eager.paused():
+                res = _eager_leaves("cond", fn, fn(*args), body.out_def, body.out_types,
+                                    "the result")
+            return tuple(_eager.array(x) for x in res)
+    res = _apply_with(cond_op, (pred, *leaves, *outer),
+                      {"true_branch": Region(tb.graph), "false_branch": Region(fb.graph)},
+                      compute)
     return tree_unflatten(tb.out_def, res)
 
 
@@ -489,17 +600,68 @@ def _scan_infer(types, attrs):
     nc = len(carry)
     if out[:nc] != carry:
         raise ShapeError(f"scan: the body returns carry types {out[:nc]}, expected {carry}")
-    return carry + [TensorType((length,) + tuple(t.shape), t.dtype) for t in out[nc:]]
+    res = carry + [TensorType((length,) + tuple(t.shape), t.dtype) for t in out[nc:]]
+    if attrs.get("save"):
+        rows = _saved_rows(length, attrs["reverse"], attrs.get("checkpoint", False))[0]
+        res += [TensorType((rows,) + tuple(t.shape), t.dtype) for t in carry]
+    return res
+
+
+def _checkpointed(length: int, reverse: bool, checkpoint: bool) -> bool:
+    return bool(checkpoint) and not reverse and length >= 4
+
+
+def _saved_rows(length: int, reverse: bool, checkpoint: bool) -> tuple:
+    """``(rows, stride)`` of the carries a saving scan (``save=True``) returns after its ys:
+    the carry entering every step (``length`` rows, in xs order), or with ``checkpoint`` the
+    carries entering steps 0, k, 2k, ..., m*k (``m + 1`` rows, k ~ sqrt(length), m =
+    length // k; the last row is the final carry when k divides the length)."""
+    if not _checkpointed(length, reverse, checkpoint):
+        return length, 1
+    k = max(1, int(round(length ** 0.5)))
+    return length // k + 1, k
+
+
+def _scan_loop(xp, step, as_array, carry, length, reverse, save_stride, y_types):
+    """The loop of one scan: ``step(carry, t) -> (carry, ys arrays)`` for t in xs order
+    (reversed when ``reverse``), ``carry`` a list of handles (arrays, or eager tensors that
+    ``as_array`` unwraps). Returns the final carry's arrays, the stacked ys and, with
+    ``save_stride`` (1, or the checkpoint stride), the stacked saved carries."""
+    ys = [None] * length
+    saved: dict = {}
+    order = range(length - 1, -1, -1) if reverse else range(length)
+    for j, t in enumerate(order):
+        if save_stride and j % save_stride == 0:
+            saved[t if save_stride == 1 else j // save_stride] = [as_array(c) for c in carry]
+        carry, ys[t] = step(carry, t)
+    final = [as_array(c) for c in carry]
+    stacked = [xp.stack([y[j] for y in ys]) if length else
+               xp.zeros((0,) + tuple(t.shape), dtype=t.dtype) for j, t in enumerate(y_types)]
+    if not save_stride:
+        return final, stacked, []
+    if save_stride > 1 and length // save_stride not in saved:
+        saved[length // save_stride] = final      # k divides the length: the last row
+    rows = [saved[r] for r in range(len(saved))]
+    kept = [xp.stack([r[i] for r in rows]) if rows else
+            xp.zeros((0,) + tuple(f.shape), dtype=f.dtype) for i, f in enumerate(final)]
+    return final, stacked, kept
 
 
 def _scan_region_kernel(xp, bodies, *arrays, out=None, body: Region, length: int,
                         n_carry: int, n_xs: int, reverse: bool = False,
-                        checkpoint: bool = False):
+                        checkpoint: bool = False, save: bool = False):
     # the body is prepared once; each step reads the carry one buffer holds and writes the
     # next into the other (double buffering: a result never overwrites an input the same
     # step still reads), and its ys straight into their rows of the stacked outputs. The
-    # buffers alternate so that the last step writes the final carry into ``out``.
+    # buffers alternate so that the last step writes the final carry into ``out``. A saving
+    # scan copies the carry entering each saved step into its row of the saved outputs.
     carry, xs, caps = _scan_split(arrays, {"n_carry": n_carry, "n_xs": n_xs})
+    rows, stride = _saved_rows(length, reverse, checkpoint) if save else (0, 0)
+    compute = _take_compute()
+    if compute is not None:         # an eager call: the Python function runs each step
+        y_types = [o.type for o in body.graph.outputs[n_carry:]]
+        final, ys, kept = compute(xp, carry, xs, stride, y_types)
+        return give_results(xp, list(final) + list(ys) + list(kept), arrays, out)
     first = length - 1 if reverse else 0
     sample = carry + [x[first, ...] if length else xp.empty(tuple(x.shape[1:]), x.dtype)
                       for x in xs] + caps
@@ -507,7 +669,11 @@ def _scan_region_kernel(xp, bodies, *arrays, out=None, body: Region, length: int
     if out is None:
         out = [xp.empty(tuple(c.shape), c.dtype) for c in carry] + [
             xp.empty((length,) + tuple(shape), dt) for shape, dt in step.types[n_carry:]]
-    final, ys = list(out[:n_carry]), list(out[n_carry:])
+        if save:
+            out += [xp.empty((rows,) + tuple(c.shape), c.dtype) for c in carry]
+    nk = n_carry if save else 0
+    final, ys = list(out[:n_carry]), list(out[n_carry:len(out) - nk])
+    kept = list(out[len(out) - nk:])
     if not length:
         for o, c in zip(final, carry):
             xp.copyto(o, c)
@@ -516,25 +682,37 @@ def _scan_region_kernel(xp, bodies, *arrays, out=None, body: Region, length: int
     cur = carry
     for k in range(length):
         t = length - 1 - k if reverse else k
+        if stride and k % stride == 0:
+            row = t if stride == 1 else k // stride
+            for s, c in zip(kept, cur):
+                xp.copyto(s[row, ...], c)
         dst = final if (length - 1 - k) % 2 == 0 else spare
         step(cur + [x[t, ...] for x in xs] + caps, dst + [y[t, ...] for y in ys])
         cur = dst
+    if stride > 1 and length % stride == 0:       # the last row: the final carry
+        for s, c in zip(kept, final):
+            xp.copyto(s[length // stride, ...], c)
     return tuple(out)
 
 
-def _scan_grads(region, nc, nx, length, rev, carry0, xs, caps, gc_fin, gys, idx):
+def _scan_grads(region, nc, nx, length, rev, carry0, xs, caps, gc_fin, gys, idx,
+                saved=None, gsaved=None):
     """The reverse scan of one scan: ``gc_fin`` are the cotangents of the final float
     carries (``idx.fc``), ``gys`` the stacked ones of the live ys (``idx.live_y``). Returns
     the cotangents of the initial float carries, of the wanted xs (stacked) and of the
-    wanted captured values (summed)."""
+    wanted captured values (summed). ``saved``: the carries entering each step (xs order),
+    as the forward saved them; None recomputes them with a forward scan. ``gsaved``: the
+    cotangents of those saved carries (float ones; a second-order gradient has them), or
+    None."""
     from .creation import zeros_like
     fc, live_y, want_x, want_c = idx
 
-    # 1. the carries entering each step, saved by a forward scan: saved[t] (x order)
-    def save_step(c, x):
-        out = replay(region, list(c) + list(x) + caps)
-        return list(out[:nc]), list(c)
-    _, saved = scan(save_step, list(carry0), list(xs), length=length, reverse=rev)
+    # 1. the carries entering each step: saved[t] (x order)
+    if saved is None:
+        def save_step(c, x):
+            out = replay(region, list(c) + list(x) + caps)
+            return list(out[:nc]), list(c)
+        _, saved = scan(save_step, list(carry0), list(xs), length=length, reverse=rev)
 
     # 2. the reverse scan: cotangents of the carry flow back, those of the captured values
     # are summed in the carry, those of xs are stacked
@@ -544,7 +722,7 @@ def _scan_grads(region, nc, nx, length, rev, carry0, xs, caps, gc_fin, gys, idx)
 
     def back_step(carry, x):
         gc, acc = carry
-        c_t, x_t, gy_t = x
+        c_t, x_t, gy_t, gs_t = x
         full = [None] * n_out
         for i, g in zip(fc, gc):
             full[i] = g
@@ -552,20 +730,26 @@ def _scan_grads(region, nc, nx, length, rev, carry0, xs, caps, gc_fin, gys, idx)
             full[nc + j] = g
         got = _region_vjp(region, list(c_t) + list(x_t) + caps, full, step_needs)
         new_gc = [got[i] if got[i] is not None else zeros_like(c_t[i]) for i in fc]
+        if gs_t:
+            new_gc = [g + s for g, s in zip(new_gc, gs_t)]
         new_acc = [a if got[nc + nx + k] is None else a + got[nc + nx + k]
                    for a, k in zip(acc, want_c)]
         gx = [got[nc + k] if got[nc + k] is not None else zeros_like(x_t[k]) for k in want_x]
         return (new_gc, new_acc), gx
     acc0 = [zeros_like(caps[k]) for k in want_c]
-    (gc0, acc), gxs = scan(back_step, (list(gc_fin), acc0), (saved, list(xs), list(gys)),
+    (gc0, acc), gxs = scan(back_step, (list(gc_fin), acc0),
+                           (list(saved), list(xs), list(gys), list(gsaved or [])),
                            length=length, reverse=not rev)
     return list(gc0), list(gxs), list(acc)
 
 
-def _scan_grads_checkpointed(region, nc, nx, length, carry0, xs, caps, gc_fin, gys, idx):
+def _scan_grads_checkpointed(region, nc, nx, length, carry0, xs, caps, gc_fin, gys, idx,
+                             saved=None, gsaved=None):
     """``_scan_grads`` keeping only about sqrt(length) carries: the forward saves the carry
     at the start of each segment of k ~ sqrt(length) steps, and the backward recomputes one
-    segment's carries at a time (a nested scan) before running its reverse scan."""
+    segment's carries at a time (a nested scan) before running its reverse scan. ``saved``:
+    those carries (``_saved_rows``' m + 1 rows) as the forward saved them, or None to
+    compute them here; ``gsaved``: their cotangents (float carries), or None."""
     from .shape import cat, reshape
     fc, live_y, want_x, want_c = idx
     k = max(1, int(round(length ** 0.5)))
@@ -576,28 +760,37 @@ def _scan_grads_checkpointed(region, nc, nx, length, carry0, xs, caps, gc_fin, g
         return reshape(a[:mk], (m, k) + tuple(a.shape[1:]))
     main_xs = [segments(x) for x in xs]
 
-    def seg_forward(c, xseg):
-        def one(cc, xx):
-            return list(replay(region, list(cc) + list(xx) + caps)[:nc]), None
-        fin, _ = scan(one, list(c), list(xseg), length=k)
-        return list(fin), list(c)
-    c_mid, starts = scan(seg_forward, list(carry0), main_xs, length=m)
+    if saved is None:
+        def seg_forward(c, xseg):
+            def one(cc, xx):
+                return list(replay(region, list(cc) + list(xx) + caps)[:nc]), None
+            fin, _ = scan(one, list(c), list(xseg), length=k)
+            return list(fin), list(c)
+        c_mid, starts = scan(seg_forward, list(carry0), main_xs, length=m)
+    else:
+        starts, c_mid = [s[:m] for s in saved], [s[m] for s in saved]
     gc, gx_rem, acc = list(gc_fin), None, None
     if r:
         gc, gx_rem, acc = _scan_grads(region, nc, nx, r, False, list(c_mid),
                                       [x[mk:] for x in xs], caps, gc,
                                       [g[mk:] for g in gys], idx)
+    if gsaved:
+        gc = [g + s[m] for g, s in zip(gc, gsaved)]
     if acc is None:
         from .creation import zeros_like
         acc = [zeros_like(caps[j]) for j in want_c]
 
     def seg_back(carry, x):
         g, a = carry
-        c_s, xseg, gyseg = x
+        c_s, xseg, gyseg, gs_s = x
         g0, gx, da = _scan_grads(region, nc, nx, k, False, list(c_s), list(xseg), caps, g,
                                  list(gyseg), idx)
+        if gs_s:
+            g0 = [p + q for p, q in zip(g0, gs_s)]
         return (g0, [p + q for p, q in zip(a, da)]), gx
-    (gc0, acc), gx_main = scan(seg_back, (gc, acc), (starts, main_xs, [segments(g) for g in gys]),
+    (gc0, acc), gx_main = scan(seg_back, (gc, acc),
+                               (starts, main_xs, [segments(g) for g in gys],
+                                [s[:m] for s in (gsaved or [])]),
                                length=m, reverse=True)
     gxs = []
     for j, g in enumerate(gx_main):
@@ -606,27 +799,63 @@ def _scan_grads_checkpointed(region, nc, nx, length, carry0, xs, caps, gc_fin, g
     return list(gc0), gxs, list(acc)
 
 
+def _saving_outputs(outs, attrs, n_plain: int):
+    """All outputs of a loop node, the saved ones included: ``outs`` when it saves; else,
+    for a node of a graph being differentiated, the node is made to save now (its ``save``
+    attribute set, the saved outputs appended after its others, which keep their places);
+    None where that cannot be (an eager tape node that did not save)."""
+    if attrs.get("save"):
+        return list(outs)
+    node = getattr(outs[0], "node", None) if outs else None
+    if not isinstance(outs[0], Value) or node is None or node.graph is None \
+            or len(node.outputs) != n_plain:
+        return None
+    new_attrs = dict(node.attrs, save=True)
+    types = node.op.infer([v.type for v in node.inputs], new_attrs)
+    node.attrs = new_attrs
+    node.outputs = tuple(node.outputs) + tuple(
+        Value(t, node, i, node.graph) for i, t in enumerate(types) if i >= n_plain)
+    return list(node.outputs)
+
+
+def _live_cts(cts, picks):
+    """The cotangents ``cts[i]`` for ``i`` in ``picks``, or None when there are none or all
+    are the zeros backward_pass fills in."""
+    from ..autodiff import is_zero_cotangent
+    got = [cts[i] if i < len(cts) else None for i in picks]
+    if not got or all(g is None or is_zero_cotangent(g) for g in got):
+        return None
+    return got
+
+
 def _scan_vjp(cts, ins, outs, attrs, needs):
     from ..autodiff import is_zero_cotangent
     nc, nx, length, rev = attrs["n_carry"], attrs["n_xs"], attrs["length"], attrs["reverse"]
     region = attrs["body"]
+    ny = len(region.graph.outputs) - nc
     carry0, xs, caps = _scan_split(ins, attrs)
     want_x = [k for k in range(nx) if needs[nc + k]]
     want_c = [k for k in range(len(caps)) if needs[nc + nx + k]]
     fc = [i for i in range(nc) if dtypes.is_float(carry0[i].dtype)]
-    live_y = [j for j in range(len(outs) - nc)
+    live_y = [j for j in range(ny)
               if dtypes.is_float(outs[nc + j].dtype) and not is_zero_cotangent(cts[nc + j])]
     if not (want_x or want_c or any(needs[i] for i in fc)):
         return [None] * len(ins)
     idx = (fc, live_y, want_x, want_c)
     gc_fin = [cts[i] for i in fc]
     gys = [cts[nc + j] for j in live_y]
-    if attrs.get("checkpoint") and not rev and length >= 4:
+    every = _saving_outputs(outs, attrs, nc + ny)
+    saved = every[nc + ny:] if every is not None else None
+    gsaved = _live_cts(cts, [nc + ny + i for i in fc]) if attrs.get("save") else None
+    if gsaved is not None:
+        from .creation import zeros_like
+        gsaved = [g if g is not None else zeros_like(saved[i]) for g, i in zip(gsaved, fc)]
+    if _checkpointed(length, rev, attrs.get("checkpoint", False)):
         gc0, gxs, acc = _scan_grads_checkpointed(region, nc, nx, length, carry0, xs, caps,
-                                                 gc_fin, gys, idx)
+                                                 gc_fin, gys, idx, saved, gsaved)
     else:
         gc0, gxs, acc = _scan_grads(region, nc, nx, length, rev, carry0, xs, caps, gc_fin,
-                                    gys, idx)
+                                    gys, idx, saved, gsaved)
     res = [None] * len(ins)
     for i, g in zip(fc, gc0):
         if needs[i]:
@@ -640,13 +869,15 @@ def _scan_vjp(cts, ins, outs, attrs, needs):
 
 scan_op = register(OpDef("scan", _scan_infer, _reference(_scan_region_kernel), _scan_vjp,
                          multi_output=True, region_kernel=_scan_region_kernel,
+                         vjp_reads_output=True,      # the saved carries
                          loop_invariant_from=lambda node: (node.attrs["n_carry"]
                                                            + node.attrs["n_xs"]),
                          doc="loop a region over the leading dim of xs, threading a carry",
                          attrs=Attrs(body=Attr("region"), length=Attr(int, min=0),
                                      n_carry=Attr(int, min=0), n_xs=Attr(int, min=0),
                                      reverse=Attr(bool, default=False),
-                                     checkpoint=Attr(bool, default=False))))
+                                     checkpoint=Attr(bool, default=False),
+                                     save=Attr(bool, default=False))))
 
 
 def scan(fn: Callable, init, xs=None, length=None, reverse: bool = False,
@@ -655,12 +886,16 @@ def scan(fn: Callable, init, xs=None, length=None, reverse: bool = False,
     ``xs``; returns ``(final carry, stacked ys)``. ``init``, ``xs`` and the ys may be
     tensors or tuples/lists/dicts of them; ``xs=None`` needs ``length``. ``reverse=True``
     runs from the end (ys stay in xs order). ``fn`` is traced once into the node's body;
-    the carry it returns must have the structure, shapes and dtypes of ``init``. The
-    gradient is a reverse scan over the carries saved by a forward scan (each step's
-    internals are recomputed from its carry); ``checkpoint=True`` saves only the carries at
-    the starts of about sqrt(length) segments and recomputes each segment's carries during
-    the backward pass (memory O(sqrt(length)) carries instead of O(length), one more
-    forward; forward scans of length >= 4 only, the others save every carry)."""
+    the carry it returns must have the structure, shapes and dtypes of ``init``. Eagerly
+    ``fn`` itself runs at each step on eager tensors (so ``print`` in it prints every step)
+    and the call is one node on the tape and in ``dg.record``. The gradient is a reverse
+    scan over the carries the forward saved (the node's ``save`` attribute: eagerly when
+    autograd records the call, in a graph when a gradient is taken through it; each step's
+    internals are recomputed from its carry, the forward loop does not run again);
+    ``checkpoint=True`` saves only the carries at the starts of about sqrt(length) segments
+    and recomputes each segment's carries during the backward pass (memory O(sqrt(length))
+    carries instead of O(length), one more forward; forward scans of length >= 4 only, the
+    others save every carry)."""
     if not callable(fn):
         raise TypeError(located(f"scan: fn must be callable, found {type(fn).__name__}"))
     c_leaves, c_def = tree_flatten(init)
@@ -714,10 +949,36 @@ def scan(fn: Callable, init, xs=None, length=None, reverse: bool = False,
                 f"scan: carry leaf {k} returned by {_fn_name(fn)} is {a!r}, but init's is "
                 f"{b!r}; a carry keeps its shape and dtype"))
     outer = _join([body], nc + len(x_leaves))
-    res = scan_op(*c_leaves, *x_leaves, *outer, body=Region(body.graph), length=length,
-                  n_carry=nc, n_xs=len(x_leaves), reverse=bool(reverse),
-                  **({"checkpoint": True} if checkpoint else {}))
-    return tree_unflatten(c_def, res[:nc]), tree_unflatten(y_def, res[nc:])
+    y_types = body.out_types[nc:]
+    attrs = {"body": Region(body.graph), "length": length, "n_carry": nc,
+             "n_xs": len(x_leaves), "reverse": bool(reverse)}
+    if checkpoint:
+        attrs["checkpoint"] = True
+    compute = None
+    if _eager_call([*c_leaves, *x_leaves, *outer]):
+        # eagerly: fn runs each step on eager tensors; the carries the gradient needs are
+        # saved when autograd will record the node
+        if _eager.grad_needed([*c_leaves, *x_leaves, *outer]):
+            attrs["save"] = True
+
+        def compute(xp, carry, xs, stride, _y_types):
+            def step(c, t):
+                out = fn(tree_unflatten(c_def, c),
+                         tree_unflatten(x_def, [_eager.tensor(x[t, ...]) for x in xs]))
+                leaves, got = tree_flatten(out)
+                if got[0] not in ("tuple", "list") or len(got[1]) != 2:
+                    raise GraphError(located(
+                        f"scan: {_fn_name(fn)} must return a pair (carry, y), found the "
+                        f"structure {_describe_tree(got)} when run eagerly"))
+                new_c = _eager_leaves("scan", fn, out[0], c_def, c_types, "the carry")
+                ys = _eager_leaves("scan", fn, out[1], y_def, y_types, "the y")
+                return new_c, [_eager.array(y) for y in ys]
+            with _eager.paused():
+                return _scan_loop(xp, step, _eager.array, [_eager.tensor(a) for a in carry],
+                                  length, bool(reverse), stride, y_types)
+    res = _apply_with(scan_op, (*c_leaves, *x_leaves, *outer), attrs, compute)
+    ny = len(res) - nc - (nc if attrs.get("save") else 0)
+    return tree_unflatten(c_def, res[:nc]), tree_unflatten(y_def, res[nc:nc + ny])
 
 
 # -- while_loop, fori_loop ----------------------------------------------------------------------
@@ -731,51 +992,156 @@ def _while_infer(types, attrs):
     if out != carry:
         raise ShapeError(f"while_loop: the body returns {out}, expected the carry types "
                          f"{carry}")
+    if attrs.get("save"):
+        bound = attrs.get("max_iterations")
+        if bound is None:
+            raise ShapeError("while_loop: save=True needs max_iterations (the saved carries "
+                             "are max_iterations rows)")
+        return carry + [TensorType((), "int64")] + [
+            TensorType((bound,) + tuple(t.shape), t.dtype) for t in carry]
     return carry
 
 
+def _while_run(xp, test, step, as_array, carry, bound, save):
+    """The loop of one while_loop: ``test(carry) -> array``, ``step(carry) -> carry`` on
+    handles (arrays, or eager tensors ``as_array`` unwraps). Returns the final carry's
+    arrays and, with ``save``, the trip count and the carries entering each trip (``bound``
+    rows; those after the last trip are zeros)."""
+    trips, rows = 0, []
+    while bound is None or trips < bound:
+        if not bool(as_array(test(carry))):
+            break
+        if save:
+            rows.append([as_array(c) for c in carry])
+        carry = step(carry)
+        trips += 1
+    final = [as_array(c) for c in carry]
+    if not save:
+        return final, []
+    kept = []
+    for i, f in enumerate(final):
+        buf = xp.zeros((bound,) + tuple(f.shape), dtype=f.dtype)
+        for t, r in enumerate(rows):
+            buf[t] = r[i]
+        kept.append(buf)
+    return final, [xp.asarray(trips, dtype=np.int64)] + kept
+
+
 def _while_region_kernel(xp, bodies, *arrays, out=None, cond: Region, body: Region,
-                         n_carry: int, max_iterations=None):
+                         n_carry: int, max_iterations=None, save: bool = False):
     # both regions prepared once; the carry alternates between ``out`` and a spare set of
     # buffers (a step never writes a buffer it reads), copied into ``out`` at the end when
-    # the last trip wrote the spare one (or there was none)
+    # the last trip wrote the spare one (or there was none). A saving loop copies the carry
+    # entering each trip into its row of the saved outputs (rows after the last trip: 0).
     carry, caps = list(arrays[:n_carry]), list(arrays[n_carry:])
+    compute = _take_compute()
+    if compute is not None:         # an eager call: the Python functions run each trip
+        final, kept = compute(xp, carry, max_iterations, save)
+        return give_results(xp, list(final) + list(kept), arrays, out)
     test = bodies(cond, arrays)
     step = bodies(body, arrays)
     if out is None:
         out = [xp.empty(tuple(c.shape), c.dtype) for c in carry]
-    bufs = [list(out), None]
+        if save:
+            out += [xp.empty((), np.int64)] + [
+                xp.empty((max_iterations,) + tuple(c.shape), c.dtype) for c in carry]
+    final = list(out[:n_carry])
+    kept = list(out[n_carry + 1:]) if save else []
+    bufs = [final, None]
     pred = [xp.empty(*test.types[0])]
     cur, trips = carry, 0
     while max_iterations is None or trips < max_iterations:
         test(cur + caps, pred)
         if not bool(pred[0]):
             break
+        for s, c in zip(kept, cur):
+            xp.copyto(s[trips, ...], c)
         k = trips % 2
         if bufs[k] is None:
-            bufs[k] = [xp.empty_like(o) for o in out]
+            bufs[k] = [xp.empty_like(o) for o in final]
         step(cur + caps, bufs[k])
         cur, trips = bufs[k], trips + 1
     if cur is not bufs[0]:
-        for o, c in zip(out, cur):
+        for o, c in zip(final, cur):
             xp.copyto(o, c)
+    if save:
+        out[n_carry][...] = trips
+        for s in kept:
+            s[trips:] = 0
     return tuple(out)
+
+
+_UNBOUNDED = ("while_loop: reverse-mode differentiation needs a bound on the trip count: pass "
+              "max_iterations=N to dg.while_loop (the loop then stops after at most N steps; "
+              "the forward saves its trip count and carries and the gradient runs that many "
+              "reverse steps), or write the loop with dg.scan or dg.fori_loop with Python-int "
+              "bounds")
 
 
 def _while_vjp(cts, ins, outs, attrs, needs):
     bound = attrs.get("max_iterations")
     if bound is None:
-        raise GraphError(located(
-            "while_loop: reverse-mode differentiation needs a bound on the trip count: pass "
-            "max_iterations=N to dg.while_loop (the loop then stops after at most N steps and "
-            "its gradient is a reverse scan over N steps), or write the loop with dg.scan or "
-            "dg.fori_loop with Python-int bounds"))
+        raise GraphError(located(_UNBOUNDED))
     n = attrs["n_carry"]
+    body_r = attrs["body"]
+    every = _saving_outputs(outs, attrs, n)
+    if every is None:
+        return _while_vjp_replayed(cts, ins, attrs, needs)
+    from .creation import zeros_like
+    from .shape import index_select, reshape
+    carry, caps = list(ins[:n]), list(ins[n:])
+    trips, saved = every[n], every[n + 1:]
+    fc = [i for i in range(n) if dtypes.is_float(carry[i].dtype)]
+    want_c = [k for k in range(len(caps)) if needs[n + k]]
+    if not (want_c or any(needs[i] for i in fc)):
+        return [None] * len(ins)
+    gsaved = _live_cts(cts, [n + 1 + i for i in fc]) if attrs.get("save") else None
+    if gsaved is not None:
+        gsaved = [g if g is not None else zeros_like(saved[i]) for g, i in zip(gsaved, fc)]
+    step_needs = [i in fc for i in range(n)] + [k in want_c for k in range(len(caps))]
+    nf, nw = len(fc), len(want_c)
+
+    def row(a, j):
+        return reshape(index_select(a, 0, reshape(j, (1,))), tuple(a.shape[1:]))
+
+    # the reverse loop: trip j = trips-1 ... 0 reads the carry that entered it (saved[j]),
+    # turns the cotangent of its result into that of its input and sums the captured
+    # values' cotangents; a while_loop bounded like the forward, so it is differentiable
+    def back_cond(state):
+        return state[0] >= 0
+
+    def back_body(state):
+        j, gc, acc = state[0], list(state[1:1 + nf]), list(state[1 + nf:])
+        c_t = [row(s, j) for s in saved]
+        full = [None] * n
+        for i, g in zip(fc, gc):
+            full[i] = g
+        got = _region_vjp(body_r, c_t + caps, full, step_needs)
+        new_gc = [got[i] if got[i] is not None else zeros_like(c_t[i]) for i in fc]
+        if gsaved is not None:
+            new_gc = [g + row(s, j) for g, s in zip(new_gc, gsaved)]
+        new_acc = [a if got[n + k] is None else a + got[n + k] for a, k in zip(acc, want_c)]
+        return (j - 1, *new_gc, *new_acc)
+    init = (trips - 1, *[cts[i] for i in fc], *[zeros_like(caps[k]) for k in want_c])
+    res = while_loop(back_cond, back_body, init, max_iterations=bound)
+    gc0, acc = res[1:1 + nf], res[1 + nf:1 + nf + nw]
+    out = [None] * len(ins)
+    for i, g in zip(fc, gc0):
+        if needs[i]:
+            out[i] = g
+    for k, g in zip(want_c, acc):
+        out[n + k] = g
+    return out
+
+
+def _while_vjp_replayed(cts, ins, attrs, needs):
+    """The gradient of a bounded while_loop whose forward saved nothing (an eager node
+    recorded without autograd): the loop again as a scan of max_iterations steps, where the
+    steps after the loop ended pass the carry through a cond untouched."""
+    bound, n = attrs["max_iterations"], attrs["n_carry"]
     cond_r, body_r = attrs["cond"], attrs["body"]
 
     def bounded(*vals):
-        # the same loop as a scan of ``bound`` steps; a step after the loop ended (the
-        # predicate went false once) passes the carry through a cond untouched
         from .creation import zeros
         from .elementwise import cast, logical_and, logical_not
         carry, caps = list(vals[:n]), list(vals[n:])
@@ -789,16 +1155,18 @@ def _while_vjp(cts, ins, outs, attrs, needs):
             return (logical_not(go), list(new)), None
         (_, final), _ = scan(step, (zeros((), dtype="bool"), carry), None, length=bound)
         return list(final)
-    return composite_vjp(bounded, cts, ins, needs)
+    return composite_vjp(bounded, list(cts[:n]), ins, needs)
 
 
 while_op = register(OpDef("while_loop", _while_infer, _reference(_while_region_kernel),
                           _while_vjp, multi_output=True, region_kernel=_while_region_kernel,
+                          vjp_reads_output=True,     # saved trips, carries
                           loop_invariant_from=lambda node: node.attrs["n_carry"],
                           doc="apply the body region while the cond region is true",
                           attrs=Attrs(cond=Attr("region"), body=Attr("region"),
                                       n_carry=Attr(int, min=0),
-                                      max_iterations=Attr(int, default=None, min=0))))
+                                      max_iterations=Attr(int, default=None, min=0),
+                                      save=Attr(bool, default=False))))
 
 
 def while_loop(cond_fn: Callable, body_fn: Callable, init, max_iterations=None):
@@ -806,9 +1174,12 @@ def while_loop(cond_fn: Callable, body_fn: Callable, init, max_iterations=None):
     ``init`` is a tensor or a tuple/list/dict of them; ``body_fn`` returns the same
     structure, shapes and dtypes; ``cond_fn`` returns a scalar. With ``max_iterations=N``
     the loop stops after at most N trips (as TensorFlow's ``maximum_iterations``) and is
-    reverse-differentiable (its gradient is a reverse scan over N steps, where the steps
-    after the loop ended pass the carry through); without it a gradient raises a clear
-    error (as JAX)."""
+    reverse-differentiable: the forward saves its trip count T and the carry entering each
+    trip (N rows, so memory grows with N, not T), and the gradient is a reverse loop of T
+    steps (itself a bounded while_loop, so differentiable again); without it a gradient
+    raises a clear error (as JAX). Eagerly ``cond_fn`` and ``body_fn`` themselves run on
+    eager tensors each trip (Python side effects happen per trip), and the call is one node
+    on the tape and in ``dg.record``."""
     for fn, role in ((cond_fn, "cond_fn"), (body_fn, "body_fn")):
         if not callable(fn):
             raise TypeError(located(f"while_loop: {role} must be callable, found "
@@ -840,10 +1211,30 @@ def while_loop(cond_fn: Callable, body_fn: Callable, init, max_iterations=None):
                 f"while_loop: carry leaf {k} returned by {_fn_name(body_fn)} is {a!r}, but "
                 f"init's is {b!r}; a carry keeps its shape and dtype"))
     outer = _join([cb, bb], len(leaves))
-    extra = {} if max_iterations is None else {"max_iterations": int(max_iterations)}
-    res = while_op(*leaves, *outer, cond=Region(cb.graph), body=Region(bb.graph),
-                   n_carry=len(leaves), **extra)
-    return tree_unflatten(c_def, res)
+    attrs = {"cond": Region(cb.graph), "body": Region(bb.graph), "n_carry": len(leaves)}
+    if max_iterations is not None:
+        attrs["max_iterations"] = int(max_iterations)
+    compute = None
+    if _eager_call([*leaves, *outer]):
+        # eagerly: cond_fn and body_fn run each trip on eager tensors; a bounded loop that
+        # autograd will record saves its trip count and carries for the gradient
+        if max_iterations is not None and _eager.grad_needed([*leaves, *outer]):
+            attrs["save"] = True
+
+        def compute(xp, carry, bound, save):
+            def test(c):
+                p = _eager_leaves("while_loop", cond_fn, cond_fn(tree_unflatten(c_def, c)),
+                                  cb.out_def, cb.out_types, "the predicate")[0]
+                return p
+
+            def step(c):
+                return _eager_leaves("while_loop", body_fn, body_fn(tree_unflatten(c_def, c)),
+                                     c_def, types, "the carry")
+            with _eager.paused():
+                return _while_run(xp, test, step, _eager.array,
+                                  [_eager.tensor(a) for a in carry], bound, save)
+    res = _apply_with(while_op, (*leaves, *outer), attrs, compute)
+    return tree_unflatten(c_def, res[:len(leaves)])
 
 
 def fori_loop(lower, upper, body_fun: Callable, init_val):
@@ -856,6 +1247,21 @@ def fori_loop(lower, upper, body_fun: Callable, init_val):
                                 f"{type(body_fun).__name__}"))
     static = all(isinstance(b, (int, np.integer)) and not isinstance(b, bool)
                  for b in (lower, upper))
+    try:
+        return _fori_loop(lower, upper, body_fun, init_val, static)
+    except (TypeError, ValueError, IndexError, RuntimeError, NotImplementedError) as e:
+        msg = str(e)
+        for inner in ("scan: ", "while_loop: "):    # what fori_loop is written with
+            if msg.startswith(inner):
+                try:
+                    new = type(e)("fori_loop: " + msg[len(inner):])
+                except Exception:       # noqa: BLE001 - a constructor wanting more
+                    raise e from None
+                raise new from e
+        raise
+
+
+def _fori_loop(lower, upper, body_fun, init_val, static):
     if static:
         lower, upper = int(lower), int(upper)
         idx = np.arange(lower, max(lower, upper), dtype=np.int64)
@@ -865,6 +1271,14 @@ def fori_loop(lower, upper, body_fun: Callable, init_val):
         step.__qualname__ = _fn_name(body_fun)
         final, _ = scan(step, init_val, idx, length=len(idx))
         return final
+    for b, role in ((lower, "lower"), (upper, "upper")):
+        if isinstance(b, (int, np.integer)) and not isinstance(b, bool):
+            continue
+        t = _type_of(b, "fori_loop") if hasattr(b, "shape") and hasattr(b, "dtype") else None
+        if t is None or t.shape != () or t.dtype not in dtypes.INT_DTYPES:
+            raise TypeError(located(
+                f"fori_loop: {role} must be an int or a scalar integer tensor, found "
+                f"{type(b).__name__ if t is None else repr(t)}"))
     from .elementwise import cast
     lo, hi = (cast(b, "int64") if not isinstance(b, (int, np.integer)) else
               np.asarray(b, dtype=np.int64) for b in (lower, upper))
