@@ -47,6 +47,15 @@ keyword of its OpDef, never a set of op names kept elsewhere:
   index on reach every region at the same positions, unchanged on every iteration, and
   inputs appended at the end are more such values (loop-invariant code motion hoists body
   nodes that read only them).
+- ``region_kernel``: for ops with regions, the kernel written against its bodies:
+  ``region_kernel(xp, bodies, *arrays, out=None, **attrs) -> tuple``. ``bodies(region,
+  arrays)`` prepares ``region`` once for inputs shaped like ``arrays`` and returns a body:
+  ``body.types`` (a ``(shape, numpy dtype)`` per result) and ``body(arrays, out=None)``,
+  which writes the results into ``out`` (one array per result, sharing no memory with
+  ``arrays``) or into fresh arrays, and returns them. ``out`` of the region kernel is the
+  node's own output buffers. The op's ``kernel`` is this with bodies run op by op (the
+  reference); a runtime passes bodies it compiled once (kernels resolved, buffers planned),
+  which a loop calls on every iteration, writing each step's results into buffers it owns.
 """
 from __future__ import annotations
 
@@ -62,7 +71,8 @@ class OpDef:
                  "nondiff_inputs", "random", "multi_output",
                  "view", "returns_input", "vjp_reads_output", "saves_no_data",
                  "inplace_pairs", "epilogue_host", "cheap", "external", "constant",
-                 "static_region", "loop_invariant_from", "attrs", "doc", "__weakref__")
+                 "static_region", "loop_invariant_from", "region_kernel", "attrs", "doc",
+                 "__weakref__")
 
     def __init__(self, name: str, infer: Callable, kernel: Callable,
                  vjp: Optional[Callable] = None, *, expr: Optional[str] = None,
@@ -73,7 +83,8 @@ class OpDef:
                  inplace_pairs: Optional[Callable] = None, epilogue_host: bool = False,
                  cheap: Optional[bool] = None, external: bool = False, constant: bool = False,
                  static_region: Optional[Callable] = None,
-                 loop_invariant_from: Optional[Callable] = None, attrs=None, doc: str = ""):
+                 loop_invariant_from: Optional[Callable] = None,
+                 region_kernel: Optional[Callable] = None, attrs=None, doc: str = ""):
         self.name = name
         self.infer = infer
         self.kernel = kernel
@@ -97,6 +108,7 @@ class OpDef:
         self.constant = constant
         self.static_region = static_region
         self.loop_invariant_from = loop_invariant_from
+        self.region_kernel = region_kernel
         self.attrs = attrs              # the attribute schema (attrs.Attrs), or None
         self.doc = doc
 

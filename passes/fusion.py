@@ -28,9 +28,9 @@ from typing import Dict, List, Tuple
 import networkx as nx
 
 from ..graphlib.errors import ShapeError
-from ..graphlib.ir import ConstArray, Graph, Node, Value
+from ..graphlib.ir import ConstArray, Graph, Node, Region, Value
 from ..graphlib.ops.fused import FusedBody, make_fused_node
-from ..graphlib.rewrite import live_roots, replace_all
+from ..graphlib.rewrite import clone, live_roots, replace_all
 from ..graphlib.types import broadcast_shapes
 from .cleanup import dead_code_elimination
 from .result import PassResult
@@ -335,16 +335,52 @@ def _move_to_consumers(groups: _Groups) -> None:
                 groups.merge(rest, i)
 
 
+def _fuse_in_regions(graph: Graph, epilogues: bool, horizontal: bool) -> int:
+    """Fuse inside the regions of ``graph``'s nodes (loop bodies, branches; nested ones
+    too), each rewritten on a copy and swapped in as a new region where fusion changed it
+    (regions are immutable and shared between clones). Fused bodies are kernels, not
+    programs: they are left alone. Returns how many fused nodes were made."""
+    made = 0
+    for node in graph.nodes:
+        attrs = None
+        for key, region in node.attrs.items():
+            if not isinstance(region, Region) or isinstance(region, FusedBody):
+                continue
+            body, _ = clone(region.graph)
+            before = len(fused_nodes(body))
+            inner = _fuse_in_regions(body, epilogues, horizontal)
+            if _fuse_top(body, epilogues, horizontal).changed or inner:
+                if attrs is None:
+                    attrs = dict(node.attrs)
+                attrs[key] = region.with_graph(body)
+                made += inner + len(fused_nodes(body)) - before
+        if attrs is not None:
+            node.attrs = attrs
+    return made
+
+
 def fuse_elementwise(graph: Graph, epilogues: bool = True,
                      horizontal: bool = True) -> PassResult:
     """Fuse chains and trees of elementwise ops (and the epilogues of matmul, sum and mean;
     and siblings reading one large value, with ``horizontal``) into ``fused`` nodes; see the
-    module docstring for the rules.
+    module docstring for the rules. Runs inside the regions of loops and branches too
+    (recursively), so a loop body's chains become fused nodes the runtime runs with the
+    backend's fused kernels on every iteration.
 
     Before: ``%1 = mul(%x, %x); %2 = mul(%1, 0.5); %3 = tanh(%2); return (%3, %1)``
     After:  ``%1, %3 = fused(%x) { %a = mul(%i0, %i0); %b = mul(%a, 0.5);
     %c = tanh(%b); return (%a, %c) }; return (%3, %1)``
     """
+    inner = _fuse_in_regions(graph, epilogues, horizontal)
+    result = _fuse_top(graph, epilogues, horizontal)
+    if inner:
+        result.changed = True
+        result.notes.append(f"{inner} fused nodes in regions")
+    return result
+
+
+def _fuse_top(graph: Graph, epilogues: bool, horizontal: bool) -> PassResult:
+    """``fuse_elementwise`` on the nodes of ``graph`` itself (not inside regions)."""
     _, pruned = dead_code_elimination(graph)    # never fuse (so keep alive) dead values
     groups = _Groups(graph, epilogues)
     nodes = graph.nodes

@@ -6,6 +6,9 @@
 - ``cpu/``: the CPU backend (numpy, numba, BLAS): everything CPU-specific.
 - ``executable.py``: the ``Executable`` and its two step types, ``Interpreted`` (the
   instruction list) and ``Planned`` (``planned.py``: programs over one arena).
+- ``regions.py``: ``RegionRunner``, the bodies the region kernels of loops and branches run:
+  each region compiled once into an executable (interpreted, or planned over an arena of
+  its own that every iteration reuses).
 - ``kernel_cache.py``: the private, verified disk cache for generated kernel sources.
 
 It knows graphlib only: never eager or passes.

@@ -32,10 +32,15 @@ from ..graphlib.registry import OpDef
 
 class KernelTable(dict):
     """OpDef -> kernel: the specialisations registered, and the op's reference kernel for
-    every other op (filled in on first lookup)."""
+    every other op (filled in on first lookup); an op with regions gets its region kernel
+    over ``regions`` (the backend's runner: bodies compiled once) where one is set."""
+
+    regions = None
 
     def __missing__(self, op: OpDef) -> Callable:
         kernel = op.kernel
+        if op.region_kernel is not None and self.regions is not None:
+            kernel = self.regions.kernel(op)
         self[op] = kernel
         return kernel
 
@@ -79,6 +84,13 @@ class Backend:
         self._out: Dict[OpDef, Callable] = {} if out_kernels is None else out_kernels
         self._prepare: Dict[OpDef, Callable] = {} if prepare is None else prepare
         self.fused_compiler = (fused_compiler or FusedCompiler)(self)
+        # region ops called outside an executable (eager dispatch) run their bodies compiled
+        # once, interpreted (runtime/regions.py)
+        from .regions import RegionRunner
+        self.kernels.regions = RegionRunner(self)
+        for op in [op for op, k in self.kernels.items()
+                   if op.region_kernel is not None and k is op.kernel]:
+            del self.kernels[op]
         # the fused op runs through whatever compiler the backend holds at call time
         self.register_kernel(fused_op, self._fused_kernel)
         self.register_out(fused_op, self._fused_out, self._fused_prepare)

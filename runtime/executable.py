@@ -12,6 +12,11 @@ asks for it) asks the planner, per concrete shape signature, for a memory plan a
 a ``Program`` (``planned.py``) whose intermediates all live in one preallocated arena,
 written by the ops' ``out=`` kernels. Programs are cached per signature (the most recent
 ``MAX_PROGRAMS``); ``exe.memory_plan`` is the plan of the last run.
+
+Ops with regions (loops, branches) run their ``region_kernel`` over ``exe.regions``, a
+``RegionRunner`` (``regions.py``) that compiles each body once into an executable of the
+same kind (interpreted, or planned with the same planner: one arena per body, reused by
+every iteration); ``exe.regions.arena_bytes()`` is what those arenas hold.
 """
 from __future__ import annotations
 
@@ -30,6 +35,7 @@ from ..graphlib.types import dim_symbols, format_shape, solve_dim
 from .backend import Backend
 from .backends import get_backend
 from .planned import Program, resolve_attrs
+from .regions import RegionRunner
 
 # Planned programs (one arena each) kept per executable, most recently used first.
 MAX_PROGRAMS = 8
@@ -77,7 +83,8 @@ class Executable:
     """A compiled graph. Call it with feeds as keyword arguments; it returns a list of arrays."""
 
     def __init__(self, graph: Graph, outputs: Optional[Sequence[Value]] = None,
-                 backend="numpy", planner: Optional[Callable] = None):
+                 backend="numpy", planner: Optional[Callable] = None,
+                 regions: Optional[RegionRunner] = None):
         if outputs is None:
             outputs = list(graph.outputs)
         elif isinstance(outputs, Value):
@@ -98,6 +105,9 @@ class Executable:
         self.runner: Backend = backend if isinstance(backend, Backend) else get_backend(backend)
         self.backend = self.runner.name
         self.xp = self.runner.xp
+        # how the kernels of region ops (loops, branches) run their bodies: compiled once
+        # each, interpreted or planned as this executable is (nested bodies share it)
+        self.regions = regions if regions is not None else RegionRunner(self.runner, planner)
         self.updates = list(graph.updates.values())
         targets = outputs + [new for _, new in self.updates]
         self.nodes = needed_nodes(graph, targets)
@@ -159,13 +169,25 @@ class Executable:
         for s, i in last_use.items():
             if s not in keep:
                 frees.setdefault(i, []).append(s)
-        kernels = self.runner.kernels
         self.instructions = [
-            Instruction(node, kernels[node.op], tuple(slot[x] for x in node.inputs),
+            Instruction(node, self.kernel_of(node.op), tuple(slot[x] for x in node.inputs),
                         tuple(slot[o] for o in node.outputs), tuple(frees.get(i, ())))
             for i, node in enumerate(self.nodes)]
         self.output_slots = [slot[o] for o in self.outputs]
         self.update_slots = [(state.name, slot[new]) for state, new in self.updates]
+
+    def kernel_of(self, op):
+        """The kernel this executable runs for ``op``: the backend's, or for an op with
+        regions its region kernel over bodies compiled by ``self.regions``."""
+        if op.region_kernel is not None:
+            return self.regions.kernel(op)
+        return self.runner.kernels[op]
+
+    def out_kernel_of(self, op):
+        """The ``out=`` form this executable runs for ``op`` (None where there is none)."""
+        if op.region_kernel is not None:
+            return self.regions.out_kernel(op)
+        return self.runner.out_kernel(op)
 
     @property
     def kernel_count(self) -> int:
@@ -455,31 +477,35 @@ class Interpreted:
     def memory_plan(self, exe: "Executable"):
         return None
 
-    def run(self, exe: "Executable", env: list, bindings: Dict[str, int]) -> list:
-        for v, s in exe.state_slots:
-            env[s] = exe._state_array(v)
+    def run_rows(self, exe: "Executable", env: list, bindings: Dict[str, int]) -> None:
+        """Run the instruction list over ``env`` (feeds and state already bound)."""
         xp = exe.xp
         rows = self.rows
         if rows is None:     # each instruction's fields as one tuple: no lookups per run
             rows = self.rows = [(i.kernel, i.ins, i.attrs, bool(i.symbolic), i.multi,
                                  i.dtypes, i.shapes, i.outs, i.frees, i)
                                 for i in exe.instructions]
+        for kernel, slots, attrs, symbolic, multi, dts, shapes, outs, frees, ins in rows:
+            args = [env[s] for s in slots]
+            if symbolic:
+                attrs = exe._resolve(ins, bindings)
+            try:
+                res = run_kernel(kernel, xp, args, attrs, multi, dts, shapes, bindings)
+            except Exception as e:
+                raise exe._kernel_error(ins, args, e) from e
+            if multi:
+                for s, r in zip(outs, res):
+                    env[s] = r
+            else:
+                env[outs[0]] = res[0]
+            for s in frees:
+                env[s] = None
+
+    def run(self, exe: "Executable", env: list, bindings: Dict[str, int]) -> list:
+        for v, s in exe.state_slots:
+            env[s] = exe._state_array(v)
         with np.errstate(all="ignore"):
-            for kernel, slots, attrs, symbolic, multi, dts, shapes, outs, frees, ins in rows:
-                args = [env[s] for s in slots]
-                if symbolic:
-                    attrs = exe._resolve(ins, bindings)
-                try:
-                    res = run_kernel(kernel, xp, args, attrs, multi, dts, shapes, bindings)
-                except Exception as e:
-                    raise exe._kernel_error(ins, args, e) from e
-                if multi:
-                    for s, r in zip(outs, res):
-                        env[s] = r
-                else:
-                    env[outs[0]] = res[0]
-                for s in frees:
-                    env[s] = None
+            self.run_rows(exe, env, bindings)
         if not exe.update_slots and not exe._owned and not exe._bound:
             return [env[s] for s in exe.output_slots]     # no state an output could alias
         # Every state buffer and every returned array is its own: none aliases another, a

@@ -20,6 +20,9 @@ step (``reshape``, ``permute``...) keeps whatever its kernel returns (a view or 
 New state values the plan writes in place get the state's own buffer as their output. In
 steady state nothing is allocated per op, except by kernels without an ``out=`` form.
 
+A compiled loop body (``regions.py``) runs its program with ``run_steps`` after binding its
+results to the buffers the loop hands it (the next carry, a row of the stacked ys).
+
 Results a step writes are written into a fresh array per run and returned as they are;
 results that view the arena, a state or a feed, or are constants, are copied out before they
 are returned, so the next run can reuse the bytes.
@@ -64,7 +67,6 @@ class Program:
     def __init__(self, exe, plan, shapes: Dict[str, int]):
         xp = exe.xp
         backend = exe.runner
-        kernels = backend.kernels
         self.plan = plan
         slot = exe.slot_of
         align = int(plan.alignment)
@@ -97,12 +99,13 @@ class Program:
                 outs = tuple(slot[o] for o in node.outputs)
                 keys = node.outputs
                 if all(k in external for k in keys):          # constants: once, here
-                    res = run_kernel(kernels[node.op], xp, (), attrs, exe.is_multi(node),
+                    res = run_kernel(exe.kernel_of(node.op), xp, (), attrs,
+                                     exe.is_multi(node),
                                      [np.dtype(o.dtype) for o in node.outputs])
                     for s, r in zip(outs, res):
                         env[s] = r
                     continue
-                out_kernel = backend.out_kernel(node.op)
+                out_kernel = exe.out_kernel_of(node.op)
                 if any(k in views for k in keys):
                     mode = VIEW
                     # for a view step the field holds its memo: [input array, results]
@@ -115,7 +118,7 @@ class Program:
                         mode, out_kernel = PREPARED, (runner, out_kernel)
                 else:   # a plan that leaves an output nowhere: run it as the interpreter would
                     mode, out_kernel = VIEW, None
-                steps.append((mode, node, kernels[node.op], out_kernel, ins, outs, attrs,
+                steps.append((mode, node, exe.kernel_of(node.op), out_kernel, ins, outs, attrs,
                               exe.is_multi(node),
                               ([np.dtype(o.dtype) for o in node.outputs],
                                [_concrete(o.shape, shapes) for o in node.outputs])))
@@ -145,6 +148,12 @@ class Program:
             env[s] = env[state_slot]
         for s, (shape, dtype) in self.fresh:
             env[s] = xp.empty(shape, dtype)
+        self.run_steps(exe, env)
+
+    def run_steps(self, exe, env: list) -> None:
+        """Run the steps over ``env``: every input, state and output buffer already bound
+        (a compiled region body binds its outputs to the buffers its loop hands it)."""
+        xp = exe.xp
         for mode, node, kernel, out_kernel, ins, outs, attrs, multi, types in self.steps:
             args = [env[s] for s in ins]
             try:

@@ -30,7 +30,8 @@ def _fd(f, x, eps=1e-6):
 
 
 class _Trips:
-    """Counts the trips of every while_loop kernel run (``control._while_run``)."""
+    """Counts the trips of every while_loop kernel run: eager calls (``control._while_run``)
+    and the region kernel executables run (calls of its prepared body)."""
 
     def __init__(self, monkeypatch):
         self.runs = []
@@ -45,10 +46,32 @@ class _Trips:
             self.runs.append(n)
             return orig(xp, test, counted, as_array, carry, bound, save)
         monkeypatch.setattr(control, "_while_run", wrapper)
+        region_kernel = while_op.region_kernel
+
+        def counting_kernel(xp, bodies, *arrays, **attrs):
+            if getattr(control._pending, "compute", None) is not None:     # eager: counted
+                return region_kernel(xp, bodies, *arrays, **attrs)         # by _while_run
+            n = [0]
+            self.runs.append(n)
+
+            def counting_bodies(region, args):
+                body = bodies(region, args)
+                return _Counted(body, n) if region is attrs["body"] else body
+            return region_kernel(xp, counting_bodies, *arrays, **attrs)
+        monkeypatch.setattr(while_op, "region_kernel", counting_kernel)
 
     @property
     def trips(self):
         return [n[0] for n in self.runs]
+
+
+class _Counted:
+    def __init__(self, body, n):
+        self.body, self.n, self.types = body, n, body.types
+
+    def __call__(self, arrays, out=None):
+        self.n[0] += 1
+        return self.body(arrays, out)
 
 
 # -- 1. eager calls run the Python functions ---------------------------------------------------
@@ -238,7 +261,8 @@ def _rnn_np(w, xs, h, reverse=False):
 
 
 class _Loops:
-    """Counts the loops every scan kernel runs (``control._scan_loop``), by length."""
+    """Counts the loops every scan kernel runs, by length: eager calls
+    (``control._scan_loop``) and the region kernel executables run."""
 
     def __init__(self, monkeypatch):
         self.lengths = []
@@ -248,6 +272,13 @@ class _Loops:
             self.lengths.append(length)
             return orig(xp, step, as_array, carry, length, *rest)
         monkeypatch.setattr(control, "_scan_loop", wrapper)
+        region_kernel = scan_op.region_kernel
+
+        def counting_kernel(xp, bodies, *arrays, **attrs):
+            if getattr(control._pending, "compute", None) is None:     # not eager
+                self.lengths.append(attrs["length"])
+            return region_kernel(xp, bodies, *arrays, **attrs)
+        monkeypatch.setattr(scan_op, "region_kernel", counting_kernel)
 
 
 @pytest.mark.parametrize("reverse", [False, True])

@@ -45,16 +45,95 @@ def _infer(types, attrs):
     return attrs["body"].infer(types, "call")
 
 
-def _kernel(xp, *arrays, body: Region):
-    from .fused import run_ops
-    return run_ops(body.graph, xp, arrays)
+# -- bodies for the region kernels (the OpDef ``region_kernel`` trait) ----------------------------
+#
+# A region op's kernel is written against ``bodies(region, arrays) -> body``: ``body.types``
+# are its results' (shape, dtype), ``body(arrays, out=None)`` runs it once, writing into
+# ``out`` (which shares no memory with ``arrays``) or into fresh arrays. The op's reference
+# kernel passes the bodies below (op by op, every call); a runtime passes bodies it compiled
+# once (kernels resolved, intermediates planned), so a loop pays no preparation per step and
+# writes each step's results straight into the buffers it double-buffers.
+
+def body_result_types(region: Region, arrays: Sequence) -> list:
+    """``(shape, numpy dtype)`` of each result of ``region`` applied to ``arrays``: the body
+    inferred on their concrete types, symbols left by attributes (a reshape to ``("N", 4)``)
+    bound through the region inputs' declared dims."""
+    from ..types import eval_dim, solve_dim
+    g = region.graph
+    types = [TensorType(tuple(a.shape), dtypes.as_dtype(a.dtype)) for a in arrays]
+    out, bindings = [], None
+    for t in region.infer(types, g.name):
+        shape = tuple(t.shape)
+        if any(not isinstance(d, int) for d in shape):
+            if bindings is None:
+                bindings = {}
+                for v, a in zip(g.inputs, arrays):
+                    for d, n in zip(v.shape, a.shape):
+                        found = solve_dim(d, int(n), bindings) if isinstance(d, str) else None
+                        bindings.update(found or {})
+            shape = tuple(eval_dim(d, bindings) for d in shape)
+            if any(d is None for d in shape):
+                raise ShapeError(f"{g.name}: cannot tell the shape {list(t.shape)} of a "
+                                 "result from the region's inputs")
+        out.append((shape, np.dtype(t.dtype)))
+    return out
+
+
+def give_results(xp, results: Sequence, arrays: Sequence, out=None) -> tuple:
+    """A body's ``results`` as the region kernels expect them: copied into ``out`` when it
+    is given, else each an array of its own (a result that is, or views, one of ``arrays``,
+    or repeats an earlier result, is copied)."""
+    if out is not None:
+        for r, o in zip(results, out):
+            xp.copyto(o, r)
+        return tuple(out)
+    got = []
+    for r in results:
+        if any(r is g for g in got):
+            r = r.copy()
+        got.append(r)
+    return _detach_outputs(xp, got, arrays)
+
+
+class OpByOpBody:
+    """A region run op by op on every call, with ``kernels`` (OpDef -> kernel; by default
+    each op's reference kernel): the reference body of the region kernels."""
+
+    __slots__ = ("graph", "xp", "kernels", "types")
+
+    def __init__(self, region: Region, xp, arrays: Sequence, kernels=None):
+        self.graph, self.xp, self.kernels = region.graph, xp, kernels
+        self.types = body_result_types(region, arrays)
+
+    def __call__(self, arrays: Sequence, out=None) -> tuple:
+        from .fused import run_ops
+        res = run_ops(self.graph, self.xp, arrays, self.kernels)
+        return give_results(self.xp, res, arrays, out)
+
+
+def op_by_op_bodies(xp, kernels=None) -> Callable:
+    """``bodies(region, arrays)`` that run each region op by op (see ``OpByOpBody``)."""
+    return lambda region, arrays: OpByOpBody(region, xp, arrays, kernels)
+
+
+def _reference(region_kernel: Callable) -> Callable:
+    """The plain kernel of a region op: its region kernel over op-by-op bodies."""
+    def kernel(xp, *arrays, **attrs):
+        return region_kernel(xp, op_by_op_bodies(xp), *arrays, **attrs)
+    kernel.__name__ = region_kernel.__name__.replace("_region_kernel", "_kernel")
+    return kernel
+
+
+def _call_region_kernel(xp, bodies, *arrays, out=None, body: Region):
+    return bodies(body, arrays)(list(arrays), out)
 
 
 def _vjp(cts, ins, outs, attrs, needs):
     return composite_vjp(lambda *xs: replay(attrs["body"], xs), cts, ins, needs)
 
 
-call_op = register(OpDef("call", _infer, _kernel, _vjp, multi_output=True,
+call_op = register(OpDef("call", _infer, _reference(_call_region_kernel), _vjp,
+                         multi_output=True, region_kernel=_call_region_kernel,
                          doc="apply a sub-graph (a region) to the operands",
                          attrs=Attrs(body=Attr("region"))))
 
@@ -411,13 +490,13 @@ def _cond_infer(types, attrs):
     return t
 
 
-def _cond_kernel(xp, pred, *arrays, true_branch: Region, false_branch: Region):
-    from .fused import run_ops
+def _cond_region_kernel(xp, bodies, pred, *arrays, out=None, true_branch: Region,
+                        false_branch: Region):
     compute = _take_compute()
     if compute is not None:         # an eager call: the Python function of the branch runs
-        return _detach_outputs(xp, compute(xp, pred, arrays), arrays)
+        return give_results(xp, compute(xp, pred, arrays), arrays, out)
     taken = true_branch if bool(pred) else false_branch
-    return _detach_outputs(xp, run_ops(taken.graph, xp, arrays), arrays)
+    return bodies(taken, arrays)(list(arrays), out)
 
 
 def _cond_vjp(cts, ins, outs, attrs, needs):
@@ -459,7 +538,8 @@ def _cond_static_region(node, consts):
     return region, list(node.inputs[1:])
 
 
-cond_op = register(OpDef("cond", _cond_infer, _cond_kernel, _cond_vjp, multi_output=True,
+cond_op = register(OpDef("cond", _cond_infer, _reference(_cond_region_kernel), _cond_vjp,
+                         multi_output=True, region_kernel=_cond_region_kernel,
                          nondiff_inputs=(0,), static_region=_cond_static_region,
                          doc="run one of two regions on the operands, chosen by a scalar "
                              "predicate",
@@ -581,24 +661,52 @@ def _scan_loop(xp, step, as_array, carry, length, reverse, save_stride, y_types)
     return final, stacked, kept
 
 
-def _scan_kernel(xp, *arrays, body: Region, length: int, n_carry: int, n_xs: int,
-                 reverse: bool = False, checkpoint: bool = False, save: bool = False):
-    from .fused import run_ops
+def _scan_region_kernel(xp, bodies, *arrays, out=None, body: Region, length: int,
+                        n_carry: int, n_xs: int, reverse: bool = False,
+                        checkpoint: bool = False, save: bool = False):
+    # the body is prepared once; each step reads the carry one buffer holds and writes the
+    # next into the other (double buffering: a result never overwrites an input the same
+    # step still reads), and its ys straight into their rows of the stacked outputs. The
+    # buffers alternate so that the last step writes the final carry into ``out``. A saving
+    # scan copies the carry entering each saved step into its row of the saved outputs.
     carry, xs, caps = _scan_split(arrays, {"n_carry": n_carry, "n_xs": n_xs})
-    stride = _saved_rows(length, reverse, checkpoint)[1] if save else 0
-    y_types = [o.type for o in body.graph.outputs[n_carry:]]
+    rows, stride = _saved_rows(length, reverse, checkpoint) if save else (0, 0)
     compute = _take_compute()
     if compute is not None:         # an eager call: the Python function runs each step
+        y_types = [o.type for o in body.graph.outputs[n_carry:]]
         final, ys, kept = compute(xp, carry, xs, stride, y_types)
-    else:
-        g = body.graph
-
-        def step(c, t):
-            out = run_ops(g, xp, c + [x[t] for x in xs] + caps)
-            return list(out[:n_carry]), out[n_carry:]
-        final, ys, kept = _scan_loop(xp, step, lambda a: a, carry, length, reverse, stride,
-                                     y_types)
-    return _detach_outputs(xp, final, arrays) + tuple(ys) + _detach_outputs(xp, kept, arrays)
+        return give_results(xp, list(final) + list(ys) + list(kept), arrays, out)
+    first = length - 1 if reverse else 0
+    sample = carry + [x[first, ...] if length else xp.empty(tuple(x.shape[1:]), x.dtype)
+                      for x in xs] + caps
+    step = bodies(body, sample)
+    if out is None:
+        out = [xp.empty(tuple(c.shape), c.dtype) for c in carry] + [
+            xp.empty((length,) + tuple(shape), dt) for shape, dt in step.types[n_carry:]]
+        if save:
+            out += [xp.empty((rows,) + tuple(c.shape), c.dtype) for c in carry]
+    nk = n_carry if save else 0
+    final, ys = list(out[:n_carry]), list(out[n_carry:len(out) - nk])
+    kept = list(out[len(out) - nk:])
+    if not length:
+        for o, c in zip(final, carry):
+            xp.copyto(o, c)
+        return tuple(out)
+    spare = [xp.empty_like(o) for o in final] if length > 1 else final
+    cur = carry
+    for k in range(length):
+        t = length - 1 - k if reverse else k
+        if stride and k % stride == 0:
+            row = t if stride == 1 else k // stride
+            for s, c in zip(kept, cur):
+                xp.copyto(s[row, ...], c)
+        dst = final if (length - 1 - k) % 2 == 0 else spare
+        step(cur + [x[t, ...] for x in xs] + caps, dst + [y[t, ...] for y in ys])
+        cur = dst
+    if stride > 1 and length % stride == 0:       # the last row: the final carry
+        for s, c in zip(kept, final):
+            xp.copyto(s[length // stride, ...], c)
+    return tuple(out)
 
 
 def _scan_grads(region, nc, nx, length, rev, carry0, xs, caps, gc_fin, gys, idx,
@@ -777,7 +885,8 @@ def _scan_vjp(cts, ins, outs, attrs, needs):
     return res
 
 
-scan_op = register(OpDef("scan", _scan_infer, _scan_kernel, _scan_vjp, multi_output=True,
+scan_op = register(OpDef("scan", _scan_infer, _reference(_scan_region_kernel), _scan_vjp,
+                         multi_output=True, region_kernel=_scan_region_kernel,
                          vjp_reads_output=True,      # the saved carries
                          loop_invariant_from=lambda node: (node.attrs["n_carry"]
                                                            + node.attrs["n_xs"]),
@@ -936,18 +1045,48 @@ def _while_run(xp, test, step, as_array, carry, bound, save):
     return final, [xp.asarray(trips, dtype=np.int64)] + kept
 
 
-def _while_kernel(xp, *arrays, cond: Region, body: Region, n_carry: int,
-                  max_iterations=None, save: bool = False):
-    from .fused import run_ops
+def _while_region_kernel(xp, bodies, *arrays, out=None, cond: Region, body: Region,
+                         n_carry: int, max_iterations=None, save: bool = False):
+    # both regions prepared once; the carry alternates between ``out`` and a spare set of
+    # buffers (a step never writes a buffer it reads), copied into ``out`` at the end when
+    # the last trip wrote the spare one (or there was none). A saving loop copies the carry
+    # entering each trip into its row of the saved outputs (rows after the last trip: 0).
     carry, caps = list(arrays[:n_carry]), list(arrays[n_carry:])
     compute = _take_compute()
     if compute is not None:         # an eager call: the Python functions run each trip
         final, kept = compute(xp, carry, max_iterations, save)
-    else:
-        final, kept = _while_run(xp, lambda c: run_ops(cond.graph, xp, c + caps)[0],
-                                 lambda c: list(run_ops(body.graph, xp, c + caps)),
-                                 lambda a: a, carry, max_iterations, save)
-    return _detach_outputs(xp, final, arrays) + tuple(kept)
+        return give_results(xp, list(final) + list(kept), arrays, out)
+    test = bodies(cond, arrays)
+    step = bodies(body, arrays)
+    if out is None:
+        out = [xp.empty(tuple(c.shape), c.dtype) for c in carry]
+        if save:
+            out += [xp.empty((), np.int64)] + [
+                xp.empty((max_iterations,) + tuple(c.shape), c.dtype) for c in carry]
+    final = list(out[:n_carry])
+    kept = list(out[n_carry + 1:]) if save else []
+    bufs = [final, None]
+    pred = [xp.empty(*test.types[0])]
+    cur, trips = carry, 0
+    while max_iterations is None or trips < max_iterations:
+        test(cur + caps, pred)
+        if not bool(pred[0]):
+            break
+        for s, c in zip(kept, cur):
+            xp.copyto(s[trips, ...], c)
+        k = trips % 2
+        if bufs[k] is None:
+            bufs[k] = [xp.empty_like(o) for o in final]
+        step(cur + caps, bufs[k])
+        cur, trips = bufs[k], trips + 1
+    if cur is not bufs[0]:
+        for o, c in zip(final, cur):
+            xp.copyto(o, c)
+    if save:
+        out[n_carry][...] = trips
+        for s in kept:
+            s[trips:] = 0
+    return tuple(out)
 
 
 _UNBOUNDED = ("while_loop: reverse-mode differentiation needs a bound on the trip count: pass "
@@ -1039,8 +1178,9 @@ def _while_vjp_replayed(cts, ins, attrs, needs):
     return composite_vjp(bounded, list(cts[:n]), ins, needs)
 
 
-while_op = register(OpDef("while_loop", _while_infer, _while_kernel, _while_vjp,
-                          multi_output=True, vjp_reads_output=True,     # saved trips, carries
+while_op = register(OpDef("while_loop", _while_infer, _reference(_while_region_kernel),
+                          _while_vjp, multi_output=True, region_kernel=_while_region_kernel,
+                          vjp_reads_output=True,     # saved trips, carries
                           loop_invariant_from=lambda node: node.attrs["n_carry"],
                           doc="apply the body region while the cond region is true",
                           attrs=Attrs(cond=Attr("region"), body=Attr("region"),
