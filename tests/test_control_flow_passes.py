@@ -436,18 +436,41 @@ def test_interpreted_levels_resolve_body_kernels_once_and_never_fall_back():
     assert not any(isinstance(b, _PlannedBody) for b in bodies)
 
 
-def test_a_region_typed_only_by_rank_runs_op_by_op_with_the_backend_kernels():
+def test_the_reference_kernels_run_bodies_op_by_op_and_own_their_results():
+    # the ops' plain kernels (constant folding, a backend without a runner) pass op-by-op
+    # bodies: an input returned as it is, or one value returned twice, comes back as an
+    # array of its own
     from duograph.graphlib.ir import Region
+    from duograph.graphlib.ops.control import call_op, cond_op, scan_op
     from duograph.runtime.backends import get_backend
-    g = dg.Graph("body")
-    with g:
-        a = dg.placeholder("a", (2, 2), "float64")
-        g.outputs = [dg.tanh(a) * 2.0]
+    fn, ref, feeds = CASES["twice"]
+    g = _graph(fn, feeds)
+    node = next(n for n in g.nodes if n.op is scan_op)
+    args = [feeds[v.name] for v in node.inputs]
+    got = scan_op.kernel(np, *args, **node.attrs)
+    for a, w in zip(got, _flat(ref(**feeds))):
+        np.testing.assert_allclose(a, w, **TOL)
+    g = _graph(branch, CASES["cond_true"][2])
+    node = next(n for n in g.nodes if n.op is cond_op)
+    a, b = A.copy(), B.copy()
+    got = cond_op.kernel(np, np.array(True), a, b, **node.attrs)
+    assert got[0] is not a and not np.shares_memory(got[0], a)
+    assert not np.shares_memory(got[1], got[2])
+    np.testing.assert_array_equal(got[0], A)
+    body = dg.Graph("body")
+    with body:
+        u = dg.placeholder("u", (4, 3), "float64")
+        body.outputs = [u, dg.tanh(u)]
+    got = call_op.kernel(np, a, body=Region(body))
+    assert not np.shares_memory(got[0], a)
+    np.testing.assert_array_equal(got[1], np.tanh(a))
+    x = RNG.standard_normal((4, 3))
     runner = RegionRunner(get_backend("numpy"))
-    x = RNG.standard_normal((3, 5))          # other dims than the region declares
-    body = runner(Region(g), [x])
-    assert isinstance(body, OpByOpBody)
-    np.testing.assert_array_equal(body([x])[0], np.tanh(x) * 2.0)
+    prepared = runner(Region(body), [x])
+    assert not isinstance(prepared, OpByOpBody)
+    out = [np.empty((4, 3)), np.empty((4, 3))]
+    assert prepared([x], out)[0] is out[0]
+    np.testing.assert_array_equal(out[0], x)
 
 
 def test_eager_loops_run_compiled_bodies():
