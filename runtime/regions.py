@@ -74,10 +74,10 @@ class RegionRunner:
         """The plain kernel of region op ``op`` over this runner's bodies."""
         k = self._kernels.get(op)
         if k is None:
-            run, bodies = op.region_kernel, self
+            bodies = self
 
             def k(xp, *arrays, **attrs):
-                return run(xp, bodies, *arrays, **attrs)
+                return op.region_kernel(xp, bodies, *arrays, **attrs)
             self._kernels[op] = k
         return k
 
@@ -86,11 +86,11 @@ class RegionRunner:
         planned buffers."""
         k = self._outs.get(op)
         if k is None:
-            run, bodies = op.region_kernel, self
+            bodies = self
 
             def k(xp, *arrays, out, **attrs):
-                run(xp, bodies, *arrays, out=out if isinstance(out, (tuple, list)) else (out,),
-                    **attrs)
+                op.region_kernel(xp, bodies, *arrays,
+                                 out=out if isinstance(out, (tuple, list)) else (out,), **attrs)
                 return True
             self._outs[op] = k
         return k
