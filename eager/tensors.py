@@ -30,8 +30,26 @@ from . import grad_mode
 
 
 
+_device_types: dict = {}      # array type -> device name, for types a backend registers
+
+
 def _device_of(arr) -> str:
+    if type(arr) is np.ndarray:
+        return "cpu"
+    found = _device_types.get(type(arr))
+    if found is not None:
+        return found
     return "cpu" if isinstance(arr, np.ndarray) else "cuda"
+
+
+def register_device_array(array_type: type, device: Optional[str]) -> None:
+    """Declare that arrays of ``array_type`` live on ``device`` (None forgets it): what a
+    test's stand-in device array (a numpy subclass) uses to look like a "cuda" array. Arrays
+    that are not numpy's are "cuda" without it."""
+    if device is None:
+        _device_types.pop(array_type, None)
+    else:
+        _device_types[array_type] = device
 
 
 # -- kernels: a backend per device, through a hook -------------------------------------------
@@ -406,6 +424,20 @@ class Tensor(TensorMethods):
         """``cuda() -> Tensor``: this tensor on the GPU (needs cupy and a GPU); ``self`` when it
         is already there. Same as ``to('cuda')``."""
         return self.to(device="cuda")
+
+    def __dlpack__(self, *args, **kwargs):
+        """The DLPack capsule of the data (no copy), as ``torch.from_dlpack``,
+        ``np.from_dlpack``, ``cupy.from_dlpack`` and ``jax.dlpack`` read it; the arguments
+        (``stream``, ``max_version``...) are passed to the array's own ``__dlpack__``.
+        Refused for a tensor that requires grad, as PyTorch does: use ``.detach()``."""
+        if self.requires_grad:
+            raise RuntimeError("__dlpack__: cannot export a tensor that requires grad; use "
+                               f"tensor.detach()\n  in: {user_source()}")
+        return self.array.__dlpack__(*args, **kwargs)
+
+    def __dlpack_device__(self):
+        """(device type, device id) of the data, as DLPack defines them (1: CPU, 2: CUDA)."""
+        return self.array.__dlpack_device__()
 
     def float(self) -> "Tensor":
         """``float() -> Tensor``: ``self.to(dg.float32)``; ``self`` when already float32."""
@@ -1282,14 +1314,16 @@ _default_device = ["cpu"]
 def _prepare(op, inputs):
     """Slow path of eager_apply: convert numbers/arrays, check devices."""
     device = None
+    mixed = False
     for x in inputs:
         if type(x) is Tensor or isinstance(x, Tensor):
             d = _device_of(x.array)
             if device is None:
                 device = d
             elif d != device:
-                raise RuntimeError(f"{op.name}: expected all tensors on one device, found "
-                                   f"{device} and {d}\n  in: {user_source()}")
+                mixed = True
+    if mixed:
+        inputs, device = _join_devices(op, inputs)
     device = device or _default_device[-1]
     try:
         return tuple(_as_tensor(x, device) for x in inputs), device
@@ -1651,3 +1685,24 @@ _ = ConstArray  # re-exported type used by record()
 for _name in ("any", "all"):
     setattr(Tensor, _name, accept_axis(vars(Tensor)[_name]))
 del _name
+
+
+def _join_devices(op, inputs):
+    """Inputs on more than one device: as PyTorch, a 0-d CPU tensor joins the others'
+    device (a Python scalar would); anything else raises, naming both devices."""
+    found = [(_device_of(x.array), x) for x in inputs if isinstance(x, Tensor)]
+    devices = []
+    for d, x in found:
+        if d not in devices and not (d == "cpu" and x.array.ndim == 0):
+            devices.append(d)
+    if len(devices) != 1:
+        first = [d for d, _ in found]
+        a = first[0]
+        b = next(d for d in first if d != a)
+        raise RuntimeError(f"{op.name}: expected all tensors on one device, found {a} and "
+                           f"{b}; move them with .to({b!r}) or .to({a!r})"
+                           f"\n  in: {user_source()}")
+    device = devices[0]
+    joined = [x.to(device) if isinstance(x, Tensor) and _device_of(x.array) != device else x
+              for x in inputs]
+    return type(inputs)(joined) if isinstance(inputs, tuple) else joined, device

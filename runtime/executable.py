@@ -76,6 +76,10 @@ def needed_nodes(graph: Graph, targets: Sequence[Value]) -> List:
 class Executable:
     """A compiled graph. Call it with feeds as keyword arguments; it returns a list of arrays."""
 
+    # runs on a device return numpy arrays unless this is set (eager's dg.compile keeps
+    # device tensors on their device)
+    keep_on_device = False
+
     def __init__(self, graph: Graph, outputs: Optional[Sequence[Value]] = None,
                  backend="numpy", planner: Optional[Callable] = None):
         if outputs is None:
@@ -321,7 +325,7 @@ class Executable:
         env: list = [None] * self.num_slots
         bindings = self._bind_feeds(feeds or {}, env)
         outs = self.steps.run(self, env, bindings)
-        if self.xp is not np:
+        if self.xp is not np and not self.keep_on_device:
             outs = [self.xp.asnumpy(o) for o in outs]
         return outs
 
