@@ -14,7 +14,8 @@ import numpy as np
 from ..graphlib import dtypes
 from ..graphlib import functional as F
 from ..graphlib.ops import creation as graph_creation
-from .tensors import SeedTensor, Tensor, _default_device, _xp_for, tensor_from_data
+from .tensors import (SeedTensor, Tensor, _xp_for, pop_default_device, push_default_device,
+                      tensor_from_data)
 
 _rng_state = threading.local()
 
@@ -65,11 +66,11 @@ def _on(device):
         return
     if device != "cpu":
         _xp_for(device)   # raises a clear error without cupy
-    _default_device.append(device)
+    token = push_default_device(device)
     try:
         yield
     finally:
-        _default_device.pop()
+        pop_default_device(token)
 
 
 def _finish(t, requires_grad: bool):

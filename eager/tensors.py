@@ -1517,7 +1517,7 @@ def _eager_apply_slow(op, inputs, attrs):
     """eager_apply for everything its fast path does not take; makes that path's plans."""
     tensors = inputs
     arrays = []
-    cpu = True
+    cpu = _default_device[-1] == "cpu"     # (ops without tensor inputs run there)
     for x in inputs:
         if type(x) is not Tensor and type(x) is not Parameter:
             if type(x) is Scalar and tensors is inputs:
@@ -1706,3 +1706,23 @@ def _join_devices(op, inputs):
     joined = [x.to(device) if isinstance(x, Tensor) and _device_of(x.array) != device else x
               for x in inputs]
     return type(inputs)(joined) if isinstance(inputs, tuple) else joined, device
+
+
+def push_default_device(device: str):
+    """Make ``device`` the default of ops without tensor inputs (creation under
+    ``device=``) until ``pop_default_device(token)``. Off the CPU the fast path's plans are
+    set aside meanwhile: they are keyed by signature alone, and a zero-input op's plan
+    (``ones``, ``arange``) would run its CPU kernel whatever the default device."""
+    global _plans
+    saved = _plans
+    if device != "cpu":
+        _plans = {}
+    _default_device.append(device)
+    return saved
+
+
+def pop_default_device(token) -> None:
+    """Undo ``push_default_device`` (``token`` is what it returned)."""
+    global _plans
+    _default_device.pop()
+    _plans = token

@@ -1,0 +1,195 @@
+"""Device plumbing without a GPU: a stand-in "cuda" device (``fake_device.py``: numpy
+arrays of a subclass, an array module returning them) runs the real code paths of moving
+tensors and modules between devices, refusing mixed devices, optimizers on device state,
+checkpoints loaded to a chosen device, graph mode and ``dg.compile`` on the device; and
+DLPack interop with PyTorch on the CPU. The same checks on a real GPU are in
+``test_gpu.py`` (marked ``gpu``)."""
+import io
+
+import numpy as np
+import pytest
+from fake_device import FakeDeviceArray, fake_cuda
+
+import duograph as dg
+import duograph.nn as nn
+
+torch = pytest.importorskip("torch")
+
+
+@pytest.fixture
+def cuda():
+    with fake_cuda() as backend:
+        yield backend
+
+
+def _on_device(t) -> bool:
+    return t.device == "cuda" and isinstance(t.array, FakeDeviceArray)
+
+
+def test_tensors_move_between_devices_and_gradients_follow(cuda):
+    x = dg.tensor([1.0, -2.0, 3.0], requires_grad=True)
+    y = x.cuda()
+    assert _on_device(y) and y.is_cuda and x.device == "cpu"
+    assert x.to("cuda:0").device == "cuda" and y.cpu().device == "cpu"
+    assert y.to("cuda") is y and x.cpu() is x
+    z = dg.tensor([[1.0, 2.0]], device="cuda")
+    assert _on_device(z) and repr(z).endswith("device='cuda')")
+    loss = (dg.tanh(y) * 2.0).sum()
+    assert _on_device(loss)
+    loss.backward()
+    assert x.grad.device == "cpu"         # the gradient comes back through the move
+    np.testing.assert_allclose(x.grad.numpy(), 2 * (1 - np.tanh([1.0, -2.0, 3.0]) ** 2),
+                               rtol=1e-5)
+    with pytest.raises(RuntimeError, match="on cuda; call .cpu"):
+        y.detach().numpy()
+    np.testing.assert_allclose(y.detach().cpu().numpy(), [1.0, -2.0, 3.0])
+
+
+def test_mixing_devices_names_both_and_the_line(cuda):
+    a = dg.ones(3)
+    b = dg.ones(3, device="cuda")
+    with pytest.raises(RuntimeError) as info:
+        a + b                                          # the line the error must name
+    msg = str(info.value)
+    assert "cpu" in msg and "cuda" in msg and "test_device_plumbing.py:" in msg
+    with pytest.raises(RuntimeError, match="cpu and cuda|cuda and cpu"):
+        dg.matmul(b.reshape(1, 3), a.reshape(3, 1))
+
+
+def test_a_zero_dim_cpu_tensor_joins_the_device_as_in_pytorch(cuda):
+    b = dg.ones(3, device="cuda")
+    s = dg.tensor(2.5)
+    out = b * s
+    assert _on_device(out)
+    np.testing.assert_allclose(out.cpu().numpy(), [2.5, 2.5, 2.5])
+    w = dg.tensor(3.0, requires_grad=True)
+    (b * w).sum().backward()
+    assert w.grad.device == "cpu" and float(w.grad.numpy()) == 3.0
+
+
+def _train(device, opt_cls, steps=3, **opt_kw):
+    dg.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3))
+    model.to(device)
+    opt = opt_cls(model.parameters(), **opt_kw)
+    rng = np.random.default_rng(0)
+    x = dg.tensor(rng.standard_normal((5, 4)).astype(np.float32), device=device)
+    t = dg.tensor(rng.integers(0, 3, 5), device=device)
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = nn.functional.cross_entropy(model(x), t)
+        loss.backward()
+        opt.step()
+        losses.append(float(loss.cpu().item()))
+    return model, opt, losses
+
+
+@pytest.mark.parametrize("opt_cls, kw", [(dg.optim.SGD, dict(lr=0.1, momentum=0.9)),
+                                         (dg.optim.Adam, dict(lr=0.01)),
+                                         (dg.optim.AdamW, dict(lr=0.01, amsgrad=True)),
+                                         (dg.optim.Adagrad, dict(lr=0.1))])
+def test_module_to_device_trains_with_state_on_the_device(cuda, opt_cls, kw):
+    """Module.to("cuda") moves parameters in place; the optimizer's slots live on the
+    parameters' device; losses equal the CPU run's."""
+    _, _, want = _train("cpu", opt_cls, **kw)
+    model, opt, got = _train("cuda", opt_cls, **kw)
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    for p in model.parameters():
+        assert _on_device(p)
+        for name, slot in opt.state[p].items():
+            if name != "step":
+                assert _on_device(slot), name
+    model.cpu()
+    assert all(p.device == "cpu" for p in model.parameters())
+
+
+def test_checkpoints_load_to_the_chosen_device(cuda):
+    model, opt, _ = _train("cuda", dg.optim.Adam, lr=0.01)
+    buf = io.BytesIO()
+    dg.save({"model": model.state_dict(), "opt": opt.state_dict()}, buf)
+    data = buf.getvalue()
+    on_cpu = dg.load(io.BytesIO(data))
+    on_gpu = dg.load(io.BytesIO(data), map_location="cuda:0")
+    for k, t in on_cpu["model"].items():
+        assert t.device == "cpu"
+        assert _on_device(on_gpu["model"][k])
+        np.testing.assert_array_equal(on_gpu["model"][k].cpu().numpy(), t.numpy())
+        np.testing.assert_array_equal(model.state_dict()[k].cpu().numpy(), t.numpy())
+    assert dg.load(io.BytesIO(data), map_location=dg.device("cpu"))["model"]
+    # a CPU checkpoint loaded into a device model and optimizer
+    fresh, fresh_opt, _ = _train("cuda", dg.optim.Adam, steps=1, lr=0.01)
+    fresh.load_state_dict(on_cpu["model"])
+    fresh_opt.load_state_dict(on_cpu["opt"])
+    for p in fresh.parameters():
+        assert _on_device(p)
+        assert all(_on_device(s) for k, s in fresh_opt.state[p].items() if k != "step")
+    with pytest.raises(TypeError, match="not both"):
+        dg.load(io.BytesIO(data), device="cpu", map_location="cuda")
+    with pytest.raises(ValueError, match="unknown device"):
+        dg.load(io.BytesIO(data), map_location="tpu")
+
+
+def test_graph_mode_runs_on_the_device_with_numpy_or_device_feeds(cuda):
+    g = dg.Graph("dev")
+    with g:
+        x = dg.placeholder("x", (4, 3))
+        w = dg.variable("w", np.full((3, 2), 0.5, np.float32))
+        y = dg.relu(x @ w + 1.0)
+        loss = dg.sum(y * y)
+        (gw,) = dg.grad(loss, [w])
+        dg.assign(w, w - 0.1 * gw)
+    feed = np.arange(12, dtype=np.float32).reshape(4, 3) / 10
+    want = g.compile(outputs=[y], passes="O2")(x=feed)[0]
+    for passes in ("O0", "O2"):
+        exe = g.compile(outputs=[y], passes=passes, device="cuda")
+        assert exe.backend == "fakecuda"
+        got = exe(x=feed)[0]                      # numpy in, numpy out
+        assert type(got) is np.ndarray
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+        got2 = exe(x=FakeDeviceArray.__new__(FakeDeviceArray, feed.shape, feed.dtype,
+                                             feed.copy()))[0]
+        assert np.all(np.isfinite(got2))
+        state = exe.state["w"]
+        assert isinstance(exe._owned["w"], FakeDeviceArray)
+        assert np.asarray(state).shape == (3, 2)
+
+
+def test_dg_compile_runs_device_tensors_on_the_device(cuda):
+    lin = nn.Linear(3, 2)
+    lin.cuda()
+
+    @dg.compile
+    def step(x):
+        return dg.tanh(lin(x)).sum()
+    x = dg.tensor(np.ones((4, 3), np.float32), device="cuda")
+    want = dg.tanh(lin(x)).sum()
+    want.backward()
+    want_grad = lin.weight.grad.detach().cpu().numpy()
+    for _ in range(2):                 # recorded, then replayed
+        lin.weight.grad = None
+        got = step(x)
+        assert _on_device(got)
+        np.testing.assert_allclose(got.detach().cpu().numpy(), want.detach().cpu().numpy(),
+                                   rtol=1e-6)
+        got.backward()
+        assert _on_device(lin.weight.grad)
+        np.testing.assert_allclose(lin.weight.grad.cpu().numpy(), want_grad, rtol=1e-5)
+
+
+def test_dlpack_shares_memory_with_torch_both_ways():
+    t = dg.tensor([1.0, 2.0, 3.0])
+    tt = torch.from_dlpack(t)
+    tt[0] = 7.0                          # the same memory: no copy
+    assert t.tolist() == [7.0, 2.0, 3.0]
+    assert t.__dlpack_device__()[0] == 1
+    src = torch.arange(4, dtype=torch.float64)
+    back = dg.from_dlpack(src)
+    src[1] = 9.0
+    assert back.dtype == "float64" and back.tolist() == [0.0, 9.0, 2.0, 3.0]
+    assert not back.requires_grad
+    assert dg.from_dlpack(np.ones(2, np.int32)).dtype == "int32"
+    with pytest.raises(RuntimeError, match="requires grad"):
+        torch.from_dlpack(dg.ones(2, requires_grad=True))
+    with pytest.raises(TypeError, match="__dlpack__"):
+        dg.from_dlpack([1, 2])
