@@ -1626,9 +1626,7 @@ def _capture_into_graph(graph, t: Tensor):
     """A tensor met while building a graph becomes a state input bound to it: each run reads
     its current data, and ``graph.update`` writes new values back into it (parameters,
     buffers, optimizer slots)."""
-    if t.device != "cpu":
-        raise NotImplementedError("graph mode reads CPU tensors only for now")
-    return graph.bind_state(t)
+    return graph.bind_state(t)        # (on its device: compile for that device)
 
 
 # -- operators without the dispatch chain ------------------------------------------------------

@@ -193,3 +193,31 @@ def test_dlpack_shares_memory_with_torch_both_ways():
         torch.from_dlpack(dg.ones(2, requires_grad=True))
     with pytest.raises(TypeError, match="__dlpack__"):
         dg.from_dlpack([1, 2])
+
+
+@pytest.mark.parametrize("kind", ["mlp", "cnn"])
+def test_digits_training_on_the_device_in_three_modes_matches_the_cpu(cuda, kind):
+    """examples/train_digits.py with device="cuda" (the stand-in device): eager, dg.compile
+    and graph mode give the CPU's loss curve, and the model ends on the device."""
+    pytest.importorskip("sklearn")
+    from test_train_digits import train_digits
+    quiet = dict(progress=False, log=lambda *a: None, epochs=1)
+    want = train_digits.train(kind=kind, mode="eager", **quiet)["losses"]
+    for mode in ("eager", "compiled", "graph"):
+        res = train_digits.train(kind=kind, mode=mode, device="cuda", **quiet)
+        np.testing.assert_allclose(res["losses"], want, rtol=1e-5, err_msg=mode)
+        assert all(_on_device(p) for p in res["model"].parameters()), mode
+
+
+def test_graph_state_on_another_device_is_a_clear_error(cuda):
+    lin = nn.Linear(3, 2).cuda()
+    g = dg.Graph("mixed")
+    with g:
+        x = dg.placeholder("x", (1, 3))
+        y = lin(x)
+    with pytest.raises(dg.FeedError, match="is on cuda, but this executable runs on cpu"):
+        g.compile(outputs=[y])(x=np.ones((1, 3), np.float32))
+    got = g.compile(outputs=[y], device="cuda")(x=np.ones((1, 3), np.float32))[0]
+    with dg.no_grad():
+        want = lin(dg.ones(1, 3, device="cuda")).cpu().numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-6)
