@@ -377,7 +377,8 @@ class Executable:
             raise FeedError(f"{self.graph.name}: state {v.name!r} was built as {v.type!r}, but "
                             f"the object bound to it now holds {arr.dtype}{list(arr.shape)}; "
                             "rebuild the graph after changing parameter shapes or dtypes")
-        if not isinstance(arr, self.xp.ndarray):
+        # device arrays (cupy's) have .get(); numpy's do not
+        if (hasattr(arr, "get") or not isinstance(arr, np.ndarray)) != (self.xp is not np):
             moved = self._state_elsewhere(v, arr)
             if moved is not None:
                 return moved                  # a host scalar read on the device: per run
@@ -387,9 +388,10 @@ class Executable:
     def _state_elsewhere(self, v: Value, arr):
         """Bound state whose array is not on this executable's device: a 0-d host array
         (a learning rate) is copied to the device for the run; anything else is refused."""
-        if self.xp is not np and isinstance(arr, np.ndarray) and arr.ndim == 0:
+        host = isinstance(arr, np.ndarray) and not hasattr(arr, "get")
+        if self.xp is not np and host and arr.ndim == 0:
             return self.xp.asarray(arr)
-        where = "cpu" if isinstance(arr, np.ndarray) else "cuda"
+        where = "cpu" if host else "cuda"
         raise FeedError(f"{self.graph.name}: state {v.name!r} is on {where}, but this "
                         f"executable runs on {self.runner.device}; compile with "
                         f"device={where!r} or move the tensor with .to("
