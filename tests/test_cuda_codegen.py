@@ -10,14 +10,17 @@ checked the same way. The device-side softmax-cross-entropy kernels run on numpy
 the reference too. Nothing here needs cupy.
 """
 import math
+import os
 import re
 import shutil
 import subprocess
+import tempfile
 
 import numpy as np
 import pytest
 
 import duograph as dg
+from duograph.graphlib.ops.fused import eval_nodes
 from duograph.graphlib.registry import REGISTRY
 from duograph.graphlib.types import TensorType
 from duograph.runtime.cuda import codegen
@@ -106,8 +109,6 @@ def _run_host(sources, inputs):
                         + prints + " }")
     main.append("return 0; }")
     code = "\n".join(parts + main) + "\n"
-    import os
-    import tempfile
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "gen.cpp")
         exe = os.path.join(tmp, "gen")
@@ -118,8 +119,6 @@ def _run_host(sources, inputs):
         assert res.returncode == 0, f"generated code does not compile:\n{res.stderr[:3000]}"
         out = subprocess.run([exe], capture_output=True, text=True, check=True).stdout
     got = {}
-    for line in out.split():
-        pass
     for line in out.strip().splitlines():
         k, i, j, v = line.split()
         got[(int(k), int(i), int(j))] = float(v)
@@ -241,7 +240,6 @@ def test_fused_regions_generate_one_kernel_that_matches_the_cpu(name, fn, shapes
         lay = Layout(body.graph)
         assert lay.source is not None, f"{name}: no kernel for {body.body_text()}"
         env = {v: a for v, a in zip(body.graph.inputs, ins)}
-        from duograph.graphlib.ops.fused import eval_nodes
         if lay.prologue:
             eval_nodes(lay.prologue, env, np, lay.outputs + lay.region_inputs)
         region_in = [np.asarray(env[v]) for v in lay.region_inputs]
