@@ -1317,6 +1317,8 @@ def _prepare(op, inputs):
     mixed = False
     for x in inputs:
         if type(x) is Tensor or isinstance(x, Tensor):
+            if type(x) is SeedTensor:
+                continue        # a host seed: the other inputs (or the default) decide
             d = _device_of(x.array)
             if device is None:
                 device = d
@@ -1518,6 +1520,7 @@ def _eager_apply_slow(op, inputs, attrs):
     tensors = inputs
     arrays = []
     cpu = _default_device[-1] == "cpu"     # (ops without tensor inputs run there)
+    device = None
     for x in inputs:
         if type(x) is not Tensor and type(x) is not Parameter:
             if type(x) is Scalar and tensors is inputs:
@@ -1567,7 +1570,8 @@ def _eager_apply_slow(op, inputs, attrs):
         if op is _TO_DEVICE:      # its results belong to the target device
             backend = backend_for(attrs["device"])
         else:
-            backend = backend_for(_device_of(arrays[0]) if arrays else _default_device[-1])
+            backend = backend_for(device or (_device_of(arrays[0]) if arrays
+                                             else _default_device[-1]))
         xp, kernel = backend.xp, backend.kernels[op]
     try:
         # No np.errstate here: it costs ~1 us per op. Like numpy, a division by zero gives
@@ -1688,7 +1692,8 @@ del _name
 def _join_devices(op, inputs):
     """Inputs on more than one device: as PyTorch, a 0-d CPU tensor joins the others'
     device (a Python scalar would); anything else raises, naming both devices."""
-    found = [(_device_of(x.array), x) for x in inputs if isinstance(x, Tensor)]
+    found = [(_device_of(x.array), x) for x in inputs
+             if isinstance(x, Tensor) and type(x) is not SeedTensor]
     devices = []
     for d, x in found:
         if d not in devices and not (d == "cpu" and x.array.ndim == 0):
@@ -1701,8 +1706,8 @@ def _join_devices(op, inputs):
                            f"{b}; move them with .to({b!r}) or .to({a!r})"
                            f"\n  in: {user_source()}")
     device = devices[0]
-    joined = [x.to(device) if isinstance(x, Tensor) and _device_of(x.array) != device else x
-              for x in inputs]
+    joined = [x.to(device) if isinstance(x, Tensor) and type(x) is not SeedTensor
+              and _device_of(x.array) != device else x for x in inputs]
     return type(inputs)(joined) if isinstance(inputs, tuple) else joined, device
 
 

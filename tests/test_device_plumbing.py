@@ -221,3 +221,22 @@ def test_graph_state_on_another_device_is_a_clear_error(cuda):
     with dg.no_grad():
         want = lin(dg.ones(1, 3, device="cuda")).cpu().numpy()
     np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def test_creation_and_random_ops_honour_the_device(cuda):
+    """device= reaches ops without tensor inputs and random ops (whose host seed does not
+    decide the device); the same seed gives the same numbers as on the CPU here (the stand-in
+    device draws with numpy's generator: a real GPU draws with cupy's)."""
+    for make in (lambda: dg.rand(3, device="cuda"), lambda: dg.randn(2, 2, device="cuda"),
+                 lambda: dg.arange(4, device="cuda"), lambda: dg.zeros(2, device="cuda"),
+                 lambda: dg.full((2,), 3.0, device="cuda"), lambda: dg.eye(2, device="cuda"),
+                 lambda: dg.randint(0, 5, (3,), device="cuda")):
+        assert _on_device(make())
+    x = dg.ones(3, device="cuda")
+    assert _on_device(dg.rand_like(x)) and _on_device(dg.zeros_like(x))
+    assert _on_device(nn.Dropout(0.5)(x))
+    dg.manual_seed(1)
+    a = dg.rand(5, device="cuda").cpu().numpy()
+    dg.manual_seed(1)
+    np.testing.assert_array_equal(a, dg.rand(5).numpy())
+    assert dg.ones(2).device == "cpu"           # and the default is back
