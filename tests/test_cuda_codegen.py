@@ -165,10 +165,11 @@ def test_every_expr_op_generates_code_that_computes_the_reference(dt):
         _close(vals, want, dt, name)
 
 
-def test_dtypes_map_to_c_types_and_mixed_regions_are_refused():
+def test_dtypes_map_to_c_types_and_unsupported_regions_are_refused():
     """Parameters keep their dtype names (cupy maps them); locals use the C type of the
-    compute dtype; literals are cast to it (float32 code never promotes to double); integer,
-    float16 and mixed-float regions get no kernel."""
+    compute dtype; literals are cast to it (float32 code never promotes to double); a
+    float32 operand of a float64 node is cast up; integer and float16 regions get no
+    kernel."""
     add = REGISTRY["add"]
     src = codegen.op_source(add, ["float32", "float32"], "float32")
     assert src.in_params == "float32 x0, float32 x1" and src.out_params == "float32 o0"
@@ -179,7 +180,8 @@ def test_dtypes_map_to_c_types_and_mixed_regions_are_refused():
     assert "const bool v0" in lt.operation and lt.out_params == "bool o0"
     assert codegen.op_source(add, ["int32", "int32"], "int32") is None
     assert codegen.op_source(add, ["float16", "float16"], "float16") is None
-    assert codegen.op_source(add, ["float32", "float64"], "float64") is None
+    mixed = codegen.op_source(add, ["float32", "float64"], "float64")
+    assert "( ( double ) x0 ) + x1" in mixed.operation
     assert codegen.C_TYPES["float32"] == "float" and codegen.C_TYPES["int64"] == "long long"
     # the same source is the same (cached) kernel, a different dtype a different name
     again = codegen.op_source(add, ["float32", "float32"], "float32")

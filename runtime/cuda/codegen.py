@@ -8,11 +8,12 @@ expression with a host C++ compiler through ``HOST_SHIM``).
 
 The rules (those of the CPU numba compiler, ``runtime/cpu/fused.py``):
 
-- every non-bool value of the region has one float dtype (float32 or float64), the compute
-  type ``T``; bools are ``bool``. Anything else (integers, float16, mixed floats) gets None and
-  the backend runs the region op by op on cupy.
-- each intermediate is a typed local (``const T v3 = ...;``); numeric literals are cast to
-  ``T`` so float32 code never promotes to double; ``inf``/``nan`` are ``DG_INF``/``DG_NAN``.
+- every value of the region is float32, float64 or bool. Anything else (integers, float16)
+  gets None and the backend runs the region op by op on cupy.
+- each node computes in one C type ``T`` (double where a float64 takes part, as numpy
+  promotes, else float) with its float operands cast to it, and stores its result in a typed
+  local of its output dtype (``const float v3 = ...;``); numeric literals are cast to ``T``
+  so float32 code never promotes to double; ``inf``/``nan`` are ``DG_INF``/``DG_NAN``.
 - functions whose C meaning differs from numpy's get a ``dg_`` helper from ``PREAMBLE``:
   ``max``/``min`` propagate NaN (numpy's maximum/minimum), ``remainder``/``floor_divide`` take
   the divisor's sign (Python's ``%`` and ``//``), ``sign`` keeps NaN, ``abs`` is ``fabs``,
@@ -168,16 +169,15 @@ def literal(value, ctype: str) -> Optional[str]:
     return f"(({ctype}){val!r})"
 
 
-def compute_dtype(dtypes: Sequence[str]) -> Optional[str]:
-    """The one float dtype every non-bool value has ("bool" when all are bools), or None
-    (not generated)."""
-    floats = {d for d in dtypes if d != "bool"}
-    if not floats and dtypes:
-        return "bool"
-    if len(floats) != 1:
-        return None
-    (dt,) = floats
-    return dt if dt in COMPUTE_DTYPES else None
+
+
+def _node_compute(in_dtypes: Sequence[str], out_dtype: str) -> str:
+    """The dtype one node computes in: float64 when an operand or the result is float64,
+    else float32 when one is float32 (numpy's promotion among the float kinds), else bool."""
+    dts = set(in_dtypes) | {out_dtype}
+    if "float64" in dts:
+        return "float64"
+    return "float32" if "float32" in dts else "bool"
 
 
 def region_source(nodes: Sequence, inputs: Sequence, outputs: Sequence,
@@ -187,41 +187,49 @@ def region_source(nodes: Sequence, inputs: Sequence, outputs: Sequence,
     ``nodes``: the region's nodes in order (each with ``op.expr``, ``inputs``, ``outputs``
     (Values with ``.dtype``) and ``attrs``); ``inputs``: the Values the kernel reads, one
     parameter each (``x0``...); ``outputs``: the Values it writes (``o0``...); ``consts``:
-    Value -> the scalar of each folded constant the region reads."""
+    Value -> the scalar of each folded constant the region reads.
+
+    Every value must be float32, float64 or bool. Each node computes in its own dtype
+    (``_node_compute``: float64 where a float64 takes part, as numpy promotes), its float
+    operands and literals cast to it, and its result is stored in its output dtype."""
     values = list(inputs) + [o for n in nodes for o in n.outputs] + list(consts)
-    dt = compute_dtype([v.dtype for v in values])
-    if dt is None:
+    if not values or any(v.dtype not in COMPUTE_DTYPES + ("bool",) for v in values):
         return None
-    ctype = C_TYPES[dt]
     name: Dict[object, str] = {}
+    dtype_of: Dict[str, str] = {}
     for j, v in enumerate(inputs):
         name[v] = f"x{j}"
+        dtype_of[name[v]] = v.dtype
     lines = []
     for j, (v, val) in enumerate(consts.items()):
-        local = "bool" if v.dtype == "bool" else ctype
+        local = C_TYPES[v.dtype]
         lit = literal(val, local)
         if lit is None:
             return None
         lines.append(f"const {local} c{j} = {lit};")
         name[v] = f"c{j}"
+        dtype_of[name[v]] = v.dtype
     for i, node in enumerate(nodes):
         if node.op.expr is None or len(node.outputs) != 1:
             return None
+        v = node.outputs[0]
         try:
-            args = [name[x] for x in node.inputs]
+            operands = [name[x] for x in node.inputs]
         except KeyError:
             return None
+        comp = _node_compute([dtype_of[a] for a in operands], v.dtype)
+        ctype = C_TYPES[comp]
+        args = [a if dtype_of[a] in (comp, "bool") else f"(({ctype}){a})" for a in operands]
         try:
             text = node.op.expr.format(*args, **node.attrs)
-            code = translate(text, ctype)
+            code = translate(_protect_casts(text), ctype)
         except (ValueError, KeyError, IndexError):
             return None
-        v = node.outputs[0]
-        local = "bool" if v.dtype == "bool" else ctype
+        local = C_TYPES[v.dtype]
         lines.append(f"const {local} v{i} = ({local})({code});")
         name[v] = f"v{i}"
-    in_params = ", ".join(f"{v.dtype} x{j}"
-                          for j, v in enumerate(inputs))
+        dtype_of[name[v]] = v.dtype
+    in_params = ", ".join(f"{v.dtype} x{j}" for j, v in enumerate(inputs))
     out_params = ", ".join(f"{v.dtype} o{k}" for k, v in enumerate(outputs))
     for k, v in enumerate(outputs):
         if v not in name:
@@ -230,6 +238,12 @@ def region_source(nodes: Sequence, inputs: Sequence, outputs: Sequence,
     operation = "\n".join(lines)
     digest = hashlib.sha1(f"{in_params}|{out_params}|{operation}".encode()).hexdigest()[:16]
     return KernelSource(in_params, out_params, operation, f"dg_fused_{digest}", PREAMBLE)
+
+
+def _protect_casts(text: str) -> str:
+    """Operand casts written as ``((double)x3)`` spelled with dtype names, which ``translate``
+    maps back to C types (it reads only the template language)."""
+    return text.replace("((double)", "((float64)").replace("((float)", "((float32)")
 
 
 class _Val:

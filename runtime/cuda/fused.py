@@ -7,8 +7,8 @@ from the ops' ``expr`` templates (``codegen.region_source``); kernels are cached
 source (so equal bodies, and one body at every shape, share one compiled kernel), plans by
 body and input dtypes. cupy broadcasts the inputs (a bias row, a scalar) itself.
 
-A region that cannot be generated (an op without ``expr``, integer or mixed dtypes, outputs
-of different shapes) runs op by op with the backend's kernels on cupy, as the base
+A region that cannot be generated (an op without ``expr``, integer or float16 values,
+outputs of different shapes) runs op by op with the backend's kernels on cupy, as the base
 ``FusedCompiler`` does.
 """
 from __future__ import annotations
