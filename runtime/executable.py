@@ -387,10 +387,20 @@ class Executable:
 
     def _state_elsewhere(self, v: Value, arr):
         """Bound state whose array is not on this executable's device: a 0-d host array
-        (a learning rate) is copied to the device for the run; anything else is refused."""
+        (a learning rate) is read through one device copy, refreshed in place (a fill, no
+        transfer: a captured CUDA graph may read it) when the host value changes; anything
+        else is refused."""
         host = isinstance(arr, np.ndarray) and not hasattr(arr, "get")
         if self.xp is not np and host and arr.ndim == 0:
-            return self.xp.asarray(arr)
+            held = self.__dict__.setdefault("_device_scalars", {})
+            value = arr.item()
+            found = held.get(v.name)
+            if found is None:
+                found = held[v.name] = [value, self.xp.asarray(arr)]
+            elif not (found[0] == value or (found[0] != found[0] and value != value)):
+                found[1].fill(value)
+                found[0] = value
+            return found[1]
         where = "cpu" if host else "cuda"
         raise FeedError(f"{self.graph.name}: state {v.name!r} is on {where}, but this "
                         f"executable runs on {self.runner.device}; compile with "

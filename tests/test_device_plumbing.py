@@ -98,8 +98,7 @@ def test_module_to_device_trains_with_state_on_the_device(cuda, opt_cls, kw):
     for p in model.parameters():
         assert _on_device(p)
         for name, slot in opt.state[p].items():
-            if name != "step":
-                assert _on_device(slot), name
+            assert _on_device(slot), name
     model.cpu()
     assert all(p.device == "cpu" for p in model.parameters())
 
@@ -123,7 +122,7 @@ def test_checkpoints_load_to_the_chosen_device(cuda):
     fresh_opt.load_state_dict(on_cpu["opt"])
     for p in fresh.parameters():
         assert _on_device(p)
-        assert all(_on_device(s) for k, s in fresh_opt.state[p].items() if k != "step")
+        assert all(_on_device(s) for s in fresh_opt.state[p].values())
     with pytest.raises(TypeError, match="not both"):
         dg.load(io.BytesIO(data), device="cpu", map_location="cuda")
     with pytest.raises(ValueError, match="unknown device"):
@@ -240,3 +239,26 @@ def test_creation_and_random_ops_honour_the_device(cuda):
     dg.manual_seed(1)
     np.testing.assert_array_equal(a, dg.rand(5).numpy())
     assert dg.ones(2).device == "cpu"           # and the default is back
+
+
+def test_a_host_learning_rate_is_one_device_scalar_refreshed_in_place(cuda):
+    """Graph mode on a device reads a host 0-d state (the optimizer's learning rate) through
+    one device array, updated in place when the value changes (so a captured CUDA graph
+    reading it sees the change)."""
+    lin = nn.Linear(3, 1).cuda()
+    opt = dg.optim.SGD(lin.parameters(), lr=0.5)
+    g = dg.Graph("lr")
+    with g:
+        x = dg.placeholder("x", (2, 3))
+        loss = dg.sum(lin(x) ** 2)
+        opt.minimize(loss)
+    exe = g.compile(outputs=[loss], device="cuda")
+    feed = np.ones((2, 3), np.float32)
+    exe(x=feed)
+    held = dict(exe._device_scalars)
+    assert list(held) == ["lr"]          # (the step counts live on the device)
+    (name, (value, dev)), = held.items()
+    assert value == 0.5 and isinstance(dev, FakeDeviceArray)
+    opt.param_groups[0]["lr"] = 0.25
+    exe(x=feed)
+    assert exe._device_scalars[name][1] is dev and float(dev) == 0.25

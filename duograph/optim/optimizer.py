@@ -86,7 +86,8 @@ class Optimizer:
     # -- the rule (written once, with op functions) ---------------------------------------------
     def _init_slots(self, p: Tensor, group: dict) -> Dict[str, Tensor]:
         # float64: bias corrections such as 1 - beta2 ** step lose digits in float32
-        state = {"step": Tensor._wrap(np.zeros((), dtype=np.float64))}
+        # on the parameter's device, as every slot (a device graph updates it in place)
+        state = {"step": Tensor._wrap(np.zeros_like(p.array, shape=(), dtype=np.float64))}
         for name in self.slots:
             state[name] = Tensor._wrap(np.zeros_like(p.array))
         return state
@@ -199,7 +200,7 @@ class Optimizer:
                     if k in slots:
                         _write(slots[k], Tensor._wrap(np.array(arr, dtype=slots[k].array.dtype)))
                     else:
-                        slots[k] = Tensor._wrap(np.array(arr))
+                        slots[k] = Tensor._wrap(np.array(arr)).to(device=p.device)
 
     def __repr__(self) -> str:
         lines = [f"{type(self).__name__} ("]
