@@ -21,7 +21,9 @@ from ...graphlib.registry import OpDef, get_op
 from . import codegen
 from .fused import elementwise_kernel
 
-GENERATED = ("gelu", "sigmoid", "logsigmoid", "leaky_relu", "lerp", "xlogy")
+# keyed by the OpDef: a name that is not a registered op fails here, at import
+GENERATED = tuple(get_op(name) for name in (
+    "gelu", "sigmoid", "logsigmoid", "leaky_relu", "lerp", "xlogy"))
 
 
 def generated_kernel(op: OpDef) -> Callable:
@@ -99,7 +101,7 @@ def sce_backward_kernel(xp, g, x, t, *, ignore_index, reduction):
 
 def table() -> Dict[OpDef, Callable]:
     """op -> cuda kernel, for the backend to register."""
-    found = {get_op(name): generated_kernel(get_op(name)) for name in GENERATED}
+    found = {op: generated_kernel(op) for op in GENERATED}
     found[get_op("softmax_cross_entropy")] = sce_kernel
     found[get_op("softmax_cross_entropy_backward")] = sce_backward_kernel
     return found
