@@ -1253,6 +1253,21 @@ def _infer(op, in_sig, attrs):
 
 _recorders: list = []   # open record() blocks (innermost last)
 _TO_DEVICE = REGISTRY["to_device"]
+_CONSTANT = REGISTRY["constant"]
+# Constants made on the default CPU device (what composite op functions build their masks and
+# index tables with: ``constant(np.tri(...))``) follow the device of the tensors they meet.
+# By identity (id -> weak reference): tensors compare elementwise, so no WeakSet.
+_floating: dict = {}
+
+
+def _float_constant(t) -> None:
+    key = id(t)
+    _floating[key] = weakref.ref(t, lambda _, key=key: _floating.pop(key, None))
+
+
+def _is_floating(t) -> bool:
+    ref = _floating.get(id(t))
+    return ref is not None and ref() is t
 
 
 def _wrap(data) -> Tensor:
@@ -1555,7 +1570,7 @@ def _eager_apply_slow(op, inputs, attrs):
     out_types, out_dtypes = hit
     if cpu and op is not _TO_DEVICE:
         xp, kernel = np, _cpu_kernels[op]
-        if not op.random and REGISTRY.get(op.name) is op and (
+        if not op.random and REGISTRY.get(op.name) is op and op is not _CONSTANT and (
                 op.multi_output or len(out_dtypes) == 1):
             try:
                 pkey = (op, *[v for a in arrays for v in (a.shape, a.dtype)],
@@ -1583,6 +1598,8 @@ def _eager_apply_slow(op, inputs, attrs):
         raise _kernel_failure(op, arrays, e) from e
     if len(res) == 1:
         outs = [_wrap(res[0])]
+        if op is _CONSTANT and device is None:
+            _float_constant(outs[0])
     else:
         outs = []
         for r in res:
@@ -1691,12 +1708,13 @@ del _name
 
 def _join_devices(op, inputs):
     """Inputs on more than one device: as PyTorch, a 0-d CPU tensor joins the others'
-    device (a Python scalar would); anything else raises, naming both devices."""
+    device (a Python scalar would), and so does a constant made on the default CPU device (a
+    composite op's mask or index table); anything else raises, naming both devices."""
     found = [(_device_of(x.array), x) for x in inputs
              if isinstance(x, Tensor) and type(x) is not SeedTensor]
     devices = []
     for d, x in found:
-        if d not in devices and not (d == "cpu" and x.array.ndim == 0):
+        if d not in devices and not (d == "cpu" and (x.array.ndim == 0 or _is_floating(x))):
             devices.append(d)
     if len(devices) != 1:
         first = [d for d, _ in found]

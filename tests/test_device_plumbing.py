@@ -262,3 +262,14 @@ def test_a_host_learning_rate_is_one_device_scalar_refreshed_in_place(cuda):
     opt.param_groups[0]["lr"] = 0.25
     exe(x=feed)
     assert exe._device_scalars[name][1] is dev and float(dev) == 0.25
+
+
+def test_composite_ops_build_their_constants_on_the_device(cuda):
+    """tril, pad, interpolate... make masks and index tables with constant(): those follow
+    the device of the tensors they meet, while a user's CPU tensor still refuses to mix."""
+    x = dg.tensor(np.arange(9, dtype=np.float32).reshape(3, 3), device="cuda")
+    assert _on_device(dg.tril(x)) and _on_device(nn.functional.pad(x[None], (1, 1),
+                                                                   mode="reflect"))
+    np.testing.assert_array_equal(dg.triu(x).cpu().numpy(), np.triu(x.cpu().numpy()))
+    with pytest.raises(RuntimeError, match="cpu and cuda|cuda and cpu"):
+        x + dg.arange(3, dtype="float32")
