@@ -38,6 +38,7 @@ from .eager import (Tensor, arange, as_tensor, empty, empty_like, enable_grad, e
                     no_grad, ones, ones_like, rand, rand_like, randint, randint_like, randn,
                     randn_like, record, set_grad_enabled, tensor, zeros, zeros_like)
 
+from .eager import from_dlpack  # noqa: E402,F401
 from .compiler import compile as _compile_with_passes  # noqa: E402
 
 graphlib.set_compiler(_compile_with_passes)
@@ -98,5 +99,7 @@ __all__ = list(graphlib.functional.__all__) + [
     "linalg",
     # control flow (ops with regions)
     "cond", "scan", "while_loop", "fori_loop",
+    # DLPack interop
+    "from_dlpack",
 ]
 __all__ = list(dict.fromkeys(__all__))

@@ -331,9 +331,13 @@ def _plan(obj: Any) -> _Plan:
 # -- loading -------------------------------------------------------------------------------------
 
 def load(path: PathOrFile, device: Optional[str] = None, *, verify: bool = True,
-         mmap: bool = True) -> Any:
+         mmap: bool = True, map_location=None) -> Any:
     """Load a checkpoint written by ``save``: tensors come back as dg tensors (on the CPU, or
     on ``device``), numpy arrays as numpy arrays, the rest as saved (mappings as dicts).
+
+    ``map_location`` is PyTorch's name for ``device`` ("cpu", "cuda", "cuda:0" or a
+    ``dg.device``); tensors saved from the GPU come back on the CPU unless one is given (a
+    difference from ``torch.load``, which restores the saving device).
 
     ``verify=False`` skips the tensors' checksums (the header's is always checked).
     ``mmap=True`` maps the file copy-on-write instead of reading it (see the module
@@ -342,6 +346,7 @@ def load(path: PathOrFile, device: Optional[str] = None, *, verify: bool = True,
     ``path`` may also be a binary file object. Raises ``CheckpointError`` (naming the file) if
     it is corrupt, truncated, not a duograph checkpoint, or from a newer format version.
     """
+    device = _load_device(device, map_location, "load")
     if hasattr(path, "read"):
         where = str(getattr(path, "name", "<file object>"))
         layout = _read_layout(path.read, where, None)
@@ -365,11 +370,31 @@ def load(path: PathOrFile, device: Optional[str] = None, *, verify: bool = True,
 
 
 def from_bytes(data: bytes, where: str = "<bytes>", device: Optional[str] = None, *,
-               verify: bool = True) -> Any:
-    """The object stored in checkpoint bytes ``data``; ``where`` names them in errors."""
+               verify: bool = True, map_location=None) -> Any:
+    """The object stored in checkpoint bytes ``data``; ``where`` names them in errors
+    (``device`` / ``map_location`` as ``load``)."""
+    device = _load_device(device, map_location, "from_bytes")
     data = memoryview(data).cast("B") if not isinstance(data, bytes) else data
     layout = _read_layout(io.BytesIO(data).read, where, len(data))
     return _finish_load(layout, _views(data, layout, copy=True), where, device, verify)
+
+
+def _load_device(device, map_location, fn: str) -> Optional[str]:
+    """The device tensors are loaded to: ``device`` or ``map_location`` (one of them), as
+    "cpu" or "cuda"."""
+    if map_location is not None:
+        if device is not None:
+            raise TypeError(f"{fn}: pass device= or map_location=, not both")
+        device = map_location
+    if device is None:
+        return None
+    if not isinstance(device, str):
+        raise TypeError(f"{fn}: map_location must be a device such as 'cpu' or 'cuda', found "
+                        f"{type(device).__name__} (mappings and functions are not supported)")
+    kind = str(device).split(":")[0]
+    if kind not in ("cpu", "cuda"):
+        raise ValueError(f"{fn}: unknown device {device!r}: expected 'cpu' or 'cuda'")
+    return kind
 
 
 class _Entry:

@@ -7,8 +7,8 @@ executed nodes into a ``Graph``; ``compile()`` records, compiles and replays und
 """
 from . import autograd
 from .compile import CompiledFunction, compile
-from .creation import (arange, as_tensor, empty, empty_like, eye, from_numpy, full,
-                       full_like, linspace, manual_seed, ones, ones_like, rand, rand_like,
+from .creation import (arange, as_tensor, empty, empty_like, eye, from_dlpack, from_numpy,
+                       full, full_like, linspace, manual_seed, ones, ones_like, rand, rand_like,
                        randint, randint_like, randn, randn_like, tensor, zeros, zeros_like)
 from .grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from .record import Recorder, record
@@ -20,5 +20,5 @@ __all__ = [
     "ones_like", "full_like", "empty_like", "rand_like", "randn_like", "randint_like",
     "manual_seed",
     "no_grad", "enable_grad", "set_grad_enabled", "is_grad_enabled", "record", "Recorder",
-    "autograd", "compile", "CompiledFunction",
+    "autograd", "compile", "CompiledFunction", "from_dlpack",
 ]

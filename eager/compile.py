@@ -430,6 +430,7 @@ class CompiledFunction:
             return [(str(i), a) for i, a in enumerate(args)] + list(kwargs.items())
 
     def _build(self, s: Specialization, rec: Recorder, leaves, out_leaves, decisions):
+        device = _device_of_leaves(list(leaves) + list(rec_external_tensors(rec)))
         g = rec.graph
         placeholders = {t: v for v, t in rec.external}
         # an argument's placeholder (its value may since have been replaced in place)
@@ -496,10 +497,11 @@ class CompiledFunction:
                 else:
                     s.saved_sources.append(("fwd", len(saved)))
                     saved.append(b)
-            s.backward = bg.compile(outputs=bg.outputs, passes=self.passes)
+            s.backward = _on_device(bg.compile(outputs=bg.outputs, passes=self.passes,
+                                               device=device), device)
             s.op = self._make_op(s)
-        s.forward = g.compile(outputs=outs + dec_values + saved + updates,
-                              passes=self.passes)
+        s.forward = _on_device(g.compile(outputs=outs + dec_values + saved + updates,
+                                         passes=self.passes, device=device), device)
         s.n_saved = len(saved)
 
     def _make_op(self, s: Specialization) -> OpDef:
@@ -581,6 +583,28 @@ class CompiledFunction:
         s.calls += 1
         result = _unflatten(s.out_spec, iter(tensors))
         return result, None
+
+
+def _device_of_leaves(tensors) -> str:
+    """The device a recording runs on: its tensors' (one; mixing devices raises in the
+    recorded ops already), "cpu" when it reads none."""
+    for t in tensors:
+        if t.device != "cpu":
+            return t.device
+    return "cpu"
+
+
+def rec_external_tensors(rec) -> list:
+    """The tensors a recording read from outside its arguments (parameters, buffers)."""
+    return [t for _, t in rec.external]
+
+
+def _on_device(exe, device: str):
+    """``exe``, returning device arrays as they are when it runs on a device (eager wraps
+    them as tensors of that device) rather than copying them to numpy."""
+    if device != "cpu":
+        exe.keep_on_device = True
+    return exe
 
 
 def compile(fn=None, *, max_specializations: int = 16, passes=None,

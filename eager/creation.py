@@ -14,7 +14,8 @@ import numpy as np
 from ..graphlib import dtypes
 from ..graphlib import functional as F
 from ..graphlib.ops import creation as graph_creation
-from .tensors import SeedTensor, Tensor, _default_device, _xp_for, tensor_from_data
+from .tensors import (SeedTensor, Tensor, _xp_for, pop_default_device, push_default_device,
+                      tensor_from_data)
 
 _rng_state = threading.local()
 
@@ -65,11 +66,11 @@ def _on(device):
         return
     if device != "cpu":
         _xp_for(device)   # raises a clear error without cupy
-    _default_device.append(device)
+    token = push_default_device(device)
     try:
         yield
     finally:
-        _default_device.pop()
+        pop_default_device(token)
 
 
 def _finish(t, requires_grad: bool):
@@ -331,3 +332,27 @@ def randint_like(x, low, high=None, dtype=None, device=None, seed=None):
     ``dtype`` says otherwise), like ``torch.randint_like``."""
     return _like(lambda: F.randint(low, high, tuple(x.shape), seed=seed,
                                    dtype=dtype or x.dtype), x, dtype, device, False)
+
+
+def from_dlpack(obj) -> Tensor:
+    """A tensor sharing ``obj``'s memory (no copy) through DLPack: ``obj`` is any object with
+    ``__dlpack__`` and ``__dlpack_device__`` (a torch or JAX array, a numpy or cupy array, a
+    duograph tensor), on the CPU or a CUDA device, as ``torch.from_dlpack``. The tensor
+    needs no grad."""
+    if not hasattr(obj, "__dlpack_device__") or not hasattr(obj, "__dlpack__"):
+        raise TypeError(f"from_dlpack: expected an object with __dlpack__ and "
+                        f"__dlpack_device__ (a torch, JAX, numpy or cupy array), found "
+                        f"{type(obj).__name__}")
+    kind = int(obj.__dlpack_device__()[0])
+    if kind in (1, 3):                  # kDLCPU, kDLCUDAHost
+        arr = np.from_dlpack(obj)
+    elif kind in (2, 13):               # kDLCUDA, kDLCUDAManaged
+        from .tensors import _xp_for
+        arr = _xp_for("cuda").from_dlpack(obj)
+    else:
+        raise TypeError(f"from_dlpack: DLPack device type {kind} is neither the CPU (1) nor "
+                        "CUDA (2)")
+    if arr.dtype.name not in dtypes.DTYPE_NAMES:
+        raise TypeError(f"from_dlpack: unsupported dtype {arr.dtype}; supported: "
+                        f"{', '.join(dtypes.DTYPE_NAMES)}")
+    return Tensor._wrap(arr)

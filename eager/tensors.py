@@ -30,8 +30,26 @@ from . import grad_mode
 
 
 
+_device_types: dict = {}      # array type -> device name, for types a backend registers
+
+
 def _device_of(arr) -> str:
+    if type(arr) is np.ndarray:
+        return "cpu"
+    found = _device_types.get(type(arr))
+    if found is not None:
+        return found
     return "cpu" if isinstance(arr, np.ndarray) else "cuda"
+
+
+def register_device_array(array_type: type, device: Optional[str]) -> None:
+    """Declare that arrays of ``array_type`` live on ``device`` (None forgets it): what a
+    test's stand-in device array (a numpy subclass) uses to look like a "cuda" array. Arrays
+    that are not numpy's are "cuda" without it."""
+    if device is None:
+        _device_types.pop(array_type, None)
+    else:
+        _device_types[array_type] = device
 
 
 # -- kernels: a backend per device, through a hook -------------------------------------------
@@ -406,6 +424,20 @@ class Tensor(TensorMethods):
         """``cuda() -> Tensor``: this tensor on the GPU (needs cupy and a GPU); ``self`` when it
         is already there. Same as ``to('cuda')``."""
         return self.to(device="cuda")
+
+    def __dlpack__(self, *args, **kwargs):
+        """The DLPack capsule of the data (no copy), as ``torch.from_dlpack``,
+        ``np.from_dlpack``, ``cupy.from_dlpack`` and ``jax.dlpack`` read it; the arguments
+        (``stream``, ``max_version``...) are passed to the array's own ``__dlpack__``.
+        Refused for a tensor that requires grad, as PyTorch does: use ``.detach()``."""
+        if self.requires_grad:
+            raise RuntimeError("__dlpack__: cannot export a tensor that requires grad; use "
+                               f"tensor.detach()\n  in: {user_source()}")
+        return self.array.__dlpack__(*args, **kwargs)
+
+    def __dlpack_device__(self):
+        """(device type, device id) of the data, as DLPack defines them (1: CPU, 2: CUDA)."""
+        return self.array.__dlpack_device__()
 
     def float(self) -> "Tensor":
         """``float() -> Tensor``: ``self.to(dg.float32)``; ``self`` when already float32."""
@@ -1221,6 +1253,21 @@ def _infer(op, in_sig, attrs):
 
 _recorders: list = []   # open record() blocks (innermost last)
 _TO_DEVICE = REGISTRY["to_device"]
+_CONSTANT = REGISTRY["constant"]
+# Constants made on the default CPU device (what composite op functions build their masks and
+# index tables with: ``constant(np.tri(...))``) follow the device of the tensors they meet.
+# By identity (id -> weak reference): tensors compare elementwise, so no WeakSet.
+_floating: dict = {}
+
+
+def _float_constant(t) -> None:
+    key = id(t)
+    _floating[key] = weakref.ref(t, lambda _, key=key: _floating.pop(key, None))
+
+
+def _is_floating(t) -> bool:
+    ref = _floating.get(id(t))
+    return ref is not None and ref() is t
 
 
 def _wrap(data) -> Tensor:
@@ -1282,14 +1329,18 @@ _default_device = ["cpu"]
 def _prepare(op, inputs):
     """Slow path of eager_apply: convert numbers/arrays, check devices."""
     device = None
+    mixed = False
     for x in inputs:
         if type(x) is Tensor or isinstance(x, Tensor):
+            if type(x) is SeedTensor:
+                continue        # a host seed: the other inputs (or the default) decide
             d = _device_of(x.array)
             if device is None:
                 device = d
             elif d != device:
-                raise RuntimeError(f"{op.name}: expected all tensors on one device, found "
-                                   f"{device} and {d}\n  in: {user_source()}")
+                mixed = True
+    if mixed:
+        inputs, device = _join_devices(op, inputs)
     device = device or _default_device[-1]
     try:
         return tuple(_as_tensor(x, device) for x in inputs), device
@@ -1556,7 +1607,8 @@ def _eager_apply_slow(op, inputs, attrs):
     """eager_apply for everything its fast path does not take; makes that path's plans."""
     tensors = inputs
     arrays = []
-    cpu = True
+    cpu = _default_device[-1] == "cpu"     # (ops without tensor inputs run there)
+    device = None
     for x in inputs:
         if type(x) is not Tensor and type(x) is not Parameter:
             if type(x) is Scalar and tensors is inputs:
@@ -1591,7 +1643,7 @@ def _eager_apply_slow(op, inputs, attrs):
     out_types, out_dtypes = hit
     if cpu and op is not _TO_DEVICE:
         xp, kernel = np, _cpu_kernels[op]
-        if not op.random and REGISTRY.get(op.name) is op and (
+        if not op.random and REGISTRY.get(op.name) is op and op is not _CONSTANT and (
                 op.multi_output or len(out_dtypes) == 1):
             try:
                 pkey = (op, *[v for a in arrays for v in (a.shape, a.dtype)],
@@ -1606,7 +1658,8 @@ def _eager_apply_slow(op, inputs, attrs):
         if op is _TO_DEVICE:      # its results belong to the target device
             backend = backend_for(attrs["device"])
         else:
-            backend = backend_for(_device_of(arrays[0]) if arrays else _default_device[-1])
+            backend = backend_for(device or (_device_of(arrays[0]) if arrays
+                                             else _default_device[-1]))
         xp, kernel = backend.xp, backend.kernels[op]
     try:
         # No np.errstate here: it costs ~1 us per op. Like numpy, a division by zero gives
@@ -1618,6 +1671,8 @@ def _eager_apply_slow(op, inputs, attrs):
         raise _kernel_failure(op, arrays, e) from e
     if len(res) == 1:
         outs = [_wrap(res[0])]
+        if op is _CONSTANT and device is None:
+            _float_constant(outs[0])
     else:
         outs = []
         for r in res:
@@ -1666,9 +1721,7 @@ def _capture_into_graph(graph, t: Tensor):
     """A tensor met while building a graph becomes a state input bound to it: each run reads
     its current data, and ``graph.update`` writes new values back into it (parameters,
     buffers, optimizer slots)."""
-    if t.device != "cpu":
-        raise NotImplementedError("graph mode reads CPU tensors only for now")
-    return graph.bind_state(t)
+    return graph.bind_state(t)        # (on its device: compile for that device)
 
 
 # -- operators without the dispatch chain ------------------------------------------------------
@@ -1879,3 +1932,46 @@ _ = ConstArray  # re-exported type used by record()
 for _name in ("any", "all"):
     setattr(Tensor, _name, accept_axis(vars(Tensor)[_name]))
 del _name
+
+
+def _join_devices(op, inputs):
+    """Inputs on more than one device: as PyTorch, a 0-d CPU tensor joins the others'
+    device (a Python scalar would), and so does a constant made on the default CPU device (a
+    composite op's mask or index table); anything else raises, naming both devices."""
+    found = [(_device_of(x.array), x) for x in inputs
+             if isinstance(x, Tensor) and type(x) is not SeedTensor]
+    devices = []
+    for d, x in found:
+        if d not in devices and not (d == "cpu" and (x.array.ndim == 0 or _is_floating(x))):
+            devices.append(d)
+    if len(devices) != 1:
+        first = [d for d, _ in found]
+        a = first[0]
+        b = next(d for d in first if d != a)
+        raise RuntimeError(f"{op.name}: expected all tensors on one device, found {a} and "
+                           f"{b}; move them with .to({b!r}) or .to({a!r})"
+                           f"\n  in: {user_source()}")
+    device = devices[0]
+    joined = [x.to(device) if isinstance(x, Tensor) and type(x) is not SeedTensor
+              and _device_of(x.array) != device else x for x in inputs]
+    return type(inputs)(joined) if isinstance(inputs, tuple) else joined, device
+
+
+def push_default_device(device: str):
+    """Make ``device`` the default of ops without tensor inputs (creation under
+    ``device=``) until ``pop_default_device(token)``. Off the CPU the fast path's plans are
+    set aside meanwhile: they are keyed by signature alone, and a zero-input op's plan
+    (``ones``, ``arange``) would run its CPU kernel whatever the default device."""
+    global _plans
+    saved = _plans
+    if device != "cpu":
+        _plans = {}
+    _default_device.append(device)
+    return saved
+
+
+def pop_default_device(token) -> None:
+    """Undo ``push_default_device`` (``token`` is what it returned)."""
+    global _plans
+    _default_device.pop()
+    _plans = token

@@ -63,8 +63,9 @@ def shape_input(x: np.ndarray, kind: str) -> np.ndarray:
 class Trainer:
     """One training step and one evaluation, in the chosen mode."""
 
-    def __init__(self, model: nn.Module, opt, mode: str, kind: str):
+    def __init__(self, model: nn.Module, opt, mode: str, kind: str, device: str = "cpu"):
         self.model, self.opt, self.mode, self.kind = model, opt, mode, kind
+        self.device = device
         self.loss_fn = nn.CrossEntropyLoss()
         if mode == "compiled":
             self.step_fn = dg.compile(lambda x, y: self.loss_fn(self.model(x), y))
@@ -76,15 +77,16 @@ class Trainer:
                 y = dg.placeholder("y", ("N",), "int64")
                 loss = self.loss_fn(self.model(x), y)
                 opt.minimize(loss)
-            self.train_exe = g.compile(outputs=[loss])
+            self.train_exe = g.compile(outputs=[loss], device=device)
             self.graph = g
         elif mode != "eager":
             raise ValueError(f"unknown mode {mode!r}: expected eager, compiled or graph")
 
     def step(self, xb: dg.Tensor, yb: dg.Tensor) -> float:
-        if self.mode == "graph":
+        if self.mode == "graph":      # numpy feeds (copied to the device once, if any)
             (loss,) = self.train_exe(x=xb.numpy(), y=yb.numpy())
             return float(loss)
+        xb, yb = xb.to(self.device), yb.to(self.device)
         self.opt.zero_grad()
         loss = self.step_fn(xb, yb) if self.mode == "compiled" else \
             self.loss_fn(self.model(xb), yb)
@@ -96,31 +98,32 @@ class Trainer:
         self.model.eval()
         try:
             with dg.no_grad():
-                logits = self.model(dg.tensor(x))
-            return float((logits.argmax(dim=1).numpy() == y).mean())
+                logits = self.model(dg.tensor(x, device=self.device))
+            return float((logits.argmax(dim=1).cpu().numpy() == y).mean())
         finally:
             self.model.train()
 
 
 def train(kind: str = "mlp", mode: str = "eager", epochs: int = 30, batch_size: int = 32,
           lr: float = 1e-3, seed: int = 0, checkpoint: str = None, resume: bool = False,
-          progress: bool = True, log=print) -> dict:
-    """Train and return {"losses": per-epoch mean loss, "test_accuracy": ..., ...}."""
+          progress: bool = True, log=print, device: str = "cpu") -> dict:
+    """Train and return {"losses": per-epoch mean loss, "test_accuracy": ..., ...}.
+    ``device="cuda"`` trains on the GPU (needs cupy): the model and batches move there."""
     dg.manual_seed(seed)
     x_train, y_train, x_test, y_test = load_digits_split(seed)
     x_train, x_test = shape_input(x_train, kind), shape_input(x_test, kind)
-    model = make_model(kind)
+    model = make_model(kind).to(device)
     opt = dg.optim.Adam(model.parameters(), lr=lr)
     start_epoch, losses = 0, []
     if resume:
         if not checkpoint or not os.path.exists(checkpoint):
             raise FileNotFoundError(f"--resume: no checkpoint at {checkpoint!r}")
-        state = dg.load(checkpoint)
+        state = dg.load(checkpoint, map_location=device)
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["optimizer"])
         start_epoch, losses = int(state["epoch"]), list(state["losses"])
         log(f"resumed from {checkpoint} after epoch {start_epoch}")
-    trainer = Trainer(model, opt, mode, kind)
+    trainer = Trainer(model, opt, mode, kind, device)
     loader = DataLoader(TensorDataset(x_train, y_train), batch_size=batch_size, shuffle=True,
                         seed=seed)
     t0 = time.perf_counter()
@@ -154,17 +157,19 @@ def main(argv=None) -> None:
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--checkpoint", help="save a checkpoint here after every epoch")
     p.add_argument("--resume", action="store_true", help="continue from --checkpoint")
     p.add_argument("--no-progress", action="store_true")
     a = p.parse_args(argv)
     if a.mode != "all":
         train(a.model, a.mode, a.epochs, a.batch_size, a.lr, a.seed, a.checkpoint, a.resume,
-              not a.no_progress)
+              not a.no_progress, device=a.device)
         return
     if a.checkpoint or a.resume:
         p.error("--checkpoint/--resume need one --mode")
-    runs = {m: train(a.model, m, a.epochs, a.batch_size, a.lr, a.seed, progress=False)
+    runs = {m: train(a.model, m, a.epochs, a.batch_size, a.lr, a.seed, progress=False,
+                     device=a.device)
             for m in ("eager", "compiled", "graph")}
     ref = np.asarray(runs["eager"]["losses"])
     print(f"\n{'mode':<10}{'final loss':>12}{'test acc':>10}{'seconds':>9}"

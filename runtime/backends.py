@@ -1,8 +1,8 @@
 """The backends by name: the CPU backend (always) and a cupy backend (optional, lazy).
 
 ``get_backend("numpy")`` (or "cpu") is the CPU backend of ``runtime/cpu``;
-``get_backend("cupy")`` (or "cuda", "gpu") is a backend over cupy that runs every op's
-reference kernel (nothing specialised yet), made on first use.
+``get_backend("cupy")`` (or "cuda", "gpu") is the cuda backend of ``runtime/cuda`` (cupy,
+generated ElementwiseKernels), made on first use.
 """
 from __future__ import annotations
 
@@ -31,7 +31,15 @@ def get_backend(name: str) -> Backend:
             except ImportError as e:
                 raise RuntimeError("the cupy backend needs cupy and a CUDA device: "
                                    "pip install 'duograph[gpu]'") from e
-            backend = Backend("cupy", cupy, "cuda")   # reference kernels only, for now
+            try:
+                count = cupy.cuda.runtime.getDeviceCount()
+            except Exception as e:  # noqa: BLE001 - no driver, wrong CUDA build...
+                raise RuntimeError(f"the cupy backend needs a CUDA device: cupy is installed "
+                                   f"but CUDA is not usable ({type(e).__name__}: {e})") from e
+            if count == 0:
+                raise RuntimeError("the cupy backend needs a CUDA device: cupy found none")
+            from .cuda import CUDABackend
+            backend = CUDABackend(cupy)
         _made[key] = backend
     return backend
 

@@ -82,6 +82,10 @@ def needed_nodes(graph: Graph, targets: Sequence[Value]) -> List:
 class Executable:
     """A compiled graph. Call it with feeds as keyword arguments; it returns a list of arrays."""
 
+    # runs on a device return numpy arrays unless this is set (eager's dg.compile keeps
+    # device tensors on their device)
+    keep_on_device = False
+
     def __init__(self, graph: Graph, outputs: Optional[Sequence[Value]] = None,
                  backend="numpy", planner: Optional[Callable] = None,
                  regions: Optional[RegionRunner] = None):
@@ -343,7 +347,7 @@ class Executable:
         env: list = [None] * self.num_slots
         bindings = self._bind_feeds(feeds or {}, env)
         outs = self.steps.run(self, env, bindings)
-        if self.xp is not np:
+        if self.xp is not np and not self.keep_on_device:
             outs = [self.xp.asnumpy(o) for o in outs]
         return outs
 
@@ -395,8 +399,35 @@ class Executable:
             raise FeedError(f"{self.graph.name}: state {v.name!r} was built as {v.type!r}, but "
                             f"the object bound to it now holds {arr.dtype}{list(arr.shape)}; "
                             "rebuild the graph after changing parameter shapes or dtypes")
+        # device arrays (cupy's) have .get(); numpy's do not
+        if (hasattr(arr, "get") or not isinstance(arr, np.ndarray)) != (self.xp is not np):
+            moved = self._state_elsewhere(v, arr)
+            if moved is not None:
+                return moved                  # a host scalar read on the device: per run
         self._checked[v.name] = arr
         return arr
+
+    def _state_elsewhere(self, v: Value, arr):
+        """Bound state whose array is not on this executable's device: a 0-d host array
+        (a learning rate) is read through one device copy, refreshed in place (a fill, no
+        transfer: a captured CUDA graph may read it) when the host value changes; anything
+        else is refused."""
+        host = isinstance(arr, np.ndarray) and not hasattr(arr, "get")
+        if self.xp is not np and host and arr.ndim == 0:
+            held = self.__dict__.setdefault("_device_scalars", {})
+            value = arr.item()
+            found = held.get(v.name)
+            if found is None:
+                found = held[v.name] = [value, self.xp.asarray(arr)]
+            elif not (found[0] == value or (found[0] != found[0] and value != value)):
+                found[1].fill(value)
+                found[0] = value
+            return found[1]
+        where = "cpu" if host else "cuda"
+        raise FeedError(f"{self.graph.name}: state {v.name!r} is on {where}, but this "
+                        f"executable runs on {self.runner.device}; compile with "
+                        f"device={where!r} or move the tensor with .to("
+                        f"{self.runner.device!r})")
 
     def _kernel_error(self, ins: Instruction, args, e: Exception) -> KernelError:
         return self._kernel_error_for(ins.node, args, e)

@@ -11,6 +11,8 @@ import sys
 
 import pytest
 
+import duograph as dg
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -128,3 +130,13 @@ def test_lstm_scan_benchmark_runs_and_its_losses_agree():
     assert "losses agree to 1e-8" in proc.stdout
     for name in ("scan O2", "unrolled O2", "torch", "scan / unrolled"):
         assert name in proc.stdout
+
+
+def test_gpu_benchmark_says_it_needs_a_device_without_one():
+    """benchmarks/gpu.py (run on the device machine by gpu_device_run.sh) exits with status 2
+    and says why where no CUDA device can be used."""
+    if dg.cuda.is_available():
+        pytest.skip("a CUDA device is present: gpu_device_run.sh runs the benchmark")
+    proc = run_benchmark("gpu.py", "--quick", timeout=60)
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "needs" in proc.stdout and "CUDA device" in proc.stdout

@@ -39,7 +39,8 @@ NO_EXPR_YET = {
                            "shifts out of range needs the operand's bit width",
 }
 # Tables of strings that happen to be op names but name something else (allowed).
-NOT_OP_TABLES = {("graphlib/ops/nn.py", "_SCE_REDUCTIONS")}       # values of an attribute
+NOT_OP_TABLES = {("graphlib/ops/nn.py", "_SCE_REDUCTIONS"),       # values of an attribute
+                 ("runtime/cuda/codegen.py", "_MATH")}           # CUDA's math functions
 
 
 class NodeSample(NamedTuple):

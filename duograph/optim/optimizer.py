@@ -86,9 +86,10 @@ class Optimizer:
     # -- the rule (written once, with op functions) ---------------------------------------------
     def _init_slots(self, p: Tensor, group: dict) -> Dict[str, Tensor]:
         # float64: bias corrections such as 1 - beta2 ** step lose digits in float32
-        state = {"step": Tensor._wrap(np.zeros((), dtype=np.float64))}
+        # on the parameter's device, as every slot (a device graph updates it in place)
+        state = {"step": Tensor._wrap(np.zeros_like(p.array, shape=(), dtype=np.float64))}
         for name in self.slots:
-            state[name] = Tensor._wrap(np.zeros(p.shape, dtype=p.array.dtype))
+            state[name] = Tensor._wrap(np.zeros_like(p.array))
         return state
 
     def rule(self, p, g, state: dict, group: dict, lr):
@@ -199,7 +200,7 @@ class Optimizer:
                     if k in slots:
                         _write(slots[k], Tensor._wrap(np.array(arr, dtype=slots[k].array.dtype)))
                     else:
-                        slots[k] = Tensor._wrap(np.array(arr))
+                        slots[k] = Tensor._wrap(np.array(arr)).to(device=p.device)
 
     def __repr__(self) -> str:
         lines = [f"{type(self).__name__} ("]
@@ -213,6 +214,9 @@ class Optimizer:
 
 def _write(target: Tensor, new) -> None:
     data = new.array if isinstance(new, Tensor) else new
+    if type(data) is not type(target.array) and not np.isscalar(data):
+        data = Tensor._wrap(np.asarray(data) if isinstance(data, (list, tuple)) else data) \
+            .to(device=target.device).array       # a state loaded from another device
     target.array[...] = data
     target._version[0] += 1
 
@@ -271,7 +275,7 @@ class Adam(Optimizer):
     def _init_slots(self, p, group):
         state = super()._init_slots(p, group)
         if group is not None and group.get("amsgrad"):
-            state["max_exp_avg_sq"] = Tensor._wrap(np.zeros(p.shape, dtype=p.array.dtype))
+            state["max_exp_avg_sq"] = Tensor._wrap(np.zeros_like(p.array))
         return state
 
     def rule(self, p, g, state, group, lr):
@@ -319,7 +323,7 @@ class RMSprop(Optimizer):
 
     def _init_slots(self, p, group):
         state = super()._init_slots(p, group)
-        zeros = lambda: Tensor._wrap(np.zeros(p.shape, dtype=p.array.dtype))  # noqa: E731
+        zeros = lambda: Tensor._wrap(np.zeros_like(p.array))  # noqa: E731
         state["square_avg"] = zeros()
         if group is None or group.get("momentum", 0):
             state["momentum_buffer"] = zeros()
@@ -361,7 +365,7 @@ class Adagrad(Optimizer):
     def _init_slots(self, p, group):
         state = super()._init_slots(p, group)
         init = group["initial_accumulator_value"] if group is not None else 0.0
-        state["sum"] = Tensor._wrap(np.full(p.shape, init, dtype=p.array.dtype))
+        state["sum"] = Tensor._wrap(np.full_like(p.array, init))
         return state
 
     def rule(self, p, g, state, group, lr):

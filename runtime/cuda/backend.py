@@ -1,0 +1,20 @@
+"""The cuda backend: cupy arrays, generated ElementwiseKernels for fused regions and a few
+elementwise ops, device-side softmax-cross-entropy; every other op runs its reference
+kernel on cupy (cuBLAS matmul, cupy reductions, im2col convolution)."""
+from __future__ import annotations
+
+from ..backend import Backend
+from . import kernels
+from .fused import CUDAFusedCompiler
+
+
+class CUDABackend(Backend):
+    """cupy + generated kernels. Made on first use (``runtime.backends.get_backend``), since
+    it imports cupy; what it does not specialise runs the ops' reference kernels on cupy."""
+
+    def __init__(self, xp=None):
+        if xp is None:
+            import cupy as xp
+        super().__init__("cupy", xp, "cuda", fused_compiler=CUDAFusedCompiler)
+        for op, kernel in kernels.table().items():
+            self.register_kernel(op, kernel)

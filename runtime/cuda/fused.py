@@ -1,0 +1,157 @@
+"""The cuda backend's compiler for fused bodies: one ``cupy.ElementwiseKernel`` per region.
+
+A body splits into its prologue (a matmul or reduction whose epilogue was fused: run whole
+with the backend's kernel, so through cuBLAS or cupy's reductions), its folded scalar
+constants and its elementwise region. The region becomes one ElementwiseKernel generated
+from the ops' ``expr`` templates (``codegen.region_source``); kernels are cached by their
+source (so equal bodies, and one body at every shape, share one compiled kernel), plans by
+body and input dtypes. cupy broadcasts the inputs (a bias row, a scalar) itself.
+
+A region that cannot be generated (an op without ``expr``, integer or float16 values,
+outputs of different shapes) runs op by op with the backend's kernels on cupy, as the base
+``FusedCompiler`` does.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from ...graphlib.ir import Value
+from ...graphlib.ops.fused import eval_nodes
+from ..backend import FusedCompiler
+from . import codegen
+
+_kernels: Dict[codegen.KernelSource, object] = {}      # source -> cupy.ElementwiseKernel
+_lock = threading.Lock()
+
+
+def elementwise_kernel(src: codegen.KernelSource):
+    """The (cached) ``cupy.ElementwiseKernel`` for ``src``; compiled on its first call."""
+    kernel = _kernels.get(src)
+    if kernel is None:
+        import cupy
+        with _lock:
+            kernel = _kernels.get(src)
+            if kernel is None:
+                kernel = _kernels[src] = cupy.ElementwiseKernel(
+                    src.in_params, src.out_params, src.operation, src.name,
+                    preamble=src.preamble)
+    return kernel
+
+
+class Layout:
+    """A body split once into prologue nodes, constants and the elementwise region, with the
+    region's generated source (None where it has none)."""
+
+    __slots__ = ("graph", "prologue", "constants", "region", "region_inputs",
+                 "region_outputs", "outputs", "consts", "source", "fits")
+
+    def __init__(self, graph):
+        self.graph = graph
+        self.prologue = [n for n in graph.nodes if not n.op.elementwise and not n.op.constant]
+        self.constants = [n for n in graph.nodes if n.op.constant]
+        self.region = [n for n in graph.nodes if n.op.elementwise]
+        made = {o for n in self.region for o in n.outputs}
+        const_values = {n.outputs[0] for n in self.constants}
+        seen: Dict[Value, Value] = {}
+        for n in self.region:
+            for x in n.inputs:
+                if x not in made and x not in const_values:
+                    seen.setdefault(x, x)
+        self.region_inputs: List[Value] = list(seen.values())
+        self.region_outputs = [o for o in graph.outputs if o in made]
+        self.outputs = list(graph.outputs)
+        self.consts = self._fold_constants()
+        self.source = None
+        self.fits: Dict[tuple, bool] = {}
+        if self.region and self.consts is not None:
+            used = {x for n in self.region for x in n.inputs}
+            consts = {v: c for v, c in self.consts.items() if v in used}
+            self.source = codegen.region_source(self.region, self.region_inputs,
+                                                self.region_outputs, consts)
+
+    def _fold_constants(self) -> Optional[Dict[Value, object]]:
+        """Each constant as a Python scalar (host), or None when one is not a scalar."""
+        out = {}
+        for c in self.constants:
+            arr = np.asarray(c.op.kernel(np, **c.attrs))
+            if arr.size != 1:
+                return None
+            out[c.outputs[0]] = arr.reshape(-1)[0].item()
+        return out
+
+
+def layout(body) -> Layout:
+    """The body's cached ``Layout``."""
+    lay = body._plans.get("cuda")
+    if lay is None:
+        with body._lock:
+            lay = body._plans.get("cuda")
+            if lay is None:
+                lay = body._plans["cuda"] = Layout(body.graph)
+    return lay
+
+
+def _region_fits(lay: Layout, env: dict) -> bool:
+    """Whether every region output has the region's whole broadcast shape (one kernel
+    writes them all over one iteration space), cached per tuple of input shapes."""
+    key = tuple(env[v].shape for v in lay.region_inputs)
+    fits = lay.fits.get(key)
+    if fits is None:
+        shapes: Dict[Value, tuple] = dict(zip(lay.region_inputs, key))
+        try:
+            for n in lay.region:
+                s = np.broadcast_shapes(*[shapes.get(x, ()) for x in n.inputs])
+                for o in n.outputs:
+                    shapes[o] = s
+            full = np.broadcast_shapes(*key) if key else ()
+            fits = all(shapes[v] == full for v in lay.region_outputs)
+        except ValueError:
+            fits = False
+        lay.fits[key] = fits
+    return fits
+
+
+class CUDAFusedCompiler(FusedCompiler):
+    """Fused bodies on cupy: the prologue with the backend's kernels, the region as one
+    generated ElementwiseKernel (op by op where it has none)."""
+
+    def run(self, body, arrays: Sequence, out: Optional[Sequence] = None) -> Tuple:
+        lay = layout(body)
+        xp = self.backend.xp
+        kernels = self.backend.kernels
+        env: Dict[Value, object] = {v: a for v, a in zip(body.graph.inputs, arrays)}
+        if lay.prologue:
+            eval_nodes(lay.prologue, env, xp, lay.outputs + lay.region_inputs, kernels)
+        if lay.region:
+            if lay.source is not None and _region_fits(lay, env):
+                where = {o: k for k, o in enumerate(lay.outputs)}
+                kernel = elementwise_kernel(lay.source)
+                ins = [env[v] for v in lay.region_inputs]
+                outs = None
+                if out is not None:
+                    outs = [out[where[v]] for v in lay.region_outputs]
+                    if not all(_writable_into(o, v) for o, v in zip(outs, lay.region_outputs)):
+                        outs = None
+                res = kernel(*ins, *outs) if outs is not None else kernel(*ins)
+                if not isinstance(res, (tuple, list)):
+                    res = (res,)
+                for v, r in zip(lay.region_outputs, res):
+                    env[v] = r
+            else:
+                for c in lay.constants:
+                    env[c.outputs[0]] = kernels[c.op](xp, **c.attrs)
+                eval_nodes(lay.region, env, xp, lay.outputs, kernels)
+        results = [env[o] for o in lay.outputs]
+        if out is None:
+            return tuple(results)
+        for r, o in zip(results, out):
+            if r is not o:
+                xp.copyto(o, r, casting="unsafe")
+        return tuple(out)
+
+
+def _writable_into(arr, v: Value) -> bool:
+    return arr.dtype == np.dtype(v.dtype)
