@@ -26,6 +26,7 @@ are returned, so the next run can reuse the bytes.
 """
 from __future__ import annotations
 
+from operator import itemgetter
 from typing import Dict, List, Sequence
 
 import numpy as np
@@ -115,8 +116,8 @@ class Program:
                         mode, out_kernel = PREPARED, (runner, out_kernel)
                 else:   # a plan that leaves an output nowhere: run it as the interpreter would
                     mode, out_kernel = VIEW, None
-                steps.append((mode, node, kernels[node.op], out_kernel, ins, outs, attrs,
-                              exe.is_multi(node),
+                steps.append((mode, node, kernels[node.op], out_kernel, _getter(ins), outs,
+                              attrs, exe.is_multi(node),
                               ([np.dtype(o.dtype) for o in node.outputs],
                                [_concrete(o.shape, shapes) for o in node.outputs])))
         self.env = env
@@ -145,11 +146,12 @@ class Program:
             env[s] = env[state_slot]
         for s, (shape, dtype) in self.fresh:
             env[s] = xp.empty(shape, dtype)
-        for mode, node, kernel, out_kernel, ins, outs, attrs, multi, types in self.steps:
-            args = [env[s] for s in ins]
-            try:
+        node = args = None
+        try:
+            for mode, node, kernel, out_kernel, get, outs, attrs, multi, types in self.steps:
+                args = get(env)
                 if mode == PREPARED:
-                    buffers = tuple(env[s] for s in outs)
+                    buffers = tuple([env[s] for s in outs])
                     runner, generic = out_kernel
                     if not runner(args, buffers):
                         if not generic(xp, *args, out=buffers, **attrs):
@@ -157,7 +159,7 @@ class Program:
                                           True)
                 elif mode == ARENA:
                     if multi:
-                        buffers = tuple(env[s] for s in outs)
+                        buffers = tuple([env[s] for s in outs])
                         if out_kernel is None or not out_kernel(xp, *args, out=buffers,
                                                                 **attrs):
                             res = kernel(xp, *args, **attrs)
@@ -181,8 +183,20 @@ class Program:
                         # same array (arena buffers, bound state); a copy would go stale
                         views_input = all(xp.may_share_memory(r, args[0]) for r in got)
                         memo[0], memo[1] = (args[0], got) if views_input else (None, None)
-            except Exception as e:
-                raise exe._kernel_error_for(node, args, e) from e
+        except Exception as e:
+            if node is None:
+                raise
+            raise exe._kernel_error_for(node, args or (), e) from e
+
+
+def _getter(slots: tuple):
+    """``get(env)``: the arrays in ``slots`` as a tuple, without a Python loop."""
+    if len(slots) >= 2:
+        return itemgetter(*slots)
+    if len(slots) == 1:
+        (s,) = slots
+        return lambda env: (env[s],)
+    return lambda env: ()
 
 
 def _check_count(node, res, n: int) -> None:

@@ -9,6 +9,8 @@ path, so the result is bit-for-bit what the plain kernel computes.
 """
 from __future__ import annotations
 
+import numpy as np
+
 from ...graphlib.ops import nn, shape
 from ...graphlib.registry import REGISTRY
 from . import blas_reduce as _blas_reduce
@@ -34,13 +36,19 @@ def _same_dtype(arrays, dtype) -> bool:
 
 
 def _ufunc_out(ufunc_name: str, compare: bool = False):
+    ufunc = getattr(np, ufunc_name)
+
     def out_kernel(xp, *arrays, out, **attrs):
         if compare:
             if arrays[0].dtype != arrays[1].dtype:
                 return False
-        elif not _same_dtype(arrays, out.dtype):
-            return False
-        getattr(xp, ufunc_name)(*arrays, out=out)
+        else:
+            dtype = out.dtype
+            for a in arrays:
+                if a.dtype != dtype:
+                    return False
+        # the CPU backend's arrays are numpy's: the ufunc itself, looked up once
+        (ufunc if xp is np else getattr(xp, ufunc_name))(*arrays, out=out)
         return True
     out_kernel.__name__ = f"{ufunc_name}_out"
     return out_kernel
