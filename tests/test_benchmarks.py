@@ -92,11 +92,16 @@ def test_before_after_runs_both_checkouts_alternately():
 def test_executable_overhead_benchmark_runs(tmp_path):
     out = tmp_path / "exe.json"
     proc = run_benchmark("executable_overhead.py", "--ops", "10", "--repeat", "1",
-                         "--json", str(out))
+                         "--number", "50", "--json", str(out))
     assert proc.returncode == 0, proc.stderr[-3000:]
     r = json.loads(out.read_text())
-    assert r["ops"] == 10 and all(r[k] > 0 for k in ("chain_O0", "call_O0", "call_O2"))
+    assert r["ops"] == 10 and all(r[k] > 0 for k in (
+        "chain_O0", "call_O0", "call_O2", "compile_chain", "compile_chain_exe",
+        "compile_mlp", "compile_mlp_exe"))
+    assert abs(r["compile_mlp_ratio"] - r["compile_mlp"] / r["compile_mlp_exe"]) < 1e-9
     assert "overhead per kernel" in proc.stdout
+    names = [t["name"] for t in r["targets"]]       # the three targets, each printed
+    assert len(names) == 5 and all(f"{n}:" in proc.stdout for n in names)
 
 
 def test_lstm_scan_benchmark_runs_and_its_losses_agree():

@@ -14,7 +14,7 @@ import numpy as np
 from ...graphlib.ops import nn, shape
 from ...graphlib.registry import REGISTRY
 from . import blas_reduce as _blas_reduce
-from .kernels import bn_backward, bn_forward
+from .kernels import bn_backward, bn_forward, sce_backward_into
 from .kernels import matmul_into as _matmul_into
 from .select import where_bits as _where_bits
 
@@ -154,7 +154,8 @@ _sum_to_axes = shape._sum_to_axes
 def _sce_backward_out(xp, g, x, t, *, out, ignore_index, reduction):
     if out.dtype != x.dtype or xp.may_share_memory(out, x):
         return False
-    nn._sce_grad(xp, g, x, t, ignore_index, reduction, out)
+    if not sce_backward_into(g, x, t, ignore_index, reduction, out):
+        nn._sce_grad(xp, g, x, t, ignore_index, reduction, out)
     return True
 
 
