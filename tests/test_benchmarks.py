@@ -4,6 +4,7 @@
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -23,12 +24,14 @@ def test_passes_benchmark_quick(tmp_path):
     out = tmp_path / "passes.json"
     proc = run_benchmark("passes.py", "--quick", "--json", str(out))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "targets (issue 5):" in proc.stdout
+    assert "targets (issues 5 and 11):" in proc.stdout
     assert "OPENBLAS_CORETYPE=" in proc.stdout
     r = json.loads(out.read_text())
     for key in ("blas", "workloads", "chain", "targets", "correct", "rounds", "batches"):
         assert key in r, key
     assert r["correct"] is True
+    if importlib.util.find_spec("torch") is not None:   # PyTorch eager, on the same weights
+        assert all("torch" in w["32"]["losses"] for w in r["workloads"].values())
     assert "openblas_coretype" in r["blas"] and "libraries" in r["blas"]
     assert set(r["workloads"]) == {"mlp", "cnn"}
     for kind, per_batch in r["workloads"].items():
