@@ -223,3 +223,24 @@ def test_cross_entropy_training_graph_matches_torch(level, reduction):
     want.sum().backward()
     np.testing.assert_allclose(got_loss, want.detach().numpy(), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(got_g, xt.grad.numpy(), rtol=1e-5, atol=1e-6)
+
+
+# -- dg.compile's replay: external tensors checked on their arrays ---------------------------------
+def test_compiled_call_notices_an_external_tensor_changing_dtype_or_shape():
+    """A tensor read from outside the function whose data changes dtype or shape is a
+    recompile (named in ``recompile_reasons``), never a replay of the old graph."""
+    w = dg.tensor(np.ones(3, np.float32))
+    fast = dg.compile(lambda t: t * w)
+    x = dg.tensor(np.arange(3, dtype=np.float32))
+    np.testing.assert_array_equal(fast(x).numpy(), [0, 1, 2])
+    np.testing.assert_array_equal(fast(x).numpy(), [0, 1, 2])          # replayed
+    w.data = dg.tensor(np.full(3, 2.0, np.float64))
+    got = fast(x)
+    assert got.dtype == (x * w).dtype == "float64"
+    np.testing.assert_array_equal(got.numpy(), [0, 2, 4])
+    assert fast.recompile_reasons[-1] == ("a tensor read from outside the function changed: "
+                                          "dtype float32 -> float64")
+    w.data = dg.tensor(np.full(1, 3.0, np.float64))                    # broadcasts now
+    np.testing.assert_array_equal(fast(x).numpy(), [0, 3, 6])
+    assert fast.recompile_reasons[-1] == ("a tensor read from outside the function changed: "
+                                          "shape (3,) -> (1,)")
