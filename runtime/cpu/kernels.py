@@ -426,8 +426,12 @@ def softmax_cross_entropy(xp, x, t, *, ignore_index, reduction):
     nb = _loss_numba(x, t)
     if nb is None:
         return nn._sce_kernel(xp, x, t, ignore_index=ignore_index, reduction=reduction)
+    m = np.empty(x.shape[0], x.dtype)
+    e = np.empty(x.shape, x.dtype)
+    nb.shift(x, m, e)
+    np.exp(e, out=e)
     losses = np.empty(x.shape[0], x.dtype)
-    count, total, bad = nb.forward(x, t, ignore_index, losses)
+    count, total, bad = nb.forward(x, m, e, t, ignore_index, losses)
     if bad >= 0:
         raise nn._out_of_bounds(t, x.shape[1], ignore_index)
     if reduction == "none":
@@ -438,15 +442,17 @@ def softmax_cross_entropy(xp, x, t, *, ignore_index, reduction):
 
 
 def sce_backward_into(g, x, t, ignore_index, reduction, out) -> bool:
-    """softmax_cross_entropy_backward written into ``out`` by the numba loop; False (nothing
-    written) where it does not apply."""
+    """softmax_cross_entropy_backward written into ``out`` by the numba loops; False
+    (nothing written) where they do not apply."""
     nb = _loss_numba(x, t)
     if nb is None or type(out) is not np.ndarray or out.dtype != x.dtype \
-            or out.shape != x.shape or np.may_share_memory(out, x):
+            or out.shape != x.shape or not out.flags.writeable \
+            or np.may_share_memory(out, x):
         return False
     g = np.asarray(g, x.dtype).reshape(-1)
-    if nb.backward(x, t, ignore_index, g, reduction == "none", reduction == "mean",
-                   out) >= 0:
+    nb.shift(x, np.empty(x.shape[0], x.dtype), out)
+    np.exp(out, out=out)
+    if nb.backward(out, t, ignore_index, g, reduction == "none", reduction == "mean") >= 0:
         raise nn._out_of_bounds(t, x.shape[1], ignore_index)
     return True
 
