@@ -35,7 +35,7 @@ from ..graphlib.errors import KernelError
 from ..graphlib.kernels import run_kernel
 from ..graphlib.types import eval_dim
 
-ARENA, VIEW, PREPARED = 0, 1, 2
+ARENA, VIEW, PREPARED, DIRECT = 0, 1, 2, 3
 
 
 def resolve_attrs(node, attrs: dict, shapes: Dict[str, int]) -> dict:
@@ -112,8 +112,11 @@ class Program:
                     mode = ARENA
                     runner = backend.prepare_out(
                         node.op, attrs, [_concrete(x.shape, shapes) for x in node.inputs])
+                    direct = _direct_out(out_kernel, node, attrs, xp)
                     if runner is not None:
                         mode, out_kernel = PREPARED, (runner, out_kernel)
+                    elif direct is not None:
+                        mode, out_kernel = DIRECT, direct
                 else:   # a plan that leaves an output nowhere: run it as the interpreter would
                     mode, out_kernel = VIEW, None
                 steps.append((mode, node, kernels[node.op], out_kernel, _getter(ins), outs,
@@ -127,7 +130,7 @@ class Program:
         # they are returned as they are. The others are copied out: they view the arena, a
         # state or a feed, or are constants.
         state_ids = {v for v in exe.graph.state}
-        written = {s for step in steps if step[0] in (ARENA, PREPARED) for s in step[5]}
+        written = {s for step in steps if step[0] in (ARENA, PREPARED, DIRECT) for s in step[5]}
         fresh = {slot[v] for v in exe.outputs
                  if slot[v] in written and v not in state_ids
                  and v not in inplace_new and plan.storage(v)[0] == "arena"}
@@ -150,7 +153,9 @@ class Program:
         try:
             for mode, node, kernel, out_kernel, get, outs, attrs, multi, types in self.steps:
                 args = get(env)
-                if mode == PREPARED:
+                if mode == DIRECT:          # a bare ufunc: ufunc(*args, out=buffer)
+                    out_kernel(*args, out=env[outs[0]])
+                elif mode == PREPARED:
                     buffers = tuple([env[s] for s in outs])
                     runner, generic = out_kernel
                     if not runner(args, buffers):
@@ -187,6 +192,19 @@ class Program:
             if node is None:
                 raise
             raise exe._kernel_error_for(node, args or (), e) from e
+
+
+def _direct_out(out_kernel, node, attrs: dict, xp):
+    """The bare callable an ``out=`` form stands for on this node's dtypes (its
+    ``direct(in_dtypes, out_dtype)``), for a one-output node without attrs on numpy; else
+    None. The dtypes are the node's own: every array a program binds has them (feeds and
+    state are checked, arena buffers are typed)."""
+    direct = getattr(out_kernel, "direct", None)
+    if direct is None or attrs or len(node.outputs) != 1 or node.op.multi_output \
+            or xp is not np:
+        return None
+    return direct(tuple(np.dtype(x.dtype) for x in node.inputs),
+                  np.dtype(node.outputs[0].dtype))
 
 
 def _getter(slots: tuple):

@@ -244,3 +244,48 @@ def test_compiled_call_notices_an_external_tensor_changing_dtype_or_shape():
     np.testing.assert_array_equal(fast(x).numpy(), [0, 3, 6])
     assert fast.recompile_reasons[-1] == ("a tensor read from outside the function changed: "
                                           "shape (3,) -> (1,)")
+
+
+GAIN = 2.5
+
+
+def test_grouped_guard_pass_falls_back_to_the_guard_by_guard_answer():
+    """The grouped pass compares by identity; a global rebound to an equal value (another
+    object) still replays, a different value or type records again, as eager computes."""
+    global GAIN
+    fast = dg.compile(lambda t: t * GAIN)
+    x = dg.tensor(np.arange(3, dtype=np.float32))
+    np.testing.assert_array_equal(fast(x).numpy(), [0, 2.5, 5])
+    GAIN = float("2.5") + 0.0 * len(fast.recompile_reasons)     # equal, not identical
+    np.testing.assert_array_equal(fast(x).numpy(), [0, 2.5, 5])
+    assert len(fast.recompile_reasons) == 1                        # replayed
+    GAIN = 3.0
+    np.testing.assert_array_equal(fast(x).numpy(), [0, 3, 6])
+    assert "GAIN" in fast.recompile_reasons[-1] and "2.5 -> 3.0" in fast.recompile_reasons[-1]
+    GAIN = 3                                                       # equal, another type
+    got = fast(x)
+    np.testing.assert_array_equal(got.numpy(), (x * 3).numpy())
+    assert len(fast.recompile_reasons) == 3
+    del GAIN
+    with pytest.raises(NameError):
+        fast(x)
+    GAIN = 2.5
+    np.testing.assert_array_equal(fast(x).numpy(), [0, 2.5, 5])
+
+
+def test_grouped_guard_pass_sees_a_submodule_replaced_and_an_attribute_added():
+    dg.manual_seed(0)
+    model = dg.nn.Sequential(dg.nn.Linear(4, 4), dg.nn.ReLU(), dg.nn.Linear(4, 2))
+    fast = dg.compile(model)
+    x = dg.tensor(np.ones((3, 4), np.float32))
+    with dg.no_grad():
+        fast(x)
+        n = len(fast.recompile_reasons)
+        fast(x)
+        assert len(fast.recompile_reasons) == n
+        setattr(model, "1", dg.nn.Tanh())                         # a submodule replaced
+        np.testing.assert_allclose(fast(x).numpy(), model(x).numpy(), rtol=1e-6)
+        assert len(fast.recompile_reasons) == n + 1
+        model[0].extra = 1                                          # the module's dict grew
+        fast(x)
+        assert len(fast.recompile_reasons) == n + 2

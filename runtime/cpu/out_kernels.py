@@ -50,7 +50,15 @@ def _ufunc_out(ufunc_name: str, compare: bool = False):
         # the CPU backend's arrays are numpy's: the ufunc itself, looked up once
         (ufunc if xp is np else getattr(xp, ufunc_name))(*arrays, out=out)
         return True
+
+    def direct(in_dtypes, out_dtype):
+        """The bare ufunc, to call as ``ufunc(*arrays, out=out)``, where these dtypes (fixed
+        when a program is prepared) make the checks above pass; else None."""
+        ok = (in_dtypes[0] == in_dtypes[1]) if compare else \
+            all(d == out_dtype for d in in_dtypes)
+        return ufunc if ok else None
     out_kernel.__name__ = f"{ufunc_name}_out"
+    out_kernel.direct = direct
     return out_kernel
 
 
