@@ -16,7 +16,7 @@ executable targets, each printed against its target.
 Every contender is timed in interleaved rounds (A B C ... A B C ...), best of the rounds;
 the load average is printed with the figures.
 
-    python benchmarks/executable_overhead.py [--ops 100] [--rounds 7] [--json out.json]
+    python benchmarks/executable_overhead.py [--ops 100] [--rounds 25] [--number 400] [--json out.json]
 """
 from __future__ import annotations
 
@@ -69,7 +69,7 @@ def _compiled(fast: Callable, args: tuple):
     return (lambda: fast(*args)), (lambda: run(feeds))
 
 
-def run(ops: int = 100, rounds: int = 7, number: int = 2000) -> dict:
+def run(ops: int = 100, rounds: int = 25, number: int = 400) -> dict:
     a = np.ones(16, np.float32)
     g = dg.Graph("chain")
     with g:
@@ -175,8 +175,8 @@ def report(r: dict) -> str:
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--ops", type=int, default=100)
-    p.add_argument("--rounds", "--repeat", type=int, default=7, dest="rounds")
-    p.add_argument("--number", type=int, default=2000, help="calls per round (x10 for one op)")
+    p.add_argument("--rounds", "--repeat", type=int, default=25, dest="rounds")
+    p.add_argument("--number", type=int, default=400, help="calls per round (x10 for one op)")
     p.add_argument("--json", help="also write the figures (seconds) to this file")
     a = p.parse_args(argv)
     r = run(a.ops, a.rounds, a.number)
