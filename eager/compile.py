@@ -110,6 +110,10 @@ class _Tracer(DecisionTracer):
         self.rec._note_use(tensor)
 
 
+# number of arguments -> the key form ``_key_spec`` gives that many tensors and no kwargs
+_TENSOR_ARGS: dict = {}
+
+
 def _key_spec(obj, leaves: list, objects: list):
     """The cache-key form of the arguments: tensors appended to ``leaves`` (their signature
     is keyed separately), containers by structure, numbers, strings, bools, None and tuples
@@ -272,9 +276,20 @@ class CompiledFunction:
 
     # -- calling -------------------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
-        leaves: list = []
         objects: list = []
-        spec = _key_spec((args, kwargs), leaves, objects)
+        spec = None
+        if not kwargs:            # the common call, tensors only: its key form, cached
+            for a in args:
+                if not isinstance(a, Tensor):
+                    break
+            else:
+                leaves = list(args)
+                spec = _TENSOR_ARGS.get(len(args))
+                if spec is None:
+                    spec = _TENSOR_ARGS[len(args)] = _key_spec((args, {}), [], [])
+        if spec is None:
+            leaves = []
+            spec = _key_spec((args, kwargs), leaves, objects)
         key = (grad_mode.is_grad_enabled(), spec,
                tuple([(t.shape, t.dtype, t.device, t.requires_grad) for t in leaves]))
         if self._eager_only is not None:
