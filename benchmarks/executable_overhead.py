@@ -1,12 +1,22 @@
-"""What a compiled graph costs above its kernels, side by side in one run.
+"""What a compiled graph costs above its kernels, side by side in one run: issue 11's three
+executable targets, each printed against its target.
 
-- per kernel: an O0 executable of a chain of ``--ops`` tanh ops on float32[16] against the
-  same numpy calls in a Python loop; (executable - numpy) / ops is the interpreter's overhead
-  per instruction;
-- per call: a one-op graph (O0 interpreted, O2 planned) against the bare numpy call; the
-  difference is the fixed cost of a call (feed checks, plan lookup, output handling).
+- **per kernel** (target <= 0.7 us): an O0 executable of a chain of ``--ops`` tanh ops on
+  float32[16] against the same numpy calls in a Python loop; (executable - numpy) / ops is
+  the interpreter's overhead per instruction;
+- **fixed cost of a call** (target <= 3 us, O0 and O2): a one-op graph (O0 interpreted, O2
+  planned) against the bare numpy call; the difference is the fixed cost of a call (feed
+  checks, plan lookup, output handling);
+- **dg.compile call** (target <= 1.5x): a ``dg.compile``d function (the 20-op chain of
+  ``compile_overhead.py``, reading two globals) and a compiled ``nn.Sequential`` MLP,
+  against the forward executable each replays (``Executable.run`` with the same feeds):
+  the compiled call's time over the executable's, so guard checks, cache lookup and
+  wrapping the results must cost at most half the executable's own call.
 
-    python benchmarks/executable_overhead.py [--ops 100] [--repeat 7] [--json out.json]
+Every contender is timed in interleaved rounds (A B C ... A B C ...), best of the rounds;
+the load average is printed with the figures.
+
+    python benchmarks/executable_overhead.py [--ops 100] [--rounds 25] [--number 400] [--json out.json]
 """
 from __future__ import annotations
 
@@ -15,18 +25,51 @@ import json
 import os
 import sys
 import timeit
+from typing import Callable, Dict
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import duograph as dg  # noqa: E402
+from duograph import nn  # noqa: E402
+
+TARGET_PER_KERNEL = 0.7e-6
+TARGET_FIXED = 3e-6
+TARGET_COMPILE = 1.5
+
+SCALE = 0.5
+SHIFT = 1.0
 
 
-def best(fn, repeat: int, number: int) -> float:
-    return min(timeit.repeat(fn, number=number, repeat=repeat)) / number
+def chain(x):
+    """The dg.compile workload: 20 elementwise ops reading two globals."""
+    y = x
+    for _ in range(5):
+        y = (y * SCALE + SHIFT).tanh() * x
+    return y
 
 
-def run(ops: int = 100, repeat: int = 7, number: int = 2000) -> dict:
+def interleaved(cands: Dict[str, tuple], rounds: int) -> Dict[str, float]:
+    """Seconds per call of each ``name -> (fn, number)``, best of ``rounds`` interleaved."""
+    best = {k: float("inf") for k in cands}
+    for _ in range(rounds):
+        for name, (fn, number) in cands.items():
+            best[name] = min(best[name], timeit.timeit(fn, number=number) / number)
+    return best
+
+
+def _compiled(fast: Callable, args: tuple):
+    """(compiled call, executable call) of a ``dg.compile``d function, warmed up."""
+    with dg.no_grad():
+        fast(*args)
+        fast(*args)
+    spec = fast._last
+    feeds = {n: t.array for n, t in zip(spec.input_names, args)}
+    run = spec.forward.run
+    return (lambda: fast(*args)), (lambda: run(feeds))
+
+
+def run(ops: int = 100, rounds: int = 25, number: int = 400) -> dict:
     a = np.ones(16, np.float32)
     g = dg.Graph("chain")
     with g:
@@ -34,7 +77,7 @@ def run(ops: int = 100, repeat: int = 7, number: int = 2000) -> dict:
         y = x
         for _ in range(ops):
             y = dg.tanh(y)
-    chain = g.compile(outputs=[y], passes="O0")
+    chain_o0 = g.compile(outputs=[y], passes="O0")
 
     def numpy_chain():
         z = a
@@ -42,41 +85,101 @@ def run(ops: int = 100, repeat: int = 7, number: int = 2000) -> dict:
             z = np.tanh(z)
         return z
 
-    r = {"ops": ops, "chain_O0": best(lambda: chain(x=a), repeat, number),
-         "chain_numpy": best(numpy_chain, repeat, number)}
     one = dg.Graph("one")
     with one:
         x1 = dg.placeholder("x", (16,))
         y1 = dg.tanh(x1)
-    r["kernel_numpy"] = best(lambda: np.tanh(a), repeat, number * 10)
-    for level in ("O0", "O2"):
-        exe = one.compile(outputs=[y1], passes=level)
-        r[f"call_{level}"] = best(lambda: exe(x=a), repeat, number * 10)
-    r["per_kernel_overhead"] = (r["chain_O0"] - r["chain_numpy"]) / ops
-    r["fixed_O0"] = r["call_O0"] - r["kernel_numpy"]
-    r["fixed_O2"] = r["call_O2"] - r["kernel_numpy"]
+    call_o0 = one.compile(outputs=[y1], passes="O0")
+    call_o2 = one.compile(outputs=[y1], passes="O2")
+
+    rng = np.random.default_rng(0)
+    xt = dg.tensor(rng.standard_normal(16).astype(np.float32))
+    dg.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 16), nn.ReLU(),
+                          nn.Linear(16, 16))
+    xb = dg.tensor(rng.standard_normal((4, 16)).astype(np.float32))
+    chain_call, chain_exe = _compiled(dg.compile(chain), (xt,))
+    mlp_call, mlp_exe = _compiled(dg.compile(model), (xb,))
+
+    n1 = number * 10
+    with dg.no_grad():      # the compiled calls replay their no-grad specialisation
+        t = interleaved({
+            "chain_O0": (lambda: chain_o0(x=a), number),
+            "chain_numpy": (numpy_chain, number),
+            "kernel_numpy": (lambda: np.tanh(a), n1),
+            "call_O0": (lambda: call_o0(x=a), n1),
+            "call_O2": (lambda: call_o2(x=a), n1),
+            "compile_chain": (chain_call, number),
+            "compile_chain_exe": (chain_exe, number),
+            "compile_mlp": (mlp_call, number),
+            "compile_mlp_exe": (mlp_exe, number),
+        }, rounds)
+    r = {"ops": ops, "rounds": rounds, "loadavg": _loadavg(), **t}
+    r["per_kernel_overhead"] = (t["chain_O0"] - t["chain_numpy"]) / ops
+    r["fixed_O0"] = t["call_O0"] - t["kernel_numpy"]
+    r["fixed_O2"] = t["call_O2"] - t["kernel_numpy"]
+    r["compile_chain_ratio"] = t["compile_chain"] / t["compile_chain_exe"]
+    r["compile_mlp_ratio"] = t["compile_mlp"] / t["compile_mlp_exe"]
+    r["targets"] = targets(r)
     return r
+
+
+def targets(r: dict) -> list:
+    us = 1e6
+    out = []
+
+    def add(name, value, target, detail):
+        out.append({"name": name, "ok": value <= target, "detail": detail})
+
+    add("O0 overhead per kernel <= 0.7 us", r["per_kernel_overhead"], TARGET_PER_KERNEL,
+        f"{r['per_kernel_overhead'] * us:.2f} us")
+    for level in ("O0", "O2"):
+        add(f"{level} fixed cost of a call <= 3 us", r[f"fixed_{level}"], TARGET_FIXED,
+            f"{r[f'fixed_{level}'] * us:.2f} us")
+    for w in ("chain", "mlp"):
+        add(f"dg.compile call ({w}) <= 1.5 x its executable", r[f"compile_{w}_ratio"],
+            TARGET_COMPILE, f"{r[f'compile_{w}'] * us:.2f} us vs "
+            f"{r[f'compile_{w}_exe'] * us:.2f} us = {r[f'compile_{w}_ratio']:.2f}x")
+    return out
+
+
+def _loadavg():
+    try:
+        return os.getloadavg()
+    except OSError:
+        return None
 
 
 def report(r: dict) -> str:
     us = 1e6
-    return "\n".join([
-        "executable overhead on float32[16], best of repeats (microseconds)",
-        f"  O0 chain of {r['ops']} tanh: {r['chain_O0'] * us:8.2f}   numpy loop "
-        f"{r['chain_numpy'] * us:8.2f}   overhead per kernel "
+    load = r.get("loadavg")
+    lines = [
+        f"executable overhead, best of {r['rounds']} interleaved rounds (microseconds); "
+        f"load average {', '.join(f'{v:.2f}' for v in load) if load else 'n/a'}",
+        f"  O0 chain of {r['ops']} tanh on float32[16]: {r['chain_O0'] * us:8.2f}   numpy "
+        f"loop {r['chain_numpy'] * us:8.2f}   overhead per kernel "
         f"{r['per_kernel_overhead'] * us:6.2f}",
         f"  one tanh: numpy {r['kernel_numpy'] * us:6.2f}   O0 call {r['call_O0'] * us:6.2f} "
         f"(fixed {r['fixed_O0'] * us:5.2f})   O2 call {r['call_O2'] * us:6.2f} "
-        f"(fixed {r['fixed_O2'] * us:5.2f})"])
+        f"(fixed {r['fixed_O2'] * us:5.2f})",
+        f"  dg.compile, 20-op chain: compiled {r['compile_chain'] * us:7.2f}   executable "
+        f"{r['compile_chain_exe'] * us:7.2f}   ratio {r['compile_chain_ratio']:5.2f}x",
+        f"  dg.compile, MLP module:  compiled {r['compile_mlp'] * us:7.2f}   executable "
+        f"{r['compile_mlp_exe'] * us:7.2f}   ratio {r['compile_mlp_ratio']:5.2f}x",
+        "targets (issue 11):"]
+    for t in r["targets"]:
+        lines.append(f"  {'PASS ' if t['ok'] else 'SHORT'} {t['name']}: {t['detail']}")
+    return "\n".join(lines)
 
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--ops", type=int, default=100)
-    p.add_argument("--repeat", type=int, default=7)
+    p.add_argument("--rounds", "--repeat", type=int, default=25, dest="rounds")
+    p.add_argument("--number", type=int, default=400, help="calls per round (x10 for one op)")
     p.add_argument("--json", help="also write the figures (seconds) to this file")
     a = p.parse_args(argv)
-    r = run(a.ops, a.repeat)
+    r = run(a.ops, a.rounds, a.number)
     print(report(r))
     if a.json:
         with open(a.json, "w") as f:

@@ -1,7 +1,7 @@
 """Passes and the planned runtime, measured: training steps side by side in one run.
 
-The figures of issue 5. Workloads: the training step (forward, cross-entropy loss, backward,
-SGD update) of an MLP 784-256-256-10 (ReLU) and of the digits CNN of
+The figures of issues 5 and 11. Workloads: the training step (forward, cross-entropy loss,
+backward, SGD update) of an MLP 784-256-256-10 (ReLU) and of the digits CNN of
 ``examples/train_digits.py`` (input (B, 1, 8, 8)), at each ``--batch`` size. Contenders,
 timed in interleaved rounds (best and median of the rounds, per step):
 
@@ -12,6 +12,8 @@ timed in interleaved rounds (best and median of the rounds, per step):
   numpy   hand-written numpy, the same maths, every array preallocated (``out=``); the CNN
           one uses im2col (``sliding_window_view``) in NHWC layout
   jax     ``jax.jit`` of the same step with donated parameters (when ``import jax`` works)
+  torch   PyTorch eager: ``torch.nn`` modules, ``loss.backward()``, ``torch.optim.SGD``
+          (when ``import torch`` works; ``--torch-threads``, default 1)
 
 Every contender starts from the same initial weights; the losses of the first two steps must
 agree (rtol 1e-4) before anything is timed, else the run stops with exit status 1. For the
@@ -37,7 +39,7 @@ duograph and numpy figures.
 
     python benchmarks/passes.py [--batch 32 256 512] [--workload mlp cnn] [--rounds 30]
                                 [--blas env|native|NAME] [--blas-threads N] [--quick]
-                                [--json out.json] [--profile]
+                                [--torch-threads N] [--json out.json] [--profile]
 """
 from __future__ import annotations
 
@@ -65,7 +67,7 @@ from duograph.passes.memory import plan_memory  # noqa: E402
 F32 = np.float32
 LR = 0.01
 RTOL = 1e-4
-CONTENDERS = ("eager", "O0", "O1", "O2", "numpy", "jax")
+CONTENDERS = ("eager", "O0", "O1", "O2", "numpy", "jax", "torch")
 GRAPH_MODES = ("O0", "O1", "O2")
 REEXEC_MARK = "_DUOGRAPH_BENCH_BLAS"
 AVX512_CORETYPES = ("skylakex", "cooperlake", "sapphirerapids")
@@ -509,6 +511,41 @@ def jax_step(kind: str, state: Dict[str, np.ndarray], x: np.ndarray, y: np.ndarr
     return run
 
 
+# -- PyTorch eager ------------------------------------------------------------------------------
+def torch_step(kind: str, state: Dict[str, np.ndarray], x: np.ndarray, y: np.ndarray):
+    """PyTorch's eager training step on the same model and weights (``torch.nn`` modules,
+    ``loss.backward()``, ``torch.optim.SGD``); None when torch is not installed. Its
+    intra-op threads are whatever ``--torch-threads`` set (default 1, as BLAS here)."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    tnn = torch.nn
+    if kind == "mlp":
+        model = tnn.Sequential(tnn.Linear(784, 256), tnn.ReLU(), tnn.Linear(256, 256),
+                               tnn.ReLU(), tnn.Linear(256, 10))
+    else:
+        model = tnn.Sequential(
+            tnn.Conv2d(1, 16, 3, padding=1), tnn.BatchNorm2d(16), tnn.ReLU(),
+            tnn.MaxPool2d(2), tnn.Conv2d(16, 32, 3, padding=1), tnn.ReLU(), tnn.MaxPool2d(2),
+            tnn.Flatten(), tnn.Linear(32 * 2 * 2, 10))
+    own = model.state_dict()
+    model.load_state_dict({k: torch.tensor(np.array(state[k])).to(own[k].dtype)
+                           if k in state else own[k] for k in own})
+    model.train()
+    opt = torch.optim.SGD(model.parameters(), lr=LR)
+    xt, yt = torch.from_numpy(x.copy()), torch.from_numpy(y.copy())
+    cross_entropy = torch.nn.functional.cross_entropy
+
+    def step():
+        opt.zero_grad()
+        loss = cross_entropy(model(xt), yt)
+        loss.backward()
+        opt.step()
+        return loss.detach()
+    return step
+
+
 # -- timing ------------------------------------------------------------------------------------
 def measure(cands: Dict[str, Callable], rounds: int, min_round_s: float) -> Dict[str, dict]:
     """Best and median seconds per call, the candidates interleaved round by round.
@@ -561,6 +598,9 @@ def run_workload(kind: str, batch: int, rounds: int, min_round_s: float, seed: i
     jstep = jax_step(kind, state, x, y)
     if jstep is not None:
         steps["jax"] = jstep
+    tstep = torch_step(kind, state, x, y)
+    if tstep is not None:
+        steps["torch"] = tstep
     res: dict = {"batch": batch, "losses": {}, "contenders": {}}
     # correctness first: the losses of two steps from the same weights (the second one
     # checks the gradients and the update of the first)
@@ -681,6 +721,11 @@ def targets(r: dict) -> List[dict]:
             add(f"{tag}: O2 step faster than eager", o2["vs_eager"] < 1.0,
                 f"{o2['best'] * 1e3:.3f} ms vs {c['eager']['best'] * 1e3:.3f} ms = "
                 f"{o2['vs_eager']:.2f}")
+            if "torch" in c:
+                ratio = o2["best"] / c["torch"]["best"]
+                add(f"{tag}: O2 step <= 1.0 x PyTorch eager", ratio <= 1.0,
+                    f"{o2['best'] * 1e3:.3f} ms vs {c['torch']['best'] * 1e3:.3f} ms = "
+                    f"{ratio:.2f}")
             if kind == "mlp" and int(batch) == 512 and "jax" in c:
                 ratio = o2["best"] / c["jax"]["best"]
                 native = r["blas"]["openblas_coretype"] is None
@@ -764,7 +809,7 @@ def report(r: dict) -> str:
         for name, t in ch["timing"].items():
             lines.append(f"  {name:<16}{t['best'] * 1e3:10.3f} ms{t['median'] * 1e3:10.3f} ms"
                          f" (median){t['speedup_vs_numpy']:8.2f}x vs numpy op by op")
-    lines += ["", "targets (issue 5):"]
+    lines += ["", "targets (issues 5 and 11):"]
     if not r["correct"]:
         lines.append("  (not measured where the losses disagree: see above)")
     for t in r["targets"]:
@@ -849,12 +894,19 @@ def main(argv: Optional[List[str]] = None) -> None:
                         "default: as the environment gives")
     p.add_argument("--quick", action="store_true", help="a smoke test: batch 32, 3 rounds, "
                    "a small chain")
+    p.add_argument("--torch-threads", type=int, default=1, metavar="N",
+                   help="torch.set_num_threads for the PyTorch eager contender (default 1)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--profile", action="store_true",
                    help="also print a cProfile of the O2 step at the largest batch")
     p.add_argument("--json", help="also write the raw figures (seconds, bytes) to this file")
     a = p.parse_args(argv)
     blas_reexec(a.blas, argv)
+    try:
+        import torch
+        torch.set_num_threads(a.torch_threads)
+    except ImportError:
+        pass
     batches = a.batch or ([32] if a.quick else [32, 256, 512])
     rounds = a.rounds or (3 if a.quick else 30)
     chain = a.chain_size if a.chain_size is not None else (1 << 18 if a.quick else 1 << 22)

@@ -112,6 +112,10 @@ class _Tracer(DecisionTracer):
         self.rec._note_use(tensor)
 
 
+# number of arguments -> the key form ``_key_spec`` gives that many tensors and no kwargs
+_TENSOR_ARGS: dict = {}
+
+
 def _key_spec(obj, leaves: list, objects: list):
     """The cache-key form of the arguments: tensors appended to ``leaves`` (their signature
     is keyed separately), containers by structure, numbers, strings, bools, None and tuples
@@ -197,6 +201,7 @@ class Specialization:
         self.objects: list = []               # non-tensor arguments keyed by identity
         self.externals: List[Tensor] = []
         self.ext_signature: tuple = ()        # (shape, dtype, requires_grad) of externals
+        self.ext_arrays: tuple = ()           # the same with numpy dtypes: checked per call
         self.seed_names: List[str] = []       # inputs fed a fresh seed on every call
         self.arg_updates: List[int] = []      # arguments fn modified in place (positions)
         self.updated_holders: List[Tensor] = []  # bound tensors the forward writes into
@@ -273,9 +278,20 @@ class CompiledFunction:
 
     # -- calling -------------------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
-        leaves: list = []
         objects: list = []
-        spec = _key_spec((args, kwargs), leaves, objects)
+        spec = None
+        if not kwargs:            # the common call, tensors only: its key form, cached
+            for a in args:
+                if not isinstance(a, Tensor):
+                    break
+            else:
+                leaves = list(args)
+                spec = _TENSOR_ARGS.get(len(args))
+                if spec is None:
+                    spec = _TENSOR_ARGS[len(args)] = _key_spec((args, {}), [], [])
+        if spec is None:
+            leaves = []
+            spec = _key_spec((args, kwargs), leaves, objects)
         key = (grad_mode.is_grad_enabled(), spec,
                tuple([(t.shape, t.dtype, t.device, t.requires_grad) for t in leaves]))
         if self._eager_only is not None:
@@ -443,6 +459,8 @@ class CompiledFunction:
         ext = [(v, t) for v, t in rec.external if not any(v is a for a in arg_values)]
         s.externals = [t for _, t in ext]        # bound state: read live by the executable
         s.ext_signature = tuple((t.shape, t.dtype, t.requires_grad) for t in s.externals)
+        s.ext_arrays = tuple((t.array.shape, t.array.dtype, t.requires_grad)
+                             for t in s.externals)
         s.seed_names = [v.name for v, _ in rec.seeds]
         inputs = arg_values + [v for v, _ in ext]
         input_tensors = list(leaves) + s.externals
@@ -533,12 +551,22 @@ class CompiledFunction:
         return OpDef(name, no_infer, no_kernel, vjp, nondiff_inputs=())
 
     def _replay(self, s: Specialization, leaves):
+        for t, (shape, dt, grad) in zip(s.externals, s.ext_arrays):
+            a = t.array           # the cheap check: the array's own shape and numpy dtype
+            if a.shape != shape or a.dtype != dt or t.requires_grad != grad:
+                break
+        else:
+            return self._replay_checked(s, leaves)
         for i, (t, sig) in enumerate(zip(s.externals, s.ext_signature)):
             now = (t.shape, t.dtype, t.requires_grad)
             if now != sig:
                 what = ("shape", "dtype", "requires_grad")
                 diff = next(f"{w} {a} -> {b}" for w, a, b in zip(what, sig, now) if a != b)
                 return None, f"a tensor read from outside the function changed: {diff}"
+        return self._replay_checked(s, leaves)
+
+    def _replay_checked(self, s: Specialization, leaves):
+        """Replay ``s`` once its external tensors are known to match their signature."""
         feeds = {name: t.array for name, t in zip(s.input_names, leaves)}
         for name in s.seed_names:
             feeds[name] = np.asarray(draw_seed(), dtype=np.int64)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dis
 import enum
 import functools
+import operator
 import os
 import sys
 import sysconfig
@@ -372,9 +373,60 @@ _TEST = {"id": "v is e{i}", "value": "v is e{i} or _vk(v) == K{i}", "eq": "_eq(v
 
 def compile_checker(guards: List[Guard]):
     """One generated function checking ``guards`` in order: returns -1 when all hold, the
-    index of the first that fails, or -2 when fetching raised (check them one by one)."""
+    index of the first that fails, or -2 when fetching raised (check them one by one).
+
+    It runs a grouped pass first: the "get" guards on one dict fetched by one
+    ``operator.itemgetter`` and compared by identity in one ``map`` (a value guard whose
+    object is the recorded one holds), every "len" guard in one tuple comparison, the rest
+    one by one. Only where that pass finds something (a value equal but not identical, a
+    change, a fetch that raised) does the guard-by-guard function run, for its answer."""
     if not guards:
         return None
+    slow = _guard_by_guard(guards)
+    ns = {"M": MISSING, "_vk": typed_key, "_eq": _same_content, "_slow": slow,
+          "_all": all, "_map": map, "_is": operator.is_, "_tuple": tuple, "_len": len}
+    body = []
+    groups: Dict[int, tuple] = {}                   # id(holder) -> (holder, keys, expected)
+    lens: tuple = ([], [])
+    rest = []
+    for i, g in enumerate(guards):
+        if g.access == "get" and g.mode in ("id", "value"):
+            entry = groups.setdefault(id(g.holder), (g.holder, [], []))
+            entry[1].append(g.key)
+            entry[2].append(g.expected)
+        elif g.access == "len" and g.mode == "value" and type(g.expected) is int:
+            lens[0].append(g.holder)
+            lens[1].append(g.expected)
+        else:
+            rest.append((i, g))
+    for n, (holder, keys, expected) in enumerate(groups.values()):
+        if len(keys) == 1:
+            ns[f"gh{n}"], ns[f"gk{n}"], ns[f"ge{n}"] = holder, keys[0], expected[0]
+            body.append(f"        if gh{n}.get(gk{n}, M) is not ge{n}: return _slow()")
+        else:
+            ns[f"gh{n}"], ns[f"gg{n}"] = holder, operator.itemgetter(*keys)
+            ns[f"gE{n}"] = tuple(expected)
+            body.append(f"        if not _all(_map(_is, gg{n}(gh{n}), gE{n})): return _slow()")
+    if lens[0]:
+        ns["LH"], ns["LE"] = tuple(lens[0]), tuple(lens[1])
+        body.append("        if _tuple(_map(_len, LH)) != LE: return _slow()")
+    for i, g in rest:
+        ns[f"H{i}"], ns[f"k{i}"], ns[f"e{i}"], ns[f"K{i}"] = (g.holder, g.key, g.expected,
+                                                              g.vkey)
+        fetch = _FETCH[g.access].replace("h{i}", "H{i}")
+        if g.access == "attr" and not (isinstance(g.key, str) and g.key.isidentifier()):
+            fetch = "getattr(H{i}, k{i}, M)"
+        body.append("        v = " + fetch.format(i=i, key=g.key))
+        body.append(f"        if not ({_TEST[g.mode].format(i=i)}): return _slow()")
+    src = ("def check():\n    try:\n" + "\n".join(body)
+           + "\n    except Exception:\n        return _slow()\n    return -1\n")
+    exec(compile(src, "<dg.compile guards>", "exec"), ns)
+    return ns["check"]
+
+
+def _guard_by_guard(guards: List[Guard]):
+    """The generated function checking ``guards`` one at a time, in order (see
+    ``compile_checker``)."""
     ns = {"M": MISSING, "_vk": typed_key, "_eq": _same_content}
     body = []
     for i, g in enumerate(guards):

@@ -29,11 +29,12 @@ cblas                  DUOGRAPH_CBLAS             True      call numpy's BLAS ge
                                                             through ctypes (fused SGD updates)
 cache_dir              DUOGRAPH_CACHE_DIR         None      where generated kernels are cached
                                                             (None: ~/.cache/duograph)
-matmul_swap            DUOGRAPH_MATMUL_SWAP       off       small-batch ``x @ W.T`` as
-                                                            ``(W @ x.T).T``: off, on, or auto
-                                                            (chosen by timing once per process:
-                                                            fast, but two processes may differ
-                                                            in the last bits)
+matmul_swap            DUOGRAPH_MATMUL_SWAP       exact     small-batch ``x @ W.T`` as
+                                                            ``(W @ x.T).T``: exact (where timed
+                                                            faster and both forms give the same
+                                                            bits), off, on, or auto (the faster
+                                                            form: two processes may differ in
+                                                            the last bits)
 capture_source         DUOGRAPH_SOURCE            False     eager ops record the user's source
                                                             line even outside ``record()``
 compile_cache_limit    DUOGRAPH_COMPILE_CACHE_    8         recordings of one ``dg.compile``d
@@ -45,8 +46,10 @@ log_recompiles         DUOGRAPH_LOG_RECOMPILES    False     log why at every rec
                                                             ``duograph.compile``, WARNING)
 =====================  =========================  ========  =====================================
 
-Results are bit-for-bit reproducible across processes with the defaults: the only option that
-times anything (``matmul_swap="auto"``) is an explicit opt-in.
+Results are bit-for-bit reproducible across processes with the defaults: the default
+``matmul_swap="exact"`` times the two forms of a product but keeps the swapped one only where
+both give the same bits (so the timing never shows in a result); the option whose choice can
+change the last bits (``matmul_swap="auto"``) is an explicit opt-in.
 
 The object is process-wide (not per thread), like JAX's config: ``override`` is meant for
 tests and scripts, not for threads that want different settings at the same time.
@@ -117,9 +120,11 @@ OPTIONS: Dict[str, Option] = {o.name: o for o in (
            "call numpy's BLAS gemm in place through ctypes"),
     Option("cache_dir", _path_or_none, None, "DUOGRAPH_CACHE_DIR",
            "directory of the generated-kernel cache (None: ~/.cache/duograph)"),
-    Option("matmul_swap", _choice("off", "on", "auto", aliases={"0": "off", "1": "on"}),
-           "off", "DUOGRAPH_MATMUL_SWAP",
-           "small-batch x @ W.T as (W @ x.T).T: off, on, auto (timed: not reproducible)"),
+    Option("matmul_swap", _choice("exact", "off", "on", "auto",
+                                  aliases={"0": "off", "1": "on"}),
+           "exact", "DUOGRAPH_MATMUL_SWAP",
+           "small-batch x @ W.T as (W @ x.T).T: exact (where faster and bit-identical), "
+           "off, on, auto (timed: not reproducible)"),
     Option("capture_source", _as_bool, False, "DUOGRAPH_SOURCE",
            "eager ops record the user's source line even outside record()"),
     Option("compile_cache_limit", _positive_int, 8, "DUOGRAPH_COMPILE_CACHE_LIMIT",

@@ -23,6 +23,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
+from operator import itemgetter
 from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
@@ -32,6 +33,7 @@ from ..graphlib.errors import FeedError, GraphError, KernelError, kernel_error
 from ..graphlib.ir import Graph, Value
 from ..graphlib.kernels import direct_kernel, run_kernel, state_written
 from ..graphlib.types import dim_symbols, format_shape, solve_dim
+from . import fperr
 from .backend import Backend
 from .backends import get_backend
 from .planned import Program, resolve_attrs
@@ -351,6 +353,15 @@ class Executable:
             outs = [self.xp.asnumpy(o) for o in outs]
         return outs
 
+    def __call__(self, **feeds) -> list:
+        """``exe(x=...)``: ``run`` with the feeds as keyword arguments."""
+        env: list = [None] * self.num_slots
+        bindings = self._bind_feeds(feeds, env)
+        outs = self.steps.run(self, env, bindings)
+        if self.xp is not np:
+            outs = [self.xp.asnumpy(o) for o in outs]
+        return outs
+
     def trace(self, feeds: Optional[dict] = None,
               timings: Optional[list] = None) -> Dict[Value, object]:
         """Run once through the instruction list with this backend's kernels, keeping every
@@ -383,9 +394,6 @@ class Executable:
     def _state_target(self, name: str):
         owned = self._owned.get(name)
         return owned if owned is not None else self._bound[name][1].array
-
-    def __call__(self, **feeds) -> list:
-        return self.run(feeds)
 
     def _state_array(self, v: Value):
         owned = self._owned.get(v.name)
@@ -495,6 +503,31 @@ class StateView:
         return "StateView(" + ", ".join(self.keys()) + ")"
 
 
+def _same(xp, result):
+    return result
+
+
+def _row(ins: Instruction) -> tuple:
+    """An instruction's fields as one tuple for the interpreter's loop: (kernel, input
+    getter, call, attrs, dtype, static shape or None, output slot, frees, instruction).
+    ``call``: 0 for the general path (several outputs, symbolic attrs); for one output run
+    inline, 1 for one input and no attrs (the getter returns that input), 2 for several
+    inputs and no attrs (it returns a tuple), 3 otherwise."""
+    n = len(ins.ins)
+    get = itemgetter(*ins.ins) if n else None
+    if ins.multi or ins.symbolic:
+        call = 0
+    elif ins.attrs or not n:
+        call = 3
+    else:
+        call = 1 if n == 1 else 2
+    shape = ins.shapes[0] if len(ins.shapes) == 1 else None
+    if shape is not None and any(not isinstance(d, int) for d in shape):
+        shape = None
+    return (ins.kernel, get, call, ins.attrs, ins.dtypes[0] if ins.dtypes else None,
+            shape, ins.outs[0] if ins.outs else None, ins.frees, ins)
+
+
 class Interpreted:
     """An interpreted executable's steps: the instruction list run in order over numbered
     slots, each value freed at its last use (torch.fx's Interpreter)."""
@@ -513,30 +546,45 @@ class Interpreted:
         xp = exe.xp
         rows = self.rows
         if rows is None:     # each instruction's fields as one tuple: no lookups per run
-            rows = self.rows = [(i.kernel, i.ins, i.attrs, bool(i.symbolic), i.multi,
-                                 i.dtypes, i.shapes, i.outs, i.frees, i)
-                                for i in exe.instructions]
-        for kernel, slots, attrs, symbolic, multi, dts, shapes, outs, frees, ins in rows:
-            args = [env[s] for s in slots]
-            if symbolic:
-                attrs = exe._resolve(ins, bindings)
-            try:
-                res = run_kernel(kernel, xp, args, attrs, multi, dts, shapes, bindings)
-            except Exception as e:
-                raise exe._kernel_error(ins, args, e) from e
-            if multi:
-                for s, r in zip(outs, res):
-                    env[s] = r
-            else:
-                env[outs[0]] = res[0]
-            for s in frees:
-                env[s] = None
+            rows = self.rows = [_row(i) for i in exe.instructions]
+        ndarray = xp.ndarray
+        ins = None
+        try:
+            for kernel, get, call, attrs, dt, shape, out, frees, ins in rows:
+                if call:
+                    # one output, static attrs: the kernel's result checked inline
+                    if call == 1:
+                        res = kernel(xp, get(env))
+                    elif call == 2:
+                        res = kernel(xp, *get(env))
+                    else:
+                        res = kernel(xp, *[env[s] for s in ins.ins], **attrs)
+                    if type(res) is not ndarray or res.dtype is not dt or res.shape != shape:
+                        res = run_kernel(_same, xp, (res,), {}, False, ins.dtypes,
+                                         ins.shapes, bindings)[0]
+                    env[out] = res
+                else:
+                    args = [env[s] for s in ins.ins]
+                    a = exe._resolve(ins, bindings) if ins.symbolic else attrs
+                    got = run_kernel(kernel, xp, args, a, ins.multi, ins.dtypes, ins.shapes,
+                                     bindings)
+                    for s, r in zip(ins.outs, got):
+                        env[s] = r
+                for s in frees:
+                    env[s] = None
+        except Exception as e:
+            if ins is None:
+                raise
+            raise exe._kernel_error(ins, [env[s] for s in ins.ins], e) from e
 
     def run(self, exe: "Executable", env: list, bindings: Dict[str, int]) -> list:
         for v, s in exe.state_slots:
             env[s] = exe._state_array(v)
-        with np.errstate(all="ignore"):
+        token = fperr.ignore()
+        try:
             self.run_rows(exe, env, bindings)
+        finally:
+            fperr.restore(token)
         if not exe.update_slots and not exe._owned and not exe._bound:
             return [env[s] for s in exe.output_slots]     # no state an output could alias
         # Every state buffer and every returned array is its own: none aliases another, a
@@ -605,13 +653,16 @@ class Planned:
             prog = self.last_program
             if prog is None or exe.symbols:       # without symbols there is one program
                 prog = self.last_program = self.program(exe, bindings)
-            env = list(prog.env)
+            env = prog.env.copy()
             for _, s in exe.feeds:
                 env[s] = fed[s]
             for v, s in exe.live_state_slots:
                 env[s] = exe._state_array(v)
-            with np.errstate(all="ignore"):
+            token = fperr.ignore()
+            try:
                 prog.run(exe, env)
+            finally:
+                fperr.restore(token)
             if len(exe.output_slots) == 1:
                 o = env[exe.output_slots[0]]
                 outs = [o.copy() if prog.copy_outputs[0] else o]

@@ -29,6 +29,7 @@ are returned, so the next run can reuse the bytes.
 """
 from __future__ import annotations
 
+from operator import itemgetter
 from typing import Dict, List, Sequence
 
 import numpy as np
@@ -37,7 +38,7 @@ from ..graphlib.errors import KernelError
 from ..graphlib.kernels import run_kernel
 from ..graphlib.types import eval_dim
 
-ARENA, VIEW, PREPARED = 0, 1, 2
+ARENA, VIEW, PREPARED, DIRECT = 0, 1, 2, 3
 
 
 def resolve_attrs(node, attrs: dict, shapes: Dict[str, int]) -> dict:
@@ -114,12 +115,15 @@ class Program:
                     mode = ARENA
                     runner = backend.prepare_out(
                         node.op, attrs, [_concrete(x.shape, shapes) for x in node.inputs])
+                    direct = _direct_out(out_kernel, node, attrs, xp)
                     if runner is not None:
                         mode, out_kernel = PREPARED, (runner, out_kernel)
+                    elif direct is not None:
+                        mode, out_kernel = DIRECT, direct
                 else:   # a plan that leaves an output nowhere: run it as the interpreter would
                     mode, out_kernel = VIEW, None
-                steps.append((mode, node, exe.kernel_of(node.op), out_kernel, ins, outs, attrs,
-                              exe.is_multi(node),
+                steps.append((mode, node, exe.kernel_of(node.op), out_kernel, _getter(ins),
+                              outs, attrs, exe.is_multi(node),
                               ([np.dtype(o.dtype) for o in node.outputs],
                                [_concrete(o.shape, shapes) for o in node.outputs])))
         self.env = env
@@ -129,7 +133,7 @@ class Program:
         # they are returned as they are. The others are copied out: they view the arena, a
         # state or a feed, or are constants.
         state_ids = {v for v in exe.graph.state}
-        written = {s for step in steps if step[0] in (ARENA, PREPARED) for s in step[5]}
+        written = {s for step in steps if step[0] in (ARENA, PREPARED, DIRECT) for s in step[5]}
         fresh = {slot[v] for v in exe.outputs
                  if slot[v] in written and v not in state_ids
                  and v not in inplace_new and plan.storage(v)[0] == "arena"}
@@ -154,11 +158,14 @@ class Program:
         """Run the steps over ``env``: every input, state and output buffer already bound
         (a compiled region body binds its outputs to the buffers its loop hands it)."""
         xp = exe.xp
-        for mode, node, kernel, out_kernel, ins, outs, attrs, multi, types in self.steps:
-            args = [env[s] for s in ins]
-            try:
-                if mode == PREPARED:
-                    buffers = tuple(env[s] for s in outs)
+        node = args = None
+        try:
+            for mode, node, kernel, out_kernel, get, outs, attrs, multi, types in self.steps:
+                args = get(env)
+                if mode == DIRECT:          # a bare ufunc: ufunc(*args, out=buffer)
+                    out_kernel(*args, out=env[outs[0]])
+                elif mode == PREPARED:
+                    buffers = tuple([env[s] for s in outs])
                     runner, generic = out_kernel
                     if not runner(args, buffers):
                         if not generic(xp, *args, out=buffers, **attrs):
@@ -166,7 +173,7 @@ class Program:
                                           True)
                 elif mode == ARENA:
                     if multi:
-                        buffers = tuple(env[s] for s in outs)
+                        buffers = tuple([env[s] for s in outs])
                         if out_kernel is None or not out_kernel(xp, *args, out=buffers,
                                                                 **attrs):
                             res = kernel(xp, *args, **attrs)
@@ -190,8 +197,33 @@ class Program:
                         # same array (arena buffers, bound state); a copy would go stale
                         views_input = all(xp.may_share_memory(r, args[0]) for r in got)
                         memo[0], memo[1] = (args[0], got) if views_input else (None, None)
-            except Exception as e:
-                raise exe._kernel_error_for(node, args, e) from e
+        except Exception as e:
+            if node is None:
+                raise
+            raise exe._kernel_error_for(node, args or (), e) from e
+
+
+def _direct_out(out_kernel, node, attrs: dict, xp):
+    """The bare callable an ``out=`` form stands for on this node's dtypes (its
+    ``direct(in_dtypes, out_dtype)``), for a one-output node without attrs on numpy; else
+    None. The dtypes are the node's own: every array a program binds has them (feeds and
+    state are checked, arena buffers are typed)."""
+    direct = getattr(out_kernel, "direct", None)
+    if direct is None or attrs or len(node.outputs) != 1 or node.op.multi_output \
+            or xp is not np:
+        return None
+    return direct(tuple(np.dtype(x.dtype) for x in node.inputs),
+                  np.dtype(node.outputs[0].dtype))
+
+
+def _getter(slots: tuple):
+    """``get(env)``: the arrays in ``slots`` as a tuple, without a Python loop."""
+    if len(slots) >= 2:
+        return itemgetter(*slots)
+    if len(slots) == 1:
+        (s,) = slots
+        return lambda env: (env[s],)
+    return lambda env: ()
 
 
 def _check_count(node, res, n: int) -> None:

@@ -4,6 +4,7 @@
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -25,12 +26,14 @@ def test_passes_benchmark_quick(tmp_path):
     out = tmp_path / "passes.json"
     proc = run_benchmark("passes.py", "--quick", "--json", str(out))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "targets (issue 5):" in proc.stdout
+    assert "targets (issues 5 and 11):" in proc.stdout
     assert "OPENBLAS_CORETYPE=" in proc.stdout
     r = json.loads(out.read_text())
     for key in ("blas", "workloads", "chain", "targets", "correct", "rounds", "batches"):
         assert key in r, key
     assert r["correct"] is True
+    if importlib.util.find_spec("torch") is not None:   # PyTorch eager, on the same weights
+        assert all("torch" in w["32"]["losses"] for w in r["workloads"].values())
     assert "openblas_coretype" in r["blas"] and "libraries" in r["blas"]
     assert set(r["workloads"]) == {"mlp", "cnn"}
     for kind, per_batch in r["workloads"].items():
@@ -115,11 +118,16 @@ def test_eager_overhead_measures_both_frameworks_alike(tmp_path, timer):
 def test_executable_overhead_benchmark_runs(tmp_path):
     out = tmp_path / "exe.json"
     proc = run_benchmark("executable_overhead.py", "--ops", "10", "--repeat", "1",
-                         "--json", str(out))
+                         "--number", "50", "--json", str(out))
     assert proc.returncode == 0, proc.stderr[-3000:]
     r = json.loads(out.read_text())
-    assert r["ops"] == 10 and all(r[k] > 0 for k in ("chain_O0", "call_O0", "call_O2"))
+    assert r["ops"] == 10 and all(r[k] > 0 for k in (
+        "chain_O0", "call_O0", "call_O2", "compile_chain", "compile_chain_exe",
+        "compile_mlp", "compile_mlp_exe"))
+    assert abs(r["compile_mlp_ratio"] - r["compile_mlp"] / r["compile_mlp_exe"]) < 1e-9
     assert "overhead per kernel" in proc.stdout
+    names = [t["name"] for t in r["targets"]]       # the issue's three targets, each printed
+    assert len(names) == 5 and all(f"{n}:" in proc.stdout for n in names)
 
 
 def test_lstm_scan_benchmark_runs_and_its_losses_agree():

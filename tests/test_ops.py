@@ -493,7 +493,7 @@ def test_every_dtype_pair_infers_and_runs_in_the_promoted_dtype():
 
 
 # -- matmul of a few rows by a transposed weight ------------------------------------------------
-@pytest.mark.parametrize("mode", ["off", "on", "auto"])
+@pytest.mark.parametrize("mode", ["off", "on", "auto", "exact"])
 def test_small_batch_matmul_forms_agree_planned_and_interpreted(monkeypatch, mode):
     """x @ W.T at a small batch runs as (W @ x.T).T when dg.config.matmul_swap asks (the
     CPU backend's matmul_into; "auto": where that measured faster); either form gives
@@ -505,13 +505,27 @@ def test_small_batch_matmul_forms_agree_planned_and_interpreted(monkeypatch, mod
         _check_small_batch_matmul(linalg, mode)
 
 
-def test_matmul_form_is_deterministic_by_default():
-    """Nothing is timed unless asked: by default x @ W.T runs as it is written."""
+def test_matmul_form_is_bit_exact_by_default(monkeypatch):
+    """By default ("exact") the swapped form is kept only where it gives x @ W.T's own bits:
+    with a BLAS whose two forms differ in the last bits (simulated here), the product runs
+    as written even where the swapped form measured faster; "auto" would take it."""
     from duograph.runtime.cpu import kernels as linalg
-    assert dg.config.matmul_swap == "off"
-    xs = np.ones((16, 300), np.float32)
-    ws = np.ones((200, 300), np.float32)
+    assert dg.config.matmul_swap == "exact"
+    rng = np.random.default_rng(5)
+    xs = rng.standard_normal((16, 300)).astype(np.float32)
+    ws = rng.standard_normal((200, 300)).astype(np.float32)
+    monkeypatch.setattr(linalg, "_swap_choice", {})
+    np.testing.assert_array_equal(linalg.matmul_into(np, xs, ws.T), np.matmul(xs, ws.T))
+    real = linalg._swapped
+    monkeypatch.setattr(linalg, "_swap_choice", {})
+    monkeypatch.setattr(linalg, "_measure_swap", lambda a, b: True)
+    monkeypatch.setattr(linalg, "_swapped", lambda a, b: np.nextafter(real(a, b), np.inf))
     assert not linalg._use_swap(xs, ws.T)
+    np.testing.assert_array_equal(linalg.matmul_into(np, xs, ws.T), np.matmul(xs, ws.T))
+    with dg.config.override(matmul_swap="auto"):
+        assert linalg._use_swap(xs, ws.T)
+    with dg.config.override(matmul_swap="off"):
+        assert not linalg._use_swap(xs, ws.T)
 
 
 def _check_small_batch_matmul(linalg, mode):
@@ -529,8 +543,11 @@ def _check_small_batch_matmul(linalg, mode):
     np.testing.assert_allclose(plain[0], xs @ ws.T, rtol=1e-5, atol=1e-4)
     for a, b in zip(plain, planned):
         np.testing.assert_array_equal(a, b)
-    key = (16, 300, 200, np.dtype("float32"))
-    assert linalg._swap_choice.get(key, None) in ((None,) if mode != "auto" else (True, False))
+    key = (mode, 16, 300, 200, np.dtype("float32"))
+    assert linalg._swap_choice.get(key, None) in (
+        (None,) if mode in ("off", "on") else (True, False))
+    if mode == "exact" and linalg._use_swap(xs, ws.T):  # kept only where the bits agree
+        np.testing.assert_array_equal(linalg.matmul_into(np, xs, ws.T), np.matmul(xs, ws.T))
     if mode == "on":                                # the swapped form, checked on its own
         assert linalg._use_swap(xs, ws.T)
     if mode == "off":

@@ -11,7 +11,9 @@ reference kernel, so the two never drift apart; tests check that both give the s
 - batch norm (training) and its backward: numba loops (``norm_numba``), else the reference
   formula with its channel sums as BLAS matrix-vector products (``blas_reduce``).
 - sum, mean, sum_to: leading and trailing dims summed through BLAS.
-- matmul: the small-batch ``x @ W.T`` form chosen by ``config.matmul_swap``.
+- matmul: the small-batch ``x @ W.T`` form chosen by ``config.matmul_swap`` (by default
+  only where it gives the same bits).
+- softmax_cross_entropy and its backward: numba loops over the rows (``loss_numba``).
 """
 from __future__ import annotations
 
@@ -324,12 +326,18 @@ def sum_to(xp, x, shape):
 # -- matmul: the 2-D product of a few rows by a transposed weight ------------------------------
 # x @ W.T with x (M, K) C-contiguous and W.T a transposed view (K, N), M small, is a Linear
 # layer at a small batch. OpenBLAS here runs it markedly faster as (W @ x.T).T, then one copy
-# of the small (N, M) result (M = 32, 784 -> 256, float32: 120 -> 77 us; M = 256: 1.2x
-# slower). ``config.matmul_swap``: "off" (the default: always x @ W.T), "on" (always swap
-# these products) or "auto" (measured once per (M, K, N, dtype) at the first such product and
-# the faster form kept for the process, as cuDNN's benchmark mode picks convolution
-# algorithms). The two forms sum in different orders, so with "auto" two processes that
-# picked differently may differ in the last bits: it is an explicit opt-in.
+# of the small (N, M) result (M = 32, 784 -> 256, float32: 223 -> 152 us; M = 256: 1.2x
+# slower). ``config.matmul_swap``:
+# - "exact" (the default): swap where it measured faster (once per (M, K, N, dtype), at the
+#   first such product) *and* both forms gave the same bits on a random probe of that shape
+#   and on the first operands: the two BLAS calls then sum every element in one order, so
+#   the result is bit for bit ``x @ W.T``'s whichever form the timing picked (it is here,
+#   for OpenBLAS's SkylakeX kernels and the shapes of the benchmarks); where they differ,
+#   the product runs as written;
+# - "off": always x @ W.T;
+# - "on": always swap these products;
+# - "auto": the faster form, as cuDNN's benchmark mode picks convolution algorithms, even
+#   where the forms differ in the last bits (so two processes may differ): an opt-in.
 SWAP_MAX_ROWS = 64
 _swap_choice: Dict[tuple, bool] = {}
 
@@ -346,14 +354,27 @@ def _swapped(a, b):
 
 
 def _measure_swap(a, b) -> bool:
-    """Whether the swapped form ran faster (best of 3 each, interleaved) by 10%."""
+    """Whether the swapped form (with the copy of its result) ran faster (best of 3 each,
+    interleaved) by 10%."""
     best = [float("inf"), float("inf")]
     for _ in range(3):
-        for k, run in enumerate((lambda: np.matmul(a, b), lambda: _swapped(a, b))):
+        for k, run in enumerate((lambda: np.matmul(a, b),
+                                 lambda: np.ascontiguousarray(_swapped(a, b)))):
             t = time.perf_counter()
             run()
             best[k] = min(best[k], time.perf_counter() - t)
     return best[1] < 0.9 * best[0]
+
+
+def _same_bits(a, b) -> bool:
+    """Whether both forms give the same bits for ``a @ b`` and for a random probe of the
+    same shapes and layouts (a BLAS that sums in different orders for the two calls
+    differs somewhere on random data)."""
+    rng = np.random.default_rng(0)
+    pa = rng.standard_normal(a.shape).astype(a.dtype)
+    pb = rng.standard_normal(b.shape[::-1]).astype(b.dtype).T
+    return all(np.array_equal(np.matmul(x, y), _swapped(x, y))
+               for x, y in ((pa, pb), (a, b)))
 
 
 def _use_swap(a, b) -> bool:
@@ -362,10 +383,13 @@ def _use_swap(a, b) -> bool:
         return False
     if mode == "on":
         return True
-    key = (a.shape[0], a.shape[1], b.shape[1], a.dtype)
+    key = (mode, a.shape[0], a.shape[1], b.shape[1], a.dtype)
     choice = _swap_choice.get(key)
     if choice is None:
-        choice = _swap_choice[key] = _measure_swap(a, b)
+        choice = _measure_swap(a, b)
+        if choice and mode == "exact":
+            choice = _same_bits(a, b)
+        _swap_choice[key] = choice
     return choice
 
 
@@ -384,6 +408,63 @@ def matmul_into(xp, a, b, out=None):
 matmul = promoting_kernel(matmul_into)
 
 
+# -- softmax cross-entropy -----------------------------------------------------------------------
+_SCE_TARGETS = frozenset(np.dtype(n) for n in ("int32", "int64", "uint8"))
+
+
+def _loss_numba(x, t):
+    """The ``loss_numba`` module for numpy (N, C) float32/float64 logits with something in
+    them and integer class indices (N,); else None (the reference kernels run)."""
+    if type(x) is not np.ndarray or type(t) is not np.ndarray or x.dtype not in _FLOAT_DTYPES \
+            or t.dtype not in _SCE_TARGETS or x.ndim != 2 or t.ndim != 1 or not x.size \
+            or t.shape[0] != x.shape[0]:
+        return None
+    return numba_module("loss_numba")
+
+
+def softmax_cross_entropy(xp, x, t, *, ignore_index, reduction):
+    nb = _loss_numba(x, t)
+    if nb is None:
+        return nn._sce_kernel(xp, x, t, ignore_index=ignore_index, reduction=reduction)
+    m = np.empty(x.shape[0], x.dtype)
+    e = np.empty(x.shape, x.dtype)
+    nb.shift(x, m, e)
+    np.exp(e, out=e)
+    losses = np.empty(x.shape[0], x.dtype)
+    count, total, bad = nb.forward(x, m, e, t, ignore_index, losses)
+    if bad >= 0:
+        raise nn._out_of_bounds(t, x.shape[1], ignore_index)
+    if reduction == "none":
+        return losses
+    if reduction == "mean":
+        total = total / count if count else float("nan")   # every target ignored: NaN
+    return np.asarray(total, x.dtype)
+
+
+def sce_backward_into(g, x, t, ignore_index, reduction, out) -> bool:
+    """softmax_cross_entropy_backward written into ``out`` by the numba loops; False
+    (nothing written) where they do not apply."""
+    nb = _loss_numba(x, t)
+    if nb is None or type(out) is not np.ndarray or out.dtype != x.dtype \
+            or out.shape != x.shape or not out.flags.writeable \
+            or np.may_share_memory(out, x):
+        return False
+    g = np.asarray(g, x.dtype).reshape(-1)
+    nb.shift(x, np.empty(x.shape[0], x.dtype), out)
+    np.exp(out, out=out)
+    if nb.backward(out, t, ignore_index, g, reduction == "none", reduction == "mean") >= 0:
+        raise nn._out_of_bounds(t, x.shape[1], ignore_index)
+    return True
+
+
+def softmax_cross_entropy_backward(xp, g, x, t, *, ignore_index, reduction):
+    out = np.empty(x.shape, x.dtype) if type(x) is np.ndarray else None
+    if out is not None and sce_backward_into(g, x, t, ignore_index, reduction, out):
+        return out
+    return nn._sce_backward_kernel(xp, g, x, t, ignore_index=ignore_index,
+                                   reduction=reduction)
+
+
 def table() -> dict:
     """op -> CPU kernel, for the backend to register."""
     return {
@@ -394,6 +475,7 @@ def table() -> dict:
         nn.batch_norm_train_op: batch_norm_train,
         nn.batch_norm_train_backward_op: batch_norm_train_backward,
         reduction.sum_op: sum_, reduction.mean_op: mean, shape_ops.sum_to_op: sum_to,
-        linalg.matmul_op: matmul,
+        linalg.matmul_op: matmul, nn.softmax_cross_entropy_op: softmax_cross_entropy,
+        nn.softmax_cross_entropy_backward_op: softmax_cross_entropy_backward,
     }
 

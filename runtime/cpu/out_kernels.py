@@ -9,10 +9,12 @@ path, so the result is bit-for-bit what the plain kernel computes.
 """
 from __future__ import annotations
 
+import numpy as np
+
 from ...graphlib.ops import nn, shape
 from ...graphlib.registry import REGISTRY
 from . import blas_reduce as _blas_reduce
-from .kernels import bn_backward, bn_forward
+from .kernels import bn_backward, bn_forward, sce_backward_into
 from .kernels import matmul_into as _matmul_into
 from .select import where_bits as _where_bits
 
@@ -34,15 +36,29 @@ def _same_dtype(arrays, dtype) -> bool:
 
 
 def _ufunc_out(ufunc_name: str, compare: bool = False):
+    ufunc = getattr(np, ufunc_name)
+
     def out_kernel(xp, *arrays, out, **attrs):
         if compare:
             if arrays[0].dtype != arrays[1].dtype:
                 return False
-        elif not _same_dtype(arrays, out.dtype):
-            return False
-        getattr(xp, ufunc_name)(*arrays, out=out)
+        else:
+            dtype = out.dtype
+            for a in arrays:
+                if a.dtype != dtype:
+                    return False
+        # the CPU backend's arrays are numpy's: the ufunc itself, looked up once
+        (ufunc if xp is np else getattr(xp, ufunc_name))(*arrays, out=out)
         return True
+
+    def direct(in_dtypes, out_dtype):
+        """The bare ufunc, to call as ``ufunc(*arrays, out=out)``, where these dtypes (fixed
+        when a program is prepared) make the checks above pass; else None."""
+        ok = (in_dtypes[0] == in_dtypes[1]) if compare else \
+            all(d == out_dtype for d in in_dtypes)
+        return ufunc if ok else None
     out_kernel.__name__ = f"{ufunc_name}_out"
+    out_kernel.direct = direct
     return out_kernel
 
 
@@ -146,7 +162,8 @@ _sum_to_axes = shape._sum_to_axes
 def _sce_backward_out(xp, g, x, t, *, out, ignore_index, reduction):
     if out.dtype != x.dtype or xp.may_share_memory(out, x):
         return False
-    nn._sce_grad(xp, g, x, t, ignore_index, reduction, out)
+    if not sce_backward_into(g, x, t, ignore_index, reduction, out):
+        nn._sce_grad(xp, g, x, t, ignore_index, reduction, out)
     return True
 
 
