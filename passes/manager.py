@@ -61,11 +61,12 @@ class Pipeline:
         return f"Pipeline({self.passes}, plan={self.plan})"
 
 
-# The pipelines, in order. O2 grows with fusion and memory planning.
+# The pipelines, in order. O2 grows with fusion and memory planning. CSE runs again after
+# licm: nodes hoisted out of several loop bodies (one weight's transpose per body) are equal.
 PIPELINES: Dict[str, Pipeline] = {
     "O0": Pipeline([]),
-    "O1": Pipeline(["dce", "fold", "simplify", "cse", "licm", "dce"]),
-    "O2": Pipeline(["dce", "fold", "simplify", "cse", "licm", "simplify", "dce", "fuse",
+    "O1": Pipeline(["dce", "fold", "simplify", "cse", "licm", "cse", "dce"]),
+    "O2": Pipeline(["dce", "fold", "simplify", "cse", "licm", "cse", "simplify", "dce", "fuse",
                     "schedule"],
                    plan=True),
 }

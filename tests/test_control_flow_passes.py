@@ -546,3 +546,18 @@ def test_symbolic_batch_and_a_strided_xs_plan_one_body_per_signature(level):
     bodies = [b for comp in exe.regions._compiled.values() for b in comp.bodies.values()]
     assert len(bodies) == 2               # N = 2 and N = 4
     assert all(isinstance(b, _PlannedBody) == (level == "O2") for b in bodies)
+
+
+def test_cse_after_licm_merges_what_several_bodies_hoisted():
+    """An LSTM's forward and backward scans both read the recurrent weight transposed: licm
+    hoists one transpose out of each body, and the CSE after licm keeps one."""
+    m = dg.nn.LSTM(4, 8)
+    opt = dg.optim.SGD(m.parameters(), lr=0.1)
+    g = dg.Graph("lstm_licm_cse")
+    with g:
+        x = dg.placeholder("x", (5, 3, 4), "float32")
+        opt.minimize(dg.sum(m(x)[0]))
+    exe = g.compile(outputs=[], passes="O1")
+    perms = [(n.inputs[0], tuple(n.attrs.items())) for n in exe.graph.nodes
+             if n.op.name == "permute"]
+    assert len(perms) == len(set(perms)), "two equal hoisted permutes survived"
