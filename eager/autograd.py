@@ -16,7 +16,8 @@ from ..graphlib import dtypes
 from ..graphlib.autodiff import fit_to, value_key
 from ..graphlib.errors import GraphError
 from ..graphlib.ops.creation import zeros_like
-from ..graphlib.registry import OpDef
+from ..graphlib.ops.reduction import _reduced_shape
+from ..graphlib.registry import REGISTRY, OpDef
 from ..graphlib.types import TensorType
 from . import grad_mode
 from . import tensors as tensor_mod
@@ -183,6 +184,8 @@ def _walk(nodes, seeds, leaves, create_graph, wanted):
     cts = dict(seeds)
     get = cts.get
     float_np = _FLOAT_NP
+    array_rules = _ARRAY_RULES
+    wrap = tensor_mod._wrap
     arrays_sum = not create_graph and not tensor_mod._recorders
     for node in reversed(nodes):
         n_out = node.n_outputs
@@ -257,7 +260,15 @@ def _walk(nodes, seeds, leaves, create_graph, wanted):
                     if t is not None:
                         out_cts[j] = _on_grad(t, c, create_graph, wanted)
             out_cts = [c if c is not None else zeros_like(o) for c, o in zip(out_cts, outputs)]
-        in_cts = vjp(out_cts, ins, outputs, node.attrs, needs)
+        in_cts = None
+        if arrays_sum and n_out == 1:
+            rule = array_rules.get(op)
+            if rule is not None and type(c) is Tensor:
+                arrs = rule(c.array, ins, outputs, node.attrs, needs)
+                if arrs is not None:
+                    in_cts = [None if r is None else wrap(r) for r in arrs]
+        if in_cts is None:
+            in_cts = vjp(out_cts, ins, outputs, node.attrs, needs)
         for i in targets:
             ct = in_cts[i]
             if ct is None:
@@ -294,6 +305,90 @@ _SECOND_ONLY = (False, True)
 _ALL_NEEDED = {1: (True,), 2: (True, True), 3: (True, True, True)}
 _FLOAT_NP = dtypes.FLOAT_NP
 _ndarray = np.ndarray
+
+
+# -- vjp rules on arrays ---------------------------------------------------------------------
+# Where nothing of the backward pass is recorded (no create_graph, no record() block), the
+# walk runs the rules of the commonest ops straight on the CPU arrays: the same kernels the
+# op rules' eager ops would run (the backend's, looked up per call), on operands of one
+# dtype, so the same results bit for bit (tests/test_eager_fast_path.py compares them with
+# the op rules), without a dispatch and a plan lookup per op. A rule answers None (the op
+# rule runs instead) for anything else: other devices, mixed dtypes.
+# ``rule(g, ins, outs, attrs, needs)``: ``g`` the output cotangent's array, ``ins`` and
+# ``outs`` the node's tensors; returns one array or None per input.
+def _same_np(g, ins):
+    """The inputs' arrays when they and ``g`` are numpy arrays of ``g``'s dtype, else None."""
+    if type(g) is not _ndarray:
+        return None
+    dt = g.dtype
+    arrays = []
+    for x in ins:
+        a = x.array
+        if type(a) is not _ndarray or a.dtype is not dt and a.dtype != dt:
+            return None
+        arrays.append(a)
+    return arrays
+
+
+def _as_array(r):
+    return r if type(r) is _ndarray else np.asarray(r)
+
+
+def _mul_rule(g, ins, outs, attrs, needs):
+    arrays = _same_np(g, ins)
+    if arrays is None:
+        return None
+    k = tensor_mod._cpu_kernels[_MUL]
+    a, b = arrays
+    return [_as_array(k(np, g, b)) if needs[0] else None,
+            _as_array(k(np, g, a)) if needs[1] else None]
+
+
+def _sub_rule(g, ins, outs, attrs, needs):
+    if _same_np(g, ins) is None:
+        return None
+    return [g if needs[0] else None,
+            _as_array(tensor_mod._cpu_kernels[_NEG](np, g)) if needs[1] else None]
+
+
+def _neg_rule(g, ins, outs, attrs, needs):
+    if _same_np(g, ins) is None:
+        return None
+    return [_as_array(tensor_mod._cpu_kernels[_NEG](np, g))]
+
+
+def _backward_op_rule(backward_op):
+    """tanh's and sigmoid's rule: ``backward_op(g, y)`` on the output ``y``."""
+    def rule(g, ins, outs, attrs, needs):
+        arrays = _same_np(g, outs)
+        if arrays is None or _same_np(g, ins) is None:
+            return None
+        return [_as_array(tensor_mod._cpu_kernels[backward_op](np, g, arrays[0]))]
+    return rule
+
+
+def _sum_rule(g, ins, outs, attrs, needs):
+    """``expand_back``: reshape to the kept dims, then broadcast (the expand kernel's view)."""
+    x = ins[0].array
+    if type(g) is not _ndarray or type(x) is not _ndarray or attrs.get("dtype") is not None \
+            or g.dtype != x.dtype:
+        return None
+    shape = x.shape
+    if not attrs["keepdim"]:
+        g = g.reshape(_reduced_shape(shape, attrs["dim"], True))
+    return [g if g.shape == shape else np.broadcast_to(g, shape)]
+
+
+def _array_rules() -> dict:
+    return {REGISTRY["mul"]: _mul_rule, REGISTRY["sub"]: _sub_rule,
+            REGISTRY["neg"]: _neg_rule, REGISTRY["sum"]: _sum_rule,
+            REGISTRY["tanh"]: _backward_op_rule(REGISTRY["tanh_backward"]),
+            REGISTRY["sigmoid"]: _backward_op_rule(REGISTRY["sigmoid_backward"])}
+
+
+_ARRAY_RULES = _array_rules()
+_MUL = REGISTRY["mul"]
+_NEG = REGISTRY["neg"]
 
 
 def _accumulate(t: Tensor, ct: Tensor, create_graph: bool) -> None:
