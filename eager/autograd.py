@@ -15,6 +15,7 @@ import numpy as np
 from ..graphlib import dtypes
 from ..graphlib.autodiff import fit_to, value_key
 from ..graphlib.errors import GraphError
+from ..graphlib.kernels import direct_kernel
 from ..graphlib.ops.creation import zeros_like
 from ..graphlib.ops.reduction import _reduced_shape
 from ..graphlib.registry import REGISTRY, OpDef
@@ -260,15 +261,32 @@ def _walk(nodes, seeds, leaves, create_graph, wanted):
                     if t is not None:
                         out_cts[j] = _on_grad(t, c, create_graph, wanted)
             out_cts = [c if c is not None else zeros_like(o) for c, o in zip(out_cts, outputs)]
-        in_cts = None
         if arrays_sum and n_out == 1:
             rule = array_rules.get(op)
             if rule is not None and type(c) is Tensor:
                 arrs = rule(c.array, ins, outputs, node.attrs, needs)
-                if arrs is not None:
-                    in_cts = [None if r is None else wrap(r) for r in arrs]
-        if in_cts is None:
-            in_cts = vjp(out_cts, ins, outputs, node.attrs, needs)
+                if arrs is not None:    # arrays of the input's dtype: add them up as arrays
+                    for i in targets:
+                        r = arrs[i]
+                        if r is None:
+                            continue
+                        k = keys[i]
+                        if r.shape != ins[i].array.shape:
+                            _add_ct(cts, k, fit_to(wrap(r), ins[i]), True)
+                            continue
+                        prev = get(k)
+                        if prev is None:
+                            cts[k] = wrap(r)
+                            continue
+                        a = prev.array
+                        if type(prev) is Tensor and type(a) is _ndarray and (
+                                a.shape == r.shape and a.dtype == r.dtype):
+                            r = a + r
+                            cts[k] = wrap(r if type(r) is _ndarray else np.asarray(r))
+                        else:
+                            cts[k] = prev + wrap(r)
+                    continue
+        in_cts = vjp(out_cts, ins, outputs, node.attrs, needs)
         for i in targets:
             ct = in_cts[i]
             if ct is None:
@@ -284,17 +302,27 @@ def _walk(nodes, seeds, leaves, create_graph, wanted):
             prev = get(k)
             if prev is None:
                 cts[k] = ct
-            elif arrays_sum and type(prev) is Tensor and type(ct) is Tensor:
-                a, b = prev.array, ct.array
-                if type(a) is _ndarray and type(b) is _ndarray and a.shape == b.shape and (
-                        a.dtype == b.dtype):
-                    r = a + b
-                    cts[k] = tensor_mod._wrap(r if type(r) is _ndarray else np.asarray(r))
-                else:
-                    cts[k] = prev + ct
             else:
-                cts[k] = prev + ct
+                _add_ct(cts, k, ct, arrays_sum)
     return cts
+
+
+def _add_ct(cts, k, ct, arrays_sum):
+    """Add ``ct`` to the cotangent under ``k``: summed on the arrays when nothing is
+    recorded and they agree in type, shape and dtype, else by the ``+`` op."""
+    prev = cts.get(k)
+    if prev is None:
+        cts[k] = ct
+    elif arrays_sum and type(prev) is Tensor and type(ct) is Tensor:
+        a, b = prev.array, ct.array
+        if type(a) is _ndarray and type(b) is _ndarray and a.shape == b.shape and (
+                a.dtype == b.dtype):
+            r = a + b
+            cts[k] = tensor_mod._wrap(r if type(r) is _ndarray else np.asarray(r))
+        else:
+            cts[k] = prev + ct
+    else:
+        cts[k] = prev + ct
 
 
 _FIRST = (0,)
@@ -317,17 +345,15 @@ _ndarray = np.ndarray
 # ``rule(g, ins, outs, attrs, needs)``: ``g`` the output cotangent's array, ``ins`` and
 # ``outs`` the node's tensors; returns one array or None per input.
 def _same_np(g, ins):
-    """The inputs' arrays when they and ``g`` are numpy arrays of ``g``'s dtype, else None."""
+    """Whether ``g`` and the arrays of ``ins`` are numpy arrays of one dtype."""
     if type(g) is not _ndarray:
-        return None
+        return False
     dt = g.dtype
-    arrays = []
     for x in ins:
         a = x.array
         if type(a) is not _ndarray or a.dtype is not dt and a.dtype != dt:
-            return None
-        arrays.append(a)
-    return arrays
+            return False
+    return True
 
 
 def _as_array(r):
@@ -335,35 +361,66 @@ def _as_array(r):
 
 
 def _mul_rule(g, ins, outs, attrs, needs):
-    arrays = _same_np(g, ins)
-    if arrays is None:
+    x, y = ins
+    a, b = x.array, y.array
+    dt = g.dtype
+    if type(g) is not _ndarray or type(a) is not _ndarray or type(b) is not _ndarray or (
+            a.dtype is not dt and a.dtype != dt) or (b.dtype is not dt and b.dtype != dt):
         return None
     k = tensor_mod._cpu_kernels[_MUL]
-    a, b = arrays
-    return [_as_array(k(np, g, b)) if needs[0] else None,
-            _as_array(k(np, g, a)) if needs[1] else None]
+    k = _direct(k, dt)
+    if needs[0]:
+        ra = k(np, g, b)
+        if type(ra) is not _ndarray:
+            ra = np.asarray(ra)
+    else:
+        ra = None
+    if needs[1]:
+        rb = k(np, g, a)
+        if type(rb) is not _ndarray:
+            rb = np.asarray(rb)
+    else:
+        rb = None
+    return (ra, rb)
 
 
 def _sub_rule(g, ins, outs, attrs, needs):
-    if _same_np(g, ins) is None:
+    if not _same_np(g, ins):
         return None
-    return [g if needs[0] else None,
-            _as_array(tensor_mod._cpu_kernels[_NEG](np, g)) if needs[1] else None]
+    return (g if needs[0] else None,
+            _as_array(tensor_mod._cpu_kernels[_NEG](np, g)) if needs[1] else None)
 
 
 def _neg_rule(g, ins, outs, attrs, needs):
-    if _same_np(g, ins) is None:
+    if not _same_np(g, ins):
         return None
-    return [_as_array(tensor_mod._cpu_kernels[_NEG](np, g))]
+    return (_as_array(tensor_mod._cpu_kernels[_NEG](np, g)),)
+
+
+_directs: dict = {}
+
+
+def _direct(kernel, dt):
+    """``direct_kernel(kernel, (dt, dt))``, cached: what the plans call for two operands of
+    dtype ``dt``."""
+    key = (kernel, dt)
+    inner = _directs.get(key)
+    if inner is None:
+        name = tensor_mod.dtype_name(dt)
+        inner = _directs[key] = direct_kernel(kernel, (name, name))
+    return inner
 
 
 def _backward_op_rule(backward_op):
     """tanh's and sigmoid's rule: ``backward_op(g, y)`` on the output ``y``."""
     def rule(g, ins, outs, attrs, needs):
-        arrays = _same_np(g, outs)
-        if arrays is None or _same_np(g, ins) is None:
+        y = outs[0].array
+        dt = g.dtype
+        if type(g) is not _ndarray or type(y) is not _ndarray or (
+                y.dtype is not dt and y.dtype != dt) or not _same_np(g, ins):
             return None
-        return [_as_array(tensor_mod._cpu_kernels[backward_op](np, g, arrays[0]))]
+        k = _direct(tensor_mod._cpu_kernels[backward_op], dt)
+        return (_as_array(k(np, g, y)),)
     return rule
 
 
@@ -376,7 +433,7 @@ def _sum_rule(g, ins, outs, attrs, needs):
     shape = x.shape
     if not attrs["keepdim"]:
         g = g.reshape(_reduced_shape(shape, attrs["dim"], True))
-    return [g if g.shape == shape else np.broadcast_to(g, shape)]
+    return (g if g.shape == shape else np.broadcast_to(g, shape),)
 
 
 def _array_rules() -> dict:
