@@ -198,6 +198,7 @@ def _walk(nodes, seeds, leaves, create_graph, wanted):
             out_cts = [get((node, i)) for i in range(n_out)]
             if all(c is None for c in out_cts):
                 continue
+            out_cts = [wrap(c) if type(c) is _ndarray else c for c in out_cts]
         op = node.op
         keys = node.input_keys
         nondiff = op.nondiff_inputs
@@ -248,9 +249,39 @@ def _walk(nodes, seeds, leaves, create_graph, wanted):
             else:
                 outputs = (t,)
                 if t._hooks or t._retains_grad or (wanted is not None and t in wanted):
+                    if type(c) is _ndarray:
+                        c = wrap(c)
                     c = _on_grad(t, c, create_graph, wanted)
+            if arrays_sum:
+                rule = array_rules.get(op)
+                if rule is not None and (type(c) is _ndarray or type(c) is Tensor):
+                    arrs = rule(c if type(c) is _ndarray else c.array, ins, outputs,
+                                node.attrs, needs)
+                    if arrs is not None:
+                        # arrays of the inputs' dtype, kept as arrays and added up so
+                        for i in targets:
+                            r = arrs[i]
+                            if r is None:
+                                continue
+                            k = keys[i]
+                            if r.shape != ins[i].array.shape:
+                                _add_ct(cts, k, fit_to(wrap(r), ins[i]), True)
+                                continue
+                            prev = get(k)
+                            if prev is None:
+                                cts[k] = r
+                                continue
+                            a = prev if type(prev) is _ndarray else prev.array
+                            if type(a) is _ndarray and a.shape == r.shape and a.dtype == r.dtype:
+                                r = a + r
+                                cts[k] = r if type(r) is _ndarray else np.asarray(r)
+                            else:
+                                _add_ct(cts, k, wrap(r), True)
+                        continue
             if c is None:
                 c = zeros_like(outputs[0])
+            elif type(c) is _ndarray:
+                c = wrap(c)
             out_cts = [c]
         else:
             outputs = node.outputs
@@ -261,31 +292,6 @@ def _walk(nodes, seeds, leaves, create_graph, wanted):
                     if t is not None:
                         out_cts[j] = _on_grad(t, c, create_graph, wanted)
             out_cts = [c if c is not None else zeros_like(o) for c, o in zip(out_cts, outputs)]
-        if arrays_sum and n_out == 1:
-            rule = array_rules.get(op)
-            if rule is not None and type(c) is Tensor:
-                arrs = rule(c.array, ins, outputs, node.attrs, needs)
-                if arrs is not None:    # arrays of the input's dtype: add them up as arrays
-                    for i in targets:
-                        r = arrs[i]
-                        if r is None:
-                            continue
-                        k = keys[i]
-                        if r.shape != ins[i].array.shape:
-                            _add_ct(cts, k, fit_to(wrap(r), ins[i]), True)
-                            continue
-                        prev = get(k)
-                        if prev is None:
-                            cts[k] = wrap(r)
-                            continue
-                        a = prev.array
-                        if type(prev) is Tensor and type(a) is _ndarray and (
-                                a.shape == r.shape and a.dtype == r.dtype):
-                            r = a + r
-                            cts[k] = wrap(r if type(r) is _ndarray else np.asarray(r))
-                        else:
-                            cts[k] = prev + wrap(r)
-                    continue
         in_cts = vjp(out_cts, ins, outputs, node.attrs, needs)
         for i in targets:
             ct = in_cts[i]
@@ -304,13 +310,24 @@ def _walk(nodes, seeds, leaves, create_graph, wanted):
                 cts[k] = ct
             else:
                 _add_ct(cts, k, ct, arrays_sum)
+    for k in leaves:        # a leaf's cotangent kept as an array (the rules on arrays) leaves
+        c = get(k)          # as a tensor
+        if type(c) is _ndarray:
+            cts[k] = wrap(c)
     return cts
+
+
+def _tensor_ct(c):
+    """A cotangent the walk kept as an array, as a tensor."""
+    return tensor_mod._wrap(c) if type(c) is _ndarray else c
 
 
 def _add_ct(cts, k, ct, arrays_sum):
     """Add ``ct`` to the cotangent under ``k``: summed on the arrays when nothing is
     recorded and they agree in type, shape and dtype, else by the ``+`` op."""
     prev = cts.get(k)
+    if type(prev) is _ndarray:
+        prev = tensor_mod._wrap(prev)
     if prev is None:
         cts[k] = ct
     elif arrays_sum and type(prev) is Tensor and type(ct) is Tensor:
@@ -521,7 +538,7 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph: bo
         else:
             ct = wanted.get(t)
             if ct is None:
-                ct = cts.get(value_key(t))
+                ct = _tensor_ct(cts.get(value_key(t)))
         if ct is None and not allow_unused:
             raise RuntimeError(f"grad: input {i} was not used to compute the outputs; pass "
                                "allow_unused=True to get None for it")
