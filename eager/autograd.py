@@ -181,7 +181,9 @@ def _walk(nodes, seeds, leaves, create_graph, wanted):
     when it is in ``leaves``; hooks, ``retain_grad`` and ``grad()``'s wanted tensors are
     looked up only on tensors that have them. Without ``create_graph`` (and outside
     ``record()``), cotangents of one shape and dtype are summed on their arrays: nothing of
-    that sum is recorded either way."""
+    that sum is recorded either way; there the commonest ops' rules also run on the arrays
+    (``_ARRAY_RULES``), whose results stay arrays in ``cts`` until a tensor is needed (a
+    hook, an op rule, a leaf's result)."""
     cts = dict(seeds)
     get = cts.get
     float_np = _FLOAT_NP
