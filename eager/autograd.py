@@ -15,8 +15,10 @@ import numpy as np
 from ..graphlib import dtypes
 from ..graphlib.autodiff import fit_to, value_key
 from ..graphlib.errors import GraphError
+from ..graphlib.kernels import direct_kernel
 from ..graphlib.ops.creation import zeros_like
-from ..graphlib.registry import OpDef
+from ..graphlib.ops.reduction import _reduced_shape
+from ..graphlib.registry import REGISTRY, OpDef
 from ..graphlib.types import TensorType
 from . import grad_mode
 from . import tensors as tensor_mod
@@ -179,10 +181,14 @@ def _walk(nodes, seeds, leaves, create_graph, wanted):
     when it is in ``leaves``; hooks, ``retain_grad`` and ``grad()``'s wanted tensors are
     looked up only on tensors that have them. Without ``create_graph`` (and outside
     ``record()``), cotangents of one shape and dtype are summed on their arrays: nothing of
-    that sum is recorded either way."""
+    that sum is recorded either way; there the commonest ops' rules also run on the arrays
+    (``_ARRAY_RULES``), whose results stay arrays in ``cts`` until a tensor is needed (a
+    hook, an op rule, a leaf's result)."""
     cts = dict(seeds)
     get = cts.get
     float_np = _FLOAT_NP
+    array_rules = _ARRAY_RULES
+    wrap = tensor_mod._wrap
     arrays_sum = not create_graph and not tensor_mod._recorders
     for node in reversed(nodes):
         n_out = node.n_outputs
@@ -194,6 +200,7 @@ def _walk(nodes, seeds, leaves, create_graph, wanted):
             out_cts = [get((node, i)) for i in range(n_out)]
             if all(c is None for c in out_cts):
                 continue
+            out_cts = [wrap(c) if type(c) is _ndarray else c for c in out_cts]
         op = node.op
         keys = node.input_keys
         nondiff = op.nondiff_inputs
@@ -244,9 +251,39 @@ def _walk(nodes, seeds, leaves, create_graph, wanted):
             else:
                 outputs = (t,)
                 if t._hooks or t._retains_grad or (wanted is not None and t in wanted):
+                    if type(c) is _ndarray:
+                        c = wrap(c)
                     c = _on_grad(t, c, create_graph, wanted)
+            if arrays_sum:
+                rule = array_rules.get(op)
+                if rule is not None and (type(c) is _ndarray or type(c) is Tensor):
+                    arrs = rule(c if type(c) is _ndarray else c.array, ins, outputs,
+                                node.attrs, needs)
+                    if arrs is not None:
+                        # arrays of the inputs' dtype, kept as arrays and added up so
+                        for i in targets:
+                            r = arrs[i]
+                            if r is None:
+                                continue
+                            k = keys[i]
+                            if r.shape != ins[i].array.shape:
+                                _add_ct(cts, k, fit_to(wrap(r), ins[i]), True)
+                                continue
+                            prev = get(k)
+                            if prev is None:
+                                cts[k] = r
+                                continue
+                            a = prev if type(prev) is _ndarray else prev.array
+                            if type(a) is _ndarray and a.shape == r.shape and a.dtype == r.dtype:
+                                r = a + r
+                                cts[k] = r if type(r) is _ndarray else np.asarray(r)
+                            else:
+                                _add_ct(cts, k, wrap(r), True)
+                        continue
             if c is None:
                 c = zeros_like(outputs[0])
+            elif type(c) is _ndarray:
+                c = wrap(c)
             out_cts = [c]
         else:
             outputs = node.outputs
@@ -273,17 +310,38 @@ def _walk(nodes, seeds, leaves, create_graph, wanted):
             prev = get(k)
             if prev is None:
                 cts[k] = ct
-            elif arrays_sum and type(prev) is Tensor and type(ct) is Tensor:
-                a, b = prev.array, ct.array
-                if type(a) is _ndarray and type(b) is _ndarray and a.shape == b.shape and (
-                        a.dtype == b.dtype):
-                    r = a + b
-                    cts[k] = tensor_mod._wrap(r if type(r) is _ndarray else np.asarray(r))
-                else:
-                    cts[k] = prev + ct
             else:
-                cts[k] = prev + ct
+                _add_ct(cts, k, ct, arrays_sum)
+    for k in leaves:        # a leaf's cotangent kept as an array (the rules on arrays) leaves
+        c = get(k)          # as a tensor
+        if type(c) is _ndarray:
+            cts[k] = wrap(c)
     return cts
+
+
+def _tensor_ct(c):
+    """A cotangent the walk kept as an array, as a tensor."""
+    return tensor_mod._wrap(c) if type(c) is _ndarray else c
+
+
+def _add_ct(cts, k, ct, arrays_sum):
+    """Add ``ct`` to the cotangent under ``k``: summed on the arrays when nothing is
+    recorded and they agree in type, shape and dtype, else by the ``+`` op."""
+    prev = cts.get(k)
+    if type(prev) is _ndarray:
+        prev = tensor_mod._wrap(prev)
+    if prev is None:
+        cts[k] = ct
+    elif arrays_sum and type(prev) is Tensor and type(ct) is Tensor:
+        a, b = prev.array, ct.array
+        if type(a) is _ndarray and type(b) is _ndarray and a.shape == b.shape and (
+                a.dtype == b.dtype):
+            r = a + b
+            cts[k] = tensor_mod._wrap(r if type(r) is _ndarray else np.asarray(r))
+        else:
+            cts[k] = prev + ct
+    else:
+        cts[k] = prev + ct
 
 
 _FIRST = (0,)
@@ -294,6 +352,119 @@ _SECOND_ONLY = (False, True)
 _ALL_NEEDED = {1: (True,), 2: (True, True), 3: (True, True, True)}
 _FLOAT_NP = dtypes.FLOAT_NP
 _ndarray = np.ndarray
+
+
+# -- vjp rules on arrays ---------------------------------------------------------------------
+# Where nothing of the backward pass is recorded (no create_graph, no record() block), the
+# walk runs the rules of the commonest ops straight on the CPU arrays: the same kernels the
+# op rules' eager ops would run (the backend's, looked up per call), on operands of one
+# dtype, so the same results bit for bit (tests/test_eager_fast_path.py compares them with
+# the op rules), without a dispatch and a plan lookup per op. A rule answers None (the op
+# rule runs instead) for anything else: other devices, mixed dtypes.
+# ``rule(g, ins, outs, attrs, needs)``: ``g`` the output cotangent's array, ``ins`` and
+# ``outs`` the node's tensors; returns one array or None per input.
+def _same_np(g, ins):
+    """Whether ``g`` and the arrays of ``ins`` are numpy arrays of one dtype."""
+    if type(g) is not _ndarray:
+        return False
+    dt = g.dtype
+    for x in ins:
+        a = x.array
+        if type(a) is not _ndarray or a.dtype is not dt and a.dtype != dt:
+            return False
+    return True
+
+
+def _as_array(r):
+    return r if type(r) is _ndarray else np.asarray(r)
+
+
+def _mul_rule(g, ins, outs, attrs, needs):
+    x, y = ins
+    a, b = x.array, y.array
+    dt = g.dtype
+    if type(g) is not _ndarray or type(a) is not _ndarray or type(b) is not _ndarray or (
+            a.dtype is not dt and a.dtype != dt) or (b.dtype is not dt and b.dtype != dt):
+        return None
+    k = tensor_mod._cpu_kernels[_MUL]
+    k = _direct(k, dt)
+    if needs[0]:
+        ra = k(np, g, b)
+        if type(ra) is not _ndarray:
+            ra = np.asarray(ra)
+    else:
+        ra = None
+    if needs[1]:
+        rb = k(np, g, a)
+        if type(rb) is not _ndarray:
+            rb = np.asarray(rb)
+    else:
+        rb = None
+    return (ra, rb)
+
+
+def _sub_rule(g, ins, outs, attrs, needs):
+    if not _same_np(g, ins):
+        return None
+    return (g if needs[0] else None,
+            _as_array(tensor_mod._cpu_kernels[_NEG](np, g)) if needs[1] else None)
+
+
+def _neg_rule(g, ins, outs, attrs, needs):
+    if not _same_np(g, ins):
+        return None
+    return (_as_array(tensor_mod._cpu_kernels[_NEG](np, g)),)
+
+
+_directs: dict = {}
+
+
+def _direct(kernel, dt):
+    """``direct_kernel(kernel, (dt, dt))``, cached: what the plans call for two operands of
+    dtype ``dt``."""
+    key = (kernel, dt)
+    inner = _directs.get(key)
+    if inner is None:
+        name = tensor_mod.dtype_name(dt)
+        inner = _directs[key] = direct_kernel(kernel, (name, name))
+    return inner
+
+
+def _backward_op_rule(backward_op):
+    """tanh's and sigmoid's rule: ``backward_op(g, y)`` on the output ``y``."""
+    def rule(g, ins, outs, attrs, needs):
+        y = outs[0].array
+        dt = g.dtype
+        if type(g) is not _ndarray or type(y) is not _ndarray or (
+                y.dtype is not dt and y.dtype != dt) or not _same_np(g, ins):
+            return None
+        k = _direct(tensor_mod._cpu_kernels[backward_op], dt)
+        return (_as_array(k(np, g, y)),)
+    return rule
+
+
+def _sum_rule(g, ins, outs, attrs, needs):
+    """``expand_back``: reshape to the kept dims, then broadcast (the expand kernel's view)."""
+    x = ins[0].array
+    if type(g) is not _ndarray or type(x) is not _ndarray or attrs.get("dtype") is not None \
+            or g.dtype != x.dtype:
+        return None
+    shape = x.shape
+    if not attrs["keepdim"]:
+        g = g.reshape(_reduced_shape(shape, attrs["dim"], True))
+    return (g if g.shape == shape else np.broadcast_to(g, shape),)
+
+
+def _array_rules() -> dict:
+    return {REGISTRY["mul"]: _mul_rule, REGISTRY["sub"]: _sub_rule,
+            REGISTRY["neg"]: _neg_rule, REGISTRY["sum"]: _sum_rule,
+            REGISTRY["tanh"]: _backward_op_rule(REGISTRY["tanh_backward"]),
+            REGISTRY["sigmoid"]: _backward_op_rule(REGISTRY["sigmoid_backward"])}
+
+
+_ARRAY_RULES = _array_rules()
+_MUL = REGISTRY["mul"]
+_NEG = REGISTRY["neg"]
 
 
 def _accumulate(t: Tensor, ct: Tensor, create_graph: bool) -> None:
@@ -369,7 +540,7 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph: bo
         else:
             ct = wanted.get(t)
             if ct is None:
-                ct = cts.get(value_key(t))
+                ct = _tensor_ct(cts.get(value_key(t)))
         if ct is None and not allow_unused:
             raise RuntimeError(f"grad: input {i} was not used to compute the outputs; pass "
                                "allow_unused=True to get None for it")

@@ -249,9 +249,15 @@ class Attrs:
         out = None
         for name, value in attrs.items():
             rule = fast.get(name)
-            if rule is not None and type(value) in rule[0] and (
-                    rule[1] is None or value is None or all(type(d) in rule[1] for d in value)):
-                continue
+            if rule is not None and type(value) in rule[0]:
+                items = rule[1]
+                if items is None or value is None:
+                    continue
+                for d in value:         # (a loop: a generator costs more on short tuples)
+                    if type(d) not in items:
+                        break
+                else:
+                    continue
             new = self._check(op_name, name, value)
             if new is not value:
                 if out is None:

@@ -158,10 +158,16 @@ def apply(op, inputs, attrs):
     schema = op.attrs
     if schema is not None and (attrs or schema.required):
         attrs = schema.validate(op.name, attrs)
-    if len(inputs) == 1 and not _local.graphs:      # one eager operand, no graph: case 3
-        handler = _handlers.get(type(inputs[0]))
-        if handler is not None:
-            return handler(op, inputs, attrs)
+    if not _local.graphs:       # one or two eager operands of one handler, no graph: case 3
+        n = len(inputs)
+        if n == 1:
+            handler = _handlers.get(type(inputs[0]))
+            if handler is not None:
+                return handler(op, inputs, attrs)
+        elif n == 2:
+            handler = _handlers.get(type(inputs[0]))
+            if handler is not None and _handlers.get(type(inputs[1])) is handler:
+                return handler(op, inputs, attrs)
     graph: Optional[Graph] = None
     handler = None
     numbers = False

@@ -2790,5 +2790,26 @@ def _control_flow() -> List[OpInfo]:
 
 OPS += _control_flow()
 
+
+def _activation_backward() -> List[OpInfo]:
+    """tanh's and sigmoid's gradients as ops (not exported: their rules call them); their
+    own vjps give the higher orders."""
+    from duograph.graphlib.ops import elementwise as E
+
+    def samples():
+        return [Sample("f64", (rand(2, 3), rand(2, 3, low=-0.9, high=0.9))),
+                Sample("f64_bcast", (rand(2, 1, 3), rand(4, 3, low=-0.9, high=0.9))),
+                Sample("f64_scalar", (rand(2, 2), 0.5)),
+                Sample("f32", (rand(3, dtype=F32), rand(3, dtype=F32, low=0.1, high=0.9)))]
+    return [
+        OpInfo("tanh_backward", E.tanh_backward, samples(), lambda g, y: g * (1 - y * y),
+               differentiable=True),
+        OpInfo("sigmoid_backward", E.sigmoid_backward, samples(),
+               lambda g, y: g * y * (1 - y), differentiable=True),
+    ]
+
+
+OPS += _activation_backward()
+
 BY_NAME: Dict[str, OpInfo] = {op.name: op for op in OPS}
 assert len(BY_NAME) == len(OPS), "duplicate OpInfo names"

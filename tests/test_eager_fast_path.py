@@ -272,3 +272,134 @@ def test_fast_operators_on_parameters():
         (tp * tb - tb / tp).tanh().sum().backward()
     np.testing.assert_allclose(p.grad.numpy(), tp.grad.numpy(), rtol=1e-5)
     np.testing.assert_allclose(base.grad.numpy(), tb.grad.numpy(), rtol=1e-5)
+
+
+# -- backward: vjp rules on arrays, tanh_backward / sigmoid_backward --------------------------
+def _grads(fn, arrays, monkeypatch=None, rules=None):
+    """Leaf gradients of ``fn(*leaves).sum()`` as numpy arrays, with the walk's array rules
+    as they are, or replaced by ``rules`` (``{}``: the op rules only)."""
+    from duograph.eager import autograd
+    if rules is not None:
+        monkeypatch.setattr(autograd, "_ARRAY_RULES", rules)
+    leaves = [dg.tensor(a, requires_grad=True) for a in arrays]
+    fn(*leaves).sum().backward()
+    return [t.grad.numpy() for t in leaves]
+
+
+_ARRAY_RULE_CASES = [
+    ("mul_sub_neg", lambda a, b: -(a * b - b * 2.5) * a, [(3, 4), (3, 4)]),
+    ("bcast", lambda a, b: (a * b - b) * a, [(3, 1), (4,)]),
+    ("tanh_sigmoid", lambda a, b: (a * b).tanh() * (a - b).sigmoid(), [(5,), (5,)]),
+    ("sum_dims", lambda a, b: (a * b).sum(dim=1) * a.sum(dim=(0, 2), keepdim=True).sum(),
+     [(2, 3, 4), (2, 3, 4)]),
+    ("shared", lambda a, b: (a * a).tanh() * a - a * b, [(6,), (6,)]),
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("name, fn, shapes", _ARRAY_RULE_CASES,
+                         ids=[c[0] for c in _ARRAY_RULE_CASES])
+def test_array_rules_match_op_rules_bit_for_bit(monkeypatch, name, fn, shapes, dtype):
+    """The walk's rules on arrays give exactly what the op rules give, and torch agrees."""
+    rng = np.random.default_rng(1)
+    arrays = [rng.standard_normal(s).astype(dtype) for s in shapes]
+    fast = _grads(fn, arrays)
+    slow = _grads(fn, arrays, monkeypatch, {})
+    for f, s in zip(fast, slow):
+        assert f.dtype == s.dtype and f.shape == s.shape
+        np.testing.assert_array_equal(f, s)
+        assert f.flags.writeable
+    leaves = [torch.tensor(a, requires_grad=True) for a in arrays]
+    fn(*leaves).sum().backward()
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    for f, t in zip(fast, leaves):
+        np.testing.assert_allclose(f, t.grad.numpy(), rtol=tol, atol=tol)
+
+
+def test_array_rules_fall_back_on_mixed_dtypes():
+    """float32 * float64 takes the op rules (promotion, casts back to each input's dtype)."""
+    a = dg.tensor(np.array([1.0, 2.0], np.float32), requires_grad=True)
+    b = dg.tensor(np.array([3.0, 5.0]), requires_grad=True)
+    (a * b).tanh().sum().backward()
+    ta = torch.tensor([1.0, 2.0], requires_grad=True)
+    tb = torch.tensor([3.0, 5.0], dtype=torch.float64, requires_grad=True)
+    (ta * tb).tanh().sum().backward()
+    assert a.grad.dtype == "float32" and b.grad.dtype == "float64"
+    np.testing.assert_allclose(a.grad.numpy(), ta.grad.numpy(), rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(b.grad.numpy(), tb.grad.numpy(), rtol=1e-5, atol=1e-7)
+
+
+def test_array_rules_keep_hooks_retain_grad_and_grad():
+    """Cotangents the walk keeps as arrays reach hooks, retain_grad and grad() as tensors."""
+    x = _t([0.5, -1.0, 2.0], requires_grad=True)
+    w = _t([1.5, 0.25, -0.5], requires_grad=True)
+    seen = []
+    h = x * w
+    h.register_hook(lambda g: seen.append(g) or g * 2.0)
+    u = h.tanh()
+    u.retain_grad()
+    y = (u * x - w).sum()
+    gh, = dg.autograd.grad(y, [h], retain_graph=True)
+    y.backward()
+    tx = torch.tensor([0.5, -1.0, 2.0], requires_grad=True)
+    tw = torch.tensor([1.5, 0.25, -0.5], requires_grad=True)
+    th = tx * tw
+    th.register_hook(lambda g: g * 2.0)
+    tu = th.tanh()
+    tu.retain_grad()
+    ty = (tu * tx - tw).sum()
+    tgh, = torch.autograd.grad(ty, [th], retain_graph=True)
+    ty.backward()
+    assert len(seen) == 2 and all(isinstance(g, dg.Tensor) for g in seen)
+    assert isinstance(u.grad, dg.Tensor)
+    np.testing.assert_allclose(u.grad.numpy(), tu.grad.numpy(), rtol=1e-6)
+    np.testing.assert_allclose(gh.numpy(), tgh.numpy(), rtol=1e-6)
+    np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-6)
+    np.testing.assert_allclose(w.grad.numpy(), tw.grad.numpy(), rtol=1e-6)
+
+
+def test_sum_backward_grad_is_writable_and_accumulates():
+    """sum's rule on arrays broadcasts a view; a leaf's .grad is still its own array."""
+    x = _t([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)
+    x.sum().backward()
+    x.sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), np.full((2, 2), 2.0, np.float32))
+    x.grad.add_(1.0)
+    np.testing.assert_array_equal(x.grad.numpy(), np.full((2, 2), 3.0, np.float32))
+
+
+@pytest.mark.parametrize("name", ["tanh", "sigmoid"])
+def test_activation_backward_ops_higher_order_match_torch(name):
+    """tanh and sigmoid differentiate through tanh_backward / sigmoid_backward, whose own
+    vjps give the second and third derivatives."""
+    xs = np.array([-2.0, -0.3, 0.0, 0.7, 1.9])
+    x = dg.tensor(xs, requires_grad=True)
+    tx = torch.tensor(xs, requires_grad=True)
+    g1, = dg.autograd.grad(getattr(x, name)().sum(), x, create_graph=True)
+    t1, = torch.autograd.grad(getattr(tx, name)().sum(), tx, create_graph=True)
+    g2, = dg.autograd.grad((g1 * g1).sum(), x, create_graph=True)
+    t2, = torch.autograd.grad((t1 * t1).sum(), tx, create_graph=True)
+    g3, = dg.autograd.grad(g2.sum(), x)
+    t3, = torch.autograd.grad(t2.sum(), tx)
+    for g, t in ((g1, t1), (g2, t2), (g3, t3)):
+        np.testing.assert_allclose(g.detach().numpy(), t.detach().numpy(), rtol=1e-12,
+                                   atol=1e-14)
+
+
+@pytest.mark.parametrize("name", ["tanh", "sigmoid"])
+def test_activation_backward_ops_match_aten(name):
+    """The ops compute what aten's tanh_backward / sigmoid_backward compute, eager and in a
+    graph (O2, where the expr template may fuse them)."""
+    from duograph.graphlib.ops import elementwise as E
+    fn = getattr(E, f"{name}_backward")
+    aten = getattr(torch.ops.aten, f"{name}_backward")
+    rng = np.random.default_rng(3)
+    g, y = rng.standard_normal((2, 3)), rng.uniform(-0.9, 0.9, (2, 3))
+    want = aten(torch.tensor(g), torch.tensor(y)).numpy()
+    np.testing.assert_allclose(fn(dg.tensor(g), dg.tensor(y)).numpy(), want, rtol=1e-14)
+    graph = dg.Graph(f"{name}_backward")
+    with graph:
+        pg, py = dg.placeholder("g", (2, 3), "float64"), dg.placeholder("y", (2, 3), "float64")
+        out = fn(pg * 1.0, py).tanh()
+    got, = graph.compile(outputs=[out], passes="O2")(g=g, y=y)
+    np.testing.assert_allclose(got, np.tanh(want), rtol=1e-12)

@@ -490,6 +490,20 @@ CONVERTERS["maximum"] = _binary_arith("Max", "Or")
 CONVERTERS["minimum"] = _binary_arith("Min", "And")
 
 
+@converter("tanh_backward", "sigmoid_backward")
+def _activation_backward(ex, node, ins):
+    """``grad * (1 - y * y)`` and ``grad * y * (1 - y)``, in the kernels' order."""
+    out = _out(node)
+    work = _compute_dtype(out, ("float32", "float64"))
+    g, y = (ex.cast(n, t.dtype, work) for n, t in zip(ins, node.inputs))
+    one = ex.const(1, work)
+    if node.op.name == "tanh_backward":
+        res = ex.op("Mul", g, ex.op("Sub", one, ex.op("Mul", y, y)))
+    else:
+        res = ex.op("Mul", ex.op("Mul", g, y), ex.op("Sub", one, y))
+    return [ex.cast(res, work, out)]
+
+
 @converter("fmod")
 def _fmod(ex, node, ins):
     """C's fmod (the dividend's sign): ONNX Mod with fmod=1, exact for ints and floats."""

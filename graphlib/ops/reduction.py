@@ -80,7 +80,12 @@ def _sum_dtype(dt, attrs):
 _NP_NAMES = {np.dtype(n): n for n in dtypes.DTYPE_NAMES}   # dtype.name takes microseconds
 
 
+_SAME_ACC = (np.dtype("float32"), np.dtype("float64"))   # summed in their own dtype
+
+
 def _sum_kernel(xp, x, dim, keepdim, dtype=None):
+    if dtype is None and x.dtype in _SAME_ACC:       # x.sum(dtype=x.dtype), without the
+        return x.sum(axis=_axis(dim, x.ndim), keepdims=keepdim)   # dtype argument
     out_dtype = dtype or (_NP_NAMES.get(x.dtype) or x.dtype.name
                           if dtypes.is_float_array(x) else "int64")
     acc = "float32" if out_dtype in ("float16", "bfloat16") else out_dtype

@@ -299,7 +299,7 @@ def batch_norm_train_backward(xp, dy, x, w, mean, var, *, eps):
 
 # -- sums through BLAS -------------------------------------------------------------------------
 def sum_(xp, x, dim, keepdim, dtype=None):
-    parts = None if dtype is not None else blas_reduce.split(x, dim)
+    parts = None if dtype is not None or len(dim) >= x.ndim else blas_reduce.split(x, dim)
     if parts is not None:
         return blas_reduce.blas_sum(x, parts).reshape(
             reduction._reduced_shape(x.shape, dim, keepdim))
