@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 import duograph as dg
 from duograph.runtime.executable import Interpreted, Planned
 from duograph import passes
+from duograph.passes import PassResult
 from duograph.graphlib.rewrite import clone
 
 
@@ -368,3 +369,50 @@ def test_every_pass_has_a_readable_diff_with_source_lines_and_merges_keep_proven
     names = [originals[u].op.name for u in fused.provenance if u in originals]
     assert {"matmul", "mul", "tanh", "exp", "add"} <= set(names)
     assert sum(originals[u].op.name == "matmul" for u in fused.provenance) == 2
+
+
+def _exp_plus_one():
+    g = dg.Graph("g")
+    with g:
+        x = dg.placeholder("x", (3,))
+        y = dg.exp(x) + 1.0
+    g.outputs = [y]
+    return g
+
+
+def _drop_exp(graph):
+    graph.nodes.remove(next(n for n in graph.nodes if n.op.name == "exp"))
+
+
+def test_a_pass_that_breaks_the_ir_is_named_even_when_it_says_it_changed_nothing():
+    """Passes that report no change are not verified or printed again (that cost a third of
+    an O2 compile), but one that removed nodes while saying so is still checked."""
+    from duograph.passes.manager import PassManager
+
+    def honest(graph):
+        _drop_exp(graph)
+        return PassResult(graph, True)
+
+    def claims_nothing(graph):
+        _drop_exp(graph)
+        return PassResult(graph, False)
+
+    for bad in (honest, claims_nothing):
+        with pytest.raises(dg.GraphError, match=f"broken after pass '{bad.__name__}'"):
+            PassManager([bad]).run(_exp_plus_one())
+
+
+def test_a_pass_that_changed_nothing_keeps_the_text_and_bytes_of_the_one_before():
+    from duograph.passes.manager import PassManager
+
+    def nothing(graph):
+        return PassResult(graph, False)
+
+    pm = PassManager(["cse", nothing, "fuse"], keep_ir=True)
+    pm.run(_exp_plus_one())
+    report = pm.report()
+    assert [s.changed for s in report.stats] == [False, False, True]
+    assert report.diff("nothing") == "" and report.diff("cse") == ""
+    assert "-  %0: f32[3] = exp(%x)" in report.diff("fuse")
+    s_cse, s_nothing, s_fuse = report.stats
+    assert s_nothing.bytes_after == s_cse.bytes_after == s_fuse.bytes_before
