@@ -5,7 +5,9 @@ applies (numba loops, BLAS sums, the small-batch matmul form) and otherwise call
 reference kernel, so the two never drift apart; tests check that both give the same bits
 (``dg.config.override(numba=False)`` runs the reference where numba would).
 
-- conv2d and its gradients: im2col and col2im as numba loops (``conv_numba``).
+- conv2d and its gradients: patch copies (im2col, col2im) as numba loops (``conv_numba``);
+  the forward and the input gradient per image, as batched matmuls on NCHW arrays as they
+  are (no transposing copies); ``*_into`` forms write into the planned runtime's buffers.
 - max pooling, its backward and gather: numba loops; without numba, the backward of
   windows that tile the input moves the cotangent's bits through masks (``select``).
 - batch norm (training) and its backward: numba loops (``norm_numba``), else the reference
