@@ -662,3 +662,90 @@ def test_numpy_tiled_max_pool_backward_is_the_general_kernel_bit_for_bit(
     assert tiled.dtype == general.dtype and tiled.shape == general.shape
     np.testing.assert_array_equal(tiled.view(f"u{tiled.itemsize}"),
                                   general.view(f"u{general.itemsize}"))
+
+
+# -- the CPU backend's out= forms (the planned runtime writes conv and pooling into its arena) --
+
+from duograph.runtime.cpu import out_kernels as cpu_out_kernels  # noqa: E402
+
+OUT_FORMS = cpu_out_kernels.table()
+CONV_BATCHED = [c for c in CONV if len(c.shapes[0]) == 4]     # the kernels see NCHW images
+
+
+def _conv_operands(case: Case, dtype: str):
+    arrays = [a.astype(dtype) for a in _arrays(case)]
+    b = arrays[2] if len(arrays) > 2 else None
+    g = np.random.default_rng(5).standard_normal(_out_shape(case, arrays)).astype(dtype)
+    return arrays[0], arrays[1], b, g, _conv_node_attrs(case, arrays)
+
+
+def _garbage(shape, dtype):
+    """An out= buffer full of NaNs: every element the kernel leaves alone shows."""
+    return np.full(shape, np.nan, dtype=dtype)
+
+
+@needs_numba
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("case", CONV_BATCHED, ids=[c.id for c in CONV_BATCHED])
+def test_conv_numba_kernels_and_out_forms(monkeypatch, case: Case, dtype: str):
+    """Every conv geometry (odd sizes, strides, padding, dilation, groups): the numba paths
+    (per-image patches, batched matmuls) match the numpy reference to rounding, and the
+    out= forms write exactly the plain kernels' bits into a buffer of NaNs."""
+    x, w, b, g, attrs = _conv_operands(case, dtype)
+
+    def run():
+        return (cpu_kernels.conv2d(np, x, w, b, **attrs),
+                cpu_kernels.conv2d_input_grad(np, g, w, shape=x.shape, **attrs))
+
+    fast, ref = _both_paths(monkeypatch, run)
+    tol = dict(rtol=1e-5, atol=1e-5) if dtype == "float32" else dict(rtol=1e-12, atol=1e-12)
+    for name, a, r in zip(("forward", "input grad"), fast, ref):
+        assert a.shape == r.shape and a.dtype == r.dtype, name
+        np.testing.assert_allclose(a, r, **tol, err_msg=name)
+    out = _garbage(fast[0].shape, dtype)
+    args = (x, w) if b is None else (x, w, b)
+    assert OUT_FORMS[conv_ops.conv2d_op](np, *args, out=out, **attrs)
+    assert out.tobytes() == fast[0].tobytes()
+    gx = _garbage(x.shape, dtype)
+    assert OUT_FORMS[conv_ops.conv2d_input_grad_op](np, g, w, out=gx, shape=x.shape, **attrs)
+    assert gx.tobytes() == fast[1].tobytes()
+
+
+@needs_numba
+def test_conv_out_forms_refuse_what_they_cannot_write(monkeypatch):
+    """A dtype other than the operands', a strided buffer or one overlapping an operand:
+    False (the runtime then calls the plain kernel), the buffer untouched."""
+    case = next(c for c in CONV if c.name == "pad1")
+    x, w, b, g, attrs = _conv_operands(case, "float32")
+    shape = cpu_kernels.conv2d(np, x, w, b, **attrs).shape
+    form = OUT_FORMS[conv_ops.conv2d_op]
+    wrong = _garbage(shape, "float64")
+    assert not form(np, x, w, b, out=wrong, **attrs) and np.isnan(wrong).all()
+    strided = _garbage(shape[:3] + (2 * shape[3],), "float32")[..., ::2]
+    assert not form(np, x, w, b, out=strided, **attrs)
+    over_g = g.reshape(-1)[:x.size].reshape(x.shape)               # a view of g
+    kept = g.copy()
+    assert not OUT_FORMS[conv_ops.conv2d_input_grad_op](np, g, w, out=over_g, shape=x.shape,
+                                                         **attrs)
+    np.testing.assert_array_equal(g, kept)
+    with dg.config.override(numba=False):
+        assert not form(np, x, w, b, out=_garbage(shape, "float32"), **attrs)
+
+
+@needs_numba
+@pytest.mark.parametrize("geometry", POOL_GEOMETRIES, ids=str)
+def test_max_pool_out_forms_write_the_plain_kernels_bits(geometry):
+    """max_pool2d and its backward (2x2 fast loops, overlapping, padded, dilated, ceil
+    mode, NaNs) into a buffer of NaNs: the plain kernels' bits; an aliased buffer refused."""
+    attrs = _pool_attrs(geometry)
+    x, g, _ = _pool_operands(geometry, "float32", nans=True)
+    want = _max_pool2d(np, x, **attrs)
+    out = _garbage(want.shape, "float32")
+    assert OUT_FORMS[conv_ops.max_pool2d_op](np, x, out=out, **attrs)
+    assert out.tobytes() == want.tobytes()
+    want = _max_pool2d_backward(np, g, x, **attrs)
+    gx = _garbage(x.shape, "float32")
+    assert OUT_FORMS[conv_ops.max_pool2d_backward_op](np, g, x, out=gx, **attrs)
+    assert gx.tobytes() == want.tobytes()
+    alias = x.copy()
+    assert not OUT_FORMS[conv_ops.max_pool2d_backward_op](np, g, alias, out=alias, **attrs)

@@ -1,5 +1,7 @@
 """numba loops for max pooling and conv2d's patch copies over NCHW images (imported only where
-numba is installed).
+numba is installed): ``im2col`` (the weight gradient's (C*kh*kw, N*H_out*W_out) patches),
+``im2col_images`` and its adjoint ``col2im_images`` (per image, for the forward and the input
+gradient).
 
 ``conv.py`` calls these on numpy arrays when numba imports; its numpy kernels are the
 reference and these give the same bits (see ``tests/test_conv.py``). The loops take
@@ -210,20 +212,47 @@ def im2col(x, cols, n, c, h, w, ho, wo, kh, kw, sh, sw, pt, pl, dh, dw):
     return cols
 
 
+# -- convolution, per image: patches (N, C*kh*kw, H_out*W_out) ---------------------------------
+# The layout of a batched matmul ``W @ patches[b]`` whose result is the NCHW output itself (and
+# of ``W.T @ g[b]``, the patch cotangents straight from an NCHW ``g``): no transposing copy of
+# the output or of ``g``, and each image's patches are written while its planes sit in cache.
+
+
 @njit(**_JIT)
-def col2im(dcols, gx, n, c, h, w, ho, wo, kh, kw, sh, sw, pt, pl, dh, dw):
-    """gx (zeros on entry) += the patch cotangents dcols[(ch, i, j), (b, oh, ow)] at the input
-    elements they were read from (the adjoint of ``im2col``), tap by tap in (i, j) order,
-    the order of the numpy kernel, so each element's float sum is bit-for-bit the same."""
+def im2col_images(x, cols, n, c, h, w, ho, wo, kh, kw, sh, sw, pt, pl, dh, dw):
+    """cols[b, (ch, i, j), (oh, ow)] = x[b, ch, oh*sh - pt + i*dh, ow*sw - pl + j*dw], 0 in
+    the padding."""
     length = ho * wo
+    taps = kh * kw
+    offsets = _offsets(h, w, ho, wo, kh, kw, sh, sw, pt, pl, dh, dw)
+    for b in range(n):
+        for ch in range(c):
+            src = (b * c + ch) * h * w
+            at = (b * c + ch) * taps * length
+            for k in range(taps):
+                row = at + k * length
+                for t in range(length):
+                    o = offsets[k, t]
+                    cols[row + t] = x[src + o] if o >= 0 else 0
+    return cols
+
+
+@njit(**_JIT)
+def col2im_images(dcols, gx, n, c, h, w, ho, wo, kh, kw, sh, sw, pt, pl, dh, dw):
+    """gx (zeros on entry) += the per-image patch cotangents dcols[b, (ch, i, j), (oh, ow)]
+    at the input elements they were read from (the adjoint of ``im2col_images``), tap by tap
+    in (i, j) order, the order of the numpy kernel's col2im."""
+    length = ho * wo
+    taps = kh * kw
     offsets = _offsets(h, w, ho, wo, kh, kw, sh, sw, pt, pl, dh, dw)
     for b in range(n):
         for ch in range(c):
             dest = (b * c + ch) * h * w
-            for k in range(kh * kw):
-                at = (ch * kh * kw + k) * n * length + b * length
+            at = (b * c + ch) * taps * length
+            for k in range(taps):
+                row = at + k * length
                 for t in range(length):
                     o = offsets[k, t]
                     if o >= 0:
-                        gx[dest + o] += dcols[at + t]
+                        gx[dest + o] += dcols[row + t]
     return gx

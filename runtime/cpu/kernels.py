@@ -5,7 +5,9 @@ applies (numba loops, BLAS sums, the small-batch matmul form) and otherwise call
 reference kernel, so the two never drift apart; tests check that both give the same bits
 (``dg.config.override(numba=False)`` runs the reference where numba would).
 
-- conv2d and its gradients: im2col and col2im as numba loops (``conv_numba``).
+- conv2d and its gradients: patch copies (im2col, col2im) as numba loops (``conv_numba``);
+  the forward and the input gradient per image, as batched matmuls on NCHW arrays as they
+  are (no transposing copies); ``*_into`` forms write into the planned runtime's buffers.
 - max pooling, its backward and gather: numba loops; without numba, the backward of
   windows that tile the input moves the cotangent's bits through masks (``select``).
 - batch norm (training) and its backward: numba loops (``norm_numba``), else the reference
@@ -83,12 +85,32 @@ def conv2d(xp, x, w, b=None, *, stride, padding, dilation, groups):
     if nb is None:
         return conv._conv2d_kernel(xp, x, w, b, stride=stride, padding=padding,
                                    dilation=dilation, groups=groups)
+    out_hw = conv._spatial_out("conv2d", x.shape, tuple(w.shape[2:]), stride, dilation,
+                               padding)
+    out = np.empty((x.shape[0], w.shape[0]) + tuple(out_hw), dtype=np.result_type(x, w))
+    conv2d_into(nb, x, w, b, stride, padding, dilation, groups, out)
+    return out
+
+
+def conv2d_into(nb, x, w, b, stride, padding, dilation, groups, out) -> None:
+    """conv2d written into ``out`` (C-contiguous, of the result's shape and dtype): im2col
+    per image (``im2col_images``), then one small matmul per image (and group) straight
+    into the NCHW output, no transposing copy (the (512, 32, 4, 4) output of the digits
+    CNN: 2.1 -> 1.6 ms with the patch copy), then the bias."""
     n, c = x.shape[:2]
-    kernel = tuple(w.shape[2:])
-    out_hw = conv._spatial_out("conv2d", x.shape, kernel, stride, dilation, padding)
-    cols = _im2col(nb, x, kernel, stride, padding, dilation, out_hw)
-    cols = cols.reshape(groups, c // groups * kernel[0] * kernel[1], -1)
-    return conv.conv2d_from_patches(xp, cols, out_hw[1], w, b, n, out_hw, groups)
+    out_ch, cg, kh, kw = w.shape
+    out_hw = out.shape[2:]
+    length = out_hw[0] * out_hw[1]
+    cols = np.empty((n, groups, cg * kh * kw, length), dtype=x.dtype)
+    nb.im2col_images(_flat(x), cols.reshape(-1), *_conv_geometry(
+        x.shape, (kh, kw), stride, padding, dilation, out_hw))
+    wmat = np.ascontiguousarray(w).reshape(groups, out_ch // groups, cg * kh * kw)
+    np.matmul(wmat.astype(out.dtype, copy=False), cols,
+              out=out.reshape(n, groups, out_ch // groups, length))
+    if b is not None:
+        # over (N, C*H*W) rows with the bias repeated to a row (see conv2d_from_patches)
+        flat = out.reshape(n, -1)
+        flat += b.astype(out.dtype, copy=False).repeat(length).reshape(1, -1)
 
 
 def _im2col(nb, x, kernel, stride, padding, dilation, out_hw):
@@ -106,12 +128,25 @@ def conv2d_input_grad(xp, g, w, *, shape, stride, padding, dilation, groups):
         return conv._conv2d_input_grad_kernel(xp, g, w, shape=shape, stride=stride,
                                               padding=padding, dilation=dilation,
                                               groups=groups)
-    out_hw = tuple(g.shape[2:])
-    dcols = conv.patch_cotangents(xp, g, w, groups, out_hw[1])
-    gx = np.zeros(shape, dtype=g.dtype)   # col2im straight into gx: no padded copy
-    nb.col2im(dcols.reshape(-1), gx.reshape(-1), *_conv_geometry(
-        shape, tuple(w.shape[2:]), stride, padding, dilation, out_hw))
+    gx = np.empty(shape, dtype=np.result_type(g, w))
+    conv2d_input_grad_into(nb, g, w, stride, padding, dilation, groups, gx)
     return gx
+
+
+def conv2d_input_grad_into(nb, g, w, stride, padding, dilation, groups, gx) -> None:
+    """conv2d's input gradient written into ``gx`` (C-contiguous): the patch cotangents per
+    image, ``W.T @ g[b]``, from g as it is (no transposing copy), then ``col2im_images``."""
+    n = gx.shape[0]
+    out_ch, cg, kh, kw = w.shape
+    out_hw = tuple(g.shape[2:])
+    length = out_hw[0] * out_hw[1]
+    wmat = np.ascontiguousarray(w).reshape(groups, out_ch // groups, cg * kh * kw)
+    dcols = np.empty((n, groups, cg * kh * kw, length), dtype=gx.dtype)
+    np.matmul(wmat.swapaxes(-1, -2).astype(dcols.dtype, copy=False),
+              np.ascontiguousarray(g).reshape(n, groups, out_ch // groups, length), out=dcols)
+    gx.fill(0)                          # col2im straight into gx: no padded copy
+    nb.col2im_images(dcols.reshape(-1), gx.reshape(-1), *_conv_geometry(
+        gx.shape, (kh, kw), stride, padding, dilation, out_hw))
 
 
 def conv2d_weight_grad(xp, x, g, *, shape, stride, padding, dilation, groups):
@@ -143,13 +178,19 @@ def max_pool2d(xp, x, kernel_size, stride, padding, dilation, ceil_mode):
     out_hw, _ = conv._pool_layout(x.shape, kernel_size, stride, padding, dilation, ceil_mode)
     n, c = x.shape[:2]
     out = np.empty((n, c) + tuple(out_hw), dtype=x.dtype)
+    max_pool2d_into(nb, x, kernel_size, stride, padding, dilation, out)
+    return out
+
+
+def max_pool2d_into(nb, x, kernel_size, stride, padding, dilation, out) -> None:
+    """max_pool2d written into ``out`` (C-contiguous, of the result's shape and dtype)."""
+    out_hw = out.shape[2:]
     geometry = _pool_geometry(x.shape, out_hw, kernel_size, stride, padding, dilation)
     if _is_2x2(x.shape, out_hw, kernel_size, stride, padding, dilation):
         nb.max_pool_forward_2x2(_flat(x), out.reshape(-1), *geometry[:5])
     else:
         nb.max_pool_forward(_flat(x), out.reshape(-1), *geometry,
-                            x.dtype.type(conv._lowest(xp, x.dtype)))
-    return out
+                            x.dtype.type(conv._lowest(np, x.dtype)))
 
 
 def _windows_overlap(kernel_size, stride, dilation) -> bool:
@@ -207,15 +248,8 @@ def max_pool2d_backward(xp, g, x, kernel_size, stride, padding, dilation, ceil_m
     out_hw = tuple(g.shape[2:])
     nb = _pool_numba(g, x)
     if nb is not None:
-        geometry = _pool_geometry(x.shape, out_hw, kernel_size, stride, padding, dilation)
-        if _is_2x2(x.shape, out_hw, kernel_size, stride, padding, dilation):
-            gx = np.empty((n, c, h, w), dtype=g.dtype)
-            nb.max_pool_backward_2x2(_flat(g), _flat(x), gx.reshape(-1), *geometry[:5],
-                                     g.dtype.type(0))
-        else:
-            gx = np.zeros((n, c, h, w), dtype=g.dtype)
-            nb.max_pool_backward(_flat(g), _flat(x), gx.reshape(-1), *geometry,
-                                 _windows_overlap(kernel_size, stride, dilation))
+        gx = np.empty((n, c, h, w), dtype=g.dtype)
+        max_pool2d_backward_into(nb, g, x, kernel_size, stride, padding, dilation, gx)
         return gx
     if _tiles(x.shape, out_hw, kernel_size, stride, padding, dilation):
         gx = _max_pool_tiled_backward(xp, g, x, kernel_size, out_hw)
@@ -223,6 +257,19 @@ def max_pool2d_backward(xp, g, x, kernel_size, stride, padding, dilation, ceil_m
             return gx
     return conv._max_pool2d_backward_kernel(xp, g, x, kernel_size, stride, padding, dilation,
                                             ceil_mode)
+
+
+def max_pool2d_backward_into(nb, g, x, kernel_size, stride, padding, dilation, gx) -> None:
+    """max_pool2d's backward written into ``gx`` (C-contiguous, x's shape, g's dtype)."""
+    out_hw = tuple(g.shape[2:])
+    geometry = _pool_geometry(x.shape, out_hw, kernel_size, stride, padding, dilation)
+    if _is_2x2(x.shape, out_hw, kernel_size, stride, padding, dilation):
+        nb.max_pool_backward_2x2(_flat(g), _flat(x), gx.reshape(-1), *geometry[:5],
+                                 g.dtype.type(0))
+    else:
+        gx.fill(0)
+        nb.max_pool_backward(_flat(g), _flat(x), gx.reshape(-1), *geometry,
+                             _windows_overlap(kernel_size, stride, dilation))
 
 
 def max_pool2d_gather(xp, c, x, kernel_size, stride, padding, dilation, ceil_mode):

@@ -11,10 +11,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...graphlib.ops import nn, shape
+from ...graphlib.ops import conv, nn, shape
 from ...graphlib.registry import REGISTRY
 from . import blas_reduce as _blas_reduce
-from .kernels import bn_backward, bn_forward, sce_backward_into
+from .kernels import _conv_numba, _pool_numba, bn_backward, bn_forward, sce_backward_into
+from .kernels import conv2d_input_grad_into as _conv2d_input_grad_into
+from .kernels import conv2d_into as _conv2d_into
+from .kernels import max_pool2d_backward_into as _max_pool2d_backward_into
+from .kernels import max_pool2d_into as _max_pool2d_into
 from .kernels import matmul_into as _matmul_into
 from .select import where_bits as _where_bits
 
@@ -185,6 +189,51 @@ def _bn_backward_out(xp, dy, x, w, mean, var, *, out, eps):
     return True
 
 
+def _fresh_out(xp, out, arrays) -> bool:
+    """Whether a numba conv/pool loop may write into ``out``: numpy arrays of out's dtype,
+    out C-contiguous and overlapping none of them (the kernels read their operands while
+    they write)."""
+    if xp is not np or not out.flags.c_contiguous:
+        return False
+    for a in arrays:
+        if a.dtype != out.dtype or np.may_share_memory(out, a):
+            return False
+    return True
+
+
+def _conv2d_out(xp, x, w, b=None, *, out, stride, padding, dilation, groups):
+    nb = _conv_numba(x, w)
+    if nb is None or not _fresh_out(xp, out, (x, w) if b is None else (x, w, b)):
+        return False
+    _conv2d_into(nb, x, w, b, stride, padding, dilation, groups, out)
+    return True
+
+
+def _conv2d_input_grad_out(xp, g, w, *, out, shape, stride, padding, dilation, groups):
+    nb = _conv_numba(g, w)
+    if nb is None or not _fresh_out(xp, out, (g, w)):
+        return False
+    _conv2d_input_grad_into(nb, g, w, stride, padding, dilation, groups, out)
+    return True
+
+
+def _max_pool2d_out(xp, x, *, out, kernel_size, stride, padding, dilation, ceil_mode):
+    nb = _pool_numba(x)
+    if nb is None or not _fresh_out(xp, out, (x,)):
+        return False
+    _max_pool2d_into(nb, x, kernel_size, stride, padding, dilation, out)
+    return True
+
+
+def _max_pool2d_backward_out(xp, g, x, *, out, kernel_size, stride, padding, dilation,
+                             ceil_mode):
+    nb = _pool_numba(g, x)
+    if nb is None or not _fresh_out(xp, out, (g,)) or np.may_share_memory(out, x):
+        return False
+    _max_pool2d_backward_into(nb, g, x, kernel_size, stride, padding, dilation, out)
+    return True
+
+
 def table() -> dict:
     """op -> out= form, for the backend to register."""
     forms = {}
@@ -203,4 +252,8 @@ def table() -> dict:
     forms[nn.softmax_cross_entropy_backward_op] = _sce_backward_out
     forms[nn.batch_norm_train_op] = _bn_out
     forms[nn.batch_norm_train_backward_op] = _bn_backward_out
+    forms[conv.conv2d_op] = _conv2d_out
+    forms[conv.conv2d_input_grad_op] = _conv2d_input_grad_out
+    forms[conv.max_pool2d_op] = _max_pool2d_out
+    forms[conv.max_pool2d_backward_op] = _max_pool2d_backward_out
     return forms
