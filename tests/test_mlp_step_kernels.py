@@ -158,3 +158,23 @@ def test_mlp_training_step_graph_matches_numpy(passes, batch):
     final = {k: v.numpy() for k, v in model.state_dict().items()}
     for i, w in zip((0, 2, 4), W):
         np.testing.assert_allclose(final[f"{i}.weight"], w, rtol=1e-4, atol=1e-5)
+
+
+def test_graph_sgd_step_reads_each_new_learning_rate():
+    """The learning-rate holder memoises its array per lr object: a changed lr (float, int,
+    numpy scalar, the same value again) still reaches the next run of a compiled step."""
+    w = nn.Parameter(dg.tensor(np.array([1.0, 2.0], np.float32)))
+    opt = dg.optim.SGD([w], lr=0.5)
+    g = dg.Graph("sgd_lr")
+    with g:
+        xv = dg.placeholder("x", (2,))
+        loss = (w * xv).sum()
+        opt.minimize(loss)
+    exe = g.compile(outputs=[loss], passes="O2")
+    x = np.array([1.0, -1.0], np.float32)
+    want = np.array([1.0, 2.0])
+    for lr in (0.5, 0.5, 0.25, 1, np.float64(0.125), 0.125, 2.0):
+        opt.param_groups[0]["lr"] = lr
+        exe(x=x)
+        want = want - float(lr) * x
+        np.testing.assert_allclose(w.detach().numpy(), want, rtol=1e-6)
