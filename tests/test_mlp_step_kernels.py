@@ -178,3 +178,21 @@ def test_graph_sgd_step_reads_each_new_learning_rate():
         exe(x=x)
         want = want - float(lr) * x
         np.testing.assert_allclose(w.detach().numpy(), want, rtol=1e-6)
+
+
+@needs_cblas
+def test_gemm_update_memo_sees_an_array_reshaped_in_place():
+    rng = np.random.default_rng(3)
+    g = cblas.GemmUpdate()
+    a = rng.standard_normal((4, 6)).astype(np.float32)
+    b = rng.standard_normal((6, 6)).astype(np.float32)
+    c = np.zeros((4, 6), np.float32)
+    assert g(a, b, c, 1.0, 0.0)
+    a.shape = (2, 12)                         # the same object, a new shape: checked again
+    assert not g(a, b, c, 1.0, 0.0)           # (2, 12) @ (6, 6) does not fit
+    b.shape = (12, 3)
+    c.shape = (8, 3)
+    assert not g(a, b, c, 1.0, 0.0)           # c is (8, 3), the product (2, 3)
+    c2 = np.zeros((2, 3), np.float32)
+    assert g(a, b, c2, 1.0, 0.0)
+    np.testing.assert_allclose(c2, a @ b, rtol=1e-5, atol=1e-5)
