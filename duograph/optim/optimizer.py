@@ -27,10 +27,22 @@ class _LearningRate:
 
     def __init__(self, group: dict, dtype: str):
         self.group, self.dtype = group, dtype
+        self._memo = (None, None)      # (the lr object, its read-only array)
 
     @property
     def array(self) -> np.ndarray:
-        return np.asarray(self.group["lr"], dtype=self.dtype)
+        # read at every run of a graph: a Python number (immutable) that is the same object
+        # gives the same array, so the executable's check of it is not redone per run (~3 us)
+        lr = self.group["lr"]
+        seen, arr = self._memo
+        if seen is lr and type(lr) in (float, int):
+            return arr
+        arr = np.asarray(lr, dtype=self.dtype)
+        if type(lr) in (float, int):
+            arr = arr.copy()
+            arr.flags.writeable = False
+            self._memo = (lr, arr)
+        return arr
 
 
 class Optimizer:

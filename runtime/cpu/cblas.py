@@ -65,26 +65,70 @@ def _operand(m):
     return None
 
 
-def gemm_update(a, b, c, alpha: float, beta: float) -> bool:
-    """``c = alpha * a @ b + beta * c`` for 2-D numpy arrays of one float dtype, ``c``
-    C-contiguous and not overlapping ``a`` or ``b``; False (nothing written) otherwise."""
+def _check(a, b, c):
+    """(gemm function, its scalar type, (transa, lda), (transb, ldb)) for operands
+    ``gemm_update`` can take; None otherwise."""
     fns = _library()
     if fns is None or type(a) is not np.ndarray or type(b) is not np.ndarray \
             or type(c) is not np.ndarray:
-        return False
+        return None
     entry = fns.get(c.dtype)
     if entry is None or a.dtype != c.dtype or b.dtype != c.dtype or a.ndim != 2 \
             or b.ndim != 2 or c.ndim != 2 or not c.flags.c_contiguous \
             or not c.flags.writeable:
-        return False
+        return None
     m, k = a.shape
     if b.shape[0] != k or c.shape != (m, b.shape[1]) or 0 in c.shape:
-        return False
+        return None
     ta, tb = _operand(a), _operand(b)
     if ta is None or tb is None or np.may_share_memory(c, a) or np.may_share_memory(c, b):
+        return None
+    return entry[0], entry[1], ta, tb
+
+
+class GemmUpdate:
+    """``gemm_update`` for a call site that sees the same arrays run after run (a planned
+    program's arena buffers, bound state): the checks, transpose flags and data pointers of
+    the last operands are kept and reused while the same three array objects come back with
+    the same shapes and strides (an array's data pointer never changes, and the memo keeps
+    it alive). Any other operands take the full checks. The gemm called is the same, so
+    the bits are too; what is saved is ~6 us of Python per call."""
+
+    __slots__ = ("_key", "_call")
+
+    def __init__(self):
+        self._key = None
+        self._call = None
+
+    def __call__(self, a, b, c, alpha: float, beta: float) -> bool:
+        if not config.cblas:
+            return False
+        key = self._key
+        if key is None or key[0] is not a or key[1] is not b or key[2] is not c \
+                or not c.flags.writeable or key[3] != (a.strides, b.strides, c.strides,
+                                                       a.shape, b.shape, c.shape):
+            found = _check(a, b, c)
+            if found is None:
+                return False
+            fn, real, ta, tb = found
+            m, n, k = c.shape[0], c.shape[1], a.shape[1]
+            self._key = (a, b, c, (a.strides, b.strides, c.strides, a.shape, b.shape,
+                                   c.shape))
+            self._call = (fn, real, ta[0], tb[0], m, n, k, a.ctypes.data, ta[1],
+                          b.ctypes.data, tb[1], c.ctypes.data, max(n, 1))
+        fn, real, ta, tb, m, n, k, pa, lda, pb, ldb, pc, ldc = self._call
+        fn(_ROW_MAJOR, ta, tb, m, n, k, real(alpha), pa, lda, pb, ldb, real(beta), pc, ldc)
+        return True
+
+
+def gemm_update(a, b, c, alpha: float, beta: float) -> bool:
+    """``c = alpha * a @ b + beta * c`` for 2-D numpy arrays of one float dtype, ``c``
+    C-contiguous and not overlapping ``a`` or ``b``; False (nothing written) otherwise."""
+    found = _check(a, b, c)
+    if found is None:
         return False
-    fn, real = entry
-    n = c.shape[1]
+    fn, real, ta, tb = found
+    m, n, k = c.shape[0], c.shape[1], a.shape[1]
     fn(_ROW_MAJOR, ta[0], tb[0], m, n, k, real(alpha), a.ctypes.data, ta[1],
        b.ctypes.data, tb[1], real(beta), c.ctypes.data, max(n, 1))
     return True

@@ -284,6 +284,8 @@ def _bind_gemm_update(body, in_shapes: Sequence[tuple], strategy: str):
     else:
         return None
 
+    gemm = _cblas.GemmUpdate()
+
     def runner(arrays, outs) -> bool:
         if config.fused_strategy != strategy:
             return False
@@ -294,7 +296,7 @@ def _bind_gemm_update(body, in_shapes: Sequence[tuple], strategy: str):
         if out is not p:
             np.copyto(out, p)
         # False: nothing but P's copy written; the general path then computes the whole body
-        return _cblas.gemm_update(arrays[ia], arrays[ib], out, sign * s, 1.0)
+        return gemm(arrays[ia], arrays[ib], out, sign * s, 1.0)
     return runner
 
 
