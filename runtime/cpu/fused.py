@@ -457,8 +457,16 @@ def _bind_masked(body, lay: Layout, step, p_shape: tuple, k: int,
             or np.dtype(z.dtype).kind != "f" or tuple(p_shape) != shape):
         return None
     mask = np.empty(shape, bool)
-    ufunc = getattr(np, _COMPARE[cmp_node.op.name])
+    name = cmp_node.op.name
+    ufunc = getattr(np, _COMPARE[name])
     zj = index[z]
+    loops = None
+    if strategy == "auto" and numba_available():
+        try:
+            loops = load_kernel(_MASK_SOURCE.replace("CMP", _COMPARE_SYMBOL[name]))
+        except Exception:           # (numba refused it: the numpy passes below serve)
+            loops = None
+    c = cval[()]
 
     def runner(arrays, outs) -> bool:
         if config.fused_strategy != strategy:
@@ -469,13 +477,39 @@ def _bind_masked(body, lay: Layout, step, p_shape: tuple, k: int,
         if (out.shape != shape or zarr.shape != shape
                 or any(np.may_share_memory(out, a) for a in args)):
             return False
-        ufunc(zarr, cval, out=mask)
+        fast = loops is not None and out.flags.c_contiguous and zarr.flags.c_contiguous
+        apart = not np.may_share_memory(out, zarr)
+        if not (fast and apart):
+            ufunc(zarr, cval, out=mask)         # z first: the output may be z's buffer
         if out_kernel is None or not out_kernel(np, *args, out=out, **attrs):
             np.copyto(out, kernel(np, *args, **attrs), casting="unsafe")
-        if not where_bits(np, mask, out, zero, out):
+        if fast:
+            # one loop zeroing the product where the mask fails (the bits kept elsewhere)
+            loops(zarr.reshape(-1) if apart else mask.reshape(-1), out.reshape(-1), c,
+                  apart)
+        elif not where_bits(np, mask, out, zero, out):
             np.copyto(out, np.where(mask, out, zero))
         return True
     return runner
+
+
+_COMPARE_SYMBOL = {"gt": ">", "ge": ">=", "lt": "<", "le": "<=", "eq": "==", "ne": "!="}
+# the masking loop of _bind_masked: out[i] = +0.0 where not (z[i] CMP c) (or where the
+# precomputed mask is False); numba compares IEEE as numpy does (NaN fails all but !=)
+_MASK_SOURCE = """from numba import njit
+
+
+@njit(cache=True, nogil=True)
+def kernel(src, out, c, compare):
+    if compare:
+        for i in range(out.size):
+            if not (src[i] CMP c):
+                out[i] = 0.0
+    else:
+        for i in range(out.size):
+            if not src[i]:
+                out[i] = 0.0
+"""
 
 
 def _build(lay: Layout, ins: Sequence[np.ndarray]):
