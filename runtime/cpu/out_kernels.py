@@ -9,6 +9,8 @@ path, so the result is bit-for-bit what the plain kernel computes.
 """
 from __future__ import annotations
 
+from typing import Callable, Optional
+
 import numpy as np
 
 from ...graphlib.ops import conv, nn, shape
@@ -160,6 +162,32 @@ def _sum_to_out(xp, x, *, out, shape):
     return True
 
 
+def _sum_to_prepare(xp, attrs: dict, in_shapes) -> Optional[Callable]:
+    """A runner for ``sum_to`` on an input of one shape (what the planned runtime knows):
+    the axes and the BLAS split are found once, then each call is ``_sum_to_out``'s own
+    ``blas_sum`` call (the same bits). None where that form does not apply; the runner
+    returns False (the caller takes the general path) for arrays it was not made for."""
+    if xp is not np or len(in_shapes) != 1:
+        return None
+    xs = tuple(in_shapes[0])
+    axes, _ = _sum_to_axes(xs, attrs["shape"])
+    parts = _blas_reduce.split_shape(xs, axes) if axes else None
+    if parts is None:
+        return None
+    floats = (np.dtype(np.float32), np.dtype(np.float64))
+    blas_sum = _blas_reduce.blas_sum
+
+    def runner(args, outs) -> bool:
+        x, out = args[0], outs[0]
+        if (type(x) is not np.ndarray or x.shape != xs or x.dtype not in floats
+                or out.dtype != x.dtype or not x.flags.c_contiguous
+                or not out.flags.c_contiguous):
+            return False
+        blas_sum(x, parts, out=out)
+        return True
+    return runner
+
+
 _sum_to_axes = shape._sum_to_axes
 
 
@@ -257,3 +285,8 @@ def table() -> dict:
     forms[conv.max_pool2d_op] = _max_pool2d_out
     forms[conv.max_pool2d_backward_op] = _max_pool2d_backward_out
     return forms
+
+
+def prepare_table() -> dict:
+    """op -> per-program ``prepare(xp, attrs, in_shapes)`` shortcuts of the out= forms."""
+    return {shape.sum_to_op: _sum_to_prepare}
