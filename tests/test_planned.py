@@ -12,6 +12,7 @@ memory planner (``g.compile(passes="O2")`` or ``plan=True``).
 """
 from __future__ import annotations
 
+import math
 import tracemalloc
 
 import numpy as np
@@ -432,8 +433,8 @@ def test_planned_executable_is_safe_to_call_from_threads():
                                    ((4, 6, 1), (1, 6, 1)), ((2, 3, 4, 5), (3, 1, 1))])
 def test_prepared_sum_to_is_the_out_form_bit_for_bit(dtype, xs, to):
     """The planned runtime's prepared ``sum_to`` (axes and BLAS split found once) writes
-    the bits of the out= form and of the kernel, NaN and infinities included, and declines
-    (False, nothing written) arrays it was not made for."""
+    the bits of the out= form and of the kernel, NaN and infinities included, and arrays it
+    was not made for (another dtype, a strided view) the general path's."""
     from duograph.graphlib.ops.shape import sum_to_op
     from duograph.runtime.cpu import cpu_backend
     from duograph.runtime.cpu.kernels import sum_to
@@ -454,11 +455,17 @@ def test_prepared_sum_to_is_the_out_form_bit_for_bit(dtype, xs, to):
     np.testing.assert_array_equal(out.view(bits), want.reshape(to).view(bits))
     np.testing.assert_array_equal(out.view(bits), via_out.view(bits))
     other = "float64" if dtype == "float32" else "float32"
-    untouched = np.full(to, 7, other)
-    assert not runner((x,), (untouched,)) and (untouched == 7).all()
+    cast = np.full(to, 7, other)
+    assert runner((x,), (cast,))
+    np.testing.assert_array_equal(cast, want.reshape(to).astype(other))
     strided = np.stack([x, x], axis=-1)[..., 0]              # not C-contiguous
-    assert not runner((strided,), (out,))
-    assert not runner((np.zeros(xs, np.int64),), (np.zeros(to, np.int64),))
+    out[...] = 7
+    assert runner((strided,), (out,))
+    np.testing.assert_array_equal(out, np.asarray(sum_to(np, strided, to)).reshape(to))
+    ints = np.arange(math.prod(xs), dtype=np.int64).reshape(xs)
+    got = np.zeros(to, np.int64)
+    assert runner((ints,), (got,))
+    np.testing.assert_array_equal(got, np.asarray(sum_to(np, ints, to)).reshape(to))
 
 
 def test_sum_to_is_prepared_only_where_blas_sums():
