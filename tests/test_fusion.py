@@ -796,3 +796,100 @@ class _CountPred:
     def __getitem__(self, k):
         self.visits.append(k)
         return self.pred[k]
+
+
+def _bits(a):
+    return a.view(f"u{a.dtype.itemsize}")
+
+
+def _relu_backward_body(rows, n, m, dtype):
+    g = dg.Graph("relu_bwd")
+    with g:
+        gv = dg.placeholder("g", (rows, n), dtype)
+        wv = dg.placeholder("w", (n, m), dtype)
+        zv = dg.placeholder("z", (rows, m), dtype)
+        g.outputs = [dg.where(zv > 0, gv @ wv, 0.0)]
+    (node,) = fused_nodes(passes.optimize(g, ["fuse"]))
+    return node
+
+
+def _specials(a, rng):
+    """``a`` with NaN, +-inf, -0.0 and +0.0 sprinkled in."""
+    flat = a.reshape(-1)
+    for v in (np.nan, np.inf, -np.inf, -0.0, 0.0):
+        flat[rng.integers(0, flat.size, max(1, flat.size // 16))] = v
+    return a
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")      # inf - inf in the matmul
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("rows,n,m", [(1, 1, 1), (7, 5, 3), (33, 17, 129), (128, 10, 256)])
+@pytest.mark.parametrize("strategy", ["auto", "numpy"])     # a numba loop; numpy passes
+def test_bound_relu_backward_masks_the_product_in_place(dtype, rows, n, m, strategy):
+    """``where(z > 0, g @ w, 0)`` bound to its shapes writes the product straight into the
+    output and applies the mask there, also when the output is z's own buffer: the bits
+    equal numpy's matmul then where, and the general path's, with NaN, infinities and
+    signed zeros in z and g."""
+    with dg.config.override(fused_strategy=strategy):
+        _check_relu_backward(dtype, rows, n, m)
+
+
+def _check_relu_backward(dtype, rows, n, m):
+    node = _relu_backward_body(rows, n, m, dtype)
+    body = node.attrs["sub"]
+    rng = np.random.default_rng(rows * 1000 + m)
+    feeds = {"g": _specials(rng.standard_normal((rows, n)).astype(dtype), rng),
+             "w": rng.standard_normal((n, m)).astype(dtype),
+             "z": _specials(rng.standard_normal((rows, m)).astype(dtype), rng)}
+    feeds["g"][0] = -0.0                      # a row of -0.0: products of signed zeros
+    arrays = [feeds[v.name] for v in node.inputs]
+    want = np.where(feeds["z"] > 0, np.matmul(feeds["g"], feeds["w"]), np.zeros((), dtype))
+    (general,) = cpu_backend.fused_compiler.run(body, arrays)
+    np.testing.assert_array_equal(_bits(general), _bits(want))
+    runner = cpu_backend.fused_compiler.bind(body, [a.shape for a in arrays])
+    assert runner is not None and "_bind_masked" in runner.__qualname__
+    out = np.full(want.shape, 7, dtype)
+    assert runner(arrays, [out])
+    np.testing.assert_array_equal(_bits(out), _bits(want))
+    # in place: the output is z's buffer (what the planner gives it)
+    zi = [v.name for v in node.inputs].index("z")
+    inplace = list(arrays)
+    inplace[zi] = arrays[zi].copy()
+    assert runner(inplace, [inplace[zi]])
+    np.testing.assert_array_equal(_bits(inplace[zi]), _bits(want))
+    # an output overlapping the product's operands: declined, nothing written
+    gi = [v.name for v in node.inputs].index("g")
+    if n == m:
+        assert not runner(arrays, [arrays[gi]])
+
+
+@pytest.mark.parametrize("rows", [8, 600])
+def test_bound_prologue_uses_a_spare_output_only_when_it_overlaps_no_input(rows):
+    """``relu(h @ w + b)`` with h of the result's type: the output is kept free for an
+    in-place write over h, so it is no home; bound, the matmul runs into it when the plan
+    gave it its own buffer, and into scratch when it is h's buffer. Both equal the general
+    path bit for bit."""
+    g = dg.Graph("layer2")
+    with g:
+        h = dg.placeholder("h", (rows, 64))
+        w = dg.placeholder("w", (64, 64))
+        b = dg.placeholder("b", (64,))
+        g.outputs = [dg.relu(h @ w + b)]
+    (node,) = fused_nodes(passes.optimize(g, ["fuse"]))
+    body = node.attrs["sub"]
+    assert body.prologue_homes() == {}
+    assert _fused_cpu._spare_homes(body, {}) == {0: 0}
+    feeds = {"h": _x(rows, 64), "w": _x(64, 64, seed=1), "b": _x(64, seed=2)}
+    feeds["h"][:3] = np.nan
+    arrays = [feeds[v.name] for v in node.inputs]
+    (want,) = cpu_backend.fused_compiler.run(body, arrays)
+    runner = cpu_backend.fused_compiler.bind(body, [a.shape for a in arrays])
+    assert runner is not None
+    out = np.full(want.shape, 7, np.float32)
+    assert runner(arrays, [out])
+    np.testing.assert_array_equal(_bits(out), _bits(want))
+    hi = [v.name for v in node.inputs].index("h")
+    inplace = list(arrays)
+    inplace[hi] = arrays[hi].copy()
+    assert runner(inplace, [inplace[hi]])
+    np.testing.assert_array_equal(_bits(inplace[hi]), _bits(want))

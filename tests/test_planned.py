@@ -12,6 +12,7 @@ memory planner (``g.compile(passes="O2")`` or ``plan=True``).
 """
 from __future__ import annotations
 
+import math
 import tracemalloc
 
 import numpy as np
@@ -425,3 +426,53 @@ def test_planned_executable_is_safe_to_call_from_threads():
     for t in threads:
         t.join()
     assert not errors
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("xs,to", [((128, 256), (256,)), ((7, 3, 5), (3, 5)),
+                                   ((4, 6, 1), (1, 6, 1)), ((2, 3, 4, 5), (3, 1, 1))])
+def test_prepared_sum_to_is_the_out_form_bit_for_bit(dtype, xs, to):
+    """The planned runtime's prepared ``sum_to`` (axes and BLAS split found once) writes
+    the bits of the out= form and of the kernel, NaN and infinities included, and arrays it
+    was not made for (another dtype, a strided view) the general path's."""
+    from duograph.graphlib.ops.shape import sum_to_op
+    from duograph.runtime.cpu import cpu_backend
+    from duograph.runtime.cpu.kernels import sum_to
+    from duograph.runtime.cpu.out_kernels import _sum_to_out
+    runner = cpu_backend.prepare_out(sum_to_op, {"shape": to}, [xs])
+    assert runner is not None
+    rng = np.random.default_rng(len(xs))
+    x = rng.standard_normal(xs).astype(dtype)
+    x.reshape(-1)[::7] = np.inf
+    x.reshape(-1)[::11] = np.nan
+    x.reshape(-1)[::13] = -0.0
+    want = np.asarray(sum_to(np, x, to))
+    out = np.full(to, 7, dtype)
+    assert runner((x,), (out,))
+    via_out = np.full(to, 7, dtype)
+    assert _sum_to_out(np, x, out=via_out, shape=to)
+    bits = f"u{np.dtype(dtype).itemsize}"
+    np.testing.assert_array_equal(out.view(bits), want.reshape(to).view(bits))
+    np.testing.assert_array_equal(out.view(bits), via_out.view(bits))
+    other = "float64" if dtype == "float32" else "float32"
+    cast = np.full(to, 7, other)
+    assert runner((x,), (cast,))
+    np.testing.assert_array_equal(cast, want.reshape(to).astype(other))
+    strided = np.stack([x, x], axis=-1)[..., 0]              # not C-contiguous
+    out[...] = 7
+    assert runner((strided,), (out,))
+    np.testing.assert_array_equal(out, np.asarray(sum_to(np, strided, to)).reshape(to))
+    ints = np.arange(math.prod(xs), dtype=np.int64).reshape(xs)
+    got = np.zeros(to, np.int64)
+    assert runner((ints,), (got,))
+    np.testing.assert_array_equal(got, np.asarray(sum_to(np, ints, to)).reshape(to))
+
+
+def test_sum_to_is_prepared_only_where_blas_sums():
+    """No prepared form for sum_to with nothing to sum, or a reduced dim between kept
+    ones (numpy's sum serves those)."""
+    from duograph.graphlib.ops.shape import sum_to_op
+    from duograph.runtime.cpu import cpu_backend
+    assert cpu_backend.prepare_out(sum_to_op, {"shape": (3, 4)}, [(3, 4)]) is None
+    assert cpu_backend.prepare_out(sum_to_op, {"shape": (1, 4, 1)}, [(3, 4, 5)]) is not None
+    assert cpu_backend.prepare_out(sum_to_op, {"shape": (3, 1, 5)}, [(3, 4, 5)]) is None

@@ -22,6 +22,8 @@ class CPUBackend(Backend):
             self.register_kernel(op, kernel)
         for op, form in out_kernels.table().items():
             self.register_out(op, form)
+        for op, prepare in out_kernels.prepare_table().items():
+            self.register_out(op, self.out_kernel(op), prepare)
 
 
 cpu_backend = CPUBackend()

@@ -32,7 +32,12 @@ def split(x, axes: Sequence[int]) -> Optional[tuple]:
     numpy array, keeping the (P x) M x (S) middle, and BLAS pays: else None."""
     if type(x) is not np.ndarray or x.dtype not in _FLOATS or not x.flags.c_contiguous:
         return None
-    nd = x.ndim
+    return split_shape(x.shape, axes)
+
+
+def split_shape(shape: tuple, axes: Sequence[int]) -> Optional[tuple]:
+    """``split`` for a C-contiguous float32/64 array of ``shape``."""
+    nd = len(shape)
     reduced = set(axes)
     p = 0
     while p in reduced:
@@ -44,7 +49,6 @@ def split(x, axes: Sequence[int]) -> Optional[tuple]:
         s -= 1
     if reduced != set(range(p)) | set(range(s, nd)):
         return None                      # a reduced dim between kept ones
-    shape = x.shape
     big, mid, small = math.prod(shape[:p]), math.prod(shape[p:s]), math.prod(shape[s:])
     if big * mid * small == 0 or small > MAX_ROW:
         return None

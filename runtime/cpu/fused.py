@@ -351,14 +351,31 @@ def _bind_prologue(body, lay: Layout, in_shapes: Sequence[tuple], strategy: str)
     # outputs that are prologue values without a home of their own are copied at the end
     copies = [(k, made[o][0]) for k, o in enumerate(lay.outputs)
               if o in made and homes.get(o) != k]
+    spares = _spare_homes(body, homes)
+    if len(steps) == 1 and spares.get(0) is not None:
+        masked = _bind_masked(body, lay, steps[0], made[lay.prologue[0].outputs[0]][1],
+                              spares[0], in_shapes, strategy)
+        if masked is not None:
+            return masked
 
     def runner(arrays, outs) -> bool:
         if config.fused_strategy != strategy:
             return False
         results = []
-        for kernel, out_kernel, ins, attrs, target in steps:
+        for s, (kernel, out_kernel, ins, attrs, target) in enumerate(steps):
             args = [arrays[j] for j in ins]
-            buf = outs[target] if type(target) is int else target
+            if type(target) is int:
+                buf = outs[target]
+            else:
+                # no home fixed at planning time: the output that could have been one is
+                # used when the plan gave it a buffer apart from every input (it was only
+                # kept free in case it was written over an input in place)
+                k = spares.get(s)
+                buf = target
+                if k is not None:
+                    o = outs[k]
+                    if not any(np.may_share_memory(o, a) for a in arrays):
+                        buf = o
             if out_kernel is None or not out_kernel(np, *args, out=buf, **attrs):
                 np.copyto(buf, kernel(np, *args, **attrs), casting="unsafe")
             results.append(buf)
@@ -376,6 +393,123 @@ def _bind_prologue(body, lay: Layout, in_shapes: Sequence[tuple], strategy: str)
             np.copyto(outs[k], results[step], casting="unsafe")
         return True
     return runner
+
+
+def _spare_homes(body, homes: Dict[Value, int]) -> Dict[int, int]:
+    """prologue step -> the output its result may be computed in when, at run time, that
+    output's buffer overlaps no input: an output of the same type, made by an elementwise
+    node at or after the step's last read, that is no other value's home. The same rule as
+    ``FusedBody.prologue_homes`` without its reservation for in-place writes."""
+    g = body.graph
+    made, last_read = body._order()
+    taken = set(homes.values())
+    spares: Dict[int, int] = {}
+    prologue = [n for n in g.nodes if not n.op.elementwise and not n.op.constant]
+    for s, node in enumerate(prologue):
+        p = node.outputs[0]
+        if p in homes or any(p is o for o in g.outputs):   # (an output: copied at the end)
+            continue
+        k = next((k for k, o in enumerate(g.outputs)
+                  if k not in taken and o in made and o is not p
+                  and g.nodes[made[o]].op.elementwise and o.type == p.type
+                  and made[o] >= last_read.get(p, -1)), None)
+        if k is not None:
+            spares[s] = k
+            taken.add(k)
+    return spares
+
+
+_COMPARE = {"gt": "greater", "ge": "greater_equal", "lt": "less", "le": "less_equal",
+            "eq": "equal", "ne": "not_equal"}
+
+
+def _bind_masked(body, lay: Layout, step, p_shape: tuple, k: int,
+                 in_shapes: Sequence[tuple], strategy: str):
+    """A runner for ``where(cmp(z, c), x @ w, 0)`` (a ReLU's backward ``(g @ W.T) *
+    (z > 0)``) whose output may be written over ``z`` in place: the mask is taken first
+    into a small bool buffer, then the product goes straight into the output and the mask
+    is applied there in one pass (the bits times 0 or 1, ``select.where_bits``): no
+    float-sized scratch and no extra pass. The same BLAS call and the same selected bits
+    as the general path. None for any other body."""
+    from .select import where_bits
+    g = body.graph
+    if len(lay.region) != 2 or len(lay.outputs) != 1 or len(lay.prologue) != 1:
+        return None
+    cmp_node, sel = lay.region
+    p = lay.prologue[0].outputs[0]
+    consts = {c.outputs[0]: c for c in lay.constants}
+    index = {v: j for j, v in enumerate(g.inputs)}
+    if (cmp_node.op.name not in _COMPARE or sel.op.name != "where"
+            or len(cmp_node.inputs) != 2 or cmp_node.inputs[0] not in index
+            or cmp_node.inputs[1] not in consts or len(sel.inputs) != 3
+            or sel.inputs[0] is not cmp_node.outputs[0] or sel.inputs[1] is not p
+            or sel.inputs[2] not in consts or lay.outputs[0] is not sel.outputs[0]):
+        return None
+    z = cmp_node.inputs[0]
+    zero = np.asarray(KERNELS[consts[sel.inputs[2]].op](np, **consts[sel.inputs[2]].attrs))
+    cval = np.asarray(KERNELS[consts[cmp_node.inputs[1]].op](
+        np, **consts[cmp_node.inputs[1]].attrs))
+    dt = np.dtype(p.dtype)
+    shape = tuple(in_shapes[index[z]])
+    kernel, out_kernel, ins, attrs, _ = step
+    if (dt.kind != "f" or zero.shape != () or zero.dtype != dt
+            or np.signbit(zero) or zero != 0 or cval.shape != ()
+            or np.dtype(z.dtype).kind != "f" or tuple(p_shape) != shape):
+        return None
+    mask = np.empty(shape, bool)
+    name = cmp_node.op.name
+    ufunc = getattr(np, _COMPARE[name])
+    zj = index[z]
+    loops = None
+    if strategy == "auto" and numba_available():
+        try:
+            loops = load_kernel(_MASK_SOURCE.replace("CMP", _COMPARE_SYMBOL[name]))
+        except Exception:           # (numba refused it: the numpy passes below serve)
+            loops = None
+    c = cval[()]
+
+    def runner(arrays, outs) -> bool:
+        if config.fused_strategy != strategy:
+            return False
+        out = outs[k]
+        zarr = arrays[zj]
+        args = [arrays[j] for j in ins]
+        if (out.shape != shape or zarr.shape != shape
+                or any(np.may_share_memory(out, a) for a in args)):
+            return False
+        fast = loops is not None and out.flags.c_contiguous and zarr.flags.c_contiguous
+        apart = not np.may_share_memory(out, zarr)
+        if not (fast and apart):
+            ufunc(zarr, cval, out=mask)         # z first: the output may be z's buffer
+        if out_kernel is None or not out_kernel(np, *args, out=out, **attrs):
+            np.copyto(out, kernel(np, *args, **attrs), casting="unsafe")
+        if fast:
+            # one loop zeroing the product where the mask fails (the bits kept elsewhere)
+            loops(zarr.reshape(-1) if apart else mask.reshape(-1), out.reshape(-1), c,
+                  apart)
+        elif not where_bits(np, mask, out, zero, out):
+            np.copyto(out, np.where(mask, out, zero))
+        return True
+    return runner
+
+
+_COMPARE_SYMBOL = {"gt": ">", "ge": ">=", "lt": "<", "le": "<=", "eq": "==", "ne": "!="}
+# the masking loop of _bind_masked: out[i] = +0.0 where not (z[i] CMP c) (or where the
+# precomputed mask is False); numba compares IEEE as numpy does (NaN fails all but !=)
+_MASK_SOURCE = """from numba import njit
+
+
+@njit(cache=True, nogil=True)
+def kernel(src, out, c, compare):
+    if compare:
+        for i in range(out.size):
+            if not (src[i] CMP c):
+                out[i] = 0.0
+    else:
+        for i in range(out.size):
+            if not src[i]:
+                out[i] = 0.0
+"""
 
 
 def _build(lay: Layout, ins: Sequence[np.ndarray]):

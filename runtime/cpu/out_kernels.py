@@ -9,6 +9,8 @@ path, so the result is bit-for-bit what the plain kernel computes.
 """
 from __future__ import annotations
 
+from typing import Callable, Optional
+
 import numpy as np
 
 from ...graphlib.ops import conv, nn, shape
@@ -21,6 +23,7 @@ from .kernels import max_pool2d_backward_into as _max_pool2d_backward_into
 from .kernels import max_pool2d_into as _max_pool2d_into
 from .kernels import matmul_into as _matmul_into
 from .select import where_bits as _where_bits
+from .tables import KERNELS as _KERNELS
 
 # op name -> xp ufunc name, for elementwise ops that are one ufunc
 _UFUNCS = {
@@ -160,6 +163,41 @@ def _sum_to_out(xp, x, *, out, shape):
     return True
 
 
+def _sum_to_prepare(xp, attrs: dict, in_shapes) -> Optional[Callable]:
+    """A runner for ``sum_to`` on an input of one shape (what the planned runtime knows):
+    the axes and the BLAS split are found once, then each call is ``_sum_to_out``'s own
+    ``blas_sum`` call (the same bits). None where that form does not apply; arrays it was
+    not made for go through ``_sum_to_out`` or the kernel as an unprepared step would (the
+    runner always writes: the runtime's fallback for a False is the multi-output one)."""
+    if xp is not np or len(in_shapes) != 1:
+        return None
+    xs = tuple(in_shapes[0])
+    axes, _ = _sum_to_axes(xs, attrs["shape"])
+    parts = _blas_reduce.split_shape(xs, axes) if axes else None
+    if parts is None:
+        return None
+    floats = (np.dtype(np.float32), np.dtype(np.float64))
+    blas_sum = _blas_reduce.blas_sum
+    to = attrs["shape"]
+    kernel = _KERNELS[shape.sum_to_op]
+
+    def runner(args, outs) -> bool:
+        x, out = args[0], outs[0]
+        if (type(x) is not np.ndarray or x.shape != xs or x.dtype not in floats
+                or out.dtype != x.dtype or not x.flags.c_contiguous
+                or not out.flags.c_contiguous):
+            if not _sum_to_out(xp, x, out=out, shape=to):
+                res = kernel(xp, x, shape=to)
+                if tuple(getattr(res, "shape", ())) != out.shape:
+                    raise ValueError(f"kernel returned shape {list(res.shape)}, planned "
+                                     f"{list(out.shape)}")
+                xp.copyto(out, res, casting="unsafe")
+            return True
+        blas_sum(x, parts, out=out)
+        return True
+    return runner
+
+
 _sum_to_axes = shape._sum_to_axes
 
 
@@ -257,3 +295,8 @@ def table() -> dict:
     forms[conv.max_pool2d_op] = _max_pool2d_out
     forms[conv.max_pool2d_backward_op] = _max_pool2d_backward_out
     return forms
+
+
+def prepare_table() -> dict:
+    """op -> per-program ``prepare(xp, attrs, in_shapes)`` shortcuts of the out= forms."""
+    return {shape.sum_to_op: _sum_to_prepare}
