@@ -167,10 +167,14 @@ class Program:
                 elif mode == PREPARED:
                     buffers = tuple([env[s] for s in outs])
                     runner, generic = out_kernel
-                    if not runner(args, buffers):
-                        if not generic(xp, *args, out=buffers, **attrs):
+                    if not runner(args, buffers):     # declined: the out= form, then the kernel
+                        if multi:
+                            if not generic(xp, *args, out=buffers, **attrs):
+                                _copy_results(xp, node, kernel(xp, *args, **attrs), buffers,
+                                              True)
+                        elif not generic(xp, *args, out=buffers[0], **attrs):
                             _copy_results(xp, node, kernel(xp, *args, **attrs), buffers,
-                                          True)
+                                          False)
                 elif mode == ARENA:
                     if multi:
                         buffers = tuple([env[s] for s in outs])

@@ -288,3 +288,35 @@ def test_array_module_extras_come_from_the_registered_table():
         xpu._DEVICES.pop("fakedev")
     with pytest.raises(RuntimeError, match="no backend for the device 'fakedev'"):
         xpu.to_device(5, "fakedev")
+
+
+@pytest.mark.parametrize("out_form_takes_it", [True, False])
+def test_a_prepared_runner_that_declines_falls_back_for_a_one_output_op(out_form_takes_it):
+    """A single-output op's prepared runner may decline: its ``out=`` form then gets the one
+    buffer (not a tuple), and where that declines too the kernel's array is copied in."""
+    seen = Counter()
+
+    def prepare(xp, attrs, in_shapes):
+        def runner(args, buffers):
+            seen["runner"] += 1
+            return False
+        return runner
+
+    def sum_out(xp, x, *, out, dim, keepdim, dtype=None):
+        seen["out"] += 1
+        assert isinstance(out, np.ndarray), type(out)
+        if not out_form_takes_it:
+            return False
+        xp.copyto(out, SUM.kernel(xp, x, dim=dim, keepdim=keepdim, dtype=dtype))
+        return True
+
+    toy = ToyBackend()
+    toy.register_out(SUM, sum_out, prepare)
+    g = dg.Graph("declined")
+    with g:
+        x = dg.placeholder("x", (4, 3))
+        y = dg.exp(dg.sum(dg.exp(x), 1)) * 2.0
+    xs = np.arange(12.0, dtype=np.float32).reshape(4, 3) / 10
+    (got,) = dg.compile_graph(g, [y], backend=toy, planner=plan_memory)(x=xs)
+    np.testing.assert_allclose(got, np.exp(np.exp(xs).sum(1)) * 2.0, rtol=1e-6)
+    assert seen["runner"] == 1 and seen["out"] == 1
