@@ -22,7 +22,7 @@ from ..graphlib.registry import REGISTRY, OpDef
 from ..graphlib.types import TensorType
 from . import grad_mode
 from . import tensors as tensor_mod
-from .tensors import EagerNode, Parameter, Tensor, eager_apply
+from .tensors import EagerNode, Tensor, eager_apply
 
 
 def _collect(roots: Sequence[Tensor]):
