@@ -1138,17 +1138,7 @@ class EagerNode(Node):
                                y if fy is None else (fy, y._index))
             self.next_nodes = (fx, fy)
         else:
-            keys, nexts = [], []
-            for x in inputs:
-                fn = x.grad_fn
-                if fn is not None:
-                    keys.append((fn, x._index))
-                    nexts.append(fn)
-                else:
-                    keys.append(x)
-                    nexts.append(None)
-            self.input_keys = tuple(keys)
-            self.next_nodes = tuple(nexts)
+            self.input_keys, self.next_nodes = _input_links(inputs)
         # a view's gradient path assumes its base is unchanged: views save versions too
         # (the op's traits: ``view``, ``saves_no_data``, ``vjp_reads_output``)
         if for_grad and (not op.saves_no_data or op.view):
@@ -1497,6 +1487,22 @@ def eager_apply(op, inputs, attrs):
     return out
 
 
+def _input_links(inputs) -> tuple:
+    """A tape node's ``(input_keys, next_nodes)`` for any number of inputs: a key is the
+    producing node and output index, or the leaf tensor itself (one- and two-input nodes
+    unroll this on the hot path)."""
+    keys, nexts = [], []
+    for x in inputs:
+        fn = x.grad_fn
+        if fn is not None:
+            keys.append((fn, x._index))
+            nexts.append(fn)
+        else:
+            keys.append(x)
+            nexts.append(None)
+    return tuple(keys), tuple(nexts)
+
+
 def _tape(op, tensors, attrs, out, res, float_out, saves):
     """``_record`` of one single-output call for autograd outside ``record()`` blocks, with
     ``EagerNode.__init__`` inlined (the same fields, the same values)."""
@@ -1532,17 +1538,7 @@ def _tape(op, tensors, attrs, out, res, float_out, saves):
         else:
             node.saved_versions = None
     else:
-        keys, nexts = [], []
-        for x in tensors:
-            fn = x.grad_fn
-            if fn is not None:
-                keys.append((fn, x._index))
-                nexts.append(fn)
-            else:
-                keys.append(x)
-                nexts.append(None)
-        node.input_keys = tuple(keys)
-        node.next_nodes = tuple(nexts)
+        node.input_keys, node.next_nodes = _input_links(tensors)
         if saves:
             saved = [x._version[0] for x in tensors]
             if saves == 2:
