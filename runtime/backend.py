@@ -45,6 +45,26 @@ class KernelTable(dict):
         return kernel
 
 
+def split_body(graph) -> tuple:
+    """A fused body's nodes split once, for a backend's fused compiler: ``(prologue,
+    constants, region, region_inputs, region_outputs)``. The prologue is its non-elementwise
+    nodes (a matmul or reduction feeding the region), the region its elementwise nodes, whose
+    inputs are the values it reads and neither makes nor takes from a constant (each once,
+    in first-read order), and whose outputs are the body's outputs it makes."""
+    prologue = [n for n in graph.nodes if not n.op.elementwise and not n.op.constant]
+    constants = [n for n in graph.nodes if n.op.constant]
+    region = [n for n in graph.nodes if n.op.elementwise]
+    made = {o for n in region for o in n.outputs}
+    consts = {n.outputs[0] for n in constants}
+    seen: dict = {}
+    for n in region:
+        for x in n.inputs:
+            if x not in made and x not in consts:
+                seen.setdefault(x, x)
+    region_outputs = [o for o in graph.outputs if o in made]
+    return prologue, constants, region, list(seen.values()), region_outputs
+
+
 class FusedCompiler:
     """Runs a fused body op by op with its backend's kernels: correct on any array module,
     and the reference every faster compiler is tested against."""

@@ -45,7 +45,7 @@ from ...graphlib.config import config
 from ...graphlib.ir import Value
 from ...graphlib.ops.fused import eval_nodes
 from ...graphlib.registry import get_op
-from ..backend import FusedCompiler
+from ..backend import FusedCompiler, split_body
 from ..kernel_cache import cache_dir, write_verified
 from .tables import KERNELS, OUT_KERNELS
 
@@ -87,19 +87,8 @@ class Layout:
                  "outputs", "direct")
 
     def __init__(self, graph):
-        self.prologue = [n for n in graph.nodes
-                         if not n.op.elementwise and not n.op.constant]
-        self.constants = [n for n in graph.nodes if n.op.constant]
-        self.region = [n for n in graph.nodes if n.op.elementwise]
-        made = {o for n in self.region for o in n.outputs}
-        consts = {n.outputs[0] for n in self.constants}
-        seen: Dict[Value, object] = {}
-        for n in self.region:
-            for x in n.inputs:
-                if x not in made and x not in consts:
-                    seen.setdefault(x, x)
-        self.region_inputs = list(seen.values())
-        self.region_outputs = [o for o in graph.outputs if o in made]
+        (self.prologue, self.constants, self.region, self.region_inputs,
+         self.region_outputs) = split_body(graph)
         self.outputs = list(graph.outputs)
         # no prologue, and the region reads the body's inputs in order: no remapping needed
         self.direct = (not self.prologue and len(self.region_outputs) == len(self.outputs)

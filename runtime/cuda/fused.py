@@ -14,13 +14,13 @@ outputs of different shapes) runs op by op with the backend's kernels on cupy, a
 from __future__ import annotations
 
 import threading
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
 from ...graphlib.ir import Value
 from ...graphlib.ops.fused import eval_nodes
-from ..backend import FusedCompiler
+from ..backend import FusedCompiler, split_body
 from . import codegen
 
 _kernels: Dict[codegen.KernelSource, object] = {}      # source -> cupy.ElementwiseKernel
@@ -50,18 +50,8 @@ class Layout:
 
     def __init__(self, graph):
         self.graph = graph
-        self.prologue = [n for n in graph.nodes if not n.op.elementwise and not n.op.constant]
-        self.constants = [n for n in graph.nodes if n.op.constant]
-        self.region = [n for n in graph.nodes if n.op.elementwise]
-        made = {o for n in self.region for o in n.outputs}
-        const_values = {n.outputs[0] for n in self.constants}
-        seen: Dict[Value, Value] = {}
-        for n in self.region:
-            for x in n.inputs:
-                if x not in made and x not in const_values:
-                    seen.setdefault(x, x)
-        self.region_inputs: List[Value] = list(seen.values())
-        self.region_outputs = [o for o in graph.outputs if o in made]
+        (self.prologue, self.constants, self.region, self.region_inputs,
+         self.region_outputs) = split_body(graph)
         self.outputs = list(graph.outputs)
         self.consts = self._fold_constants()
         self.source = None
