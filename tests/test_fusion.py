@@ -893,3 +893,85 @@ def test_bound_prologue_uses_a_spare_output_only_when_it_overlaps_no_input(rows)
     inplace[hi] = arrays[hi].copy()
     assert runner(inplace, [inplace[hi]])
     np.testing.assert_array_equal(_bits(inplace[hi]), _bits(want))
+
+
+# -- planned executables: numba from NUMBA_MIN_PLANNED, and the call memo --------------------
+def _numba_plans(exe):
+    return [p for node in _fused(exe) for k, p in node.attrs["sub"]._plans.items()
+            if k is not None and isinstance(p, _fused_cpu.NumbaPlan)]
+
+
+@pytest.mark.skipif(not HAVE_NUMBA, reason="numba is not installed (the `fast` extra)")
+def test_planned_bias_relu_runs_numba_from_the_planned_threshold():
+    """A Linear's bias + ReLU epilogue over 128 x 256 (below NUMBA_MIN_ELEMENTS, above
+    NUMBA_MIN_PLANNED) runs one numba loop at O2, with O0's bits, and numpy's plan in an
+    unplanned executable; NaN, -0.0 and negative values go through ReLU as numpy's."""
+    rows, cols = 128, 256
+    assert _fused_cpu.NUMBA_MIN_PLANNED <= rows * cols < _fused_cpu.NUMBA_MIN_ELEMENTS
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((rows, 32)).astype(np.float32)
+    w = rng.standard_normal((32, cols)).astype(np.float32)
+    b = rng.standard_normal(cols).astype(np.float32)
+    b[:3] = [np.nan, -0.0, -np.inf]
+    g = dg.Graph("bias_relu")
+    with g:
+        xv = dg.placeholder("x", (rows, 32))
+        y = dg.relu(dg.matmul(xv, dg.constant(w)) + dg.constant(b))
+    ref = g.compile(outputs=[y])(x=x)[0]
+    planned = g.compile(outputs=[y], passes="O2")
+    unplanned = g.compile(outputs=[y], passes=["fuse"])
+    for _ in range(3):                    # the second and third calls hit the memo
+        got = planned(x=x)[0]
+        np.testing.assert_array_equal(got, ref)
+        assert np.array_equal(np.signbit(got), np.signbit(ref))
+    np.testing.assert_array_equal(unplanned(x=x)[0], ref)
+    assert _numba_plans(planned)
+    assert not _numba_plans(unplanned)
+
+
+@pytest.mark.skipif(not HAVE_NUMBA, reason="numba is not installed (the `fast` extra)")
+def test_numba_plan_memo_rereads_scalars_and_follows_new_arrays():
+    """A remembered call on the same arrays skips the preparation but still reads a
+    one-element input's current value; other arrays, or a call without ``remember``,
+    are prepared anew; an output written over its input keeps the alias kernel."""
+    n = 4 * _fused_cpu.NUMBA_MIN_PLANNED
+    g = dg.Graph("axpy")
+    with g:
+        p = dg.placeholder("p", (n,))
+        s = dg.placeholder("s", ())
+        q = dg.placeholder("q", (n,))
+        y = p - s * q
+    exe = g.compile(outputs=[y], passes=["fuse"])
+    (node,) = _fused(exe)
+    body = node.attrs["sub"]
+    lay = _fused_cpu._layout(body)
+    rng = np.random.default_rng(0)
+    pa, qa = rng.standard_normal((2, n)).astype(np.float32)
+    sa = np.array(0.5, np.float32)
+
+    def order(pv, sv, qv):                # the body's inputs in the fused node's order
+        arrays = {"p": pv, "s": sv, "q": qv}
+        return [arrays[v.name] for v in node.inputs]
+    assert sorted(v.name for v in node.inputs) == ["p", "q", "s"]
+    ins = order(pa, sa, qa)
+    plan = _fused_cpu._plan(body, lay, ins, _fused_cpu.NUMBA_MIN_PLANNED)
+    assert isinstance(plan, _fused_cpu.NumbaPlan)
+    out = np.empty(n, np.float32)
+    for scale in (0.5, 0.25, -2.0):
+        sa[()] = scale                    # a learning rate changed in place
+        plan(ins, [out], remember=True)
+        np.testing.assert_array_equal(out, pa - np.float32(scale) * qa)
+    assert plan._memo is not None and any(a is pa for a in plan._memo[0])
+    other = pa.copy() + 1
+    plan(order(other, sa, qa), [out], remember=True)
+    np.testing.assert_array_equal(out, other - sa * qa)
+    assert any(a is other for a in plan._memo[0])
+    # in place: the output is the first input's own buffer (the SGD update's form)
+    expect = other - sa * qa
+    for _ in range(2):
+        plan(order(other, sa, qa), [other], remember=True)
+        np.testing.assert_array_equal(other, expect)
+        expect = expect - sa * qa
+    fresh = plan(order(pa, sa, qa))          # no ``out``: nothing remembered
+    np.testing.assert_array_equal(fresh[0], pa - sa * qa)
+    assert plan._memo[1][0] is other

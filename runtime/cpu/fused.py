@@ -68,6 +68,11 @@ THREAD_MIN_ELEMENTS = 1 << 20
 # Below this many elements a numba kernel saves under ~50 us a call, which rarely repays
 # its first compilation (~1 s; later processes load it from the disk cache in ~0.1 s).
 NUMBA_MIN_ELEMENTS = 1 << 16
+# A planned executable (O2) runs the same kernels step after step, so there the bar is lower:
+# from 8K elements a numba region saves several microseconds a call (a float32 bias + ReLU
+# over 128 x 256: 3.4 us as one loop, 23-26 us as numpy's add and maximum, whose NaN-aware
+# loop is the slow one), which repays a compilation within a training run.
+NUMBA_MIN_PLANNED = 1 << 13
 # numba kernels run on one thread by default: with parallel=True, numba's OpenMP threads
 # and OpenBLAS's threads spin-wait on each other's cores after every call, which measured
 # a 12x slower MLP training step on 2 cores. ``config.numba_parallel = True`` turns it on.
@@ -103,16 +108,17 @@ def _layout(body) -> Layout:
     return lay
 
 
-def _plan(body, lay: Layout, ins: Sequence[np.ndarray]):
+def _plan(body, lay: Layout, ins: Sequence[np.ndarray],
+          numba_min: Optional[int] = None):
     # the switches a plan depends on are part of its key: a change takes effect at once
-    key = (config.fused_strategy, config.numba, config.numba_parallel,
+    key = (config.fused_strategy, config.numba, config.numba_parallel, numba_min,
            tuple([(a.shape, a.dtype.char, a.flags.c_contiguous) for a in ins]))
     plan = body._plans.get(key)
     if plan is None:
         with body._lock:
             plan = body._plans.get(key)
             if plan is None:
-                plan = body._plans[key] = _build(lay, ins)
+                plan = body._plans[key] = _build(lay, ins, numba_min)
     return plan
 
 
@@ -217,9 +223,18 @@ def bind(body, in_shapes: Sequence[tuple]):
         return None
     shapes, consts, full = found
     n = math.prod(full)
-    if not _direct(lay, n) or (strategy == "auto" and n >= NUMBA_MIN_ELEMENTS
-                               and numba_available()):
-        return None
+    if not _direct(lay, n) or _numba_first(strategy, n):
+        # the cached plan of these inputs (numba from NUMBA_MIN_PLANNED elements on)
+
+        def planned(arrays, outs) -> bool:
+            if config.fused_strategy != strategy:
+                return False
+            plan = _plan(body, lay, arrays, NUMBA_MIN_PLANNED)
+            if plan is False:
+                return False
+            plan(arrays, outs, remember=True)
+            return True
+        return planned
     plan = DirectPlan(lay, shapes, consts, full)
 
     def runner(arrays, outs) -> bool:
@@ -228,6 +243,11 @@ def bind(body, in_shapes: Sequence[tuple]):
         plan(arrays, outs)
         return True
     return runner
+
+
+def _numba_first(strategy: str, n: int) -> bool:
+    """Whether a planned region of ``n`` elements tries a numba plan before numpy's."""
+    return strategy == "auto" and n >= NUMBA_MIN_PLANNED and numba_available()
 
 
 def _bind_gemm_update(body, in_shapes: Sequence[tuple], strategy: str):
@@ -334,8 +354,7 @@ def _bind_prologue(body, lay: Layout, in_shapes: Sequence[tuple], strategy: str)
             return None
         rshapes, consts, full = found
         n = math.prod(full)
-        if _direct(lay, n) and not (strategy == "auto" and n >= NUMBA_MIN_ELEMENTS
-                               and numba_available()):
+        if _direct(lay, n) and not _numba_first(strategy, n):
             plan = DirectPlan(lay, rshapes, consts, full)
     # outputs that are prologue values without a home of their own are copied at the end
     copies = [(k, made[o][0]) for k, o in enumerate(lay.outputs)
@@ -374,10 +393,10 @@ def _bind_prologue(body, lay: Layout, in_shapes: Sequence[tuple], strategy: str)
             if plan is not None:
                 plan(ins, region_outs)
             else:
-                chunked = _plan(body, lay, ins)
+                chunked = _plan(body, lay, ins, NUMBA_MIN_PLANNED)
                 if chunked is False:
                     return False
-                chunked(ins, region_outs)
+                chunked(ins, region_outs, remember=True)
         for k, step in copies:
             np.copyto(outs[k], results[step], casting="unsafe")
         return True
@@ -501,7 +520,7 @@ def kernel(src, out, c, compare):
 """
 
 
-def _build(lay: Layout, ins: Sequence[np.ndarray]):
+def _build(lay: Layout, ins: Sequence[np.ndarray], numba_min: Optional[int] = None):
     """The plan for region inputs shaped like ``ins``: a numba or chunked numpy callable, or
     False where neither applies (outputs of different shapes, empty arrays)."""
     found = _region_shapes(lay, [a.shape for a in ins])
@@ -510,7 +529,8 @@ def _build(lay: Layout, ins: Sequence[np.ndarray]):
     shapes, consts, full = found
     strategy = config.fused_strategy
     if strategy in ("auto", "numba"):
-        plan = NumbaPlan.build(lay, ins, shapes, consts, full, forced=strategy == "numba")
+        plan = NumbaPlan.build(lay, ins, shapes, consts, full, forced=strategy == "numba",
+                               min_elements=numba_min)
         if plan is not None:
             return plan
     if _direct(lay, math.prod(full)):
@@ -668,7 +688,8 @@ class DirectPlan:
         self.fn = glob["region"]
         self._local = threading.local()
 
-    def __call__(self, ins: Sequence[np.ndarray], out=None) -> List[np.ndarray]:
+    def __call__(self, ins: Sequence[np.ndarray], out=None,
+                 remember: bool = False) -> List[np.ndarray]:
         scratch = getattr(self._local, "scratch", None)
         if scratch is None:
             scratch = self._local.scratch = [np.empty(s, d) for s, d in self.scratch]
@@ -782,7 +803,8 @@ class ChunkPlan:
             with np.errstate(**err):
                 self.fn(ins, views, scratch, start, stop)
 
-    def __call__(self, ins: Sequence[np.ndarray], out=None) -> List[np.ndarray]:
+    def __call__(self, ins: Sequence[np.ndarray], out=None,
+                 remember: bool = False) -> List[np.ndarray]:
         outs, work = _outputs(self.full, self.out_dtypes, out, self.flat)
         if self.flat:
             ins = [a.reshape(-1) if p == "flat" else a.reshape(())
@@ -1093,16 +1115,23 @@ class NumbaPlan:
         self.failed = False
         self.fns: Dict[tuple, object] = {}
         self.full_inputs = [j for j, p in enumerate(prep) if p == "full"]
+        self.scalar_inputs = [j for j, p in enumerate(prep) if p == "scalar"]
+        # (inputs, outputs, kernel, its arguments) of the last ``remember`` call (a planned
+        # executable's, whose buffers live as long as it does) that wrote straight into the
+        # caller's outputs: a call on the same arrays skips the preparation
+        self._memo: Optional[tuple] = None
 
     @classmethod
-    def build(cls, lay: Layout, ins, shapes, consts, full: tuple,
-              forced: bool) -> "Optional[NumbaPlan]":
+    def build(cls, lay: Layout, ins, shapes, consts, full: tuple, forced: bool,
+              min_elements: Optional[int] = None) -> "Optional[NumbaPlan]":
         """A plan when numba is installed, every op translates, the region computes in one
         float dtype (float32/float64, with bools), every input is the whole iteration space,
         a trailing-dims slice of it (a bias) or one element; in ``auto`` mode also only
         when the ops are ones numba runs faster and the arrays are large enough."""
         n = math.prod(full)
-        if (not forced and n < NUMBA_MIN_ELEMENTS) or not numba_available():
+        if min_elements is None:
+            min_elements = NUMBA_MIN_ELEMENTS
+        if (not forced and n < min_elements) or not numba_available():
             return None       # (small arrays never pay numba's import, ~0.4 s)
         values = list(lay.region_inputs) + [c.outputs[0] for c in lay.constants]
         values += [o for node in lay.region for o in node.outputs]
@@ -1217,9 +1246,23 @@ class NumbaPlan:
         src += [pad + s for s in loads + stmts + stores]
         return "\n".join(src) + "\n"
 
-    def __call__(self, ins: Sequence[np.ndarray], out=None) -> List[np.ndarray]:
+    def __call__(self, ins: Sequence[np.ndarray], out=None,
+                 remember: bool = False) -> List[np.ndarray]:
         if self.failed:
             return self.fallback(ins, out)
+        memo = self._memo
+        if memo is not None and out is not None and len(out) == len(memo[1]) \
+                and all([a is b for a, b in zip(ins, memo[0])]) \
+                and all([o is p for o, p in zip(out, memo[1])]):
+            # the same arrays as the last call (a planned executable's buffers, bound
+            # state): the same views and alias pattern; one-element inputs are read anew
+            fn, args = memo[2], memo[3]
+            if self.scalar_inputs:
+                args = list(args)
+                for j in self.scalar_inputs:
+                    args[j] = ins[j].reshape(-1)[0]
+            fn(self.rows, self.cols, *args)
+            return list(out)
         outs, work = _outputs(self.full, self.out_dtypes, out, True)
         args = []
         for a, p in zip(ins, self.prep):
@@ -1251,6 +1294,8 @@ class NumbaPlan:
                 into = {k for k, _ in alias}
                 views = [v for k, v in enumerate(views) if k not in into]
             fn(self.rows, self.cols, *args, *views)
+            if remember and out is not None and all([o is w for o, w in zip(out, work)]):
+                self._memo = (tuple(ins), tuple(out), fn, tuple(args) + tuple(views))
         except Exception as e:  # noqa: BLE001 - fall back to numpy, once, with a warning
             warnings.warn(f"duograph: numba could not compile a fused kernel ({e}); using "
                           "numpy chunks instead", RuntimeWarning, stacklevel=2)
