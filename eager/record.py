@@ -21,6 +21,7 @@ with the drawn values by ``feeds()``; ``compile`` feeds fresh ones on every call
 """
 from __future__ import annotations
 
+import threading
 from typing import Dict, List, Optional
 
 import numpy as np
@@ -110,6 +111,7 @@ class Recorder:
         self._keep.extend((alias, source))
 
     def __enter__(self) -> "Recorder":
+        self._thread = threading.get_ident()     # it records this thread's ops only
         tensor_mod._recorders.append(self)
         return self
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import weakref
+from threading import get_ident as _get_ident
 from typing import Optional
 
 import numpy as np
@@ -493,8 +494,9 @@ class Tensor(TensorMethods):
         """The same data, cut from the autograd graph (shares memory and version counter)."""
         t = Tensor._wrap(self.array)
         t._version = self._version
-        for rec in _recorders:
-            rec._note_detach(t, self)
+        if _recorders:
+            for rec in _own_recorders():
+                rec._note_detach(t, self)
         return t
 
     def detach_(self) -> "Tensor":
@@ -577,8 +579,9 @@ class Tensor(TensorMethods):
         if tracked:
             src = Tensor._wrap(self.array.copy(), self.requires_grad)
             src.grad_fn, src._index = self.grad_fn, self._index
-            for rec in _recorders:
-                rec._note_alias(src, self)
+            if _recorders:
+                for rec in _own_recorders():
+                    rec._note_alias(src, self)
         result = fn(src)
         order = {"b": 0, "i": 1, "f": 2}
         if order[dtypes.kind(result.dtype)] > order[dtypes.kind(self.dtype)]:
@@ -591,8 +594,9 @@ class Tensor(TensorMethods):
         xp = _xp_for(self.device)
         xp.copyto(self.array, result.array, casting="unsafe")
         self._version[0] += 1
-        for rec in _recorders:
-            rec._note_inplace(self, result)
+        if _recorders:
+            for rec in _own_recorders():
+                rec._note_inplace(self, result)
         if result.grad_fn is not None:
             result.grad_fn._rebind(result._index, self)
             self.grad_fn, self._index = result.grad_fn, result._index
@@ -1241,7 +1245,16 @@ def _infer(op, in_sig, attrs):
     return hit
 
 
-_recorders: list = []   # open record() blocks (innermost last)
+# Open record() blocks of every thread (innermost last). The hot paths only ask whether it
+# is empty; what records an op takes this thread's blocks alone (``_own_recorders``), so a
+# block never captures another thread's ops (grad mode is per thread for the same reason).
+_recorders: list = []
+
+
+def _own_recorders() -> list:
+    """This thread's open record() blocks, innermost last."""
+    me = _get_ident()
+    return [r for r in _recorders if r._thread == me]
 _TO_DEVICE = REGISTRY["to_device"]
 _CONSTANT = REGISTRY["constant"]
 # Constants made on the default CPU device (what composite op functions build their masks and
@@ -1595,8 +1608,9 @@ def _record(op, inputs, tensors, attrs, outs, grad):
                 o.grad_fn = node
                 o._index = i
             i += 1
-    for rec in _recorders:
-        rec._add(node, outs, inputs)
+    if _recorders:
+        for rec in _own_recorders():
+            rec._add(node, outs, inputs)
 
 
 def _eager_apply_slow(op, inputs, attrs):
@@ -1901,12 +1915,14 @@ class _ControlFlowSupport:
 
         def __enter__(self):
             self._grad = grad_mode.is_grad_enabled()
-            self._recs = list(_recorders)
+            # this thread's blocks only: another thread's recording goes on
+            self._recs = _own_recorders()
             grad_mode._set(False)
-            _recorders.clear()
+            for rec in self._recs:
+                _recorders.remove(rec)
 
         def __exit__(self, *exc):
-            _recorders[:] = self._recs
+            _recorders.extend(self._recs)
             grad_mode._set(self._grad)
 
     tensor = staticmethod(_wrap)

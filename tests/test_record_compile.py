@@ -426,3 +426,115 @@ def test_compiled_closure_over_a_module_follows_train_and_eval():
     model.train()
     fast(x)
     assert len(fast) == 2                     # the training specialisation is reused
+
+
+# -- record() blocks belong to their thread ---------------------------------------------------
+def _in_thread(fn):
+    """Start ``fn`` in a thread; the joiner re-raises what it raised."""
+    import threading
+    box = {}
+
+    def run():
+        try:
+            fn()
+        except BaseException as e:      # noqa: BLE001 - handed to the joining thread
+            box["error"] = e
+    th = threading.Thread(target=run)
+    th.start()
+
+    def join():
+        th.join(30)
+        assert not th.is_alive()
+        if "error" in box:
+            raise box["error"]
+    return join
+
+
+def test_record_ignores_another_threads_ops():
+    """Ops another thread runs while a block is open (an in-place write among them) are not
+    part of the block's graph; before, the write made the block fail."""
+    import threading
+    t = dg.tensor(np.zeros(3, np.float32))
+    inside, done = threading.Event(), threading.Event()
+
+    def other():
+        inside.wait(30)
+        t.add_(1.0)
+        _ = t * 2
+        done.set()
+    join = _in_thread(other)
+    a = dg.tensor(np.ones(3, np.float32))
+    with dg.record() as rec:
+        inside.set()
+        assert done.wait(30)
+        y = a * 3
+    join()
+    assert [n.op.name for n in rec.graph.nodes if not n.op.constant] == ["mul"]
+    exe = rec.graph.compile(outputs=[rec.value(y)])
+    np.testing.assert_array_equal(exe(**rec.feeds())[0], np.full(3, 3, np.float32))
+    np.testing.assert_array_equal(t.numpy(), np.ones(3, np.float32))
+
+
+def test_compile_does_not_replay_another_threads_in_place_write():
+    """dg.compile records with bound state: another thread's ``add_`` during the recording
+    would have become a state update replayed by every call. (C-level locks hand over, so
+    no guard sees them.)"""
+    import _thread
+    counter = dg.tensor(np.zeros(2, np.float32))
+    ready, finished, first = (_thread.allocate_lock() for _ in range(3))
+    ready.acquire()
+    finished.acquire()
+
+    def other():
+        assert ready.acquire(timeout=30)
+        counter.add_(1.0)
+        finished.release()
+    join = _in_thread(other)
+    w = dg.tensor(np.full(2, 2.0, np.float32))
+
+    @dg.compile
+    def f(x):
+        if first.acquire(blocking=False):       # the first call, which records
+            ready.release()
+            assert finished.acquire(timeout=30)
+        return x * w
+
+    x = dg.tensor(np.ones(2, np.float32))
+    np.testing.assert_array_equal(f(x).numpy(), [2.0, 2.0])
+    join()
+    for _ in range(3):
+        np.testing.assert_array_equal(f(x).numpy(), [2.0, 2.0])
+    np.testing.assert_array_equal(counter.numpy(), [1.0, 1.0])
+    assert f.recompile_reasons == ["first call"]
+
+
+def test_control_flow_in_another_thread_keeps_this_threads_recording():
+    """An eager ``cond`` pauses recording while its branch runs: in its own thread only. An
+    op this thread runs meanwhile is still recorded."""
+    import threading
+    in_branch, recorded, opened = threading.Event(), threading.Event(), threading.Event()
+    armed = [True]
+
+    def branch(v):
+        if armed[0] and isinstance(v, dg.Tensor):     # the eager run, not the tracing
+            armed[0] = False
+            in_branch.set()
+            assert recorded.wait(30)
+        return v + 1
+
+    def other():
+        v = dg.tensor(np.zeros(2, np.float32))
+        assert opened.wait(30)                        # this thread's block is open
+        dg.cond(dg.tensor(True), branch, lambda v: v - 1, v)
+    join = _in_thread(other)
+    a = dg.tensor(np.ones(2, np.float32))
+    with dg.record() as rec:
+        opened.set()
+        assert in_branch.wait(30)
+        y = a * 5
+        recorded.set()
+    join()
+    assert not armed[0]                               # the branch ran eagerly and waited
+    assert [n.op.name for n in rec.graph.nodes if not n.op.constant] == ["mul"]
+    exe = rec.graph.compile(outputs=[rec.value(y)])
+    np.testing.assert_array_equal(exe(**rec.feeds())[0], [5.0, 5.0])
