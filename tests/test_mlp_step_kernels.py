@@ -8,6 +8,7 @@ import pytest
 import duograph as dg
 from duograph import nn
 from duograph.runtime.cpu import cblas
+from duograph.runtime.cpu import fused as _fused_cpu
 from duograph.runtime.cpu.select import where_bits
 
 needs_cblas = pytest.mark.skipif(not cblas.available(), reason="numpy's OpenBLAS not found")
@@ -196,3 +197,52 @@ def test_gemm_update_memo_sees_an_array_reshaped_in_place():
     c2 = np.zeros((2, 3), np.float32)
     assert g(a, b, c2, 1.0, 0.0)
     np.testing.assert_allclose(c2, a @ b, rtol=1e-5, atol=1e-5)
+
+
+def _linear_relu_step(batch, passes):
+    dg.manual_seed(1)
+    model = nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 10))
+    opt = dg.optim.SGD(model.parameters(), lr=0.05)
+    g = dg.Graph("linear_relu_step")
+    with g:
+        xv = dg.placeholder("x", ("N", 784))
+        yv = dg.placeholder("y", ("N",), "int64")
+        loss = nn.functional.cross_entropy(model(xv), yv)
+        opt.minimize(loss)
+    return model, g.compile(outputs=[loss], passes=passes)
+
+
+@pytest.mark.skipif(not _fused_cpu.numba_available(), reason="numba is not installed")
+@pytest.mark.parametrize("batch", [32, 128])
+def test_swapped_linear_epilogue_gives_the_unswapped_bits(monkeypatch, batch):
+    """A Linear's ``relu(x @ W.T + b)`` run as ``W @ x.T`` with the epilogue reading the
+    product transposed (where that measured faster) gives the bits of the form as written:
+    three O2 training steps with the swap forced on and forced off agree exactly, and both
+    agree with O0 to float32 rounding."""
+    from duograph.runtime.cpu.kernels import _same_bits
+    rng = np.random.default_rng(batch)
+    xs = [rng.standard_normal((batch, 784)).astype(np.float32) for _ in range(3)]
+    ys = [rng.integers(0, 10, batch).astype(np.int64) for _ in range(3)]
+    w = (rng.standard_normal((256, 784)) * 0.05).astype(np.float32)
+    if not _same_bits(xs[0], w.T):
+        pytest.skip("this BLAS sums x @ W.T and W @ x.T differently: the swap never runs")
+    results = {}
+    for name, faster in (("on", True), ("off", False)):
+        asked = []
+
+        def decide(new, old, arrays, outs, _faster=faster, _asked=asked):
+            _asked.append(arrays[0].shape)
+            return _faster
+        monkeypatch.setattr(_fused_cpu, "_runs_faster", decide)
+        model, exe = _linear_relu_step(batch, "O2")
+        losses = [exe(x=x, y=y)[0] for x, y in zip(xs, ys)]
+        assert asked == [(batch, 784)]            # decided once, for the first layer
+        results[name] = losses, {k: v.numpy().copy() for k, v in model.state_dict().items()}
+    model, exe = _linear_relu_step(batch, "O0")
+    ref = [exe(x=x, y=y)[0] for x, y in zip(xs, ys)]
+    (on, won), (off, woff) = results["on"], results["off"]
+    for a, b, r in zip(on, off, ref):
+        assert a.tobytes() == b.tobytes()
+        np.testing.assert_allclose(a, r, rtol=1e-5)
+    for k in won:
+        assert won[k].tobytes() == woff[k].tobytes(), k

@@ -35,6 +35,7 @@ import math
 import re
 import sys
 import threading
+import time
 import types
 import warnings
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
@@ -109,16 +110,19 @@ def _layout(body) -> Layout:
 
 
 def _plan(body, lay: Layout, ins: Sequence[np.ndarray],
-          numba_min: Optional[int] = None):
+          numba_min: Optional[int] = None, transposed: bool = False):
+    """The cached plan for region inputs like ``ins``. ``transposed``: a 2-D input that is
+    the transpose of a C-contiguous array may be read as such by a numba plan (the caller
+    guarantees no output overlaps it)."""
     # the switches a plan depends on are part of its key: a change takes effect at once
-    key = (config.fused_strategy, config.numba, config.numba_parallel, numba_min,
+    key = (config.fused_strategy, config.numba, config.numba_parallel, numba_min, transposed,
            tuple([(a.shape, a.dtype.char, a.flags.c_contiguous) for a in ins]))
     plan = body._plans.get(key)
     if plan is None:
         with body._lock:
             plan = body._plans.get(key)
             if plan is None:
-                plan = body._plans[key] = _build(lay, ins, numba_min)
+                plan = body._plans[key] = _build(lay, ins, numba_min, transposed)
     return plan
 
 
@@ -400,7 +404,94 @@ def _bind_prologue(body, lay: Layout, in_shapes: Sequence[tuple], strategy: str)
         for k, step in copies:
             np.copyto(outs[k], results[step], casting="unsafe")
         return True
+    if len(steps) == 1 and not copies and lay.region and strategy == "auto":
+        swapped = _bind_swapped(body, lay, steps[0], sources, region_out, strategy, runner)
+        if swapped is not None:
+            return swapped
     return runner
+
+
+def _bind_swapped(body, lay: Layout, step, sources, region_out, strategy: str, general):
+    """A runner for ``epilogue(x @ W.T)``, a Linear layer with its bias and activation
+    fused, that computes the product as ``W @ x.T`` into a scratch and runs the epilogue's
+    numba loop reading that scratch transposed: OpenBLAS multiplies a C-contiguous ``x``
+    by a transposed ``W`` slower than the swapped form at small batches (784 -> 256,
+    float32, 128 rows: 602 -> 563 us with a bias + ReLU epilogue), and the epilogue pass
+    does the transposition for free. Chosen per shape at the first call, and only where
+    both products give the same bits (``kernels._same_bits``), the whole body gave the
+    same bits both ways on those operands, and the swapped run was faster; otherwise, and
+    for operands of other layouts, ``general`` runs. None for other bodies."""
+    from .kernels import _same_bits
+    kernel, out_kernel, ins, attrs, _ = step
+    node = lay.prologue[0]
+    product = node.outputs[0]
+    if node.op.name != "matmul" or attrs or len(ins) != 2 or not numba_available() \
+            or any(o is product for o in body.graph.outputs) \
+            or sum(1 for kind, _ in sources if kind == 1) != 1:
+        return None
+    ia, ib = ins
+    scratch: Dict[tuple, np.ndarray] = {}
+    choices: Dict[tuple, bool] = {}
+
+    def swapped(arrays, outs) -> bool:
+        a, b = arrays[ia], arrays[ib]
+        key = (a.shape, b.shape, a.dtype)
+        zt = scratch.get(key)
+        if zt is None:
+            zt = scratch[key] = np.empty((b.shape[1], a.shape[0]), a.dtype)
+        np.matmul(b.T, a.T, out=zt)
+        rins = [arrays[j] if kind == 0 else zt.T for kind, j in sources]
+        plan = _plan(body, lay, rins, NUMBA_MIN_PLANNED, transposed=True)
+        if plan is False:
+            return False
+        plan(rins, [outs[k] for k in region_out], remember=True)
+        return True
+
+    def choose(arrays, outs) -> bool:
+        a, b = arrays[ia], arrays[ib]
+        if any(np.may_share_memory(o, x) for o in outs for x in arrays) \
+                or not _same_bits(a, b):
+            return False              # (an output over an input: the body runs once only)
+        if not general(arrays, outs):
+            return False
+        want = [o.copy() for o in outs]
+        if not swapped(arrays, outs) or not all(
+                np.array_equal(o, w, equal_nan=True) for o, w in zip(outs, want)):
+            general(arrays, outs)
+            return False
+        return _runs_faster(swapped, general, arrays, outs)
+
+    def runner(arrays, outs) -> bool:
+        if config.fused_strategy != strategy:
+            return False
+        a, b = arrays[ia], arrays[ib]
+        if type(a) is not np.ndarray or type(b) is not np.ndarray or a.ndim != 2 \
+                or b.ndim != 2 or a.dtype != b.dtype or a.dtype.kind != "f" \
+                or a.dtype.itemsize < 4 or not a.flags.c_contiguous \
+                or b.flags.c_contiguous or not b.T.flags.c_contiguous \
+                or a.shape[0] < 2 or b.shape[1] < 2 \
+                or a.shape[0] * b.shape[1] < NUMBA_MIN_PLANNED:
+            return general(arrays, outs)
+        key = (a.shape, b.shape, a.dtype)
+        choice = choices.get(key)
+        if choice is None:
+            # (choose runs the body only where no output overlaps an input: once more is
+            # harmless there)
+            choice = choices[key] = choose(arrays, outs)
+        return swapped(arrays, outs) if choice else general(arrays, outs)
+    return runner
+
+
+def _runs_faster(new, old, arrays, outs) -> bool:
+    """Whether ``new(arrays, outs)`` ran at least 3% faster than ``old`` (best of three
+    each, interleaved); both write the same outputs, which overlap no input."""
+    best = [float("inf"), float("inf")]
+    for _ in range(3):
+        for k, run in enumerate((old, new)):
+            t = time.perf_counter()
+            run(arrays, outs)
+            best[k] = min(best[k], time.perf_counter() - t)
+    return best[1] < 0.97 * best[0]
 
 
 def _spare_homes(body, homes: Dict[Value, int]) -> Dict[int, int]:
@@ -520,7 +611,8 @@ def kernel(src, out, c, compare):
 """
 
 
-def _build(lay: Layout, ins: Sequence[np.ndarray], numba_min: Optional[int] = None):
+def _build(lay: Layout, ins: Sequence[np.ndarray], numba_min: Optional[int] = None,
+           transposed: bool = False):
     """The plan for region inputs shaped like ``ins``: a numba or chunked numpy callable, or
     False where neither applies (outputs of different shapes, empty arrays)."""
     found = _region_shapes(lay, [a.shape for a in ins])
@@ -530,7 +622,7 @@ def _build(lay: Layout, ins: Sequence[np.ndarray], numba_min: Optional[int] = No
     strategy = config.fused_strategy
     if strategy in ("auto", "numba"):
         plan = NumbaPlan.build(lay, ins, shapes, consts, full, forced=strategy == "numba",
-                               min_elements=numba_min)
+                               min_elements=numba_min, transposed=transposed)
         if plan is not None:
             return plan
     if _direct(lay, math.prod(full)):
@@ -1123,7 +1215,8 @@ class NumbaPlan:
 
     @classmethod
     def build(cls, lay: Layout, ins, shapes, consts, full: tuple, forced: bool,
-              min_elements: Optional[int] = None) -> "Optional[NumbaPlan]":
+              min_elements: Optional[int] = None,
+              transposed: bool = False) -> "Optional[NumbaPlan]":
         """A plan when numba is installed, every op translates, the region computes in one
         float dtype (float32/float64, with bools), every input is the whole iteration space,
         a trailing-dims slice of it (a bias) or one element; in ``auto`` mode also only
@@ -1158,13 +1251,17 @@ class NumbaPlan:
                 prep.append("scalar")
             elif a.shape == full and a.flags.c_contiguous:
                 prep.append("full")
+            elif transposed and a.ndim == 2 and a.shape == full and a.T.flags.c_contiguous:
+                prep.append("transposed")         # read as a.T[j, r]: rows mode below
             elif a.flags.c_contiguous and 0 < len(s) < len(full) and s == full[-len(s):]:
                 prep.append("suffix")
                 suffix.add(len(s))
             else:
                 return None
-        if len(suffix) > 1:
+        if len(suffix) > 1 or ("transposed" in prep and suffix and suffix != {1}):
             return None
+        if "transposed" in prep:          # rows and columns of the 2-D iteration space
+            suffix = {1}
         cols = math.prod(full[-suffix.pop():]) if suffix else 1
         rows = n // cols
         plain = cls._source(lay, prep, consts, dt, bool(cols > 1), ())
@@ -1227,6 +1324,8 @@ class NumbaPlan:
                 loads.append(f"x{j} = a{j}")
             elif p == "suffix":
                 loads.append(f"x{j} = a{j}[j]")
+            elif p == "transposed":
+                loads.append(f"x{j} = a{j}[j, r]")
             else:
                 loads.append(f"x{j} = a{j}[{idx}]")
         stores = [f"{f'a{into[k]}' if k in into else f'o{k}'}[{idx}] = {name[v]}"
@@ -1270,6 +1369,8 @@ class NumbaPlan:
                 args.append(a.reshape(-1)[0])
             elif p == "suffix":
                 args.append(a.reshape(-1))
+            elif p == "transposed":
+                args.append(a.T)
             elif self.cols > 1:
                 args.append(a.reshape(self.rows, self.cols))
             else:
