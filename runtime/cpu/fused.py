@@ -478,6 +478,8 @@ def _bind_swapped(body, lay: Layout, step, sources, region_out, strategy: str, g
             # (choose runs the body only where no output overlaps an input: once more is
             # harmless there)
             choice = choices[key] = choose(arrays, outs)
+            if not choice:
+                scratch.pop(key, None)    # the product's transposed buffer is not needed
         return swapped(arrays, outs) if choice else general(arrays, outs)
     return runner
 
