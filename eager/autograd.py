@@ -455,13 +455,85 @@ def _sum_rule(g, ins, outs, attrs, needs):
     return (g if g.shape == shape else np.broadcast_to(g, shape),)
 
 
+_T2 = (1, 0)
+# (shape of a.T, shape of g, dtype) -> whether ``(g.T @ a).T`` has the bits of ``a.T @ g``
+_SWAP_EXACT: dict = {}
+
+
+def _permute_rule(g, ins, outs, attrs, needs):
+    """``permute``'s rule: the cotangent permuted back, a view (as the op rule's permute)."""
+    if type(g) is not _ndarray or type(ins[0].array) is not _ndarray:
+        return None
+    dims = attrs["dims"]
+    inverse = [0] * len(dims)
+    for i, d in enumerate(dims):
+        inverse[d] = i
+    return (tensor_mod._cpu_kernels[_PERMUTE](np, g, dims=tuple(inverse)),)
+
+
+def _transposed_here(t: Tensor) -> bool:
+    """Whether ``t`` is the 2-D transpose of another tensor on the tape (a Linear's
+    ``weight.T``): its cotangent is transposed back by that permute's rule."""
+    node = t.grad_fn
+    return node is not None and node.op is _PERMUTE and node.attrs["dims"] == _T2
+
+
+def _swap_is_exact(at, g, mm, tp) -> bool:
+    """Whether the CPU matmul gives ``at @ g`` and ``(g.T @ at.T).T`` the same bits, on a
+    random probe of these shapes and layouts and on these operands (once per shape)."""
+    key = (at.shape, g.shape, g.dtype)
+    found = _SWAP_EXACT.get(key)
+    if found is None:
+        rng = np.random.default_rng(0)
+        pa = tp(np, rng.standard_normal(at.shape[::-1]).astype(g.dtype), dims=_T2)
+        pg = rng.standard_normal(g.shape).astype(g.dtype)
+        found = all(np.array_equal(mm(np, x, y), tp(np, mm(np, tp(np, y, dims=_T2),
+                                                             tp(np, x, dims=_T2)), dims=_T2))
+                    for x, y in ((pa, pg), (at, g)))
+        if len(_SWAP_EXACT) > 1024:
+            _SWAP_EXACT.clear()
+        _SWAP_EXACT[key] = found
+    return found
+
+
+def _matmul_rule(g, ins, outs, attrs, needs):
+    """2-D ``matmul``'s rule with the op rule's kernels: ``g @ b.T`` and ``a.T @ g``. Where
+    ``b`` is a transposed tensor (a Linear's ``weight.T``), the second is computed as
+    ``(g.T @ a).T`` when that gives the same bits (``_swap_is_exact``): the permute's rule
+    then hands the weight a C-ordered cotangent, whose copy into ``.grad`` is a plain
+    memcpy instead of a transposing one (784 -> 256 float32: 177 -> 20 us)."""
+    x, y = ins
+    a, b = x.array, y.array
+    dt = g.dtype
+    if type(g) is not _ndarray or type(a) is not _ndarray or type(b) is not _ndarray \
+            or g.ndim != 2 or a.ndim != 2 or b.ndim != 2 or dt not in _MATMUL_NP \
+            or a.dtype != dt or b.dtype != dt:
+        return None
+    mm = tensor_mod._cpu_kernels[_MATMUL]
+    tp = tensor_mod._cpu_kernels[_PERMUTE]
+    ra = rb = None
+    if needs[0]:
+        ra = np.asarray(mm(np, g, tp(np, b, dims=_T2)))
+    if needs[1]:
+        at = tp(np, a, dims=_T2)
+        if _transposed_here(y) and _swap_is_exact(at, g, mm, tp):
+            rb = tp(np, np.asarray(mm(np, tp(np, g, dims=_T2), a)), dims=_T2)
+        else:
+            rb = np.asarray(mm(np, at, g))
+    return (ra, rb)
+
+
 def _array_rules() -> dict:
     return {REGISTRY["mul"]: _mul_rule, REGISTRY["sub"]: _sub_rule,
             REGISTRY["neg"]: _neg_rule, REGISTRY["sum"]: _sum_rule,
             REGISTRY["tanh"]: _backward_op_rule(REGISTRY["tanh_backward"]),
-            REGISTRY["sigmoid"]: _backward_op_rule(REGISTRY["sigmoid_backward"])}
+            REGISTRY["sigmoid"]: _backward_op_rule(REGISTRY["sigmoid_backward"]),
+            _MATMUL: _matmul_rule, _PERMUTE: _permute_rule}
 
 
+_MATMUL = REGISTRY["matmul"]
+_PERMUTE = REGISTRY["permute"]
+_MATMUL_NP = frozenset([np.dtype(np.float32), np.dtype(np.float64)])
 _ARRAY_RULES = _array_rules()
 _MUL = REGISTRY["mul"]
 _NEG = REGISTRY["neg"]
