@@ -669,3 +669,49 @@ def test_optimizer_repr():
     ours, _ = _two_group_optimizers()
     text = repr(ours)
     assert text.startswith("SGD (\nParameter Group 0\n") and "    lr: 0.05" in text
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+def test_plain_sgd_in_place_gives_the_rules_bits(monkeypatch, dtype):
+    """Plain SGD updates a CPU float parameter in place (``_update_in_place``) with exactly
+    the bits of ``rule`` + ``_write``; the version counter moves as it did; float16 (and
+    momentum, weight decay...) take the rule."""
+    rng = np.random.default_rng(2)
+    w0 = rng.standard_normal((7, 5)).astype(dtype)
+    grads = [rng.standard_normal((7, 5)).astype(dtype) for _ in range(3)]
+
+    def run(in_place):
+        if not in_place:
+            monkeypatch.setattr(optim.SGD, "_update_in_place", lambda self, p, group: False)
+        w = dg.tensor(w0.copy(), requires_grad=True)
+        opt = optim.SGD([w], lr=0.1)
+        versions = []
+        for k, g in enumerate(grads):
+            w.grad = dg.tensor(g)
+            opt.param_groups[0]["lr"] = 0.1 / (k + 1)       # changed between steps
+            opt.step()
+            versions.append(w._version[0])
+        monkeypatch.undo()
+        return w.detach().numpy().copy(), versions, opt
+
+    fast, v_fast, opt = run(True)
+    slow, v_slow, _ = run(False)
+    assert fast.tobytes() == slow.tobytes() and v_fast == v_slow
+    assert ("_scratch" in vars(opt)) == (dtype != np.float16)
+    for g in grads:                                          # the gradients are untouched
+        assert np.isfinite(g).all()
+
+
+def test_plain_sgd_in_place_leaves_grad_and_respects_record():
+    """The in-place step never writes ``.grad``; inside ``record()`` the ops are recorded
+    (the rule runs), so a compiled training step still updates the weight."""
+    w = dg.tensor(np.ones(3, np.float32), requires_grad=True)
+    opt = optim.SGD([w], lr=0.5)
+    w.grad = dg.tensor(np.full(3, 2.0, np.float32))
+    opt.step()
+    np.testing.assert_array_equal(w.grad.numpy(), [2.0, 2.0, 2.0])
+    np.testing.assert_array_equal(w.detach().numpy(), [0.0, 0.0, 0.0])
+    with dg.record(bind=True) as rec:
+        opt.step()
+    assert any(n.op.name == "sub" for n in rec.graph.nodes)
+    np.testing.assert_array_equal(w.detach().numpy(), [-1.0, -1.0, -1.0])

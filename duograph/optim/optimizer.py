@@ -14,6 +14,7 @@ from typing import Dict, Iterable, List
 import numpy as np
 
 from ..eager import grad_mode
+from ..eager import tensors as _eager_tensors
 from ..eager.tensors import Tensor
 from ..graphlib import functional as F
 from ..graphlib.autodiff import grad as symbolic_grad
@@ -108,6 +109,11 @@ class Optimizer:
         """Return (new parameter, {slot: new value}) from parameter, gradient and slots."""
         raise NotImplementedError
 
+    def _update_in_place(self, p: Tensor, group: dict) -> bool:
+        """An eager step's shortcut for one parameter: True when it updated ``p`` itself,
+        with the bits ``rule`` and ``_write`` would give; False leaves it to them."""
+        return False
+
     def _slots_of(self, p: Tensor, group: dict) -> Dict[str, Tensor]:
         state = self.state.get(p)
         if state is None:
@@ -131,6 +137,8 @@ class Optimizer:
                                          f"{list(p.grad.shape)} does not match parameter "
                                          f"shape {list(p.shape)}")
                     state = self._slots_of(p, group)
+                    if self._update_in_place(p, group):
+                        continue
                     new_p, new_state = self.rule(p.detach(), p.grad.detach(), state, group,
                                                  float(group["lr"]))
                     _write(p, new_p)
@@ -268,6 +276,33 @@ class SGD(Optimizer):
             new["step"] = step + 1.0
             g = g + buf * m if group["nesterov"] else buf
         return p - g * lr, new
+
+    def _update_in_place(self, p: Tensor, group: dict) -> bool:
+        """Plain SGD on a CPU float parameter outside ``record()``: ``p - g * lr`` written
+        into ``p`` with two ufuncs through one scratch buffer per shape, instead of two
+        new arrays and a copy (784 x 256 float32: about 3x fewer passes over memory); the
+        same float operations as the rule's (lr as the parameter's dtype, as a Python
+        float meets a tensor)."""
+        if group["momentum"] or group["weight_decay"] or group["maximize"] \
+                or _eager_tensors._recorders:
+            return False
+        a, g = p.array, p.grad.array
+        if type(a) is not np.ndarray or type(g) is not np.ndarray or a.dtype != g.dtype \
+                or a.dtype not in _INPLACE_DTYPES or a.shape != g.shape \
+                or not a.flags.writeable:
+            return False
+        scratch = self.__dict__.setdefault("_scratch", {})
+        key = (a.shape, a.dtype)
+        buf = scratch.get(key)
+        if buf is None:
+            buf = scratch[key] = np.empty(a.shape, a.dtype)
+        np.multiply(g, np.asarray(float(group["lr"]), a.dtype), out=buf)
+        np.subtract(a, buf, out=a)
+        p._version[0] += 1
+        return True
+
+
+_INPLACE_DTYPES = frozenset([np.dtype(np.float32), np.dtype(np.float64)])
 
 
 class Adam(Optimizer):
