@@ -148,3 +148,17 @@ def test_gpu_benchmark_says_it_needs_a_device_without_one():
     proc = run_benchmark("gpu.py", "--quick", timeout=60)
     assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "needs" in proc.stdout and "CUDA device" in proc.stdout
+
+
+def test_eager_step_benchmark_runs(tmp_path):
+    """benchmarks/eager_step.py: every part timed for duograph (and torch when installed)."""
+    out = tmp_path / "eager_step.json"
+    proc = run_benchmark("eager_step.py", "--batch", "4", "--rounds", "1", "--number", "1",
+                         "--json", str(out))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    r = json.loads(out.read_text())
+    parts = {"fwd_nograd", "fwd", "fwd_bwd", "step", "opt_step"}
+    assert set(r["4"]["duograph"]) == parts
+    assert all(v > 0 for v in r["4"]["duograph"].values())
+    if importlib.util.find_spec("torch") is not None:
+        assert set(r["4"]["torch"]) == parts
