@@ -31,13 +31,14 @@ nothing; it records the kernels into a graph):
   contiguous array, basic slicing, ``.T``...) is not recorded; it sees whatever the replays
   write into the memory it views.
 - **A host read raises** ``CUDARuntimeError`` (cudaErrorStreamCaptureUnsupported) and
-  invalidates the capture, so ``end_capture`` then raises cudaErrorStreamCaptureInvalidated,
-  as CUDA does: ``.get()``, ``cupy.asnumpy``, ``float``/``int``/``bool``/``complex``/
-  ``operator.index``/``item``/``tolist``/``tobytes`` of a device array, a result whose size
-  depends on the data (``nonzero``, ``unique``, boolean-mask indexing...), host -> device
-  copies (``asarray``/``array`` of host data, ``arr.set``, assigning a host array into a
-  device array), ``stream.synchronize()`` of the capturing stream, and device work issued
-  on another stream than the capturing one (cudaErrorStreamCaptureImplicit).
+  invalidates the capture, so ``end_capture`` then raises cudaErrorStreamCaptureInvalidated
+  (without naming the first error), as CUDA does: ``.get()``, ``cupy.asnumpy``,
+  ``float``/``int``/``bool``/``complex``/``operator.index``/``item``/``tolist``/
+  ``tobytes`` of a device array, a result whose size depends on the data (``nonzero``,
+  ``unique``, boolean-mask indexing...), host -> device copies (``asarray``/``array`` of
+  host data, ``arr.set``, assigning a host array into a device array),
+  ``stream.synchronize()`` of the capturing stream, and device work issued on another
+  stream than the capturing one (cudaErrorStreamCaptureImplicit).
 - **Every device array is read-only during capture** (flags flipped at
   ``begin_capture``, fresh results frozen as they are made, all restored at
   ``end_capture``): a write through a path this fake does not intercept fails loudly
@@ -591,8 +592,9 @@ class Stream:
         _S.capture = None
         cap.thaw()
         if cap.invalid is not None:
-            raise CUDARuntimeError(INVALIDATED, f"the capture was invalidated by "
-                                                f"{cap.invalid}")
+            # (as CUDA's, the message does not say which error invalidated it)
+            raise CUDARuntimeError(INVALIDATED, "operation failed due to a previous error "
+                                                "during capture")
         return FakeGraph(cap.calls, cap.outside_pool)
 
     def synchronize(self) -> None:
