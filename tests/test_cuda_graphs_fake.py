@@ -356,3 +356,70 @@ def test_a_replay_bumps_the_versions_of_the_state_it_writes(cupy):
     before = w._version[0]
     step(feeds)
     assert w._version[0] > before
+
+
+@needs_cxx
+def test_failing_to_capture_again_falls_back_and_says_why(cupy, monkeypatch):
+    plain, m1, _ = _step("sgd")
+    exe, m2, _ = _step("sgd")
+    batches = _batches(3)
+    step = capture(exe, batches[0], warmup=1)
+    plain(**batches[0])
+    assert step.captured, step.reason
+
+    def refuse(mode=None):
+        raise CUDARuntimeError("cudaErrorStreamCaptureUnsupported", "refused by the test")
+    monkeypatch.setattr(step.stream, "begin_capture", refuse)
+    for m in (m1, m2):
+        b = list(m.parameters())[1]
+        b.data = cupy.asarray(np.zeros(b.shape, np.float32))
+    for feeds in batches[1:]:
+        np.testing.assert_array_equal(step(feeds, host=True)[0], plain(**feeds)[0])
+    assert not step.captured
+    assert "capturing again after the state" in step.reason
+    assert "refused by the test" in step.reason
+    _assert_same_params(m1, m2)
+
+
+@needs_cxx
+def test_feeds_are_all_checked_before_any_is_copied_and_numbers_take_the_dtype(cupy):
+    g = dg.Graph("scale")
+    with g:
+        x = dg.placeholder("x", (3,))
+        s = dg.placeholder("s", ())
+        g.outputs = [x * s]
+    exe = g.compile(passes="O2", device="cuda")
+    x0 = np.arange(3, dtype=np.float32)
+    with pytest.raises(ValueError, match=r"unknown example feed 'z'.*\['s', 'x'\]"):
+        capture(exe, {"x": x0, "s": 2.0, "z": x0})
+    step = capture(exe, {"x": x0, "s": 2.0})          # a Python float for an f32[] feed
+    assert step.captured, step.reason
+    np.testing.assert_array_equal(step(host=True)[0], x0 * 2)
+    with pytest.raises(ValueError, match="unknown feed 'q'"):
+        step(x=x0 + 1, q=1.0)
+    np.testing.assert_array_equal(step(host=True)[0], x0 * 2)     # x0 + 1 not copied
+    with pytest.raises(ValueError, match=r"feed 's' has float64\[\], expected float32"):
+        step(x=x0 + 1, s=np.float64(3.0))
+    np.testing.assert_array_equal(step(host=True)[0], x0 * 2)
+    # Python numbers and lists take the placeholder's dtype, as the executable's feeds do
+    np.testing.assert_array_equal(step(x=[1, 2, 3], s=2, host=True)[0], [2, 4, 6])
+    np.testing.assert_array_equal(step(x=[1, 2, 3], s=2, host=True)[0],
+                                  exe(x=[1, 2, 3], s=2)[0])
+    np.testing.assert_array_equal(step(host=True)[0], [2, 4, 6])
+
+
+def test_a_seeded_random_op_reads_its_seed_and_falls_back(ref_cupy):
+    """A random op seeds the generator from its seed feed on the host: no capture, the
+    uncaptured results."""
+    g = dg.Graph("noise")
+    with g:
+        x = dg.placeholder("x", (8,))
+        s = dg.placeholder("seed", (), "int64")
+        z = x * dg.uniform(8, seed=s)
+    exe = g.compile(outputs=[z], passes="O2", device="cuda")
+    feeds = {"x": np.linspace(-1, 1, 8).astype(np.float32), "seed": np.int64(5)}
+    step = capture(exe, feeds)
+    assert not step.captured and "StreamCaptureUnsupported" in step.reason
+    for seed in (5, 6):
+        feeds["seed"] = np.int64(seed)
+        np.testing.assert_array_equal(step(feeds, host=True)[0], exe(**feeds)[0])

@@ -95,7 +95,7 @@ class CudaGraphStep:
             if isinstance(value, (bool, int, float, list, tuple)) and \
                     not isinstance(value, np.generic):
                 value = self.exe._python_feed(self.placeholders[name], value)
-            value = np.ascontiguousarray(value)
+            value = np.asarray(value, order="C")      # (ascontiguousarray makes 0-d 1-d)
         if value.shape != buf.shape or value.dtype != buf.dtype:
             raise ValueError(f"CUDA graphs: feed {name!r} has {value.dtype}"
                              f"{list(value.shape)}, expected {buf.dtype}{list(buf.shape)}")
