@@ -49,8 +49,8 @@ class CudaGraphStep:
             raise ValueError(f"CUDA graphs: the executable runs on the {exe.backend} backend; "
                              "compile it with device='cuda'")
         if exe.planner is None:
-            raise ValueError("CUDA graphs: the executable has no memory plan (compile at "
-                             "O1 or above)")
+            raise ValueError("CUDA graphs: the executable has no memory plan (compile with "
+                             "passes='O2' or plan=True)")
         if exe.symbols:
             raise ValueError(f"CUDA graphs: the feeds have symbolic dims {list(exe.symbols)}; "
                              "a captured step needs fixed shapes")
