@@ -456,3 +456,25 @@ def test_a_cnn_step_with_batch_norm_gives_the_uncaptured_results(cupy):
     for feeds in batches[1:]:
         np.testing.assert_array_equal(step(feeds, host=True)[0], plain(**feeds)[0])
     _assert_same_params(m1, m2)
+
+
+@needs_cxx
+def test_load_state_dict_after_capture_writes_in_place_and_replays_see_it(cupy):
+    """``Module.load_state_dict`` copies into the parameters' own arrays: the graph keeps
+    its capture and reads the loaded values."""
+    plain, m1, _ = _step("momentum")
+    exe, m2, _ = _step("momentum")
+    batches = _batches(3)
+    step = capture(exe, batches[0], warmup=1)
+    assert step.captured, step.reason
+    plain(**batches[0])
+    first = step.graph
+    rng = np.random.default_rng(5)
+    loaded = {k: rng.standard_normal(v.shape).astype(np.float32)
+              for k, v in m1.state_dict().items()}
+    m1.load_state_dict(loaded)
+    m2.load_state_dict(loaded)
+    for feeds in batches[1:]:
+        np.testing.assert_array_equal(step(feeds, host=True)[0], plain(**feeds)[0])
+    _assert_same_params(m1, m2)
+    assert step.graph is first and step.graph.launches == 2
