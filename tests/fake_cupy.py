@@ -428,7 +428,11 @@ def _set(self, host, stream=None):
     cap = _active()
     if cap is not None:
         cap.fail(UNSUPPORTED, "ndarray.set copies host memory to the device")
-    host = np.asarray(host)
+    # cupy's checks, word for word
+    if not isinstance(host, np.ndarray) or _is_dev(host):
+        raise TypeError("Only numpy.ndarray can be set to cupy.ndarray")
+    if host.dtype != self.dtype:
+        raise TypeError(f"{host.dtype} array cannot be set to {self.dtype} array")
     if host.shape != self.shape:
         raise ValueError(f"Shape mismatch. Old shape: {self.shape}, new shape: {host.shape}")
     np.copyto(self.view(np.ndarray), host, casting="unsafe")
