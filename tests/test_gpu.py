@@ -323,3 +323,46 @@ def test_dlpack_zero_copy_with_torch_and_jax_on_the_gpu():
     np.testing.assert_array_equal(dj.cpu().numpy(), np.arange(5.0, dtype=np.float32))
     back_j = jax.dlpack.from_dlpack(dg.arange(3, dtype="float32", device="cuda"))
     np.testing.assert_array_equal(np.asarray(back_j), [0.0, 1.0, 2.0])
+
+
+# -- 7. CUDA graphs after the capture (the same checks run on a fake cupy in
+#       test_cuda_graphs_fake.py) -------------------------------------------------------------
+def test_cuda_graph_sees_a_new_learning_rate_new_state_arrays_and_0d_feeds():
+    from duograph.runtime.cuda import capture
+    cupy = _cupy()
+
+    def build():
+        dg.manual_seed(0)
+        model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4)).to("cuda")
+        opt = dg.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        g = dg.Graph("step")
+        with g:
+            x = dg.placeholder("x", (16, 8))
+            y = dg.placeholder("y", (16,), "int64")
+            scale = dg.placeholder("scale", ())
+            loss = nn.functional.cross_entropy(model(x) * scale, y)
+            opt.minimize(loss)
+        g.outputs = [loss]
+        return g.compile(passes="O2", device="cuda"), model, opt
+    (plain, m1, o1), (exe, m2, o2) = build(), build()
+    rng = np.random.default_rng(0)
+    feeds = {"x": rng.standard_normal((16, 8)).astype(np.float32),
+             "y": rng.integers(0, 4, 16).astype(np.int64), "scale": np.float32(1.5)}
+    step = capture(exe, feeds, warmup=1)          # a 0-d numpy feed ("scale")
+    assert step.captured, step.reason
+    plain(**feeds)
+    for k in range(4):
+        if k == 1:
+            o1.param_groups[0]["lr"] = 0.25
+            o2.param_groups[0]["lr"] = 0.25
+        if k == 2:
+            for m in (m1, m2):
+                w = next(iter(m.parameters()))
+                w.data = cupy.full(w.shape, 0.05, np.float32)
+        want = float(plain(**feeds)[0])
+        (got,) = step(feeds, host=True)
+        np.testing.assert_allclose(float(got), want, rtol=1e-5)
+    assert step.captured, step.reason
+    for p, q in zip(m1.parameters(), m2.parameters()):
+        np.testing.assert_allclose(p.detach().cpu().numpy(), q.detach().cpu().numpy(),
+                                   rtol=1e-5, atol=1e-6)
