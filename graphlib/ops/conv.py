@@ -413,7 +413,9 @@ def _max_pool_argmax(xp, x, kernel_size, stride, padding, dilation, ceil_mode):
             better |= valid & ~seen
             seen = seen | valid
         best = xp.where(better, win, best)
-        index = xp.where(~better, index, xp.asarray(k, dtype=xp.int32))
+        # (a typed scalar, not a 0-d array: on a device that would be a host -> device
+        # copy per window position, which a CUDA-graph capture refuses)
+        index = xp.where(~better, index, xp.int32(k))
     return index, out_hw, (rows, cols)
 
 
