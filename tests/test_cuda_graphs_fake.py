@@ -477,3 +477,28 @@ def test_load_state_dict_after_capture_writes_in_place_and_replays_see_it(cupy):
         np.testing.assert_array_equal(step(feeds, host=True)[0], plain(**feeds)[0])
     _assert_same_params(m1, m2)
     assert step.graph is first and step.graph.launches == 2
+
+
+@needs_cxx
+def test_a_fused_region_run_op_by_op_makes_its_constants_once(cupy):
+    """A fused region without a generated kernel (here: softplus has no expr template)
+    runs op by op on the device; its constants are device arrays made once, not a host ->
+    device copy per run, so the step captures and replays."""
+    from duograph.runtime.cuda import fused as cuda_fused
+    g = dg.Graph("const_region")
+    with g:
+        x = dg.placeholder("x", (3, 4))
+        y = nn.functional.softplus(x * 3.0 + 1.0) * 2.0
+    exe = g.compile(outputs=[y], passes="O2", device="cuda")
+    fused = [n for n in exe.nodes if n.op.name == "fused"]
+    assert len(fused) == 1
+    lay = cuda_fused.layout(fused[0].attrs["sub"])
+    assert lay.source is None and lay.constants        # op by op, with constants
+    rng = np.random.default_rng(3)
+    feeds = [rng.standard_normal((3, 4)).astype(np.float32) for _ in range(3)]
+    step = capture(exe, {"x": feeds[0]}, warmup=1)
+    assert step.captured, step.reason
+    for f in feeds:
+        z = f * np.float32(3.0) + np.float32(1.0)
+        want = np.logaddexp(np.float32(0.0), z) * np.float32(2.0)
+        np.testing.assert_allclose(step({"x": f}, host=True)[0], want, rtol=1e-5)

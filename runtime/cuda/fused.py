@@ -46,7 +46,7 @@ class Layout:
     region's generated source (None where it has none)."""
 
     __slots__ = ("graph", "prologue", "constants", "region", "region_inputs",
-                 "region_outputs", "outputs", "consts", "source", "fits")
+                 "region_outputs", "outputs", "consts", "source", "fits", "device_consts")
 
     def __init__(self, graph):
         self.graph = graph
@@ -56,6 +56,9 @@ class Layout:
         self.consts = self._fold_constants()
         self.source = None
         self.fits: Dict[tuple, bool] = {}
+        # the constants on a device, made once (read-only inputs of the op-by-op region):
+        # made per run they were a host -> device copy each, which CUDA-graph capture refuses
+        self.device_consts: Dict[object, Dict[Value, object]] = {}
         if self.region and self.consts is not None:
             used = {x for n in self.region for x in n.inputs}
             consts = {v: c for v, c in self.consts.items() if v in used}
@@ -131,8 +134,11 @@ class CUDAFusedCompiler(FusedCompiler):
                 for v, r in zip(lay.region_outputs, res):
                     env[v] = r
             else:
-                for c in lay.constants:
-                    env[c.outputs[0]] = kernels[c.op](xp, **c.attrs)
+                made = lay.device_consts.get(xp)
+                if made is None:
+                    made = {c.outputs[0]: kernels[c.op](xp, **c.attrs) for c in lay.constants}
+                    lay.device_consts[xp] = made
+                env.update(made)
                 eval_nodes(lay.region, env, xp, lay.outputs, kernels)
         results = [env[o] for o in lay.outputs]
         if out is None:
