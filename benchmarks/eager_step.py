@@ -34,29 +34,31 @@ LR = 0.01
 PARTS = ("fwd_nograd", "fwd", "fwd_bwd", "step", "opt_step")
 
 
-def duograph_parts(state: Dict[str, np.ndarray], x: np.ndarray, y: np.ndarray):
-    model = nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(),
-                          nn.Linear(256, 10))
-    model.load_state_dict({k: dg.tensor(v.copy()) for k, v in state.items()})
-    opt = dg.optim.SGD(model.parameters(), lr=LR)
-    xt, yt = dg.tensor(x), dg.tensor(y)
-
-    def fwd():
-        return nn.functional.cross_entropy(model(xt), yt)
-
+def _parts(loss: Callable, opt, no_grad) -> Dict[str, Callable]:
+    """The timed parts of one framework's step, from its loss closure, optimizer and
+    no-grad context (written once, so both frameworks run the same sequence)."""
     def fwd_nograd():
-        with dg.no_grad():
-            return fwd()
+        with no_grad():
+            return loss()
 
     def fwd_bwd():
         opt.zero_grad()
-        fwd().backward()
+        loss().backward()
 
     def step():
         fwd_bwd()
         opt.step()
-    return {"fwd_nograd": fwd_nograd, "fwd": fwd, "fwd_bwd": fwd_bwd, "step": step,
+    return {"fwd_nograd": fwd_nograd, "fwd": loss, "fwd_bwd": fwd_bwd, "step": step,
             "opt_step": opt.step}
+
+
+def duograph_parts(state: Dict[str, np.ndarray], x: np.ndarray, y: np.ndarray):
+    model = nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(),
+                          nn.Linear(256, 10))
+    model.load_state_dict({k: dg.tensor(v.copy()) for k, v in state.items()})
+    xt, yt = dg.tensor(x), dg.tensor(y)
+    return _parts(lambda: nn.functional.cross_entropy(model(xt), yt),
+                  dg.optim.SGD(model.parameters(), lr=LR), dg.no_grad)
 
 
 def torch_parts(state: Dict[str, np.ndarray], x: np.ndarray, y: np.ndarray):
@@ -65,25 +67,9 @@ def torch_parts(state: Dict[str, np.ndarray], x: np.ndarray, y: np.ndarray):
                                 torch.nn.Linear(256, 256), torch.nn.ReLU(),
                                 torch.nn.Linear(256, 10))
     model.load_state_dict({k: torch.tensor(v) for k, v in state.items()})
-    opt = torch.optim.SGD(model.parameters(), lr=LR)
     xt, yt = torch.tensor(x), torch.tensor(y)
-
-    def fwd():
-        return torch.nn.functional.cross_entropy(model(xt), yt)
-
-    def fwd_nograd():
-        with torch.no_grad():
-            return fwd()
-
-    def fwd_bwd():
-        opt.zero_grad()
-        fwd().backward()
-
-    def step():
-        fwd_bwd()
-        opt.step()
-    return {"fwd_nograd": fwd_nograd, "fwd": fwd, "fwd_bwd": fwd_bwd, "step": step,
-            "opt_step": opt.step}
+    return _parts(lambda: torch.nn.functional.cross_entropy(model(xt), yt),
+                  torch.optim.SGD(model.parameters(), lr=LR), torch.no_grad)
 
 
 def measure(cands: Dict[str, Dict[str, Callable]], rounds: int, number: int) -> dict:
