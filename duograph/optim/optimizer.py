@@ -288,8 +288,7 @@ class SGD(Optimizer):
             return False
         a, g = p.array, p.grad.array
         if type(a) is not np.ndarray or type(g) is not np.ndarray or a.dtype != g.dtype \
-                or a.dtype not in _INPLACE_DTYPES or a.shape != g.shape \
-                or not a.flags.writeable:
+                or a.dtype not in _INPLACE_DTYPES or not a.flags.writeable:
             return False
         scratch = self.__dict__.setdefault("_scratch", {})
         key = (a.shape, a.dtype)

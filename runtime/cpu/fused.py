@@ -35,7 +35,6 @@ import math
 import re
 import sys
 import threading
-import time
 import types
 import warnings
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
@@ -422,7 +421,7 @@ def _bind_swapped(body, lay: Layout, step, sources, region_out, strategy: str, g
     same bits both ways on those operands, and the swapped run was faster; otherwise, and
     for operands of other layouts, ``general`` runs. None for other bodies."""
     from .kernels import _same_bits
-    kernel, out_kernel, ins, attrs, _ = step
+    _, _, ins, attrs, _ = step
     node = lay.prologue[0]
     product = node.outputs[0]
     if node.op.name != "matmul" or attrs or len(ins) != 2 or not numba_available() \
@@ -489,13 +488,8 @@ def _bind_swapped(body, lay: Layout, step, sources, region_out, strategy: str, g
 def _runs_faster(new, old, arrays, outs) -> bool:
     """Whether ``new(arrays, outs)`` ran at least 3% faster than ``old`` (best of five
     each, interleaved); both write the same outputs, which overlap no input."""
-    best = [float("inf"), float("inf")]
-    for _ in range(5):
-        for k, run in enumerate((old, new)):
-            t = time.perf_counter()
-            run(arrays, outs)
-            best[k] = min(best[k], time.perf_counter() - t)
-    return best[1] < 0.97 * best[0]
+    from .kernels import runs_faster
+    return runs_faster(lambda: new(arrays, outs), lambda: old(arrays, outs), 5, 0.97)
 
 
 def _spare_homes(body, homes: Dict[Value, int]) -> Dict[int, int]:

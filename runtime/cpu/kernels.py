@@ -400,17 +400,23 @@ def _swapped(a, b):
     return np.matmul(b.T, a.T).T                      # (N, M) C-contiguous, viewed (M, N)
 
 
-def _measure_swap(a, b) -> bool:
-    """Whether the swapped form (with the copy of its result) ran faster (best of 3 each,
-    interleaved) by 10%."""
+def runs_faster(new, old, rounds: int, margin: float) -> bool:
+    """Whether ``new()`` ran faster than ``margin`` times ``old()``, best of ``rounds`` calls
+    each, interleaved (how the runtime picks between two forms that give the same bits)."""
     best = [float("inf"), float("inf")]
-    for _ in range(3):
-        for k, run in enumerate((lambda: np.matmul(a, b),
-                                 lambda: np.ascontiguousarray(_swapped(a, b)))):
+    for _ in range(rounds):
+        for k, run in enumerate((old, new)):
             t = time.perf_counter()
             run()
             best[k] = min(best[k], time.perf_counter() - t)
-    return best[1] < 0.9 * best[0]
+    return best[1] < margin * best[0]
+
+
+def _measure_swap(a, b) -> bool:
+    """Whether the swapped form (with the copy of its result) ran faster (best of 3 each,
+    interleaved) by 10%."""
+    return runs_faster(lambda: np.ascontiguousarray(_swapped(a, b)),
+                       lambda: np.matmul(a, b), 3, 0.9)
 
 
 def _same_bits(a, b) -> bool:
