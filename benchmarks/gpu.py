@@ -373,10 +373,20 @@ def main(argv=None) -> int:
               "goals": []}
     batches = {"mlp": [32] if a.quick else [32, 128, 512],
                "cnn": [32] if a.quick else [32, 128]}
+
+    def save():
+        if a.json:                    # after each workload: a run cut short keeps the rest
+            with open(a.json, "w") as f:
+                json.dump(report, f, indent=1, default=str)
     for kind, sizes in batches.items():
         report["workloads"][kind] = {}
         for b in sizes:
-            fns, syncs, first = training_contenders(kind, b, cupy)
+            try:
+                fns, syncs, first = training_contenders(kind, b, cupy)
+            except Exception as e:  # noqa: BLE001 - one device run: report and go on
+                traceback.print_exc()
+                report["workloads"][kind][str(b)] = {"error": f"{type(e).__name__}: {e}"}
+                continue
             losses = {}
             for k, f in first.items():
                 if f is not None:
@@ -397,19 +407,24 @@ def main(argv=None) -> int:
             report["goals"].append({"name": f"{kind} B={b}: dg O2+graph <= {goal}x torch "
                                             "eager", "ratio": g,
                                     "ok": (g is not None and g <= goal)})
+            save()
     report["workloads"]["gelu"] = {}
     for n in ([1 << 20] if a.quick else [1 << 16, 1 << 20, 1 << 24]):
-        fns, syncs, correct = gelu_contenders(n, cupy)
+        try:
+            fns, syncs, correct = gelu_contenders(n, cupy)
+        except Exception as e:  # noqa: BLE001
+            traceback.print_exc()
+            report["workloads"]["gelu"][str(n)] = {"error": f"{type(e).__name__}: {e}"}
+            continue
         res = race(fns, syncs, rounds, a.budget)
         _table(f"fused GELU chain, {n} float32 (dg O2 correct: {correct})", res)
         report["workloads"]["gelu"][str(n)] = {"contenders": res, "correct": correct}
-    print("\ngoals (issue 14):")
+        save()
+    print("\ngoals (issue 29):")
     for goal in report["goals"]:
         ratio = "-" if goal["ratio"] is None else f"{goal['ratio']:.2f}x"
         print(f"  [{'ok' if goal['ok'] else 'NO'}] {goal['name']}: {ratio}")
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(report, f, indent=1, default=str)
+    save()
     return 0
 
 
