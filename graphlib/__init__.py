@@ -15,26 +15,42 @@
 It imports no other engine folder: eager, passes and runtime build on it, never the reverse
 (tests/test_layering.py checks every import).
 """
-from . import dtypes, ops  # noqa: F401  (registers every op)
-from . import functional, methods
-from .autodiff import backward_pass, grad
-from .builder import assign, placeholder, variable
-from .dispatch import Scalar, apply, register_handler, set_default_handler
-from .errors import (DimError, DTypeError, DuographError, FeedError, GraphError, KernelError,
-                     ShapeError)
-from .ir import ConstArray, Graph, Node, Region, Value, current_graph, set_compiler
-from .registry import REGISTRY, OpDef, get_op, register
-from .source import SourceLocation, set_capture_source, user_source
-from .types import TensorType, broadcast_shapes
+if __name__ == "graphlib":
+    # This folder was imported as the top-level ``graphlib``, which the standard library owns
+    # (the repository root is on sys.path: ``python -m`` run from it, or PYTHONPATH; cupy's
+    # float16 kernels then failed with "module 'graphlib' has no attribute
+    # 'TopologicalSorter'"). Load the standard library's module in its place: the import
+    # system returns what sys.modules holds once this file has run.
+    import importlib.util as _util
+    import os as _os
+    import sys as _sys
+    import sysconfig as _sysconfig
+    _spec = _util.spec_from_file_location(
+        "graphlib", _os.path.join(_sysconfig.get_paths()["stdlib"], "graphlib.py"))
+    _module = _util.module_from_spec(_spec)
+    _sys.modules["graphlib"] = _module
+    _spec.loader.exec_module(_module)
+else:
+    from . import dtypes, ops  # noqa: F401  (registers every op)
+    from . import functional, methods
+    from .autodiff import backward_pass, grad
+    from .builder import assign, placeholder, variable
+    from .dispatch import Scalar, apply, register_handler, set_default_handler
+    from .errors import (DimError, DTypeError, DuographError, FeedError, GraphError, KernelError,
+                         ShapeError)
+    from .ir import ConstArray, Graph, Node, Region, Value, current_graph, set_compiler
+    from .registry import REGISTRY, OpDef, get_op, register
+    from .source import SourceLocation, set_capture_source, user_source
+    from .types import TensorType, broadcast_shapes
 
-methods.F = functional
-methods._bind()
+    methods.F = functional
+    methods._bind()
 
-__all__ = [
-    "Graph", "Node", "Value", "Region", "TensorType", "OpDef", "REGISTRY", "register", "get_op",
-    "placeholder", "variable", "assign", "grad", "backward_pass", "apply", "Scalar",
-    "register_handler", "set_default_handler", "current_graph", "set_compiler",
-    "ConstArray", "broadcast_shapes", "functional", "dtypes", "SourceLocation",
-    "set_capture_source", "user_source", "DuographError", "ShapeError", "DTypeError",
-    "GraphError", "FeedError", "KernelError", "DimError",
-]
+    __all__ = [
+        "Graph", "Node", "Value", "Region", "TensorType", "OpDef", "REGISTRY", "register", "get_op",
+        "placeholder", "variable", "assign", "grad", "backward_pass", "apply", "Scalar",
+        "register_handler", "set_default_handler", "current_graph", "set_compiler",
+        "ConstArray", "broadcast_shapes", "functional", "dtypes", "SourceLocation",
+        "set_capture_source", "user_source", "DuographError", "ShapeError", "DTypeError",
+        "GraphError", "FeedError", "KernelError", "DimError",
+    ]

@@ -21,6 +21,9 @@ class ArrayModuleExtras:
     erf: Callable                    # erf(x) elementwise
     add_at: Callable                 # add_at(target, index, values): unbuffered +=
     asarray: Callable                # asarray(x): a host or foreign array as this module's
+    # ufunc_at(name, target, index, values) -> bool: the module's own unbuffered
+    # ``name.at`` where it has a right one (False: use ``getattr(xp, name).at``)
+    ufunc_at: Optional[Callable] = None
 
 
 _EXTRAS: Dict[str, ArrayModuleExtras] = {}
@@ -70,12 +73,23 @@ def add_at(xp, target, index, values) -> None:
     extras(xp).add_at(target, index, values)
 
 
+def open_grids(xp, shape) -> tuple:
+    """numpy's ``indices(shape, sparse=True)`` (cupy's ``indices`` has no ``sparse``): one
+    ``arange`` per dim, shaped to broadcast against the others."""
+    n = len(shape)
+    return tuple(xp.arange(s).reshape((1,) * a + (s,) + (1,) * (n - a - 1))
+                 for a, s in enumerate(shape))
+
+
 def ufunc_at(xp, name: str, target, index, values) -> None:
     """Unbuffered ``target[index] = name(target[index], values)`` for ``name`` in add,
     multiply, maximum, minimum (repeated places combine): the module's ``ufunc.at``, or
     numpy's on the host where the module has none."""
     if name == "add":
         add_at(xp, target, index, values)
+        return
+    own = extras(xp).ufunc_at
+    if own is not None and own(name, target, index, values):
         return
     try:
         getattr(xp, name).at(target, index, values)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Dict
 
+import numpy as np
+
 from ..graphlib import xp as xpu
 from .backend import Backend
 
@@ -49,7 +51,37 @@ def _cupy_extras() -> xpu.ArrayModuleExtras:
     import cupy
     import cupyx
     from cupyx.scipy.special import erf
-    return xpu.ArrayModuleExtras(erf=erf, add_at=cupyx.scatter_add, asarray=cupy.asarray)
+    return xpu.ArrayModuleExtras(erf=erf, add_at=cupyx.scatter_add, asarray=cupy.asarray,
+                                 ufunc_at=_cupy_ufunc_at)
+
+
+def _cupy_ufunc_at(name: str, target, index, values) -> bool:
+    """Unbuffered ``maximum``/``minimum.at`` on cupy, where ``cupy.maximum.at`` gave wrong
+    results on a GPU (scatter_reduce amax/amin, cupy 14.2): the index arrays and values
+    broadcast to one shape, flattened to places in ``target``, then ``cupyx.scatter_max``
+    (``scatter_min``); dtypes those refuse go through the host. False for other ufuncs."""
+    import cupy
+    import cupyx
+    if name not in ("maximum", "minimum") or not target.flags.c_contiguous or \
+            any(isinstance(i, slice) for i in index):
+        return False
+    index = [cupy.asarray(i) for i in index]
+    values = cupy.asarray(values, dtype=target.dtype)
+    shape = np.broadcast_shapes(*(i.shape for i in index), values.shape)
+    flat = cupy.zeros(shape, dtype=cupy.int64)
+    step = 1
+    for i, n in zip(reversed(index), reversed(target.shape)):
+        flat += (i % n) * step          # (negative indices count from the end)
+        step *= n
+    values = cupy.broadcast_to(values, shape).ravel()
+    scatter = cupyx.scatter_max if name == "maximum" else cupyx.scatter_min
+    try:
+        scatter(target.reshape(-1), flat.ravel(), values)
+    except TypeError:                   # a dtype cupyx has no atomic for
+        host = target.get()
+        getattr(np, name).at(host.reshape(-1), flat.ravel().get(), values.get())
+        target.set(host)
+    return True
 
 
 # the hook graphlib's kernels reach cupy through (graphlib itself never imports it)

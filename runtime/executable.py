@@ -354,13 +354,9 @@ class Executable:
         return outs
 
     def __call__(self, **feeds) -> list:
-        """``exe(x=...)``: ``run`` with the feeds as keyword arguments."""
-        env: list = [None] * self.num_slots
-        bindings = self._bind_feeds(feeds, env)
-        outs = self.steps.run(self, env, bindings)
-        if self.xp is not np:
-            outs = [self.xp.asnumpy(o) for o in outs]
-        return outs
+        """``exe(x=...)``: ``run`` with the feeds as keyword arguments (device outputs stay
+        on the device with ``keep_on_device``, as ``run`` leaves them)."""
+        return self.run(feeds)
 
     def trace(self, feeds: Optional[dict] = None,
               timings: Optional[list] = None) -> Dict[Value, object]:

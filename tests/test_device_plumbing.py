@@ -152,6 +152,12 @@ def test_graph_mode_runs_on_the_device_with_numpy_or_device_feeds(cuda):
         state = exe.state["w"]
         assert isinstance(exe._owned["w"], FakeDeviceArray)
         assert np.asarray(state).shape == (3, 2)
+        # keep_on_device: exe(...) leaves the outputs on the device, as exe.run does (a
+        # copy of each output to the host per call cost 21 ms for 16M floats on a GPU)
+        exe.keep_on_device = True
+        kept = exe(x=feed)[0]
+        assert isinstance(kept, FakeDeviceArray), type(kept)
+        assert isinstance(exe.run({"x": feed})[0], FakeDeviceArray)
 
 
 def test_dg_compile_runs_device_tensors_on_the_device(cuda):

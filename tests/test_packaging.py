@@ -227,3 +227,18 @@ def test_every_third_party_import_is_a_declared_dependency():
                     if dist not in declared:
                         missing.append(f"{path.relative_to(ROOT)}:{node.lineno}: {mod}")
     assert not missing, "imports no requirement of setup.cfg provides:\n" + "\n".join(missing)
+
+
+def test_the_standard_librarys_graphlib_from_the_repository_root():
+    """Run from the repository root (``python -m``, PYTHONPATH), the engine folder
+    ``graphlib/`` is found first as the top-level ``graphlib`` that the standard library
+    owns; it hands over to the standard library's module (cupy's float16 kernels import
+    it: on a GPU they failed with "no attribute 'TopologicalSorter'"), and duograph still
+    imports."""
+    root = Path(__file__).resolve().parents[1]
+    code = ("import graphlib, duograph; ts = graphlib.TopologicalSorter({'b': {'a'}}); "
+            "print(list(ts.static_order()), duograph.graphlib.Graph.__name__)")
+    res = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True,
+                         text=True, env={**os.environ, "PYTHONPATH": str(root)}, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["['a',", "'b']", "Graph"]

@@ -197,9 +197,7 @@ def _scatter_shapes(op, x, idx, src, dim):
 
 def _grids(xp, x, index, dim, op):
     """Open grids over ``index``'s shape with ``index`` itself along ``dim``."""
-    n = index.ndim
-    grids = [xp.arange(s).reshape((1,) * a + (s,) + (1,) * (n - a - 1))
-             for a, s in enumerate(index.shape)]
+    grids = list(xpu.open_grids(xp, index.shape))
     grids[dim] = _checked(xp, index, x.shape[dim], dim, op)
     return tuple(grids)
 

@@ -399,7 +399,7 @@ def _scatter_add_infer(types, attrs):
 
 def _scatter_add_kernel(xp, x, index, src, dim):
     out = x.astype(xp.result_type(x, src), copy=True)
-    grids = list(xp.indices(index.shape, sparse=True))
+    grids = list(xpu.open_grids(xp, index.shape))
     grids[dim] = _checked_index(xp, index, x.shape[dim], dim, "scatter_add")
     if src.shape != index.shape:    # only the corner of src that index covers is read
         src = src[tuple(slice(0, n) for n in index.shape)]

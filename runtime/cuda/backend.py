@@ -1,10 +1,12 @@
 """The cuda backend: cupy arrays, generated ElementwiseKernels for fused regions and a few
 elementwise ops, device-side softmax-cross-entropy; every other op runs its reference
-kernel on cupy (cuBLAS matmul, cupy reductions, im2col convolution)."""
+kernel on cupy (cupy reductions, im2col convolution), with matrix products on a cuBLAS
+that CUDA graphs can capture (``blas.array_module``)."""
 from __future__ import annotations
 
 from ..backend import Backend
 from . import kernels
+from .blas import array_module
 from .fused import CUDAFusedCompiler
 
 
@@ -15,6 +17,7 @@ class CUDABackend(Backend):
     def __init__(self, xp=None):
         if xp is None:
             import cupy as xp
-        super().__init__("cupy", xp, "cuda", fused_compiler=CUDAFusedCompiler)
+        super().__init__("cupy", array_module(xp), "cuda",
+                         fused_compiler=CUDAFusedCompiler)
         for op, kernel in kernels.table().items():
             self.register_kernel(op, kernel)

@@ -45,7 +45,7 @@ class CudaGraphStep:
         import cupy
         self.cupy = cupy
         self.exe = exe
-        if exe.xp is not cupy:
+        if getattr(exe.xp, "module", exe.xp) is not cupy:     # (the backend's BlasArrayModule)
             raise ValueError(f"CUDA graphs: the executable runs on the {exe.backend} backend; "
                              "compile it with device='cuda'")
         if exe.planner is None:
