@@ -409,3 +409,45 @@ def test_cuda_graph_sees_a_new_learning_rate_new_state_arrays_and_0d_feeds():
     for p, q in zip(m1.parameters(), m2.parameters()):
         np.testing.assert_allclose(p.detach().cpu().numpy(), q.detach().cpu().numpy(),
                                    rtol=1e-5, atol=1e-6)
+
+
+# -- 8. the capturable cuBLAS matmul (runtime/cuda/blas.py) -----------------------------------
+def test_capturable_matmul_equals_cupys_and_is_captured():
+    """The backend's matmul (cuBLAS through ctypes) equals cupy.matmul on vectors, batches,
+    broadcasts and transposed or sliced views in float16/32/64, into ``out`` too, and runs
+    inside a stream capture, where cupy.matmul refuses."""
+    cupy = _cupy()
+    xp = get_backend("cuda").xp
+    assert xp.matmul is not cupy.matmul, "no capturable matmul: cuBLAS was not found"
+    rng = np.random.default_rng(0)
+
+    def r(*shape, dtype="float32"):
+        return cupy.asarray(rng.standard_normal(shape).astype(dtype))
+    cases = [(r(3, 4), r(4, 5)), (r(4, 3).T, r(5, 4).T), (r(6, 4)[::2], r(4, 10)[:, ::2]),
+             (r(4), r(4, 5)), (r(3, 4), r(4)), (r(4), r(4)), (r(2, 3, 4), r(4, 5)),
+             (r(3, 4), r(2, 4, 5)), (r(1, 3, 3, 4), r(2, 1, 4, 5)),
+             (r(2, 4, 3).transpose(0, 2, 1), r(2, 5, 4)),
+             (r(64, 96, dtype="float64"), r(96, 32, dtype="float64")),
+             (r(64, 96, dtype="float16"), r(96, 32, dtype="float16")), (r(0, 3), r(3, 2)),
+             (r(3, 0), r(0, 2))]
+    for a, b in cases:
+        want = cupy.matmul(a, b)
+        got = xp.matmul(a, b)
+        tol = 2e-2 if a.dtype == np.float16 else 1e-5
+        np.testing.assert_allclose(cupy.asnumpy(got), cupy.asnumpy(want), rtol=tol, atol=tol)
+        out = cupy.empty_like(want)
+        assert xp.matmul(a, b, out=out) is out
+        np.testing.assert_allclose(cupy.asnumpy(out), cupy.asnumpy(want), rtol=tol, atol=tol)
+    a, b = r(32, 64), r(64, 16)
+    out = cupy.zeros((32, 16), np.float32)
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        xp.matmul(a, b, out=out)         # first use outside the capture: handle, workspace
+        stream.synchronize()
+        out.fill(0)
+        stream.begin_capture()
+        xp.matmul(a, b, out=out)
+        graph = stream.end_capture()
+        graph.launch(stream)
+        stream.synchronize()
+    np.testing.assert_allclose(cupy.asnumpy(out), cupy.asnumpy(a @ b), rtol=1e-5, atol=1e-5)
