@@ -56,31 +56,42 @@ def _cupy_extras() -> xpu.ArrayModuleExtras:
 
 
 def _cupy_ufunc_at(name: str, target, index, values) -> bool:
-    """Unbuffered ``maximum``/``minimum.at`` on cupy, where ``cupy.maximum.at`` gave wrong
-    results on a GPU (scatter_reduce amax/amin, cupy 14.2): the index arrays and values
-    broadcast to one shape, flattened to places in ``target``, then ``cupyx.scatter_max``
-    (``scatter_min``); dtypes those refuse go through the host. False for other ufuncs."""
+    """Unbuffered ``maximum``/``minimum.at`` on cupy, exactly: on a GPU (cupy 14.2, H200)
+    ``cupy.maximum.at`` and ``cupyx.scatter_max`` rounded float64 values to float32
+    (scatter_reduce amax/amin off by 4e-8 relative). Here the index arrays and values
+    broadcast to one shape and flatten to places in ``target``; a stable sort by value, then
+    by place, puts each place's winner at one end of its run (the last for maximum, the first
+    for minimum), and one assignment to distinct places writes it; a place that received a
+    NaN gets NaN (numpy's rule). No atomics: deterministic. False for other ufuncs."""
     import cupy
-    import cupyx
     if name not in ("maximum", "minimum") or not target.flags.c_contiguous or \
             any(isinstance(i, slice) for i in index):
         return False
     index = [cupy.asarray(i) for i in index]
     values = cupy.asarray(values, dtype=target.dtype)
     shape = np.broadcast_shapes(*(i.shape for i in index), values.shape)
-    flat = cupy.zeros(shape, dtype=cupy.int64)
+    places = cupy.zeros(shape, dtype=cupy.int64)
     step = 1
     for i, n in zip(reversed(index), reversed(target.shape)):
-        flat += (i % n) * step          # (negative indices count from the end)
+        places += (i % n) * step          # (negative indices count from the end)
         step *= n
+    places = places.ravel()
     values = cupy.broadcast_to(values, shape).ravel()
-    scatter = cupyx.scatter_max if name == "maximum" else cupyx.scatter_min
-    try:
-        scatter(target.reshape(-1), flat.ravel(), values)
-    except TypeError:                   # a dtype cupyx has no atomic for
-        host = target.get()
-        getattr(np, name).at(host.reshape(-1), flat.ravel().get(), values.get())
-        target.set(host)
+    if places.size == 0:
+        return True
+    by_value = cupy.argsort(values)                 # (cupy's sorts are stable)
+    order = by_value[cupy.argsort(places[by_value])]
+    places, values = places[order], values[order]
+    if name == "maximum":
+        ends = cupy.concatenate([places[1:] != places[:-1], cupy.ones(1, bool)])
+    else:
+        ends = cupy.concatenate([cupy.ones(1, bool), places[1:] != places[:-1]])
+    flat = target.reshape(-1)
+    won, winners = places[ends], values[ends]
+    flat[won] = getattr(cupy, name)(flat[won], winners)
+    if values.dtype.kind == "f":
+        nan_places = places[cupy.isnan(values)]
+        flat[nan_places] = cupy.nan
     return True
 
 

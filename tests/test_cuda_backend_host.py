@@ -14,6 +14,7 @@ import ctypes
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 
 import numpy as np
@@ -191,3 +192,32 @@ def test_every_fused_body_of_an_adam_step_gets_a_kernel(kind):
     assert bodies
     missing = [b.body_text()[:120] for b in bodies if Layout(b.graph).source is None]
     assert not missing, missing
+
+
+def test_cupy_maximum_minimum_at_is_numpys_exactly(monkeypatch):
+    """The cuda backend's unbuffered maximum/minimum.at (runtime/backends.py; on a GPU,
+    cupy's own rounded float64 to float32) run here over numpy standing in for cupy: equal
+    to numpy's ufunc.at with repeated places, negative indices, broadcast index grids and
+    NaNs."""
+    import types
+
+    from duograph.runtime.backends import _cupy_ufunc_at
+    fake = types.ModuleType("cupy")
+    for name in ("asarray", "zeros", "int64", "broadcast_to", "concatenate", "ones", "isnan",
+                 "nan", "maximum", "minimum"):
+        setattr(fake, name, getattr(np, name))
+    fake.argsort = lambda a: np.argsort(a, kind="stable")      # cupy's sorts are stable
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    rng = np.random.default_rng(0)
+    for trial in range(100):
+        for name in ("maximum", "minimum"):
+            target = rng.standard_normal((3, 4))
+            index = (rng.integers(-3, 3, (5, 4)), np.arange(4)[None, :])
+            values = rng.standard_normal((5, 4))
+            if trial % 7 == 0:
+                values[rng.integers(0, 5), rng.integers(0, 4)] = np.nan
+            want = target.copy()
+            getattr(np, name).at(want, index, values)
+            assert _cupy_ufunc_at(name, target, index, values)
+            np.testing.assert_array_equal(target, want, err_msg=f"{name}, trial {trial}")
+    assert not _cupy_ufunc_at("multiply", target, index, values)

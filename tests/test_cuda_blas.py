@@ -118,6 +118,11 @@ def test_random_shapes_and_views():
 
 def test_empty_batch_has_no_plan_and_inner_dims_are_checked():
     assert plan_matmul((0, 3, 4), (12, 4, 1), (4, 5), (5, 1)) == (None, False, False)
+    # empty matrices (any strides, as cupy gives them) plan without reading: the caller
+    # zero-fills for k = 0 and has nothing to do for m or n = 0
+    for a, b in (((3, 0), (0, 0)), ((0, 4), (0, 0))):
+        plan, copy_a, copy_b = plan_matmul(a, (0, 0), (a[1], 5), (0, 0))
+        assert plan.out_shape == (a[0], 5) and not (copy_a or copy_b)
     with pytest.raises(ValueError, match="inner dims"):
         plan_matmul((3, 4), (4, 1), (5, 6), (6, 1))
 

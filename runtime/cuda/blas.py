@@ -16,8 +16,8 @@ ctypes, with a handle of its own per thread and device:
   float32, as ``cupy.matmul`` does without TF32); other dtypes and a missing library use
   ``cupy.matmul``.
 - ``array_module``/``BlasArrayModule``: the array module the cuda backend hands to the ops'
-  reference kernels: cupy, except that ``matmul`` is the capturable one above. The reference kernels (matmul,
-  the im2col convolutions and their gradients) stay as they are.
+  reference kernels: cupy, except that ``matmul`` is the capturable one above. The
+  reference kernels (matmul, the im2col convolutions and their gradients) stay as they are.
 """
 from __future__ import annotations
 
@@ -116,6 +116,9 @@ def plan_matmul(a_shape: tuple, a_strides: tuple, b_shape: tuple, b_strides: tup
     count = int(np.prod(batch, dtype=np.int64)) if batch else 1
     if count == 0:
         return None, False, False
+    if 0 in (m, n, k):        # nothing to read (the caller zero-fills or has no output)
+        nothing = Operand(OP_N, 1, 0)
+        return GemmPlan(count, m, n, k, nothing, nothing, out_shape), False, False
     read_a = _matrix(m, k, *a_strides[-2:])
     read_b = _matrix(k, n, *b_strides[-2:])
     sa = _batch_stride(tuple(a_shape), tuple(a_strides), batch) if count > 1 else 0
