@@ -305,21 +305,86 @@ def test_cuda_graph_replay_equals_uncaptured_steps():
 
 
 def test_cuda_graph_falls_back_where_capture_is_impossible():
-    """A random op reads its seed back to the host (to seed cupy's generator): capture
-    fails, the step runs uncaptured with the same results and says why."""
+    """einsum runs cupy's own cuBLAS calls, which cupy refuses while a stream captures: the
+    step runs uncaptured with the same results and says why."""
     from duograph.runtime.cuda import capture
     g = dg.Graph("sync")
     with g:
-        x = dg.placeholder("x", (8,))
-        s = dg.placeholder("seed", (), "int64")
-        z = x * dg.uniform(8, seed=s)
+        a = dg.placeholder("a", (4, 8))
+        b = dg.placeholder("b", (8, 3))
+        z = dg.einsum("ij,jk->ik", a, b)
     exe = g.compile(outputs=[z], passes="O2", device="cuda")
-    feeds = {"x": np.linspace(-1, 1, 8).astype(np.float32), "seed": np.int64(5)}
+    rng = np.random.default_rng(0)
+    feeds = {"a": rng.standard_normal((4, 8)).astype(np.float32),
+             "b": rng.standard_normal((8, 3)).astype(np.float32)}
     step = capture(exe, feeds)
     want = exe(**feeds)[0]
     got = step(feeds, host=True)[0]
     np.testing.assert_array_equal(got, want)
-    assert step.captured or step.reason
+    assert step.captured or "cuBLAS" in step.reason, step.reason
+
+
+def test_random_ops_from_a_device_seed_are_captured():
+    """uniform, normal, bernoulli and randint read their seed on the device (Philox): a step
+    with them is captured, and each replay draws from the seed its feed holds, as the
+    uncaptured executable does; another seed, other numbers."""
+    from duograph.runtime.cuda import capture
+    g = dg.Graph("noise")
+    with g:
+        x = dg.placeholder("x", (64,))
+        s = dg.placeholder("seed", (), "int64")
+        u = x * dg.uniform(64, seed=s)
+        n = dg.normal(64, seed=s) + x
+        k = dg.bernoulli(dg.full_like(x, 0.3), seed=s)
+        r = dg.randint(0, 10, (64,), seed=s)
+    exe = g.compile(outputs=[u, n, k, r], passes="O2", device="cuda")
+    x_np = np.linspace(-1, 1, 64).astype(np.float32)
+    step = capture(exe, {"x": x_np, "seed": np.int64(5)})
+    assert step.captured, step.reason
+    runs = {}
+    for seed in (5, 6, 5):
+        got = step({"x": x_np, "seed": np.int64(seed)}, host=True)
+        want = exe(x=x_np, seed=np.int64(seed))
+        for a, w in zip(got, want):
+            np.testing.assert_array_equal(a, w)
+        runs.setdefault(seed, []).append(got)
+    for a, b in zip(runs[5][0], runs[5][1]):
+        np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(runs[5][0][0], runs[6][0][0])
+    u5, n5, k5, r5 = runs[5][0]
+    assert np.all((u5 >= np.minimum(x_np, 0)) & (u5 <= np.maximum(x_np, 0)))
+    assert set(np.unique(k5)) <= {0.0, 1.0} and r5.min() >= 0 and r5.max() < 10
+    assert r5.dtype == np.int64 and k5.dtype == np.float32
+
+
+def test_a_training_step_with_dropout_is_captured():
+    """Dropout's mask comes from the graph's seed state, which the step advances on the
+    device: the captured step replays the uncaptured one's losses, step after step."""
+    from duograph.runtime.cuda import capture
+
+    def build():
+        dg.manual_seed(0)
+        model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Dropout(0.5),
+                              nn.Linear(64, 4)).to("cuda")
+        opt = dg.optim.SGD(model.parameters(), lr=0.1)
+        g = dg.Graph("drop")
+        with g:
+            x = dg.placeholder("x", (16, 32))
+            y = dg.placeholder("y", (16,), "int64")
+            loss = nn.functional.cross_entropy(model(x), y)
+            opt.minimize(loss)
+        g.outputs = [loss]
+        return g.compile(passes="O2", device="cuda")
+    rng = np.random.default_rng(0)
+    feeds = {"x": rng.standard_normal((16, 32)).astype(np.float32),
+             "y": rng.integers(0, 4, 16).astype(np.int64)}
+    plain, exe = build(), build()
+    step = capture(exe, feeds, warmup=1)
+    assert step.captured, step.reason
+    want = [float(plain(**feeds)[0]) for _ in range(4)]     # (the warm-up ran step 1)
+    got = [want[0]] + [float(step(feeds, host=True)[0]) for _ in range(3)]
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    assert len(set(want)) == 4
 
 
 def test_capture_refuses_symbolic_shapes_and_cpu_executables():

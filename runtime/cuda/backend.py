@@ -5,7 +5,7 @@ that CUDA graphs can capture (``blas.array_module``)."""
 from __future__ import annotations
 
 from ..backend import Backend
-from . import kernels
+from . import kernels, philox
 from .blas import array_module
 from .fused import CUDAFusedCompiler
 
@@ -21,3 +21,9 @@ class CUDABackend(Backend):
                          fused_compiler=CUDAFusedCompiler)
         for op, kernel in kernels.table().items():
             self.register_kernel(op, kernel)
+        if getattr(xp, "__name__", "") == "cupy":
+            # random ops from a device seed (CUDA graphs capture them); a stand-in module
+            # (numpy, a fake cupy) keeps the reference kernels
+            from ...graphlib.registry import get_op
+            for op, kernel in philox.table(get_op).items():
+                self.register_kernel(op, kernel)
