@@ -221,3 +221,48 @@ def test_cupy_maximum_minimum_at_is_numpys_exactly(monkeypatch):
             assert _cupy_ufunc_at(name, target, index, values)
             np.testing.assert_array_equal(target, want, err_msg=f"{name}, trial {trial}")
     assert not _cupy_ufunc_at("multiply", target, index, values)
+
+
+def test_contiguous_kernel_source_equals_the_elementwise_kernel(tmp_path):
+    """``codegen.contiguous_source`` (the grid-stride RawKernel fused regions run as on
+    C-contiguous arrays) compiled for the host, one block of one thread, gives the
+    ElementwiseKernel's results for a fused region with a full input, a one-element input
+    and two outputs."""
+    if CXX is None:
+        pytest.skip("no host C++ compiler")
+    g = dg.Graph("two")
+    with g:
+        x = dg.placeholder("x", (50,), "float64")
+        s = dg.placeholder("s", (), "float64")
+        y = dg.tanh(x * s) + 1.0
+        z = y * y - x
+    exe = g.compile(outputs=[y, z], passes="O2")
+    fused_nodes = [n for n in exe.graph.nodes if n.op.name == "fused"]
+    assert len(fused_nodes) == 1
+    body = fused_nodes[0].attrs["sub"]
+    lay = cuda_fused.layout(body)
+    outer = dict(zip(body.graph.inputs, fused_nodes[0].inputs))
+    names = [outer[v].name for v in lay.region_inputs]
+    rng = np.random.default_rng(0)
+    feeds = {"x": rng.standard_normal(50), "s": np.array(0.7)}
+    ins = [feeds[n] for n in names]
+    want = HostKernel(lay.source)(*ins)
+    name, code = codegen.contiguous_source(lay.source, [a.shape != (50,) for a in ins])
+    shim = ("#define __global__\n#define __restrict__\n"
+            "struct dg_dim { unsigned int x; };\n"
+            "static const dg_dim blockIdx = {0}, threadIdx = {0}, blockDim = {1}, "
+            "gridDim = {1};\n")
+    src = tmp_path / "k.cpp"
+    src.write_text(codegen.HOST_SHIM + shim + code)
+    lib = tmp_path / "k.so"
+    res = subprocess.run([CXX, "-std=c++14", "-O1", "-shared", "-fPIC", "-o", str(lib),
+                          str(src)], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[:3000]
+    fn = getattr(ctypes.CDLL(str(lib)), name)
+    outs = [np.empty(50), np.empty(50)]
+    dbl = ctypes.POINTER(ctypes.c_double)
+    fn(*[np.ascontiguousarray(a).ctypes.data_as(dbl) for a in ins],
+       *[o.ctypes.data_as(dbl) for o in outs], ctypes.c_longlong(50))
+    for got, w in zip(outs, want):
+        np.testing.assert_array_equal(got, w)
+    np.testing.assert_allclose(outs[-1], (np.tanh(feeds["x"] * 0.7) + 1) ** 2 - feeds["x"])

@@ -206,10 +206,23 @@ def test_fused_regions_run_one_generated_kernel():
     g, y = _gelu_graph(100_000)
     x = np.random.default_rng(0).standard_normal(100_000).astype(np.float32)
     want = g.compile(outputs=[y])(x=x)[0]
-    before = len(fused._kernels)
+    before = len(fused._raw)
     exe = g.compile(outputs=[y], passes="O2", device="cuda")
     got = exe(x=x)[0]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert len(fused._raw) > before, "no grid-stride kernel was generated"
+    # a broadcast input (a bias row) goes through the ElementwiseKernel
+    g2 = dg.Graph("bias")
+    with g2:
+        h = dg.placeholder("h", (64, 32))
+        b = dg.placeholder("b", (32,))
+        z = dg.tanh(h + b) * 2.0
+    rng = np.random.default_rng(1)
+    feeds = {"h": rng.standard_normal((64, 32)).astype(np.float32),
+             "b": rng.standard_normal(32).astype(np.float32)}
+    before = len(fused._kernels)
+    got = g2.compile(outputs=[z], passes="O2", device="cuda")(**feeds)[0]
+    np.testing.assert_allclose(got, np.tanh(feeds["h"] + feeds["b"]) * 2, rtol=1e-5, atol=1e-6)
     assert len(fused._kernels) > before, "no ElementwiseKernel was generated"
 
 

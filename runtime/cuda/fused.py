@@ -1,11 +1,14 @@
-"""The cuda backend's compiler for fused bodies: one ``cupy.ElementwiseKernel`` per region.
+"""The cuda backend's compiler for fused bodies: one generated kernel per region.
 
 A body splits into its prologue (a matmul or reduction whose epilogue was fused: run whole
 with the backend's kernel, so through cuBLAS or cupy's reductions), its folded scalar
 constants and its elementwise region. The region becomes one ElementwiseKernel generated
 from the ops' ``expr`` templates (``codegen.region_source``); kernels are cached by their
 source (so equal bodies, and one body at every shape, share one compiled kernel), plans by
-body and input dtypes. cupy broadcasts the inputs (a bias row, a scalar) itself.
+body and input dtypes. cupy broadcasts the inputs (a bias row, a scalar) itself. Where every
+input and output is C-contiguous of one shape (scalars aside), the same source runs as a
+grid-stride ``RawKernel`` instead (``run_contiguous``), at about twice the ElementwiseKernel's
+speed on large arrays.
 
 A region that cannot be generated (an op without ``expr``, integer or float16 values,
 outputs of different shapes) runs op by op with the backend's kernels on cupy, as the base
@@ -39,6 +42,60 @@ def elementwise_kernel(src: codegen.KernelSource):
                     src.in_params, src.out_params, src.operation, src.name,
                     preamble=src.preamble)
     return kernel
+
+
+_raw: Dict[tuple, object] = {}        # (source, scalar flags) -> cupy.RawKernel
+BLOCK = 256
+WAVES = 16          # blocks per multiprocessor launched at most (the grid-stride loop does
+                    # the rest): on an H200, 16M floats ran 40 us at 16 waves, 77 us at one
+                    # thread per element
+_sm_count: Dict[int, int] = {}
+
+
+def run_contiguous(xp, src: codegen.KernelSource, ins: Sequence, outs: Optional[Sequence],
+                   out_dtypes: Sequence[str], shape: tuple):
+    """``src`` over C-contiguous device arrays of ``shape`` (inputs may hold one element) as
+    one grid-stride ``RawKernel`` (``codegen.contiguous_source``); the outputs (``outs``, or
+    new arrays), or None where this does not apply (cupy is not the module, an input is
+    broadcast or strided, a dtype differs from the source's): the ElementwiseKernel then runs
+    it."""
+    if getattr(xp, "__name__", "") != "cupy":
+        return None
+    n = 1
+    for d in shape:
+        n *= d
+    if n == 0:
+        return None
+    declared = [p.split()[0] for p in src.in_params.split(",") if p.strip()]
+    scalars = []
+    for a, dt in zip(ins, declared):
+        if not isinstance(a, xp.ndarray) or a.dtype.name != dt or not a.flags.c_contiguous:
+            return None
+        if a.shape != shape and a.size != 1:
+            return None
+        scalars.append(a.shape != shape)
+    if outs is None:
+        outs = [xp.empty(shape, dt) for dt in out_dtypes]
+    elif not all(o.shape == shape and o.flags.c_contiguous and o.dtype.name == dt
+                 for o, dt in zip(outs, out_dtypes)):
+        return None
+    key = (src, tuple(scalars))
+    kernel = _raw.get(key)
+    if kernel is None:
+        with _lock:
+            kernel = _raw.get(key)
+            if kernel is None:
+                import cupy
+                name, code = codegen.contiguous_source(src, scalars)
+                kernel = _raw[key] = cupy.RawKernel(code, name)
+    device = xp.cuda.runtime.getDevice()
+    sms = _sm_count.get(device)
+    if sms is None:
+        sms = _sm_count[device] = xp.cuda.runtime.getDeviceProperties(device)[
+            "multiProcessorCount"]
+    grid = min((n + BLOCK - 1) // BLOCK, sms * WAVES)
+    kernel((grid,), (BLOCK,), (*ins, *outs, np.int64(n)))
+    return tuple(outs)
 
 
 class Layout:
@@ -121,14 +178,18 @@ class CUDAFusedCompiler(FusedCompiler):
         if lay.region:
             if lay.source is not None and _region_fits(lay, env):
                 where = {o: k for k, o in enumerate(lay.outputs)}
-                kernel = elementwise_kernel(lay.source)
                 ins = [env[v] for v in lay.region_inputs]
                 outs = None
                 if out is not None:
                     outs = [out[where[v]] for v in lay.region_outputs]
                     if not all(_writable_into(o, v) for o, v in zip(outs, lay.region_outputs)):
                         outs = None
-                res = kernel(*ins, *outs) if outs is not None else kernel(*ins)
+                full = _full_shape(ins)
+                res = run_contiguous(xp, lay.source, ins, outs,
+                                     [v.dtype for v in lay.region_outputs], full)
+                if res is None:
+                    kernel = elementwise_kernel(lay.source)
+                    res = kernel(*ins, *outs) if outs is not None else kernel(*ins)
                 if not isinstance(res, (tuple, list)):
                     res = (res,)
                 for v, r in zip(lay.region_outputs, res):
@@ -147,6 +208,11 @@ class CUDAFusedCompiler(FusedCompiler):
             if r is not o:
                 xp.copyto(o, r, casting="unsafe")
         return tuple(out)
+
+
+def _full_shape(arrays: Sequence) -> tuple:
+    shapes = [a.shape for a in arrays]
+    return tuple(np.broadcast_shapes(*shapes)) if shapes else ()
 
 
 def _writable_into(arr, v: Value) -> bool:
