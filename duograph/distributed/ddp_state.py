@@ -1,0 +1,40 @@
+"""Which parameters a ``DistributedDataParallel`` wraps, for code that must treat their
+gradients as the group's (``optimizer.minimize`` in graph mode puts their all-reduce into the
+step graph). Filled by ``nn.parallel.DistributedDataParallel`` at construction."""
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+from typing import Iterable, Optional
+
+from .process_group import ProcessGroup
+
+
+@dataclass
+class DDPInfo:
+    """What a wrapped parameter's gradient needs: the group that averages it, the bucket
+    size (bytes) its all-reduce is grouped by, and whether gradient sync is on
+    (``no_sync`` turns it off)."""
+    group: ProcessGroup
+    bucket_bytes: int
+    wrapper: object                 # the DistributedDataParallel (its require_sync flag)
+
+    @property
+    def sync(self) -> bool:
+        return bool(getattr(self.wrapper, "require_backward_grad_sync", True))
+
+
+_params: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def register(params: Iterable, info: DDPInfo) -> None:
+    for p in params:
+        _params[p] = info
+
+
+def info(param) -> Optional[DDPInfo]:
+    """The DDP facts of ``param`` (a Parameter), or None when no DDP wraps it."""
+    try:
+        return _params.get(param)
+    except TypeError:               # not weak-referenceable: not a parameter
+        return None
