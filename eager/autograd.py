@@ -8,6 +8,7 @@ and accumulates into leaves' ``.grad``.
 """
 from __future__ import annotations
 
+import weakref
 from typing import List, Sequence
 
 import numpy as np
@@ -22,7 +23,7 @@ from ..graphlib.registry import REGISTRY, OpDef
 from ..graphlib.types import TensorType
 from . import grad_mode
 from . import tensors as tensor_mod
-from .tensors import EagerNode, Tensor, eager_apply
+from .tensors import EagerNode, Tensor, _HookHandle, eager_apply
 
 
 def _collect(roots: Sequence[Tensor]):
@@ -125,8 +126,11 @@ def _grad_seed(root: Tensor, g, create_graph: bool) -> Tensor:
     return g if create_graph else g.detach()
 
 
-def _run(roots, grad_roots, retain_graph, create_graph, wanted=None):
-    """The shared core of backward() and grad(): returns (cotangents by key, nodes)."""
+def _run(roots, grad_roots, retain_graph, create_graph, wanted=None, early=None):
+    """The shared core of backward() and grad(): returns (cotangents by key, nodes).
+    ``early(leaf, key, cotangent)``: called for each leaf with a post-accumulate-grad hook as
+    soon as the walk has passed the last node that reads it (its cotangent is then
+    complete)."""
     roots = list(roots)
     if grad_roots is None:
         grad_roots = [None] * len(roots)
@@ -149,8 +153,9 @@ def _run(roots, grad_roots, retain_graph, create_graph, wanted=None):
         seeds[k] = seed if k not in seeds else seeds[k] + seed
         if r.grad_fn is None:
             leaves[k] = r
+    ready = _ready_positions(nodes, leaves) if early is not None else None
     with grad_mode.set_grad_enabled(create_graph):
-        cts = _walk(nodes, seeds, leaves, create_graph, wanted)
+        cts = _walk(nodes, seeds, leaves, create_graph, wanted, ready, early)
     if not retain_graph:
         for node in nodes:      # node.release(), inlined
             node.freed = True
@@ -174,7 +179,25 @@ def _on_grad(t, ct, create_graph, wanted):
     return ct
 
 
-def _walk(nodes, seeds, leaves, create_graph, wanted):
+def _ready_positions(nodes, leaves):
+    """{walk position j: leaf keys whose cotangent is complete before the walk's j-th node}
+    for the leaves with post-accumulate-grad hooks: one past the last node (in the walk's
+    reversed order) that reads them; None when no leaf has such a hook."""
+    hooked = {k for k, t in leaves.items() if t in _post_accumulate}
+    if not hooked:
+        return None
+    last = {}
+    for j, node in enumerate(reversed(nodes)):
+        for k in node.input_keys:
+            if k in hooked:
+                last[k] = j
+    ready: dict = {}
+    for k in hooked:
+        ready.setdefault(last.get(k, -1) + 1, []).append(k)
+    return ready
+
+
+def _walk(nodes, seeds, leaves, create_graph, wanted, ready=None, early=None):
     """graphlib's ``backward_pass`` for the eager tape (the same vjp rules, the same order and
     results), with what the tape already knows taken as given: every output of a collected
     node wants a gradient (a non-leaf input's key is such an output), a leaf input wants one
@@ -190,7 +213,10 @@ def _walk(nodes, seeds, leaves, create_graph, wanted):
     array_rules = _ARRAY_RULES
     wrap = tensor_mod._wrap
     arrays_sum = not create_graph and not tensor_mod._recorders
-    for node in reversed(nodes):
+    for j, node in enumerate(reversed(nodes)):
+        if ready is not None and j in ready:
+            for k in ready.pop(j):
+                early(leaves[k], k, get(k))
         n_out = node.n_outputs
         if n_out == 1:
             c = get((node, 0))
@@ -312,6 +338,10 @@ def _walk(nodes, seeds, leaves, create_graph, wanted):
                 cts[k] = ct
             else:
                 _add_ct(cts, k, ct, arrays_sum)
+    if ready:
+        for j in sorted(ready):
+            for k in ready[j]:
+                early(leaves[k], k, get(k))
     for k in leaves:        # a leaf's cotangent kept as an array (the rules on arrays) leaves
         c = get(k)          # as a tensor
         if type(c) is _ndarray:
@@ -572,17 +602,95 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph: bool =
         tensors = [tensors]
     if isinstance(grad_tensors, Tensor):
         grad_tensors = [grad_tensors]
-    cts, leaves = _run(tensors, grad_tensors, retain_graph, create_graph)
     only = None if inputs is None else set(
         [inputs] if isinstance(inputs, Tensor) else inputs)
-    for k, t in leaves.items():
-        ct = cts.get(k)
+    done = set()
+
+    def finish(t, ct):
+        """A leaf's complete cotangent: its hooks, ``.grad``, its post-accumulate hooks."""
         if ct is None or (only is not None and t not in only):
-            continue
+            return
+        if type(ct) is _ndarray:
+            ct = tensor_mod._wrap(ct)
         if t._hooks:
             with grad_mode.set_grad_enabled(create_graph):
                 ct = _leaf_hooks(t, ct)
         _accumulate(t, ct, create_graph)
+        for hook in list(_post_accumulate.get(t, ())):
+            hook(t)
+
+    def early(t, k, ct):
+        done.add(k)
+        finish(t, ct)
+    try:
+        cts, leaves = _run(tensors, grad_tensors, retain_graph, create_graph,
+                           early=early if _post_accumulate else None)
+        for k, t in leaves.items():
+            if k not in done:
+                finish(t, cts.get(k))
+    except BaseException:
+        _callbacks.clear()          # (a failed backward does not finish another's work)
+        raise
+    _run_backward_callbacks()
+
+
+# -- post-accumulate-grad hooks and end-of-backward callbacks --------------------------------
+class _ByIdentity:
+    """Tensor -> hooks, by identity (a tensor's ``==`` is elementwise, so no
+    WeakKeyDictionary), dropped when the tensor dies."""
+
+    def __init__(self):
+        self._items: dict = {}
+
+    def __bool__(self) -> bool:
+        return bool(self._items)
+
+    def __contains__(self, t) -> bool:
+        found = self._items.get(id(t))
+        return found is not None and found[0]() is t
+
+    def get(self, t, default=None):
+        found = self._items.get(id(t))
+        return found[1] if found is not None and found[0]() is t else default
+
+    def setdefault(self, t, value):
+        found = self._items.get(id(t))
+        if found is not None and found[0]() is t:
+            return found[1]
+        key = id(t)
+        self._items[key] = (weakref.ref(t, lambda _, key=key: self._items.pop(key, None)),
+                            value)
+        return value
+
+
+_post_accumulate = _ByIdentity()
+_callbacks: list = []
+
+
+def register_post_accumulate_grad_hook(t: Tensor, fn):
+    """Call ``fn(t)`` once ``t.grad`` has received this backward's gradient: as soon as the
+    walk has passed the last op that reads the leaf ``t``, while the rest of the backward is
+    still to run (what DistributedDataParallel starts its all-reduces from)."""
+    if t.grad_fn is not None:
+        raise RuntimeError("register_post_accumulate_grad_hook: only leaf tensors have "
+                           "post-accumulate-grad hooks")
+    if not t.requires_grad:
+        raise RuntimeError("register_post_accumulate_grad_hook() on a tensor that does not "
+                           "require grad")
+    hooks = _post_accumulate.setdefault(t, [])
+    hooks.append(fn)
+    return _HookHandle(hooks, fn)
+
+
+def queue_callback(fn) -> None:
+    """Run ``fn()`` once, when the backward now running has accumulated every gradient (as
+    PyTorch's ``Variable._execution_engine.queue_callback``)."""
+    _callbacks.append(fn)
+
+
+def _run_backward_callbacks() -> None:
+    while _callbacks:
+        _callbacks.pop(0)()
 
 
 def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph: bool = False,

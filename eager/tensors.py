@@ -538,6 +538,12 @@ class Tensor(TensorMethods):
         self._hooks.append(fn)
         return _HookHandle(self._hooks, fn)
 
+    def register_post_accumulate_grad_hook(self, fn):
+        """Call ``fn(self)`` once this leaf's ``.grad`` holds a backward's gradient, while
+        the rest of that backward still runs. Returns a handle with ``remove()``."""
+        from .autograd import register_post_accumulate_grad_hook
+        return register_post_accumulate_grad_hook(self, fn)
+
     def backward(self, gradient=None, retain_graph=None, create_graph: bool = False,
                  inputs=None) -> None:
         """Accumulate d(self)/d(leaf) into every leaf's ``.grad``."""

@@ -34,3 +34,4 @@ __all__ = [
     "InstanceNorm3d", "EmbeddingBag", "Bilinear", "Unflatten",
     "RNNBase", "RNN", "LSTM", "GRU",
 ] + list(_conv_layers.__all__)
+from . import parallel  # noqa: E402,F401  (DistributedDataParallel)

@@ -1,0 +1,4 @@
+"""``duograph.nn.parallel``: ``DistributedDataParallel`` (PyTorch's name and arguments)."""
+from .distributed import DistributedDataParallel
+
+__all__ = ["DistributedDataParallel"]

@@ -1,0 +1,313 @@
+"""duograph.distributed and DistributedDataParallel on MPI: scripts run on 2 and 3 ranks
+(``mpiexec``; 3 ranks oversubscribe a 2-core machine) and compared with one process.
+
+DDP's promise: the weights after k steps equal one process's whose loss is the mean of the
+ranks' losses (each rank's mean over its own part of the batch); with equal parts and no
+batch statistics that is one process on the global batch. Batch norm normalises by each
+rank's own batch (as in PyTorch without SyncBatchNorm), so the one-process reference there
+averages per-part losses. float64 within 1e-12."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+import duograph as dg
+import duograph.distributed as dist
+import duograph.nn as nn
+from mpi_util import run_ranks
+
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
+
+MODEL = """
+import sys
+import numpy as np
+import duograph as dg
+import duograph.nn as nn
+import duograph.distributed as dist
+
+def make(kind):
+    dg.manual_seed(0)
+    if kind == "mlp":
+        return nn.Sequential(nn.Linear(6, 16), nn.Tanh(), nn.Linear(16, 3)).double()
+    if kind == "cnn":
+        return nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(),
+                             nn.Flatten(), nn.Linear(4 * 5 * 5, 3)).double()
+    class Branchy(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = nn.Linear(6, 8)
+            self.a = nn.Linear(8, 3)
+            self.b = nn.Linear(8, 3)
+        def forward(self, x, use_b):
+            h = dg.tanh(self.body(x))
+            return self.b(h) if use_b else self.a(h)
+    return Branchy().double()
+
+def data(kind, step, n_parts):
+    rng = np.random.default_rng(100 + step)
+    shape = (4 * n_parts, 6) if kind != "cnn" else (4 * n_parts, 1, 5, 5)
+    x = rng.standard_normal(shape)
+    y = rng.integers(0, 3, 4 * n_parts)
+    return [(x[4 * r:4 * r + 4], y[4 * r:4 * r + 4]) for r in range(n_parts)]
+
+def uses_b(kind, rank, step):
+    return kind == "branch" and rank == 1 and step % 2 == 0
+
+def loss_of(model, kind, x, y, rank, step):
+    x, y = dg.tensor(x), dg.tensor(y)
+    out = model(x, uses_b(kind, rank, step)) if kind == "branch" else model(x)
+    return nn.functional.cross_entropy(out, y)
+"""
+
+DDP_SCRIPT = MODEL + """
+kind, steps, path = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+dist.init_process_group("mpi")
+rank, size = dist.get_rank(), dist.get_world_size()
+model = make(kind)
+if rank != 0:                        # rank 0's weights must win at construction
+    for p in model.parameters():
+        p.data = p.data + 1.0
+ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.0005)
+opt = dg.optim.SGD(ddp.parameters(), lr=0.1, momentum=0.9)
+for step in range(steps):
+    x, y = data(kind, step, size)[rank]
+    opt.zero_grad()
+    if kind == "branch":
+        out = ddp(dg.tensor(x), uses_b(kind, rank, step))
+    else:
+        out = ddp(dg.tensor(x))
+    nn.functional.cross_entropy(out, dg.tensor(y)).backward()
+    opt.step()
+if rank == 0:
+    np.savez(path, **{k: v.numpy() for k, v in model.state_dict().items()})
+print("rank", rank, "done")
+"""
+
+
+def _reference(kind: str, steps: int, n_parts: int) -> dict:
+    """One process: each step's loss is the mean of the parts' losses."""
+    ns = {}
+    exec(MODEL, ns)
+    model = ns["make"](kind)
+    opt = dg.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    for step in range(steps):
+        opt.zero_grad()
+        parts = ns["data"](kind, step, n_parts)
+        total = None
+        for r, (x, y) in enumerate(parts):
+            loss = ns["loss_of"](model, kind, x, y, r, step) / n_parts
+            total = loss if total is None else total + loss
+        total.backward()
+        opt.step()
+    return {k: v.numpy() for k, v in model.state_dict().items()}
+
+
+@pytest.mark.parametrize("kind, ranks", [("mlp", 2), ("mlp", 3), ("branch", 2), ("cnn", 2)])
+def test_eager_ddp_trains_as_one_process(tmp_path, kind, ranks):
+    out = tmp_path / "w.npz"
+    res = run_ranks(ranks, DDP_SCRIPT, tmp_path, args=(kind, 3, out))
+    assert res.returncode == 0, res.stderr[-3000:]
+    got = dict(np.load(out))
+    want = _reference(kind, 3, ranks)
+    if kind == "cnn":
+        # batch norm's running statistics are rank 0's (broadcast before each forward)
+        want = {k: v for k, v in want.items() if "running" not in k and "num_batches" not in k}
+    for k, w in want.items():
+        np.testing.assert_allclose(got[k], w, rtol=1e-12, atol=1e-12, err_msg=k)
+
+
+def test_no_sync_accumulates_then_averages(tmp_path):
+    code = MODEL + """
+dist.init_process_group()
+rank, size = dist.get_rank(), dist.get_world_size()
+model = make("mlp")
+ddp = nn.parallel.DistributedDataParallel(model)
+(x1, y1), (x2, y2) = data("mlp", 0, size)[rank], data("mlp", 1, size)[rank]
+with ddp.no_sync():
+    loss_of(ddp, "mlp", x1, y1, rank, 0).backward()
+local = [p.grad.numpy().copy() for p in model.parameters()]
+loss_of(ddp, "mlp", x2, y2, rank, 1).backward()
+if rank == 0:
+    np.savez(sys.argv[1], *[p.grad.numpy() for p in model.parameters()])
+    np.savez(sys.argv[2], *local)
+"""
+    res = run_ranks(2, code, tmp_path, args=(tmp_path / "g.npz", tmp_path / "l.npz"))
+    assert res.returncode == 0, res.stderr[-3000:]
+    ns = {}
+    exec(MODEL, ns)
+    model = ns["make"]("mlp")
+    for step in range(2):
+        for r, (x, y) in enumerate(ns["data"]("mlp", step, 2)):
+            (ns["loss_of"](model, "mlp", x, y, r, step) / 2).backward()
+    got = np.load(tmp_path / "g.npz")
+    for k, p in enumerate(model.parameters()):
+        np.testing.assert_allclose(got[f"arr_{k}"], p.grad.numpy(), rtol=1e-12, atol=1e-12)
+    # inside no_sync the gradient stayed rank 0's own
+    model0 = ns["make"]("mlp")
+    x, y = ns["data"]("mlp", 0, 2)[0]
+    ns["loss_of"](model0, "mlp", x, y, 0, 0).backward()
+    local = np.load(tmp_path / "l.npz")
+    for k, p in enumerate(model0.parameters()):
+        np.testing.assert_allclose(local[f"arr_{k}"], p.grad.numpy(), rtol=1e-12)
+
+
+def test_a_parameter_no_rank_used_keeps_no_gradient(tmp_path):
+    code = MODEL + """
+dist.init_process_group()
+rank = dist.get_rank()
+model = make("branch")
+ddp = nn.parallel.DistributedDataParallel(model)
+x, y = data("branch", 1, 2)[rank]
+loss_of(ddp, "branch", x, y, rank, 1).backward()      # step 1: nobody uses b
+assert model.b.weight.grad is None and model.b.bias.grad is None, "b got a gradient"
+assert model.a.weight.grad is not None
+print("ok", rank)
+"""
+    res = run_ranks(2, code, tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.stdout.count("ok") == 2
+
+
+def test_differing_models_are_refused_on_every_rank(tmp_path):
+    code = MODEL + """
+dist.init_process_group()
+rank = dist.get_rank()
+model = make("mlp") if rank == 0 else nn.Sequential(nn.Linear(6, 16), nn.Tanh(),
+                                                    nn.Linear(16, 4)).double()
+nn.parallel.DistributedDataParallel(model)
+"""
+    start = time.monotonic()
+    res = run_ranks(2, code, tmp_path, timeout=60)
+    assert res.returncode != 0
+    assert time.monotonic() - start < 30
+    assert "DistributedError" in res.stderr and "'2.weight'" in res.stderr
+    assert "float64[3, 16]" in res.stderr and "float64[4, 16]" in res.stderr
+
+
+def test_a_failing_rank_ends_the_job(tmp_path):
+    """Rank 1 raises while rank 0 waits in a collective: the job ends within seconds with
+    rank 1's message (an mpi4py script would hang)."""
+    code = """
+import duograph as dg
+import duograph.distributed as dist
+dist.init_process_group()
+if dist.get_rank() == 1:
+    raise ValueError("rank one gives up")
+dist.barrier()
+t = dg.ones(3)
+dist.all_reduce(t)
+"""
+    start = time.monotonic()
+    res = run_ranks(2, code, tmp_path, timeout=60)
+    assert res.returncode != 0
+    assert time.monotonic() - start < 30
+    assert "rank one gives up" in res.stderr and "rank 1" in res.stderr
+
+
+def test_collectives_on_tensors(tmp_path):
+    code = """
+import numpy as np
+import duograph as dg
+import duograph.distributed as dist
+dist.init_process_group()
+r, n = dist.get_rank(), dist.get_world_size()
+t = dg.tensor(np.arange(6.0).reshape(2, 3) * (r + 1))
+dist.all_reduce(t.T, op=dist.ReduceOp.AVG)           # strided: through a copy
+assert np.allclose(t.numpy(), np.arange(6.0).reshape(2, 3) * (n + 1) / 2), t
+for op, want in ((dist.ReduceOp.MAX, n), (dist.ReduceOp.MIN, 1), (dist.ReduceOp.PRODUCT, 6)):
+    u = dg.tensor(np.array([r + 1], np.int64))
+    w = dist.all_reduce(u, op=op, async_op=True)
+    w.wait()
+    assert u.numpy()[0] == want, (op, u)
+h = dg.tensor(np.array([1.5], np.float16))
+dist.all_reduce(h)
+assert h.dtype == "float16" and h.numpy()[0] == 1.5 * n
+out = dg.zeros(2 * n)
+dist.all_gather_into_tensor(out, dg.tensor(np.array([r, r + 10.0], np.float32)))
+assert out.numpy().tolist() == sum(([k, k + 10.0] for k in range(n)), [])
+part = dg.zeros(2)
+dist.reduce_scatter_tensor(part, dg.tensor(np.arange(2.0 * n, dtype=np.float32)))
+assert part.numpy().tolist() == [2.0 * r * n, (2.0 * r + 1) * n]
+got = [dg.zeros(1) for _ in range(n)]
+dist.all_gather(got, dg.tensor(np.array([float(r)], np.float32)))
+assert [g.numpy()[0] for g in got] == list(range(n))
+b = dg.tensor(np.array([r * 5.0]))
+dist.broadcast(b, src=n - 1)
+assert b.numpy()[0] == (n - 1) * 5.0
+sub = dist.new_group([0, n - 1])
+if r in (0, n - 1):
+    s = dg.ones(1)
+    dist.all_reduce(s, group=sub)
+    assert s.numpy()[0] == 2 and dist.get_world_size(sub) == 2
+else:
+    assert sub is None
+if r == 0:
+    dist.send(dg.tensor(np.array([42.0])), dst=1)
+elif r == 1:
+    x = dg.zeros(1, dtype="float64")
+    assert dist.recv(x) == 0 and x.numpy()[0] == 42.0
+objs = [None]
+if r == 0:
+    objs = [{"epoch": 3}]
+dist.broadcast_object_list(objs, src=0)
+assert objs == [{"epoch": 3}]
+print("ok", r)
+"""
+    res = run_ranks(3, code, tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.stdout.count("ok") == 3
+
+
+def test_one_process_without_a_launcher():
+    """Without mpiexec the default group is one rank (MPI's singleton start); collectives
+    are identities and DDP trains as the plain module."""
+    if not dist.is_available():
+        pytest.skip("needs mpi4py")
+    import subprocess
+    import sys
+    code = ("import numpy as np, duograph as dg, duograph.distributed as dist, "
+            "duograph.nn as nn\n"
+            "dist.init_process_group()\n"
+            "assert dist.get_world_size() == 1 and dist.get_rank() == 0\n"
+            "t = dg.ones(2); dist.all_reduce(t, op=dist.ReduceOp.AVG)\n"
+            "m = nn.Linear(3, 1); d = nn.parallel.DistributedDataParallel(m)\n"
+            "d(dg.ones((2, 3))).sum().backward()\n"
+            "assert np.allclose(m.weight.grad.numpy(), 2.0)\n"
+            "print('ok', t.numpy().tolist())\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "ok [1.0, 1.0]" in res.stdout
+
+
+def test_uninitialised_group_says_what_to_do():
+    if dist.is_initialized():
+        pytest.skip("a group is initialised in this process")
+    with pytest.raises(dist.DistributedError, match="init_process_group"):
+        dist.get_rank()
+    with pytest.raises(dist.DistributedError, match="init_process_group"):
+        nn.parallel.DistributedDataParallel(nn.Linear(2, 2))
+
+
+def test_post_accumulate_grad_hooks_fire_during_backward():
+    """A leaf's post-accumulate-grad hook runs as soon as its gradient is complete, before
+    the backward reaches the ops of earlier layers (what DDP overlaps its all-reduce with)."""
+    w1 = dg.tensor(np.ones((3, 3)), requires_grad=True)
+    w2 = dg.tensor(np.full((3, 3), 2.0), requires_grad=True)
+    seen = []
+    w1.register_post_accumulate_grad_hook(lambda t: seen.append(("w1", t.grad is not None)))
+    handle = w2.register_post_accumulate_grad_hook(
+        lambda t: seen.append(("w2", w1.grad is None)))
+    from duograph.eager import autograd
+    autograd.queue_callback(lambda: seen.append("end"))
+    ((dg.tensor(np.ones((2, 3))) @ w1).relu() @ w2).sum().backward()
+    assert seen == [("w2", True), ("w1", True), "end"]
+    np.testing.assert_allclose(w1.grad.numpy(), np.full((3, 3), 12.0))
+    handle.remove()
+    seen.clear()
+    ((dg.tensor(np.ones((2, 3))) @ w1) @ w2).sum().backward()
+    assert seen == [("w1", True)]
+    with pytest.raises(RuntimeError, match="leaf"):
+        (w1 * 2).register_post_accumulate_grad_hook(print)
