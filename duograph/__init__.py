@@ -51,6 +51,7 @@ bool_ = "bool"
 __version__ = "0.1.0"
 from . import nn, optim  # noqa: E402
 from . import data, io  # noqa: E402
+from . import distributed  # noqa: E402,F401  (imports no MPI until init_process_group)
 from . import onnx  # noqa: E402
 from .io import save, load  # noqa: E402
 from .graphlib.serialize import GraphFormatError, load_graph, save_graph  # noqa: E402

@@ -234,6 +234,37 @@ def compare_command(args) -> str:
     return "\n".join(lines)
 
 
+def find_mpiexec() -> Optional[str]:
+    """The mpiexec beside this interpreter (the mpich wheel puts it there), else on PATH."""
+    import shutil
+    here = os.path.dirname(sys.executable)
+    return shutil.which("mpiexec", path=here + os.pathsep + os.environ.get("PATH", ""))
+
+
+def run_command(nproc: int, script: str, script_args: Sequence[str]) -> int:
+    """``duograph run -n N script.py args``: ``mpiexec -n N <this python> script.py args``,
+    its exit status returned (N = 1 runs the script here, without MPI)."""
+    import subprocess
+    if nproc < 1:
+        print(f"duograph run: -n must be at least 1, found {nproc}", file=sys.stderr)
+        return 2
+    if not os.path.isfile(script):
+        print(f"duograph run: no script {script!r}", file=sys.stderr)
+        return 2
+    cmd = [sys.executable, script, *script_args]
+    if nproc > 1:
+        mpiexec = find_mpiexec()
+        if mpiexec is None:
+            print("duograph run: mpiexec not found; install MPI with "
+                  "pip install 'duograph[distributed]' (mpi4py and mpich)", file=sys.stderr)
+            return 2
+        cmd = [mpiexec, "-n", str(nproc), *cmd]
+    try:
+        return subprocess.call(cmd)
+    except KeyboardInterrupt:
+        return 130
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="duograph", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -263,7 +294,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     cmp.add_argument("--repeats", type=int, default=10, help="timed steps per mode")
     cmp.add_argument("--report", metavar="DIR", help="write an HTML page with plots here")
     cmp.add_argument("--json", metavar="PATH", help="write every figure as JSON here")
+    run = sub.add_parser("run", help="run a script on several MPI processes (mpiexec -n N "
+                         "python SCRIPT ...)")
+    run.add_argument("-n", "--nproc", type=int, default=1, metavar="N",
+                     help="how many processes (ranks)")
+    run.add_argument("script")
+    run.add_argument("script_args", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
+    if args.command == "run":
+        return run_command(args.nproc, args.script, args.script_args)
     import duograph as dg
     try:
         if args.command == "inspect":

@@ -73,7 +73,7 @@ __all__ = [
     "Dataset", "IterableDataset", "TensorDataset", "Subset", "random_split", "DataLoader",
     "DataLoaderError", "WorkerInfo", "get_worker_info", "default_collate", "default_convert",
     "ConcatDataset", "Sampler", "SequentialSampler", "RandomSampler", "SubsetRandomSampler",
-    "WeightedRandomSampler", "BatchSampler",
+    "WeightedRandomSampler", "BatchSampler", "DistributedSampler",
 ]
 
 T_co = TypeVar("T_co", covariant=True)
@@ -336,6 +336,62 @@ class RandomSampler(Sampler[int]):
 
     def __len__(self) -> int:
         return self.num_samples
+
+
+class DistributedSampler(Sampler[int]):
+    """Each rank's share of the dataset, as PyTorch's: the indices (shuffled per epoch with
+    ``seed + epoch`` when ``shuffle``) padded by repeating from the start to a multiple of
+    ``num_replicas`` (or cut down to one with ``drop_last``), then every
+    ``num_replicas``-th from ``rank``. Every rank must call ``set_epoch(e)`` before each epoch
+    for a new order; the same seed and epoch give every rank the same permutation, so the
+    shares never overlap and together cover the dataset once. ``num_replicas`` and ``rank``
+    default to the process group's. The permutation is numpy's, not PyTorch's."""
+
+    def __init__(self, dataset: Sized, num_replicas: Optional[int] = None,
+                 rank: Optional[int] = None, shuffle: bool = True, seed: int = 0,
+                 drop_last: bool = False) -> None:
+        if num_replicas is None or rank is None:
+            from . import distributed as dist
+            if num_replicas is None:
+                num_replicas = dist.get_world_size()
+            if rank is None:
+                rank = dist.get_rank()
+        if not isinstance(num_replicas, (int, np.integer)) or num_replicas < 1:
+            raise ValueError(f"DistributedSampler: num_replicas must be a positive int, found "
+                             f"{num_replicas!r}")
+        if not isinstance(rank, (int, np.integer)) or not 0 <= rank < num_replicas:
+            raise ValueError(f"Invalid rank {rank}, rank should be in the interval "
+                             f"[0, {num_replicas - 1}]")
+        self.dataset, self.num_replicas, self.rank = dataset, int(num_replicas), int(rank)
+        self.shuffle, self.seed, self.drop_last = shuffle, int(seed), drop_last
+        self.epoch = 0
+        n = len(dataset)
+        if drop_last and n % self.num_replicas:
+            self.num_samples = n // self.num_replicas     # ceil((n - r) / r), as PyTorch
+        else:
+            self.num_samples = -(-n // self.num_replicas)
+        self.total_size = self.num_samples * self.num_replicas
+
+    def __iter__(self) -> Iterator[int]:
+        n = len(self.dataset)
+        if self.shuffle:
+            order = np.random.default_rng(self.seed + self.epoch).permutation(n).tolist()
+        else:
+            order = list(range(n))
+        if not self.drop_last:
+            pad = self.total_size - len(order)
+            if pad > 0:
+                order += (order * (-(-pad // max(len(order), 1))))[:pad]
+        else:
+            order = order[:self.total_size]
+        return iter(order[self.rank:self.total_size:self.num_replicas])
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+    def set_epoch(self, epoch: int) -> None:
+        """The epoch whose order ``__iter__`` gives (with ``shuffle``)."""
+        self.epoch = int(epoch)
 
 
 class SubsetRandomSampler(Sampler[int]):

@@ -311,3 +311,76 @@ def test_post_accumulate_grad_hooks_fire_during_backward():
     assert seen == [("w1", True)]
     with pytest.raises(RuntimeError, match="leaf"):
         (w1 * 2).register_post_accumulate_grad_hook(print)
+
+
+@pytest.mark.parametrize("n, replicas, drop_last", [(10, 3, False), (10, 3, True),
+                                                     (9, 3, False), (2, 3, False),
+                                                     (11, 4, True), (1, 2, True)])
+def test_distributed_sampler_shares(n, replicas, drop_last):
+    """Shuffled shares cover the dataset once per epoch (padding aside), agree across ranks
+    for one (seed, epoch) and change with it."""
+    from duograph.utils.data import DistributedSampler
+    data = list(range(n))
+    shares = [list(DistributedSampler(data, replicas, r, shuffle=False, drop_last=drop_last))
+              for r in range(replicas)]
+    sizes = {len(s) for s in shares}
+    assert len(sizes) == 1
+    samplers = [DistributedSampler(data, replicas, r, seed=7, drop_last=drop_last)
+                for r in range(replicas)]
+    epochs = []
+    for epoch in range(3):
+        for s in samplers:
+            s.set_epoch(epoch)
+        got = [list(s) for s in samplers]
+        flat = sorted(i for share in got for i in share)
+        if drop_last:
+            assert len(flat) == len(set(flat)) == replicas * (n // replicas)
+        else:
+            assert set(flat) == set(range(n)) and len(flat) == replicas * -(-n // replicas)
+        assert all(len(share) == len(samplers[0]) for share in got)
+        epochs.append(got)
+    assert epochs[0] == [list(s) for s in [DistributedSampler(data, replicas, r, seed=7,
+                                                               drop_last=drop_last)
+                                           for r in range(replicas)]]
+    if n > 3:
+        assert epochs[0] != epochs[1]
+    with pytest.raises(ValueError, match="rank"):
+        DistributedSampler(data, replicas, replicas)
+
+
+@pytest.mark.parametrize("n, replicas, drop_last", [(10, 3, False), (10, 3, True),
+                                                     (9, 3, False), (2, 3, False),
+                                                     (11, 4, True), (1, 2, True)])
+def test_distributed_sampler_unshuffled_is_pytorchs(n, replicas, drop_last):
+    torch = pytest.importorskip("torch")
+    from duograph.utils.data import DistributedSampler
+    data = list(range(n))
+    for r in range(replicas):
+        ours = DistributedSampler(data, replicas, r, shuffle=False, drop_last=drop_last)
+        theirs = torch.utils.data.DistributedSampler(data, replicas, r, shuffle=False,
+                                                     drop_last=drop_last)
+        assert list(ours) == list(theirs) and len(ours) == len(theirs)
+
+
+def test_duograph_run_launches_the_ranks(tmp_path):
+    """``duograph run -n 2 script.py args`` is mpiexec over this interpreter; its status is
+    the job's."""
+    import subprocess
+    import sys
+    from mpi_util import mpiexec
+    mpiexec()
+    script = tmp_path / "hello.py"
+    script.write_text("import sys, duograph.distributed as dist\n"
+                      "dist.init_process_group()\n"
+                      "print('rank', dist.get_rank(), 'of', dist.get_world_size(), "
+                      "sys.argv[1:])\n"
+                      "sys.exit(3 if 'fail' in sys.argv else 0)\n")
+    run = [sys.executable, "-m", "duograph", "run", "-n", "2", str(script)]
+    res = subprocess.run(run + ["a"], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert sorted(res.stdout.split("\n"))[1:] == ["rank 0 of 2 ['a']", "rank 1 of 2 ['a']"]
+    assert subprocess.run(run + ["fail"], capture_output=True, timeout=120).returncode != 0
+    bad = subprocess.run([sys.executable, "-m", "duograph", "run", "-n", "2",
+                          str(tmp_path / "missing.py")], capture_output=True, text=True,
+                         timeout=60)
+    assert bad.returncode == 2 and "no script" in bad.stderr
