@@ -23,6 +23,8 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
+from .graphlib.files import write_text
+
 
 class CommandError(Exception):
     """A mistake on the command line or in its files: printed without a traceback."""
@@ -168,8 +170,7 @@ def export(spec: str, to: str, out: Optional[str], inputs) -> str:
     if to == "json":
         path = out or f"{graph.name}.dg"
         if path.endswith(".json"):
-            with open(path, "w") as f:
-                f.write(graph.to_json(indent=1))
+            write_text(path, graph.to_json(indent=1))
         else:
             dg.save_graph(graph, path)
         return path

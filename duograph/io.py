@@ -49,8 +49,10 @@ descriptor until its tensors are freed: pass ``mmap=False`` to read the tensors 
 
 Writes are atomic: the bytes go to a temporary file beside the target (``.<name>.<12 hex
 digits>.tmp``), are flushed and fsync'ed, and replace the target with ``os.replace`` (then the
-directory is fsync'ed), so a crash mid-save leaves the previous checkpoint intact. A
-re-saved file keeps the existing file's permission bits (and owner, where allowed). A process
+directory is fsync'ed), so a crash mid-save leaves the previous checkpoint intact. Links are
+not followed: a symlink at the target is replaced by the checkpoint, and the file it pointed
+to is left as it was. A re-saved file keeps the existing file's permission bits (and owner,
+where allowed). A process
 killed mid-save leaves its temporary file behind: the next save of the same target removes
 the temporary files of that target that are regular files of the current user, untouched for
 ``STALE_TEMP_SECONDS`` (10 minutes) and not locked by a live writer (each writer holds an

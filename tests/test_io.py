@@ -491,3 +491,87 @@ def test_huge_ints_and_version_strings_are_checkpoint_errors():
     big = '{"type": "int", "value": ' + "7" * 5000 + "}"
     with pytest.raises(CheckpointError, match="tree is not valid JSON"):
         dg.io.from_bytes(_raw_safetensors({}, dict(_duograph_metadata(None), tree=big)))
+
+
+# -- writers never follow a planted link; one helper writes every file ---------------------------
+
+def _plant_links(folder: Path, names) -> dict:
+    """A symlink under each of ``names`` in ``folder``, pointing at a victim file outside it;
+    returns name -> victim."""
+    outside = folder.parent / f"outside_{folder.name}"
+    outside.mkdir(exist_ok=True)
+    victims = {}
+    for name in names:
+        victim = outside / f"victim_{name}"
+        victim.write_bytes(b"precious")
+        (folder / name).symlink_to(victim)
+        victims[name] = victim
+    return victims
+
+
+def _assert_links_replaced(folder: Path, victims: dict) -> None:
+    for name, victim in victims.items():
+        assert victim.read_bytes() == b"precious", f"{name}: the file outside was written"
+        assert not (folder / name).is_symlink() and (folder / name).is_file(), name
+
+
+@pytest.mark.skipif(os.name != "posix", reason="symlinks")
+def test_save_replaces_a_planted_symlink_instead_of_writing_through_it(tmp_path):
+    folder = tmp_path / "ckpts"
+    folder.mkdir()
+    victims = _plant_links(folder, ["ckpt.safetensors", "g.dg"])
+    dg.save({"w": dg.ones(2)}, folder / "ckpt.safetensors")
+    g = dg.Graph("g")
+    with g:
+        x = dg.placeholder("x", (2,))
+        g.outputs = [dg.exp(x)]
+    dg.save_graph(g, folder / "g.dg")
+    _assert_links_replaced(folder, victims)
+    assert dg.load(folder / "ckpt.safetensors")["w"].shape == (2,)
+    assert dg.load_graph(folder / "g.dg").outputs[0].shape == (2,)
+
+
+@pytest.mark.skipif(os.name != "posix", reason="hard links")
+def test_save_replaces_a_hard_link_instead_of_writing_into_its_inode(tmp_path):
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"precious")
+    os.link(victim, tmp_path / "ckpt.safetensors")
+    dg.save({"w": dg.ones(2)}, tmp_path / "ckpt.safetensors")
+    assert victim.read_bytes() == b"precious"
+
+
+def test_writers_refuse_a_directory_and_a_trailing_slash(tmp_path):
+    from duograph.graphlib.files import write_bytes
+    (tmp_path / "d").mkdir()
+    with pytest.raises(IsADirectoryError):
+        write_bytes(tmp_path / "d", b"x")
+    with pytest.raises(IsADirectoryError):
+        write_bytes(str(tmp_path / "d") + os.sep, b"x")
+    assert list((tmp_path / "d").iterdir()) == []
+
+
+_WRITE_CALLS = ("open(", ".savefig(", "onnx.save(", "save_model(", ".write_text(",
+                ".write_bytes(", "os.replace(", "mkstemp(")
+
+
+def test_every_file_is_written_by_the_one_helper():
+    """Outside graphlib/files.py no source file opens a file for writing, saves a figure or
+    a model by path, or renames files into place itself: they call graphlib.files."""
+    root = Path(__file__).resolve().parent.parent
+    offenders = []
+    for folder in ("duograph", "graphlib", "eager", "passes", "runtime"):
+        for path in sorted((root / folder).rglob("*.py")):
+            if path.name == "files.py" and folder == "graphlib":
+                continue
+            for lineno, line in enumerate(path.read_text().splitlines(), 1):
+                code = line.split("#", 1)[0]
+                for call in _WRITE_CALLS:
+                    if call not in code:
+                        continue
+                    if call == "open(" and not any(
+                            m in code for m in ('"w', "'w", '"a', "'a", '"x', "'x", "+")):
+                        continue            # reading
+                    if "atomic_write(" in code:
+                        continue            # a writer given to the helper
+                    offenders.append(f"{path.relative_to(root)}:{lineno}: {line.strip()}")
+    assert not offenders, "write through graphlib.files instead:\n" + "\n".join(offenders)
