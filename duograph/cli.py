@@ -23,7 +23,7 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-from .graphlib.files import write_text
+from .graphlib.files import NotRegularFileError, open_regular, write_text
 
 
 class CommandError(Exception):
@@ -55,9 +55,11 @@ def load_any(path: str):
         return dg_onnx.load(path)
     try:
         if low.endswith(".json"):
-            with open(path) as f:
+            with open_regular(path) as f:
                 return dg.Graph.from_json(f.read())
         return dg.load_graph(path)
+    except NotRegularFileError as e:
+        raise CommandError(f"{path}: {e.kind}, not a regular file: refused") from None
     except dg.GraphFormatError as e:
         raise CommandError(f"{path}: {e}") from None
 

@@ -28,12 +28,24 @@ import time
 from typing import BinaryIO, Callable, Optional, Union
 
 STALE_TEMP_SECONDS = 600.0
+# The largest header (JSON) duograph's safetensors files may have: checkpoints and graph
+# files. Parsing JSON in Python costs about 20 bytes of memory per byte of text (a crafted
+# 78 MB header took 24 s and 1.6 GB to reject), so readers refuse a longer header from its
+# 8-byte length prefix, before reading it, and writers refuse to write one. safetensors
+# itself allows 100 MB; 16 MiB holds the table of some 60,000 tensors.
+MAX_HEADER_BYTES = 16 << 20
 
 PathLike = Union[str, "os.PathLike[str]"]
 
 
 class NotRegularFileError(OSError):
-    """A file to read is a FIFO, a device, a socket or another kind of non-regular file."""
+    """A file to read is a FIFO, a device, a socket or another kind of non-regular file;
+    ``kind`` says which ("a FIFO (named pipe)", "a character device"...)."""
+
+    def __init__(self, path: str, kind: str):
+        super().__init__(f"{path!r} is {kind}, not a regular file: refused without reading it")
+        self.path = path
+        self.kind = kind
 
 
 def _kind(mode: int) -> str:
@@ -53,8 +65,7 @@ def _refuse_non_regular(path: str, mode: int) -> None:
         return
     if stat.S_ISDIR(mode):
         raise IsADirectoryError(errno.EISDIR, "Is a directory", path)
-    raise NotRegularFileError(f"{path!r} is {_kind(mode)}, not a regular file: refused "
-                              "without reading it")
+    raise NotRegularFileError(path, _kind(mode))
 
 
 def open_regular(path: PathLike) -> BinaryIO:

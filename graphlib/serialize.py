@@ -31,12 +31,14 @@ import binascii
 import itertools
 import json
 import math
+import os
 from typing import Dict, List, Optional
 
 import numpy as np
 
 from . import dtypes
 from .errors import DuographError
+from .files import MAX_HEADER_BYTES, NotRegularFileError, atomic_write, open_regular
 from .ir import ConstArray, Graph, Node, Region, Value
 from .registry import REGISTRY
 from .source import SourceLocation
@@ -397,56 +399,97 @@ _META_KEY = "duograph.graph"
 def save_graph(graph: Graph, path) -> None:
     """Write ``graph`` to ``path``: one safetensors file holding the arrays (constants and
     state) as tensors and the JSON document in its metadata. Written atomically
-    (``files.atomic_write``): a crash never leaves half a file."""
-    import os
-
+    (``files.atomic_write``; a symlink at ``path`` is replaced, never followed): a crash
+    never leaves half a file. A graph whose JSON would pass ``files.MAX_HEADER_BYTES`` is
+    refused, as ``load_graph`` would refuse the file."""
     from safetensors.numpy import save
 
-    from .files import atomic_write
     store: Dict[str, np.ndarray] = {}
     doc = graph_to_document(graph, store)
     data = save(store, metadata={_META_KEY: json.dumps(doc, allow_nan=False)})
+    header = int.from_bytes(data[:8], "little")
+    if header > MAX_HEADER_BYTES:
+        raise GraphFormatError(f"save_graph: the graph's JSON header would take {header} "
+                               f"bytes, more than the {MAX_HEADER_BYTES} a graph file may "
+                               "have (load_graph refuses longer ones unread)")
     atomic_write(os.fspath(path), lambda f: f.write(data))
 
 
 def load_graph(path) -> Graph:
-    """Read a graph ``save_graph`` wrote (verified; nothing in the file is executed)."""
+    """Read a graph ``save_graph`` wrote (verified; nothing in the file is executed).
+
+    The work is bounded before it starts: only a regular file is opened (a FIFO or a device
+    is refused at once), a header longer than ``files.MAX_HEADER_BYTES`` is refused from its
+    length prefix, the data the header describes must fill the file exactly before the rest
+    is read, and JSON nested too deeply is a ``GraphFormatError``."""
     from safetensors import SafetensorError
     from safetensors.numpy import load
     try:
-        with open(path, "rb") as f:
+        with open_regular(path) as f:
+            size = os.fstat(f.fileno()).st_size
+            header = _safetensors_header(f, size, path)
+            meta = header.get("__metadata__")
+            meta = meta if isinstance(meta, dict) else {}
+            text = meta.get(_META_KEY)
+            if text is None:
+                raise GraphFormatError(f"{path!r} is a safetensors file without a duograph "
+                                       "graph")
+            f.seek(0)
             raw = f.read()
+    except NotRegularFileError as e:
+        raise GraphFormatError(f"cannot read graph file {path!r}: it is {e.kind}, not a "
+                               "regular file (refused without reading it)") from None
     except OSError as e:
         raise GraphFormatError(f"cannot read graph file {path!r}: {e}") from None
-    meta = _safetensors_metadata(raw, path)
-    text = meta.get(_META_KEY)
-    if text is None:
-        raise GraphFormatError(f"{path!r} is a safetensors file without a duograph graph")
     try:
         store = load(raw)
     except (SafetensorError, ValueError, OSError) as e:
         raise GraphFormatError(f"{path!r}: the tensors are unreadable: {e}") from None
+    if not isinstance(text, str):
+        raise GraphFormatError(f"{path!r}: the graph JSON is not a string")
     try:
         doc = json.loads(text)
     except (TypeError, ValueError) as e:
         raise GraphFormatError(f"{path!r}: the graph JSON is malformed: {e}") from None
+    except RecursionError:
+        raise GraphFormatError(f"{path!r}: the graph JSON is nested too deeply") from None
     return graph_from_document(doc, store)
 
 
-def _safetensors_metadata(raw: bytes, path) -> dict:
-    """The ``__metadata__`` of a safetensors file, with a clear error for anything that is
-    not one (too short, header length past the end, header not JSON)."""
-    if len(raw) < 8:
-        raise GraphFormatError(f"{path!r} is not a graph file (only {len(raw)} bytes)")
-    n = int.from_bytes(raw[:8], "little")
-    if n > len(raw) - 8:
+def _safetensors_header(f, size: int, path) -> dict:
+    """The header of the safetensors file ``f`` (``size`` bytes), with a clear error for
+    anything that is not one (too short, header length past the end or past
+    ``MAX_HEADER_BYTES``, header not a JSON object, tensors that do not fill the file)."""
+    first = f.read(8)
+    if len(first) < 8:
+        raise GraphFormatError(f"{path!r} is not a graph file (only {len(first)} bytes)")
+    n = int.from_bytes(first, "little")
+    if n > MAX_HEADER_BYTES:
+        raise GraphFormatError(f"{path!r} is not a graph file: its first 8 bytes give a header "
+                               f"of {n} bytes, more than the {MAX_HEADER_BYTES} a graph file "
+                               "may have (refused without reading it)")
+    if n > size - 8:
         raise GraphFormatError(f"{path!r} is truncated: its header needs {n} bytes, the file "
-                               f"has {len(raw) - 8}")
+                               f"has {size - 8}")
     try:
-        header = json.loads(raw[8:8 + n])
+        header = json.loads(f.read(n))
     except (UnicodeDecodeError, ValueError):
         raise GraphFormatError(f"{path!r} is not a graph file (its header is not JSON)") \
             from None
-    meta = header.get("__metadata__") if isinstance(header, dict) else None
-    return meta if isinstance(meta, dict) else {}
-
+    except RecursionError:
+        raise GraphFormatError(f"{path!r} is not a graph file (its header is JSON nested too "
+                               "deeply)") from None
+    if not isinstance(header, dict):
+        raise GraphFormatError(f"{path!r} is not a graph file (its header is not a JSON "
+                               "object)")
+    end = 0
+    for name, info in header.items():
+        offsets = info.get("data_offsets") if isinstance(info, dict) else None
+        if name != "__metadata__" and isinstance(offsets, list) and len(offsets) == 2 \
+                and all(type(o) is int for o in offsets):
+            end = max(end, *offsets)
+    if 8 + n + end != size:
+        state = "truncated" if 8 + n + end > size else "corrupt"
+        raise GraphFormatError(f"{path!r} is {state}: its header describes {8 + n + end} "
+                               f"bytes, the file has {size}")
+    return header

@@ -297,3 +297,45 @@ def test_affine_grid_matches_torch(align):
         want = torch.nn.functional.affine_grid(torch.from_numpy(theta), list(size),
                                                align_corners=bool(align)).numpy()
         np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="FIFOs")
+def test_a_fifo_is_refused_at_once(tmp_path):
+    import threading
+    fifo = tmp_path / "m.onnx"
+    os.mkfifo(fifo)
+    box = {}
+
+    def run():
+        try:
+            dg.onnx.load(fifo)
+        except Exception as e:   # noqa: BLE001 - handed to the test
+            box["error"] = e
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(20)
+    if thread.is_alive():
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))   # lets the stuck reader end
+        pytest.fail("dg.onnx.load hangs on a FIFO")
+    assert isinstance(box.get("error"), dg.onnx.OnnxImportError), box
+    assert "FIFO" in str(box["error"]) and str(fifo) in str(box["error"])
+
+
+def test_external_data_is_still_read_from_beside_the_file(tmp_path):
+    from onnx import helper, numpy_helper
+    w = np.arange(12, dtype=np.float32).reshape(3, 4)
+    node = helper.make_node("MatMul", ["x", "w"], ["y"])
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2, 4])],
+        [numpy_helper.from_array(w, "w")])
+    model = helper.make_model(graph)
+    path = tmp_path / "m.onnx"
+    onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
+                    location="m.data", size_threshold=0)
+    assert (tmp_path / "m.data").exists()
+    g = dg.onnx.load(path, initializers="constant")
+    x = np.ones((2, 3), np.float32)
+    out = g.compile()(x=x)
+    np.testing.assert_array_equal(out[0] if isinstance(out, (list, tuple)) else out, x @ w)

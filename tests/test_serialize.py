@@ -178,3 +178,117 @@ def test_save_is_atomic_and_leaves_no_temporary_files(tmp_path):
     dg.save_graph(g, path)
     dg.save_graph(g, path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["g.dg"]
+
+
+# -- bounded reads: no hang, no unbounded memory, no raw RecursionError ----------------------------
+
+def _within(fn, timeout: float = 20.0, fifo=None):
+    """The exception ``fn()`` raises (None if it returns), failing the test if it runs past
+    ``timeout`` seconds (then a writer opens ``fifo`` so the stuck thread can end)."""
+    import threading
+    box = {}
+
+    def run():
+        try:
+            fn()
+            box["error"] = None
+        except BaseException as e:   # noqa: BLE001 - handed to the test
+            box["error"] = e
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        if fifo is not None:
+            try:
+                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+            except OSError:
+                pass
+        pytest.fail(f"still running after {timeout} s (hangs)")
+    return box["error"]
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="FIFOs")
+def test_load_graph_refuses_a_fifo_at_once(tmp_path):
+    fifo = tmp_path / "g.dg"
+    os.mkfifo(fifo)
+    error = _within(lambda: dg.load_graph(fifo), fifo=fifo)
+    assert isinstance(error, GraphFormatError) and "FIFO" in str(error), error
+
+
+_READ_DEV_ZERO = """
+import resource, sys, tracemalloc
+resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))   # a regression fails, not swaps
+import duograph as dg
+tracemalloc.start()
+try:
+    dg.load_graph("/dev/zero")
+except dg.GraphFormatError as e:
+    print(type(e).__name__, e)
+print("peak", tracemalloc.get_traced_memory()[1])
+"""
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/zero") or os.name != "posix",
+                    reason="/dev/zero, rlimits")
+def test_load_graph_refuses_dev_zero_without_reading_it():
+    """Before: /dev/zero was read until a MemoryError (5.4 GB). Run in a process of its own
+    with a memory limit and a timeout, so a regression fails instead of taking the
+    machine's memory."""
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-c", _READ_DEV_ZERO], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "GraphFormatError" in out.stdout and "character device" in out.stdout, out.stdout
+    peak = int(out.stdout.split("peak")[-1])
+    assert peak < 1 << 20, peak
+
+
+def test_load_graph_refuses_an_oversized_header_from_its_prefix(tmp_path):
+    from duograph.graphlib.files import MAX_HEADER_BYTES
+    path = tmp_path / "g.dg"
+    for length in (MAX_HEADER_BYTES + 1, 89_000_000, 2 ** 63):
+        path.write_bytes(length.to_bytes(8, "little") + b"{" * (1 << 20))
+        with pytest.raises(GraphFormatError, match=f"header of {length} bytes, more than "
+                                                   f"the {MAX_HEADER_BYTES}"):
+            dg.load_graph(path)
+
+
+def test_load_graph_checks_the_data_length_before_reading_it(tmp_path):
+    g, _ = small_mlp_step()
+    path = tmp_path / "g.dg"
+    dg.save_graph(g, path)
+    with open(path, "ab") as f:
+        f.write(b"\0" * 4096)                     # bytes after the data the header describes
+    with pytest.raises(GraphFormatError, match="corrupt: its header describes"):
+        dg.load_graph(path)
+
+
+def _nested_file(tmp_path, header: bytes):
+    path = tmp_path / "nested.dg"
+    header += b" " * (-len(header) % 8)
+    path.write_bytes(len(header).to_bytes(8, "little") + header)
+    return path
+
+
+def test_deep_json_nesting_is_a_graph_format_error(tmp_path):
+    """Before: a RecursionError escaped from json.loads."""
+    deep = b"[" * 200_000 + b"]" * 200_000
+    with pytest.raises(GraphFormatError, match="nested too deeply"):
+        dg.load_graph(_nested_file(tmp_path, deep))
+    doc = "[" * 200_000 + "]" * 200_000
+    header = json.dumps({"__metadata__": {"duograph.graph": doc}}).encode()
+    with pytest.raises(GraphFormatError, match="nested too deeply"):
+        dg.load_graph(_nested_file(tmp_path, header))
+    with pytest.raises(GraphFormatError, match="nested too deeply"):
+        dg.Graph.from_json(doc)
+
+
+def test_save_graph_refuses_a_header_load_graph_would_refuse(tmp_path, monkeypatch):
+    import duograph.graphlib.serialize as ser
+    g, _ = small_mlp_step()
+    monkeypatch.setattr(ser, "MAX_HEADER_BYTES", 256)
+    with pytest.raises(GraphFormatError, match="more than the 256 a graph file may have"):
+        dg.save_graph(g, tmp_path / "g.dg")
+    assert not (tmp_path / "g.dg").exists()

@@ -14,12 +14,14 @@ backend answers by building again with that input's fed value.
 from __future__ import annotations
 
 import contextlib
+import os
 from typing import Dict, Mapping, Optional, Sequence
 
 import numpy as np
 
 from .. import eager
 from ..graphlib import functional as F
+from ..graphlib.files import NotRegularFileError, open_regular
 from ..graphlib.ir import Graph, Value
 from ..graphlib.ir import _stack as _graph_stack
 from ..graphlib.types import TensorType
@@ -362,7 +364,10 @@ def import_model(path_or_model, initializers: str = "state", static_inputs=None,
         if isinstance(model, (bytes, bytearray)):
             model = onnx.load_model_from_string(bytes(model))
         elif not isinstance(model, onnx.ModelProto):
-            model = onnx.load(str(path_or_model))
+            model = _read_model(onnx, path_or_model)
+    except NotRegularFileError as e:
+        raise OnnxImportError(f"onnx import: {str(path_or_model)!r} is {e.kind}, not a "
+                              "regular file (refused without reading it)") from None
     except OSError:
         raise
     except Exception as e:                  # protobuf's DecodeError and its relatives
@@ -372,6 +377,18 @@ def import_model(path_or_model, initializers: str = "state", static_inputs=None,
                               f"({type(e).__name__}: {e})") from None
     g = Importer(model, initializers, static_inputs, input_shapes, input_types).run()
     return g
+
+
+def _read_model(onnx, path):
+    """``onnx.load(path)``, but opening only a regular file (a FIFO or a device would hang
+    or never end); tensors kept in external files are read from beside it, as onnx does."""
+    name = os.fspath(path)
+    with open_regular(name) as f:
+        data = f.read()
+    model = onnx.load_model_from_string(data)
+    from onnx.external_data_helper import load_external_data_for_model
+    load_external_data_for_model(model, os.path.dirname(os.path.abspath(name)))
+    return model
 
 
 # == handlers ====================================================================================
