@@ -2,9 +2,12 @@
 ``save_graph`` / ``load_graph`` (JSON plus arrays in one safetensors file).
 
 The schema is versioned (``FORMAT``, ``VERSION``). Everything in a file is data: ops are
-looked up by name in the registry, attributes are rebuilt from tagged JSON values, arrays
-are raw bytes with a dtype and a shape. Nothing is unpickled, imported or evaluated, and a
-malformed, truncated or newer file raises ``GraphFormatError`` saying what is wrong where.
+looked up by name in the registry, attributes are rebuilt from tagged JSON values and checked
+against the op's attribute schema (``attrs.Attrs``, as when a node is built; in regions too),
+arrays are raw bytes with a dtype and a shape. Nothing is unpickled, imported or evaluated,
+and a malformed, truncated or newer file raises ``GraphFormatError`` saying what is wrong
+where: "graph 'main', node 3 (leaky_relu): attribute negative_slope must be a number (bool,
+int or float), found str '1+1'".
 
 A document::
 
@@ -37,6 +40,7 @@ from typing import Dict, List, Optional
 import numpy as np
 
 from . import dtypes
+from .attrs import AttrTypeError, AttrValueError
 from .errors import DuographError
 from .files import MAX_HEADER_BYTES, NotRegularFileError, atomic_write, open_regular
 from .ir import ConstArray, Graph, Node, Region, Value
@@ -207,7 +211,7 @@ def _attr_from_json(obj, arrays: _Arrays, where: str, depth: int):
         if cls is None:
             raise GraphFormatError(f"{where}: unknown region kind {obj['region']!r} (known: "
                                    f"{sorted(REGION_KINDS)})")
-        return cls(_graph_from_json(obj["graph"], arrays, depth + 1))
+        return cls(_graph_from_json(obj["graph"], arrays, depth + 1, where))
     raise GraphFormatError(f"{where}: bad attribute value {obj!r:.80}")
 
 
@@ -268,13 +272,16 @@ def _expect(obj, key: str, kind, where: str):
     return val
 
 
-def _graph_from_json(obj, arrays: _Arrays, depth: int = 0) -> Graph:
+def _graph_from_json(obj, arrays: _Arrays, depth: int = 0, parent: str = "") -> Graph:
+    """The graph of ``obj``; ``parent`` names the attribute holding it when it is a region
+    (errors read "graph 'main', node 3 (cond), attribute 'then' > graph 'then', node 0")."""
     if depth > MAX_DEPTH:
         raise GraphFormatError(f"regions nested deeper than {MAX_DEPTH} levels")
     if not isinstance(obj, dict):
-        raise GraphFormatError(f"expected a graph object, found {type(obj).__name__}")
-    name = _expect(obj, "name", str, "graph")
-    where = f"graph {name!r}"
+        raise GraphFormatError(f"{parent or 'document'}: expected a graph object, found "
+                               f"{type(obj).__name__}")
+    name = _expect(obj, "name", str, f"{parent} > graph" if parent else "graph")
+    where = f"{parent} > graph {name!r}" if parent else f"graph {name!r}"
     g = Graph(name)
     values: List[Value] = []
 
@@ -314,6 +321,11 @@ def _graph_from_json(obj, arrays: _Arrays, depth: int = 0) -> Graph:
         attrs = {}
         for k, a in _expect(entry, "attrs", dict, at).items():
             attrs[k] = _attr_from_json(a, arrays, f"{at}, attribute {k!r}", depth)
+        if op.attrs is not None:       # the schema the node was built with (attrs.Attrs)
+            try:
+                attrs = op.attrs.validate(op_name, attrs, where=at)
+            except (AttrTypeError, AttrValueError) as e:
+                raise GraphFormatError(str(e)) from None
         types = [_type_from_json(t, at) for t in _expect(entry, "outputs", list, at)]
         src = entry.get("source")
         source = None
@@ -421,7 +433,8 @@ def load_graph(path) -> Graph:
     The work is bounded before it starts: only a regular file is opened (a FIFO or a device
     is refused at once), a header longer than ``files.MAX_HEADER_BYTES`` is refused from its
     length prefix, the data the header describes must fill the file exactly before the rest
-    is read, and JSON nested too deeply is a ``GraphFormatError``."""
+    is read, JSON nested too deeply is a ``GraphFormatError``, and every node's attributes
+    are checked against its op's schema."""
     from safetensors import SafetensorError
     from safetensors.numpy import load
     try:

@@ -3,6 +3,7 @@ a training step with state: the loaded graph prints identically, verifies, and r
 bit-identical results. Bad files get GraphFormatError; nothing in a file is executed."""
 import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -292,3 +293,99 @@ def test_save_graph_refuses_a_header_load_graph_would_refuse(tmp_path, monkeypat
     with pytest.raises(GraphFormatError, match="more than the 256 a graph file may have"):
         dg.save_graph(g, tmp_path / "g.dg")
     assert not (tmp_path / "g.dg").exists()
+
+
+# -- attributes are checked against the op schemas on load -------------------------------------
+
+def _leaky_graph():
+    g = dg.Graph("t")
+    with g:
+        x = dg.placeholder("x", (4,))
+        y = dg.nn.functional.leaky_relu(dg.exp(x) - 2.0, 0.5) * 3.0   # fused at O2
+    g.outputs = [y]
+    return g
+
+
+def _find(doc_graph, op):
+    return next(n for n in doc_graph["nodes"] if n["op"] == op)
+
+
+@pytest.mark.parametrize("value, found", [
+    ("1+1", "found str '1+1'"), ({"list": [0.1]}, "found list [0.1]"), (None, "found NoneType"),
+])
+def test_a_bad_attribute_in_a_file_is_refused_naming_node_and_attribute(tmp_path, value, found):
+    """Before: a string negative_slope was spliced into the generated numba source at O2 (and
+    ran, returning [2, 2, 2, 2]) while O0 failed at run time."""
+    doc = json.loads(_leaky_graph().to_json())
+    nodes = doc["graph"]["nodes"]
+    index = next(i for i, n in enumerate(nodes) if n["op"] == "leaky_relu")
+    nodes[index]["attrs"]["negative_slope"] = value
+    message = (f"graph 't', node {index} (leaky_relu): attribute negative_slope must be a "
+               f"number (bool, int or float), found")
+    with pytest.raises(GraphFormatError, match=re.escape(message)) as info:
+        dg.Graph.from_json(json.dumps(doc))
+    assert found in str(info.value)
+    # the same through a saved file (the JSON in the safetensors metadata)
+    from safetensors.numpy import save
+    path = tmp_path / "bad.dg"
+    path.write_bytes(save({}, metadata={"duograph.graph": json.dumps(doc)}))
+    with pytest.raises(GraphFormatError, match=re.escape(message)):
+        dg.load_graph(path)
+
+
+def test_unknown_missing_and_out_of_range_attributes_are_refused():
+    doc = json.loads(_leaky_graph().to_json())
+    node = _find(doc["graph"], "leaky_relu")
+    node["attrs"]["slope"] = 0.1
+    with pytest.raises(GraphFormatError, match="attribute slope is not an attribute of "
+                                               "leaky_relu"):
+        dg.Graph.from_json(json.dumps(doc))
+    g = dg.Graph("p")
+    with g:
+        x = dg.placeholder("x", (2, 3))
+        g.outputs = [dg.softmax(x, 1)]
+    doc = json.loads(g.to_json())
+    node = _find(doc["graph"], "softmax")
+    node["attrs"].pop("dim")
+    with pytest.raises(GraphFormatError, match=r"node 0 \(softmax\): attribute dim is "
+                                               "required"):
+        dg.Graph.from_json(json.dumps(doc))
+    node["attrs"]["dim"] = 1.5
+    with pytest.raises(GraphFormatError, match="attribute dim must be an int, found float"):
+        dg.Graph.from_json(json.dumps(doc))
+
+
+def test_attributes_inside_regions_are_checked_too():
+    g = dg.Graph("outer")
+    with g:
+        x = dg.placeholder("x", (3,))
+        y, = call(lambda a: dg.nn.functional.leaky_relu(dg.exp(a), 0.2), x)
+    g.outputs = [y]
+    doc = json.loads(g.to_json())
+    outer = doc["graph"]["nodes"][0]
+    (attr, region), = [(k, v) for k, v in outer["attrs"].items()
+                       if isinstance(v, dict) and "region" in v]
+    inner = region["graph"]
+    _find(inner, "leaky_relu")["attrs"]["negative_slope"] = "0.2"
+    with pytest.raises(GraphFormatError) as info:
+        dg.Graph.from_json(json.dumps(doc))
+    msg = str(info.value)
+    assert msg.startswith(f"graph 'outer', node 0 ({outer['op']}), attribute {attr!r} > graph "
+                          f"{inner['name']!r}, node "), msg
+    assert "(leaky_relu): attribute negative_slope must be a number" in msg, msg
+
+
+def test_a_file_normalised_attribute_loads_and_runs_alike():
+    """Lists where the schema wants a tuple (as an older writer might store them) are
+    normalised on load as when building, so the loaded graph runs as the built one."""
+    g = dg.Graph("s")
+    with g:
+        x = dg.placeholder("x", (2, 3))
+        g.outputs = [dg.sum(x, dim=(0, 1))]
+    doc = json.loads(g.to_json())
+    node = _find(doc["graph"], "sum")
+    node["attrs"]["dim"] = {"list": [0, 1]}
+    loaded = dg.Graph.from_json(json.dumps(doc))
+    assert loaded.nodes[0].attrs["dim"] == (0, 1)
+    feeds = {"x": np.arange(6, dtype=np.float32).reshape(2, 3)}
+    _identical(loaded.compile()(**feeds), g.compile()(**feeds))
