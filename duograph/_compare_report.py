@@ -1,10 +1,14 @@
-"""The HTML page and plots of a ``Comparison`` (matplotlib, written off screen)."""
+"""The HTML page and plots of a ``Comparison`` (matplotlib, written off screen).
+
+Every file goes through ``graphlib.files`` (atomic, never through a planted symlink)."""
 from __future__ import annotations
 
 import html
 import json
 import os
 from typing import List
+
+from .graphlib.files import atomic_write, write_text
 
 
 def _plt():
@@ -20,10 +24,14 @@ def _plt():
 
 
 def _save(fig, path: str) -> str:
+    """Write ``fig`` to ``path`` in the format its extension names (png, svg, pdf...)."""
+    fmt = os.path.splitext(str(path))[1][1:].lower() or "png"
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    import matplotlib.pyplot as plt
-    plt.close(fig)
+    try:
+        atomic_write(path, lambda f: fig.savefig(f, format=fmt, dpi=90))
+    finally:
+        import matplotlib.pyplot as plt
+        plt.close(fig)
     return path
 
 
@@ -103,14 +111,12 @@ def write_report(cmp, directory: str) -> str:
     for name, draw in PLOTS.items():
         draw(cmp, os.path.join(directory, name))
         images.append(name)
-    with open(os.path.join(directory, "comparison.json"), "w") as f:
-        json.dump(cmp.to_json(), f, indent=1)
+    write_text(os.path.join(directory, "comparison.json"), json.dumps(cmp.to_json(), indent=1))
     body = [f"<h1>duograph comparison: {html.escape(cmp.name)}</h1>",
             f"<pre>{html.escape(cmp.table())}</pre>"]
     body += [f'<img src="{name}" alt="{name}">' for name in images]
     body.append('<p>All figures: <a href="comparison.json">comparison.json</a></p>')
     page = os.path.join(directory, "index.html")
-    with open(page, "w") as f:
-        f.write("<!doctype html><html><head><meta charset='utf-8'><title>duograph compare"
-                "</title></head><body>" + "\n".join(body) + "</body></html>\n")
+    write_text(page, "<!doctype html><html><head><meta charset='utf-8'><title>duograph "
+               "compare</title></head><body>" + "\n".join(body) + "</body></html>\n")
     return page

@@ -23,6 +23,8 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
+from .graphlib.files import NotRegularFileError, open_regular, write_text
+
 
 class CommandError(Exception):
     """A mistake on the command line or in its files: printed without a traceback."""
@@ -53,9 +55,11 @@ def load_any(path: str):
         return dg_onnx.load(path)
     try:
         if low.endswith(".json"):
-            with open(path) as f:
+            with open_regular(path) as f:
                 return dg.Graph.from_json(f.read())
         return dg.load_graph(path)
+    except NotRegularFileError as e:
+        raise CommandError(f"{path}: {e.kind}, not a regular file: refused") from None
     except dg.GraphFormatError as e:
         raise CommandError(f"{path}: {e}") from None
 
@@ -168,8 +172,7 @@ def export(spec: str, to: str, out: Optional[str], inputs) -> str:
     if to == "json":
         path = out or f"{graph.name}.dg"
         if path.endswith(".json"):
-            with open(path, "w") as f:
-                f.write(graph.to_json(indent=1))
+            write_text(path, graph.to_json(indent=1))
         else:
             dg.save_graph(graph, path)
         return path

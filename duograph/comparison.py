@@ -218,13 +218,15 @@ class Comparison:
                 "modes": modes, "numerics": numerics}
 
     def save_json(self, path: str) -> None:
-        """Write ``to_json()`` to the file ``path`` as JSON."""
-        with open(path, "w") as f:
-            json.dump(self.to_json(), f, indent=1)
+        """Write ``to_json()`` to the file ``path`` as JSON (atomically; a symlink at
+        ``path`` is replaced, never written through)."""
+        from .graphlib.files import write_text
+        write_text(path, json.dumps(self.to_json(), indent=1))
 
     def report(self, directory: str) -> str:
         """Write ``index.html``, ``comparison.json`` and the plots (PNG, matplotlib) into
-        ``directory``; returns the page's path."""
+        ``directory``; returns the page's path. Each file is written atomically, and a
+        symlink planted under one of these names is replaced, never written through."""
         from ._compare_report import write_report
         return write_report(self, directory)
 

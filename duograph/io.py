@@ -29,6 +29,13 @@ the tree is plain JSON, and the only leaf types are those above. Any problem wit
 raises ``CheckpointError`` naming the file and what is wrong. Tensors load onto the CPU
 (``device=`` moves them) and keep ``requires_grad``; mappings come back as plain dicts.
 
+Bounded work. ``load`` opens only regular files (a FIFO, ``/dev/zero`` or another device is
+refused at once, without blocking or reading), and a header longer than
+``MAX_HEADER_BYTES`` (16 MiB) is refused from its 8-byte length prefix before it is read
+(``save`` refuses to write one), so a hostile file cannot make ``load`` hang or parse
+gigabytes of JSON; the sizes the header gives are checked against the file's before any
+tensor is read.
+
 Integrity. Since format version 2 the metadata also holds ``"checksums"`` (JSON: tensor name ->
 CRC-32 of its bytes, 8 hex digits) and ``"header_crc32"`` (the CRC-32 of the whole header,
 tensor table and metadata, written as canonical JSON without that entry). ``load`` always
@@ -49,8 +56,10 @@ descriptor until its tensors are freed: pass ``mmap=False`` to read the tensors 
 
 Writes are atomic: the bytes go to a temporary file beside the target (``.<name>.<12 hex
 digits>.tmp``), are flushed and fsync'ed, and replace the target with ``os.replace`` (then the
-directory is fsync'ed), so a crash mid-save leaves the previous checkpoint intact. A
-re-saved file keeps the existing file's permission bits (and owner, where allowed). A process
+directory is fsync'ed), so a crash mid-save leaves the previous checkpoint intact. Links are
+not followed: a symlink at the target is replaced by the checkpoint, and the file it pointed
+to is left as it was. A re-saved file keeps the existing file's permission bits (and owner,
+where allowed). A process
 killed mid-save leaves its temporary file behind: the next save of the same target removes
 the temporary files of that target that are regular files of the current user, untouched for
 ``STALE_TEMP_SECONDS`` (10 minutes) and not locked by a live writer (each writer holds an
@@ -72,10 +81,10 @@ import numpy as np
 from .eager import Tensor
 from .graphlib import dtypes
 from .graphlib.errors import DuographError
-from .graphlib.files import atomic_write
+from .graphlib.files import MAX_HEADER_BYTES, NotRegularFileError, atomic_write, open_regular
 
 __all__ = ["save", "load", "to_bytes", "from_bytes", "CheckpointError", "FORMAT_NAME",
-           "FORMAT_VERSION", "MAX_NESTING", "STALE_TEMP_SECONDS"]
+           "FORMAT_VERSION", "MAX_NESTING", "MAX_HEADER_BYTES", "STALE_TEMP_SECONDS"]
 
 FORMAT_NAME = "duograph.checkpoint"
 FORMAT_VERSION = 2   # 2: checksums in the metadata; 1: none (still read)
@@ -92,8 +101,6 @@ PathOrFile = Union[str, "os.PathLike[str]", BinaryIO]
 _ARRAY_DTYPES = frozenset({"bool", "uint8", "uint16", "uint32", "uint64", "int8", "int16",
                            "int32", "int64", "float16", "float32", "float64"})
 _ARRAY_TYPES = ("tensor", "ndarray", "numpy_scalar")
-# safetensors refuses headers larger than this; a larger length means "not safetensors".
-_MAX_HEADER_BYTES = 100_000_000
 # safetensors dtype codes <-> numpy dtype names (the little-endian layout is the format's).
 _SAFETENSORS_DTYPES = {"BOOL": "bool", "U8": "uint8", "I8": "int8", "U16": "uint16",
                        "I16": "int16", "U32": "uint32", "I32": "int32", "U64": "uint64",
@@ -325,6 +332,12 @@ def _plan(obj: Any) -> _Plan:
     header["__metadata__"]["header_crc32"] = f"{zlib.crc32(_canonical(header)):08x}"
     text = json.dumps(header, separators=(",", ":")).encode("utf-8")
     text += b" " * (-(8 + len(text)) % 8)   # pad to 8 bytes, as safetensors does
+    if len(text) > MAX_HEADER_BYTES:
+        raise CheckpointError(
+            f"save: the checkpoint's header (the tensor table and the tree of plain values) "
+            f"would take {len(text)} bytes, more than the {MAX_HEADER_BYTES} a checkpoint may "
+            "have (load refuses longer ones unread); store long lists of numbers as numpy "
+            "arrays, or split the state over several files")
     return _Plan(struct.pack("<Q", len(text)) + text, [encoder.arrays[n] for n in names])
 
 
@@ -353,7 +366,12 @@ def load(path: PathOrFile, device: Optional[str] = None, *, verify: bool = True,
         arrays = _read_arrays(path, layout, where, expect_end=True)
         return _finish_load(layout, arrays, where, device, verify)
     where = os.fspath(path)
-    with open(where, "rb") as f:
+    try:
+        f = open_regular(where)
+    except NotRegularFileError as e:
+        raise CheckpointError(f"{where}: not a duograph checkpoint: it is {e.kind}, not a "
+                              "regular file (refused without reading it)") from None
+    with f:
         size = os.fstat(f.fileno()).st_size
         layout = _read_layout(f.read, where, size)
         mapped = None
@@ -429,9 +447,10 @@ def _read_layout(read: Callable[[int], bytes], where: str, size: Optional[int]) 
         raise CheckpointError(f"{not_ours}: {len(first)} bytes is too short for a safetensors "
                               "header (truncated?)")
     header_size = struct.unpack("<Q", first)[0]
-    if header_size > _MAX_HEADER_BYTES:
+    if header_size > MAX_HEADER_BYTES:
         raise CheckpointError(f"{not_ours}: the first 8 bytes give a header of {header_size} "
-                              "bytes, which no safetensors file has")
+                              f"bytes, more than the {MAX_HEADER_BYTES} a duograph checkpoint "
+                              "may have (refused without reading it)")
     if size is not None and 8 + header_size > size:
         raise CheckpointError(f"{where}: truncated: its header needs {8 + header_size} bytes "
                               f"but the file has {size}")

@@ -243,8 +243,9 @@ class Attrs:
     def __repr__(self):
         return "Attrs(" + ", ".join(f"{n}={a!r}" for n, a in self.fields.items()) + ")"
 
-    def validate(self, op_name: str, attrs: dict) -> dict:
-        """``attrs`` checked (and normalised) against the schema; see the module docstring."""
+    def validate(self, op_name: str, attrs: dict, where: Optional[str] = None) -> dict:
+        """``attrs`` checked (and normalised) against the schema; see the module docstring.
+        Errors name ``where`` (a node of a file being read) instead of the user's line."""
         fast = self._fast
         out = None
         for name, value in attrs.items():
@@ -258,22 +259,24 @@ class Attrs:
                         break
                 else:
                     continue
-            new = self._check(op_name, name, value)
+            new = self._check(op_name, name, value, where)
             if new is not value:
                 if out is None:
                     out = dict(attrs)
                 out[name] = new
         for name in self.required:
             if name not in attrs:
-                raise self._error(AttrTypeError, op_name, name, "is required but was not given")
+                raise self._error(AttrTypeError, op_name, name, "is required but was not given",
+                                  where)
         return attrs if out is None else out
 
-    def _check(self, op_name: str, name: str, value):
+    def _check(self, op_name: str, name: str, value, where: Optional[str] = None):
         attr = self.fields.get(name)
         if attr is None:
             known = ", ".join(self.fields) or "none"
             raise self._error(AttrTypeError, op_name, name,
-                              f"is not an attribute of {op_name} (its attributes: {known})")
+                              f"is not an attribute of {op_name} (its attributes: {known})",
+                              where)
         if value is None and attr.default is None:
             return value
         kind = attr.kind
@@ -285,18 +288,21 @@ class Attrs:
                 new = kind.convert(value)
             except _Refused:
                 raise self._error(AttrTypeError, op_name, name,
-                                  f"must be {attr.describe()}, found {_found(value)}") from None
+                                  f"must be {attr.describe()}, found {_found(value)}",
+                                  where) from None
         if attr.choices is not None and new not in attr.choices:
             raise self._error(AttrValueError, op_name, name,
-                              f"must be {attr.describe()}, found {_found(value)}")
+                              f"must be {attr.describe()}, found {_found(value)}", where)
         if attr.min is not None:
             items = new if isinstance(new, tuple) else (new,)
             if any(isinstance(d, (int, float)) and d < attr.min for d in items):
                 raise self._error(AttrValueError, op_name, name,
-                                  f"must be {attr.describe()}, found {_found(value)}")
+                                  f"must be {attr.describe()}, found {_found(value)}", where)
         return new
 
     @staticmethod
-    def _error(cls, op_name: str, name: str, what: str):
+    def _error(cls, op_name: str, name: str, what: str, where: Optional[str] = None):
+        if where is not None:
+            return cls(f"{where}: attribute {name} {what}")
         from .source import user_source
         return cls(f"{op_name}: attribute {name} {what}\n  in: {user_source()}")

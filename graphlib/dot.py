@@ -12,6 +12,7 @@ import shutil
 from typing import Dict, Mapping, Optional
 
 from .errors import DuographError
+from .files import write_bytes, write_text
 
 
 def _pydot():
@@ -115,13 +116,12 @@ def render(graph, path: str, **options) -> str:
     fmt = str(path).rsplit(".", 1)[-1].lower()
     dot = to_dot(graph, **options)
     if fmt in ("dot", "gv"):
-        with open(path, "w") as f:
-            f.write(dot.to_string())
+        write_text(path, dot.to_string())
         return str(path)
     if shutil.which("dot") is None:
         raise DuographError(f"render {path!r}: Graphviz's `dot` program is not installed. "
                             "Install Graphviz (apt install graphviz, brew install graphviz, "
                             "conda install graphviz), or write the .dot source with "
                             f"graph.render('{str(path).rsplit('.', 1)[0]}.dot')")
-    dot.write(str(path), format=fmt)
+    write_bytes(path, dot.create(format=fmt))
     return str(path)

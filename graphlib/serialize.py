@@ -2,9 +2,12 @@
 ``save_graph`` / ``load_graph`` (JSON plus arrays in one safetensors file).
 
 The schema is versioned (``FORMAT``, ``VERSION``). Everything in a file is data: ops are
-looked up by name in the registry, attributes are rebuilt from tagged JSON values, arrays
-are raw bytes with a dtype and a shape. Nothing is unpickled, imported or evaluated, and a
-malformed, truncated or newer file raises ``GraphFormatError`` saying what is wrong where.
+looked up by name in the registry, attributes are rebuilt from tagged JSON values and checked
+against the op's attribute schema (``attrs.Attrs``, as when a node is built; in regions too),
+arrays are raw bytes with a dtype and a shape. Nothing is unpickled, imported or evaluated,
+and a malformed, truncated or newer file raises ``GraphFormatError`` saying what is wrong
+where: "graph 'main', node 3 (leaky_relu): attribute negative_slope must be a number (bool,
+int or float), found str '1+1'".
 
 A document::
 
@@ -31,12 +34,15 @@ import binascii
 import itertools
 import json
 import math
+import os
 from typing import Dict, List, Optional
 
 import numpy as np
 
 from . import dtypes
+from .attrs import AttrTypeError, AttrValueError
 from .errors import DuographError
+from .files import MAX_HEADER_BYTES, NotRegularFileError, atomic_write, open_regular
 from .ir import ConstArray, Graph, Node, Region, Value
 from .registry import REGISTRY
 from .source import SourceLocation
@@ -205,7 +211,7 @@ def _attr_from_json(obj, arrays: _Arrays, where: str, depth: int):
         if cls is None:
             raise GraphFormatError(f"{where}: unknown region kind {obj['region']!r} (known: "
                                    f"{sorted(REGION_KINDS)})")
-        return cls(_graph_from_json(obj["graph"], arrays, depth + 1))
+        return cls(_graph_from_json(obj["graph"], arrays, depth + 1, where))
     raise GraphFormatError(f"{where}: bad attribute value {obj!r:.80}")
 
 
@@ -266,13 +272,16 @@ def _expect(obj, key: str, kind, where: str):
     return val
 
 
-def _graph_from_json(obj, arrays: _Arrays, depth: int = 0) -> Graph:
+def _graph_from_json(obj, arrays: _Arrays, depth: int = 0, parent: str = "") -> Graph:
+    """The graph of ``obj``; ``parent`` names the attribute holding it when it is a region
+    (errors read "graph 'main', node 3 (cond), attribute 'then' > graph 'then', node 0")."""
     if depth > MAX_DEPTH:
         raise GraphFormatError(f"regions nested deeper than {MAX_DEPTH} levels")
     if not isinstance(obj, dict):
-        raise GraphFormatError(f"expected a graph object, found {type(obj).__name__}")
-    name = _expect(obj, "name", str, "graph")
-    where = f"graph {name!r}"
+        raise GraphFormatError(f"{parent or 'document'}: expected a graph object, found "
+                               f"{type(obj).__name__}")
+    name = _expect(obj, "name", str, f"{parent} > graph" if parent else "graph")
+    where = f"{parent} > graph {name!r}" if parent else f"graph {name!r}"
     g = Graph(name)
     values: List[Value] = []
 
@@ -312,6 +321,11 @@ def _graph_from_json(obj, arrays: _Arrays, depth: int = 0) -> Graph:
         attrs = {}
         for k, a in _expect(entry, "attrs", dict, at).items():
             attrs[k] = _attr_from_json(a, arrays, f"{at}, attribute {k!r}", depth)
+        if op.attrs is not None:       # the schema the node was built with (attrs.Attrs)
+            try:
+                attrs = op.attrs.validate(op_name, attrs, where=at)
+            except (AttrTypeError, AttrValueError) as e:
+                raise GraphFormatError(str(e)) from None
         types = [_type_from_json(t, at) for t in _expect(entry, "outputs", list, at)]
         src = entry.get("source")
         source = None
@@ -397,56 +411,98 @@ _META_KEY = "duograph.graph"
 def save_graph(graph: Graph, path) -> None:
     """Write ``graph`` to ``path``: one safetensors file holding the arrays (constants and
     state) as tensors and the JSON document in its metadata. Written atomically
-    (``files.atomic_write``): a crash never leaves half a file."""
-    import os
-
+    (``files.atomic_write``; a symlink at ``path`` is replaced, never followed): a crash
+    never leaves half a file. A graph whose JSON would pass ``files.MAX_HEADER_BYTES`` is
+    refused, as ``load_graph`` would refuse the file."""
     from safetensors.numpy import save
 
-    from .files import atomic_write
     store: Dict[str, np.ndarray] = {}
     doc = graph_to_document(graph, store)
     data = save(store, metadata={_META_KEY: json.dumps(doc, allow_nan=False)})
+    header = int.from_bytes(data[:8], "little")
+    if header > MAX_HEADER_BYTES:
+        raise GraphFormatError(f"save_graph: the graph's JSON header would take {header} "
+                               f"bytes, more than the {MAX_HEADER_BYTES} a graph file may "
+                               "have (load_graph refuses longer ones unread)")
     atomic_write(os.fspath(path), lambda f: f.write(data))
 
 
 def load_graph(path) -> Graph:
-    """Read a graph ``save_graph`` wrote (verified; nothing in the file is executed)."""
+    """Read a graph ``save_graph`` wrote (verified; nothing in the file is executed).
+
+    The work is bounded before it starts: only a regular file is opened (a FIFO or a device
+    is refused at once), a header longer than ``files.MAX_HEADER_BYTES`` is refused from its
+    length prefix, the data the header describes must fill the file exactly before the rest
+    is read, JSON nested too deeply is a ``GraphFormatError``, and every node's attributes
+    are checked against its op's schema."""
     from safetensors import SafetensorError
     from safetensors.numpy import load
     try:
-        with open(path, "rb") as f:
+        with open_regular(path) as f:
+            size = os.fstat(f.fileno()).st_size
+            header = _safetensors_header(f, size, path)
+            meta = header.get("__metadata__")
+            meta = meta if isinstance(meta, dict) else {}
+            text = meta.get(_META_KEY)
+            if text is None:
+                raise GraphFormatError(f"{path!r} is a safetensors file without a duograph "
+                                       "graph")
+            f.seek(0)
             raw = f.read()
+    except NotRegularFileError as e:
+        raise GraphFormatError(f"cannot read graph file {path!r}: it is {e.kind}, not a "
+                               "regular file (refused without reading it)") from None
     except OSError as e:
         raise GraphFormatError(f"cannot read graph file {path!r}: {e}") from None
-    meta = _safetensors_metadata(raw, path)
-    text = meta.get(_META_KEY)
-    if text is None:
-        raise GraphFormatError(f"{path!r} is a safetensors file without a duograph graph")
     try:
         store = load(raw)
     except (SafetensorError, ValueError, OSError) as e:
         raise GraphFormatError(f"{path!r}: the tensors are unreadable: {e}") from None
+    if not isinstance(text, str):
+        raise GraphFormatError(f"{path!r}: the graph JSON is not a string")
     try:
         doc = json.loads(text)
     except (TypeError, ValueError) as e:
         raise GraphFormatError(f"{path!r}: the graph JSON is malformed: {e}") from None
+    except RecursionError:
+        raise GraphFormatError(f"{path!r}: the graph JSON is nested too deeply") from None
     return graph_from_document(doc, store)
 
 
-def _safetensors_metadata(raw: bytes, path) -> dict:
-    """The ``__metadata__`` of a safetensors file, with a clear error for anything that is
-    not one (too short, header length past the end, header not JSON)."""
-    if len(raw) < 8:
-        raise GraphFormatError(f"{path!r} is not a graph file (only {len(raw)} bytes)")
-    n = int.from_bytes(raw[:8], "little")
-    if n > len(raw) - 8:
+def _safetensors_header(f, size: int, path) -> dict:
+    """The header of the safetensors file ``f`` (``size`` bytes), with a clear error for
+    anything that is not one (too short, header length past the end or past
+    ``MAX_HEADER_BYTES``, header not a JSON object, tensors that do not fill the file)."""
+    first = f.read(8)
+    if len(first) < 8:
+        raise GraphFormatError(f"{path!r} is not a graph file (only {len(first)} bytes)")
+    n = int.from_bytes(first, "little")
+    if n > MAX_HEADER_BYTES:
+        raise GraphFormatError(f"{path!r} is not a graph file: its first 8 bytes give a header "
+                               f"of {n} bytes, more than the {MAX_HEADER_BYTES} a graph file "
+                               "may have (refused without reading it)")
+    if n > size - 8:
         raise GraphFormatError(f"{path!r} is truncated: its header needs {n} bytes, the file "
-                               f"has {len(raw) - 8}")
+                               f"has {size - 8}")
     try:
-        header = json.loads(raw[8:8 + n])
+        header = json.loads(f.read(n))
     except (UnicodeDecodeError, ValueError):
         raise GraphFormatError(f"{path!r} is not a graph file (its header is not JSON)") \
             from None
-    meta = header.get("__metadata__") if isinstance(header, dict) else None
-    return meta if isinstance(meta, dict) else {}
-
+    except RecursionError:
+        raise GraphFormatError(f"{path!r} is not a graph file (its header is JSON nested too "
+                               "deeply)") from None
+    if not isinstance(header, dict):
+        raise GraphFormatError(f"{path!r} is not a graph file (its header is not a JSON "
+                               "object)")
+    end = 0
+    for name, info in header.items():
+        offsets = info.get("data_offsets") if isinstance(info, dict) else None
+        if name != "__metadata__" and isinstance(offsets, list) and len(offsets) == 2 \
+                and all(type(o) is int for o in offsets):
+            end = max(end, *offsets)
+    if 8 + n + end != size:
+        state = "truncated" if 8 + n + end > size else "corrupt"
+        raise GraphFormatError(f"{path!r} is {state}: its header describes {8 + n + end} "
+                               f"bytes, the file has {size}")
+    return header

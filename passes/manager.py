@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Callable, Dict, List, Sequence, Union
 
 from ..graphlib.errors import GraphError
+from ..graphlib.files import write_text
 from ..graphlib.ir import Graph
 from .cleanup import (algebraic_simplification, common_subexpression_elimination,
                       constant_folding, dead_code_elimination)
@@ -257,8 +258,7 @@ class PassManager:
         if isinstance(self.debug, str):
             os.makedirs(self.debug, exist_ok=True)
             path = os.path.join(self.debug, f"{index:02d}_{name}.txt")
-            with open(path, "w") as f:
-                f.write(text + "\n")
+            write_text(path, text + "\n")
         else:
             print(f"--- after {name} ---\n{text}")
 

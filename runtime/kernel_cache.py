@@ -12,8 +12,9 @@ first, runs code in the next process that imports it. So:
 - a file is trusted only if its bytes equal the source the caller generated in this
   process: the cache stores nothing it would need to believe (a planted or damaged file is
   replaced, atomically, by the real source before anything imports it);
-- files are written to a fresh temporary name opened with ``O_EXCL | O_NOFOLLOW`` and
-  renamed into place, so a symlink planted under either name is never followed.
+- files are written by ``graphlib.files.write_bytes`` (duograph's one writer): a fresh
+  temporary name opened with ``O_EXCL | O_NOFOLLOW``, renamed into place, so a symlink
+  planted under either name is never followed.
 """
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ import os
 import stat
 import tempfile
 from typing import Optional
+
+from ..graphlib.files import write_bytes
 
 
 class KernelCacheError(OSError):
@@ -84,19 +87,7 @@ def write_verified(folder: str, name: str, text: str) -> str:
     data = text.encode("utf-8")
     if _holds(path, data):
         return path
-    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)          # replaces a planted link itself, never its target
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    write_bytes(path, data)            # replaces a planted link itself, never its target
     if not _holds(path, data):
         raise KernelCacheError(f"kernel cache file {path!r} changed while it was written")
     return path

@@ -39,6 +39,21 @@ def test_inspect_json_and_missing_dims(tmp_path, capsys):
     assert "graph step(" not in out
 
 
+@pytest.mark.skipif(not hasattr(__import__("os"), "mkfifo"), reason="FIFOs")
+@pytest.mark.parametrize("name", ["g.json", "g.dg", "g.onnx"])
+def test_inspect_refuses_a_fifo_at_once(tmp_path, name):
+    """Run as a command with a timeout: before, reading the FIFO waited for a writer."""
+    import os
+    if name.endswith(".onnx"):
+        pytest.importorskip("onnx")
+    fifo = tmp_path / name
+    os.mkfifo(fifo)
+    out = subprocess.run([sys.executable, "-m", "duograph", "inspect", str(fifo)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0 and "FIFO" in out.stderr, out.stderr[-2000:]
+    assert "Traceback" not in out.stderr
+
+
 @pytest.mark.parametrize("args, message", [
     (["inspect", "missing.dg"], "no such file"),
     (["inspect", "{bad}", "--dim", "N=x"], "--dim expects NAME=SIZE"),

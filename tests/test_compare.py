@@ -169,6 +169,31 @@ def test_report_draws_each_plot_with_its_data(mlp_comparison, tmp_path):
             assert f">{label}<" in text, (name, label)
 
 
+@pytest.mark.skipif(os.name != "posix", reason="symlinks")
+def test_report_and_json_replace_planted_symlinks_never_write_through(mlp_comparison,
+                                                                       tmp_path):
+    """A link planted in the report folder under a name the report writes (plots, JSON,
+    page) is replaced by the new file; the file outside the folder it pointed at is kept."""
+    pytest.importorskip("matplotlib")
+    from duograph import _compare_report as rep
+    folder = tmp_path / "report"
+    folder.mkdir()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    names = list(rep.PLOTS) + ["comparison.json", "index.html", "c.json"]
+    for name in names:
+        (outside / name).write_bytes(b"precious")
+        (folder / name).symlink_to(outside / name)
+    mlp_comparison.report(str(folder))
+    mlp_comparison.save_json(str(folder / "c.json"))
+    for name in names:
+        assert (outside / name).read_bytes() == b"precious", name
+        assert not (folder / name).is_symlink() and (folder / name).stat().st_size > 100, name
+    assert json.loads((folder / "c.json").read_text())["name"] == mlp_comparison.name
+    assert (folder / "times.png").read_bytes()[:4] == b"\x89PNG"
+    assert sorted(p.name for p in folder.iterdir()) == sorted(names)   # no temporaries left
+
+
 def _cli(*args, cwd=None):
     return subprocess.run([sys.executable, "-m", "duograph", "compare", *args], cwd=cwd,
                           capture_output=True, text=True, timeout=300)

@@ -491,3 +491,179 @@ def test_huge_ints_and_version_strings_are_checkpoint_errors():
     big = '{"type": "int", "value": ' + "7" * 5000 + "}"
     with pytest.raises(CheckpointError, match="tree is not valid JSON"):
         dg.io.from_bytes(_raw_safetensors({}, dict(_duograph_metadata(None), tree=big)))
+
+
+# -- writers never follow a planted link; one helper writes every file ---------------------------
+
+def _plant_links(folder: Path, names) -> dict:
+    """A symlink under each of ``names`` in ``folder``, pointing at a victim file outside it;
+    returns name -> victim."""
+    outside = folder.parent / f"outside_{folder.name}"
+    outside.mkdir(exist_ok=True)
+    victims = {}
+    for name in names:
+        victim = outside / f"victim_{name}"
+        victim.write_bytes(b"precious")
+        (folder / name).symlink_to(victim)
+        victims[name] = victim
+    return victims
+
+
+def _assert_links_replaced(folder: Path, victims: dict) -> None:
+    for name, victim in victims.items():
+        assert victim.read_bytes() == b"precious", f"{name}: the file outside was written"
+        assert not (folder / name).is_symlink() and (folder / name).is_file(), name
+
+
+@pytest.mark.skipif(os.name != "posix", reason="symlinks")
+def test_save_replaces_a_planted_symlink_instead_of_writing_through_it(tmp_path):
+    folder = tmp_path / "ckpts"
+    folder.mkdir()
+    victims = _plant_links(folder, ["ckpt.safetensors", "g.dg"])
+    dg.save({"w": dg.ones(2)}, folder / "ckpt.safetensors")
+    g = dg.Graph("g")
+    with g:
+        x = dg.placeholder("x", (2,))
+        g.outputs = [dg.exp(x)]
+    dg.save_graph(g, folder / "g.dg")
+    _assert_links_replaced(folder, victims)
+    assert dg.load(folder / "ckpt.safetensors")["w"].shape == (2,)
+    assert dg.load_graph(folder / "g.dg").outputs[0].shape == (2,)
+
+
+@pytest.mark.skipif(os.name != "posix", reason="hard links")
+def test_save_replaces_a_hard_link_instead_of_writing_into_its_inode(tmp_path):
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"precious")
+    os.link(victim, tmp_path / "ckpt.safetensors")
+    dg.save({"w": dg.ones(2)}, tmp_path / "ckpt.safetensors")
+    assert victim.read_bytes() == b"precious"
+
+
+def test_writers_refuse_a_directory_and_a_trailing_slash(tmp_path):
+    from duograph.graphlib.files import write_bytes
+    (tmp_path / "d").mkdir()
+    with pytest.raises(IsADirectoryError):
+        write_bytes(tmp_path / "d", b"x")
+    with pytest.raises(IsADirectoryError):
+        write_bytes(str(tmp_path / "d") + os.sep, b"x")
+    assert list((tmp_path / "d").iterdir()) == []
+
+
+_WRITE_CALLS = ("open(", ".savefig(", "onnx.save(", "save_model(", ".write_text(",
+                ".write_bytes(", "os.replace(", "mkstemp(")
+
+
+def test_every_file_is_written_by_the_one_helper():
+    """Outside graphlib/files.py no source file opens a file for writing, saves a figure or
+    a model by path, or renames files into place itself: they call graphlib.files."""
+    root = Path(__file__).resolve().parent.parent
+    offenders = []
+    for folder in ("duograph", "graphlib", "eager", "passes", "runtime"):
+        for path in sorted((root / folder).rglob("*.py")):
+            if path.name == "files.py" and folder == "graphlib":
+                continue
+            for lineno, line in enumerate(path.read_text().splitlines(), 1):
+                code = line.split("#", 1)[0]
+                for call in _WRITE_CALLS:
+                    if call not in code:
+                        continue
+                    if call == "open(" and not any(
+                            m in code for m in ('"w', "'w", '"a', "'a", '"x', "'x", "+")):
+                        continue            # reading
+                    if "atomic_write(" in code:
+                        continue            # a writer given to the helper
+                    offenders.append(f"{path.relative_to(root)}:{lineno}: {line.strip()}")
+    assert not offenders, "write through graphlib.files instead:\n" + "\n".join(offenders)
+
+
+# -- readers: bounded work, never a hang ----------------------------------------------------------
+
+def finishes(fn, timeout: float = 20.0, unblock: Path = None):
+    """``fn()``'s exception (or None) if it returns within ``timeout`` seconds; fails the
+    test otherwise (a reader that hangs on a FIFO), opening ``unblock`` for writing so the
+    stuck thread can end."""
+    import threading
+    box = {}
+
+    def run():
+        try:
+            fn()
+            box["error"] = None
+        except BaseException as e:   # noqa: BLE001 - handed to the test
+            box["error"] = e
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        if unblock is not None:
+            try:
+                os.close(os.open(unblock, os.O_WRONLY | os.O_NONBLOCK))
+            except OSError:
+                pass
+        pytest.fail(f"still running after {timeout} s (hangs)")
+    return box["error"]
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="FIFOs")
+def test_load_refuses_a_fifo_at_once(tmp_path):
+    fifo = tmp_path / "ckpt.safetensors"
+    os.mkfifo(fifo)
+    error = finishes(lambda: dg.load(fifo), unblock=fifo)
+    assert isinstance(error, CheckpointError), error
+    assert str(fifo) in str(error) and "FIFO" in str(error) and "not a regular file" in str(error)
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/zero"), reason="/dev/zero")
+def test_load_refuses_devices_and_directories(tmp_path):
+    error = finishes(lambda: dg.load("/dev/zero"))
+    assert isinstance(error, CheckpointError) and "character device" in str(error), error
+    with pytest.raises(IsADirectoryError):
+        dg.load(tmp_path)
+    with pytest.raises(FileNotFoundError):
+        dg.load(tmp_path / "missing.safetensors")
+
+
+def test_an_oversized_header_is_refused_from_its_length_prefix(tmp_path):
+    """Before: an 89 MB header took 37 s and 1.7 GB to reject. Now the length prefix alone
+    decides: the header is never read."""
+    import duograph.io as dio
+    from duograph.io import MAX_HEADER_BYTES
+
+    class Watched(io.BytesIO):
+        def __init__(self, data):
+            super().__init__(data)
+            self.reads = []
+
+        def read(self, n=-1):
+            self.reads.append(n)
+            return super().read(n)
+
+    for length in (MAX_HEADER_BYTES + 1, 89_000_000):
+        data = struct.pack("<Q", length) + b'{"__metadata__": {"format": ' + b" " * (1 << 20)
+        path = tmp_path / "big.safetensors"
+        path.write_bytes(data)
+        message = f"header of {length} bytes, more than the {MAX_HEADER_BYTES}"
+        with pytest.raises(CheckpointError, match=message):
+            dg.load(path)
+        with pytest.raises(CheckpointError, match=message):
+            dio.from_bytes(data)
+        watched = Watched(data)
+        with pytest.raises(CheckpointError, match=message):
+            dg.load(watched)
+        assert watched.reads == [8], watched.reads          # the prefix, nothing more
+
+
+def test_save_refuses_a_header_that_load_would_refuse(tmp_path, monkeypatch):
+    """A checkpoint that saves must load: before, a long list of ints saved a 110 MB header
+    that load then refused."""
+    import duograph.io as dio
+    monkeypatch.setattr(dio, "MAX_HEADER_BYTES", 4096)
+    dg.save({"ids": list(range(100))}, tmp_path / "ok.safetensors")
+    assert dg.load(tmp_path / "ok.safetensors")["ids"] == list(range(100))
+    with pytest.raises(CheckpointError, match="more than the 4096 a checkpoint may have.*"
+                                              "numpy arrays"):
+        dg.save({"ids": list(range(1000))}, tmp_path / "big.safetensors")
+    assert not (tmp_path / "big.safetensors").exists()
+    dg.save({"ids": np.arange(1000)}, tmp_path / "array.safetensors")   # the way out

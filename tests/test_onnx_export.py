@@ -6,6 +6,8 @@ kernel for a valid model (float64 Conv, Erf...), onnx's reference evaluator runs
 Models (MLP, the digits CNN with BatchNorm in eval mode, LayerNorm + MultiheadAttention, a
 TransformerBlock) are exported once with a symbolic batch dim and run at two batch sizes.
 """
+import os
+
 import numpy as np
 import pytest
 
@@ -132,6 +134,21 @@ def test_regions_are_inlined(tmp_path):
         assert not any(n.op_type in ("fused", "call") for n in model.graph.node)
         got, = run_onnx(onnx.load(path), feeds)
         np.testing.assert_allclose(got, np.exp(feeds["x"]) * 2 + 1, rtol=1e-12)
+
+
+@pytest.mark.skipif(os.name != "posix", reason="symlinks")
+def test_export_replaces_a_planted_symlink_never_writes_through(tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_bytes(b"precious")
+    path = tmp_path / "m.onnx"
+    path.symlink_to(victim)
+    g = dg.Graph("t")
+    with g:
+        x = dg.placeholder("x", (2,))
+        g.outputs = [dg.exp(x)]
+    dg.onnx.export(g, path)
+    assert victim.read_bytes() == b"precious" and not path.is_symlink()
+    assert onnx.load(path).graph.node[0].op_type == "Exp"
 
 
 # -- models ------------------------------------------------------------------------------------

@@ -3,6 +3,7 @@ runtime; duograph.onnx.backend implements onnx.backend.base; a fast subset of on
 node tests runs here (the whole suite, with the score, is marked slow and scripted in
 benchmarks/onnx_backend_score.py); models exported by PyTorch import and run equal."""
 import os
+import re
 import sys
 
 import numpy as np
@@ -297,3 +298,193 @@ def test_affine_grid_matches_torch(align):
         want = torch.nn.functional.affine_grid(torch.from_numpy(theta), list(size),
                                                align_corners=bool(align)).numpy()
         np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="FIFOs")
+def test_a_fifo_is_refused_at_once(tmp_path):
+    import threading
+    fifo = tmp_path / "m.onnx"
+    os.mkfifo(fifo)
+    box = {}
+
+    def run():
+        try:
+            dg.onnx.load(fifo)
+        except Exception as e:   # noqa: BLE001 - handed to the test
+            box["error"] = e
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(20)
+    if thread.is_alive():
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))   # lets the stuck reader end
+        pytest.fail("dg.onnx.load hangs on a FIFO")
+    assert isinstance(box.get("error"), dg.onnx.OnnxImportError), box
+    assert "FIFO" in str(box["error"]) and str(fifo) in str(box["error"])
+
+
+def test_external_data_is_still_read_from_beside_the_file(tmp_path):
+    from onnx import helper, numpy_helper
+    w = np.arange(12, dtype=np.float32).reshape(3, 4)
+    node = helper.make_node("MatMul", ["x", "w"], ["y"])
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2, 4])],
+        [numpy_helper.from_array(w, "w")])
+    model = helper.make_model(graph)
+    path = tmp_path / "m.onnx"
+    onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
+                    location="m.data", size_threshold=0)
+    assert (tmp_path / "m.data").exists()
+    g = dg.onnx.load(path, initializers="constant")
+    x = np.ones((2, 3), np.float32)
+    out = g.compile()(x=x)
+    np.testing.assert_array_equal(out[0] if isinstance(out, (list, tuple)) else out, x @ w)
+
+
+# -- hostile models: clear OnnxImportErrors, bounded import-time folding ------------------------
+
+def _one_output_model(nodes, initializers=(), inputs=(), opset=17):
+    from onnx import TensorProto, helper
+    graph = helper.make_graph(list(nodes), "g", list(inputs),
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              list(initializers))
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def _identity_of(tensor):
+    from onnx import helper
+    return _one_output_model([helper.make_node("Identity", [tensor.name], ["y"])], [tensor])
+
+
+def test_an_empty_file_is_not_an_empty_graph(tmp_path):
+    path = tmp_path / "empty.onnx"
+    path.write_bytes(b"")
+    with pytest.raises(dg.onnx.OnnxImportError, match="empty.onnx'?: no graph in it"):
+        dg.onnx.load(path)
+    with pytest.raises(dg.onnx.OnnxImportError, match="these 0 bytes: no graph in it"):
+        dg.onnx.load(b"")
+    with pytest.raises(dg.onnx.OnnxImportError, match="no graph in it"):
+        dg.onnx.load(onnx.ModelProto())
+
+
+@pytest.mark.parametrize("initializers", ["state", "constant"])
+def test_negative_dims_are_refused_naming_the_initializer(initializers):
+    """Before: dims [-5, 3] imported as a (0, 3) tensor."""
+    from onnx import TensorProto
+    w = TensorProto(name="weights", data_type=TensorProto.FLOAT, dims=[-5, 3])
+    with pytest.raises(dg.onnx.OnnxImportError,
+                       match=r"initializer 'weights' has dims \[-5, 3\]: a dim cannot be "
+                             "negative"):
+        dg.onnx.load(_identity_of(w), initializers=initializers)
+
+
+def test_dims_the_data_does_not_fill_are_refused_naming_the_initializer():
+    """Before: dims of 1e18 over 16 bytes raised a raw ValueError from numpy_helper."""
+    from onnx import TensorProto
+    w = TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[10 ** 18], raw_data=bytes(16))
+    with pytest.raises(dg.onnx.OnnxImportError,
+                       match=r"initializer 'w' of dims \[1000000000000000000\] and type FLOAT "
+                             r"needs 4000000000000000000 bytes, the model holds 16"):
+        dg.onnx.load(_identity_of(w))
+    typed = TensorProto(name="t", data_type=TensorProto.INT64, dims=[2, 3], int64_data=[1, 2])
+    with pytest.raises(dg.onnx.OnnxImportError, match=r"initializer 't' of dims \[2, 3\] and "
+                                                      "type INT64 needs 6 values in "
+                                                      "int64_data, the model holds 2"):
+        dg.onnx.load(_identity_of(typed))
+
+
+def test_a_constant_nodes_value_is_checked_like_an_initializer():
+    from onnx import TensorProto, helper
+    bad = TensorProto(name="v", data_type=TensorProto.FLOAT, dims=[4], raw_data=bytes(8))
+    model = _one_output_model([helper.make_node("Constant", [], ["y"], value=bad,
+                                                name="c0")])
+    with pytest.raises(dg.onnx.OnnxImportError, match=r"the value of Constant 'c0' of dims "
+                                                      r"\[4\] and type FLOAT needs 16 bytes"):
+        dg.onnx.load(model)
+
+
+def _constant_of_shape(shape):
+    from onnx import TensorProto, helper, numpy_helper
+    return _one_output_model([
+        helper.make_node("Constant", [], ["shape"],
+                         value=numpy_helper.from_array(np.asarray(shape, np.int64))),
+        helper.make_node("ConstantOfShape", ["shape"], ["y"],
+                         value=helper.make_tensor("v", TensorProto.FLOAT, [1], [1.5]))])
+
+
+_IMPORT_BIG_CONSTANT = """
+import resource, sys, tracemalloc
+resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))   # a regression fails, not swaps
+import duograph as dg
+data = sys.stdin.buffer.read()
+tracemalloc.start()
+g = dg.onnx.load(data)
+print("peak", tracemalloc.get_traced_memory()[1])
+print("shape", list(g.outputs[0].shape), "op", g.outputs[0].node.op.name)
+"""
+
+
+@pytest.mark.skipif(os.name != "posix", reason="rlimits")
+def test_a_tiny_model_cannot_make_import_allocate_gigabytes():
+    """Before: ConstantOfShape([40000, 40000]) in ~150 bytes of model made the importer
+    allocate 6 GB. Now the node is left to run time: import stays small. (In a process of
+    its own with a memory limit, so a regression fails instead of taking the memory.)"""
+    import subprocess
+    from duograph.onnx._import import FOLD_LIMIT_BYTES
+    data = _constant_of_shape([40000, 40000]).SerializeToString()
+    assert len(data) < 200 and FOLD_LIMIT_BYTES < 40000 * 40000 * 4
+    out = subprocess.run([sys.executable, "-c", _IMPORT_BIG_CONSTANT], input=data,
+                         capture_output=True, timeout=300)
+    text = out.stdout.decode()
+    assert out.returncode == 0, out.stderr.decode()[-2000:]
+    assert "shape [40000, 40000] op full" in text, text
+    assert int(text.split("peak")[1].split()[0]) < 16 << 20, text
+    # small ones are still computed at import (a constant), and both run to the same values
+    small = dg.onnx.load(_constant_of_shape([3, 4]))
+    assert small.outputs[0].node.op.name == "constant"
+    out = small.compile()()
+    np.testing.assert_array_equal(out[0] if isinstance(out, (list, tuple)) else out,
+                                  np.full((3, 4), 1.5, np.float32))
+
+
+def test_folding_stops_at_the_limit_in_all_not_per_node(monkeypatch):
+    """Many folds that each fit must not add up past the limit either."""
+    from onnx import TensorProto, helper, numpy_helper
+    import duograph.onnx._import as imp
+    monkeypatch.setattr(imp, "FOLD_LIMIT_BYTES", 10_000)
+    nodes = [helper.make_node("Constant", [], ["shape"],
+                              value=numpy_helper.from_array(np.asarray([1000], np.int64)))]
+    for i in range(5):     # 4000 bytes each: two fit, the rest are left to run time
+        nodes.append(helper.make_node(
+            "ConstantOfShape", ["shape"], [f"c{i}"],
+            value=helper.make_tensor("v", TensorProto.FLOAT, [1], [float(i)])))
+    nodes.append(helper.make_node("Concat", [f"c{i}" for i in range(5)], ["y"], axis=0))
+    g = dg.onnx.load(_one_output_model(nodes))
+    ops = [n.op.name for n in g.nodes]
+    assert ops.count("full") == 3, ops
+    out = g.compile()()
+    np.testing.assert_array_equal(out[0] if isinstance(out, (list, tuple)) else out,
+                                  np.repeat(np.arange(5, dtype=np.float32), 1000))
+
+
+@pytest.mark.parametrize("op, inputs, attrs, what", [
+    ("Range", [0, 10 ** 12, 1], {}, "the output of shape [1000000000000]"),
+    ("OneHot", None, {}, "the depth range of shape [1000000000000]"),
+])
+def test_arrays_sized_by_the_model_are_refused_at_the_limit(op, inputs, attrs, what):
+    from onnx import TensorProto, helper, numpy_helper
+    if op == "Range":
+        consts = [numpy_helper.from_array(np.asarray(v, np.int64), f"i{k}")
+                  for k, v in enumerate(inputs)]
+        node = helper.make_node("Range", ["i0", "i1", "i2"], ["r"], name="big")
+        tail = [helper.make_node("Cast", ["r"], ["y"], to=TensorProto.FLOAT)]
+        model = _one_output_model([node] + tail, consts)
+    else:
+        consts = [numpy_helper.from_array(np.asarray(10 ** 12, np.int64), "depth"),
+                  numpy_helper.from_array(np.asarray([0.0, 1.0], np.float32), "values")]
+        x = helper.make_tensor_value_info("x", TensorProto.INT64, [3])
+        node = helper.make_node("OneHot", ["x", "depth", "values"], ["y"], name="big")
+        model = _one_output_model([node], consts, [x])
+    with pytest.raises(dg.onnx.OnnxImportError, match=rf"'big' \({op}\): {re.escape(what)}"):
+        dg.onnx.load(model, initializers="constant")

@@ -3,6 +3,7 @@ a training step with state: the loaded graph prints identically, verifies, and r
 bit-identical results. Bad files get GraphFormatError; nothing in a file is executed."""
 import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -178,3 +179,213 @@ def test_save_is_atomic_and_leaves_no_temporary_files(tmp_path):
     dg.save_graph(g, path)
     dg.save_graph(g, path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["g.dg"]
+
+
+# -- bounded reads: no hang, no unbounded memory, no raw RecursionError ----------------------------
+
+def _within(fn, timeout: float = 20.0, fifo=None):
+    """The exception ``fn()`` raises (None if it returns), failing the test if it runs past
+    ``timeout`` seconds (then a writer opens ``fifo`` so the stuck thread can end)."""
+    import threading
+    box = {}
+
+    def run():
+        try:
+            fn()
+            box["error"] = None
+        except BaseException as e:   # noqa: BLE001 - handed to the test
+            box["error"] = e
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        if fifo is not None:
+            try:
+                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+            except OSError:
+                pass
+        pytest.fail(f"still running after {timeout} s (hangs)")
+    return box["error"]
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="FIFOs")
+def test_load_graph_refuses_a_fifo_at_once(tmp_path):
+    fifo = tmp_path / "g.dg"
+    os.mkfifo(fifo)
+    error = _within(lambda: dg.load_graph(fifo), fifo=fifo)
+    assert isinstance(error, GraphFormatError) and "FIFO" in str(error), error
+
+
+_READ_DEV_ZERO = """
+import resource, sys, tracemalloc
+resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))   # a regression fails, not swaps
+import duograph as dg
+tracemalloc.start()
+try:
+    dg.load_graph("/dev/zero")
+except dg.GraphFormatError as e:
+    print(type(e).__name__, e)
+print("peak", tracemalloc.get_traced_memory()[1])
+"""
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/zero") or os.name != "posix",
+                    reason="/dev/zero, rlimits")
+def test_load_graph_refuses_dev_zero_without_reading_it():
+    """Before: /dev/zero was read until a MemoryError (5.4 GB). Run in a process of its own
+    with a memory limit and a timeout, so a regression fails instead of taking the
+    machine's memory."""
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-c", _READ_DEV_ZERO], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "GraphFormatError" in out.stdout and "character device" in out.stdout, out.stdout
+    peak = int(out.stdout.split("peak")[-1])
+    assert peak < 1 << 20, peak
+
+
+def test_load_graph_refuses_an_oversized_header_from_its_prefix(tmp_path):
+    from duograph.graphlib.files import MAX_HEADER_BYTES
+    path = tmp_path / "g.dg"
+    for length in (MAX_HEADER_BYTES + 1, 89_000_000, 2 ** 63):
+        path.write_bytes(length.to_bytes(8, "little") + b"{" * (1 << 20))
+        with pytest.raises(GraphFormatError, match=f"header of {length} bytes, more than "
+                                                   f"the {MAX_HEADER_BYTES}"):
+            dg.load_graph(path)
+
+
+def test_load_graph_checks_the_data_length_before_reading_it(tmp_path):
+    g, _ = small_mlp_step()
+    path = tmp_path / "g.dg"
+    dg.save_graph(g, path)
+    with open(path, "ab") as f:
+        f.write(b"\0" * 4096)                     # bytes after the data the header describes
+    with pytest.raises(GraphFormatError, match="corrupt: its header describes"):
+        dg.load_graph(path)
+
+
+def _nested_file(tmp_path, header: bytes):
+    path = tmp_path / "nested.dg"
+    header += b" " * (-len(header) % 8)
+    path.write_bytes(len(header).to_bytes(8, "little") + header)
+    return path
+
+
+def test_deep_json_nesting_is_a_graph_format_error(tmp_path):
+    """Before: a RecursionError escaped from json.loads."""
+    deep = b"[" * 200_000 + b"]" * 200_000
+    with pytest.raises(GraphFormatError, match="nested too deeply"):
+        dg.load_graph(_nested_file(tmp_path, deep))
+    doc = "[" * 200_000 + "]" * 200_000
+    header = json.dumps({"__metadata__": {"duograph.graph": doc}}).encode()
+    with pytest.raises(GraphFormatError, match="nested too deeply"):
+        dg.load_graph(_nested_file(tmp_path, header))
+    with pytest.raises(GraphFormatError, match="nested too deeply"):
+        dg.Graph.from_json(doc)
+
+
+def test_save_graph_refuses_a_header_load_graph_would_refuse(tmp_path, monkeypatch):
+    import duograph.graphlib.serialize as ser
+    g, _ = small_mlp_step()
+    monkeypatch.setattr(ser, "MAX_HEADER_BYTES", 256)
+    with pytest.raises(GraphFormatError, match="more than the 256 a graph file may have"):
+        dg.save_graph(g, tmp_path / "g.dg")
+    assert not (tmp_path / "g.dg").exists()
+
+
+# -- attributes are checked against the op schemas on load -------------------------------------
+
+def _leaky_graph():
+    g = dg.Graph("t")
+    with g:
+        x = dg.placeholder("x", (4,))
+        y = dg.nn.functional.leaky_relu(dg.exp(x) - 2.0, 0.5) * 3.0   # fused at O2
+    g.outputs = [y]
+    return g
+
+
+def _find(doc_graph, op):
+    return next(n for n in doc_graph["nodes"] if n["op"] == op)
+
+
+@pytest.mark.parametrize("value, found", [
+    ("1+1", "found str '1+1'"), ({"list": [0.1]}, "found list [0.1]"), (None, "found NoneType"),
+])
+def test_a_bad_attribute_in_a_file_is_refused_naming_node_and_attribute(tmp_path, value, found):
+    """Before: a string negative_slope was spliced into the generated numba source at O2 (and
+    ran, returning [2, 2, 2, 2]) while O0 failed at run time."""
+    doc = json.loads(_leaky_graph().to_json())
+    nodes = doc["graph"]["nodes"]
+    index = next(i for i, n in enumerate(nodes) if n["op"] == "leaky_relu")
+    nodes[index]["attrs"]["negative_slope"] = value
+    message = (f"graph 't', node {index} (leaky_relu): attribute negative_slope must be a "
+               f"number (bool, int or float), found")
+    with pytest.raises(GraphFormatError, match=re.escape(message)) as info:
+        dg.Graph.from_json(json.dumps(doc))
+    assert found in str(info.value)
+    # the same through a saved file (the JSON in the safetensors metadata)
+    from safetensors.numpy import save
+    path = tmp_path / "bad.dg"
+    path.write_bytes(save({}, metadata={"duograph.graph": json.dumps(doc)}))
+    with pytest.raises(GraphFormatError, match=re.escape(message)):
+        dg.load_graph(path)
+
+
+def test_unknown_missing_and_out_of_range_attributes_are_refused():
+    doc = json.loads(_leaky_graph().to_json())
+    node = _find(doc["graph"], "leaky_relu")
+    node["attrs"]["slope"] = 0.1
+    with pytest.raises(GraphFormatError, match="attribute slope is not an attribute of "
+                                               "leaky_relu"):
+        dg.Graph.from_json(json.dumps(doc))
+    g = dg.Graph("p")
+    with g:
+        x = dg.placeholder("x", (2, 3))
+        g.outputs = [dg.softmax(x, 1)]
+    doc = json.loads(g.to_json())
+    node = _find(doc["graph"], "softmax")
+    node["attrs"].pop("dim")
+    with pytest.raises(GraphFormatError, match=r"node 0 \(softmax\): attribute dim is "
+                                               "required"):
+        dg.Graph.from_json(json.dumps(doc))
+    node["attrs"]["dim"] = 1.5
+    with pytest.raises(GraphFormatError, match="attribute dim must be an int, found float"):
+        dg.Graph.from_json(json.dumps(doc))
+
+
+def test_attributes_inside_regions_are_checked_too():
+    g = dg.Graph("outer")
+    with g:
+        x = dg.placeholder("x", (3,))
+        y, = call(lambda a: dg.nn.functional.leaky_relu(dg.exp(a), 0.2), x)
+    g.outputs = [y]
+    doc = json.loads(g.to_json())
+    outer = doc["graph"]["nodes"][0]
+    (attr, region), = [(k, v) for k, v in outer["attrs"].items()
+                       if isinstance(v, dict) and "region" in v]
+    inner = region["graph"]
+    _find(inner, "leaky_relu")["attrs"]["negative_slope"] = "0.2"
+    with pytest.raises(GraphFormatError) as info:
+        dg.Graph.from_json(json.dumps(doc))
+    msg = str(info.value)
+    assert msg.startswith(f"graph 'outer', node 0 ({outer['op']}), attribute {attr!r} > graph "
+                          f"{inner['name']!r}, node "), msg
+    assert "(leaky_relu): attribute negative_slope must be a number" in msg, msg
+
+
+def test_a_file_normalised_attribute_loads_and_runs_alike():
+    """Lists where the schema wants a tuple (as an older writer might store them) are
+    normalised on load as when building, so the loaded graph runs as the built one."""
+    g = dg.Graph("s")
+    with g:
+        x = dg.placeholder("x", (2, 3))
+        g.outputs = [dg.sum(x, dim=(0, 1))]
+    doc = json.loads(g.to_json())
+    node = _find(doc["graph"], "sum")
+    node["attrs"]["dim"] = {"list": [0, 1]}
+    loaded = dg.Graph.from_json(json.dumps(doc))
+    assert loaded.nodes[0].attrs["dim"] == (0, 1)
+    feeds = {"x": np.arange(6, dtype=np.float32).reshape(2, 3)}
+    _identical(loaded.compile()(**feeds), g.compile()(**feeds))

@@ -23,6 +23,7 @@ from typing import Dict, Mapping, Optional, Sequence
 import numpy as np
 
 from ..graphlib.errors import DuographError, GraphError
+from ..graphlib.files import atomic_write
 from ..graphlib.ir import Graph, Value
 from ..graphlib.types import TensorType
 from ._export import OnnxExportError, graph_to_model
@@ -204,14 +205,15 @@ def export(target, path, *inputs, opset: int = DEFAULT_OPSET,
 
     An op with no exact ONNX form raises ``OnnxExportError`` naming the op and the user's
     line; nothing is written then. With ``check`` the model is verified by
-    ``onnx.checker.check_model(full_check=True)``. Returns the ModelProto.
+    ``onnx.checker.check_model(full_check=True)``. The file is written atomically (a symlink
+    at ``path`` is replaced, never written through). Returns the ModelProto.
     """
     import onnx
     model = to_model(target, *inputs, opset=opset, input_names=input_names,
                      output_names=output_names, dynamic_axes=dynamic_axes, trace=trace)
     if check:
         onnx.checker.check_model(model, full_check=True)
-    onnx.save(model, str(path))
+    atomic_write(path, lambda f: f.write(model.SerializeToString()))
     return model
 
 

@@ -11,7 +11,8 @@ import math
 import numpy as np
 
 from ..graphlib import functional as F
-from ._import import HANDLERS, Ctx, _onnx, handler, np_dtype_of, refuse, static_shape
+from ._import import (HANDLERS, Ctx, _onnx, check_size, handler, np_dtype_of, refuse,
+                      static_shape, tensor_array)
 
 FLOATS = ("float16", "float32", "float64")
 INTS = ("uint8", "int8", "int16", "int32", "int64")
@@ -398,14 +399,12 @@ def _cast_like(ctx):
 # -- constants and shapes ------------------------------------------------------------------------
 @handler("Constant")
 def _constant(ctx):
-    from onnx import numpy_helper
     for key in ("value", "value_float", "value_floats", "value_int", "value_ints"):
         v = ctx.attr(key)
         if v is None:
             continue
         if key == "value":
-            arr = numpy_helper.to_array(v)
-            arr = arr.astype(np_dtype_of(v.data_type))
+            arr = tensor_array(v, f"the value of Constant {ctx.node.name or ctx.node.output[0]!r}")
         elif key.startswith("value_float"):
             arr = np.asarray(v, dtype=np.float32)
         else:
@@ -436,13 +435,15 @@ def _size(ctx):
 
 @handler("ConstantOfShape")
 def _constant_of_shape(ctx):
-    from onnx import numpy_helper
     shape = tuple(int(d) for d in ctx.known(0, "shape"))
     v = ctx.attr("value")
     if v is None:
         arr = np.zeros(1, np.float32)
     else:
-        arr = numpy_helper.to_array(v).astype(np_dtype_of(v.data_type))
+        arr = tensor_array(v, "the value of ConstantOfShape "
+                              f"{ctx.node.name or ctx.node.output[0]!r}")
+        if arr.size != 1:
+            refuse(f"its value must hold one element, found shape {list(arr.shape)}")
     return F.full(shape, arr.reshape(-1)[0].item(), dtype=arr.dtype.name)
 
 
@@ -451,6 +452,7 @@ def _range(ctx):
     start, limit, delta = (ctx.known(i, n) for i, n in enumerate(("start", "limit", "delta")))
     dt = start.dtype.name
     n = max(int(math.ceil((limit.item() - start.item()) / delta.item())), 0)
+    check_size((n,), dt, "the output")
     # start + i * delta, in the dtype (ONNX's definition)
     vals = np.asarray(start.item(), dt) + np.arange(n).astype(dt) * np.asarray(delta.item(), dt)
     return ctx.const(vals.astype(dt), dt)
@@ -460,6 +462,7 @@ def _range(ctx):
 def _eye_like(ctx):
     n, m = static_shape(ctx)
     dt = np_dtype_of(ctx.attr("dtype")) if ctx.attr("dtype") is not None else ctx.dtype(0)
+    check_size((n, m), dt, "the output")
     return ctx.const(np.eye(n, m, k=ctx.attr("k", 0)).astype(dt), dt)
 
 
@@ -744,6 +747,7 @@ def _trilu(ctx):
     k = int(ctx.known(1, "k").item()) if ctx.has(1) else 0
     n, m = static_shape(ctx)[-2:]
     upper = ctx.attr("upper", 1)
+    check_size((n, m), bool, "the mask")
     mask = np.triu(np.ones((n, m), bool), k) if upper else np.tril(np.ones((n, m), bool), k)
     return F.where(ctx.const(mask, "bool"), x, ctx.const(0, x.dtype))
 
@@ -754,6 +758,7 @@ def _one_hot(ctx):
     axis = ctx.attr("axis", -1)
     idx = cast(idx, "int64")
     idx = F.where(F.lt(idx, ctx.const(0, "int64")), idx + ctx.const(depth, "int64"), idx)
+    check_size((depth,), np.int64, "the depth range")
     hot = F.eq(F.unsqueeze(idx, -1), ctx.const(np.arange(depth), "int64"))
     off, on = F.getitem(values, 0), F.getitem(values, 1)
     y = F.where(hot, on, off)
@@ -1527,6 +1532,7 @@ def _resize_coeffs(mode, nearest_mode, a, antialias, ratio, scale):
 def _resize_matrix(ctx, n_in, n_out, scale, roi, coord, mode, nearest_mode, a, antialias,
                    exclude_outside):
     """(weights (n_out, n_in), extrapolated (n_out,) bool or None) of one axis."""
+    check_size((n_out, n_in), np.float64, "the resize weights")
     y = np.arange(n_out, dtype=np.float64)
     width = scale * n_in
     extrap = None
@@ -1878,6 +1884,7 @@ def _lp_pool(ctx):
     p = ctx.attr("p", 2)
     pt, pb, pl, pr = _pads_2d(ctx, kernel, strides, dil, x.shape[2:])
     from ..graphlib.ops.conv import conv2d_op
+    check_size((c, 1) + tuple(kernel), np.float64, "the window kernel")
     ones = ctx.const(np.ones((c, 1) + tuple(kernel)), x.dtype)
     powered = F.pow(F.abs(x), ctx.const(p, x.dtype))
     total = conv2d_op(powered, ones, stride=tuple(strides), padding=(pt, pb, pl, pr),
@@ -1893,6 +1900,7 @@ def _window_mean(ctx, x, kernel, strides, dil, pads, include_pad):
     kernel of ones, over the count of (real, or with include_pad all) places."""
     from ..graphlib.ops.conv import conv2d_op
     c = static_shape(ctx)[1]
+    check_size((c, 1) + tuple(kernel), np.float64, "the window kernel")
     ones = ctx.const(np.ones((c, 1) + tuple(kernel)), x.dtype)
     conv = dict(stride=tuple(strides), padding=(pads[0], pads[1], pads[2], pads[3]),
                 dilation=tuple(dil), groups=c)
@@ -1909,6 +1917,7 @@ def _window(kind: str):
     def run(ctx):
         size = int(ctx.known(0, "size").item())
         dt = np_dtype_of(ctx.attr("output_datatype", 1))
+        check_size((size,), np.float64, "the window")
         n = np.arange(size, dtype=np.float64)
         period = size if ctx.attr("periodic", 1) else size - 1
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -1950,6 +1959,7 @@ def _lrn(ctx):
     c = static_shape(ctx)[1]
     size = ctx.attr("size")
     lo, hi = (size - 1) // 2, -(-(size - 1) // 2) + 1
+    check_size((c, c), np.float64, "the channel band")
     k = np.arange(c)
     band = ((k[None, :] >= k[:, None] - lo) & (k[None, :] < k[:, None] + hi)).astype(x.dtype)
     sq = F.permute(F.matmul(F.permute(x * x, 0, 2, 3, 1), ctx.const(band.T.copy(), x.dtype)),
@@ -1998,6 +2008,7 @@ def _upsample(ctx):
                "with whole scales)")
     for d, s in enumerate(scales):
         if s != 1:
+            check_size((int(shape[d] * s),), np.int64, f"the index of axis {d}")
             x = _take(ctx, x, d, np.arange(int(shape[d] * s)) // int(s))
     return x
 
@@ -2183,6 +2194,7 @@ def _depthwise_sum(ctx, x, kernel, strides, dil):
     c = x.shape[1]
     if not isinstance(c, int):
         refuse(f"a symbolic channel count in {list(x.shape)}")
+    check_size((c, 1) + tuple(kernel), np.float64, "the window kernel")
     ones = ctx.const(np.ones((c, 1) + tuple(kernel)), x.dtype)
     if len(kernel) == 2:
         from ..graphlib.ops.conv import conv2d_op
@@ -2233,6 +2245,7 @@ def _onnx_pool_indices(ctx, x, flat, full, padded_shape):
     col = F.remainder(flat, ctx.const(wp, "int64")) - ctx.const(full[1][0], "int64")
     inner = row * ctx.const(w, "int64") + col if not ctx.attr("storage_order", 0) else \
         col * ctx.const(h, "int64") + row
+    check_size((n, c), np.int64, "the index base")
     base = (np.arange(n * c, dtype=np.int64) * h * w).reshape(n, c, 1, 1)
     return inner + ctx.const(base, "int64")
 

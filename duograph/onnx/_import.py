@@ -10,20 +10,37 @@ ops take. Everything else becomes graph nodes. An op, attribute or dtype that ca
 imported exactly raises ``OnnxImportError`` naming the node; an input that an op needs as a
 known value (a Reshape's target fed as a graph input) raises ``NeedsStatic``, which the
 backend answers by building again with that input's fed value.
+
+Folding is bounded: what import computes may take at most ``FOLD_LIMIT_BYTES`` (64 MiB) in
+all. Before a node is computed, its handler builds it on a scratch graph over placeholders
+(types only, no data) to learn its outputs' sizes; a node whose outputs would pass the limit
+becomes a graph node instead, computed at run time (a 150-byte model with
+``ConstantOfShape([40000, 40000])`` made the importer allocate 6 GB). Handlers that build
+arrays of a size read from the model (Range, EyeLike, OneHot...) check it against the same
+limit and refuse clearly. Tensors stored in the model (initializers, Constant values) are
+checked against their dims before they are read (``tensor_array``).
 """
 from __future__ import annotations
 
 import contextlib
+import math
+import os
 from typing import Dict, Mapping, Optional, Sequence
 
 import numpy as np
 
 from .. import eager
 from ..graphlib import functional as F
+from ..graphlib.files import NotRegularFileError, open_regular
 from ..graphlib.ir import Graph, Value
 from ..graphlib.ir import _stack as _graph_stack
 from ..graphlib.types import TensorType
 from . import OnnxImportError
+
+
+# What import-time folding may materialise, in all (outputs of computed nodes; the model's
+# own tensors, initializers and Constant values, do not count).
+FOLD_LIMIT_BYTES = 64 << 20
 
 
 class NeedsStatic(OnnxImportError):
@@ -58,6 +75,41 @@ def np_dtype_of(elem_type: int) -> str:
         refuse(f"element type {name} (duograph has bool, uint8, int8, int16, int32, int64, "
                f"float16, bfloat16, float32, float64)")
     return table[elem_type]
+
+
+def tensor_array(tensor, what: str) -> np.ndarray:
+    """The array of the ONNX ``TensorProto`` ``tensor`` in its duograph dtype; ``what`` names
+    it in errors ("initializer 'w'"). Its dims and data are checked before anything is
+    allocated: a negative dim, or data that does not hold exactly the elements the dims
+    give, is an ``OnnxImportError`` (numpy_helper would give (0, 3) for dims [-5, 3], and a
+    raw ValueError for dims of 1e18 over 16 bytes)."""
+    onnx = _onnx()
+    dims = [int(d) for d in tensor.dims]
+    if any(d < 0 for d in dims):
+        raise OnnxImportError(f"onnx import: {what} has dims {dims}: a dim cannot be negative")
+    try:
+        dt = np_dtype_of(tensor.data_type)
+    except _Refuse as e:
+        raise OnnxImportError(f"onnx import: {what}: {e}") from None
+    if tensor.data_location == onnx.TensorProto.EXTERNAL:
+        raise OnnxImportError(f"onnx import: {what} is stored in an external file; load the "
+                              "model with onnx.load(path) first")
+    count = math.prod(dims)
+    if tensor.HasField("raw_data"):
+        itemsize = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
+        found, need, unit = len(tensor.raw_data), count * itemsize, "bytes"
+    else:
+        field = onnx.helper.tensor_dtype_to_field(tensor.data_type)
+        found, need, unit = len(getattr(tensor, field)), count, f"values in {field}"
+    if found != need:
+        raise OnnxImportError(f"onnx import: {what} of dims {dims} and type "
+                              f"{onnx.TensorProto.DataType.Name(tensor.data_type)} needs "
+                              f"{need} {unit}, the model holds {found}")
+    try:
+        return np.asarray(onnx.numpy_helper.to_array(tensor)).astype(dt)
+    except Exception as e:                    # noqa: BLE001 - anything else onnx refuses
+        raise OnnxImportError(f"onnx import: {what} cannot be read: {type(e).__name__}: "
+                              f"{e}") from None
 
 
 # -- the context a handler sees ------------------------------------------------------------------
@@ -127,6 +179,17 @@ class Ctx:
         return tuple(self.x(i).shape)
 
 
+def check_size(shape, dtype, what: str) -> None:
+    """Refuse an array of ``shape`` and ``dtype`` that a handler would build at import when
+    it would take more than ``FOLD_LIMIT_BYTES``: its size comes from the model, and a few
+    bytes of model must not make the importer allocate gigabytes."""
+    dims = [int(d) for d in shape]
+    nbytes = math.prod(dims) * np.dtype(dtype).itemsize
+    if nbytes > FOLD_LIMIT_BYTES:
+        refuse(f"{what} of shape {dims} ({nbytes} bytes) is more than the "
+               f"{FOLD_LIMIT_BYTES} bytes import may compute (FOLD_LIMIT_BYTES)")
+
+
 def static_shape(ctx: Ctx, i: int = 0) -> tuple:
     shape = ctx.shape(i)
     if not all(isinstance(d, int) for d in shape):
@@ -170,7 +233,7 @@ class Importer:
         self.input_types = dict(input_types or {})
         self.graph = Graph(_identifier(model.graph.name or "onnx_model"))
         self.env: Dict[str, object] = {}       # name -> Value or np.ndarray (known)
-        self._numpy = onnx.numpy_helper
+        self.folded_bytes = 0                  # what computing known nodes materialised
         init_names = {t.name for t in model.graph.initializer}
         self.graph_input_names = [i.name for i in model.graph.input if i.name not in init_names]
         self._symbols: Dict[str, str] = {}
@@ -227,14 +290,7 @@ class Importer:
             self.run_node(node)
 
     def _array(self, tensor) -> np.ndarray:
-        try:
-            dt = np_dtype_of(tensor.data_type)
-        except _Refuse as e:
-            raise OnnxImportError(f"onnx import: initializer {tensor.name!r}: {e}") from None
-        if tensor.data_location == _onnx().TensorProto.EXTERNAL:
-            raise OnnxImportError(f"onnx import: initializer {tensor.name!r} is stored in an "
-                                  "external file; load the model with onnx.load(path) first")
-        return np.asarray(self._numpy.to_array(tensor)).astype(dt)
+        return tensor_array(tensor, f"initializer {tensor.name!r}")
 
     def _input_type(self, vi) -> TensorType:
         tt = vi.type.tensor_type
@@ -282,6 +338,11 @@ class Importer:
         known = [r if isinstance(r, np.ndarray) else None for r in raw]
         eager_mode = all(r is None or isinstance(r, np.ndarray) for r in raw) and \
             node.op_type not in _NEVER_FOLD
+        counted = eager_mode and node.op_type not in _NOT_COUNTED
+        if counted and node.op_type not in _NO_DRY_RUN:
+            size = self._fold_size(fn, node, raw, known)
+            if size is not None and self.folded_bytes + size > FOLD_LIMIT_BYTES:
+                eager_mode = counted = False     # too big to compute now: run time does it
         try:
             if eager_mode:
                 with eager.no_grad(), _no_graph():
@@ -310,6 +371,8 @@ class Importer:
                                       "supported")
             if isinstance(o, eager.Tensor):
                 o = o.numpy().copy()
+                if counted:
+                    self.folded_bytes += o.nbytes
             elif isinstance(o, Value) and o.node is not None and o.node.op.name == "constant":
                 value = o.node.attrs["value"]          # known after all (Shape of a Value)
                 o = np.asarray(getattr(value, "array", value), dtype=o.dtype)
@@ -319,6 +382,31 @@ class Importer:
             if missing:
                 raise OnnxImportError(f"onnx import: {where}: outputs {missing} are not "
                                       "supported")
+
+
+    def _fold_size(self, fn, node, raw: list, known: list) -> Optional[int]:
+        """The bytes ``node``'s outputs would take if it were computed now: its handler
+        builds it on a scratch graph over placeholders of the known inputs' types (no data
+        is computed). None where that does not work: ops whose output shapes depend on
+        values (NonZero, Unique) are only computed eagerly, and their results are no
+        larger than their inputs."""
+        scratch = Graph("fold_check")
+        try:
+            with _no_graph(), scratch:
+                ops = [None if r is None else
+                       scratch.add_input(f"in{k}", TensorType(r.shape, r.dtype.name))
+                       for k, r in enumerate(raw)]
+                outs = fn(Ctx(self, node, ops, known, False))
+        except Exception:   # noqa: BLE001 - the eager run reports what is wrong
+            return None
+        total = 0
+        for o in outs if isinstance(outs, (list, tuple)) else [outs]:
+            if isinstance(o, Value):
+                n = o.type.nbytes()
+                if n is None:
+                    return None
+                total += n
+        return total
 
 
 @contextlib.contextmanager
@@ -336,6 +424,11 @@ def _no_graph():
 
 _NEVER_FOLD = {"RandomUniform", "RandomNormal", "RandomUniformLike", "RandomNormalLike",
                "Bernoulli", "Multinomial"}
+# Ops whose known result is the model's own data (not counted against FOLD_LIMIT_BYTES), and
+# ops not built on a scratch graph first (their bodies import through run_node themselves,
+# node by node, each checked; a scratch build would write the importer's environment).
+_NOT_COUNTED = {"Constant", "Identity"}
+_NO_DRY_RUN = {"If", "Loop", "Scan"}
 
 
 def _identifier(name: str) -> str:
@@ -362,7 +455,10 @@ def import_model(path_or_model, initializers: str = "state", static_inputs=None,
         if isinstance(model, (bytes, bytearray)):
             model = onnx.load_model_from_string(bytes(model))
         elif not isinstance(model, onnx.ModelProto):
-            model = onnx.load(str(path_or_model))
+            model = _read_model(onnx, path_or_model)
+    except NotRegularFileError as e:
+        raise OnnxImportError(f"onnx import: {str(path_or_model)!r} is {e.kind}, not a "
+                              "regular file (refused without reading it)") from None
     except OSError:
         raise
     except Exception as e:                  # protobuf's DecodeError and its relatives
@@ -370,8 +466,29 @@ def import_model(path_or_model, initializers: str = "state", static_inputs=None,
             f"{str(path_or_model)!r} is"
         raise OnnxImportError(f"onnx import: {what} not an ONNX model "
                               f"({type(e).__name__}: {e})") from None
+    if not model.HasField("graph"):          # an empty file parses as an empty ModelProto
+        if isinstance(path_or_model, onnx.ModelProto):
+            what = "the ModelProto"
+        elif isinstance(path_or_model, (bytes, bytearray)):
+            what = f"these {len(path_or_model)} bytes"
+        else:
+            what = repr(str(path_or_model))
+        raise OnnxImportError(f"onnx import: {what}: no graph in it (empty or truncated?): "
+                              "not an ONNX model")
     g = Importer(model, initializers, static_inputs, input_shapes, input_types).run()
     return g
+
+
+def _read_model(onnx, path):
+    """``onnx.load(path)``, but opening only a regular file (a FIFO or a device would hang
+    or never end); tensors kept in external files are read from beside it, as onnx does."""
+    name = os.fspath(path)
+    with open_regular(name) as f:
+        data = f.read()
+    model = onnx.load_model_from_string(data)
+    from onnx.external_data_helper import load_external_data_for_model
+    load_external_data_for_model(model, os.path.dirname(os.path.abspath(name)))
+    return model
 
 
 # == handlers ====================================================================================
