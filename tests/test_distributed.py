@@ -384,3 +384,40 @@ def test_duograph_run_launches_the_ranks(tmp_path):
                           str(tmp_path / "missing.py")], capture_output=True, text=True,
                          timeout=60)
     assert bad.returncode == 2 and "no script" in bad.stderr
+
+
+def test_ddp_with_a_compiled_forward_and_adam(tmp_path):
+    """``dg.compile`` of the wrapped model and another optimizer: the same weights as one
+    process on the global batch."""
+    code = MODEL + """
+dist.init_process_group()
+r, n = dist.get_rank(), dist.get_world_size()
+model = make("mlp")
+ddp = nn.parallel.DistributedDataParallel(model)
+fwd = dg.compile(ddp)
+opt = dg.optim.Adam(ddp.parameters(), lr=0.01)
+for step in range(3):
+    x, y = data("mlp", step, n)[r]
+    opt.zero_grad()
+    nn.functional.cross_entropy(fwd(dg.tensor(x)), dg.tensor(y)).backward()
+    opt.step()
+if r == 0:
+    np.savez(sys.argv[1], **{k: v.numpy() for k, v in model.state_dict().items()})
+"""
+    res = run_ranks(2, code, tmp_path, args=(tmp_path / "w.npz",))
+    assert res.returncode == 0, res.stderr[-3000:]
+    ns = {}
+    exec(MODEL, ns)
+    model = ns["make"]("mlp")
+    opt = dg.optim.Adam(model.parameters(), lr=0.01)
+    for step in range(3):
+        opt.zero_grad()
+        loss = None
+        for r, (x, y) in enumerate(ns["data"]("mlp", step, 2)):
+            part = ns["loss_of"](model, "mlp", x, y, r, step) / 2
+            loss = part if loss is None else loss + part
+        loss.backward()
+        opt.step()
+    got = np.load(tmp_path / "w.npz")
+    for k, v in model.state_dict().items():
+        np.testing.assert_allclose(got[k], v.numpy(), rtol=1e-12, atol=1e-12, err_msg=k)
