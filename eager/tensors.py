@@ -17,7 +17,8 @@ from typing import Optional
 import numpy as np
 
 from ..graphlib import dtypes
-from ..graphlib.dispatch import Scalar, register_handler, set_default_handler, weak_scalar
+from ..graphlib.dispatch import (Scalar, cast_zero_dim_operands, register_handler,
+                                 set_default_handler, weak_scalar)
 from ..graphlib.errors import DTypeError, DuographError, ShapeError
 from ..graphlib.aliases import accept_axis
 from ..graphlib.ir import ConstArray, Node, _local as _graph_local
@@ -1615,6 +1616,12 @@ def _record(op, inputs, tensors, attrs, outs, grad):
 
 def _eager_apply_slow(op, inputs, attrs):
     """eager_apply for everything its fast path does not take; makes that path's plans."""
+    if op.promote and len(inputs) > 1:
+        # a 0-d operand PyTorch's categories demote (``f32 + f64[]``) is cast first, and the
+        # signature gets no plan, so its calls keep coming here
+        cast = cast_zero_dim_operands(op, inputs)
+        if cast is not inputs:
+            return eager_apply(op, cast, attrs)
     tensors = inputs
     arrays = []
     cpu = _default_device[-1] == "cpu"     # (ops without tensor inputs run there)
