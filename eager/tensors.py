@@ -1038,6 +1038,8 @@ def _as_bool(t: Tensor):
 
 def _count_true(t: Tensor, dim, keepdim: bool):
     from ..graphlib.functional import cast, sum
+    if isinstance(dim, (tuple, list)) and len(dim) == 0:
+        return cast(_as_bool(t), "int64")    # PyTorch: any/all over dim=() are elementwise
     return sum(cast(_as_bool(t), "int64"), dim, keepdim)
 
 
