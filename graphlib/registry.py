@@ -133,6 +133,17 @@ def _apply(op, inputs, attrs):
     return apply(op, inputs, attrs)
 
 
+def may_view_input(node) -> bool:
+    """Whether ``node``'s outputs may share their first input's memory: its op's ``view``
+    trait, or ``returns_input`` (the kernel may return the input itself) holds for it."""
+    if not node.inputs:
+        return False
+    op = node.op
+    if op.view:
+        return True
+    return op.returns_input is not None and bool(op.returns_input(node))
+
+
 def register(op: OpDef) -> OpDef:
     if op.name in REGISTRY:
         raise ValueError(f"op {op.name!r} is already registered")
