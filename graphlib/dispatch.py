@@ -157,9 +157,11 @@ def _typed_operands(inputs, idx) -> list:
         if _is_py_number(x) or isinstance(x, Scalar):
             continue
         if isinstance(x, (list, tuple)):
-            d = operand_dtype(x)
-            if d is not None:
-                typed.append((i, _Typed(d, np.shape(x))))
+            try:
+                d = operand_dtype(x)
+            except (TypeError, ValueError):     # not numbers: the op refuses it, by name
+                continue
+            typed.append((i, _Typed(d, np.shape(x))))
         elif getattr(x, "dtype", None) is not None and getattr(x, "shape", None) is not None:
             typed.append((i, x))
     return typed
