@@ -190,9 +190,9 @@ def _cast_zero_dim(op, inputs: tuple, typed: list, dt: Optional[str]) -> tuple:
 
 def cast_zero_dim_operands(op, inputs: tuple) -> tuple:
     """``inputs`` of the promoting ``op`` with their 0-d tensors cast where PyTorch's
-    categories say (``dtypes.result_type``); ``inputs`` itself when nothing changes. Op
-    application does this when numbers are among the inputs; a handler that takes tensor
-    operands without ``apply``'s general path (the eager fast path) calls it itself."""
+    categories say (``dtypes.result_type``); ``inputs`` itself when nothing changes.
+    ``apply`` does this on its general path (with the weak numbers, when there are some); a
+    handler reached without it (eager's two-tensor fast path) calls it itself."""
     promote = op.promote
     if not promote or len(inputs) < 2:
         return inputs
