@@ -17,7 +17,8 @@ from typing import Optional
 import numpy as np
 
 from ..graphlib import dtypes
-from ..graphlib.dispatch import Scalar, register_handler, set_default_handler, weak_scalar
+from ..graphlib.dispatch import (Scalar, cast_zero_dim_operands, register_handler,
+                                 set_default_handler, weak_scalar)
 from ..graphlib.errors import DTypeError, DuographError, ShapeError
 from ..graphlib.aliases import accept_axis
 from ..graphlib.ir import ConstArray, Node, _local as _graph_local
@@ -1043,6 +1044,8 @@ def _as_bool(t: Tensor):
 
 def _count_true(t: Tensor, dim, keepdim: bool):
     from ..graphlib.functional import cast, sum
+    if isinstance(dim, (tuple, list)) and len(dim) == 0:
+        return cast(_as_bool(t), "int64")    # PyTorch: any/all over dim=() are elementwise
     return sum(cast(_as_bool(t), "int64"), dim, keepdim)
 
 
@@ -1621,6 +1624,12 @@ def _record(op, inputs, tensors, attrs, outs, grad):
 
 def _eager_apply_slow(op, inputs, attrs):
     """eager_apply for everything its fast path does not take; makes that path's plans."""
+    if op.promote and len(inputs) > 1:
+        # a 0-d operand PyTorch's categories demote (``f32 + f64[]``) is cast first, and the
+        # signature gets no plan, so its calls keep coming here
+        cast = cast_zero_dim_operands(op, inputs)
+        if cast is not inputs:
+            return eager_apply(op, cast, attrs)
     tensors = inputs
     arrays = []
     cpu = _default_device[-1] == "cpu"     # (ops without tensor inputs run there)

@@ -22,6 +22,7 @@ import numpy as np
 from . import dtypes
 from .errors import DTypeError, DuographError, GraphError, ShapeError
 from .ir import ConstArray, Graph, Node, Value, _local, current_graph, value_key
+from .registry import get_op
 from .source import user_source
 
 _handlers: Dict[type, Callable] = {}
@@ -120,13 +121,8 @@ def _coerce_scalars(op, inputs):
         return tuple(Scalar(x, dtypes.default_dtype_for(x)) if _is_py_number(x) else x
                      for x in inputs)
     idx = range(len(inputs)) if promote is True else promote
-    tensor_dt = None
-    for i in idx:
-        x = inputs[i]
-        if not _is_py_number(x):
-            d = operand_dtype(x)
-            if d is not None:
-                tensor_dt = d if tensor_dt is None else dtypes.result_dtype(tensor_dt, d)
+    typed = _typed_operands(inputs, idx)
+    tensor_dt = dtypes.result_type(*[t for _, t in typed]) if typed else None
     if tensor_dt is None:   # only numbers: promote them among themselves, strongly
         for i in idx:
             if not _is_py_number(inputs[i]):   # None, a string...: refused by the handler
@@ -139,7 +135,72 @@ def _coerce_scalars(op, inputs):
             dt = dtypes.weak_result_dtype(tensor_dt, x) if i in idx else \
                 dtypes.default_dtype_for(x)
             out[i] = Scalar(x, dt)
-    return tuple(out)
+    return _cast_zero_dim(op, tuple(out), typed, tensor_dt)
+
+
+class _Typed:
+    """The dtype and shape of an operand that has no ``shape`` of its own (a list)."""
+
+    __slots__ = ("dtype", "shape")
+
+    def __init__(self, dtype: str, shape: tuple):
+        self.dtype = dtype
+        self.shape = shape
+
+
+def _typed_operands(inputs, idx) -> list:
+    """``(index, operand)`` for the tensor-like operands at ``idx`` (not Python numbers, nor
+    operands the handler will refuse), each with a ``dtype`` and a ``shape``."""
+    typed = []
+    for i in idx:
+        x = inputs[i]
+        if _is_py_number(x) or isinstance(x, Scalar):
+            continue
+        if isinstance(x, (list, tuple)):
+            try:
+                d = operand_dtype(x)
+            except (TypeError, ValueError):     # not numbers: the op refuses it, by name
+                continue
+            typed.append((i, _Typed(d, np.shape(x))))
+        elif getattr(x, "dtype", None) is not None and getattr(x, "shape", None) is not None:
+            typed.append((i, x))
+    return typed
+
+
+def _cast_zero_dim(op, inputs: tuple, typed: list, dt: Optional[str]) -> tuple:
+    """``inputs`` with each 0-d tensor operand that plain promotion would let widen ``dt``
+    (their ``dtypes.result_type``) cast to the dtype the op computes in, as PyTorch does:
+    ``f32 + f64[]`` adds in float32, ``i8 == i64[]`` compares in int8, and ``i8 / i64[]``
+    divides in float32 (a ``float_compute`` op), the 0-d operand never passing through
+    int8."""
+    out = None
+    for i, x in typed:
+        if len(x.shape) or dtypes.result_dtype(dt, operand_dtype(x)) == dt:
+            continue
+        if out is None:
+            out = list(inputs)
+        target = dtypes.DEFAULT_FLOAT if op.float_compute and not dtypes.is_float(dt) else dt
+        x = inputs[i]
+        if isinstance(x, (np.ndarray, np.generic)):
+            out[i] = np.asarray(x).astype(target)
+        else:
+            out[i] = get_op("cast")(x, dtype=target)
+    return inputs if out is None else tuple(out)
+
+
+def cast_zero_dim_operands(op, inputs: tuple) -> tuple:
+    """``inputs`` of the promoting ``op`` with their 0-d tensors cast where PyTorch's
+    categories say (``dtypes.result_type``); ``inputs`` itself when nothing changes.
+    ``apply`` does this on its general path (with the weak numbers, when there are some); a
+    handler reached without it (eager's two-tensor fast path) calls it itself."""
+    promote = op.promote
+    if not promote or len(inputs) < 2:
+        return inputs
+    idx = range(len(inputs)) if promote is True else promote
+    typed = _typed_operands(inputs, idx)
+    if len(typed) < 2 or all(len(x.shape) for _, x in typed):
+        return inputs
+    return _cast_zero_dim(op, inputs, typed, dtypes.result_type(*[x for _, x in typed]))
 
 
 def _handler_for(x) -> Optional[Callable]:
@@ -189,6 +250,8 @@ def apply(op, inputs, attrs):
                 handler = _handler_for(x)
     if numbers:
         inputs = _coerce_scalars(op, inputs)
+    elif op.promote:
+        inputs = cast_zero_dim_operands(op, inputs)
     stack = _local.graphs           # current_graph(), inlined
     cur = stack[-1] if stack else None
     if graph is None or (cur is not None and cur.captures is not None):

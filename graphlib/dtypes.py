@@ -27,8 +27,19 @@ Python scalars are *weak* (as in NEP 50 and PyTorch): they take the tensor's dty
 kind fits, so ``x_f32 * 2`` and ``x_f32 * 0.5`` stay float32 and ``i64 + 1`` stays int64. A
 float scalar with an integer or bool tensor gives the default float (``float32``); an int
 scalar with a bool tensor gives ``int64``.
+
+0-d tensors are *half weak*, as in PyTorch (``result_type(*operands)``, what op functions
+use): operands fall in three categories, tensors with dimensions > 0-d tensors > Python
+scalars, and a lower category changes the result only when its kind (bool < integer < float)
+is higher than the higher category's, or when that is bool. So ``f32 + f64[]`` is float32,
+``i32 + i64[]`` is int32 and ``f16 + f32[]`` is float16, while ``i32 + f64[]`` is float64
+(rule 4 between the two) and ``bool + i8[]`` is int8. The op functions cast such a 0-d
+operand to the result dtype before the op (``dispatch``), as PyTorch computes in the common
+dtype; the ops themselves then promote by rules 1-4 alone.
 """
 from __future__ import annotations
+
+from typing import Optional
 
 import ml_dtypes  # noqa: F401  (registers numpy's bfloat16)
 import numpy as np
@@ -134,6 +145,34 @@ def result_dtype(a: str, b: str) -> str:
     if kb == "b":
         return a
     return a if ka == "f" else b
+
+
+def _combine_categories(higher: Optional[str], lower: Optional[str]) -> Optional[str]:
+    """PyTorch's ``combine_categories``: the lower category counts when its kind is higher
+    (or the higher category is bool)."""
+    if higher is None:
+        return lower
+    if lower is None or kind(higher) == "f":
+        return higher
+    if higher == "bool" or kind(lower) == "f":
+        return result_dtype(higher, lower)
+    return higher
+
+
+def result_type(*operands) -> str:
+    """The dtype ``torch.result_type`` gives tensors, Values, arrays or TensorTypes (anything
+    with a ``dtype`` and a ``shape``): rules 1-4 inside each category (tensors with
+    dimensions, 0-d tensors), then the categories combined as the module docstring says."""
+    dim = zero = None
+    for x in operands:
+        d = x.dtype if isinstance(x.dtype, str) else as_dtype(x.dtype)
+        if len(x.shape) == 0:
+            zero = d if zero is None else result_dtype(zero, d)
+        else:
+            dim = d if dim is None else result_dtype(dim, d)
+    if dim is None and zero is None:
+        raise TypeError("result_type: expected at least one tensor operand")
+    return _combine_categories(dim, zero)
 
 
 def scalar_kind(value) -> str:

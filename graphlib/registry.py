@@ -39,6 +39,11 @@ keyword of its OpDef, never a set of op names kept elsewhere:
 - ``external``: outputs are prepared once outside the memory arena and never written.
 - ``constant``: the op is the constant op (its value is ``attrs["value"]``).
 - ``random``: it reads a seed: never merged or dropped by passes.
+- ``promote``: its operands (``True``: all; a tuple: those indices) promote together as
+  PyTorch's do: Python numbers weakly, 0-d tensors in their own category (``dtypes``);
+  ``dispatch`` casts what that decides before the node is built.
+- ``float_compute``: integer or bool operands compute in the default float dtype (true
+  division, atan2): a 0-d operand that promotion casts goes straight to it, as in PyTorch.
 - ``static_region``: ``(node, consts) -> (region, inputs) or None``, for region ops whose
   constant inputs (``consts[i]``: a numpy array, or None when input i is not constant)
   decide that the node is one of its regions applied to some of its inputs (a ``cond``
@@ -68,7 +73,7 @@ class OpDef:
     """Definition of one op. Calling it applies the op to Values, tensors or numbers."""
 
     __slots__ = ("name", "infer", "kernel", "vjp", "expr", "elementwise", "promote",
-                 "nondiff_inputs", "random", "multi_output",
+                 "float_compute", "nondiff_inputs", "random", "multi_output",
                  "view", "returns_input", "vjp_reads_output", "saves_no_data",
                  "inplace_pairs", "epilogue_host", "cheap", "external", "constant",
                  "static_region", "loop_invariant_from", "region_kernel", "attrs", "doc",
@@ -77,7 +82,8 @@ class OpDef:
     def __init__(self, name: str, infer: Callable, kernel: Callable,
                  vjp: Optional[Callable] = None, *, expr: Optional[str] = None,
                  elementwise: bool = False, promote: bool = False,
-                 nondiff_inputs: tuple = (), random: bool = False, multi_output: bool = False,
+                 float_compute: bool = False, nondiff_inputs: tuple = (),
+                 random: bool = False, multi_output: bool = False,
                  view: bool = False, returns_input: Union[bool, Callable, None] = None,
                  vjp_reads_output: bool = False, saves_no_data: bool = False,
                  inplace_pairs: Optional[Callable] = None, epilogue_host: bool = False,
@@ -91,7 +97,8 @@ class OpDef:
         self.vjp = vjp
         self.expr = expr
         self.elementwise = elementwise
-        self.promote = promote          # Python scalars among the inputs follow weak promotion
+        self.promote = promote          # operands promote as PyTorch's (see the traits)
+        self.float_compute = float_compute
         self.nondiff_inputs = tuple(nondiff_inputs)
         self.random = random            # reads a seed: never merged or dropped by passes
         self.multi_output = multi_output  # always returns a tuple, even of one output
@@ -125,6 +132,17 @@ def _apply(op, inputs, attrs):
     from .dispatch import apply
     _apply = apply
     return apply(op, inputs, attrs)
+
+
+def may_view_input(node) -> bool:
+    """Whether ``node``'s outputs may share their first input's memory: its op's ``view``
+    trait, or ``returns_input`` (the kernel may return the input itself) holds for it."""
+    if not node.inputs:
+        return False
+    op = node.op
+    if op.view:
+        return True
+    return op.returns_input is not None and bool(op.returns_input(node))
 
 
 def register(op: OpDef) -> OpDef:

@@ -168,6 +168,14 @@ def normalize_dims(dim, ndim: int, op: str = "") -> Tuple[int, ...]:
     return tuple(sorted(dims))
 
 
+def reduction_dims(dim, ndim: int, op: str = "") -> Tuple[int, ...]:
+    """``normalize_dims`` for a reduction's ``dim``: None *or an empty tuple or list* means
+    every dim, as in PyTorch (``torch.sum(x, dim=())`` is ``x.sum()``, not ``x``)."""
+    if isinstance(dim, (tuple, list)) and len(dim) == 0:
+        dim = None
+    return normalize_dims(dim, ndim, op)
+
+
 # -- symbolic dims -----------------------------------------------------------------------------
 # A symbolic dimension is a sympy expression over integer symbols (the names users give, such
 # as ``N``), held by ``SymDim``: a ``str`` whose text is the expression's one canonical form,

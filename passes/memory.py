@@ -64,6 +64,7 @@ from ..graphlib import dtypes
 from ..graphlib.errors import GraphError
 from ..graphlib.ir import Graph, Node, Value
 from ..graphlib.printer import graph_namer
+from ..graphlib.registry import may_view_input
 from ..graphlib.types import dim_symbols, eval_dim
 
 # The hill climb of assign_offsets stops after this much work (buffers + conflicts visited).
@@ -89,13 +90,9 @@ class MemoryPlanError(GraphError):
 
 def is_view_node(node: Node) -> bool:
     """Whether ``node``'s outputs may share their first input's memory: its op's ``view``
-    trait, or ``returns_input`` (the kernel may return the input itself) holds."""
-    if not node.inputs:
-        return False
-    op = node.op
-    if op.view:
-        return True
-    return op.returns_input is not None and op.returns_input(node)
+    trait, or ``returns_input`` (the kernel may return the input itself) holds (the
+    registry's ``may_view_input``, which the runtime asks too)."""
+    return may_view_input(node)
 
 
 def align(nbytes: int, alignment: int) -> int:

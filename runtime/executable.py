@@ -17,6 +17,13 @@ Ops with regions (loops, branches) run their ``region_kernel`` over ``exe.region
 ``RegionRunner`` (``regions.py``) that compiles each body once into an executable of the
 same kind (interpreted, or planned with the same planner: one arena per body, reused by
 every iteration); ``exe.regions.arena_bytes()`` is what those arenas hold.
+
+Every level gives the same two promises. Each returned array is the caller's own: it shares
+no memory with a feed, a state buffer, a constant or another output (the interpreter copies
+the outputs that may, decided once from the ops' view traits; a planned program copies what
+it did not write into fresh memory). And the runs of one executable that keeps state, or of
+a planned one (one arena), are serialised by ``exe.run_lock``, so concurrent calls from
+several threads lose no state update.
 """
 from __future__ import annotations
 
@@ -32,6 +39,7 @@ from ..graphlib import dtypes
 from ..graphlib.errors import FeedError, GraphError, KernelError, kernel_error
 from ..graphlib.ir import Graph, Value
 from ..graphlib.kernels import direct_kernel, run_kernel, state_written
+from ..graphlib.registry import may_view_input
 from ..graphlib.types import dim_symbols, format_shape, solve_dim
 from . import fperr
 from .backend import Backend
@@ -137,6 +145,8 @@ class Executable:
         if not self.symbols and len(self.feeds) == len(self.feed_names):
             self._static_feeds = [(v.name, s, np.dtype(v.dtype), tuple(v.shape))
                                   for v, s in self.feeds]
+        # one run at a time where runs share memory (state, a planned arena)
+        self.run_lock = threading.Lock()
         # how a run executes: the interpreter's instruction list, or planned programs
         self.steps = Interpreted() if planner is None else Planned(planner)
 
@@ -181,6 +191,30 @@ class Executable:
             for i, node in enumerate(self.nodes)]
         self.output_slots = [slot[o] for o in self.outputs]
         self.update_slots = [(state.name, slot[new]) for state, new in self.updates]
+        self.output_copies = self._outputs_to_copy()
+
+    def _outputs_to_copy(self) -> tuple:
+        """Indices of the outputs the interpreter copies before returning them: those whose
+        array may be (a view of) a feed, a state buffer, a constant, a state update's new
+        value or an earlier output. Decided here from the ops' view traits (``view``,
+        ``returns_input``), so a run copies nothing where nothing can alias."""
+        root: Dict[Value, Value] = {}
+        for node in self.nodes:
+            if may_view_input(node):
+                src = root.get(node.inputs[0], node.inputs[0])
+                for o in node.outputs:
+                    root[o] = src
+        held = set(self.graph.inputs) | set(self.graph.state)
+        held.update(root.get(new, new) for _, new in self.updates)
+        copies = []
+        for i, o in enumerate(self.outputs):
+            r = root.get(o, o)
+            made_by = None if r in held else r.node
+            if r in held or (made_by is not None and (made_by.op.constant
+                                                      or made_by.op.external)):
+                copies.append(i)
+            held.add(r)
+        return tuple(copies)
 
     def kernel_of(self, op):
         """The kernel this executable runs for ``op``: the backend's, or for an op with
@@ -574,6 +608,21 @@ class Interpreted:
             raise exe._kernel_error(ins, [env[s] for s in ins.ins], e) from e
 
     def run(self, exe: "Executable", env: list, bindings: Dict[str, int]) -> list:
+        if not exe.update_slots and not exe._owned and not exe._bound:
+            # no state: runs share nothing, so threads need no lock
+            token = fperr.ignore()
+            try:
+                self.run_rows(exe, env, bindings)
+            finally:
+                fperr.restore(token)
+            outs = [env[s] for s in exe.output_slots]
+            for i in exe.output_copies:       # (views of) feeds, constants, another output
+                outs[i] = outs[i].copy()
+            return outs
+        with exe.run_lock:      # reading, computing and writing the state: one run at a time
+            return self._run_with_state(exe, env, bindings)
+
+    def _run_with_state(self, exe: "Executable", env: list, bindings: Dict[str, int]) -> list:
         for v, s in exe.state_slots:
             env[s] = exe._state_array(v)
         token = fperr.ignore()
@@ -581,14 +630,14 @@ class Interpreted:
             self.run_rows(exe, env, bindings)
         finally:
             fperr.restore(token)
-        if not exe.update_slots and not exe._owned and not exe._bound:
-            return [env[s] for s in exe.output_slots]     # no state an output could alias
         # Every state buffer and every returned array is its own: none aliases another, a
         # feed, or a view, so a caller writing into an output never changes the state.
         # (Arrays are not hashable: they are told apart by identity.)
+        outs = [env[s] for s in exe.output_slots]
+        for i in exe.output_copies:
+            outs[i] = outs[i].copy()
         held = {id(a) for a in exe._owned.values()}
         held.update(id(h.array) for _, h in exe._bound.values())
-        outs = [env[s] for s in exe.output_slots]
         outs = [o.copy() if id(o) in held else o for o in outs]
         held.update(id(o) for o in outs)
         held.update(id(env[fs]) for _, fs in exe.feeds)
@@ -611,12 +660,12 @@ class Interpreted:
 class Planned:
     """A planned executable's steps: per concrete shape signature, a memory plan from
     ``planner`` and a ``Program`` over one arena (the most recent ``MAX_PROGRAMS`` kept);
-    one run at a time per executable, since a program's arena is shared."""
+    one run at a time per executable (``exe.run_lock``), since a program's arena is
+    shared."""
 
     def __init__(self, planner: Callable):
         self.planner = planner
         self.programs: "OrderedDict[tuple, Program]" = OrderedDict()
-        self.lock = threading.Lock()
         self.last_program: Optional[Program] = None
 
     def kernel_count(self, exe: "Executable") -> int:
@@ -645,7 +694,7 @@ class Planned:
         return prog
 
     def run(self, exe: "Executable", fed: list, bindings: Dict[str, int]) -> list:
-        with self.lock:
+        with exe.run_lock:
             prog = self.last_program
             if prog is None or exe.symbols:       # without symbols there is one program
                 prog = self.last_program = self.program(exe, bindings)

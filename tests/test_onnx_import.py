@@ -488,3 +488,23 @@ def test_arrays_sized_by_the_model_are_refused_at_the_limit(op, inputs, attrs, w
         model = _one_output_model([node], consts, [x])
     with pytest.raises(dg.onnx.OnnxImportError, match=rf"'big' \({op}\): {re.escape(what)}"):
         dg.onnx.load(model, initializers="constant")
+
+
+@pytest.mark.parametrize("op", ["GlobalAveragePool", "InstanceNormalization"])
+def test_global_pool_and_instance_norm_without_spatial_dims_reduce_nothing(op):
+    """Over no spatial dims these reduce nothing (onnx's reference), although dg.mean(x, ())
+    now reduces every dim, as torch.mean does."""
+    from onnx import TensorProto, helper, numpy_helper
+    from onnx.reference import ReferenceEvaluator
+    x = np.array([[1.0, -2.0, 3.0], [0.5, 4.0, -1.0]], np.float32)
+    inits, names = [], ["x"]
+    if op == "InstanceNormalization":
+        inits = [numpy_helper.from_array(np.array([1.5, 2.0, 0.5], np.float32), "s"),
+                 numpy_helper.from_array(np.array([0.1, 0.2, 0.3], np.float32), "b")]
+        names += ["s", "b"]
+    model = _one_node_model(helper.make_node(op, names, ["y"]),
+                            [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
+                            [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    (want,) = ReferenceEvaluator(model).run(None, {"x": x})
+    (got,) = _run_loaded(model, {"x": x})
+    np.testing.assert_allclose(got, want, rtol=1e-6)

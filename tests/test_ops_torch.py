@@ -272,3 +272,116 @@ def test_weak_scalars_match_torch(scalar):
     for name in dg.dtypes.DTYPE_NAMES:
         want = (torch.ones(2, dtype=TORCH_DTYPES[name]) * scalar).dtype
         assert TORCH_DTYPES[dg.dtypes.weak_result_dtype(name, scalar)] == want, name
+
+
+# -- 0-d tensors are half weak (torch.result_type's categories) --------------------------------
+_SHAPES = {"dim": (2,), "0d": ()}
+
+
+@pytest.mark.parametrize("shapes", [("dim", "0d"), ("0d", "dim"), ("0d", "0d"), ("dim", "dim")],
+                         ids="-".join)
+def test_result_type_matches_torch_with_zero_dim_tensors(shapes):
+    sa, sb = (_SHAPES[s] for s in shapes)
+    for a in dg.dtypes.DTYPE_NAMES:
+        for b in dg.dtypes.DTYPE_NAMES:
+            want = torch.result_type(torch.zeros(sa, dtype=TORCH_DTYPES[a]),
+                                     torch.zeros(sb, dtype=TORCH_DTYPES[b]))
+            got = dg.dtypes.result_type(dg.TensorType(sa, a), dg.TensorType(sb, b))
+            assert TORCH_DTYPES[got] == want, (a, sa, b, sb)
+
+
+# (dtype, data) pairs whose common dtype PyTorch computes in: the 0-d value changes when cast
+_ZERO_DIM_CASES = [
+    ("float32", [1.0, -2.5, 3.0e-8], "float64", 0.1),
+    ("int32", [1, -2, 7], "int64", 2 ** 31 + 5),          # wraps in int32, as in torch
+    ("float16", [1.0, -2.5, 0.125], "float32", 0.1),
+    ("int32", [1, -2, 7], "float64", 0.25),               # a higher kind: float64
+    ("bool", [True, False, True], "int8", 3),
+    ("int8", [44, -2, 7], "uint8", 200),                  # int8: 200 becomes -56
+    ("uint8", [4, 0, 7], "bool", True),
+    ("bfloat16", [1.0, -2.5, 0.125], "float64", 0.3),
+]
+_PROMOTING_OPS = {
+    "add": (lambda a, b: a + b, lambda a, b: a + b),
+    "mul": (lambda a, b: a * b, lambda a, b: a * b),
+    "div": (lambda a, b: a / b, lambda a, b: a / b),
+    "maximum": (dg.maximum, torch.maximum),
+    "eq": (lambda a, b: a == b, lambda a, b: a == b),
+    "lt": (lambda a, b: a < b, lambda a, b: a < b),
+    "where": (lambda a, b: dg.where(np.array([True, False, True]), a, b),
+              lambda a, b: torch.where(torch.tensor([True, False, True]), a, b)),
+    "where_number": (lambda a, b: dg.where(np.array([True, False, True]), b, 2.5),
+                     lambda a, b: torch.where(torch.tensor([True, False, True]), b, 2.5)),
+}
+
+
+def _torch_of(data, dtype):
+    return torch.tensor(data, dtype=torch.float64).to(TORCH_DTYPES[dtype])
+
+
+@pytest.mark.filterwarnings("ignore:divide by zero:RuntimeWarning",
+                            "ignore:invalid value:RuntimeWarning")
+@pytest.mark.parametrize("case", _ZERO_DIM_CASES, ids=lambda c: f"{c[0]}-{c[2]}[]")
+@pytest.mark.parametrize("name", sorted(_PROMOTING_OPS))
+@pytest.mark.parametrize("swap", [False, True], ids=["dim-first", "0d-first"])
+def test_zero_dim_operands_promote_as_torch_eager_and_graph(case, name, swap):
+    """``f32 + f64[]`` is float32 and computes in float32 (PyTorch's categories), in eager
+    mode and in graphs at every level; so is each other promoting op."""
+    da, xa, db, xb = case
+    fn, torch_fn = _PROMOTING_OPS[name]
+    ta, tb = _torch_of(xa, da), _torch_of(xb, db)
+    arrays = [ta.float().numpy().astype(da), np.asarray(tb.double().numpy()).astype(db)]
+    if swap:
+        ta, tb, arrays = tb, ta, arrays[::-1]
+    if name in ("div", "sub") and ta.dtype == tb.dtype == torch.bool:
+        pytest.skip("no bool division")
+    want = torch_fn(ta, tb)
+    results = [("eager", fn(*[dg.tensor(a) for a in arrays]).numpy())]
+    for passes in ("O0", "O1", "O2"):
+        g = dg.Graph("zero_dim")
+        with g:
+            xs = [dg.placeholder(f"x{i}", a.shape, a.dtype.name) for i, a in enumerate(arrays)]
+            y = fn(*xs)
+        assert TORCH_DTYPES[y.dtype] == want.dtype, (passes, y.dtype)
+        got = g.compile(outputs=[y], passes=passes)(x0=arrays[0], x1=arrays[1])[0]
+        results.append((passes, np.asarray(got)))
+    expected = want.double().numpy()
+    for mode, got in results:
+        assert TORCH_DTYPES[got.dtype.name] == want.dtype, (mode, got.dtype, want.dtype)
+        np.testing.assert_array_equal(got.astype("float64"), expected, err_msg=mode)
+
+
+def test_zero_dim_operand_gradients_keep_its_dtype_as_torch():
+    x = np.array([1.0, 2.5, -3.0], np.float32)
+    s = np.array(0.1)
+    tx, ts = torch.tensor(x, requires_grad=True), torch.tensor(s, requires_grad=True)
+    (tx * ts + ts).sum().backward()
+    dx, ds = dg.tensor(x, requires_grad=True), dg.tensor(s, requires_grad=True)
+    y = (dx * ds + ds).sum()
+    y.backward()
+    assert y.dtype == "float32"
+    assert (dx.grad.dtype, ds.grad.dtype, ds.grad.shape) == ("float32", "float64", ())
+    np.testing.assert_array_equal(dx.grad.numpy(), tx.grad.numpy())
+    np.testing.assert_allclose(ds.grad.numpy(), ts.grad.numpy(), rtol=1e-6)
+    g = dg.Graph("grads")
+    with g:
+        p, q = dg.placeholder("p", (3,), "float32"), dg.placeholder("q", (), "float64")
+        loss = (p * q + q).sum()
+        gp, gq = dg.grad(loss, [p, q])
+    assert (loss.dtype, gp.dtype, gq.dtype) == ("float32", "float32", "float64")
+    got = g.compile(outputs=[gp, gq])(p=x, q=s)
+    np.testing.assert_array_equal(got[0], tx.grad.numpy())
+    np.testing.assert_allclose(got[1], ts.grad.numpy(), rtol=1e-6)
+
+
+def test_inplace_with_a_zero_dim_operand_as_torch():
+    t = torch.tensor([1, 2], dtype=torch.int32)
+    t.add_(torch.tensor(2 ** 31 + 5))
+    d = dg.tensor(np.array([1, 2], np.int32))
+    d.add_(dg.tensor(np.array(2 ** 31 + 5)))
+    assert d.dtype == "int32"
+    np.testing.assert_array_equal(d.numpy(), t.numpy())
+    with pytest.raises(RuntimeError, match="can't be cast"):     # int32 + f64[]: float64
+        torch.tensor([1], dtype=torch.int32).add_(torch.tensor(0.5, dtype=torch.float64))
+    with pytest.raises(TypeError, match="can't be cast"):
+        d.add_(dg.tensor(np.array(0.5)))

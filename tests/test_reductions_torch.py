@@ -43,6 +43,20 @@ CASES = {
     "argmax_axis": (lambda m, x: m.argmax(x, axis=1, keepdims=True), [A]),
     "logsumexp_axis": (lambda m, x: m.logsumexp(x, axis=0), [A]),
     "softmax_axis": (lambda m, x: m.softmax(x, axis=1), [A]),
+    # dim=() (or []) reduces every dim, as None does
+    "sum_dim_empty": (lambda m, x: m.sum(x, dim=()), [B]),
+    "sum_dim_empty_list_keepdim": (lambda m, x: x.sum(dim=[], keepdim=True), [B]),
+    "sum_dim_empty_int32": (lambda m, x: m.sum(x, dim=()), [I32]),
+    "sum_dim_empty_0d": (lambda m, x: m.sum(x[1, 2], dim=()), [A]),
+    "mean_dim_empty": (lambda m, x: x.mean(dim=()), [B]),
+    "amax_dim_empty": (lambda m, x: m.amax(x, dim=()), [A]),
+    "amin_dim_empty_keepdim": (lambda m, x: x.amin(dim=(), keepdim=True), [B]),
+    "var_dim_empty": (lambda m, x: m.var(x, dim=()), [A]),
+    "std_dim_empty_keepdim": (lambda m, x: x.std(dim=(), keepdim=True), [B]),
+    "logsumexp_dim_empty_keepdim": (lambda m, x: m.logsumexp(x, dim=(), keepdim=True), [A]),
+    "norm_dim_empty": (lambda m, x: m.norm(x, dim=()), [B]),
+    "norm_p1_dim_empty": (lambda m, x: x.norm(1, dim=[]), [A]),
+    "vector_norm_dim_empty": (lambda m, x: m.linalg.vector_norm(x, 3, dim=()), [B]),
     # scans
     "cumsum": (lambda m, x: m.cumsum(x, 1), [B]),
     "cumsum_neg_axis": (lambda m, x: x.cumsum(axis=-1), [B]),
@@ -131,7 +145,10 @@ CASES = {
 
 # float outputs whose gradient torch defines and duograph checks
 THROUGH_F32 = {"vector_norm_dtype", "vector_norm_f32", "cumsum_f32", "logcumsumexp_f32"}
-NO_GRAD = {"isclose", "isclose_tols_nan", "isclose_inf", "isclose_int", "vector_norm_ord0"}
+NO_GRAD = {"isclose", "isclose_tols_nan", "isclose_inf", "isclose_int", "vector_norm_ord0",
+           # torch 2.13's var/std backward reads dim=() as "no dim" (infinite gradients)
+           # while its forward reduces every dim: test_var_std_over_no_dims_gradient
+           "var_dim_empty", "std_dim_empty_keepdim"}
 
 
 def _flat(out):
@@ -329,6 +346,12 @@ def test_allclose_under_compile_is_a_guarded_decision():
     (lambda: dg.sum(dg.tensor(A), 0, dim=1) if False else dg.sum(dg.tensor(A), dim=0, axis=1),
      TypeError, "sum: got both dim= and its alias axis="),
     (lambda: dg.median(dg.tensor(np.zeros((2, 0))), 1), dg.ShapeError, "median: cannot"),
+    # torch.prod takes one int dim; dim=() is no way to say "every dim" there
+    (lambda: dg.prod(dg.tensor(A), dim=()), TypeError, "prod: .* found an empty tuple"),
+    (lambda: dg.tensor(A).prod(dim=[]), TypeError, "prod: .* found an empty tuple"),
+    (lambda: dg.linalg.norm(dg.tensor(A), dim=()), dg.ShapeError, "one or two dims"),
+    (lambda: dg.linalg.norm(dg.tensor(B), dim=(0, 1, 2)), dg.ShapeError, "one or two dims"),
+    (lambda: dg.amax(dg.tensor(np.zeros((0, 3))), dim=()), Exception, "zero-size"),
 ])
 def test_clear_errors(call, exc, match):
     with pytest.raises(exc, match=match):
@@ -431,3 +454,24 @@ def test_symbolic_dims_in_graph_mode(n):
         np.testing.assert_allclose(gv, w.detach().numpy(), rtol=1e-12, atol=1e-12,
                                    err_msg=f"output {k}")
     np.testing.assert_allclose(got[-1], tx.grad.numpy(), rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("keepdim", [False, True])
+@pytest.mark.parametrize("name", ["any", "all"])
+def test_any_all_over_no_dims_are_elementwise_as_torch(name, keepdim):
+    """torch's any/all with dim=() reduce nothing (unlike sum): a bool of each element."""
+    x = np.array([[0.0, 2.0, -1.0], [0.0, 0.0, 3.0]])
+    want = getattr(torch.tensor(x), name)(dim=(), keepdim=keepdim)
+    got = getattr(dg.tensor(x), name)(dim=(), keepdim=keepdim)
+    assert got.dtype == "bool" and tuple(got.shape) == tuple(want.shape)
+    np.testing.assert_array_equal(got.numpy(), want.numpy())
+
+
+@pytest.mark.parametrize("name", ["var", "std"])
+def test_var_std_over_no_dims_gradient_is_that_of_every_dim(name):
+    """dim=() is every dim, forward and backward (torch's backward alone disagrees)."""
+    t = torch.tensor(A, requires_grad=True)
+    getattr(t, name)().backward()
+    x = dg.tensor(A, requires_grad=True)
+    getattr(x, name)(dim=()).backward()
+    np.testing.assert_allclose(x.grad.numpy(), t.grad.numpy(), rtol=1e-9)

@@ -455,3 +455,46 @@ def test_bfloat16_reductions_accumulate_in_float32_and_track_gradients():
     (p * p).sum().backward()
     assert p.grad.dtype == "bfloat16"
     np.testing.assert_array_equal(p.grad.cast("float32").numpy(), 2 * x)
+
+
+# -- creation functions convert their numbers as PyTorch does (issue 23) ------------------------
+@pytest.mark.parametrize("make", [
+    lambda M: M.full((3,), -1, dtype=M.uint8),                 # two's complement: 255
+    lambda M: M.full((3,), -255, dtype=M.uint8),
+    lambda M: M.full((2,), 0.75, dtype=M.int32),               # toward zero
+    lambda M: M.full((2,), float("inf"), dtype=M.float16),
+    lambda M: M.full((2,), 300, dtype=M.bool),
+    lambda M: M.zeros(3, dtype=M.uint8).fill_(-2),
+    lambda M: M.arange(-1, 2, dtype=M.uint8),                  # counts in int64, then wraps
+    lambda M: M.arange(0, 200, 50, dtype=M.int8),
+    lambda M: M.arange(0, 2.5, dtype=M.int32),                 # size of the bounds as given
+    lambda M: M.arange(0.5, 5, 1, dtype=M.int64),              # bounds truncated for int64
+    lambda M: M.arange(0, 5.5, 1.5, dtype=M.int64),
+    lambda M: M.arange(-0.5, 2, 1, dtype=M.int64),
+    lambda M: M.arange(5, 5),
+    lambda M: M.arange(2 ** 62, 2 ** 63 - 1, 2 ** 61),
+    lambda M: M.linspace(-5, 5, 3, dtype=M.uint8),             # -5 is 251 first
+    lambda M: M.linspace(0.5, 5.5, 3, dtype=M.int64),          # bounds truncated first
+    lambda M: M.linspace(10, 0, 4, dtype=M.int64),
+], ids=lambda f: "")
+def test_creation_values_match_torch(make):
+    want, got = make(torch), make(dg)
+    assert got.dtype == str(want.dtype).replace("torch.", "")
+    np.testing.assert_array_equal(got.cast("float64").numpy(), want.double().numpy())
+
+
+@pytest.mark.parametrize("low, high, dtype", [(0, 256, "uint8"), (-128, 128, "int8"),
+                                              (-5, 3, "int16"), (0, 2, "bool"),
+                                              (-2 ** 63, 2 ** 63 - 1, "int64"),
+                                              (0, 2049, "float16")])
+def test_randint_takes_every_range_torch_takes(low, high, dtype):
+    torch.randint(low, high, (64,), dtype=getattr(torch, dtype))      # the oracle accepts it
+    got = dg.randint(low, high, (64,), dtype=dtype).cast("float64").numpy()
+    assert got.min() >= low and got.max() <= high - 1
+
+
+def test_one_hot_minus_one_still_infers_the_classes():
+    idx = np.array([0, 3, 1])
+    want = torch.nn.functional.one_hot(torch.tensor(idx), num_classes=-1)
+    got = dg.nn.functional.one_hot(dg.tensor(idx), num_classes=-1)
+    np.testing.assert_array_equal(got.numpy(), want.numpy())

@@ -1050,13 +1050,14 @@ def _avg_pool(ctx):
 def _gap(ctx):
     _float_only(ctx)
     x = ctx.x(0)
-    return F.mean(x, tuple(range(2, x.ndim)), keepdim=True)
+    # no spatial dims: the mean over none of them (ONNX's reference), not over every dim
+    return F.mean(x, tuple(range(2, x.ndim)), keepdim=True) if x.ndim > 2 else x
 
 
 @handler("GlobalMaxPool")
 def _gmp(ctx):
     x = ctx.x(0)
-    return F.amax(x, tuple(range(2, x.ndim)), keepdim=True)
+    return F.amax(x, tuple(range(2, x.ndim)), keepdim=True) if x.ndim > 2 else x
 
 
 def _channel(v, ndim):
@@ -1082,8 +1083,11 @@ def _instance_norm(ctx):
     x, s, b = ctx.x(0), ctx.x(1), ctx.x(2)
     _float_only(ctx)
     axes = tuple(range(2, x.ndim))
-    m = F.mean(x, axes, keepdim=True)
-    v = F.var(x, axes, correction=0, keepdim=True)
+    if axes:
+        m = F.mean(x, axes, keepdim=True)
+        v = F.var(x, axes, correction=0, keepdim=True)
+    else:       # no spatial dims: each element is its own instance (ONNX's reference)
+        m, v = x, F.zeros_like(x)
     y = (x - m) * F.rsqrt(v + ctx.attr("epsilon", 1e-5))
     return cast(y * _channel(s, x.ndim) + _channel(b, x.ndim), x.dtype)
 

@@ -148,5 +148,5 @@ def binary(name: str, kernel: Callable, vjp: Optional[Callable] = None, *,
     traits.setdefault("attrs", Attrs())
     return register(OpDef(name, binary_infer(name, out_dtype, float_out, allowed_kinds,
                                              bool_ok),
-                          kernel, rule, expr=expr, elementwise=True, promote=True, doc=doc,
-                          **traits))
+                          kernel, rule, expr=expr, elementwise=True, promote=True,
+                          float_compute=float_out, doc=doc, **traits))

@@ -60,14 +60,26 @@ full_like_op = register(OpDef(
     attrs=Attrs(fill_value=Attr("number"), dtype=Attr("dtype", default=None))))
 
 
+def _arange_size(start, end, step) -> int:
+    if all(isinstance(v, int) for v in (start, end, step)):
+        return max(0, -((start - end) // step))       # exact for ints of any size
+    return max(0, math.ceil((end - start) / step))
+
+
 def _arange_infer(types, attrs):
-    n = max(0, math.ceil((attrs["end"] - attrs["start"]) / attrs["step"]))
-    return [TensorType((n,), attrs["dtype"])]
+    return [TensorType((_arange_size(attrs["start"], attrs["end"], attrs["step"]),),
+                       attrs["dtype"])]
+
+
+def _arange_kernel(xp, start, end, step, dtype):
+    if dtypes.kind(dtype) != "f":     # counted in int64, then wrapped, as in PyTorch
+        n = _arange_size(start, end, step)
+        return xp.arange(n, dtype="int64").__mul__(step).__add__(start).astype(dtype)
+    return xp.arange(start, end, step, dtype=dtype)
 
 
 arange_op = register(OpDef(
-    "arange", _arange_infer,
-    lambda xp, start, end, step, dtype: xp.arange(start, end, step, dtype=dtype),
+    "arange", _arange_infer, _arange_kernel,
     attrs=Attrs(start=Attr("number"), end=Attr("number"), step=Attr("number"),
                 dtype=Attr("dtype"))))
 
@@ -220,6 +232,53 @@ def _number(value, name: str, what: str, integer: bool = False):
     return value
 
 
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+
+
+def _limits(dtype: str) -> tuple:
+    """(lowest, largest) value of ``dtype`` (bfloat16's through ml_dtypes)."""
+    import ml_dtypes
+    import numpy as np
+    if dtypes.is_float(dtype):
+        info = ml_dtypes.finfo(dtype) if dtype == "bfloat16" else np.finfo(dtype)
+        return float(info.min), float(info.max)
+    info = np.iinfo(dtype)
+    return int(info.min), int(info.max)
+
+
+def _text(limit) -> str:
+    return str(limit) if isinstance(limit, int) else f"{limit:.6g}"
+
+
+def _checked_value(value, dtype: str, name: str, what: str):
+    """``value`` (a Python number) for a tensor of ``dtype``, checked as PyTorch converts a
+    fill value or a bound (``c10::checked_convert``): a value outside the dtype's range is
+    refused ("value cannot be converted ... without overflow") where numpy would wrap it or
+    make it inf; infinities fill float dtypes and NaN too, but no integer dtype; an int fills
+    an unsigned dtype from -max on, by two's complement (-1 is 255 in uint8); bool takes
+    anything. Python ints beyond int64 are refused for every dtype."""
+    if isinstance(value, bool) or dtype == "bool":
+        return value
+    if isinstance(value, int) and not _INT64_MIN <= value <= _INT64_MAX:
+        raise AttrValueError(located(f"{name}: {what} {value} cannot be converted to int64 "
+                                     f"without overflow (as in PyTorch)"))
+    lo, hi = _limits(dtype)
+    if dtypes.is_float(dtype):
+        ok = not math.isfinite(value) or -hi <= value <= hi
+    elif isinstance(value, float):
+        ok = math.isfinite(value) and lo <= value <= hi
+    elif lo == 0:       # unsigned: -max..-1 wrap by two's complement, as in PyTorch
+        ok = -hi <= value <= hi
+        value = value % (hi + 1) if ok else value
+    else:
+        ok = lo <= value <= hi
+    if not ok:
+        raise AttrValueError(located(f"{name}: {what} {value!r} cannot be converted to {dtype} "
+                                     f"without overflow (its range is [{_text(lo)}, "
+                                     f"{_text(hi)}]), as in PyTorch"))
+    return value
+
+
 def _dtype(dtype, name: str, default=None):
     """``dtype`` as a dtype name (``default`` for None); a bad one is a TypeError naming
     ``name``."""
@@ -280,7 +339,7 @@ def full(size, fill_value, dtype=None):
     fill_value = _fill_value(fill_value, "full")
     dt = _dtype(dtype, "full", dtypes.default_dtype_for(fill_value))
     return full_op(shape=_size((size,) if isinstance(size, (int, str)) else size, "full"),
-                   fill_value=fill_value, dtype=dt)
+                   fill_value=_checked_value(fill_value, dt, "full", "fill_value"), dtype=dt)
 
 
 def zeros(*size, dtype=None):
@@ -298,8 +357,10 @@ def ones(*size, dtype=None):
 def full_like(x, fill_value, dtype=None, _name="full_like"):
     """A tensor shaped like ``x`` (and of its dtype unless ``dtype`` is given), filled."""
     x = operand(x, _name)
-    return full_like_op(x, fill_value=_fill_value(fill_value, _name),
-                        dtype=_dtype(dtype, _name))
+    dt = _dtype(dtype, _name)
+    value = _checked_value(_fill_value(fill_value, _name), dt or dtypes.as_dtype(x.dtype),
+                           _name, "fill_value")
+    return full_like_op(x, fill_value=value, dtype=dt)
 
 
 def zeros_like(x, dtype=None):
@@ -318,12 +379,51 @@ def arange(start, end=None, step=1, dtype=None):
         start, end = 0, start
     start, end, step = (_number(v, "arange", w) for v, w in
                         ((start, "start"), (end, "end"), (step, "step")))
-    if step == 0:
-        raise AttrValueError(located("arange: step must not be 0"))
     if dtype is None:
         dtype = (dtypes.DEFAULT_FLOAT if any(isinstance(v, float) for v in (start, end, step))
                  else dtypes.DEFAULT_INT)
-    return arange_op(start=start, end=end, step=step, dtype=_dtype(dtype, "arange"))
+    dtype = _dtype(dtype, "arange")
+    start, end, step = _arange_bounds(start, end, step, dtype)
+    return arange_op(start=start, end=end, step=step, dtype=dtype)
+
+
+def _arange_bounds(start, end, step, dtype: str) -> tuple:
+    """(start, end, step) for ``arange_op``, checked as PyTorch checks them. Integer dtypes
+    count in int64 from the bounds truncated to int64 (so ``arange(0, 5, 0.5,
+    dtype=int64)`` has a step of 0 and is refused); the size is that of the bounds as given,
+    except for int64, counted exactly in ints. A bound beyond int64, an infinite or NaN
+    bound, a range whose direction disagrees with the step's sign and a size beyond int64
+    are errors, as there."""
+    for v, what in ((start, "start"), (end, "end"), (step, "step")):
+        if isinstance(v, int) and not _INT64_MIN <= v <= _INT64_MAX:
+            raise AttrValueError(located(f"arange: {what} {v} cannot be converted to int64 "
+                                         f"without overflow (as in PyTorch)"))
+    if not (math.isfinite(start) and math.isfinite(end) and math.isfinite(step)):
+        raise AttrValueError(located(f"arange: unsupported range {start} -> {end} by {step} "
+                                     f"(start, end and step must be finite)"))
+    if dtype == "bool":
+        raise UnsupportedDTypeError(located("arange: dtype bool is not supported (as in "
+                                            "PyTorch); expected a number dtype"))
+    given = (start, end, step)
+    if dtypes.kind(dtype) != "f":
+        for v, what in zip(given, ("start", "end", "step")):
+            if not _INT64_MIN <= v < 2.0 ** 63:
+                raise AttrValueError(located(f"arange: {what} {v} cannot be converted to "
+                                             f"int64 without overflow (as in PyTorch)"))
+        start, end, step = (int(v) for v in given)      # toward zero
+    if step == 0:
+        how = f" ({given[2]} truncated to an int, as {dtype} counts)" if given[2] else ""
+        raise AttrValueError(located(f"arange: step must not be 0{how}"))
+    if (step > 0 and end < start) or (step < 0 and end > start):
+        raise AttrValueError(located(f"arange: the bounds {start} -> {end} are inconsistent "
+                                     f"with the sign of step {step} (as PyTorch refuses)"))
+    n = _arange_size(*((start, end, step) if dtype == "int64" else given))
+    if n > _INT64_MAX:
+        raise AttrValueError(located(f"arange: {n} elements (start {start}, end {end}, step "
+                                     f"{step}) are more than an int64 can count"))
+    if dtypes.kind(dtype) != "f":
+        end = start + n * step          # the end that gives the size PyTorch counts
+    return start, end, step
 
 
 def eye(n: int, m: Optional[int] = None, dtype=None):
@@ -344,6 +444,12 @@ def linspace(start, end, steps: int, dtype=None):
     if dtype == "bool":
         raise DTypeError(located("linspace: dtype bool is not supported (as in PyTorch); "
                                  "expected an integer or floating-point dtype"))
+    # the bounds convert to the dtype first, as in PyTorch: refused when out of its range,
+    # truncated to ints for an integer dtype (uint8 takes -5 as 251)
+    start, end = (_checked_value(v, dtype, "linspace", what)
+                  for v, what in ((start, "start"), (end, "end")))
+    if not dtypes.is_float(dtype):
+        start, end = int(start), int(end)
     return linspace_op(start=float(start), end=float(end), steps=int(steps), dtype=dtype)
 
 
@@ -389,9 +495,30 @@ def randint(low, high=None, size=(), seed=None, dtype=None):
     if high is None:
         low, high = 0, low
     low, high = _number(low, "randint", "low", True), _number(high, "randint", "high", True)
+    dtype = _dtype(dtype, "randint", dtypes.DEFAULT_INT)
+    _check_randint_range(low, high, dtype)
     return randint_op(_seed_operand(seed, "randint"), shape=_size((size,) if isinstance(
-        size, (int, str)) else size, "randint"), low=int(low), high=int(high),
-        dtype=_dtype(dtype, "randint", dtypes.DEFAULT_INT))
+        size, (int, str)) else size, "randint"), low=int(low), high=int(high), dtype=dtype)
+
+
+def _check_randint_range(low: int, high: int, dtype: str) -> None:
+    """PyTorch's checks of ``randint``'s bounds: ``low`` and ``high - 1`` must be values of
+    ``dtype`` (``randint(0, 300, dtype=uint8)`` would wrap), both within int64."""
+    for v, what in ((low, "low"), (high, "high")):
+        if not _INT64_MIN <= v <= _INT64_MAX:
+            raise AttrValueError(located(f"randint: {what} {v} cannot be converted to int64 "
+                                         f"without overflow (as in PyTorch)"))
+    if high <= low:
+        return          # refused by the op, naming both
+    lo, hi = (0, 1) if dtype == "bool" else _limits(dtype)
+    if dtypes.is_float(dtype):
+        lo = -hi
+    for v, what in ((low, "low"), (high - 1, "high - 1")):
+        if not lo <= v <= hi:
+            raise AttrValueError(located(
+                f"randint: {what} = {v} is out of bounds for {dtype} (its values lie in "
+                f"[{_text(lo)}, {_text(hi)}]); the draws would wrap around, PyTorch refuses "
+                f"them too"))
 
 
 # -- device transfer ---------------------------------------------------------------------------

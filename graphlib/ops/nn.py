@@ -6,7 +6,7 @@ import math
 import numpy as np
 
 from .. import dtypes
-from ..attrs import Attr, Attrs
+from ..attrs import Attr, Attrs, AttrValueError
 from ..autodiff import composite_vjp, is_zero_cotangent
 from ..errors import DTypeError, ShapeError, located
 from ..registry import OpDef, register
@@ -116,8 +116,14 @@ def one_hot(indices, num_classes: int = -1):
                                     or not hasattr(num_classes, "__index__")):
         raise TypeError(located(f"one_hot: expected num_classes to be an int, found "
                                 f"{type(num_classes).__name__} {num_classes!r}"))
+    if num_classes is not None and num_classes < -1:
+        raise AttrValueError(located(f"one_hot: expected num_classes to be -1 (the largest "
+                                     f"class + 1) or at least 0, found {num_classes}"))
     if num_classes is None or num_classes < 0:
         if hasattr(indices, "item") and hasattr(indices, "numpy"):
+            if not indices.numel():
+                raise ShapeError(located("one_hot: cannot infer the number of classes from "
+                                         "an empty tensor; give num_classes"))
             num_classes = int(indices.amax().item()) + 1
         else:
             raise ShapeError(located("one_hot: num_classes must be given when building a "

@@ -15,7 +15,7 @@ from ..attrs import Attr, Attrs
 from ..autodiff import is_zero_cotangent
 from ..errors import DTypeError, ShapeError, composite, located
 from ..registry import OpDef, register
-from ..types import TensorType, normalize_dim, normalize_dims
+from ..types import TensorType, normalize_dim, normalize_dims, reduction_dims
 from .elementwise import abs, cast, isnan, logical_or, pow, sign, where
 from .reduction import _reduce_infer, _reduced_shape, amax, amin, expand_back, sum
 from .shape import permute, reshape
@@ -155,8 +155,7 @@ def vector_norm(x, ord=2, dim=None, keepdim: bool = False, *, dtype=None):
     casts the input first. Floating-point tensors only, as in PyTorch."""
     x = _float_input(x, "vector_norm", dtype)
     ord = _ord_number(ord, "vector_norm")
-    dims = tuple(range(x.ndim)) if dim is None else dim
-    dims = normalize_dims(dims, x.ndim, "vector_norm")
+    dims = reduction_dims(dim, x.ndim, "vector_norm")
     if math.isinf(ord) and any(isinstance(x.shape[d], int) and x.shape[d] == 0
                                for d in dims):
         raise ShapeError(located(f"vector_norm: the {ord}-norm of an empty dim is undefined "
@@ -243,6 +242,10 @@ def linalg_norm(x, ord=None, dim=None, keepdim: bool = False, *, dtype=None):
     x = operand(x, "linalg.norm")
     if dim is not None and not isinstance(dim, (tuple, list)):
         dim = (dim,)
+    if dim is not None and len(dim) not in (1, 2):
+        raise ShapeError(located(f"linalg.norm: dim must name one or two dims (a vector or a "
+                                 f"matrix norm), found {tuple(dim)}; vector_norm reduces "
+                                 f"any number"))
     if dim is None and ord is not None:
         if x.ndim not in (1, 2):
             raise ShapeError(located(f"linalg.norm: with ord and no dim the input must be "

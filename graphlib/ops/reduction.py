@@ -8,7 +8,7 @@ from .. import dtypes
 from ..attrs import Attr, Attrs
 from ..errors import DimError, DTypeError, located
 from ..registry import OpDef, register
-from ..types import TensorType, normalize_dim, normalize_dims
+from ..types import TensorType, normalize_dim, normalize_dims, reduction_dims
 from .elementwise import cast, exp, logical_and, where
 from .shape import expand, reshape
 from ._common import operand
@@ -273,7 +273,7 @@ numel_op = register(OpDef("numel", _numel_infer, _numel_kernel, nondiff_inputs=(
 
 # -- public functions --------------------------------------------------------------------------
 def _dims(x, dim, name):
-    return normalize_dims(dim, x.ndim, name)
+    return reduction_dims(dim, x.ndim, name)
 
 
 def sum(x, dim=None, keepdim: bool = False, *, dtype=None):
@@ -304,6 +304,9 @@ def amin(x, dim=None, keepdim: bool = False):
 def prod(x, dim=None, keepdim: bool = False):
     """Product over ``dim``."""
     x = operand(x, "prod")
+    if isinstance(dim, (tuple, list)) and len(dim) == 0 and x.ndim:
+        raise TypeError(located("prod: expected an int (or a tuple of them) or None as dim, "
+                                "found an empty tuple; torch.prod takes one int dim"))
     return prod_op(x, dim=_dims(x, dim, "prod"), keepdim=keepdim)
 
 
@@ -365,4 +368,4 @@ def numel(x, dim=None, dtype="float32"):
         dtype = dtypes.as_dtype(dtype)
     except TypeError as e:
         raise TypeError(located(f"numel: {e}")) from None
-    return numel_op(x, dim=_dims(x, dim, "numel"), dtype=dtype)
+    return numel_op(x, dim=normalize_dims(dim, x.ndim, "numel"), dtype=dtype)
