@@ -162,3 +162,19 @@ def test_eager_step_benchmark_runs(tmp_path):
     assert all(v > 0 for v in r["4"]["duograph"].values())
     if importlib.util.find_spec("torch") is not None:
         assert set(r["4"]["torch"]) == parts
+
+
+def test_distributed_benchmark_runs_on_one_and_two_ranks(tmp_path):
+    """benchmarks/distributed.py: both jobs run and every ratio is reported (tiny sizes)."""
+    pytest.importorskip("mpi4py")
+    from duograph.cli import find_mpiexec
+    if find_mpiexec() is None:
+        pytest.skip("needs mpiexec")
+    out = tmp_path / "dist.json"
+    proc = run_benchmark("distributed.py", "--per-rank", "4", "--rounds", "1", "--steps", "1",
+                         "--json", str(out), timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    r = json.loads(out.read_text())
+    assert set(r["results"]) == {"1", "2"}
+    assert "cnn dg DDP efficiency" in r["goals"] and "allreduce dg/mpi4py" in r["goals"]
+    assert all(v > 0 for v in r["results"]["2"].values())

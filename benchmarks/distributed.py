@@ -1,0 +1,191 @@
+"""Data-parallel training steps on 1 and 2 MPI ranks, duograph against PyTorch DDP, side by
+side in one run.
+
+Each configuration runs as one ``mpiexec -n R`` job (BLAS on one thread per rank; this
+script relaunches itself as the job's ranks). Inside a job every contender trains the same
+model on the same per-rank batch, timed in alternating rounds (best round, milliseconds per
+step), so a noisy machine hits all of them alike:
+
+- ``dg DDP``: duograph eager, ``nn.parallel.DistributedDataParallel`` (gradient buckets
+  all-reduced over MPI from post-accumulate-grad hooks during backward);
+- ``torch DDP``: PyTorch's DistributedDataParallel with gloo over loopback TCP, one thread;
+- ``allreduce``: a 25 MB float32 buffer, ``dist.all_reduce`` against raw mpi4py
+  ``Allreduce`` (in place).
+
+Models: the MLP 784-256-256-10 and the CNN conv(16,3)-relu-pool-conv(32,3)-relu-pool-linear on
+1x28x28, SGD, at ``--per-rank`` samples per rank (default 64). Scaling efficiency is the
+1-rank step time over the 2-rank step time at the same per-rank batch (1.0: no cost from
+the second rank). Goals (issue 22): CNN efficiency at least 0.85 at 64 per rank; duograph's
+step at most PyTorch DDP's; duograph's all-reduce within 1.1x of raw MPI.
+
+    python benchmarks/distributed.py [--ranks 1 2] [--per-rank 64] [--rounds 5]
+        [--steps 10] [--json out.json]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+
+def _models(nn, kind):
+    if kind == "mlp":
+        return nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(),
+                             nn.Linear(256, 10))
+    return nn.Sequential(nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Flatten(), nn.Linear(32 * 7 * 7, 10))
+
+
+def _data(kind, batch, rank):
+    rng = np.random.default_rng(rank)
+    shape = (batch, 784) if kind == "mlp" else (batch, 1, 28, 28)
+    return (rng.standard_normal(shape).astype(np.float32),
+            rng.integers(0, 10, batch).astype(np.int64))
+
+
+def _best(fn, steps, rounds_times, key, comm):
+    comm.Barrier()
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        fn()
+    comm.Barrier()
+    rounds_times.setdefault(key, []).append((time.perf_counter() - t0) / steps)
+
+
+def rank_main(a) -> None:
+    """One rank of a job: time every contender, rank 0 writes the figures."""
+    import duograph as dg
+    import duograph.distributed as dist
+    import duograph.nn as nn
+    dist.init_process_group("mpi")
+    from mpi4py import MPI
+    comm = MPI.COMM_WORLD
+    rank, size = comm.Get_rank(), comm.Get_size()
+    contenders = {}
+    for kind in ("mlp", "cnn"):
+        x, y = _data(kind, a.per_rank, rank)
+        dg.manual_seed(0)
+        model = nn.parallel.DistributedDataParallel(_models(nn, kind))
+        opt = dg.optim.SGD(model.parameters(), lr=0.01)
+        xt, yt = dg.tensor(x), dg.tensor(y)
+
+        def dg_step(model=model, opt=opt, xt=xt, yt=yt):
+            opt.zero_grad()
+            nn.functional.cross_entropy(model(xt), yt).backward()
+            opt.step()
+        contenders[f"{kind} dg DDP"] = dg_step
+    try:
+        import torch
+        import torch.distributed as tdist
+        torch.set_num_threads(1)
+        port = comm.bcast(a.port if rank == 0 else None, root=0)
+        tdist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                                 world_size=size)
+        for kind in ("mlp", "cnn"):
+            x, y = _data(kind, a.per_rank, rank)
+            torch.manual_seed(0)
+            tm = _models(torch.nn, kind)
+            tddp = torch.nn.parallel.DistributedDataParallel(tm)
+            topt = torch.optim.SGD(tddp.parameters(), lr=0.01)
+            xt, yt = torch.from_numpy(x), torch.from_numpy(y)
+
+            def torch_step(tddp=tddp, topt=topt, xt=xt, yt=yt):
+                topt.zero_grad()
+                torch.nn.functional.cross_entropy(tddp(xt), yt).backward()
+                topt.step()
+            contenders[f"{kind} torch DDP"] = torch_step
+    except ImportError:
+        pass
+    buf = np.ones(25 * 1024 * 1024 // 4, np.float32)
+    t_buf = dg.tensor(buf.copy())
+    contenders["allreduce dg"] = lambda: dist.all_reduce(t_buf)
+    contenders["allreduce mpi4py"] = lambda: comm.Allreduce(MPI.IN_PLACE, buf)
+    for fn in contenders.values():          # warm-up: allocations, first calls
+        fn()
+        fn()
+    times: dict = {}
+    for _ in range(a.rounds):
+        for key, fn in contenders.items():
+            steps = a.steps if not key.startswith("allreduce") else max(3, a.steps // 2)
+            _best(fn, steps, times, key, comm)
+    if rank == 0:
+        with open(a.out, "w") as f:
+            json.dump({k: min(v) for k, v in times.items()}, f)
+
+
+def launch(ranks: int, a) -> dict:
+    """One job of ``ranks`` ranks running ``rank_main``; rank 0's figures."""
+    from duograph.cli import find_mpiexec
+    out = tempfile.mktemp(suffix=".json")
+    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    cmd = [sys.executable, os.path.abspath(__file__), "--rank-main", "--out", out,
+           "--per-rank", str(a.per_rank), "--rounds", str(a.rounds), "--steps", str(a.steps),
+           "--port", str(29500 + ranks)]
+    mpiexec = find_mpiexec()
+    if mpiexec is None:
+        raise SystemExit("benchmarks/distributed.py needs mpiexec: "
+                         "pip install 'duograph[distributed]'")
+    subprocess.run([mpiexec, "-n", str(ranks), *cmd], check=True, env=env, timeout=1200)
+    with open(out) as f:
+        return json.load(f)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--ranks", type=int, nargs="+", default=[1, 2])
+    p.add_argument("--per-rank", type=int, default=64)
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--json")
+    p.add_argument("--rank-main", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--out", help=argparse.SUPPRESS)
+    p.add_argument("--port", type=int, default=29501, help=argparse.SUPPRESS)
+    a = p.parse_args(argv)
+    if a.rank_main:
+        rank_main(a)
+        return 0
+    results = {r: launch(r, a) for r in a.ranks}
+    keys = sorted({k for res in results.values() for k in res})
+    print(f"per-rank batch {a.per_rank}, best of {a.rounds} rounds, ms per step "
+          f"(one BLAS/torch thread per rank)")
+    print(f"  {'contender':<20}" + "".join(f"{f'{r} rank(s)':>12}" for r in a.ranks))
+    for k in keys:
+        print(f"  {k:<20}" + "".join(f"{results[r].get(k, float('nan')) * 1e3:>12.2f}"
+                                     for r in a.ranks))
+    report = {"per_rank": a.per_rank, "results": {str(r): v for r, v in results.items()},
+              "goals": {}}
+    if 1 in results and 2 in results:
+        print("scaling efficiency (1-rank time / 2-rank time, same per-rank batch):")
+        for k in keys:
+            if k.startswith("allreduce"):
+                continue
+            eff = results[1][k] / results[2][k]
+            report["goals"][f"{k} efficiency"] = eff
+            print(f"  {k:<20}{eff:>8.2f}")
+        two = results[2]
+        for kind in ("mlp", "cnn"):
+            if f"{kind} torch DDP" in two:
+                ratio = two[f"{kind} dg DDP"] / two[f"{kind} torch DDP"]
+                report["goals"][f"{kind} dg/torch at 2 ranks"] = ratio
+                print(f"  {kind} step, dg DDP / torch DDP at 2 ranks: {ratio:.2f}x")
+        ratio = two["allreduce dg"] / two["allreduce mpi4py"]
+        report["goals"]["allreduce dg/mpi4py"] = ratio
+        print(f"  25 MB all-reduce, dg / raw mpi4py at 2 ranks: {ratio:.2f}x")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(report, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
