@@ -421,3 +421,38 @@ if r == 0:
     got = np.load(tmp_path / "w.npz")
     for k, v in model.state_dict().items():
         np.testing.assert_allclose(got[k], v.numpy(), rtol=1e-12, atol=1e-12, err_msg=k)
+
+
+def test_zero_redundancy_optimizer_equals_plain_ddp(tmp_path):
+    """ZeRO-1 with Adam over DDP gives plain DDP's weights, with each rank holding its part
+    of the optimizer state."""
+    code = MODEL + """
+from duograph.distributed.optim import ZeroRedundancyOptimizer
+dist.init_process_group()
+r, n = dist.get_rank(), dist.get_world_size()
+results = {}
+for zero in (False, True):
+    model = make("mlp")
+    ddp = nn.parallel.DistributedDataParallel(model)
+    if zero:
+        opt = ZeroRedundancyOptimizer(ddp.parameters(), dg.optim.Adam, lr=0.01)
+    else:
+        opt = dg.optim.Adam(ddp.parameters(), lr=0.01)
+    for step in range(3):
+        x, y = data("mlp", step, n)[r]
+        opt.zero_grad()
+        loss_of(ddp, "mlp", x, y, r, step).backward()
+        opt.step()
+    results[zero] = [p.detach().numpy().copy() for p in model.parameters()]
+    if zero:
+        state = opt.state_bytes()
+    else:
+        full = sum(t.array.nbytes for s in opt.state.values() for t in s.values())
+for a, b in zip(results[False], results[True]):
+    assert np.allclose(a, b, rtol=1e-12, atol=1e-13), abs(a - b).max()
+assert state < 0.6 * full, (state, full)
+print("ok", r, state, full)
+"""
+    res = run_ranks(2, code, tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.stdout.count("ok") == 2
