@@ -39,6 +39,10 @@ keyword of its OpDef, never a set of op names kept elsewhere:
 - ``external``: outputs are prepared once outside the memory arena and never written.
 - ``constant``: the op is the constant op (its value is ``attrs["value"]``).
 - ``random``: it reads a seed: never merged or dropped by passes.
+- ``ordered``: an ordered side effect (a collective: every rank must run the same ones in
+  the same order): no pass merges, folds, drops or reorders such nodes with respect to each
+  other; each carries a ``seq`` attribute (numbered when built) that ``verify`` checks
+  increases along the graph's order.
 - ``static_region``: ``(node, consts) -> (region, inputs) or None``, for region ops whose
   constant inputs (``consts[i]``: a numpy array, or None when input i is not constant)
   decide that the node is one of its regions applied to some of its inputs (a ``cond``
@@ -68,7 +72,7 @@ class OpDef:
     """Definition of one op. Calling it applies the op to Values, tensors or numbers."""
 
     __slots__ = ("name", "infer", "kernel", "vjp", "expr", "elementwise", "promote",
-                 "nondiff_inputs", "random", "multi_output",
+                 "nondiff_inputs", "random", "ordered", "multi_output",
                  "view", "returns_input", "vjp_reads_output", "saves_no_data",
                  "inplace_pairs", "epilogue_host", "cheap", "external", "constant",
                  "static_region", "loop_invariant_from", "region_kernel", "attrs", "doc",
@@ -77,7 +81,8 @@ class OpDef:
     def __init__(self, name: str, infer: Callable, kernel: Callable,
                  vjp: Optional[Callable] = None, *, expr: Optional[str] = None,
                  elementwise: bool = False, promote: bool = False,
-                 nondiff_inputs: tuple = (), random: bool = False, multi_output: bool = False,
+                 nondiff_inputs: tuple = (), random: bool = False, ordered: bool = False,
+                 multi_output: bool = False,
                  view: bool = False, returns_input: Union[bool, Callable, None] = None,
                  vjp_reads_output: bool = False, saves_no_data: bool = False,
                  inplace_pairs: Optional[Callable] = None, epilogue_host: bool = False,
@@ -94,6 +99,7 @@ class OpDef:
         self.promote = promote          # Python scalars among the inputs follow weak promotion
         self.nondiff_inputs = tuple(nondiff_inputs)
         self.random = random            # reads a seed: never merged or dropped by passes
+        self.ordered = ordered          # an ordered side effect (collectives)
         self.multi_output = multi_output  # always returns a tuple, even of one output
         # traits (see the module docstring)
         self.view = view
