@@ -25,7 +25,6 @@ import threading
 
 import numpy as np
 
-KINDS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce")
 REDUCE_OPS = ("sum", "avg", "product", "min", "max")
 
 
