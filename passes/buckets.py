@@ -99,8 +99,8 @@ def bucket_all_reduces(graph: Graph) -> PassResult:
             graph.erase(n)
     # the order: each bucket's nodes right after its last gradient's producer
     rest = list(graph.nodes)
-    added = {id(n) for group in made for n in group}
-    rest = [n for n in rest if id(n) not in added]
+    added = {n for group in made for n in group}
+    rest = [n for n in rest if n not in added]
     after: Dict[int, List[Node]] = {}
     for bucket, group in zip(buckets, made):
         anchor = max(ready(n) for n in bucket)
@@ -118,17 +118,17 @@ def _report(graph: Graph, buckets, starts) -> List[str]:
     """One note per bucket: its gradients, bytes, and the nodes after its start that need
     no bucket's result (what its communication can overlap)."""
     waits = set()
-    start_ids = {id(s) for s in starts}
-    index = {}
+    start_set = set(starts)
+    index: Dict[Node, int] = {}
     free_after = []
     for i, n in enumerate(graph.nodes):
-        index[id(n)] = i
-        if id(n) in start_ids or any(x in waits for x in n.inputs):
+        index[n] = i
+        if n in start_set or any(x in waits for x in n.inputs):
             waits.update(n.outputs)
     independent = [i for i, n in enumerate(graph.nodes)
                    if not any(o in waits for o in n.outputs)]
     for s in starts:
-        at = index[id(s)]
+        at = index[s]
         free_after.append(sum(1 for i in independent if i > at))
     notes = [f"{len(buckets)} buckets from "
              f"{sum(len(b) for b in buckets)} gradient all-reduces"]
