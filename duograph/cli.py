@@ -240,8 +240,8 @@ def compare_command(args) -> str:
 def find_mpiexec() -> Optional[str]:
     """The mpiexec beside this interpreter (the mpich wheel puts it there), else on PATH."""
     import shutil
-    here = os.path.dirname(sys.executable)
-    return shutil.which("mpiexec", path=here + os.pathsep + os.environ.get("PATH", ""))
+    return shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or \
+        shutil.which("mpiexec")
 
 
 def run_command(nproc: int, script: str, script_args: Sequence[str]) -> int:

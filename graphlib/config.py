@@ -44,6 +44,10 @@ compile_cache_limit    DUOGRAPH_COMPILE_CACHE_    8         recordings of one ``
 log_recompiles         DUOGRAPH_LOG_RECOMPILES    False     log why at every recompile of a
                                                             ``dg.compile``d function (logger
                                                             ``duograph.compile``, WARNING)
+ddp_bucket_cap_mb      DUOGRAPH_DDP_BUCKET_CAP_MB 25        megabytes of gradients one all-reduce
+                                                            carries in graph-mode DDP (the
+                                                            ``ddp_buckets`` pass; PyTorch's
+                                                            ``bucket_cap_mb``)
 =====================  =========================  ========  =====================================
 
 Results are bit-for-bit reproducible across processes with the defaults: the default
@@ -91,6 +95,15 @@ def _positive_int(value: Any) -> int:
     return number
 
 
+def _positive_number(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise TypeError(f"expected a positive number, found {value!r}")
+    number = float(value)
+    if not number > 0:
+        raise ValueError(f"expected a positive number, found {value!r}")
+    return number
+
+
 def _path_or_none(value: Any) -> Optional[str]:
     if value is None or value == "":
         return None
@@ -131,6 +144,8 @@ OPTIONS: Dict[str, Option] = {o.name: o for o in (
            "recordings of one dg.compile'd function before new cases run eagerly"),
     Option("log_recompiles", _as_bool, False, "DUOGRAPH_LOG_RECOMPILES",
            "log the reason of every recompile of a dg.compile'd function"),
+    Option("ddp_bucket_cap_mb", _positive_number, 25.0, "DUOGRAPH_DDP_BUCKET_CAP_MB",
+           "megabytes of gradients one graph-mode DDP all-reduce carries"),
 )}
 
 

@@ -334,6 +334,9 @@ def build(graph: Graph, op, inputs, attrs) -> Value:
         raise type(e)(msg if "\n  in: " in msg else f"{msg}\n  in: {source}") from None
     if op.random and "stream" not in attrs:
         attrs = dict(attrs, stream=graph.next_random_stream())
+    if op.ordered and not attrs.get("seq"):
+        from .collective_hooks import next_sequence
+        attrs = dict(attrs, seq=next_sequence())
     try:
         out_types = op.infer([v.type for v in vals], attrs)
     except (DuographError, TypeError, ValueError) as e:

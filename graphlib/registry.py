@@ -44,6 +44,10 @@ keyword of its OpDef, never a set of op names kept elsewhere:
   ``dispatch`` casts what that decides before the node is built.
 - ``float_compute``: integer or bool operands compute in the default float dtype (true
   division, atan2): a 0-d operand that promotion casts goes straight to it, as in PyTorch.
+- ``ordered``: an ordered side effect (a collective: every rank must run the same ones in
+  the same order): no pass merges, folds, drops or reorders such nodes with respect to each
+  other; each carries a ``seq`` attribute (numbered when built) that ``verify`` checks
+  increases along the graph's order.
 - ``static_region``: ``(node, consts) -> (region, inputs) or None``, for region ops whose
   constant inputs (``consts[i]``: a numpy array, or None when input i is not constant)
   decide that the node is one of its regions applied to some of its inputs (a ``cond``
@@ -73,7 +77,7 @@ class OpDef:
     """Definition of one op. Calling it applies the op to Values, tensors or numbers."""
 
     __slots__ = ("name", "infer", "kernel", "vjp", "expr", "elementwise", "promote",
-                 "float_compute", "nondiff_inputs", "random", "multi_output",
+                 "float_compute", "nondiff_inputs", "random", "ordered", "multi_output",
                  "view", "returns_input", "vjp_reads_output", "saves_no_data",
                  "inplace_pairs", "epilogue_host", "cheap", "external", "constant",
                  "static_region", "loop_invariant_from", "region_kernel", "attrs", "doc",
@@ -83,7 +87,7 @@ class OpDef:
                  vjp: Optional[Callable] = None, *, expr: Optional[str] = None,
                  elementwise: bool = False, promote: bool = False,
                  float_compute: bool = False, nondiff_inputs: tuple = (),
-                 random: bool = False, multi_output: bool = False,
+                 random: bool = False, ordered: bool = False, multi_output: bool = False,
                  view: bool = False, returns_input: Union[bool, Callable, None] = None,
                  vjp_reads_output: bool = False, saves_no_data: bool = False,
                  inplace_pairs: Optional[Callable] = None, epilogue_host: bool = False,
@@ -101,6 +105,7 @@ class OpDef:
         self.float_compute = float_compute
         self.nondiff_inputs = tuple(nondiff_inputs)
         self.random = random            # reads a seed: never merged or dropped by passes
+        self.ordered = ordered          # an ordered side effect (collectives)
         self.multi_output = multi_output  # always returns a tuple, even of one output
         # traits (see the module docstring)
         self.view = view

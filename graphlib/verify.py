@@ -22,6 +22,7 @@ def verify(graph) -> None:
     if len(defined) != len(graph.inputs) + len(graph.state):
         raise GraphError(f"graph {graph.name!r}: an input is listed twice")
     reads = {}      # value -> {node: times it reads it}: what the use lists must hold
+    last_seq, last_index = 0, -1     # the previous ordered side effect (collective)
     for index, node in enumerate(graph.nodes):
         def fail(msg):
             raise GraphError(f"graph {graph.name!r}, node {index} ({node.op.name}): {msg}\n"
@@ -51,6 +52,13 @@ def verify(graph) -> None:
         if [t for t in types] != [o.type for o in node.outputs]:
             fail(f"stored output types {[o.type for o in node.outputs]} differ from the "
                  f"inferred {list(types)}")
+        if node.op.ordered:
+            seq = node.attrs.get("seq", 0)
+            if seq <= last_seq:
+                fail(f"collectives out of order: seq {seq} runs after seq {last_seq} (node "
+                     f"{last_index}); every rank must run collectives in the order they were "
+                     "built, so no pass may reorder them")
+            last_seq, last_index = seq, index
         for o in node.outputs:
             defined.add(o)
         if node.graph is not graph:

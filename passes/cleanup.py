@@ -49,6 +49,8 @@ def _dce(graph: Graph) -> int:
     needed = set(live_roots(graph))
     dead = 0
     for node in reversed(list(graph.nodes)):
+        if node.op.ordered:                 # a collective: every rank must run it
+            needed.update(node.outputs)
         if any(o in needed for o in node.outputs):
             needed.update(node.inputs)
         else:
@@ -59,8 +61,9 @@ def _dce(graph: Graph) -> int:
 
 
 def dead_code_elimination(graph: Graph) -> PassResult:
-    """Drop nodes whose outputs nothing needs (outputs and state updates are needed), in
-    the graph and in the regions its nodes carry.
+    """Drop nodes whose outputs nothing needs (outputs, state updates and ordered side
+    effects such as collectives are needed), in the graph and in the regions its nodes
+    carry.
 
     Before: ``%1 = exp(%x); %2 = neg(%x); return (%1)``  After: ``%1 = exp(%x); return (%1)``
     """
@@ -74,7 +77,7 @@ def _cse(graph: Graph) -> int:
     merged = 0
     for node in list(graph.nodes):
         key = None
-        if not node.op.random:
+        if not node.op.random and not node.op.ordered:
             try:
                 key = (node.op, tuple(number[x] for x in node.inputs), node.attr_key())
                 hash(key)
@@ -97,7 +100,8 @@ def _cse(graph: Graph) -> int:
 
 
 def common_subexpression_elimination(graph: Graph) -> PassResult:
-    """Merge nodes with the same op, inputs and attributes (random ops are never merged),
+    """Merge nodes with the same op, inputs and attributes (random ops and ordered side
+    effects such as collectives are never merged),
     in the graph and in its regions.
 
     Before: ``%1 = exp(%x); %2 = exp(%x); %3 = add(%1, %2)``
@@ -158,6 +162,7 @@ def constant_folding(graph: Graph) -> PassResult:
                 folded += 1
             continue
         foldable = (node.inputs and not node.op.random and not node.op.constant
+                    and not node.op.ordered
                     and not node.regions
                     and all(a is not None for a in arrays)
                     and all(o.type.numel() is not None and o.type.numel() <= FOLD_LIMIT

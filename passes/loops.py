@@ -27,7 +27,7 @@ from .result import PassResult
 
 
 def _hoistable(n: Node, outer_of: Dict[Value, Value]) -> bool:
-    if n.op.random or n.op.constant or n.regions or not n.inputs:
+    if n.op.random or n.op.ordered or n.op.constant or n.regions or not n.inputs:
         return False
     if not any(x in outer_of for x in n.inputs):
         return False

@@ -21,6 +21,7 @@ from typing import Callable, Dict, List, Sequence, Union
 from ..graphlib.errors import GraphError
 from ..graphlib.files import write_text
 from ..graphlib.ir import Graph
+from .buckets import bucket_all_reduces
 from .cleanup import (algebraic_simplification, common_subexpression_elimination,
                       constant_folding, dead_code_elimination)
 from .fusion import fuse_elementwise
@@ -39,6 +40,7 @@ PASSES: Dict[str, PassFn] = {
     "fuse": fuse_elementwise,
     "schedule": memory_aware_schedule,
     "licm": loop_invariant_code_motion,
+    "ddp_buckets": bucket_all_reduces,
 }
 
 class Pipeline:
@@ -64,11 +66,12 @@ class Pipeline:
 
 # The pipelines, in order. O2 grows with fusion and memory planning. CSE runs again after
 # licm: nodes hoisted out of several loop bodies (one weight's transpose per body) are equal.
+# ddp_buckets groups data-parallel gradient all-reduces (a no-op without them).
 PIPELINES: Dict[str, Pipeline] = {
     "O0": Pipeline([]),
     "O1": Pipeline(["dce", "fold", "simplify", "cse", "licm", "cse", "dce"]),
-    "O2": Pipeline(["dce", "fold", "simplify", "cse", "licm", "cse", "simplify", "dce", "fuse",
-                    "schedule"],
+    "O2": Pipeline(["dce", "fold", "simplify", "cse", "licm", "cse", "simplify", "dce",
+                    "ddp_buckets", "fuse", "schedule"],
                    plan=True),
 }
 

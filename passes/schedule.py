@@ -6,7 +6,8 @@ memory plan follows it, so the bytes live at once depend on it. A greedy list sc
 the nodes whose inputs are ready, the one that frees the most bytes net of what it allocates.
 
 Random ops may move: their kernels are pure functions of their seed input and their
-``stream`` attribute, so reordering them never changes their numbers.
+``stream`` attribute, so reordering them never changes their numbers. Ordered side effects
+(collectives) keep their order among themselves: the dependency graph chains each to the next.
 """
 from __future__ import annotations
 
@@ -24,11 +25,17 @@ ESTIMATE_DIM = 64
 
 
 def _dependency_graph(nodes: List[Node]) -> nx.DiGraph:
-    """Node positions as a DAG: an edge producer -> consumer for every value read."""
+    """Node positions as a DAG: an edge producer -> consumer for every value read, and one
+    from each ordered side effect (collective) to the next."""
     dag = nx.DiGraph()
     dag.add_nodes_from(range(len(nodes)))
     made: Dict[Value, int] = {}
+    last_ordered = None
     for i, node in enumerate(nodes):
+        if node.op.ordered:
+            if last_ordered is not None:
+                dag.add_edge(last_ordered, i)
+            last_ordered = i
         for x in node.inputs:
             j = made.get(x)
             if j is not None:

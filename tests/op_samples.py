@@ -2813,3 +2813,36 @@ OPS += _activation_backward()
 
 BY_NAME: Dict[str, OpInfo] = {op.name: op for op in OPS}
 assert len(BY_NAME) == len(OPS), "duplicate OpInfo names"
+
+
+def _collectives() -> List[OpInfo]:
+    """The collectives in a world of one rank (no process group): identities, so every
+    generic test (eager vs graph, gradients, JSON, ONNX refusal) covers their plumbing; the
+    multi-rank numbers are checked under mpiexec in test_distributed_graph.py."""
+    from duograph.graphlib.ops import collectives as C
+
+    def same(x, *args, **kwargs):
+        return x
+    return [
+        OpInfo("all_reduce", C.all_reduce, [
+            Sample("f64", (rand(2, 3),)), Sample("f64_avg", (rand(3),), {"op": "avg"}),
+            Sample("f32", (rand(2, 2, dtype=F32),)),
+            Sample("i64", (ints(4),))], same, differentiable=True, errors=[
+            ErrorCase("avg_int", (ints(3),), {"op": "avg"}, dg.DTypeError, "float"),
+            ErrorCase("bad_op", (rand(3),), {"op": "mean"}, ValueError, "op")]),
+        OpInfo("all_gather", C.all_gather, [
+            Sample("f64", (rand(2, 3),)), Sample("f32", (rand(4, dtype=F32),))], same,
+            differentiable=True, errors=[
+            ErrorCase("0d", (rand(),), {}, dg.ShapeError, "at least 1 dim")]),
+        OpInfo("reduce_scatter", C.reduce_scatter, [
+            Sample("f64", (rand(2, 3),)), Sample("f64_avg", (rand(4),), {"op": "avg"})], same,
+            differentiable=True),
+        OpInfo("broadcast", C.broadcast, [
+            Sample("f64", (rand(2, 3),)), Sample("i32", (ints(3, dtype=I32),))], same,
+            differentiable=True),
+        OpInfo("reduce", C.reduce, [Sample("f64", (rand(2, 3),))], same, differentiable=True),
+    ]
+
+
+OPS += _collectives()
+BY_NAME = {op.name: op for op in OPS}

@@ -27,7 +27,9 @@ REFUSED = {"uniform", "rand", "normal", "randn", "bernoulli", "randint", "log1p"
            "fold", "adaptive_max_pool2d", "max_unpool2d", "adaptive_max_pool1d",
            # data-dependent sizes and reductions ScatterElements lacks (mean, include_self)
            "scatter_reduce", "nonzero", "nonzero_static", "argwhere", "masked_select",
-           "masked_scatter"}
+           "masked_scatter",
+           # collectives: communication between processes has no ONNX form
+           "all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce"}
 # samples refused where the op's other samples export: the SVD-based matrix norms, and
 # avg_pool with ceil_mode=True
 REFUSED_SAMPLES = {"matrix_norm-nuc", "matrix_norm-two", "norm-nuc",

@@ -11,6 +11,7 @@ Run with ``mpiexec -n 4 python script.py`` or ``duograph run -n 4 script.py``;
 ``pip install 'duograph[distributed]'`` installs mpi4py and mpich. mpi4py is imported (and
 MPI initialised) only by ``init_process_group``.
 """
+from . import graph_ops  # noqa: F401  (installs the runner of the IR's collectives)
 from .collectives import (ReduceOp, Work, all_gather, all_gather_into_tensor,
                           all_gather_object, all_reduce, broadcast, broadcast_object_list,
                           irecv, isend, recv, reduce, reduce_scatter_tensor, send)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass
-from typing import Iterable, Optional
+from typing import Dict, Iterable, Optional, Tuple
 
 from .process_group import ProcessGroup
 
@@ -24,17 +24,20 @@ class DDPInfo:
         return bool(getattr(self.wrapper, "require_backward_grad_sync", True))
 
 
-_params: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+# id(param) -> (weak reference to it, info). Not a WeakKeyDictionary: its lookups compare
+# parameters with ``==``, which for tensors is elementwise (and symbolic inside a graph).
+_params: Dict[int, Tuple["weakref.ref", DDPInfo]] = {}
 
 
 def register(params: Iterable, info: DDPInfo) -> None:
     for p in params:
-        _params[p] = info
+        key = id(p)
+        _params[key] = (weakref.ref(p, lambda _, key=key: _params.pop(key, None)), info)
 
 
 def info(param) -> Optional[DDPInfo]:
     """The DDP facts of ``param`` (a Parameter), or None when no DDP wraps it."""
-    try:
-        return _params.get(param)
-    except TypeError:               # not weak-referenceable: not a parameter
+    entry = _params.get(id(param))
+    if entry is None or entry[0]() is not param:
         return None
+    return entry[1]

@@ -21,8 +21,6 @@ import warnings
 from typing import List, Optional, Sequence
 
 INSTALL = "pip install 'duograph[distributed]' (mpi4py and mpich)"
-# environment variables MPI launchers set on each rank (MPICH/hydra, Open MPI, Slurm's PMI)
-_LAUNCHER_SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALNRANKS")
 
 
 class DistributedError(RuntimeError):
@@ -83,11 +81,12 @@ def is_mpi_available() -> bool:
 
 
 def _launched_size() -> int:
-    for var in _LAUNCHER_SIZE_VARS:
-        try:
-            return int(os.environ[var])
-        except (KeyError, ValueError):
-            continue
+    """How many ranks an MPI launcher started, from the variables launchers set on each rank
+    (MPICH's Hydra and Slurm's PMI, Open MPI); 1 without a launcher. Not a duograph
+    setting: read here, not through ``dg.config``."""
+    for found in (os.environ.get("PMI_SIZE"), os.environ.get("OMPI_COMM_WORLD_SIZE")):
+        if found is not None and found.isdigit():
+            return int(found)
     return 1
 
 

@@ -213,6 +213,11 @@ class Exporter:
             self.doc = str(source) if source is not None else outer_doc
             conv = CONVERTERS.get(node.op.name)
             where = f"\n  in: {source}" if source is not None else ""
+            if conv is None and node.op.ordered:
+                raise OnnxExportError(
+                    f"onnx export: op {node.op.name!r} is a collective (communication "
+                    f"between processes), which ONNX cannot express; export the model "
+                    f"without its distributed wrapper{where}")
             if conv is None:
                 raise OnnxExportError(
                     f"onnx export: op {node.op.name!r} has no ONNX form{where}")

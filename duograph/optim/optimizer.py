@@ -162,6 +162,7 @@ class Optimizer:
         grads = symbolic_grad(loss, [v for _, _, _, v in pairs])
         names = {v: v.name for _, _, _, v in pairs}
         with g:
+            grads = _ddp_average([p for _, _, p, _ in pairs], grads)
             for (gi, group, p, pv), gv in zip(pairs, grads):
                 state = self._slots_of(p, group)
                 svals = {k: g.bind_state(t, f"{names[pv]}.{k}") for k, t in state.items()}
@@ -230,6 +231,22 @@ class Optimizer:
                 if k != "params":
                     lines.append(f"    {k}: {group[k]}")
         return "\n".join(lines) + "\n)"
+
+
+def _ddp_average(params, grads) -> list:
+    """The gradients, each of a parameter a ``DistributedDataParallel`` wraps (with gradient
+    sync on) averaged over the wrapper's group by an all_reduce node that the ``ddp_buckets``
+    pass may group with others (``bucket``: the wrapper's bucket bytes)."""
+    from ..distributed import ddp_state
+    from ..distributed.graph_ops import group_id
+    from ..graphlib.ops.collectives import all_reduce
+    out = []
+    for p, gv in zip(params, grads):
+        info = ddp_state.info(p)
+        if info is not None and info.sync and gv is not None:
+            gv = all_reduce(gv, "avg", group_id(info.group), bucket=info.bucket_bytes or -1)
+        out.append(gv)
+    return out
 
 
 def _write(target: Tensor, new) -> None:

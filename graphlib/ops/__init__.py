@@ -7,3 +7,4 @@ from . import creation, elementwise, shape, reduction, linalg, nn, fused  # noqa
 from . import conv, control, resample, scan, sorting, norms  # noqa: F401
 from . import pointwise, layout  # noqa: F401
 from . import indexing  # noqa: F401
+from . import collectives  # noqa: F401
