@@ -176,7 +176,8 @@ def test_the_import_check_sees_this_repository():
 
 
 # import name -> the distribution that provides it, where the two differ
-_DISTRIBUTIONS = {"cupy": "cupy-cuda12x", "cupyx": "cupy-cuda12x", "sklearn": "scikit-learn"}
+_DISTRIBUTIONS = {"cupy": "cupy-cuda12x", "cupyx": "cupy-cuda12x", "cupy_backends": "cupy-cuda12x",
+                  "sklearn": "scikit-learn"}
 # Imported only when the user asks for them, never declared: PyTorch and JAX are peers that
 # ``dg.compare``'s torch and jax modes and the model zoo's twins run against (their builds are
 # the user's choice: an unpinned torch requirement would pull gigabytes of CUDA packages).
