@@ -160,6 +160,12 @@ class DistributedDataParallel(Module):
         bucket = self._bucket_of[id(p)]
         bucket.ready.add(id(p))
         self._launch_ready()
+        # MPI moves a non-blocking collective along only inside MPI calls (MPICH runs no
+        # progress thread by default): test the started buckets at each gradient, so their
+        # all-reduces advance while the backward computes
+        for b in self._buckets[:self._next]:
+            if b.work is not None and b.work.Test():
+                b.work = None
 
     def _launch_ready(self) -> None:
         while self._next < len(self._buckets):
@@ -196,7 +202,7 @@ class DistributedDataParallel(Module):
         for b in self._buckets:
             if b.work is not None:
                 b.work.Wait()
-                b.work = None
+            b.work = None
             buf = b.buffer
             for k, (p, off) in enumerate(zip(b.params, b.offsets)):
                 if buf[b.numel + k] == 0:       # no rank gave it a gradient
