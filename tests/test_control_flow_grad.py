@@ -9,7 +9,7 @@ import pytest
 import duograph as dg
 from duograph.graphlib.ops import control
 from duograph.graphlib.ops.control import call_op, scan_op, trace_region, while_op
-from duograph.graphlib.types import TensorType
+from duograph.graphlib.types import RUNTIME_DIM, TensorType
 
 from op_samples import BY_NAME, finite_difference, grad_targets, leaves, reference, \
     replace_leaves
@@ -184,7 +184,7 @@ def _while_np(w, x, trips):
     return float(np.sum(h * h))
 
 
-@pytest.mark.parametrize("limit, bound", [(3, 40), (1, 40), (7, 4)])
+@pytest.mark.parametrize("limit, bound", [(3, 40), (1, 40), (7, 4), (3, 10**12)])
 def test_bounded_while_eager_gradient_runs_only_the_trips(monkeypatch, limit, bound):
     trips = min(limit, bound)
     got = []
@@ -211,7 +211,7 @@ def test_bounded_while_eager_gradient_runs_only_the_trips(monkeypatch, limit, bo
 
 
 @pytest.mark.parametrize("level", ["O0", "O2"])
-@pytest.mark.parametrize("limit, bound", [(3, 40), (7, 4)])
+@pytest.mark.parametrize("limit, bound", [(3, 40), (7, 4), (3, 10**12)])
 def test_bounded_while_graph_gradient_saves_the_trip_count(monkeypatch, level, limit, bound):
     trips = min(limit, bound)
     outs = {}
@@ -227,9 +227,13 @@ def test_bounded_while_graph_gradient_saves_the_trip_count(monkeypatch, level, l
         if f == "while":
             fwd = next(n for n in g.nodes if n.op is while_op)
             assert fwd.attrs["save"] and fwd.outputs[2].type == TensorType((), "int64")
-            assert fwd.outputs[3].shape == (bound,) and fwd.outputs[4].shape == (bound, 3)
-            exe = g.compile(outputs=[fwd.outputs[2]], passes=level)
-            assert int(exe(w=W, x=X)[0]) == trips
+            # one saved row per trip made, a size only known at run time (not the bound)
+            assert fwd.outputs[3].shape == (RUNTIME_DIM,)
+            assert fwd.outputs[4].shape == (RUNTIME_DIM, 3)
+            exe = g.compile(outputs=fwd.outputs[2:], passes=level)
+            count, saved_h, saved_x = exe(w=W, x=X)
+            assert int(count) == trips and saved_h.shape == (trips,)
+            assert saved_x.shape == (trips, 3)
         exe = g.compile(outputs=[loss, gw, gx, hw], passes=level)
         counter = _Trips(monkeypatch)
         outs[f] = exe(w=W, x=X)
@@ -242,6 +246,99 @@ def test_bounded_while_graph_gradient_saves_the_trip_count(monkeypatch, level, l
         np.testing.assert_allclose(a, b, rtol=1e-11, atol=1e-13)
     np.testing.assert_allclose(outs["while"][1], _fd(lambda v: _while_np(v, X, trips), W),
                                rtol=1e-6, atol=1e-9)
+
+
+def _geometric(x, limit, bound):
+    """x * 1.5 ** min(limit, bound), as a while_loop of that many trips."""
+    zero = dg.zeros((), dtype="int64") if isinstance(x, dg.Value) else dg.tensor(np.array(0))
+    i, h = dg.while_loop(lambda s: s[0] < limit, lambda s: (s[0] + 1, s[1] * 1.5),
+                         (zero, x), max_iterations=bound)
+    return h
+
+
+@pytest.mark.parametrize("mode", ["eager", "compiled", "O0", "O2"])
+def test_a_huge_bound_costs_nothing_the_saved_rows_grow_with_the_trips(mode):
+    """Issue 23: max_iterations=N with a gradient reserved N rows up front (1e9 asked for
+    7.45 GiB for a 3-trip loop). The rows grow with the trips made: a bound of 10**12
+    (8 TB of rows for a 2-float carry) runs in a few kB, with the unbounded loop's values."""
+    import tracemalloc
+    bound, x0 = 10**12, np.array([1.0, -2.0])
+    tracemalloc.start()
+    try:
+        if mode in ("eager", "compiled"):
+            def f(x):
+                return dg.sum(_geometric(x, 3, bound) ** 2)
+            x = dg.tensor(x0, requires_grad=True)
+            fn = dg.compile(f) if mode == "compiled" else f
+            for _ in range(2):                   # compiled: recorded, then replayed
+                x.grad = None
+                loss = fn(x)
+                loss.backward()
+            got = [loss.detach().numpy(), x.grad.numpy()]
+        else:
+            g = dg.Graph("huge_bound")
+            with g:
+                xv = dg.placeholder("x", (2,), "float64")
+                loss = dg.sum(_geometric(xv, 3, bound) ** 2)
+                gx, = dg.grad(loss, [xv])
+            exe = g.compile(outputs=[loss, gx], passes=mode)
+            got = [exe(x=x0) for _ in range(2)][-1]
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    np.testing.assert_allclose(got[0], np.sum((x0 * 1.5 ** 3) ** 2), rtol=1e-12)
+    np.testing.assert_allclose(got[1], 2 * x0 * 1.5 ** 6, rtol=1e-12)
+    assert peak < 32 * 2**20, f"{mode}: {peak} bytes traced for a 3-trip loop"
+
+
+@pytest.mark.parametrize("mode", ["eager", "O0", "O2"])
+@pytest.mark.parametrize("trips", [0, 1, 5, 37])
+def test_saved_rows_are_the_carries_entering_each_trip_however_many(mode, trips):
+    """The saved rows grow by doubling across many trips (37 crosses six doublings) and hold
+    the carry entering each trip, T rows exactly (none for a loop that made no trip)."""
+    x0 = np.array([1.0, -2.0])
+    want_h = x0 * 1.5 ** np.arange(trips)[:, None]
+    if mode == "eager":
+        x = dg.tensor(x0, requires_grad=True)
+        h = _geometric(x, trips, 1000)
+        node = h.grad_fn
+        assert node.attrs["save"] is True
+        saved = [o.detach().numpy() for o in node.outputs[2:]]
+    else:
+        g = dg.Graph("rows")
+        with g:
+            xv = dg.placeholder("x", (2,), "float64")
+            h = _geometric(xv, trips, 1000)
+            dg.grad(dg.sum(h), [xv])
+        fwd = next(n for n in g.nodes if n.op is while_op)
+        exe = g.compile(outputs=fwd.outputs[2:], passes=mode)
+        saved = exe(x=x0)
+        if mode == "O2":         # left to the kernel, never given arena bytes
+            plan = exe.memory_plan
+            assert sorted(v.shape for v in plan.dynamic) == [(RUNTIME_DIM,), (RUNTIME_DIM, 2)]
+            assert all(plan.storage(v) == ("kernel", None) for v in plan.dynamic)
+    count, rows_i, rows_h = saved
+    assert int(count) == trips
+    np.testing.assert_array_equal(rows_i, np.arange(trips))
+    np.testing.assert_allclose(rows_h, want_h, rtol=1e-15)
+    assert rows_h.shape == (trips, 2) and rows_i.dtype == np.int64
+
+
+def test_grown_doubles_the_capacity_only_when_full():
+    rows = np.empty((0, 3))
+    capacities = []
+    for t in range(9):
+        rows = control._grown(np, rows, t)
+        rows[t] = t
+        capacities.append(rows.shape[0])
+    assert capacities == [1, 2, 4, 4, 8, 8, 8, 8, 16]
+    np.testing.assert_array_equal(rows[:9, 0], np.arange(9.0))
+
+
+def test_a_placeholder_may_not_use_the_run_time_dim():
+    with dg.Graph("bad"):
+        with pytest.raises(ValueError, match=r"placeholder 'x'.*reserved.*while_loop"):
+            dg.placeholder("x", (RUNTIME_DIM, 2))
 
 
 # -- 3. scan: the gradient reads the saved carries -----------------------------------------------
