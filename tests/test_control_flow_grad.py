@@ -3,6 +3,8 @@ dg.record); a bounded while_loop's gradient runs only the trips the forward made
 gradient reads the carries its forward saved instead of running the loop again; region
 type checks; the op-table samples of the four ops under dg.compile. References are numpy
 loops, finite differences and the same computation unrolled."""
+import traceback
+
 import numpy as np
 import pytest
 
@@ -339,6 +341,88 @@ def test_a_placeholder_may_not_use_the_run_time_dim():
     with dg.Graph("bad"):
         with pytest.raises(ValueError, match=r"placeholder 'x'.*reserved.*while_loop"):
             dg.placeholder("x", (RUNTIME_DIM, 2))
+
+
+# -- 2b. an exception from a loop body keeps its type ----------------------------------------------
+class _Boom(Exception):
+    """A user's exception type, not one duograph knows."""
+
+
+def _failing(fail_at, exc):
+    """A body that raises ``exc`` on its ``fail_at``-th eager call (the trace is not one)."""
+    calls = [0]
+
+    def body(s):
+        i, h = s
+        if isinstance(h, dg.Tensor):
+            calls[0] += 1
+            if calls[0] == fail_at:
+                raise exc(f"user error on call {calls[0]}")
+        return i + 1, h * 2.0
+    return body
+
+
+@pytest.mark.parametrize("grad", [False, True])
+@pytest.mark.parametrize("exc", [ValueError, KeyError, _Boom, dg.ShapeError])
+@pytest.mark.parametrize("fail_at", [1, 3])
+def test_an_exception_from_a_while_body_keeps_its_type_on_every_trip(fail_at, exc, grad):
+    """Issue 23: a body's exception kept its type on trip 1 but became a KernelError on trip
+    3. PyTorch runs the Python as it is: the user's exception comes out, on every trip."""
+    x = dg.tensor(np.ones(2), requires_grad=grad)
+    with pytest.raises(exc, match="user error on call") as info:
+        dg.while_loop(lambda s: s[0] < 5, _failing(fail_at, exc),
+                      (dg.tensor(np.array(0)), x), max_iterations=10 if grad else None)
+    assert not isinstance(info.value, dg.KernelError) or exc is dg.KernelError
+    notes = getattr(info.value, "__notes__", None)
+    if notes is not None:                            # Python 3.11+: where it happened
+        assert any("body_fn" in n and f"on trip {fail_at}" in n for n in notes), notes
+    # the user's own line is in the traceback
+    assert any(t.name == "body" for t in traceback.extract_tb(info.value.__traceback__))
+
+
+def test_exceptions_from_cond_fn_scan_fori_and_cond_bodies_keep_their_types():
+    calls = [0]
+
+    def cond_fn(s):
+        if isinstance(s, dg.Tensor):
+            calls[0] += 1
+            if calls[0] == 3:
+                raise LookupError("cond_fn says no")
+        return dg.sum(s) < 100.0
+    with pytest.raises(LookupError, match="cond_fn says no"):
+        dg.while_loop(cond_fn, lambda s: s * 2.0, dg.tensor(np.ones(2)))
+
+    def step(c, x):
+        if isinstance(c, dg.Tensor) and float(x.sum()) > 2.5:
+            raise ZeroDivisionError("step 3")
+        return c + x, c
+    xs = dg.tensor(np.arange(8.0).reshape(4, 2) / 2)
+    with pytest.raises(ZeroDivisionError, match="step 3"):
+        dg.scan(step, dg.tensor(np.zeros(2)), xs)
+
+    def fbody(i, v):
+        if isinstance(v, dg.Tensor) and int(i) == 2:
+            raise _Boom("fori trip 2")
+        return v + 1.0
+    with pytest.raises(_Boom, match="fori trip 2"):
+        dg.fori_loop(0, 4, fbody, dg.tensor(np.zeros(2)))
+
+    def branch(v):
+        if isinstance(v, dg.Tensor):
+            raise TypeError("eager branch")
+        return v * 2.0
+    with pytest.raises(TypeError, match="eager branch"):
+        dg.cond(dg.tensor(np.array(True)), branch, lambda v: v, dg.tensor(np.ones(2)))
+
+
+def test_an_exception_from_a_compiled_while_body_keeps_its_type():
+    body = _failing(2, _Boom)
+
+    @dg.compile
+    def f(x):
+        return dg.while_loop(lambda s: s[0] < 5, body, (dg.tensor(np.array(0)), x))[1]
+    with pytest.raises(_Boom, match="user error on call 2"):
+        f(dg.tensor(np.ones(2)))
 
 
 # -- 3. scan: the gradient reads the saved carries -----------------------------------------------

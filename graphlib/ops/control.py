@@ -23,7 +23,7 @@ import numpy as np
 from .. import dtypes
 from ..attrs import Attr, Attrs
 from ..autodiff import composite_vjp
-from ..errors import GraphError, ShapeError, located
+from ..errors import DuographError, GraphError, ShapeError, located
 from ..ir import Graph, Region, Value
 from ..registry import OpDef, register
 from ..types import RUNTIME_DIM, TensorType
@@ -433,17 +433,46 @@ class _internal:
         _pending.internal -= 1
 
 
+class _UserError(DuographError):
+    """What a user's function raised while an eager loop or branch ran it, carried through
+    the kernel call (which reports any other exception as a KernelError) to ``_apply_with``,
+    which raises it again as it was: a ValueError from a body is a ValueError on every trip,
+    as when PyTorch runs the same Python."""
+
+    def __init__(self, error: Exception):
+        super().__init__(str(error))
+        self.error = error
+
+
+def _run_user(fn, args, what: str, role: str, when: str = ""):
+    """``fn(*args)``, a user's function run eagerly by ``what`` (while_loop, scan, cond);
+    an exception it raises leaves the kernel untouched (see ``_UserError``), with a note
+    naming the function and ``when`` (the trip)."""
+    try:
+        return fn(*args)
+    except _UserError:
+        raise
+    except Exception as e:
+        if hasattr(e, "add_note"):          # Python 3.11+
+            e.add_note(f"(raised by {what}'s {role} {_fn_name(fn)}{when}, run eagerly)")
+        raise _UserError(e) from None
+
+
 def _apply_with(op, operands, attrs, compute):
     """``op(*operands, **attrs)``; with ``compute`` (an eager call) the kernel returns
     ``compute(xp, arrays)`` instead of running the regions (not for the loops a gradient
-    rule builds: ``_internal``)."""
+    rule builds: ``_internal``). An exception from the user's functions is raised as it
+    was (``_UserError``)."""
     if compute is None or getattr(_pending, "internal", 0):
         return op(*operands, **attrs)
     _pending.compute = compute
     try:
         return op(*operands, **attrs)
+    except _UserError as wrapped:
+        error = wrapped.error
     finally:
         _pending.compute = None
+    raise error            # (outside the handler: not chained to the carrier)
 
 
 def _take_compute():
@@ -586,9 +615,10 @@ def cond(pred, true_fn: Callable, false_fn: Callable, *operands):
         def compute(xp, p, arrays):
             fn, body = (true_fn, tb) if bool(p) else (false_fn, fb)
             args = tree_unflatten(in_def, [_eager.tensor(a) for a in arrays[:len(leaves)]])
+            role = "true_fn" if fn is true_fn else "false_fn"
             with _eager.paused():
-                res = _eager_leaves("cond", fn, fn(*args), body.out_def, body.out_types,
-                                    "the result")
+                res = _eager_leaves("cond", fn, _run_user(fn, args, "cond", role),
+                                    body.out_def, body.out_types, "the result")
             return tuple(_eager.array(x) for x in res)
     res = _apply_with(cond_op, (pred, *leaves, *outer),
                       {"true_branch": Region(tb.graph), "false_branch": Region(fb.graph)},
@@ -981,8 +1011,8 @@ def scan(fn: Callable, init, xs=None, length=None, reverse: bool = False,
 
         def compute(xp, carry, xs, stride, _y_types):
             def step(c, t):
-                out = fn(tree_unflatten(c_def, c),
-                         tree_unflatten(x_def, [_eager.tensor(x[t, ...]) for x in xs]))
+                out = _run_user(fn, (tree_unflatten(c_def, c), tree_unflatten(
+                    x_def, [_eager.tensor(x[t, ...]) for x in xs])), "scan", "f", f" at step {t}")
                 leaves, got = tree_flatten(out)
                 if got[0] not in ("tuple", "list") or len(got[1]) != 2:
                     raise GraphError(located(
@@ -1240,14 +1270,19 @@ def while_loop(cond_fn: Callable, body_fn: Callable, init, max_iterations=None):
             attrs["save"] = True
 
         def compute(xp, carry, bound, save):
+            trip = [0]                      # the trip running (0: the first test)
+
             def test(c):
-                p = _eager_leaves("while_loop", cond_fn, cond_fn(tree_unflatten(c_def, c)),
-                                  cb.out_def, cb.out_types, "the predicate")[0]
-                return p
+                got = _run_user(cond_fn, (tree_unflatten(c_def, c),), "while_loop",
+                                "cond_fn", f" before trip {trip[0] + 1}")
+                return _eager_leaves("while_loop", cond_fn, got, cb.out_def, cb.out_types,
+                                     "the predicate")[0]
 
             def step(c):
-                return _eager_leaves("while_loop", body_fn, body_fn(tree_unflatten(c_def, c)),
-                                     c_def, types, "the carry")
+                trip[0] += 1
+                got = _run_user(body_fn, (tree_unflatten(c_def, c),), "while_loop",
+                                "body_fn", f" on trip {trip[0]}")
+                return _eager_leaves("while_loop", body_fn, got, c_def, types, "the carry")
             with _eager.paused():
                 return _while_run(xp, test, step, _eager.array,
                                   [_eager.tensor(a) for a in carry], bound, save)
