@@ -293,6 +293,49 @@ def test_a_huge_bound_costs_nothing_the_saved_rows_grow_with_the_trips(mode):
     assert peak < 32 * 2**20, f"{mode}: {peak} bytes traced for a 3-trip loop"
 
 
+def _while_in_scan(w, xs, h0, bound):
+    """A bounded while_loop of 3 trips inside each step of a scan."""
+    def step(h, x):
+        def body(s):
+            return s[0] + 1, dg.tanh(dg.matmul(w, s[1]) + x)
+        zero = dg.zeros((), dtype="int64") if isinstance(w, dg.Value) else dg.tensor(np.array(0))
+        _, v = dg.while_loop(lambda s: s[0] < 3, body, (zero, h), max_iterations=bound)
+        return v, dg.sum(v)
+    return dg.scan(step, h0, xs)[1]
+
+
+def test_a_huge_bound_inside_a_scan_differentiates_twice_in_every_mode():
+    """The saved rows, of a size known only at run time, flow through a scan's reverse loop
+    and a second-order gradient, interpreted and planned, as eagerly."""
+    w0 = RNG.standard_normal((2, 2)) * 0.5
+    xs0, h00 = RNG.standard_normal((4, 2)), RNG.standard_normal(2)
+    w = dg.tensor(w0, requires_grad=True)
+    ys = _while_in_scan(w, dg.tensor(xs0), dg.tensor(h00), 10**12)
+    gw, = dg.autograd.grad(ys.sum(), [w], create_graph=True)
+    hw, = dg.autograd.grad((gw * gw).sum(), [w])
+    want = [gw.detach().numpy(), hw.numpy()]
+
+    def loss_np(v):
+        h, total = h00, 0.0
+        for x in xs0:
+            for _ in range(3):
+                h = np.tanh(v @ h + x)
+            total += h.sum()
+        return total
+    np.testing.assert_allclose(want[0], _fd(loss_np, w0), rtol=1e-6, atol=1e-9)
+    g = dg.Graph("while_in_scan")
+    with g:
+        wv = dg.placeholder("w", (2, 2), "float64")
+        ys = _while_in_scan(wv, dg.placeholder("xs", (4, 2), "float64"),
+                            dg.placeholder("h0", (2,), "float64"), 10**12)
+        gwv, = dg.grad(dg.sum(ys), [wv])
+        hwv, = dg.grad(dg.sum(gwv * gwv), [wv])
+    for level in ("O0", "O1", "O2"):
+        got = g.compile(outputs=[gwv, hwv], passes=level)(w=w0, xs=xs0, h0=h00)
+        for a, b in zip(got, want):
+            np.testing.assert_allclose(a, b, rtol=1e-11, atol=1e-13)
+
+
 @pytest.mark.parametrize("mode", ["eager", "O0", "O2"])
 @pytest.mark.parametrize("trips", [0, 1, 5, 37])
 def test_saved_rows_are_the_carries_entering_each_trip_however_many(mode, trips):
