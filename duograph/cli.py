@@ -40,6 +40,32 @@ def _parse_dims(items: Sequence[str]) -> Dict[str, int]:
     return dims
 
 
+def _output_file(path: Optional[str], flag: str) -> None:
+    """Refuse, before any work, a file path the command could not write: its directory is
+    missing (or is a file), or the path is a directory."""
+    if path is None:
+        return
+    if os.path.isdir(path):
+        raise CommandError(f"{flag} {path}: is a directory; give a file path inside it")
+    _parent_directory(path, flag)
+
+
+def _output_directory(path: Optional[str], flag: str) -> None:
+    """Refuse a directory path that exists as a file (a missing one is created)."""
+    if path is not None and os.path.exists(path) and not os.path.isdir(path):
+        raise CommandError(f"{flag} {path}: is a file, not a directory")
+
+
+def _parent_directory(path: str, flag: str) -> None:
+    parent = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(parent):
+        return
+    shown = os.path.dirname(path) or parent
+    if os.path.exists(parent):
+        raise CommandError(f"{flag} {path}: {shown} is a file, not a directory")
+    raise CommandError(f"{flag} {path}: the directory {shown} does not exist; create it first")
+
+
 def load_any(path: str):
     """A Graph from a saved graph, a JSON document, or an ONNX model."""
     import duograph as dg
@@ -225,7 +251,8 @@ def compare_command(args) -> str:
     if any(m.startswith("torch") or m == "jax" for m in modes) and case is None:
         raise CommandError("--modes torch, torch.compile and jax need a bundled model "
                            "(--model NAME)")
-    cmp = compare(spec["model"], spec["inputs"], targets=spec.get("targets") or (),
+    targets = spec.get("targets")     # (``or ()`` would ask a tensor for its truth value)
+    cmp = compare(spec["model"], spec["inputs"], targets=() if targets is None else targets,
                   loss=spec.get("loss"), optimizer=spec.get("optimizer"), modes=modes,
                   steps=args.steps, repeats=args.repeats, case=case, progress=True)
     lines = [cmp.table()]
@@ -309,14 +336,22 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     import duograph as dg
     try:
         if args.command == "inspect":
+            _output_file(args.svg, "--svg")
             graph = load_any(args.file)
             print(inspect_graph(graph, _parse_dims(args.dim), not args.no_ir, args.svg))
         elif args.command == "compare":
+            _output_file(args.json, "--json")
+            _output_directory(args.report, "--report")
             print(compare_command(args))
         else:
+            _output_file(args.output, "-o")
             print(f"wrote {export(args.target, args.to, args.output, args.input)}")
     except (CommandError, dg.DuographError, ValueError, TypeError) as e:
         print(f"duograph {args.command}: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:          # a file the command reads or writes: one line, no traceback
+        where = f": {e.filename}" if e.filename else ""
+        print(f"duograph {args.command}: {e.strerror or e}{where}", file=sys.stderr)
         return 2
     return 0
 

@@ -35,12 +35,13 @@ by argument, global or attribute with the line that read it (``RecompileReason``
 ``dg.config.compile_cache_limit`` recordings (or ``cache_limit``) a call that matches no
 specialisation runs ``fn`` eagerly, with one warning: never a stale answer. A function whose
 recorded run did what its graph cannot hold (assigned a tensor's ``.grad``: ``backward()``,
-``zero_grad()``; wrote tensor data outside recorded ops: an optimizer's ``step()``) runs
-eagerly from then on, warned once. Calls from several threads are serialised per compiled
-function, so a shape is recorded once. Not guarded: arrays over 4096 elements changed in
+``zero_grad()``; wrote tensor data outside recorded ops: an optimizer's ``step()``; drew
+random numbers outside duograph's random ops: ``random.random()``, ``np.random.rand()``, a
+numpy ``Generator`` it reaches, which a replay would repeat as recorded: ``pyrandom.py``)
+runs eagerly from then on, warned once. Calls from several threads are serialised per
+compiled function, so a shape is recorded once. Not guarded: arrays over 4096 elements changed in
 place (identity only), values only reached by names built at run time (``getattr(o, name)``
-with a computed name) outside modules and library objects, and Python-level randomness
-(``random.random()`` is recorded as a constant).
+with a computed name) outside modules and library objects.
 """
 from __future__ import annotations
 
@@ -66,6 +67,7 @@ from .creation import draw_seed
 from .guards import (_TENSOR_PROPERTIES, Change, DecisionTracer, Guard, GuardBuilder,
                      RecompileReason, _show, _show_pair, compile_checker, failed_changes,
                      first_failure, same_decision, typed_key)
+from .pyrandom import RandomWatch, reachable_objects
 from .record import Recorder
 from .tensors import EagerNode, Tensor
 
@@ -406,9 +408,12 @@ class CompiledFunction:
                        {n: t for t, n in ((t, names[t]) for t in leaves)}, bind=True)
         watched = {id(t._version): (t, t._version[0]) for t in builder.tensors + leaves}
         grads = [(t, t.grad) for t in builder.tensors + leaves]
-        with rec, _Tracer(rec) as tracer:
+        with rec, _Tracer(rec) as tracer, RandomWatch(reachable_objects(builder)) as draws:
             result = self.fn(*args, **kwargs)
         problem = _unreplayable(rec, watched, grads)
+        if problem is None and draws.found is not None:
+            problem = (f"draws random numbers outside duograph's random ops ({draws.found}; "
+                       "dg.rand, dg.randn and dropout draw fresh numbers on every replay)")
         if problem is not None:
             self._eager_only = problem
             warnings.warn(f"dg.compile: {self.__name__!r} {problem}; a replay could not repeat "

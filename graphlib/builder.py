@@ -6,7 +6,7 @@ from typing import Optional
 from . import dtypes
 from .errors import GraphError, located
 from .ir import Graph, Value, current_graph
-from .types import TensorType
+from .types import RUNTIME_DIM, TensorType, has_runtime_dim
 
 
 def _graph(name: str, what: str) -> Graph:
@@ -21,7 +21,12 @@ def placeholder(name: str, shape=(), dtype="float32") -> Value:
     """A named graph input of the given shape (ints or symbol names) and dtype."""
     graph = _graph(name, "placeholder")
     try:
-        return graph.add_input(name, TensorType(shape, dtype))
+        t = TensorType(shape, dtype)
+        if has_runtime_dim(t.shape):
+            raise ValueError(f"the symbol {RUNTIME_DIM!r} in shape {shape!r} is reserved for "
+                             "sizes only known at run time (a while_loop's saved trips); "
+                             "name the dim otherwise")
+        return graph.add_input(name, t)
     except (TypeError, ValueError, GraphError) as e:
         raise type(e)(located(f"placeholder {name!r}: {e}")) from None
 

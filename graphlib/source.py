@@ -48,6 +48,11 @@ def _is_internal(filename: str) -> bool:
     return filename.startswith(_PACKAGE_DIRS)
 
 
+def is_duograph_file(filename: str) -> bool:
+    """Whether ``filename`` is one of duograph's own modules (not the user's code)."""
+    return _is_internal(filename)
+
+
 def user_source(skip: int = 1) -> Optional[SourceLocation]:
     """The innermost frame outside duograph (None when there is none)."""
     frame = sys._getframe(skip)

@@ -44,6 +44,18 @@ def is_static(shape: Shape) -> bool:
     return all(isinstance(d, int) for d in shape)
 
 
+# A dim that only its kernel knows, at run time (PyTorch's "unbacked" sizes): the rows a
+# bounded while_loop saves for its gradient, one per trip it made. No feed binds it (a
+# placeholder may not use the name), shape checks skip it, and the memory planner leaves a
+# value with it to its kernel, which allocates it at run time.
+RUNTIME_DIM = "_trips"
+
+
+def has_runtime_dim(shape: Shape) -> bool:
+    """Whether ``shape`` has a dim only known at run time (``RUNTIME_DIM``)."""
+    return any(isinstance(d, str) and RUNTIME_DIM in dim_symbols(d) for d in shape)
+
+
 def format_shape(shape: Shape) -> str:
     return "[" + ",".join(str(d) for d in shape) + "]"
 

@@ -38,6 +38,9 @@ reuses the bytes. Where each node output lives (``plan.storage(value)``), the co
   executor then skips the copy-back.
 - ``"external"``: outputs of ops with the ``external`` trait (``constant``), prepared once
   outside the arena and never written.
+- ``"kernel"``: values whose size only their kernel knows, at run time (a dim
+  ``RUNTIME_DIM``: the rows a bounded while_loop saves, one per trip); the kernel allocates
+  them each run, as the interpreter does (``plan.dynamic``).
 
 Graph inputs (placeholders) and state are fed or bound buffers, never in the arena. Outputs
 and state updates stay intact to the end of the run: the index ``len(plan.order)`` stands for
@@ -65,7 +68,7 @@ from ..graphlib.errors import GraphError
 from ..graphlib.ir import Graph, Node, Value
 from ..graphlib.printer import graph_namer
 from ..graphlib.registry import may_view_input
-from ..graphlib.types import dim_symbols, eval_dim
+from ..graphlib.types import dim_symbols, eval_dim, has_runtime_dim
 
 # The hill climb of assign_offsets stops after this much work (buffers + conflicts visited).
 SEARCH_WORK = 1_000_000
@@ -153,6 +156,7 @@ class Liveness:
     aliases: Dict[Value, Value] = field(default_factory=dict)
     state_new: Dict[Value, Value] = field(default_factory=dict)   # new -> state
     buffer: Dict[Value, Value] = field(default_factory=dict)
+    dynamic: Set[Value] = field(default_factory=set)     # sized at run time: no arena bytes
 
     def source(self, key: Value) -> Value:
         """The first non-view value a view chain starting at ``key`` reads."""
@@ -201,6 +205,10 @@ def analyse(graph: Graph, nodes: Optional[Sequence[Node]] = None,
             key = o
             live.define[key] = i
             live.last.setdefault(key, i)        # an unread output dies where it is made
+            if has_runtime_dim(o.shape) and default_dim is None:
+                live.dynamic.add(key)           # its kernel allocates it, each run
+                live.sizes[key] = 0
+                continue
             live.sizes[key] = value_nbytes(o, shapes, names.get(key, ""), default_dim)
             if view:
                 live.views[key] = node.inputs[0]
@@ -222,7 +230,8 @@ def analyse(graph: Graph, nodes: Optional[Sequence[Node]] = None,
         taken = _inplace_sources(live, node, i) if inplace else {}
         for k, o in enumerate(node.outputs):
             key = o
-            if key in live.views or key in live.external or key in live.state_new:
+            if (key in live.views or key in live.external or key in live.state_new
+                    or key in live.dynamic):
                 continue
             src = taken.get(k)
             if src is not None:
@@ -239,7 +248,7 @@ def _inplace_updates(live: Liveness, updates: Iterable[Tuple[Value, Value]]) -> 
     for state, new in updates:
         key = new
         if (key not in live.define or key in live.views or key in live.external
-                or key in out_ids or key in live.state_new):
+                or key in out_ids or key in live.state_new or key in live.dynamic):
             continue
         at = live.define[key]
         read = live.keep.get(state, -1)
@@ -270,7 +279,7 @@ def _inplace_sources(live: Liveness, node: Node, at: int) -> Dict[int, Value]:
             continue
         out, x = node.outputs[k], node.inputs[j]
         key = x
-        if (out in live.roots or out in live.state_new   # outputs keep their own
+        if (out in live.roots or out in live.state_new or out in live.dynamic  # own bytes
                 or key in used or key not in live.buffer or key in live.roots
                 or live.keep[key] != at or x.dtype != out.dtype
                 or live.sizes[key] != live.sizes[out]
@@ -305,6 +314,7 @@ class MemoryPlan:
     shapes: Dict[str, int]
     names: Dict[Value, str]                     # printed names (``%12``) for messages
     strategy: str = "greedy-by-size"
+    dynamic: Set[Value] = field(default_factory=set)     # sized at run time by their kernel
 
     def name(self, value: Value) -> str:
         return self.names.get(value) or repr(value)
@@ -315,11 +325,14 @@ class MemoryPlan:
 
     def storage(self, value: Value) -> Tuple[str, object]:
         """How the executor holds one value: ``("arena", offset)``, ``("view", source
-        Value)``, ``("state", state Value)``, ``("external", None)`` for constants, or
-        ``("input", None)`` for placeholders and state."""
+        Value)``, ``("state", state Value)``, ``("external", None)`` for constants,
+        ``("kernel", None)`` for values sized at run time, or ``("input", None)`` for
+        placeholders and state."""
         key = value
         if key in self.offsets:
             return "arena", self.offsets[key]
+        if key in self.dynamic:
+            return "kernel", None
         if key in self.views:
             return "view", self.views[key]
         for state, new in self.inplace_updates:
@@ -471,7 +484,7 @@ def plan_memory(graph: Graph, shapes: Optional[Mapping[str, int]] = None,
     buffer_offsets, arena, strategy = assign_offsets(live.buffers(alignment),
                                                      max(profile, default=0), search_steps)
     no_reuse = sum(align(live.sizes[k], alignment) for k in live.sizes
-                   if k not in live.views and k not in live.external)
+                   if k not in live.views and k not in live.external and k not in live.dynamic)
     intervals = {k: (live.define[k], live.keep[k]) for k in live.define}
     return MemoryPlan(
         order=live.order, outputs=list(live.outputs),
@@ -481,7 +494,8 @@ def plan_memory(graph: Graph, shapes: Optional[Mapping[str, int]] = None,
         inplace_updates=[(state, k) for k, state in live.state_new.items()],
         external=[k for k in live.external if k in live.define],
         arena_bytes=arena, lower_bound_bytes=max(profile, default=0), no_reuse_bytes=no_reuse,
-        alignment=alignment, shapes=shapes, names=printed_names(graph), strategy=strategy)
+        alignment=alignment, shapes=shapes, names=printed_names(graph), strategy=strategy,
+        dynamic={k for k in live.dynamic if k in live.define})
 
 
 def peak_live_bytes(graph: Graph, nodes: Optional[Sequence[Node]] = None,
@@ -548,12 +562,16 @@ def verify_plan(graph: Graph, plan: MemoryPlan) -> None:
         return key
 
     state_new = {new: state for state, new in plan.inplace_updates}
+    dynamic = set(plan.dynamic)
     for key in define:
         homes = [key in plan.offsets, key in plan.views, key in state_new,
-                 key.node.op.external and key not in plan.offsets]
+                 key.node.op.external and key not in plan.offsets, key in dynamic]
         if sum(homes) != 1:
-            fail(f"{nm(key)} ({key.type!r}) must have exactly one storage (arena, view, state or "
-                 f"constant); it has {sum(homes)}")
+            fail(f"{nm(key)} ({key.type!r}) must have exactly one storage (arena, view, state, "
+                 f"constant or its kernel); it has {sum(homes)}")
+        if (key in dynamic) != has_runtime_dim(key.shape):
+            fail(f"{nm(key)} ({key.type!r}) is left to its kernel only when its size is known "
+                 "at run time alone")
     for key, off in plan.offsets.items():
         nbytes = plan.sizes[key]
         if off % plan.alignment:

@@ -40,7 +40,7 @@ from ..graphlib.errors import FeedError, GraphError, KernelError, kernel_error
 from ..graphlib.ir import Graph, Value
 from ..graphlib.kernels import direct_kernel, run_kernel, state_written
 from ..graphlib.registry import may_view_input
-from ..graphlib.types import dim_symbols, format_shape, solve_dim
+from ..graphlib.types import RUNTIME_DIM, dim_symbols, format_shape, solve_dim
 from . import fperr
 from .backend import Backend
 from .backends import get_backend
@@ -138,8 +138,9 @@ class Executable:
         # planner(graph, shapes=..., nodes=..., outputs=...) -> a memory plan; None: interpret
         self.planner = planner
         # the symbolic dims the feeds bind: a plan is made per tuple of their sizes
+        # (not RUNTIME_DIM: a loop body's feed may hold a saved loop's rows, of any number)
         self.symbols = tuple(sorted({s for v, _ in self.feeds for d in v.shape
-                                     for s in dim_symbols(d)}))
+                                     for s in dim_symbols(d) if s != RUNTIME_DIM}))
         # feeds of fully static types, checked by one loop of exact comparisons
         self._static_feeds = None
         if not self.symbols and len(self.feeds) == len(self.feed_names):
@@ -308,6 +309,8 @@ class Executable:
             if ok:
                 for d, w in zip(shape, want):
                     if isinstance(w, str):
+                        if RUNTIME_DIM in dim_symbols(w):
+                            continue              # any size: never bound, never planned
                         if w in bindings:
                             if bindings[w] != d:
                                 self._feed_conflict(v, shape, w, bindings, origin)

@@ -98,7 +98,9 @@ def test_before_after_runs_both_checkouts_alternately():
 @pytest.mark.parametrize("timer", ["wall", "cpu"])
 def test_eager_overhead_measures_both_frameworks_alike(tmp_path, timer):
     """Every mode is timed for duograph and PyTorch (the same closures), printed as a row
-    with the dg/torch ratio; the JSON names the clock."""
+    with the dg/torch ratio; the JSON names the clock. Without PyTorch (the README's test
+    command on a fresh machine) the benchmark times duograph alone and prints "-" for it."""
+    with_torch = importlib.util.find_spec("torch") is not None     # (the benchmark's view)
     out = tmp_path / "eager.json"
     proc = run_benchmark("eager_overhead.py", "--ops", "4", "--repeat", "1", "--number", "2",
                          "--timer", timer, "--json", str(out))
@@ -107,10 +109,14 @@ def test_eager_overhead_measures_both_frameworks_alike(tmp_path, timer):
     assert r["timer"] == timer
     modes = ("fwd", "fwd_ctx", "fwd_grad", "fwd_bwd")
     for mode in modes:
-        assert r[f"duograph_{mode}"] > 0 and r[f"torch_{mode}"] > 0
+        assert r[f"duograph_{mode}"] > 0
+        assert (r[f"torch_{mode}"] > 0) if with_torch else f"torch_{mode}" not in r
     rows = {ln.split()[0]: ln.split()[1:] for ln in proc.stdout.splitlines()[2:6]}
     assert set(rows) == set(modes)
     for dg_us, torch_us, _numpy, ratio, _ in rows.values():
+        if not with_torch:
+            assert float(dg_us) > 0 and torch_us == ratio == "-"
+            continue
         want = float(dg_us) / float(torch_us)       # (from figures rounded to 0.01 us)
         assert abs(float(ratio) - want) < 0.05 * want + 0.02
 

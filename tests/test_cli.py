@@ -170,3 +170,95 @@ def test_help_everywhere(sub, capsys):
     out = capsys.readouterr().out
     assert out.startswith("usage: duograph")
     assert {"": "inspect", "inspect": "--dim", "export": "--to"}[" ".join(sub)] in out
+
+
+# -- issue 23: targets given as a tensor; output paths that cannot be written ---------------------
+_BUILD = """
+import duograph as dg
+from duograph import nn
+
+def _parts():
+    dg.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2))
+    return model, dg.randn(8, 3), dg.tensor([0, 1] * 4)
+
+def as_tuple():
+    model, x, y = _parts()
+    return model, x, y, nn.functional.cross_entropy, lambda ps: dg.optim.SGD(ps, lr=0.1)
+
+def as_dict():
+    model, x, y = _parts()
+    return dict(model=model, inputs=x, targets=y, loss=nn.functional.cross_entropy,
+                optimizer=lambda ps: dg.optim.SGD(ps, lr=0.1))
+"""
+
+
+@pytest.mark.parametrize("build", ["as_tuple", "as_dict"])
+def test_compare_takes_targets_returned_as_a_tensor(tmp_path, capsys, build):
+    """``build()`` returning its targets as one tensor crashed (``targets or ()`` asked the
+    tensor for its truth value); it is compared as the one target it is."""
+    script = tmp_path / "mine.py"
+    script.write_text(_BUILD)
+    assert main(["compare", f"{script}:{build}", "--modes", "eager,O1", "--steps", "2",
+                 "--repeats", "1", "--json", str(tmp_path / "c.json")]) == 0, \
+        capsys.readouterr().err
+    out = capsys.readouterr().out
+    assert "Sequential: training step" in out and "O1" in out
+    import json
+    report = json.loads((tmp_path / "c.json").read_text())
+    losses = [report["modes"][m]["losses"] for m in ("eager", "O1")]
+    assert len(losses[0]) == 2 and np.allclose(losses[0], losses[1])
+    assert np.isfinite(losses[0]).all()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["export", "{script}:net", "--to", "onnx", "-o", "{missing}/x.onnx"],
+     "-o {missing}/x.onnx: the directory {missing} does not exist; create it first"),
+    (["export", "{script}:net", "--to", "json", "-o", "{missing}/x.dg"],
+     "the directory {missing} does not exist"),
+    (["export", "{script}:net", "--to", "json", "-o", "{missing}/x.json"],
+     "the directory {missing} does not exist"),
+    (["export", "{script}:net", "--to", "json", "-o", "{tmp}"], "is a directory"),
+    (["export", "{script}:net", "--to", "json", "-o", "{script}/x.dg"],
+     "{script} is a file, not a directory"),
+    (["inspect", "{graph}", "--svg", "{missing}/g.svg"], "the directory {missing} does not"),
+    (["compare", "--model", "mlp", "--json", "{missing}/m.json"],
+     "--json {missing}/m.json: the directory {missing} does not exist"),
+    (["compare", "--model", "mlp", "--report", "{script}"], "is a file, not a directory"),
+])
+def test_output_paths_that_cannot_be_written_are_one_line_errors(tmp_path, capsys, args,
+                                                                  message):
+    """``export -o missing_dir/x.onnx`` printed a raw FileNotFoundError traceback: every
+    output path is checked before any work, with one line naming the directory, exit 2."""
+    script = tmp_path / "model.py"
+    script.write_text("import duograph as dg\nfrom duograph import nn\nnet = nn.Linear(4, 5)\n")
+    _step_file(tmp_path / "g.dg")
+    subs = {"{script}": str(script), "{missing}": str(tmp_path / "missing_dir"),
+            "{tmp}": str(tmp_path), "{graph}": str(tmp_path / "g.dg")}
+
+    def fill(text):
+        for k, v in subs.items():
+            text = text.replace(k, v)
+        return text
+    args = [fill(a) for a in args] + (["--input", "x=N,4"] if args[0] == "export" else [])
+    assert main(args) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""                 # nothing ran (compare prints a table)
+    err = captured.err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert err.startswith(f"duograph {args[0]}: ") and fill(message) in err, err
+    assert not (tmp_path / "missing_dir").exists()
+
+
+def test_an_os_error_while_writing_is_one_line(tmp_path, capsys, monkeypatch):
+    script = tmp_path / "model.py"
+    script.write_text("import duograph as dg\nfrom duograph import nn\nnet = nn.Linear(4, 5)\n")
+    target = str(tmp_path / "x.dg")
+
+    def refuse(graph, path):
+        raise PermissionError(13, "Permission denied", path)
+    monkeypatch.setattr(dg, "save_graph", refuse)
+    assert main(["export", f"{script}:net", "--to", "json", "-o", target,
+                 "--input", "x=N,4"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"duograph export: Permission denied: {target}"

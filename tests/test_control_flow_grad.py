@@ -3,13 +3,15 @@ dg.record); a bounded while_loop's gradient runs only the trips the forward made
 gradient reads the carries its forward saved instead of running the loop again; region
 type checks; the op-table samples of the four ops under dg.compile. References are numpy
 loops, finite differences and the same computation unrolled."""
+import traceback
+
 import numpy as np
 import pytest
 
 import duograph as dg
 from duograph.graphlib.ops import control
 from duograph.graphlib.ops.control import call_op, scan_op, trace_region, while_op
-from duograph.graphlib.types import TensorType
+from duograph.graphlib.types import RUNTIME_DIM, TensorType
 
 from op_samples import BY_NAME, finite_difference, grad_targets, leaves, reference, \
     replace_leaves
@@ -184,7 +186,7 @@ def _while_np(w, x, trips):
     return float(np.sum(h * h))
 
 
-@pytest.mark.parametrize("limit, bound", [(3, 40), (1, 40), (7, 4)])
+@pytest.mark.parametrize("limit, bound", [(3, 40), (1, 40), (7, 4), (3, 10**12)])
 def test_bounded_while_eager_gradient_runs_only_the_trips(monkeypatch, limit, bound):
     trips = min(limit, bound)
     got = []
@@ -211,7 +213,7 @@ def test_bounded_while_eager_gradient_runs_only_the_trips(monkeypatch, limit, bo
 
 
 @pytest.mark.parametrize("level", ["O0", "O2"])
-@pytest.mark.parametrize("limit, bound", [(3, 40), (7, 4)])
+@pytest.mark.parametrize("limit, bound", [(3, 40), (7, 4), (3, 10**12)])
 def test_bounded_while_graph_gradient_saves_the_trip_count(monkeypatch, level, limit, bound):
     trips = min(limit, bound)
     outs = {}
@@ -227,9 +229,13 @@ def test_bounded_while_graph_gradient_saves_the_trip_count(monkeypatch, level, l
         if f == "while":
             fwd = next(n for n in g.nodes if n.op is while_op)
             assert fwd.attrs["save"] and fwd.outputs[2].type == TensorType((), "int64")
-            assert fwd.outputs[3].shape == (bound,) and fwd.outputs[4].shape == (bound, 3)
-            exe = g.compile(outputs=[fwd.outputs[2]], passes=level)
-            assert int(exe(w=W, x=X)[0]) == trips
+            # one saved row per trip made, a size only known at run time (not the bound)
+            assert fwd.outputs[3].shape == (RUNTIME_DIM,)
+            assert fwd.outputs[4].shape == (RUNTIME_DIM, 3)
+            exe = g.compile(outputs=fwd.outputs[2:], passes=level)
+            count, saved_h, saved_x = exe(w=W, x=X)
+            assert int(count) == trips and saved_h.shape == (trips,)
+            assert saved_x.shape == (trips, 3)
         exe = g.compile(outputs=[loss, gw, gx, hw], passes=level)
         counter = _Trips(monkeypatch)
         outs[f] = exe(w=W, x=X)
@@ -242,6 +248,224 @@ def test_bounded_while_graph_gradient_saves_the_trip_count(monkeypatch, level, l
         np.testing.assert_allclose(a, b, rtol=1e-11, atol=1e-13)
     np.testing.assert_allclose(outs["while"][1], _fd(lambda v: _while_np(v, X, trips), W),
                                rtol=1e-6, atol=1e-9)
+
+
+def _geometric(x, limit, bound):
+    """x * 1.5 ** min(limit, bound), as a while_loop of that many trips."""
+    zero = dg.zeros((), dtype="int64") if isinstance(x, dg.Value) else dg.tensor(np.array(0))
+    i, h = dg.while_loop(lambda s: s[0] < limit, lambda s: (s[0] + 1, s[1] * 1.5),
+                         (zero, x), max_iterations=bound)
+    return h
+
+
+@pytest.mark.parametrize("mode", ["eager", "compiled", "O0", "O2"])
+def test_a_huge_bound_costs_nothing_the_saved_rows_grow_with_the_trips(mode):
+    """Issue 23: max_iterations=N with a gradient reserved N rows up front (1e9 asked for
+    7.45 GiB for a 3-trip loop). The rows grow with the trips made: a bound of 10**12
+    (8 TB of rows for a 2-float carry) runs in a few kB, with the unbounded loop's values."""
+    import tracemalloc
+    bound, x0 = 10**12, np.array([1.0, -2.0])
+    tracemalloc.start()
+    try:
+        if mode in ("eager", "compiled"):
+            def f(x):
+                return dg.sum(_geometric(x, 3, bound) ** 2)
+            x = dg.tensor(x0, requires_grad=True)
+            fn = dg.compile(f) if mode == "compiled" else f
+            for _ in range(2):                   # compiled: recorded, then replayed
+                x.grad = None
+                loss = fn(x)
+                loss.backward()
+            got = [loss.detach().numpy(), x.grad.numpy()]
+        else:
+            g = dg.Graph("huge_bound")
+            with g:
+                xv = dg.placeholder("x", (2,), "float64")
+                loss = dg.sum(_geometric(xv, 3, bound) ** 2)
+                gx, = dg.grad(loss, [xv])
+            exe = g.compile(outputs=[loss, gx], passes=mode)
+            got = [exe(x=x0) for _ in range(2)][-1]
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    np.testing.assert_allclose(got[0], np.sum((x0 * 1.5 ** 3) ** 2), rtol=1e-12)
+    np.testing.assert_allclose(got[1], 2 * x0 * 1.5 ** 6, rtol=1e-12)
+    assert peak < 32 * 2**20, f"{mode}: {peak} bytes traced for a 3-trip loop"
+
+
+def _while_in_scan(w, xs, h0, bound):
+    """A bounded while_loop of 3 trips inside each step of a scan."""
+    def step(h, x):
+        def body(s):
+            return s[0] + 1, dg.tanh(dg.matmul(w, s[1]) + x)
+        zero = dg.zeros((), dtype="int64") if isinstance(w, dg.Value) else dg.tensor(np.array(0))
+        _, v = dg.while_loop(lambda s: s[0] < 3, body, (zero, h), max_iterations=bound)
+        return v, dg.sum(v)
+    return dg.scan(step, h0, xs)[1]
+
+
+def test_a_huge_bound_inside_a_scan_differentiates_twice_in_every_mode():
+    """The saved rows, of a size known only at run time, flow through a scan's reverse loop
+    and a second-order gradient, interpreted and planned, as eagerly."""
+    w0 = RNG.standard_normal((2, 2)) * 0.5
+    xs0, h00 = RNG.standard_normal((4, 2)), RNG.standard_normal(2)
+    w = dg.tensor(w0, requires_grad=True)
+    ys = _while_in_scan(w, dg.tensor(xs0), dg.tensor(h00), 10**12)
+    gw, = dg.autograd.grad(ys.sum(), [w], create_graph=True)
+    hw, = dg.autograd.grad((gw * gw).sum(), [w])
+    want = [gw.detach().numpy(), hw.numpy()]
+
+    def loss_np(v):
+        h, total = h00, 0.0
+        for x in xs0:
+            for _ in range(3):
+                h = np.tanh(v @ h + x)
+            total += h.sum()
+        return total
+    np.testing.assert_allclose(want[0], _fd(loss_np, w0), rtol=1e-6, atol=1e-9)
+    g = dg.Graph("while_in_scan")
+    with g:
+        wv = dg.placeholder("w", (2, 2), "float64")
+        ys = _while_in_scan(wv, dg.placeholder("xs", (4, 2), "float64"),
+                            dg.placeholder("h0", (2,), "float64"), 10**12)
+        gwv, = dg.grad(dg.sum(ys), [wv])
+        hwv, = dg.grad(dg.sum(gwv * gwv), [wv])
+    for level in ("O0", "O1", "O2"):
+        got = g.compile(outputs=[gwv, hwv], passes=level)(w=w0, xs=xs0, h0=h00)
+        for a, b in zip(got, want):
+            np.testing.assert_allclose(a, b, rtol=1e-11, atol=1e-13)
+
+
+@pytest.mark.parametrize("mode", ["eager", "O0", "O2"])
+@pytest.mark.parametrize("trips", [0, 1, 5, 37])
+def test_saved_rows_are_the_carries_entering_each_trip_however_many(mode, trips):
+    """The saved rows grow by doubling across many trips (37 crosses six doublings) and hold
+    the carry entering each trip, T rows exactly (none for a loop that made no trip)."""
+    x0 = np.array([1.0, -2.0])
+    want_h = x0 * 1.5 ** np.arange(trips)[:, None]
+    if mode == "eager":
+        x = dg.tensor(x0, requires_grad=True)
+        h = _geometric(x, trips, 1000)
+        node = h.grad_fn
+        assert node.attrs["save"] is True
+        saved = [o.detach().numpy() for o in node.outputs[2:]]
+    else:
+        g = dg.Graph("rows")
+        with g:
+            xv = dg.placeholder("x", (2,), "float64")
+            h = _geometric(xv, trips, 1000)
+            dg.grad(dg.sum(h), [xv])
+        fwd = next(n for n in g.nodes if n.op is while_op)
+        exe = g.compile(outputs=fwd.outputs[2:], passes=mode)
+        saved = exe(x=x0)
+        if mode == "O2":         # left to the kernel, never given arena bytes
+            plan = exe.memory_plan
+            assert sorted(v.shape for v in plan.dynamic) == [(RUNTIME_DIM,), (RUNTIME_DIM, 2)]
+            assert all(plan.storage(v) == ("kernel", None) for v in plan.dynamic)
+    count, rows_i, rows_h = saved
+    assert int(count) == trips
+    np.testing.assert_array_equal(rows_i, np.arange(trips))
+    np.testing.assert_allclose(rows_h, want_h, rtol=1e-15)
+    assert rows_h.shape == (trips, 2) and rows_i.dtype == np.int64
+
+
+def test_grown_doubles_the_capacity_only_when_full():
+    rows = np.empty((0, 3))
+    capacities = []
+    for t in range(9):
+        rows = control._grown(np, rows, t)
+        rows[t] = t
+        capacities.append(rows.shape[0])
+    assert capacities == [1, 2, 4, 4, 8, 8, 8, 8, 16]
+    np.testing.assert_array_equal(rows[:9, 0], np.arange(9.0))
+
+
+def test_a_placeholder_may_not_use_the_run_time_dim():
+    with dg.Graph("bad"):
+        with pytest.raises(ValueError, match=r"placeholder 'x'.*reserved.*while_loop"):
+            dg.placeholder("x", (RUNTIME_DIM, 2))
+
+
+# -- 2b. an exception from a loop body keeps its type ----------------------------------------------
+class _Boom(Exception):
+    """A user's exception type, not one duograph knows."""
+
+
+def _failing(fail_at, exc):
+    """A body that raises ``exc`` on its ``fail_at``-th eager call (the trace is not one)."""
+    calls = [0]
+
+    def body(s):
+        i, h = s
+        if isinstance(h, dg.Tensor):
+            calls[0] += 1
+            if calls[0] == fail_at:
+                raise exc(f"user error on call {calls[0]}")
+        return i + 1, h * 2.0
+    return body
+
+
+@pytest.mark.parametrize("grad", [False, True])
+@pytest.mark.parametrize("exc", [ValueError, KeyError, _Boom, dg.ShapeError])
+@pytest.mark.parametrize("fail_at", [1, 3])
+def test_an_exception_from_a_while_body_keeps_its_type_on_every_trip(fail_at, exc, grad):
+    """Issue 23: a body's exception kept its type on trip 1 but became a KernelError on trip
+    3. PyTorch runs the Python as it is: the user's exception comes out, on every trip."""
+    x = dg.tensor(np.ones(2), requires_grad=grad)
+    with pytest.raises(exc, match="user error on call") as info:
+        dg.while_loop(lambda s: s[0] < 5, _failing(fail_at, exc),
+                      (dg.tensor(np.array(0)), x), max_iterations=10 if grad else None)
+    assert not isinstance(info.value, dg.KernelError) or exc is dg.KernelError
+    notes = getattr(info.value, "__notes__", None)
+    if notes is not None:                            # Python 3.11+: where it happened
+        assert any("body_fn" in n and f"on trip {fail_at}" in n for n in notes), notes
+    # the user's own line is in the traceback
+    assert any(t.name == "body" for t in traceback.extract_tb(info.value.__traceback__))
+
+
+def test_exceptions_from_cond_fn_scan_fori_and_cond_bodies_keep_their_types():
+    calls = [0]
+
+    def cond_fn(s):
+        if isinstance(s, dg.Tensor):
+            calls[0] += 1
+            if calls[0] == 3:
+                raise LookupError("cond_fn says no")
+        return dg.sum(s) < 100.0
+    with pytest.raises(LookupError, match="cond_fn says no"):
+        dg.while_loop(cond_fn, lambda s: s * 2.0, dg.tensor(np.ones(2)))
+
+    def step(c, x):
+        if isinstance(c, dg.Tensor) and float(x.sum()) > 2.5:
+            raise ZeroDivisionError("step 3")
+        return c + x, c
+    xs = dg.tensor(np.arange(8.0).reshape(4, 2) / 2)
+    with pytest.raises(ZeroDivisionError, match="step 3"):
+        dg.scan(step, dg.tensor(np.zeros(2)), xs)
+
+    def fbody(i, v):
+        if isinstance(v, dg.Tensor) and int(i) == 2:
+            raise _Boom("fori trip 2")
+        return v + 1.0
+    with pytest.raises(_Boom, match="fori trip 2"):
+        dg.fori_loop(0, 4, fbody, dg.tensor(np.zeros(2)))
+
+    def branch(v):
+        if isinstance(v, dg.Tensor):
+            raise TypeError("eager branch")
+        return v * 2.0
+    with pytest.raises(TypeError, match="eager branch"):
+        dg.cond(dg.tensor(np.array(True)), branch, lambda v: v, dg.tensor(np.ones(2)))
+
+
+def test_an_exception_from_a_compiled_while_body_keeps_its_type():
+    body = _failing(2, _Boom)
+
+    @dg.compile
+    def f(x):
+        return dg.while_loop(lambda s: s[0] < 5, body, (dg.tensor(np.array(0)), x))[1]
+    with pytest.raises(_Boom, match="user error on call 2"):
+        f(dg.tensor(np.ones(2)))
 
 
 # -- 3. scan: the gradient reads the saved carries -----------------------------------------------

@@ -7,7 +7,6 @@ import warnings
 
 import numpy as np
 import pytest
-import torch
 
 import duograph as dg
 from duograph.graphlib.ops import nn as nn_ops
@@ -202,7 +201,7 @@ def test_sce_without_numba_runs_the_reference():
 
 @pytest.mark.parametrize("level", LEVELS)
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
-def test_cross_entropy_training_graph_matches_torch(level, reduction):
+def test_cross_entropy_training_graph_matches_torch(torch, level, reduction):
     """Loss and logits gradient of a graph (which runs the numba loops where numba is
     installed) against torch."""
     rng = np.random.default_rng(4)

@@ -1,4 +1,6 @@
 """record() captures eager code as the same IR; compile() replays it under guards."""
+import re
+
 import numpy as np
 import pytest
 
@@ -308,6 +310,94 @@ def test_compile_draws_fresh_random_numbers_each_call():
     a = [fast(dg.zeros(4)).tolist() for _ in range(2)]
     dg.manual_seed(11)
     assert [fast(dg.zeros(4)).tolist() for _ in range(2)] == a
+
+
+# -- issue 23: random numbers drawn outside duograph's random ops ---------------------------------
+_GLOBAL_RNG = np.random.default_rng(7)
+
+
+class _DrawingNet(dg.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.rng = np.random.default_rng(3)
+
+    def forward(self, x):
+        return x + float(self.rng.standard_normal())
+
+
+def _python_draws():
+    """(name, function, what the warning names) for each way to draw outside duograph."""
+    import random
+    mine = random.Random(5)
+    return [
+        ("random.random", lambda x: x + random.random(), r"random\.random at .*:\d+"),
+        ("random.uniform", lambda x: x + random.uniform(0.0, 1.0),
+         r"random\.uniform at .*:\d+"),
+        ("random.Random", lambda x: x + mine.gauss(0.0, 1.0), r"random\.gauss at .*:\d+"),
+        ("np.random.rand", lambda x: x + float(np.random.rand()), "numpy's global random"),
+        ("np.random.normal", lambda x: x + dg.tensor(np.random.normal(size=4)),
+         "numpy's global random"),
+        ("Generator", lambda x: x + float(_GLOBAL_RNG.normal()),
+         r"Generator global _GLOBAL_RNG, read at .*test_record_compile\.py:\d+"),
+        ("unseeded default_rng", lambda x: x + float(np.random.default_rng().random()),
+         r"at .*test_record_compile\.py:\d+"),
+        ("module attribute", _DrawingNet(), r"Generator attribute self\.rng"),
+    ]
+
+
+@pytest.mark.parametrize("case", range(len(_python_draws())),
+                         ids=[c[0] for c in _python_draws()])
+def test_compile_runs_python_level_random_draws_eagerly_with_one_warning(case):
+    """Issue 23: ``random.random()`` or ``np.random`` inside a compiled function was frozen
+    at its recorded value. As torch.compile falls back to Python for such calls, the
+    function runs eagerly on every call (fresh numbers, as plain Python), warned once,
+    naming the function and the draw."""
+    _, fn, what = _python_draws()[case]
+    fast = dg.compile(fn)
+    x = dg.tensor(np.zeros(4, np.float32))
+    with pytest.warns(RuntimeWarning) as caught:
+        got = [fast(x).tolist() for _ in range(4)]
+    assert len(caught) == 1, [str(w.message) for w in caught]
+    message = str(caught[0].message)
+    name = getattr(fn, "__name__", type(fn).__name__)
+    assert message.startswith(f"dg.compile: {name!r} draws random numbers outside "
+                              "duograph's random ops"), message
+    assert re.search(what, message), message
+    assert "runs eagerly from now on" in message
+    assert len({tuple(v) for v in got}) == 4, got          # a fresh draw on every call
+    assert fast.specializations == []                     # nothing replayed
+
+
+def test_compile_still_replays_duograph_randomness_and_self_seeded_generators(recwarn):
+    """What a replay repeats correctly is not refused: dg.rand/dropout (fresh seeds each
+    replay) and a generator the function seeds itself (the same numbers every call)."""
+    import duograph.nn.functional as NF
+    drawn = dg.compile(lambda x: NF.dropout(x + dg.rand(8), 0.5))
+    seeded = dg.compile(lambda x: x + float(np.random.default_rng(0).random()))
+    x = dg.tensor(np.zeros(8, np.float32))
+    a = [drawn(x).tolist() for _ in range(3)]
+    b = [seeded(x).tolist() for _ in range(3)]
+    assert a[0] != a[1] != a[2] and b[0] == b[1] == b[2]
+    assert len(drawn.specializations) == 1 and len(seeded.specializations) == 1
+    assert not [w for w in recwarn if "dg.compile" in str(w.message)]
+
+
+def test_compile_sees_random_draws_under_a_profiler_and_leaves_it_installed():
+    import random
+    import sys
+    calls = []
+
+    def profiler(frame, event, arg):
+        calls.append(event)
+    fast = dg.compile(lambda x: x + random.random())
+    sys.setprofile(profiler)
+    try:
+        with pytest.warns(RuntimeWarning, match="the random module's state"):
+            got = [fast(dg.zeros(2)).tolist() for _ in range(3)]
+        assert sys.getprofile() is profiler
+    finally:
+        sys.setprofile(None)
+    assert calls and len({tuple(v) for v in got}) == 3
 
 
 def test_compile_module_guards_on_train_eval_and_replaced_parameters():

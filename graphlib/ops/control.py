@@ -23,10 +23,10 @@ import numpy as np
 from .. import dtypes
 from ..attrs import Attr, Attrs
 from ..autodiff import composite_vjp
-from ..errors import GraphError, ShapeError, located
+from ..errors import DuographError, GraphError, ShapeError, located
 from ..ir import Graph, Region, Value
 from ..registry import OpDef, register
-from ..types import TensorType
+from ..types import RUNTIME_DIM, TensorType
 
 
 def replay(region: Region, operands: Sequence) -> list:
@@ -433,17 +433,46 @@ class _internal:
         _pending.internal -= 1
 
 
+class _UserError(DuographError):
+    """What a user's function raised while an eager loop or branch ran it, carried through
+    the kernel call (which reports any other exception as a KernelError) to ``_apply_with``,
+    which raises it again as it was: a ValueError from a body is a ValueError on every trip,
+    as when PyTorch runs the same Python."""
+
+    def __init__(self, error: Exception):
+        super().__init__(str(error))
+        self.error = error
+
+
+def _run_user(fn, args, what: str, role: str, when: str = ""):
+    """``fn(*args)``, a user's function run eagerly by ``what`` (while_loop, scan, cond);
+    an exception it raises leaves the kernel untouched (see ``_UserError``), with a note
+    naming the function and ``when`` (the trip)."""
+    try:
+        return fn(*args)
+    except _UserError:
+        raise
+    except Exception as e:
+        if hasattr(e, "add_note"):          # Python 3.11+
+            e.add_note(f"(raised by {what}'s {role} {_fn_name(fn)}{when}, run eagerly)")
+        raise _UserError(e) from None
+
+
 def _apply_with(op, operands, attrs, compute):
     """``op(*operands, **attrs)``; with ``compute`` (an eager call) the kernel returns
     ``compute(xp, arrays)`` instead of running the regions (not for the loops a gradient
-    rule builds: ``_internal``)."""
+    rule builds: ``_internal``). An exception from the user's functions is raised as it
+    was (``_UserError``)."""
     if compute is None or getattr(_pending, "internal", 0):
         return op(*operands, **attrs)
     _pending.compute = compute
     try:
         return op(*operands, **attrs)
+    except _UserError as wrapped:
+        error = wrapped.error
     finally:
         _pending.compute = None
+    raise error            # (outside the handler: not chained to the carrier)
 
 
 def _take_compute():
@@ -586,9 +615,10 @@ def cond(pred, true_fn: Callable, false_fn: Callable, *operands):
         def compute(xp, p, arrays):
             fn, body = (true_fn, tb) if bool(p) else (false_fn, fb)
             args = tree_unflatten(in_def, [_eager.tensor(a) for a in arrays[:len(leaves)]])
+            role = "true_fn" if fn is true_fn else "false_fn"
             with _eager.paused():
-                res = _eager_leaves("cond", fn, fn(*args), body.out_def, body.out_types,
-                                    "the result")
+                res = _eager_leaves("cond", fn, _run_user(fn, args, "cond", role),
+                                    body.out_def, body.out_types, "the result")
             return tuple(_eager.array(x) for x in res)
     res = _apply_with(cond_op, (pred, *leaves, *outer),
                       {"true_branch": Region(tb.graph), "false_branch": Region(fb.graph)},
@@ -981,8 +1011,8 @@ def scan(fn: Callable, init, xs=None, length=None, reverse: bool = False,
 
         def compute(xp, carry, xs, stride, _y_types):
             def step(c, t):
-                out = fn(tree_unflatten(c_def, c),
-                         tree_unflatten(x_def, [_eager.tensor(x[t, ...]) for x in xs]))
+                out = _run_user(fn, (tree_unflatten(c_def, c), tree_unflatten(
+                    x_def, [_eager.tensor(x[t, ...]) for x in xs])), "scan", "f", f" at step {t}")
                 leaves, got = tree_flatten(out)
                 if got[0] not in ("tuple", "list") or len(got[1]) != 2:
                     raise GraphError(located(
@@ -1011,20 +1041,20 @@ def _while_infer(types, attrs):
         raise ShapeError(f"while_loop: the body returns {out}, expected the carry types "
                          f"{carry}")
     if attrs.get("save"):
-        bound = attrs.get("max_iterations")
-        if bound is None:
-            raise ShapeError("while_loop: save=True needs max_iterations (the saved carries "
-                             "are max_iterations rows)")
+        if attrs.get("max_iterations") is None:
+            raise ShapeError("while_loop: save=True needs max_iterations (the gradient of an "
+                             "unbounded loop is refused)")
+        # one row per trip the loop makes: a size only known at run time, never the bound
         return carry + [TensorType((), "int64")] + [
-            TensorType((bound,) + tuple(t.shape), t.dtype) for t in carry]
+            TensorType((RUNTIME_DIM,) + tuple(t.shape), t.dtype) for t in carry]
     return carry
 
 
 def _while_run(xp, test, step, as_array, carry, bound, save):
     """The loop of one while_loop: ``test(carry) -> array``, ``step(carry) -> carry`` on
     handles (arrays, or eager tensors ``as_array`` unwraps). Returns the final carry's
-    arrays and, with ``save``, the trip count and the carries entering each trip (``bound``
-    rows; those after the last trip are zeros)."""
+    arrays and, with ``save``, the trip count T and the carries entering each trip (T rows:
+    memory grows with the trips made, not with ``bound``)."""
     trips, rows = 0, []
     while bound is None or trips < bound:
         if not bool(as_array(test(carry))):
@@ -1038,11 +1068,22 @@ def _while_run(xp, test, step, as_array, carry, bound, save):
         return final, []
     kept = []
     for i, f in enumerate(final):
-        buf = xp.zeros((bound,) + tuple(f.shape), dtype=f.dtype)
+        buf = xp.empty((trips,) + tuple(f.shape), dtype=f.dtype)
         for t, r in enumerate(rows):
             buf[t] = r[i]
         kept.append(buf)
     return final, [xp.asarray(trips, dtype=np.int64)] + kept
+
+
+def _grown(xp, rows, trips: int):
+    """``rows`` (saved carries, one row per trip so far) with room for row ``trips``: the
+    capacity doubles when it is full, so saving T trips costs O(T) copies and at most 2T
+    rows, whatever the loop's bound."""
+    if trips < rows.shape[0]:
+        return rows
+    bigger = xp.empty((max(1, 2 * rows.shape[0]),) + tuple(rows.shape[1:]), rows.dtype)
+    bigger[:trips] = rows[:trips]
+    return bigger
 
 
 def _while_region_kernel(xp, bodies, *arrays, out=None, cond: Region, body: Region,
@@ -1061,10 +1102,11 @@ def _while_region_kernel(xp, bodies, *arrays, out=None, cond: Region, body: Regi
     if out is None:
         out = [xp.empty(tuple(c.shape), c.dtype) for c in carry]
         if save:
-            out += [xp.empty((), np.int64)] + [
-                xp.empty((max_iterations,) + tuple(c.shape), c.dtype) for c in carry]
+            out.append(xp.empty((), np.int64))
+    # a saving loop's rows: the carry entering each trip, grown as the trips come (the
+    # planner never gives them a buffer: their size is only known at run time)
+    kept = [xp.empty((0,) + tuple(c.shape), c.dtype) for c in carry] if save else []
     final = list(out[:n_carry])
-    kept = list(out[n_carry + 1:]) if save else []
     bufs = [final, None]
     pred = [xp.empty(*test.types[0])]
     cur, trips = carry, 0
@@ -1072,8 +1114,9 @@ def _while_region_kernel(xp, bodies, *arrays, out=None, cond: Region, body: Regi
         test(cur + caps, pred)
         if not bool(pred[0]):
             break
-        for s, c in zip(kept, cur):
-            xp.copyto(s[trips, ...], c)
+        for i, c in enumerate(cur[:len(kept)]):
+            kept[i] = _grown(xp, kept[i], trips)
+            xp.copyto(kept[i][trips, ...], c)
         k = trips % 2
         if bufs[k] is None:
             bufs[k] = [xp.empty_like(o) for o in final]
@@ -1082,11 +1125,10 @@ def _while_region_kernel(xp, bodies, *arrays, out=None, cond: Region, body: Regi
     if cur is not bufs[0]:
         for o, c in zip(final, cur):
             xp.copyto(o, c)
-    if save:
-        out[n_carry][...] = trips
-        for s in kept:
-            s[trips:] = 0
-    return tuple(out)
+    if not save:
+        return tuple(out)
+    out[n_carry][...] = trips
+    return tuple(out[:n_carry + 1]) + tuple(s[:trips] for s in kept)
 
 
 _UNBOUNDED = ("while_loop: reverse-mode differentiation needs a bound on the trip count: pass "
@@ -1155,27 +1197,12 @@ def _while_vjp(cts, ins, outs, attrs, needs):
 
 def _while_vjp_replayed(cts, ins, attrs, needs):
     """The gradient of a bounded while_loop whose forward saved nothing (an eager node
-    recorded without autograd): the loop again as a scan of max_iterations steps, where the
-    steps after the loop ended pass the carry through a cond untouched."""
-    bound, n = attrs["max_iterations"], attrs["n_carry"]
-    cond_r, body_r = attrs["cond"], attrs["body"]
-
-    def bounded(*vals):
-        from .creation import zeros
-        from .elementwise import cast, logical_and, logical_not
-        carry, caps = list(vals[:n]), list(vals[n:])
-
-        def step(state, _):
-            done, c = state[0], list(state[1])
-            p = replay(cond_r, c + caps)[0]
-            go = logical_and(logical_not(done), cast(p, "bool"))
-            new = cond(go, lambda *cc: tuple(replay(body_r, list(cc) + caps)),
-                       lambda *cc: tuple(cc), *c)
-            return (logical_not(go), list(new)), None
-        with _internal():
-            (_, final), _ = scan(step, (zeros((), dtype="bool"), carry), None, length=bound)
-        return list(final)
-    return composite_vjp(bounded, list(cts[:n]), ins, needs)
+    recorded without autograd): the loop runs again, saving its trips (T rows, never the
+    bound), and the saving node's rule runs on what it saved."""
+    saving = dict(attrs, save=True)
+    with _internal():
+        outs = while_op(*ins, **saving)
+    return _while_vjp(list(cts[:attrs["n_carry"]]), ins, list(outs), saving, needs)
 
 
 while_op = register(OpDef("while_loop", _while_infer, _reference(_while_region_kernel),
@@ -1195,7 +1222,8 @@ def while_loop(cond_fn: Callable, body_fn: Callable, init, max_iterations=None):
     structure, shapes and dtypes; ``cond_fn`` returns a scalar. With ``max_iterations=N``
     the loop stops after at most N trips (as TensorFlow's ``maximum_iterations``) and is
     reverse-differentiable: the forward saves its trip count T and the carry entering each
-    trip (N rows, so memory grows with N, not T), and the gradient is a reverse loop of T
+    trip (T rows, grown by doubling as the trips come: memory grows with T, not N, so a
+    generous N costs nothing), and the gradient is a reverse loop of T
     steps (itself a bounded while_loop, so differentiable again); without it a gradient
     raises a clear error (as JAX). Eagerly ``cond_fn`` and ``body_fn`` themselves run on
     eager tensors each trip (Python side effects happen per trip), and the call is one node
@@ -1242,14 +1270,19 @@ def while_loop(cond_fn: Callable, body_fn: Callable, init, max_iterations=None):
             attrs["save"] = True
 
         def compute(xp, carry, bound, save):
+            trip = [0]                      # the trip running (0: the first test)
+
             def test(c):
-                p = _eager_leaves("while_loop", cond_fn, cond_fn(tree_unflatten(c_def, c)),
-                                  cb.out_def, cb.out_types, "the predicate")[0]
-                return p
+                got = _run_user(cond_fn, (tree_unflatten(c_def, c),), "while_loop",
+                                "cond_fn", f" before trip {trip[0] + 1}")
+                return _eager_leaves("while_loop", cond_fn, got, cb.out_def, cb.out_types,
+                                     "the predicate")[0]
 
             def step(c):
-                return _eager_leaves("while_loop", body_fn, body_fn(tree_unflatten(c_def, c)),
-                                     c_def, types, "the carry")
+                trip[0] += 1
+                got = _run_user(body_fn, (tree_unflatten(c_def, c),), "while_loop",
+                                "body_fn", f" on trip {trip[0]}")
+                return _eager_leaves("while_loop", body_fn, got, c_def, types, "the carry")
             with _eager.paused():
                 return _while_run(xp, test, step, _eager.array,
                                   [_eager.tensor(a) for a in carry], bound, save)
