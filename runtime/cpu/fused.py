@@ -637,7 +637,7 @@ _UFUNCS = {
     "minimum": ("minimum", "same"), "pow": ("power", "same"), "neg": ("negative", "same"),
     "abs": ("absolute", "same"), "exp": ("exp", "same"), "log": ("log", "same"),
     "sqrt": ("sqrt", "same"), "reciprocal": ("reciprocal", "same"), "sin": ("sin", "same"),
-    "cos": ("cos", "same"), "tanh": ("tanh", "same"), "sign": ("sign", "same"),
+    "cos": ("cos", "same"), "tanh": ("tanh", "same"),
     "eq": ("equal", "raw"), "ne": ("not_equal", "raw"), "lt": ("less", "raw"),
     "le": ("less_equal", "raw"), "gt": ("greater", "raw"), "ge": ("greater_equal", "raw"),
     "logical_and": ("logical_and", "raw"), "logical_or": ("logical_or", "raw"),
@@ -1051,7 +1051,7 @@ def _sigmoid(x):
 
 _FUNCS = {"exp": "np.exp", "log": "np.log", "sqrt": "np.sqrt", "sin": "np.sin",
           "cos": "np.cos", "tanh": "_tanh", "abs": "abs", "max": "_maximum",
-          "min": "_minimum", "pow": "_pow", "sign": "np.sign", "erf": "math.erf",
+          "min": "_minimum", "pow": "_pow", "erf": "math.erf",
           "gelu_tanh": "_gelu_tanh", "gelu_none": "_gelu_none", "tan": "np.tan",
           "asin": "np.arcsin", "acos": "np.arccos", "atan": "np.arctan", "sinh": "np.sinh",
           "cosh": "np.cosh", "asinh": "np.arcsinh", "acosh": "np.arccosh",

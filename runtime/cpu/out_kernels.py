@@ -123,6 +123,11 @@ def _reduce_out(fn_name: str):
 def _pow_scalar_out(xp, x, out, exponent):
     if x.dtype != out.dtype or x.dtype.kind != "f":
         return False
+    if exponent == 0.5 or exponent == -0.5:     # sqrt and rsqrt, as the op's kernel
+        xp.sqrt(x, out=out)
+        if exponent < 0:
+            xp.reciprocal(out, out=out)
+        return True
     xp.power(x, exponent, out=out)
     return True
 

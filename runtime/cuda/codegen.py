@@ -16,7 +16,7 @@ The rules (those of the CPU numba compiler, ``runtime/cpu/fused.py``):
   so float32 code never promotes to double; ``inf``/``nan`` are ``DG_INF``/``DG_NAN``.
 - functions whose C meaning differs from numpy's get a ``dg_`` helper from ``PREAMBLE``:
   ``max``/``min`` propagate NaN (numpy's maximum/minimum), ``remainder``/``floor_divide`` take
-  the divisor's sign (Python's ``%`` and ``//``), ``sign`` keeps NaN, ``abs`` is ``fabs``,
+  the divisor's sign (Python's ``%`` and ``//``), ``sign`` gives 0 for NaN (PyTorch's), ``abs`` is ``fabs``,
   ``gelu_none``/``gelu_tanh`` are PyTorch's two GELUs. The rest are CUDA's own overloaded
   math functions (``exp(float)`` is ``expf``), the names the templates already use.
 """
@@ -59,7 +59,7 @@ template <typename T> DG_DEVICE T dg_min(T a, T b) { return (a <= b || a != a) ?
 DG_DEVICE float dg_abs(float x) { return fabsf(x); }
 DG_DEVICE double dg_abs(double x) { return fabs(x); }
 template <typename T> DG_DEVICE T dg_sign(T x) {
-  return x > T(0) ? T(1) : (x < T(0) ? T(-1) : x);
+  return x > T(0) ? T(1) : (x < T(0) ? T(-1) : T(0));
 }
 template <typename T> DG_DEVICE T dg_remainder(T a, T b) {
   T r = fmod(a, b);
