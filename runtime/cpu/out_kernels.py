@@ -287,6 +287,7 @@ def table() -> dict:
     named = {"square": _square_out, "relu": _relu_out, "sigmoid": _sigmoid_out,
              "matmul": _matmul_out, "sum": _reduce_out("sum"), "mean": _reduce_out("mean"),
              "amax": _reduce_out("amax"), "amin": _reduce_out("amin"),
+             "max": _reduce_out("amax"), "min": _reduce_out("amin"),
              "pow_scalar": _pow_scalar_out, "where": _where_out, "cast": _cast_out,
              "full_like": _full_like_out}
     for name, fn in named.items():
