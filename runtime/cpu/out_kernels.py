@@ -137,6 +137,9 @@ def _where_out(xp, c, a, b, out):
         return False
     if c.dtype == bool and _where_bits(xp, c, a, b, out):
         return True
+    if xp.may_share_memory(out, c):    # a bool where written over its condition (planned
+        xp.copyto(out, xp.where(c, a, b))      # in place): the copies below would clobber c
+        return True
     if xp.may_share_memory(out, a):    # in place over a: keep a, fill in b where c is False
         if xp.may_share_memory(out, b) or xp.may_share_memory(out, c):
             return False
