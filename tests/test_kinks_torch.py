@@ -164,9 +164,6 @@ DELIBERATE = {
     ("kthvalue", "tie rows"): "among ties PyTorch leaves the index unspecified (its CPU "
     "kernel returns the first, duograph the stable order's); the gradient goes to the "
     "returned index in both",
-    ("softmax", "+inf rows"): "softmax of a row holding +inf: PyTorch gives NaN for the "
-    "whole row, duograph NaN at the infinities and 0 elsewhere (x - max is -inf there)",
-    ("log_softmax", "+inf rows"): "as softmax",
     ("sqrt_clamp", "-0.0"): "clamp(-0.0, min=0) is +0.0 (numpy's clip), where PyTorch's "
     "clamp keeps -0.0: equal values, which only an op that tells the zeros apart sees "
     "(here sqrt's gradient, +inf against -inf)",
@@ -349,8 +346,6 @@ def _rows(name):
         keep &= np.isfinite(rows).all(1)
     if (name, "tie rows") in DELIBERATE:
         keep &= np.array([len(set(r)) == len(r) for r in rows.tolist()])
-    if (name, "+inf rows") in DELIBERATE:
-        keep &= ~(rows == inf).any(1)
     return rows[keep]
 
 
