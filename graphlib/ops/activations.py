@@ -41,14 +41,14 @@ elu_op = unary(
     "elu", _elu_kernel, _elu_vjp, float_out=True,
     expr="({0} <= 0 ? expm1(min({0}, 0) * {input_scale}) * ({alpha} * {scale}) : "
          "{0} * {scale})",
-    attrs=Attrs(alpha=Attr(float), scale=Attr(float), input_scale=Attr(float)))
+    attrs=Attrs(alpha=Attr("number"), scale=Attr("number"), input_scale=Attr("number")))
 
 
 def elu(x, alpha: float = 1.0, scale: float = 1.0, input_scale: float = 1.0):
     """``scale * x`` for x > 0, else ``scale * alpha * (exp(x * input_scale) - 1)``: ELU,
     and SELU and CELU through ``scale`` and ``input_scale`` (aten's ``elu``). At 0 the
     gradient is the negative side's, ``scale * alpha * input_scale``, as PyTorch's."""
-    return elu_op(x, alpha=float(alpha), scale=float(scale), input_scale=float(input_scale))
+    return elu_op(x, alpha=alpha, scale=scale, input_scale=input_scale)   # the schema checks
 
 
 # -- hardtanh (ReLU6) ----------------------------------------------------------------------------
