@@ -32,6 +32,8 @@ from .ops.nn import (batch_norm_train, log_softmax, one_hot, softmax,  # noqa: F
                      softmax_cross_entropy, stop_gradient)
 from .ops.reduction import (amax, amin, argmax, argmin, logsumexp, mean, numel,  # noqa
                             prod, std, sum, var)
+from .ops.reduction import max_all as _max_all, max_dim as _max_dim  # (max and min's forms)
+from .ops.reduction import min_all as _min_all, min_dim as _min_dim
 from .ops.shape import (broadcast_to, cat, chunk, concatenate, expand, flatten,  # noqa
                         gather, getitem, index_add, index_select, pad, permute, reshape,
                         scatter_add, split, squeeze, stack, sum_to, transpose, unsqueeze)
@@ -52,17 +54,20 @@ _min_result = type("min", (MaxMin,), {"__slots__": ()})
 
 
 def max(x, dim=None, keepdim: bool = False):
-    """``max(x)`` is the largest element; ``max(x, dim)`` gives (values, indices) as PyTorch."""
+    """``max(x)`` is the largest element; ``max(x, dim)`` gives (values, indices) as PyTorch,
+    with PyTorch's gradients: ``max(x)`` shares it evenly between ties, ``max(x, dim)``
+    sends it to the returned index."""
     if dim is None:
-        return amax(x)
-    return _max_result(amax(x, dim, keepdim), argmax(x, dim, keepdim))
+        return _max_all(x)
+    return _max_result(*_max_dim(x, dim, keepdim))
 
 
 def min(x, dim=None, keepdim: bool = False):
-    """``min(x)`` is the smallest element; ``min(x, dim)`` gives (values, indices)."""
+    """``min(x)`` is the smallest element; ``min(x, dim)`` gives (values, indices), with the
+    gradients of ``max``."""
     if dim is None:
-        return amin(x)
-    return _min_result(amin(x, dim, keepdim), argmin(x, dim, keepdim))
+        return _min_all(x)
+    return _min_result(*_min_dim(x, dim, keepdim))
 
 
 subtract, multiply, divide, true_divide = sub, mul, div, div

@@ -2811,6 +2811,59 @@ def _activation_backward() -> List[OpInfo]:
 
 OPS += _activation_backward()
 
+
+def _activations() -> List[OpInfo]:
+    """The activations with PyTorch's own gradient rules (graphlib/ops/activations.py; the
+    nn.functional forms call them): samples away from the kinks for finite differences,
+    and on them (fd=False) for the PyTorch oracle."""
+    from duograph.graphlib.ops import activations as A
+
+    def elu_ref(x, alpha=1.0, scale=1.0, input_scale=1.0):
+        return np.where(x <= 0, np.expm1(np.minimum(x, 0) * input_scale) * alpha * scale,
+                        x * scale)
+
+    def kinks(*points):
+        return Sample("at_kinks", (np.array(points),), fd=False)
+    return [
+        OpInfo("elu", A.elu, [
+            Sample("f64", (away(2, 3),)),
+            Sample("f64_selu", (away(3, 2),), {"alpha": A.SELU_ALPHA, "scale": A.SELU_SCALE}),
+            Sample("f64_celu", (away(4),), {"alpha": 2.0, "input_scale": 0.5}),
+            Sample("f32", (away(5, dtype=F32),), {"alpha": 0.5}), kinks(-1.0, 0.0, 0.5)],
+            elu_ref, differentiable=True),
+        OpInfo("hardtanh", A.hardtanh, [
+            Sample("f64", (rand(2, 3, low=-0.9, high=0.9),)),
+            Sample("f64_relu6", (np.array([-2.0, 0.5, 3.0, 5.5, 8.0]),),
+                   {"min_val": 0.0, "max_val": 6.0}),
+            Sample("f32", (rand(4, dtype=F32, low=-0.9, high=0.9),)),
+            kinks(-2.0, -1.0, 0.0, 1.0, 2.0)],
+            lambda x, min_val=-1.0, max_val=1.0: np.clip(x, min_val, max_val),
+            differentiable=True),
+        OpInfo("hardsigmoid", A.hardsigmoid, [
+            Sample("f64", (rand(2, 3, low=-4, high=4) + 0.01,)),
+            Sample("f32", (rand(4, dtype=F32, low=-2.5, high=2.5),)),
+            kinks(-4.0, -3.0, 0.0, 3.0, 4.0)],
+            lambda x: np.clip(x + 3, 0, 6) / 6, differentiable=True),
+        OpInfo("hardswish", A.hardswish, [
+            Sample("f64", (np.array([-5.0, -2.5, -0.5, 0.7, 2.9, 4.0]),)),
+            Sample("f32", (rand(4, dtype=F32, low=-2.5, high=2.5),)),
+            kinks(-4.0, -3.0, 0.0, 3.0, 4.0)],
+            lambda x: x * np.clip(x + 3, 0, 6) / 6, differentiable=True),
+        OpInfo("silu", A.silu, [
+            Sample("f64", (rand(2, 3, low=-4, high=4),)),
+            Sample("f64_extreme", (np.array([-800.0, -30.0, 0.0, 30.0, 800.0]),)),
+            Sample("f32", (rand(4, dtype=F32, low=-4, high=4),))],
+            lambda x: x * special.expit(x), differentiable=True),
+        OpInfo("mish", A.mish, [
+            Sample("f64", (rand(2, 3, low=-4, high=4),)),
+            Sample("f64_extreme", (np.array([-800.0, -30.0, 0.0, 30.0, 800.0]),)),
+            Sample("f32", (rand(4, dtype=F32, low=-4, high=4),))],
+            lambda x: x * np.tanh(np.logaddexp(0, x)), differentiable=True),
+    ]
+
+
+OPS += _activations()
+
 BY_NAME: Dict[str, OpInfo] = {op.name: op for op in OPS}
 assert len(BY_NAME) == len(OPS), "duplicate OpInfo names"
 

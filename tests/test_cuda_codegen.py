@@ -33,7 +33,12 @@ needs_cxx = pytest.mark.skipif(CXX is None, reason="no host C++ compiler")
 # attributes for the expr ops that take some
 ATTRS = {"cast": [{"dtype": "DT"}], "leaky_relu": [{"negative_slope": 0.01}],
          "gelu": [{"approximate": "none"}, {"approximate": "tanh"}],
-         "pow_scalar": [{"exponent": 2.5}, {"exponent": -1.0}],
+         "pow_scalar": [{"exponent": 2.5}, {"exponent": -1.0}, {"exponent": 0.5},
+                        {"exponent": -0.5}],
+         "elu": [{"alpha": 1.0, "scale": 1.0, "input_scale": 1.0},
+                 {"alpha": 1.6732632423543772, "scale": 1.0507009873554805,
+                  "input_scale": 1.0}, {"alpha": 2.0, "scale": 1.0, "input_scale": 0.5}],
+         "hardtanh": [{"min_val": -1.0, "max_val": 1.0}, {"min_val": 0.0, "max_val": 6.0}],
          "round": [{"decimals": 0}, {"decimals": 2}, {"decimals": -1}],
          "nan_to_num": [{"nan": 0.0, "posinf": 100.0, "neginf": -100.0}]}
 INTEGER_ONLY = {"bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not"}

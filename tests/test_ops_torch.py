@@ -166,6 +166,14 @@ TORCH.update(
     index_copy=torch.index_copy, index_fill=torch.index_fill,
     take_along_dim=torch.take_along_dim, take=torch.take)
 
+# the activations with PyTorch's own gradient rules (hardsigmoid: torch multiplies by a
+# float32 1/6 in float64 too, beyond this test's tolerance; tests/test_kinks_torch.py has it)
+TORCH.update(
+    elu=lambda x, alpha=1.0, scale=1.0, input_scale=1.0: torch.ops.aten.elu(
+        x, alpha, scale, input_scale),
+    hardtanh=lambda x, min_val=-1.0, max_val=1.0: TF.hardtanh(x, min_val, max_val),
+    hardswish=TF.hardswish, silu=TF.silu, mish=TF.mish)
+
 # Samples torch rejects (duograph promotes, or accepts more index dtypes) or where duograph
 # deliberately differs (documented in the op's docstring).
 NOT_IN_TORCH = {

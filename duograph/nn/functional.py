@@ -21,6 +21,7 @@ from ..graphlib.functional import (avg_pool1d, avg_pool3d, conv1d, conv3d,  # no
                                     max_pool1d, max_pool3d, pad, pixel_shuffle,
                                     pixel_unshuffle)
 from ..graphlib.ir import Value
+from ..graphlib.ops import activations as A
 from ..graphlib.ops.conv import (adaptive_avg_pool1d, adaptive_max_pool1d,  # noqa: F401
                                  adaptive_max_pool2d, max_pool2d_with_indices, max_unpool2d)
 from ..graphlib.ops.resample import fold, interpolate, unfold  # noqa: F401
@@ -452,63 +453,63 @@ def _attention(q, k, v, attn_mask=None, dropout_p: float = 0.0, is_causal: bool 
     return F.matmul(attn, v), attn
 
 
-# -- activations, as PyTorch defines them (compositions: gradients come from the parts, and
-#    elementwise fusion turns each into one kernel) -------------------------------------------
-_SELU_ALPHA = 1.6732632423543772848170429916717
-_SELU_SCALE = 1.0507009873554804934193349852946
+# -- activations, as PyTorch defines them: ops of their own where PyTorch's gradient has its own
+#    rule at the kinks (graphlib/ops/activations.py), compositions elsewhere (gradients come
+#    from the parts, and elementwise fusion turns each into one kernel) ------------------------
+_SELU_ALPHA = A.SELU_ALPHA
+_SELU_SCALE = A.SELU_SCALE
 
 
 def silu(input, inplace: bool = False):
     """x * sigmoid(x) (also called swish)."""
-    return input * F.sigmoid(input)
+    return A.silu(input)
 
 
 def mish(input, inplace: bool = False):
     """x * tanh(softplus(x))."""
-    return input * F.tanh(F.softplus(input))
+    return A.mish(input)
 
 
 def elu(input, alpha: float = 1.0, inplace: bool = False):
-    """x for x > 0, else alpha * (exp(x) - 1)."""
-    neg = F.minimum(input, 0.0)         # exp of the positive side never overflows
-    return F.where(input > 0, input, F.expm1(neg) * alpha)
+    """x for x > 0, else alpha * (exp(x) - 1); the gradient at 0 is alpha, as PyTorch's."""
+    return A.elu(input, alpha)
 
 
 def selu(input, inplace: bool = False):
     """scale * elu(x, alpha) with the self-normalising constants."""
-    return elu(input, _SELU_ALPHA) * _SELU_SCALE
+    return A.elu(input, _SELU_ALPHA, _SELU_SCALE)
 
 
 def celu(input, alpha: float = 1.0, inplace: bool = False):
-    """max(0, x) + min(0, alpha * (exp(x / alpha) - 1))."""
+    """max(0, x) + min(0, alpha * (exp(x / alpha) - 1)); the gradient at 0 is 1."""
     if alpha == 0:
         raise ValueError(f"celu: alpha must not be 0{_where(input)}")
-    neg = F.minimum(input, 0.0)
-    return F.where(input > 0, input, F.expm1(neg / alpha) * alpha)
+    return A.elu(input, alpha, 1.0, 1.0 / alpha)
 
 
 def hardtanh(input, min_val: float = -1.0, max_val: float = 1.0, inplace: bool = False):
-    """x clamped to [min_val, max_val]."""
+    """x clamped to [min_val, max_val]; the gradient is 0 at the bounds (PyTorch's, where
+    ``clamp``'s is 1)."""
     if min_val > max_val:
         raise ValueError(f"hardtanh: min_val ({min_val}) must not exceed max_val "
                          f"({max_val}){_where(input)}")
-    return F.clamp(input, min_val, max_val)
+    return A.hardtanh(input, min_val, max_val)
 
 
 def relu6(input, inplace: bool = False):
-    """min(max(x, 0), 6)."""
-    return F.clamp(input, 0.0, 6.0)
+    """min(max(x, 0), 6); the gradient is 0 at 0 and 6, as PyTorch's."""
+    return A.hardtanh(input, 0.0, 6.0)
 
 
 def hardsigmoid(input, inplace: bool = False):
     """relu6(x + 3) / 6, computed exactly (PyTorch's CPU kernel multiplies by a float32 1/6,
     so its float64 results differ from this by up to 3e-8 relative)."""
-    return F.clamp(input + 3.0, 0.0, 6.0) / 6.0
+    return A.hardsigmoid(input)
 
 
 def hardswish(input, inplace: bool = False):
     """x * relu6(x + 3) / 6."""
-    return input * (F.clamp(input + 3.0, 0.0, 6.0) / 6.0)
+    return A.hardswish(input)
 
 
 def softsign(input):
@@ -522,8 +523,9 @@ def tanhshrink(input):
 
 
 def threshold(input, threshold: float, value: float, inplace: bool = False):
-    """x where x > threshold, else ``value``."""
-    return F.where(input > threshold, input, F.full_like(input, value))
+    """x where x > threshold, else ``value`` (NaN stays NaN and passes the gradient, as
+    PyTorch's ``x <= threshold ? value : x``)."""
+    return F.where(input <= threshold, F.full_like(input, value), input)
 
 
 def glu(input, dim: int = -1):
@@ -546,12 +548,12 @@ def softmin(input, dim: Optional[int] = None, dtype=None):
 
 
 def prelu(input, weight):
-    """x where x >= 0, else weight * x; ``weight`` has 1 element or one per channel
-    (dim 1)."""
+    """x where x > 0, else weight * x (PyTorch's: at 0 the gradient is the weight's side);
+    ``weight`` has 1 element or one per channel (dim 1)."""
     n = weight.shape[0] if weight.ndim else 1
     if n != 1 and input.ndim >= 2:
         weight = F.reshape(weight, *((1, n) + (1,) * (input.ndim - 2)))
-    return F.where(input >= 0, input, input * weight)
+    return F.where(input > 0, input, input * weight)
 
 
 # -- normalisation over groups and instances, bags of embeddings, bilinear maps ---------------

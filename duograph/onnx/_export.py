@@ -363,7 +363,9 @@ CONVERTERS["logsigmoid"] = _unary_numeric(
 CONVERTERS["neg"] = _unary_numeric(lambda ex, x, dt: ex.op("Neg", x))
 CONVERTERS["abs"] = _unary_numeric(lambda ex, x, dt: ex.op("Abs", x))
 CONVERTERS["square"] = _unary_numeric(lambda ex, x, dt: ex.op("Mul", x, x))
-CONVERTERS["sign"] = _unary_numeric(lambda ex, x, dt: ex.op("Sign", x))
+CONVERTERS["sign"] = _unary_numeric(   # sign(NaN) is 0, as PyTorch's (ONNX's Sign keeps NaN)
+    lambda ex, x, dt: ex.op("Where", ex.op("IsNaN", x), ex.const(0, dt), ex.op("Sign", x))
+    if dt.startswith("float") else ex.op("Sign", x))
 CONVERTERS["relu"] = _unary_numeric(lambda ex, x, dt: ex.op("Max", x, ex.const(0, dt)))
 
 
@@ -420,6 +422,69 @@ def _softplus(ex, node, ins):
     soft = ex.op("Div", soft, ex.const(beta, work))
     y = ex.op("Where", ex.op("Greater", bx, ex.const(threshold, work)), x, soft)
     return [ex.cast(y, work, out)]
+
+
+def _float_in(ex, node, ins):
+    """(input cast to its float compute dtype, that dtype, the output dtype)."""
+    out = _out(node)
+    work = _compute_dtype(out, ("float32", "float64"))
+    return ex.cast(ins[0], _in(node), work), work, out
+
+
+@converter("elu")
+def _elu(ex, node, ins):
+    x, work, out = _float_in(ex, node, ins)
+    a = node.attrs
+    # scale * x for x > 0, else scale * alpha * (exp(min(x, 0) * input_scale) - 1)
+    neg = ex.op("Mul", ex.op("Min", x, ex.const(0, work)), ex.const(a["input_scale"], work))
+    neg = ex.op("Mul", ex.op("Sub", ex.op("Exp", neg), ex.const(1, work)),
+                ex.const(a["alpha"] * a["scale"], work))
+    y = ex.op("Where", ex.op("LessOrEqual", x, ex.const(0, work)), neg,
+              ex.op("Mul", x, ex.const(a["scale"], work)))
+    return [ex.cast(y, work, out)]
+
+
+@converter("hardtanh")
+def _hardtanh(ex, node, ins):
+    out = _out(node)
+    work = _compute_dtype(out)
+    x = ex.cast(ins[0], _in(node), work)
+    x = ex.op("Max", x, ex.const(node.attrs["min_val"], work))
+    return [ex.cast(ex.op("Min", x, ex.const(node.attrs["max_val"], work)), work, out)]
+
+
+def _relu6_of_x_plus_3(ex, x, work):
+    shifted = ex.op("Add", x, ex.const(3, work))
+    return ex.op("Min", ex.op("Max", shifted, ex.const(0, work)), ex.const(6, work))
+
+
+@converter("hardsigmoid")
+def _hardsigmoid(ex, node, ins):
+    x, work, out = _float_in(ex, node, ins)
+    y = ex.op("Div", _relu6_of_x_plus_3(ex, x, work), ex.const(6, work))
+    return [ex.cast(y, work, out)]
+
+
+@converter("hardswish")
+def _hardswish(ex, node, ins):
+    x, work, out = _float_in(ex, node, ins)
+    y = ex.op("Div", ex.op("Mul", x, _relu6_of_x_plus_3(ex, x, work)), ex.const(6, work))
+    return [ex.cast(y, work, out)]
+
+
+@converter("silu")
+def _silu(ex, node, ins):
+    x, work, out = _float_in(ex, node, ins)
+    return [ex.cast(ex.op("Mul", x, ex.op("Sigmoid", x)), work, out)]
+
+
+@converter("mish")
+def _mish(ex, node, ins):
+    x, work, out = _float_in(ex, node, ins)
+    soft = ex.op("Add", ex.op("Max", x, ex.const(0, work)),
+                 ex.op("Log", ex.op("Add", ex.const(1, work),
+                                    ex.op("Exp", ex.op("Neg", ex.op("Abs", x))))))
+    return [ex.cast(ex.op("Mul", x, ex.op("Tanh", soft)), work, out)]
 
 
 @converter("logical_not")
@@ -802,6 +867,8 @@ CONVERTERS["prod"] = _reduction("ReduceProd", True)
 CONVERTERS["mean"] = _reduction("ReduceMean", True)
 CONVERTERS["amax"] = _reduction("ReduceMax", False)
 CONVERTERS["amin"] = _reduction("ReduceMin", False)
+CONVERTERS["max"] = _reduction("ReduceMax", False)     # amax and amin, another gradient rule
+CONVERTERS["min"] = _reduction("ReduceMin", False)
 
 
 def _count(ex, v: Value, dims, dtype: str) -> str:

@@ -11,6 +11,7 @@ import math
 import numpy as np
 
 from ..graphlib import functional as F
+from ..graphlib.ops import activations as A
 from ._import import (HANDLERS, Ctx, _onnx, check_size, handler, np_dtype_of, refuse,
                       static_shape, tensor_array)
 
@@ -78,8 +79,9 @@ HANDLERS_UNARY = {
     "Sign": (lambda c, x: F.sign(x), False, NUMERIC),
     "Softsign": (lambda c, x: x / (F.abs(x) + 1.0), True, None),
     "Softplus": (lambda c, x: F.log(F.exp(x) + 1.0), True, None),
-    "Mish": (lambda c, x: x * F.tanh(F.log(F.exp(x) + 1.0)), True, None),
-    "HardSwish": (lambda c, x: x * F.clamp(x * (1.0 / 6.0) + 0.5, 0.0, 1.0), True, None),
+    "Mish": (lambda c, x: A.mish(x), True, None),
+    # PyTorch's hardswish (its gradient: 0 up to -3, 1 from 3 on), which exports as this
+    "HardSwish": (lambda c, x: A.hardswish(x), True, None),
 }
 for _name, (_fn, _fo, _ok) in HANDLERS_UNARY.items():
     handler(_name)(_unary(_fn, _fo, _ok))
@@ -142,35 +144,35 @@ def _ceil(ctx):
     return F.neg(_floor(ctx, F.neg(x)))
 
 
+# ELU, CELU and SELU as PyTorch's elu op: its gradient at 0 is the negative side's (alpha,
+# 1, gamma * alpha), where a composition with minimum(x, 0) split it at the tie
 @handler("Elu")
 def _elu(ctx):
     _float_only(ctx)
-    x, a = ctx.x(0), ctx.attr("alpha", 1.0)
-    return cast(F.where(F.gt(x, ctx.const(0, x.dtype)), x, (F.exp(x) - 1.0) * a), x.dtype)
+    return A.elu(ctx.x(0), ctx.attr("alpha", 1.0))
 
 
 @handler("Celu")
 def _celu(ctx):
     _float_only(ctx)
-    x, a = ctx.x(0), ctx.attr("alpha", 1.0)
-    zero = ctx.const(0, x.dtype)
-    return F.maximum(x, zero) + F.minimum(zero, (F.exp(x / a) - 1.0) * a)
+    a = ctx.attr("alpha", 1.0)
+    if a == 0:
+        refuse("Celu with alpha 0")
+    return A.elu(ctx.x(0), a, 1.0, 1.0 / a)
 
 
 @handler("Selu")
 def _selu(ctx):
     _float_only(ctx)
-    x = ctx.x(0)
     a = ctx.attr("alpha", 1.67326319217681884765625)
     g = ctx.attr("gamma", 1.05070102214813232421875)
-    return F.where(F.gt(x, ctx.const(0, x.dtype)), x * g, (F.exp(x) * a - a) * g)
+    return A.elu(ctx.x(0), a, g)
 
 
 @handler("LeakyRelu")
 def _leaky(ctx):
-    _float_only(ctx)
-    x = ctx.x(0)
-    return F.where(F.ge(x, ctx.const(0, x.dtype)), x, x * ctx.attr("alpha", 0.01))
+    _float_only(ctx)     # x where x > 0, else alpha * x: the same values, PyTorch's gradient
+    return F.leaky_relu(ctx.x(0), ctx.attr("alpha", 0.01))
 
 
 @handler("ThresholdedRelu")
@@ -185,7 +187,11 @@ def _thresholded(ctx):
 def _hard_sigmoid(ctx):
     _float_only(ctx)
     x = ctx.x(0)
-    return F.clamp(x * ctx.attr("alpha", 0.2) + ctx.attr("beta", 0.5), 0.0, 1.0)
+    alpha, beta = ctx.attr("alpha", 0.2), ctx.attr("beta", 0.5)
+    # PyTorch's hardsigmoid exports as alpha = 1/6 (a float32 attribute), beta = 0.5
+    if np.float32(alpha) == np.float32(1.0 / 6.0) and beta == 0.5:
+        return A.hardsigmoid(x)
+    return F.clamp(x * alpha + beta, 0.0, 1.0)
 
 
 @handler("Shrink")
@@ -208,8 +214,8 @@ def _gelu(ctx):
 @handler("PRelu")
 def _prelu(ctx):
     _float_only(ctx)
-    x, s = ctx.x(0), ctx.x(1)
-    return F.where(F.lt(x, ctx.const(0, x.dtype)), x * s, x)
+    x, s = ctx.x(0), ctx.x(1)      # PyTorch's prelu: at 0, the slope's side takes the gradient
+    return F.where(F.gt(x, ctx.const(0, x.dtype)), x, x * s)
 
 
 # -- elementwise binary --------------------------------------------------------------------------
@@ -362,17 +368,40 @@ def _clip(ctx):
     if x.dtype == "bool":
         refuse("Clip of bool")
     if ctx.opset < 11:
-        lo, hi = ctx.attr("min"), ctx.attr("max")
-        lo = None if lo is None else ctx.const(lo, x.dtype)
-        hi = None if hi is None else ctx.const(hi, x.dtype)
+        return _clip_numbers(x, ctx.attr("min"), ctx.attr("max"))
+    bounds = [ctx.x(i) if ctx.has(i) else None for i in (1, 2)]
+    known = [ctx._known[i] if ctx.has(i) else None for i in (1, 2)]
+    if all(b is None or (k is not None and k.size == 1) for b, k in zip(bounds, known)):
+        return _clip_numbers(x, *(None if k is None else k.reshape(()).item() for k in known))
+    lo, hi = (None if b is None else cast(b, x.dtype) for b in bounds)
+    return _clip_tensors(x, lo, hi)
+
+
+def _clip_numbers(x, lo, hi):
+    """Clip to known bounds: PyTorch's clamp (the gradient is 1 at the bounds, where
+    maximum/minimum would split it at the tie), in x's dtype."""
+    if lo is None and hi is None:
+        return x
+    dt = x.dtype
+    if dt in FLOATS:
+        lo, hi = (None if b is None else float(b) for b in (lo, hi))
     else:
-        lo = ctx.x(1) if ctx.has(1) else None
-        hi = ctx.x(2) if ctx.has(2) else None
+        lo, hi = (None if b is None else int(b) for b in (lo, hi))
+    return cast(F.clamp(x, lo, hi), dt)
+
+
+def _clip_tensors(x, lo, hi):
+    """min(max(x, lo), hi) for bounds known at run time, with the gradients of PyTorch's
+    clamp(x, lo, hi): x's where lo <= x <= hi (0 for NaN), lo's where x < lo, hi's where
+    x > hi."""
+    keep, bounded = None, F.stop_gradient(x)
     if lo is not None:
-        x = F.maximum(x, cast(lo, x.dtype))
+        keep = F.ge(x, lo)
+        bounded = F.maximum(bounded, lo)
     if hi is not None:
-        x = F.minimum(x, cast(hi, x.dtype))
-    return x
+        keep = F.le(x, hi) if keep is None else F.logical_and(keep, F.le(x, hi))
+        bounded = F.minimum(bounded, hi)
+    return x if keep is None else F.where(keep, x, bounded)
 
 
 # -- casts ---------------------------------------------------------------------------------------

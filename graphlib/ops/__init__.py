@@ -5,6 +5,6 @@ forms belong to the backends (``runtime/``), which register them in tables keyed
 """
 from . import creation, elementwise, shape, reduction, linalg, nn, fused  # noqa: F401 (in order)
 from . import conv, control, resample, scan, sorting, norms  # noqa: F401
-from . import pointwise, layout  # noqa: F401
+from . import pointwise, layout, activations  # noqa: F401
 from . import indexing  # noqa: F401
 from . import collectives  # noqa: F401

@@ -29,9 +29,10 @@ log_op = unary("log", lambda xp, x: xp.log(x), lambda g, x, y: g / x, expr="log(
                float_out=True)
 sqrt_op = unary("sqrt", lambda xp, x: xp.sqrt(x), lambda g, x, y: g * 0.5 / y,
                 expr="sqrt({0})", float_out=True, vjp_reads_output=True)
+# -0.5 * y**3, as PyTorch (not -0.5 * y / x: at -0.0 that has the wrong sign of infinity)
 rsqrt_op = unary("rsqrt", lambda xp, x: xp.reciprocal(xp.sqrt(x)),
-                 lambda g, x, y: g * -0.5 * y / x, expr="(1 / sqrt({0}))", float_out=True,
-                 vjp_reads_output=True)
+                 lambda g, x, y: g * -0.5 * (y * y * y), expr="(1 / sqrt({0}))",
+                 float_out=True, vjp_reads_output=True)
 square_op = unary("square", lambda xp, x: xp.multiply(x, x), lambda g, x, y: g * 2.0 * x,
                   expr="({0} * {0})", allowed=NUMERIC)
 reciprocal_op = unary("reciprocal", lambda xp, x: xp.reciprocal(x), lambda g, x, y: -g * y * y,
@@ -55,7 +56,10 @@ def _sigmoid_kernel(xp, x):
 sigmoid_op = unary("sigmoid", _sigmoid_kernel, lambda g, x, y: sigmoid_backward(g, y),
                    expr="({0} >= 0 ? 1 / (1 + exp(-{0})) : exp({0}) / (1 + exp({0})))",
                    float_out=True, vjp_reads_output=True)
-relu_op = unary("relu", lambda xp, x: xp.maximum(x, 0), lambda g, x, y: where(y > 0, g, 0.0),
+# PyTorch's threshold_backward: 0 where y <= 0, else g (so NaN passes g). y = max(x, 0) is
+# never negative, so that is ``y != 0``: one comparison, in the where(mask, g, 0) form the
+# backends' fast selections (a bit-mask where, the masked matmul epilogue) recognise.
+relu_op = unary("relu", lambda xp, x: xp.maximum(x, 0), lambda g, x, y: where(y != 0, g, 0.0),
                 expr="max({0}, 0)", allowed=NUMERIC, vjp_reads_output=True)
 leaky_relu_op = unary(
     "leaky_relu",
@@ -102,10 +106,17 @@ softplus_op = unary(
 erf_op = unary("erf", lambda xp, x: xpu.erf(xp, x),
                lambda g, x, y: g * _TWO_OVER_SQRTPI * exp(-(x * x)), expr="erf({0})",
                float_out=True)
+def _sign_kernel(xp, x):
+    s = xp.sign(x)
+    # PyTorch's sign of NaN is 0 ((0 < x) - (x < 0)), numpy's NaN
+    return xp.where(s == s, s, s.dtype.type(0)) if s.dtype.kind == "f" else s
+
+
 # sign is piecewise constant: its gradient is 0 (None: nothing flows back), as in PyTorch,
-# so rules built on it (abs) have second derivatives.
-sign_op = unary("sign", lambda xp, x: xp.sign(x), lambda g, x, y: None, expr="sign({0})",
-                allowed=NUMERIC)
+# so rules built on it (abs) have second derivatives. sign(NaN) is 0, as PyTorch's, so that
+# abs'(NaN) = 0 too.
+sign_op = unary("sign", _sign_kernel, lambda g, x, y: None,
+                expr="({0} > 0 ? 1 : ({0} < 0 ? -1 : 0))", allowed=NUMERIC)
 # -- more math (PyTorch's names, gradients and integer-to-float32 promotion) -----------------
 _LN2, _LN10 = math.log(2.0), math.log(10.0)
 tan_op = unary("tan", lambda xp, x: xp.tan(x), lambda g, x, y: g * (1.0 + y * y),
@@ -123,8 +134,8 @@ cosh_op = unary("cosh", lambda xp, x: xp.cosh(x), lambda g, x, y: g * sinh(x),
 asinh_op = unary("asinh", lambda xp, x: xp.arcsinh(x), lambda g, x, y: g * rsqrt(x * x + 1.0),
                  expr="asinh({0})", float_out=True)
 acosh_op = unary("acosh", lambda xp, x: xp.arccosh(x),
-                 lambda g, x, y: g * rsqrt((x - 1.0) * (x + 1.0)), expr="acosh({0})",
-                 float_out=True)
+                 lambda g, x, y: g * rsqrt(x * x - 1.0), expr="acosh({0})",
+                 float_out=True)     # x * x - 1, as PyTorch: +inf (not -inf) at x = -1
 atanh_op = unary("atanh", lambda xp, x: xp.arctanh(x), lambda g, x, y: g / (1.0 - x * x),
                  expr="atanh({0})", float_out=True)
 log1p_op = unary("log1p", lambda xp, x: xp.log1p(x), lambda g, x, y: g / (1.0 + x),
@@ -229,7 +240,14 @@ def _pow_scalar_infer(types, attrs):
 
 def _pow_scalar_kernel(xp, x, exponent):
     dt = _pow_scalar_dtype(x.dtype.name, exponent)
-    return xp.power(x if x.dtype.name == dt else x.astype(dt), exponent)
+    x = x if x.dtype.name == dt else x.astype(dt)
+    # PyTorch computes x ** 0.5 as sqrt(x) and x ** -0.5 as rsqrt(x): NaN at -inf (C's pow
+    # gives inf, 0) and -0.0 / -inf at -0.0 (pow: 0.0 / inf); the gradient follows
+    if exponent == 0.5:
+        return xp.sqrt(x)
+    if exponent == -0.5:
+        return xp.reciprocal(xp.sqrt(x))
+    return xp.power(x, exponent)
 
 
 def _pow_scalar_vjp(cts, ins, outs, attrs, needs):
@@ -246,7 +264,9 @@ def _pow_scalar_vjp(cts, ins, outs, attrs, needs):
 
 
 pow_scalar_op = register(OpDef("pow_scalar", _pow_scalar_infer, _pow_scalar_kernel,
-                               _pow_scalar_vjp, expr="pow({0}, {exponent})", elementwise=True,
+                               _pow_scalar_vjp,
+                               expr="({exponent} == 0.5 ? sqrt({0}) : ({exponent} == -0.5 ? "
+                                    "1 / sqrt({0}) : pow({0}, {exponent})))", elementwise=True,
                                attrs=Attrs(exponent=Attr("number"))))
 
 
@@ -315,7 +335,8 @@ def _pow_grad_exponent(g, a, b, y):
     """d/db a**b = a**b * log(a), as PyTorch: 0 where a == 0 and b >= 0; NaN for a < 0
     (log of a negative base); -inf/inf for 0 ** negative (inf * log 0)."""
     log_a = where(a > 0, log(where(a > 0, a, 1.0)), where(a == 0, -math.inf, math.nan))
-    return where(logical_and(a == 0, b >= 0), 0.0, g * (y * log_a))
+    # the 0 is selected before g multiplies in: an infinite g gives NaN there, as PyTorch's
+    return g * where(logical_and(a == 0, b >= 0), 0.0, y * log_a)
 
 
 pow_op = binary("pow", lambda xp, a, b: xp.power(a, b),
@@ -323,17 +344,19 @@ pow_op = binary("pow", lambda xp, a, b: xp.power(a, b),
                 vjp_reads_output=True)
 
 
-def _winner(g, mine, theirs, wins):
-    """g where ``mine`` wins; ties share the gradient equally, as PyTorch does."""
-    return g * (cast(wins(mine, theirs), g.dtype) + cast(mine == theirs, g.dtype) * 0.5)
+def _winner(g, mine, theirs, loses):
+    """PyTorch's rule: ``g / 2`` where the operands tie, 0 where ``mine`` loses, else ``g``
+    (so a NaN on either side passes ``g`` to both). Selections, not 0/1 masks multiplied in:
+    an infinite ``g`` gives 0, not NaN, where ``mine`` loses."""
+    return where(mine == theirs, g * 0.5, where(loses(mine, theirs), 0.0, g))
 
 
 maximum_op = binary("maximum", lambda xp, a, b: xp.maximum(a, b),
-                    (lambda g, a, b, y: _winner(g, a, b, gt),
-                     lambda g, a, b, y: _winner(g, b, a, gt)), expr="max({0}, {1})")
-minimum_op = binary("minimum", lambda xp, a, b: xp.minimum(a, b),
                     (lambda g, a, b, y: _winner(g, a, b, lt),
-                     lambda g, a, b, y: _winner(g, b, a, lt)), expr="min({0}, {1})")
+                     lambda g, a, b, y: _winner(g, b, a, lt)), expr="max({0}, {1})")
+minimum_op = binary("minimum", lambda xp, a, b: xp.minimum(a, b),
+                    (lambda g, a, b, y: _winner(g, a, b, gt),
+                     lambda g, a, b, y: _winner(g, b, a, gt)), expr="min({0}, {1})")
 
 eq_op = binary("eq", lambda xp, a, b: xp.equal(a, b), out_dtype="bool", expr="({0} == {1})")
 ne_op = binary("ne", lambda xp, a, b: xp.not_equal(a, b), out_dtype="bool", expr="({0} != {1})")
@@ -351,16 +374,28 @@ logical_or_op = binary("logical_or", lambda xp, a, b: xp.logical_or(a, b), out_d
 # (Python's %), fmod the dividend's (C's); floor_divide rounds down (Python's //).
 remainder_op = binary("remainder", lambda xp, a, b: xp.remainder(a, b),
                       (lambda g, a, b, y: g,
-                       lambda g, a, b, y: -g * floor(div(a, b))),
+                       lambda g, a, b, y: -g * floor_divide(a, b)),
                       expr="remainder({0}, {1})", bool_ok=False)
 fmod_op = binary("fmod", lambda xp, a, b: xp.fmod(a, b),
                  (lambda g, a, b, y: g, lambda g, a, b, y: -g * trunc(div(a, b))),
                  expr="fmod({0}, {1})", bool_ok=False)
+# a zero gradient, as PyTorch's div(rounding_mode="floor") (and so remainder's rule, which
+# reads it, keeps second derivatives)
 floor_divide_op = binary("floor_divide", lambda xp, a, b: xp.floor_divide(a, b),
-                         expr="floor_divide({0}, {1})", bool_ok=False)
+                         (lambda g, a, b, y: _zero_grad(g, a, y),
+                          lambda g, a, b, y: _zero_grad(g, b, y)),
+                         expr="floor_divide({0}, {1})", bool_ok=False, saves_no_data=True)
+def _atan2_recip(a, b):
+    """1 / (a * a + b * b), and 0 where that sum is 0 (PyTorch's atan2_backward: so the
+    gradient at (0, 0) is 0, not 0 * inf)."""
+    d = a * a + b * b
+    nonzero = d != 0
+    return where(nonzero, reciprocal(where(nonzero, d, 1.0)), 0.0)
+
+
 atan2_op = binary("atan2", lambda xp, a, b: xp.arctan2(a, b),
-                  (lambda g, a, b, y: g * b / (a * a + b * b),
-                   lambda g, a, b, y: -g * a / (a * a + b * b)),
+                  (lambda g, a, b, y: g * b * _atan2_recip(a, b),
+                   lambda g, a, b, y: g * -a * _atan2_recip(a, b)),
                   expr="atan2({0}, {1})", float_out=True)
 hypot_op = binary("hypot", lambda xp, a, b: xp.hypot(a, b),
                   (lambda g, a, b, y: g * a / y, lambda g, a, b, y: g * b / y),
@@ -501,7 +536,7 @@ def erf(x):
 
 
 def sign(x):
-    """-1, 0 or 1 (its gradient is 0)."""
+    """-1, 0 or 1 (0 for NaN, as PyTorch gives; its gradient is 0)."""
     return sign_op(x)
 
 

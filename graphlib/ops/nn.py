@@ -26,11 +26,13 @@ def _softmax_infer(name):
 
 
 def _finite_max(xp, x, dim):
-    """The max along ``dim`` (kept), 0 where it is not finite: the shift that keeps exp in
-    range (array methods: the numpy function wrappers cost more than the work here)."""
+    """The max along ``dim`` (kept), 0 where it is -inf (a slice of -infs: NaN either way):
+    the shift that keeps exp in range. A +inf max stays, so a slice holding +inf gives NaN
+    throughout (inf - inf), as PyTorch's softmax (array methods: the numpy function wrappers
+    cost more than the work here)."""
     m = x.max(axis=dim, keepdims=True)
     if dtypes.is_float_array(m):
-        m = xp.where(xp.isfinite(m), m, 0)
+        m = xp.where(m == -xp.inf, 0, m)
     return m
 
 

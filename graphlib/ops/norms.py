@@ -50,8 +50,9 @@ def _vector_norm_vjp(cts, ins, outs, a, needs):
     p, dims, keepdim = a["ord"], a["dim"], a["keepdim"]
     g = expand_back(g, x, dims, keepdim)
     norm = expand_back(y, x, dims, keepdim)
-    if p == 0:
-        return [g * 0.0]
+    if p == 0:                  # zeros, as PyTorch (not g * 0: NaN under an infinite g)
+        from .creation import zeros_like
+        return [zeros_like(g)]
     if p == 1:
         return [sign(x) * g]
     if p == 2:

@@ -10,7 +10,7 @@ from ..errors import DTypeError, located
 from ..registry import OpDef, register
 from ..types import TensorType, broadcast_shapes
 from ._common import binary, operand, unary, unary_infer
-from .elementwise import isfinite, logical_and, where
+from .elementwise import cast, isfinite, logical_and, where
 
 NUMERIC = dtypes.NUMERIC_DTYPES
 
@@ -78,7 +78,9 @@ def _nan_to_num_kernel(xp, x, nan, posinf, neginf):
 
 nan_to_num_op = unary(
     "nan_to_num", _nan_to_num_kernel,
-    lambda g, x, y, **attrs: where(isfinite(x), g, 0.0),
+    # PyTorch's rule multiplies the mask in (grad * isfinite(x)): an infinite cotangent
+    # gives NaN at the replaced values, as there
+    lambda g, x, y, **attrs: g * cast(isfinite(x), g.dtype),
     expr="(isnan({0}) ? {nan} : ({0} == inf ? {posinf} : ({0} == -inf ? {neginf} : {0})))",
     allowed=dtypes.DTYPE_NAMES,
     attrs=Attrs(nan=Attr("number", default=0.0), posinf=Attr("number", default=None),

@@ -1,6 +1,7 @@
 """Reductions over one, several or all dims, with ``keepdim`` (PyTorch names and defaults)."""
 from __future__ import annotations
 
+import math
 
 import numpy as np
 
@@ -9,8 +10,8 @@ from ..attrs import Attr, Attrs
 from ..errors import DimError, DTypeError, located
 from ..registry import OpDef, register
 from ..types import TensorType, normalize_dim, normalize_dims, reduction_dims
-from .elementwise import cast, exp, logical_and, where
-from .shape import expand, reshape
+from .elementwise import cast, exp, isnan, logical_and, where
+from .shape import expand, gather, reshape, squeeze
 from ._common import operand
 
 
@@ -115,6 +116,8 @@ mean_op = register(OpDef(
 
 
 def _extreme_vjp(cts, ins, outs, a, needs):
+    # PyTorch's amax/amin rule (scale_grad_by_count): g shared evenly between the elements
+    # equal to the result (a NaN result matches none: NaN), the mask multiplied in
     (g,), (x,), (y,) = cts, ins, outs
     dims, keepdim = a["dim"], a["keepdim"]
     mask = cast(x == expand_back(y, x, dims, keepdim), g.dtype)
@@ -122,16 +125,36 @@ def _extreme_vjp(cts, ins, outs, a, needs):
     return [mask * expand_back(g, x, dims, keepdim) / ties]
 
 
-amax_op = register(OpDef(
-    "amax", _reduce_infer("amax"),
-    lambda xp, x, dim, keepdim: xp.amax(x, axis=_axis(dim, x.ndim), keepdims=keepdim),
-    _extreme_vjp, vjp_reads_output=True,
-    attrs=Attrs(dim=Attr("dims"), keepdim=Attr(bool))))
-amin_op = register(OpDef(
-    "amin", _reduce_infer("amin"),
-    lambda xp, x, dim, keepdim: xp.amin(x, axis=_axis(dim, x.ndim), keepdims=keepdim),
-    _extreme_vjp, vjp_reads_output=True,
-    attrs=Attrs(dim=Attr("dims"), keepdim=Attr(bool))))
+def _evenly_vjp(cts, ins, outs, a, needs):
+    # PyTorch's max()/min() over every element (evenly_distribute_backward): g shared evenly
+    # between the elements equal to the result, or between the NaNs where the result is NaN,
+    # selected (0 elsewhere, whatever g is)
+    (g,), (x,), (y,) = cts, ins, outs
+    dims, keepdim = a["dim"], a["keepdim"]
+    y, g = expand_back(y, x, dims, keepdim), expand_back(g, x, dims, keepdim)
+    hit = where(isnan(y), isnan(x), x == y)
+    share = g / sum(cast(hit, g.dtype), dims, keepdim=True)
+    return [where(hit, share, 0.0)]
+
+
+def _amax_kernel(xp, x, dim, keepdim):
+    return xp.amax(x, axis=_axis(dim, x.ndim), keepdims=keepdim)
+
+
+def _amin_kernel(xp, x, dim, keepdim):
+    return xp.amin(x, axis=_axis(dim, x.ndim), keepdims=keepdim)
+
+
+_EXTREME_ATTRS = Attrs(dim=Attr("dims"), keepdim=Attr(bool))
+amax_op = register(OpDef("amax", _reduce_infer("amax"), _amax_kernel, _extreme_vjp,
+                         vjp_reads_output=True, attrs=_EXTREME_ATTRS))
+amin_op = register(OpDef("amin", _reduce_infer("amin"), _amin_kernel, _extreme_vjp,
+                         vjp_reads_output=True, attrs=_EXTREME_ATTRS))
+# max() and min() of every element: amax and amin with PyTorch's other gradient rule
+max_op = register(OpDef("max", _reduce_infer("max"), _amax_kernel, _evenly_vjp,
+                        vjp_reads_output=True, attrs=_EXTREME_ATTRS))
+min_op = register(OpDef("min", _reduce_infer("min"), _amin_kernel, _evenly_vjp,
+                        vjp_reads_output=True, attrs=_EXTREME_ATTRS))
 
 
 def _prod_kernel(xp, x, dim, keepdim):
@@ -172,19 +195,32 @@ def _std_kernel(xp, x, dim, keepdim, correction):
                             dtype=_acc(xp, x)), x)
 
 
-def _var_vjp(cts, ins, outs, a, needs):
-    (g,), (x,) = cts, ins
-    dims, keepdim, c = a["dim"], a["keepdim"], a["correction"]
+def _var_backward(g, x, dims, keepdim, c):
+    """PyTorch's var_backward: ``2 / (n - c) * g * (x - mean)``, in IEEE arithmetic (n == c
+    gives inf: NaN where x is its mean, as PyTorch, not a ZeroDivisionError); over every
+    dim with n - c <= 0, NaN where x is its mean and inf elsewhere."""
     centered = x - mean(x, dims, keepdim=True)
-    return [expand_back(g, x, dims, keepdim) * centered * (2.0 / (_count(x, dims) - c))]
+    g = expand_back(g, x, dims, keepdim)
+    n = _count(x, dims)
+    if not isinstance(n, int):
+        return g * centered * (2.0 / (n - c))
+    if n - c <= 0 and len(dims) == x.ndim:
+        return g * where(centered == 0, math.nan, math.inf)
+    scale = 2.0 / (n - c) if n != c else math.inf
+    return g * centered * scale
+
+
+def _var_vjp(cts, ins, outs, a, needs):
+    return [_var_backward(cts[0], ins[0], a["dim"], a["keepdim"], a["correction"])]
 
 
 def _std_vjp(cts, ins, outs, a, needs):
+    # PyTorch's std_backward: var's rule for g / (2 * std), 0 where std is 0 (a constant
+    # slice: no 0/0), selected
     (g,), (x,), (y,) = cts, ins, outs
-    dims, keepdim, c = a["dim"], a["keepdim"], a["correction"]
-    centered = x - mean(x, dims, keepdim=True)
-    scale = expand_back(g / y, x, dims, keepdim) / (_count(x, dims) - c)
-    return [centered * scale]
+    zero = y == 0
+    g_var = where(zero, 0.0, g / (2.0 * where(zero, 1.0, y)))
+    return [_var_backward(g_var, x, a["dim"], a["keepdim"], a["correction"])]
 
 
 var_op = register(OpDef("var", _reduce_infer("var", float_only=True), _var_kernel, _var_vjp,
@@ -287,6 +323,47 @@ def mean(x, dim=None, keepdim: bool = False):
     """Arithmetic mean over ``dim`` (floating-point tensors only, as in PyTorch)."""
     x = operand(x, "mean")
     return mean_op(x, dim=_dims(x, dim, "mean"), keepdim=keepdim)
+
+
+def max_all(x):
+    """The largest element (``max(x)``): NaN if any is NaN; ties share the gradient evenly,
+    and a NaN result gives it to the NaNs, as PyTorch's ``max()``."""
+    x = operand(x, "max")
+    return max_op(x, dim=_dims(x, None, "max"), keepdim=False)
+
+
+def min_all(x):
+    """The smallest element (``min(x)``), with the gradient rule of ``max_all``."""
+    x = operand(x, "min")
+    return min_op(x, dim=_dims(x, None, "min"), keepdim=False)
+
+
+def _selected(x, index, d, keepdim):
+    """``x`` at ``index`` (keepdim-shaped) along ``d``: the values a max(dim)/min(dim)
+    selects, so the gradient goes to the returned index only, as PyTorch's."""
+    if x.ndim == 0:
+        return x
+    values = gather(x, d, index)
+    return values if keepdim else squeeze(values, d)
+
+
+def max_dim(x, dim, keepdim: bool = False):
+    """(values, indices) of the largest element along ``dim`` (the first one where they
+    tie, or the first NaN); the gradient goes to the returned index, as PyTorch's."""
+    x = operand(x, "max")
+    d = normalize_dim(dim, max(x.ndim, 1), "max")
+    index = argmax_op(x, dim=d, keepdim=True)
+    values = _selected(x, index, d, keepdim)
+    return values, index if keepdim or x.ndim == 0 else squeeze(index, d)
+
+
+def min_dim(x, dim, keepdim: bool = False):
+    """(values, indices) of the smallest element along ``dim``, as ``max_dim``."""
+    x = operand(x, "min")
+    d = normalize_dim(dim, max(x.ndim, 1), "min")
+    index = argmin_op(x, dim=d, keepdim=True)
+    values = _selected(x, index, d, keepdim)
+    return values, index if keepdim or x.ndim == 0 else squeeze(index, d)
 
 
 def amax(x, dim=None, keepdim: bool = False):

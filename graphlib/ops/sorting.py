@@ -135,15 +135,15 @@ def _median_all_kernel(xp, x):
 
 
 def _median_all_vjp(cts, ins, outs, a, needs):
-    # PyTorch's rule for the median of all elements: the gradient is shared evenly between
-    # the elements equal to it (NaNs when it is NaN)
+    # PyTorch's rule for the median of all elements (evenly_distribute_backward): the
+    # gradient is shared evenly between the elements equal to it (NaNs when it is NaN),
+    # selected (0 elsewhere, even under an infinite cotangent)
     (g,), (x,), (y,) = cts, ins, outs
     mask = x == y
     if dtypes.is_float(x.dtype):
         mask = logical_or(mask, logical_and(isnan(x), isnan(y)))
-    mask = cast(mask, g.dtype)
     from .reduction import sum as sum_
-    return [mask * (g / sum_(mask))]
+    return [where(mask, g / sum_(cast(mask, g.dtype)), 0.0)]
 
 
 median_all_op = register(OpDef("median_all", _median_all_infer, _median_all_kernel,

@@ -637,7 +637,7 @@ _UFUNCS = {
     "minimum": ("minimum", "same"), "pow": ("power", "same"), "neg": ("negative", "same"),
     "abs": ("absolute", "same"), "exp": ("exp", "same"), "log": ("log", "same"),
     "sqrt": ("sqrt", "same"), "reciprocal": ("reciprocal", "same"), "sin": ("sin", "same"),
-    "cos": ("cos", "same"), "tanh": ("tanh", "same"), "sign": ("sign", "same"),
+    "cos": ("cos", "same"), "tanh": ("tanh", "same"),
     "eq": ("equal", "raw"), "ne": ("not_equal", "raw"), "lt": ("less", "raw"),
     "le": ("less_equal", "raw"), "gt": ("greater", "raw"), "ge": ("greater_equal", "raw"),
     "logical_and": ("logical_and", "raw"), "logical_or": ("logical_or", "raw"),
@@ -987,12 +987,20 @@ _GELU = get_op("gelu")
 _HELPERS = '''
 @njit(inline="always", error_model="numpy", fastmath=FASTMATH)
 def _maximum(a, b):
-    return a if (a >= b or a != a) else b
+    # numpy's maximum: NaN from either side, b where they are equal (max(-0.0, 0.0) is 0.0)
+    return a if (a > b or a != a) else b
 
 
 @njit(inline="always", error_model="numpy", fastmath=FASTMATH)
 def _minimum(a, b):
-    return a if (a <= b or a != a) else b
+    return a if (a < b or a != a) else b
+
+
+@njit(inline="always", error_model="numpy", fastmath=FASTMATH)
+def _floor_divide(a, b):
+    # Python's and numpy's floor division (0.5 // -inf is -1, -inf // 2 NaN), which numba's
+    # np.floor_divide is not for infinities
+    return a // b
 
 
 @njit(inline="always", error_model="numpy", fastmath=FASTMATH)
@@ -1051,7 +1059,7 @@ def _sigmoid(x):
 
 _FUNCS = {"exp": "np.exp", "log": "np.log", "sqrt": "np.sqrt", "sin": "np.sin",
           "cos": "np.cos", "tanh": "_tanh", "abs": "abs", "max": "_maximum",
-          "min": "_minimum", "pow": "_pow", "sign": "np.sign", "erf": "math.erf",
+          "min": "_minimum", "pow": "_pow", "erf": "math.erf",
           "gelu_tanh": "_gelu_tanh", "gelu_none": "_gelu_none", "tan": "np.tan",
           "asin": "np.arcsin", "acos": "np.arccos", "atan": "np.arctan", "sinh": "np.sinh",
           "cosh": "np.cosh", "asinh": "np.arcsinh", "acosh": "np.arccosh",
@@ -1059,7 +1067,7 @@ _FUNCS = {"exp": "np.exp", "log": "np.log", "sqrt": "np.sqrt", "sin": "np.sin",
           "log10": "np.log10", "exp2": "np.exp2", "floor": "np.floor", "ceil": "np.ceil",
           "trunc": "np.trunc", "isnan": "np.isnan", "isinf": "np.isinf",
           "isfinite": "np.isfinite", "remainder": "np.remainder", "fmod": "np.fmod",
-          "floor_divide": "np.floor_divide", "atan2": "np.arctan2", "hypot": "np.hypot",
+          "floor_divide": "_floor_divide", "atan2": "np.arctan2", "hypot": "np.hypot",
           "rint": "np.rint"}
 _DTYPE_NAMES = {"float16", "float32", "float64", "int32", "int64", "uint8", "bool"}
 _TOKEN = re.compile(r"\s*(?:(\d+\.\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|"

@@ -123,6 +123,11 @@ def _reduce_out(fn_name: str):
 def _pow_scalar_out(xp, x, out, exponent):
     if x.dtype != out.dtype or x.dtype.kind != "f":
         return False
+    if exponent == 0.5 or exponent == -0.5:     # sqrt and rsqrt, as the op's kernel
+        xp.sqrt(x, out=out)
+        if exponent < 0:
+            xp.reciprocal(out, out=out)
+        return True
     xp.power(x, exponent, out=out)
     return True
 
@@ -131,6 +136,9 @@ def _where_out(xp, c, a, b, out):
     if a.dtype != out.dtype or b.dtype != out.dtype:
         return False
     if c.dtype == bool and _where_bits(xp, c, a, b, out):
+        return True
+    if xp.may_share_memory(out, c):    # a bool where written over its condition (planned
+        xp.copyto(out, xp.where(c, a, b))      # in place): the copies below would clobber c
         return True
     if xp.may_share_memory(out, a):    # in place over a: keep a, fill in b where c is False
         if xp.may_share_memory(out, b) or xp.may_share_memory(out, c):
@@ -282,6 +290,7 @@ def table() -> dict:
     named = {"square": _square_out, "relu": _relu_out, "sigmoid": _sigmoid_out,
              "matmul": _matmul_out, "sum": _reduce_out("sum"), "mean": _reduce_out("mean"),
              "amax": _reduce_out("amax"), "amin": _reduce_out("amin"),
+             "max": _reduce_out("amax"), "min": _reduce_out("amin"),
              "pow_scalar": _pow_scalar_out, "where": _where_out, "cast": _cast_out,
              "full_like": _full_like_out}
     for name, fn in named.items():

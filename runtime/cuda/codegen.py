@@ -15,10 +15,12 @@ The rules (those of the CPU numba compiler, ``runtime/cpu/fused.py``):
   local of its output dtype (``const float v3 = ...;``); numeric literals are cast to ``T``
   so float32 code never promotes to double; ``inf``/``nan`` are ``DG_INF``/``DG_NAN``.
 - functions whose C meaning differs from numpy's get a ``dg_`` helper from ``PREAMBLE``:
-  ``max``/``min`` propagate NaN (numpy's maximum/minimum), ``remainder``/``floor_divide`` take
-  the divisor's sign (Python's ``%`` and ``//``), ``sign`` keeps NaN, ``abs`` is ``fabs``,
-  ``gelu_none``/``gelu_tanh`` are PyTorch's two GELUs. The rest are CUDA's own overloaded
-  math functions (``exp(float)`` is ``expf``), the names the templates already use.
+  ``max``/``min`` propagate NaN and give the second operand where they tie (numpy's
+  maximum/minimum: max(-0.0, 0.0) is 0.0), ``remainder``/``floor_divide`` take the
+  divisor's sign (Python's ``%`` and ``//``), ``sign`` gives 0 for NaN (PyTorch's),
+  ``abs`` is ``fabs``, ``gelu_none``/``gelu_tanh`` are PyTorch's two GELUs. The rest are
+  CUDA's own overloaded math functions (``exp(float)`` is ``expf``), the names the templates
+  already use.
 """
 from __future__ import annotations
 
@@ -54,12 +56,12 @@ PREAMBLE = r"""
 #define DG_INF (__int_as_float(0x7f800000))
 #define DG_NAN (__int_as_float(0x7fffffff))
 #endif
-template <typename T> DG_DEVICE T dg_max(T a, T b) { return (a >= b || a != a) ? a : b; }
-template <typename T> DG_DEVICE T dg_min(T a, T b) { return (a <= b || a != a) ? a : b; }
+template <typename T> DG_DEVICE T dg_max(T a, T b) { return (a > b || a != a) ? a : b; }
+template <typename T> DG_DEVICE T dg_min(T a, T b) { return (a < b || a != a) ? a : b; }
 DG_DEVICE float dg_abs(float x) { return fabsf(x); }
 DG_DEVICE double dg_abs(double x) { return fabs(x); }
 template <typename T> DG_DEVICE T dg_sign(T x) {
-  return x > T(0) ? T(1) : (x < T(0) ? T(-1) : x);
+  return x > T(0) ? T(1) : (x < T(0) ? T(-1) : T(0));
 }
 template <typename T> DG_DEVICE T dg_remainder(T a, T b) {
   T r = fmod(a, b);
