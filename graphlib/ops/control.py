@@ -439,7 +439,7 @@ class _UserError(DuographError):
     which raises it again as it was: a ValueError from a body is a ValueError on every trip,
     as when PyTorch runs the same Python."""
 
-    def __init__(self, error: Exception):
+    def __init__(self, error):
         super().__init__(str(error))
         self.error = error
 
@@ -469,7 +469,9 @@ def _apply_with(op, operands, attrs, compute):
     try:
         return op(*operands, **attrs)
     except _UserError as wrapped:
-        error = wrapped.error
+        error = getattr(wrapped, "error", None)
+        if not isinstance(error, BaseException):   # rebuilt from its message on the way
+            raise
     finally:
         _pending.compute = None
     raise error            # (outside the handler: not chained to the carrier)
