@@ -85,7 +85,7 @@ def run_collective(kind: str, array, group: int, op: str = "sum", src: int = 0,
     device = hasattr(array, "get") and not isinstance(array, np.ndarray)
     host = np.ascontiguousarray(array.get() if device else array)
     out = _runner.run(kind, host, group, op, src)
-    if device:
-        import cupy
-        return cupy.asarray(out)
+    if device:          # back to the device, through the table its backend registered
+        from .xp import to_device
+        return to_device(out, "cuda")
     return out

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import time
 import warnings
 from typing import List, Optional, Sequence
 
@@ -139,15 +140,18 @@ def _install_abort_on_error(MPI) -> None:
     rank = MPI.COMM_WORLD.Get_rank()
 
     def abort(kind, value, tb):
-        if issubclass(kind, KeyboardInterrupt):
+        # the one-line summary first: the launcher may tear the job down before a long
+        # traceback of this rank (or of another rank failing at the same time) is forwarded
+        try:
+            sys.stderr.write(f"duograph.distributed: uncaught {kind.__name__} on rank {rank}: "
+                             f"{value}; aborting the job\n")
+            sys.stderr.flush()
             previous(kind, value, tb)
-        else:
-            sys.stderr.write(f"duograph.distributed: uncaught exception on rank {rank}; "
-                             f"aborting the job\n")
-            previous(kind, value, tb)
-        sys.stderr.flush()
-        sys.stdout.flush()
-        MPI.COMM_WORLD.Abort(1)
+            sys.stderr.flush()
+            sys.stdout.flush()
+            time.sleep(0.5)         # let the launcher forward what was written
+        finally:
+            MPI.COMM_WORLD.Abort(1)
     sys.excepthook = abort
 
     def thread_abort(args):
