@@ -613,32 +613,30 @@ class Interpreted:
     def run(self, exe: "Executable", env: list, bindings: Dict[str, int]) -> list:
         if not exe.update_slots and not exe._owned and not exe._bound:
             # no state: runs share nothing, so threads need no lock
-            token = fperr.ignore()
-            try:
-                self.run_rows(exe, env, bindings)
-            finally:
-                fperr.restore(token)
-            outs = [env[s] for s in exe.output_slots]
-            for i in exe.output_copies:       # (views of) feeds, constants, another output
-                outs[i] = outs[i].copy()
-            return outs
+            return self._outputs(exe, env, bindings)
         with exe.run_lock:      # reading, computing and writing the state: one run at a time
             return self._run_with_state(exe, env, bindings)
 
-    def _run_with_state(self, exe: "Executable", env: list, bindings: Dict[str, int]) -> list:
-        for v, s in exe.state_slots:
-            env[s] = exe._state_array(v)
+    def _outputs(self, exe: "Executable", env: list, bindings: Dict[str, int]) -> list:
+        """Run the rows; the outputs, those that may alias (views of feeds, constants,
+        another output) copied."""
         token = fperr.ignore()
         try:
             self.run_rows(exe, env, bindings)
         finally:
             fperr.restore(token)
-        # Every state buffer and every returned array is its own: none aliases another, a
-        # feed, or a view, so a caller writing into an output never changes the state.
-        # (Arrays are not hashable: they are told apart by identity.)
         outs = [env[s] for s in exe.output_slots]
         for i in exe.output_copies:
             outs[i] = outs[i].copy()
+        return outs
+
+    def _run_with_state(self, exe: "Executable", env: list, bindings: Dict[str, int]) -> list:
+        for v, s in exe.state_slots:
+            env[s] = exe._state_array(v)
+        outs = self._outputs(exe, env, bindings)
+        # Every state buffer and every returned array is its own: none aliases another, a
+        # feed, or a view, so a caller writing into an output never changes the state.
+        # (Arrays are not hashable: they are told apart by identity.)
         held = {id(a) for a in exe._owned.values()}
         held.update(id(h.array) for _, h in exe._bound.values())
         outs = [o.copy() if id(o) in held else o for o in outs]

@@ -8,7 +8,26 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from duograph.runtime.cuda.blas import OP_N, OP_T, array_module, emulate_gemm, plan_matmul
+from duograph.runtime.cuda.blas import OP_N, OP_T, GemmPlan, array_module, plan_matmul
+
+
+def emulate_gemm(plan: GemmPlan, a_flat: np.ndarray, b_flat: np.ndarray) -> np.ndarray:
+    """What cuBLAS computes for ``plan`` over flat element buffers (numpy, column-major
+    reading as cuBLAS does): the row-major result of shape ``(batch, m, n)``. For tests."""
+    out = np.empty((plan.batch, plan.m, plan.n), np.result_type(a_flat, b_flat))
+
+    def read(flat, opnd, rows, cols, i):
+        # the row-major rows x cols matrix the operand holds
+        base = i * opnd.stride
+        if opnd.op == OP_N:
+            idx = base + np.arange(rows)[:, None] * opnd.ld + np.arange(cols)[None, :]
+        else:
+            idx = base + np.arange(rows)[:, None] + np.arange(cols)[None, :] * opnd.ld
+        return flat[idx]
+    for i in range(plan.batch):
+        out[i] = read(a_flat, plan.a, plan.m, plan.k, i) @ read(b_flat, plan.b, plan.k,
+                                                                plan.n, i)
+    return out
 
 
 def _elements(x):

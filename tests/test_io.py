@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hang_guard import finishes
 import safetensors.numpy
 
 import duograph as dg
@@ -578,32 +579,6 @@ def test_every_file_is_written_by_the_one_helper():
 
 
 # -- readers: bounded work, never a hang ----------------------------------------------------------
-
-def finishes(fn, timeout: float = 20.0, unblock: Path = None):
-    """``fn()``'s exception (or None) if it returns within ``timeout`` seconds; fails the
-    test otherwise (a reader that hangs on a FIFO), opening ``unblock`` for writing so the
-    stuck thread can end."""
-    import threading
-    box = {}
-
-    def run():
-        try:
-            fn()
-            box["error"] = None
-        except BaseException as e:   # noqa: BLE001 - handed to the test
-            box["error"] = e
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    thread.join(timeout)
-    if thread.is_alive():
-        if unblock is not None:
-            try:
-                os.close(os.open(unblock, os.O_WRONLY | os.O_NONBLOCK))
-            except OSError:
-                pass
-        pytest.fail(f"still running after {timeout} s (hangs)")
-    return box["error"]
 
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="FIFOs")

@@ -7,6 +7,7 @@ import re
 
 import numpy as np
 import pytest
+from hang_guard import finishes
 
 import duograph as dg
 from duograph import passes
@@ -183,37 +184,12 @@ def test_save_is_atomic_and_leaves_no_temporary_files(tmp_path):
 
 # -- bounded reads: no hang, no unbounded memory, no raw RecursionError ----------------------------
 
-def _within(fn, timeout: float = 20.0, fifo=None):
-    """The exception ``fn()`` raises (None if it returns), failing the test if it runs past
-    ``timeout`` seconds (then a writer opens ``fifo`` so the stuck thread can end)."""
-    import threading
-    box = {}
-
-    def run():
-        try:
-            fn()
-            box["error"] = None
-        except BaseException as e:   # noqa: BLE001 - handed to the test
-            box["error"] = e
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    thread.join(timeout)
-    if thread.is_alive():
-        if fifo is not None:
-            try:
-                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
-            except OSError:
-                pass
-        pytest.fail(f"still running after {timeout} s (hangs)")
-    return box["error"]
-
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="FIFOs")
 def test_load_graph_refuses_a_fifo_at_once(tmp_path):
     fifo = tmp_path / "g.dg"
     os.mkfifo(fifo)
-    error = _within(lambda: dg.load_graph(fifo), fifo=fifo)
+    error = finishes(lambda: dg.load_graph(fifo), unblock=fifo)
     assert isinstance(error, GraphFormatError) and "FIFO" in str(error), error
 
 

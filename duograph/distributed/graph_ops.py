@@ -13,12 +13,11 @@ from typing import Dict, Optional
 import numpy as np
 
 from ..graphlib import collective_hooks
+from .collectives import _MPI_OPS, _WIDEN, ReduceOp
 from .process_group import ProcessGroup, _state
 
 _groups: Dict[int, ProcessGroup] = {}
 _ids: Dict[int, int] = {}          # id(group) -> its group id
-_WIDEN = {"float16": np.float32, "bfloat16": np.float32}
-_MPI_OPS = {"sum": "SUM", "avg": "SUM", "product": "PROD", "min": "MIN", "max": "MAX"}
 
 
 def group_id(group: Optional[ProcessGroup]) -> int:
@@ -62,7 +61,7 @@ class MPIRunner:
         dtype = array.dtype
         x = array.astype(_WIDEN[dtype.name]) if dtype.name in _WIDEN else array
         x = np.ascontiguousarray(x)
-        mop = getattr(MPI, _MPI_OPS[op])
+        mop = getattr(MPI, _MPI_OPS[ReduceOp(op)])   # (the IR's op attr is ReduceOp's value)
         if kind == "all_reduce":
             out = np.empty_like(x)
             comm.Allreduce(x, out, op=mop)

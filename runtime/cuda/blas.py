@@ -131,25 +131,6 @@ def plan_matmul(a_shape: tuple, a_strides: tuple, b_shape: tuple, b_strides: tup
     return plan, False, False
 
 
-def emulate_gemm(plan: GemmPlan, a_flat: np.ndarray, b_flat: np.ndarray) -> np.ndarray:
-    """What cuBLAS computes for ``plan`` over flat element buffers (numpy, column-major
-    reading as cuBLAS does): the row-major result of shape ``(batch, m, n)``. For tests."""
-    out = np.empty((plan.batch, plan.m, plan.n), np.result_type(a_flat, b_flat))
-
-    def read(flat, opnd, rows, cols, i):
-        # the row-major rows x cols matrix the operand holds
-        base = i * opnd.stride
-        if opnd.op == OP_N:
-            idx = base + np.arange(rows)[:, None] * opnd.ld + np.arange(cols)[None, :]
-        else:
-            idx = base + np.arange(rows)[:, None] + np.arange(cols)[None, :] * opnd.ld
-        return flat[idx]
-    for i in range(plan.batch):
-        out[i] = read(a_flat, plan.a, plan.m, plan.k, i) @ read(b_flat, plan.b, plan.k,
-                                                                plan.n, i)
-    return out
-
-
 # -- the library ----------------------------------------------------------------------------
 
 def _loaded_cublas_path() -> Optional[str]:
