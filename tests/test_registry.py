@@ -214,6 +214,56 @@ def test_vjp_reads_output_is_declared_exactly_where_it_holds(name):
         assert changed, f"{name} declares vjp_reads_output, but no sample's vjp read it"
 
 
+# -- ufunc and compare ---------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ops_with("ufunc"))
+def test_ufunc_trait_is_the_kernel(name):
+    """The bare ufunc gives the kernel's bits where the trait says it may stand in for it:
+    every operand of the output's dtype, or any operands with ``ufunc_mixed``."""
+    op = REGISTRY[name]
+    assert op.elementwise and isinstance(getattr(np, op.ufunc, None), np.ufunc), name
+    checked = 0
+    for s in samples_of(name):
+        out_dtype = np.dtype(s.node.outputs[0].dtype)
+        if not op.ufunc_mixed and any(a.dtype != out_dtype for a in s.arrays):
+            continue
+        want = raw_kernel(s.node, s.arrays)
+        got = np.empty(np.broadcast_shapes(*(a.shape for a in s.arrays)), out_dtype)
+        with np.errstate(all="ignore"):
+            getattr(np, op.ufunc)(*s.arrays, out=got)
+        assert want.dtype == got.dtype, name
+        np.testing.assert_array_equal(got, want, err_msg=f"{name}: np.{op.ufunc}")
+        checked += 1
+    assert checked, f"{name}: no sample where the ufunc trait applies"
+
+
+def test_ufunc_mixed_means_a_kernel_that_promotes_nothing():
+    """With ``ufunc_mixed`` the ufunc stands in on operands of different dtypes too."""
+    mixed = ops_with("ufunc_mixed")
+    assert set(ops_with("compare")) <= set(mixed)
+    for name in mixed:
+        assert REGISTRY[name].ufunc is not None, name
+    a = np.array([1.5, -2.0, 3.0], np.float32)
+    b = np.array([1, -2, 4], np.int64)
+    for name in mixed:
+        op = REGISTRY[name]
+        args = (a, b)[:len(samples_of(name)[0].arrays)]
+        out = np.empty(3, bool)
+        getattr(np, op.ufunc)(*args, out=out)
+        np.testing.assert_array_equal(out, op.kernel(np, *args), err_msg=name)
+
+
+@pytest.mark.parametrize("name", ops_with("compare"))
+def test_compare_trait_is_the_operator(name):
+    op = REGISTRY[name]
+    rng = np.random.default_rng(3)
+    a = rng.integers(-2, 3, 50).astype(np.float64)
+    b = rng.integers(-2, 3, 50).astype(np.float64)
+    a[:3] = np.nan
+    want = eval(f"a {op.compare} b", {"a": a, "b": b})       # the operator, as numba reads it
+    np.testing.assert_array_equal(op.kernel(np, a, b), want, err_msg=name)
+    assert op.compare in ("<", "<=", ">", ">=", "==", "!="), name
+
+
 # -- structural rules ------------------------------------------------------------------------------
 def test_structural_traits():
     for name, op in REGISTRY.items():

@@ -20,15 +20,15 @@ NUMERIC = dtypes.NUMERIC_DTYPES
 
 # -- unary -------------------------------------------------------------------------------------
 neg_op = unary("neg", lambda xp, x: xp.negative(x), lambda g, x, y: -g, expr="(-{0})",
-               allowed=NUMERIC, saves_no_data=True)
+               allowed=NUMERIC, saves_no_data=True, ufunc="negative")
 abs_op = unary("abs", lambda xp, x: xp.abs(x), lambda g, x, y: g * sign(x), expr="abs({0})",
-               allowed=NUMERIC)
+               allowed=NUMERIC, ufunc="absolute")
 exp_op = unary("exp", lambda xp, x: xp.exp(x), lambda g, x, y: g * y, expr="exp({0})",
-               float_out=True, vjp_reads_output=True)
+               float_out=True, vjp_reads_output=True, ufunc="exp")
 log_op = unary("log", lambda xp, x: xp.log(x), lambda g, x, y: g / x, expr="log({0})",
-               float_out=True)
+               float_out=True, ufunc="log")
 sqrt_op = unary("sqrt", lambda xp, x: xp.sqrt(x), lambda g, x, y: g * 0.5 / y,
-                expr="sqrt({0})", float_out=True, vjp_reads_output=True)
+                expr="sqrt({0})", float_out=True, vjp_reads_output=True, ufunc="sqrt")
 # -0.5 * y**3, as PyTorch (not -0.5 * y / x: at -0.0 that has the wrong sign of infinity)
 rsqrt_op = unary("rsqrt", lambda xp, x: xp.reciprocal(xp.sqrt(x)),
                  lambda g, x, y: g * -0.5 * (y * y * y), expr="(1 / sqrt({0}))",
@@ -36,13 +36,13 @@ rsqrt_op = unary("rsqrt", lambda xp, x: xp.reciprocal(xp.sqrt(x)),
 square_op = unary("square", lambda xp, x: xp.multiply(x, x), lambda g, x, y: g * 2.0 * x,
                   expr="({0} * {0})", allowed=NUMERIC)
 reciprocal_op = unary("reciprocal", lambda xp, x: xp.reciprocal(x), lambda g, x, y: -g * y * y,
-                      expr="(1 / {0})", float_out=True, vjp_reads_output=True)
+                      expr="(1 / {0})", float_out=True, vjp_reads_output=True, ufunc="reciprocal")
 sin_op = unary("sin", lambda xp, x: xp.sin(x), lambda g, x, y: g * cos(x), expr="sin({0})",
-               float_out=True)
+               float_out=True, ufunc="sin")
 cos_op = unary("cos", lambda xp, x: xp.cos(x), lambda g, x, y: -g * sin(x), expr="cos({0})",
-               float_out=True)
+               float_out=True, ufunc="cos")
 tanh_op = unary("tanh", lambda xp, x: xp.tanh(x), lambda g, x, y: tanh_backward(g, y),
-                expr="tanh({0})", float_out=True, vjp_reads_output=True)
+                expr="tanh({0})", float_out=True, vjp_reads_output=True, ufunc="tanh")
 
 
 def _sigmoid_kernel(xp, x):
@@ -170,7 +170,7 @@ isinf_op = unary("isinf", lambda xp, x: xp.isinf(x), None, out_dtype="bool",
 isfinite_op = unary("isfinite", lambda xp, x: xp.isfinite(x), None, out_dtype="bool",
                     expr="isfinite({0})")
 logical_not_op = unary("logical_not", lambda xp, x: xp.logical_not(x), None, out_dtype="bool",
-                       expr="(!{0})")
+                       expr="(!{0})", ufunc="logical_not")
 
 
 def _clamp_dtype(dtype: str, min, max) -> str:
@@ -289,15 +289,16 @@ cast_op = register(OpDef("cast", _cast_infer,
 # -- binary ------------------------------------------------------------------------------------
 add_op = binary("add", lambda xp, a, b: xp.add(a, b),
                 (lambda g, a, b, y: g, lambda g, a, b, y: g), expr="({0} + {1})",
-                saves_no_data=True)
+                saves_no_data=True, ufunc="add")
 sub_op = binary("sub", lambda xp, a, b: xp.subtract(a, b),
                 (lambda g, a, b, y: g, lambda g, a, b, y: -g), expr="({0} - {1})",
-                bool_ok=False, saves_no_data=True)
+                bool_ok=False, saves_no_data=True, ufunc="subtract")
 mul_op = binary("mul", lambda xp, a, b: xp.multiply(a, b),
-                (lambda g, a, b, y: g * b, lambda g, a, b, y: g * a), expr="({0} * {1})")
+                (lambda g, a, b, y: g * b, lambda g, a, b, y: g * a), expr="({0} * {1})",
+                ufunc="multiply")
 div_op = binary("div", lambda xp, a, b: xp.true_divide(a, b),
                 (lambda g, a, b, y: g / b, lambda g, a, b, y: -g * y / b), expr="({0} / {1})",
-                float_out=True, vjp_reads_output=True)
+                float_out=True, vjp_reads_output=True, ufunc="true_divide")
 
 # The gradients of tanh and sigmoid as one op each (PyTorch's aten ``tanh_backward`` and
 # ``sigmoid_backward``): their vjp rules run one kernel instead of three ops, and the ops'
@@ -341,7 +342,7 @@ def _pow_grad_exponent(g, a, b, y):
 
 pow_op = binary("pow", lambda xp, a, b: xp.power(a, b),
                 (_pow_grad_base, _pow_grad_exponent), expr="pow({0}, {1})",
-                vjp_reads_output=True)
+                vjp_reads_output=True, ufunc="power")
 
 
 def _winner(g, mine, theirs, loses):
@@ -353,23 +354,29 @@ def _winner(g, mine, theirs, loses):
 
 maximum_op = binary("maximum", lambda xp, a, b: xp.maximum(a, b),
                     (lambda g, a, b, y: _winner(g, a, b, lt),
-                     lambda g, a, b, y: _winner(g, b, a, lt)), expr="max({0}, {1})")
+                     lambda g, a, b, y: _winner(g, b, a, lt)), expr="max({0}, {1})",
+                    ufunc="maximum")
 minimum_op = binary("minimum", lambda xp, a, b: xp.minimum(a, b),
                     (lambda g, a, b, y: _winner(g, a, b, gt),
-                     lambda g, a, b, y: _winner(g, b, a, gt)), expr="min({0}, {1})")
+                     lambda g, a, b, y: _winner(g, b, a, gt)), expr="min({0}, {1})",
+                    ufunc="minimum")
 
-eq_op = binary("eq", lambda xp, a, b: xp.equal(a, b), out_dtype="bool", expr="({0} == {1})")
-ne_op = binary("ne", lambda xp, a, b: xp.not_equal(a, b), out_dtype="bool", expr="({0} != {1})")
-lt_op = binary("lt", lambda xp, a, b: xp.less(a, b), out_dtype="bool", expr="({0} < {1})")
+eq_op = binary("eq", lambda xp, a, b: xp.equal(a, b), out_dtype="bool", expr="({0} == {1})",
+               ufunc="equal", compare="==")
+ne_op = binary("ne", lambda xp, a, b: xp.not_equal(a, b), out_dtype="bool", expr="({0} != {1})",
+               ufunc="not_equal", compare="!=")
+lt_op = binary("lt", lambda xp, a, b: xp.less(a, b), out_dtype="bool", expr="({0} < {1})",
+               ufunc="less", compare="<")
 le_op = binary("le", lambda xp, a, b: xp.less_equal(a, b), out_dtype="bool",
-               expr="({0} <= {1})")
-gt_op = binary("gt", lambda xp, a, b: xp.greater(a, b), out_dtype="bool", expr="({0} > {1})")
+               expr="({0} <= {1})", ufunc="less_equal", compare="<=")
+gt_op = binary("gt", lambda xp, a, b: xp.greater(a, b), out_dtype="bool", expr="({0} > {1})",
+               ufunc="greater", compare=">")
 ge_op = binary("ge", lambda xp, a, b: xp.greater_equal(a, b), out_dtype="bool",
-               expr="({0} >= {1})")
+               expr="({0} >= {1})", ufunc="greater_equal", compare=">=")
 logical_and_op = binary("logical_and", lambda xp, a, b: xp.logical_and(a, b), out_dtype="bool",
-                        expr="({0} && {1})")
+                        expr="({0} && {1})", ufunc="logical_and")
 logical_or_op = binary("logical_or", lambda xp, a, b: xp.logical_or(a, b), out_dtype="bool",
-                       expr="({0} || {1})")
+                       expr="({0} || {1})", ufunc="logical_or")
 # Division's relatives, with PyTorch's sign conventions: remainder takes the divisor's sign
 # (Python's %), fmod the dividend's (C's); floor_divide rounds down (Python's //).
 remainder_op = binary("remainder", lambda xp, a, b: xp.remainder(a, b),

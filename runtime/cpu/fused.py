@@ -43,6 +43,7 @@ import numpy as np
 
 from ...graphlib.config import config
 from ...graphlib.ir import Value
+from ...graphlib.ops import elementwise, nn
 from ...graphlib.ops.fused import eval_nodes
 from ...graphlib.registry import get_op
 from ..backend import FusedCompiler, split_body
@@ -516,10 +517,6 @@ def _spare_homes(body, homes: Dict[Value, int]) -> Dict[int, int]:
     return spares
 
 
-_COMPARE = {"gt": "greater", "ge": "greater_equal", "lt": "less", "le": "less_equal",
-            "eq": "equal", "ne": "not_equal"}
-
-
 def _bind_masked(body, lay: Layout, step, p_shape: tuple, k: int,
                  in_shapes: Sequence[tuple], strategy: str):
     """A runner for ``where(cmp(z, c), x @ w, 0)`` (a ReLU's backward ``(g @ W.T) *
@@ -536,7 +533,7 @@ def _bind_masked(body, lay: Layout, step, p_shape: tuple, k: int,
     p = lay.prologue[0].outputs[0]
     consts = {c.outputs[0]: c for c in lay.constants}
     index = {v: j for j, v in enumerate(g.inputs)}
-    if (cmp_node.op.name not in _COMPARE or sel.op.name != "where"
+    if (cmp_node.op.compare is None or sel.op is not _WHERE
             or len(cmp_node.inputs) != 2 or cmp_node.inputs[0] not in index
             or cmp_node.inputs[1] not in consts or len(sel.inputs) != 3
             or sel.inputs[0] is not cmp_node.outputs[0] or sel.inputs[1] is not p
@@ -554,13 +551,12 @@ def _bind_masked(body, lay: Layout, step, p_shape: tuple, k: int,
             or np.dtype(z.dtype).kind != "f" or tuple(p_shape) != shape):
         return None
     mask = np.empty(shape, bool)
-    name = cmp_node.op.name
-    ufunc = getattr(np, _COMPARE[name])
+    ufunc = getattr(np, cmp_node.op.ufunc)
     zj = index[z]
     loops = None
     if strategy == "auto" and numba_available():
         try:
-            loops = load_kernel(_MASK_SOURCE.replace("CMP", _COMPARE_SYMBOL[name]))
+            loops = load_kernel(_MASK_SOURCE.replace("CMP", cmp_node.op.compare))
         except Exception:           # (numba refused it: the numpy passes below serve)
             loops = None
     c = cval[()]
@@ -590,7 +586,6 @@ def _bind_masked(body, lay: Layout, step, p_shape: tuple, k: int,
     return runner
 
 
-_COMPARE_SYMBOL = {"gt": ">", "ge": ">=", "lt": "<", "le": "<=", "eq": "==", "ne": "!="}
 # the masking loop of _bind_masked: out[i] = +0.0 where not (z[i] CMP c) (or where the
 # precomputed mask is False); numba compares IEEE as numpy does (NaN fails all but !=)
 _MASK_SOURCE = """from numba import njit
@@ -629,46 +624,34 @@ def _build(lay: Layout, ins: Sequence[np.ndarray], numba_min: Optional[int] = No
 
 
 # -- numpy over cache-sized chunks ---------------------------------------------------------
-# op -> (numpy ufunc, rule): "same" when every input has the output's dtype (then the ufunc
-# is exactly what the op's kernel computes), "raw" when the kernel is the bare ufunc.
-_UFUNCS = {
-    "add": ("add", "same"), "sub": ("subtract", "same"), "mul": ("multiply", "same"),
-    "div": ("true_divide", "same"), "maximum": ("maximum", "same"),
-    "minimum": ("minimum", "same"), "pow": ("power", "same"), "neg": ("negative", "same"),
-    "abs": ("absolute", "same"), "exp": ("exp", "same"), "log": ("log", "same"),
-    "sqrt": ("sqrt", "same"), "reciprocal": ("reciprocal", "same"), "sin": ("sin", "same"),
-    "cos": ("cos", "same"), "tanh": ("tanh", "same"),
-    "eq": ("equal", "raw"), "ne": ("not_equal", "raw"), "lt": ("less", "raw"),
-    "le": ("less_equal", "raw"), "gt": ("greater", "raw"), "ge": ("greater_equal", "raw"),
-    "logical_and": ("logical_and", "raw"), "logical_or": ("logical_or", "raw"),
-    "logical_not": ("logical_not", "raw"),
+# ops computed by numpy calls other than their ``ufunc`` trait (see ``_ufunc_lines``):
+# op -> (lines, whether they are exact for floats only); {0} is the operand, {out} the result.
+# (sigmoid has none: its kernel runs, split at 0 to keep both tails)
+_LINES = {
+    elementwise.square_op: (["np.multiply({0}, {0}, out={out})"], False),
+    elementwise.relu_op: (["np.maximum({0}, 0, out={out})"], False),
+    nn.stop_gradient_op: (["np.copyto({out}, {0}, casting='unsafe')"], False),
+    elementwise.rsqrt_op: (["np.sqrt({0}, out={out})", "np.reciprocal({out}, out={out})"],
+                           True),
 }
+_WHERE, _CAST = elementwise.where_op, elementwise.cast_op
 
 
 def _ufunc_lines(node, names: List[str], out: str) -> Optional[List[str]]:
     """numpy calls writing ``node``'s result into ``out`` exactly as its kernel would compute
     it, or None when only the kernel itself is exact (mixed dtypes, composite ops)."""
-    name = node.op.name
+    op = node.op
     dt = node.outputs[0].dtype
     same = all(x.dtype == dt for x in node.inputs)
-    is_float = dt.startswith("float")
-    entry = _UFUNCS.get(name)
-    if entry is not None and (entry[1] == "raw" or same):
-        return [f"np.{entry[0]}({', '.join(names)}, out={out})"]
+    if op.ufunc is not None and (op.ufunc_mixed or same):
+        return [f"np.{op.ufunc}({', '.join(names)}, out={out})"]
     a = names[0] if names else ""
-    if name == "cast":
+    if op is _CAST:
         return [f"np.copyto({out}, {a}, casting='unsafe')"]
-    if not same:
+    entry = _LINES.get(op)
+    if entry is None or not same or (entry[1] and not dt.startswith("float")):
         return None
-    if name == "square":
-        return [f"np.multiply({a}, {a}, out={out})"]
-    if name == "relu":
-        return [f"np.maximum({a}, 0, out={out})"]
-    if name == "stop_gradient":
-        return [f"np.copyto({out}, {a}, casting='unsafe')"]
-    if name == "rsqrt" and is_float:
-        return [f"np.sqrt({a}, out={out})", f"np.reciprocal({out}, out={out})"]
-    return None                 # (sigmoid: its kernel, split at 0 to keep both tails)
+    return [line.format(a, out=out) for line in entry[0]]
 
 
 class _Scratch:
