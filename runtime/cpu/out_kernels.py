@@ -9,12 +9,13 @@ path, so the result is bit-for-bit what the plain kernel computes.
 """
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Callable, Dict, Optional
 
 import numpy as np
 
-from ...graphlib.ops import conv, creation, elementwise, linalg, nn, reduction, shape
-from ...graphlib.registry import REGISTRY
+from ...graphlib.ops import activations, conv, creation, elementwise, linalg, nn, pointwise
+from ...graphlib.ops import reduction, shape
+from ...graphlib.registry import REGISTRY, OpDef
 from . import blas_reduce as _blas_reduce
 from .kernels import _conv_numba, _pool_numba, bn_backward, bn_forward, sce_backward_into
 from .kernels import conv2d_input_grad_into as _conv2d_input_grad_into
@@ -267,6 +268,27 @@ def _max_pool2d_backward_out(xp, g, x, *, out, kernel_size, stride, padding, dil
         return False
     _max_pool2d_backward_into(nb, g, x, kernel_size, stride, padding, dilation, out)
     return True
+
+
+# Elementwise ops without an out= form here, and why: the planned runtime runs their plain
+# kernel and copies its result into the arena. Every elementwise op has an out= form (its
+# ufunc trait, or one below) or an entry here (tests/test_registry.py): an op added without
+# deciding fails there.
+NO_OUT_FORM: Dict[OpDef, str] = {}
+for _op in (elementwise.rsqrt_op, elementwise.leaky_relu_op, elementwise.gelu_op,
+            elementwise.softplus_op, elementwise.sign_op, elementwise.frac_op,
+            elementwise.clamp_op, elementwise.tanh_backward_op, elementwise.sigmoid_backward_op,
+            elementwise.logsigmoid_op, pointwise.round_op, pointwise.nan_to_num_op,
+            pointwise.lerp_op, pointwise.xlogy_op, activations.elu_op, activations.hardtanh_op,
+            activations.hardsigmoid_op, activations.hardswish_op, activations.silu_op,
+            activations.mish_op):
+    NO_OUT_FORM[_op] = "several array operations: its kernel, then one copy"
+for _op in (pointwise.bitwise_left_shift_op, pointwise.bitwise_right_shift_op):
+    NO_OUT_FORM[_op] = "PyTorch's rule for shifts out of range is no single ufunc"
+for _op in (elementwise.floor_op, elementwise.ceil_op, elementwise.trunc_op):
+    NO_OUT_FORM[_op] = "integers pass through as a copy (the ufunc would give floats)"
+NO_OUT_FORM[elementwise.erf_op] = "erf is no numpy ufunc (graphlib's xp.erf)"
+NO_OUT_FORM[nn.stop_gradient_op] = "its kernel returns its input: nothing to compute"
 
 
 def table() -> dict:
