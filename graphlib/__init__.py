@@ -32,7 +32,9 @@ if __name__ == "graphlib":
     _spec.loader.exec_module(_module)
 else:
     from . import dtypes, ops  # noqa: F401  (registers every op)
-    from . import functional, methods
+    from . import functional, methods  # noqa: F401
+    # the graph services ir reaches through its hook table (print, verify, pictures, JSON)
+    from . import dot, printer, serialize, verify  # noqa: F401
     from .autodiff import backward_pass, grad
     from .builder import assign, placeholder, variable
     from .dispatch import Scalar, apply, register_handler, set_default_handler
@@ -42,9 +44,6 @@ else:
     from .registry import REGISTRY, OpDef, get_op, register
     from .source import SourceLocation, set_capture_source, user_source
     from .types import TensorType, broadcast_shapes
-
-    methods.F = functional
-    methods._bind()
 
     __all__ = [
         "Graph", "Node", "Value", "Region", "TensorType", "OpDef", "REGISTRY", "register", "get_op",
