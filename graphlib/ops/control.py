@@ -22,11 +22,17 @@ import numpy as np
 
 from .. import dtypes
 from ..attrs import Attr, Attrs
-from ..autodiff import composite_vjp
+from ..autodiff import composite_vjp, is_zero_cotangent
+from ..dispatch import as_value, operand_dtype
+from ..dtypes import default_dtype_for
 from ..errors import DuographError, GraphError, ShapeError, located
-from ..ir import Graph, Region, Value
+from ..ir import Graph, Region, Value, current_graph
 from ..registry import OpDef, register
-from ..types import RUNTIME_DIM, TensorType
+from ..types import RUNTIME_DIM, TensorType, eval_dim, solve_dim
+from .creation import zeros_like
+from .elementwise import cast
+from .fused import run_ops
+from .shape import cat, index_select, reshape
 
 
 def replay(region: Region, operands: Sequence) -> list:
@@ -58,7 +64,6 @@ def body_result_types(region: Region, arrays: Sequence) -> list:
     """``(shape, numpy dtype)`` of each result of ``region`` applied to ``arrays``: the body
     inferred on their concrete types, symbols left by attributes (a reshape to ``("N", 4)``)
     bound through the region inputs' declared dims."""
-    from ..types import eval_dim, solve_dim
     g = region.graph
     types = [TensorType(tuple(a.shape), dtypes.as_dtype(a.dtype)) for a in arrays]
     out, bindings = [], None
@@ -106,7 +111,6 @@ class OpByOpBody:
         self.types = body_result_types(region, arrays)
 
     def __call__(self, arrays: Sequence, out=None) -> tuple:
-        from .fused import run_ops
         res = run_ops(self.graph, self.xp, arrays, self.kernels)
         return give_results(self.xp, res, arrays, out)
 
@@ -242,9 +246,7 @@ def _describe_tree(treedef: tuple) -> str:
 
 def _type_of(x, what: str) -> TensorType:
     """The tensor type of one operand leaf (a Value, a tensor, an array or a number)."""
-    from ..dispatch import operand_dtype
     if isinstance(x, (bool, int, float)):
-        from ..dtypes import default_dtype_for
         return TensorType((), default_dtype_for(x))
     shape, dtype = getattr(x, "shape", None), operand_dtype(x)
     if shape is None or dtype is None:
@@ -257,7 +259,6 @@ def _leaf_operand(x):
     """Python numbers among the operands become arrays of their default dtype (a body sees
     a 0-d tensor, as in JAX)."""
     if isinstance(x, (bool, int, float)):
-        from ..dtypes import default_dtype_for
         return np.asarray(x, dtype=default_dtype_for(x))
     return x
 
@@ -294,7 +295,6 @@ class _Body:
 
 def _trace(fn, types: Sequence[TensorType], make_args: Callable, what: str) -> _Body:
     """Trace ``fn(*make_args(placeholders))`` into a graph that captures outside values."""
-    from ..dispatch import as_value
     g = Graph(f"{what}_{getattr(fn, '__name__', 'fn')}".replace("<", "").replace(">", ""))
     caps = g.captures = Captures()
     try:
@@ -414,7 +414,6 @@ def _eager_call(objs) -> bool:
     """Whether this call runs eagerly: no graph is being built or traced, no Value among the
     operands and at least one eager tensor (operands that are all numpy arrays, as an
     importer folding constants passes, run the regions)."""
-    from ..ir import current_graph
     if _eager is None or current_graph() is not None:
         return False
     return not any(isinstance(x, Value) for x in objs) and any(
@@ -531,8 +530,6 @@ def _cond_region_kernel(xp, bodies, pred, *arrays, out=None, true_branch: Region
 
 
 def _cond_vjp(cts, ins, outs, attrs, needs):
-    from ..autodiff import is_zero_cotangent
-    from .creation import zeros_like
     pred, ops = ins[0], list(ins[1:])
     n = len(ops)
     want = [i for i in range(n) if needs[i + 1]]
@@ -750,7 +747,6 @@ def _scan_grads(region, nc, nx, length, rev, carry0, xs, caps, gc_fin, gys, idx,
     as the forward saved them; None recomputes them with a forward scan. ``gsaved``: the
     cotangents of those saved carries (float ones; a second-order gradient has them), or
     None."""
-    from .creation import zeros_like
     fc, live_y, want_x, want_c = idx
 
     # 1. the carries entering each step: saved[t] (x order)
@@ -798,7 +794,6 @@ def _scan_grads_checkpointed(region, nc, nx, length, carry0, xs, caps, gc_fin, g
     segment's carries at a time (a nested scan) before running its reverse scan. ``saved``:
     those carries (``_saved_rows``' m + 1 rows) as the forward saved them, or None to
     compute them here; ``gsaved``: their cotangents (float carries), or None."""
-    from .shape import cat, reshape
     fc, live_y, want_x, want_c = idx
     k = max(1, int(round(length ** 0.5)))
     m, r = length // k, length % k
@@ -826,7 +821,6 @@ def _scan_grads_checkpointed(region, nc, nx, length, carry0, xs, caps, gc_fin, g
     if gsaved:
         gc = [g + s[m] for g, s in zip(gc, gsaved)]
     if acc is None:
-        from .creation import zeros_like
         acc = [zeros_like(caps[j]) for j in want_c]
 
     def seg_back(carry, x):
@@ -871,7 +865,6 @@ def _saving_outputs(outs, attrs, n_plain: int):
 def _live_cts(cts, picks):
     """The cotangents ``cts[i]`` for ``i`` in ``picks``, or None when there are none or all
     are the zeros backward_pass fills in."""
-    from ..autodiff import is_zero_cotangent
     got = [cts[i] if i < len(cts) else None for i in picks]
     if not got or all(g is None or is_zero_cotangent(g) for g in got):
         return None
@@ -879,7 +872,6 @@ def _live_cts(cts, picks):
 
 
 def _scan_vjp(cts, ins, outs, attrs, needs):
-    from ..autodiff import is_zero_cotangent
     nc, nx, length, rev = attrs["n_carry"], attrs["n_xs"], attrs["length"], attrs["reverse"]
     region = attrs["body"]
     ny = len(region.graph.outputs) - nc
@@ -898,7 +890,6 @@ def _scan_vjp(cts, ins, outs, attrs, needs):
     saved = every[nc + ny:] if every is not None else None
     gsaved = _live_cts(cts, [nc + ny + i for i in fc]) if attrs.get("save") else None
     if gsaved is not None:
-        from .creation import zeros_like
         gsaved = [g if g is not None else zeros_like(saved[i]) for g, i in zip(gsaved, fc)]
     if _checkpointed(length, rev, attrs.get("checkpoint", False)):
         gc0, gxs, acc = _scan_grads_checkpointed(region, nc, nx, length, carry0, xs, caps,
@@ -1149,8 +1140,6 @@ def _while_vjp(cts, ins, outs, attrs, needs):
     every = _saving_outputs(outs, attrs, n)
     if every is None:
         return _while_vjp_replayed(cts, ins, attrs, needs)
-    from .creation import zeros_like
-    from .shape import index_select, reshape
     carry, caps = list(ins[:n]), list(ins[n:])
     trips, saved = every[n], every[n + 1:]
     fc = [i for i in range(n) if dtypes.is_float(carry[i].dtype)]
@@ -1334,7 +1323,6 @@ def _fori_loop(lower, upper, body_fun, init_val, static):
             raise TypeError(located(
                 f"fori_loop: {role} must be an int or a scalar integer tensor, found "
                 f"{type(b).__name__ if t is None else repr(t)}"))
-    from .elementwise import cast
     lo, hi = (cast(b, "int64") if not isinstance(b, (int, np.integer)) else
               np.asarray(b, dtype=np.int64) for b in (lower, upper))
 

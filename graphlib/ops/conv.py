@@ -31,9 +31,9 @@ from ..attrs import Attr, Attrs
 from ..errors import DTypeError, ShapeError, composite, located
 from ..registry import OpDef, register
 from ..types import TensorType, dim_add, dim_ceil_div, dim_floor_div, format_shape
-from .reduction import sum as reduce_sum
-from .shape import reshape
 from ._common import operand
+from .reduction import sum as reduce_sum
+from .shape import gather, getitem, pad as pad_fn, permute, reshape, stack, unsqueeze
 
 IntOrPair = Union[int, Tuple[int, int]]
 
@@ -860,8 +860,6 @@ def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups: in
 
     Computed as one conv2d: the kD depth taps of each output depth are stacked as channels
     (group by group), so the (N*D_out) images meet a weight [C_out, kD*C_in/groups, kH, kW]."""
-    from .shape import getitem, permute, stack
-    from .shape import pad as pad_fn
     name = "conv3d"
     stride = _ntuple(stride, 3, name, "stride", 1)
     dilation = _ntuple(dilation, 3, name, "dilation", 1)
@@ -970,7 +968,6 @@ def _check_transposed_input(name, x, weight):
 def _conv_transpose_nd(name, spatial, input, weight, bias, stride, padding, output_padding,
                        groups, dilation):
     """conv_transpose{1,2}d as conv2d_input_grad (the adjoint of conv2d)."""
-    from .shape import pad as pad_fn
     weight, bias, stride, padding, output_padding, groups, dilation = _transposed_args(
         name, spatial, weight, bias, stride, padding, output_padding, groups, dilation)
     in_ch, cg = weight.shape[:2]
@@ -1037,8 +1034,6 @@ def conv_transpose3d(input, weight, bias=None, stride=1, padding=0, output_paddi
     Computed as one conv_transpose2d over the N*D input planes, the kD depth taps as extra
     output channels, then each tap's planes placed at depth d*stride + tap*dilation (a zero
     interleave and a shift) and summed; the padding is cropped last."""
-    from .shape import getitem, permute, unsqueeze
-    from .shape import pad as pad_fn
     name = "conv_transpose3d"
     weight, bias, stride, padding, output_padding, groups, dilation = _transposed_args(
         name, 3, weight, bias, stride, padding, output_padding, groups, dilation)
@@ -1136,7 +1131,6 @@ def _max_unpool2d_kernel(xp, x, idx, output_size):
 
 
 def _max_unpool2d_vjp(cts, ins, outs, a, needs):
-    from .shape import gather
     (g,), (x, idx) = cts, ins
     flat = reshape(g, g.shape[0], g.shape[1], -1)
     picked = gather(flat, 2, reshape(idx, idx.shape[0], idx.shape[1], -1))
@@ -1186,7 +1180,6 @@ adaptive_max_pool2d_indices_op = register(OpDef(
 def _gather_flat(x, idx):
     """x (N, C, H, W) read at the flat (H*W) indices ``idx`` (N, C, h, w): torch's gradient
     convention (the cotangent added at each index)."""
-    from .shape import gather
     flat = reshape(x, x.shape[0], x.shape[1], -1)
     picked = gather(flat, 2, reshape(idx, idx.shape[0], idx.shape[1], -1))
     return reshape(picked, *idx.shape)

@@ -31,8 +31,12 @@ from ..ir import Value, current_graph
 from ..registry import OpDef, register
 from ..types import TensorType, broadcast_shapes, format_shape, normalize_dim
 from ._common import operand
-from .shape import (IndexingError, _normalize_index, _python_index, gather, getitem_grad_op,
-                    getitem_op, pad, scatter_add, zeros_like_for_grad)
+from .creation import full, full_like, ones_like, zeros
+from .elementwise import cast, eq, logical_not, ne, where_op
+from .reduction import sum as reduce_sum
+from .shape import (IndexingError, _normalize_index, _python_index, expand, gather,
+                    getitem_grad_op, getitem_op, pad, reshape, scatter_add, set_advanced_indexing,
+                    zeros_like_for_grad)
 
 
 _INT_INDEX = ("int64", "int32")   # as PyTorch: long and int (uint8 and bool are masks)
@@ -165,7 +169,6 @@ def _index_put_vjp(cts, ins, outs, a, needs):
 
 
 def _zero_at(g, idx, dims):
-    from .creation import zeros
     return index_put_op(g, zeros(dtype=g.dtype), *idx, dims=dims, accumulate=False)
 
 
@@ -258,7 +261,6 @@ def _scatter_vjp(cts, ins, outs, a, needs):
 
 
 def _zero_scalar(g):
-    from .creation import zeros
     return zeros(dtype=g.dtype)
 
 
@@ -305,7 +307,6 @@ def _scatter_reduce_kernel(xp, x, index, src, dim, reduce, include_self=True):
 
 
 def _scatter_reduce_vjp(cts, ins, outs, a, needs):
-    from .elementwise import cast, eq, logical_not, ne, where
     g, (x, index, src), out = cts[0], ins, outs[0]
     dim, reduce, incl = a["dim"], a["reduce"], a.get("include_self", True)
     ones = _ones_like(index, g)
@@ -332,7 +333,6 @@ def _scatter_reduce_vjp(cts, ins, outs, a, needs):
         gx = where(logical_not(eq(picked_x, 0)), share, 0.0)
         gs = _pad_to(gather(share, dim, index) * picked_s, index, src)
     else:   # prod, without dividing by zero: products that leave one factor out
-        from .creation import ones_like
         zero_s = cast(eq(src_part(src, index), 0), g.dtype)
         zeros_x = cast(eq(x, 0), g.dtype) if incl else zeros_like_for_grad(x, g)
         nz = scatter_add(zeros_x, dim, index, zero_s)      # zero factors per place
@@ -370,7 +370,6 @@ def _pad_to(part, index, src):
 
 
 def _ones_like(index, g):
-    from .creation import ones_like
     return ones_like(index, dtype=g.dtype)
 
 
@@ -459,7 +458,6 @@ def _masked_scatter_kernel(xp, x, mask, src, strict=True):
 
 
 def _masked_scatter_vjp(cts, ins, outs, a, needs):
-    from .elementwise import where
     g, (x, mask, src) = cts[0], ins
     return [where(mask, 0.0, g) if needs[0] else None, None,
             masked_take_op(g, mask, shape=tuple(src.shape)) if needs[2] else None]
@@ -486,8 +484,6 @@ def _data_dependent(op: str, bound: str) -> ShapeError:
 def _count(mask) -> int:
     """How many elements of ``mask`` are nonzero: read in eager mode as a value decision
     (``item()``), so ``dg.compile`` guards it and re-records when it changes."""
-    from .elementwise import cast
-    from .reduction import sum as reduce_sum
     m = mask if _dtype_of(mask) == "bool" else cast(mask, "bool")
     return int(reduce_sum(cast(m, "int64")).item())
 
@@ -531,7 +527,6 @@ def _parts(x, index, name: str):
         if dt == "uint8":
             warnings.warn("indexing with dtype uint8 is deprecated (as in PyTorch): it is read "
                           "as a mask; use a bool tensor instead", UserWarning, stacklevel=4)
-            from .elementwise import cast
             it, dt = cast(it, "bool"), "bool"
         if dt == "bool":
             parts.append(("mask", it))
@@ -629,7 +624,6 @@ def _leading_mask(x, parts):
 
 def _mask_to(x, mask, name):
     """``mask`` over x's leading dims broadcast to x's shape."""
-    from .shape import expand, reshape
     k = mask.ndim
     if k > x.ndim or any(isinstance(a, int) and isinstance(b, int) and a != b
                          for a, b in zip(mask.shape, x.shape[:k])):
@@ -685,7 +679,6 @@ def write_in_place(x, data, xp, index, value) -> None:
 
 def _value_for(x, value, name):
     """``value`` as an operand of x's dtype (PyTorch casts what it assigns)."""
-    from .elementwise import cast
     if isinstance(value, (bool, int, float, np.generic)):
         return _scalar_as(x, value)
     value = operand(value, name, "the value")
@@ -707,9 +700,6 @@ def _scalar_as(x, value):
 def index_assign(x, index, value):
     """``x`` with ``x[index] = value``, out of place (what ``Tensor.__setitem__`` writes back):
     basic indices, integer tensors and lists, and bool masks, as PyTorch."""
-    from .elementwise import where
-    from .creation import full
-    from .shape import expand
     name = "__setitem__"
     x = operand(x, name)
     parts = _parts(x, index, name)
@@ -722,7 +712,6 @@ def index_assign(x, index, value):
         while vshape and vshape[0] == 1 and len(vshape) > len(rest):
             vshape = vshape[1:]
         if len(vshape) <= len(rest):    # one value (or row) for every selected place
-            from .shape import reshape
             if vshape != tuple(getattr(value, "shape", ())):
                 value = reshape(value, *vshape)
             return where(m, value, x)
@@ -734,7 +723,6 @@ def index_assign(x, index, value):
     items, part_shape, trivial = _basic_items(x, basic, name)
     if not tensors:
         if trivial:     # x[...] = value: every element
-            from .creation import full_like
             if not _is_tensor(value):
                 return full_like(x, value)
             return expand(value, *x.shape) if tuple(value.shape) != tuple(x.shape) \
@@ -806,7 +794,6 @@ def _nonzero(input, as_tuple, size, fill_value, name):
     if size is not None and size < 0:
         raise ValueError(located(f"{name}: expected size >= 0, found {size}"))
     if x.ndim == 0:
-        from .shape import reshape
         cols = _nonzero(reshape(x, 1), False, size, fill_value, name)
         if as_tuple:
             return (getitem_op(cols, index=(("s", None, None, None), ("i", 0))),)
@@ -836,7 +823,6 @@ def argwhere(input, *, size=None, fill_value: int = -1):
 def where(condition, input=None, other=None):
     """``input`` where ``condition`` holds, else ``other`` (broadcast together); with one
     argument, ``nonzero(condition, as_tuple=True)`` (torch.where)."""
-    from .elementwise import where_op
     if input is None and other is None:
         return nonzero(condition, as_tuple=True)
     if input is None or other is None:
@@ -854,7 +840,6 @@ def _bool_mask(mask, name):
 
 
 def _broadcast_pair(x, mask, name):
-    from .shape import expand
     shape = broadcast_shapes(tuple(x.shape), tuple(mask.shape), op=name)
     if tuple(x.shape) != shape:
         x = expand(x, *shape)
@@ -881,7 +866,6 @@ def masked_select(input, mask, *, size=None):
 def masked_fill(input, mask, value):
     """``input`` with ``value`` where ``mask`` holds (torch.masked_fill); ``value`` is a
     number or a 0-d tensor (differentiable), cast to input's dtype."""
-    from .elementwise import where_op
     x = operand(input, "masked_fill")
     mask = _bool_mask(mask, "masked_fill")
     return where_op(mask, _fill_value(x, value, "masked_fill"), x)
@@ -889,7 +873,6 @@ def masked_fill(input, mask, value):
 
 def _fill_value(x, value, name):
     """A fill value (a number, or a 0-d tensor: differentiable) in x's dtype."""
-    from .elementwise import cast
     if _is_tensor(value):
         if value.ndim != 0:
             raise ShapeError(located(f"{name}: only supports a 0-dimensional value tensor, "
@@ -905,7 +888,6 @@ def _fill_value(x, value, name):
 def masked_scatter(input, mask, source):
     """``input`` with the places where ``mask`` holds filled, in row-major order, by the
     elements of ``source`` (torch.masked_scatter; mask broadcasts to input)."""
-    from .shape import expand
     x = operand(input, "masked_scatter")
     mask = _bool_mask(mask, "masked_scatter")
     source = operand(source, "masked_scatter", "source")
@@ -922,7 +904,6 @@ def _src_or_value(x, src, value, name):
     if src is None:
         raise TypeError(located(f"{name}: missing src (a tensor) or value (a number)"))
     if isinstance(src, (bool, int, float, np.generic)):
-        from .creation import full
         return full((), _scalar_as(x, src), dtype=_dtype_of(x))
     src = operand(src, name, "src")
     if _dtype_of(src) != _dtype_of(x):
@@ -960,7 +941,6 @@ def _index_1d(index, name):
         raise IndexingError(located(f"{name}: index should have at most one dimension, "
                                     f"found shape {format_shape(index.shape)}"))
     if index.ndim == 0:
-        from .shape import reshape
         index = reshape(index, 1)
     return index
 
@@ -986,8 +966,6 @@ def index_copy(input, dim: int, index, source):
 def index_fill(input, dim: int, index, value):
     """``input`` with ``value`` at the entries ``index`` along ``dim`` (torch.index_fill);
     ``value`` is a number or a 0-d tensor."""
-    from .creation import full, full_like
-    from .shape import reshape
     x = operand(input, "index_fill")
     d = normalize_dim(dim, max(x.ndim, 1), "index_fill")
     index = _index_1d(index, "index_fill")
@@ -1009,7 +987,6 @@ def index_fill(input, dim: int, index, value):
 def take_along_dim(input, indices, dim=None):
     """Values of ``input`` at ``indices`` along ``dim`` (torch.take_along_dim): input and
     indices broadcast in the other dims; with ``dim=None`` both are flattened first."""
-    from .shape import expand, reshape
     x = operand(input, "take_along_dim")
     indices = operand(indices, "take_along_dim", "indices")
     if _dtype_of(indices) not in ("int64", "int32"):
@@ -1035,7 +1012,9 @@ def take_along_dim(input, indices, dim=None):
 def take(input, index):
     """``input`` flattened, at ``index`` (any shape; negative entries count from the end),
     as torch.take."""
-    from .shape import reshape
     x = operand(input, "take")
     index = operand(index, "take", "index")
     return index_op(reshape(x, -1), index, dims=(0,))
+
+
+set_advanced_indexing(advanced_getitem)     # x[index] with tensors or lists in index
