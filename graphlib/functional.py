@@ -5,9 +5,10 @@ import sys
 from collections import namedtuple
 
 from . import methods
-from .ops.conv import adaptive_avg_pool2d, avg_pool2d, conv2d, max_pool2d  # noqa: F401
-from .ops.conv import (avg_pool1d, avg_pool3d, conv1d, conv3d, conv_transpose1d,  # noqa: F401
-                       conv_transpose2d, conv_transpose3d, max_pool1d, max_pool3d)
+from .ops.conv import (conv1d, conv2d, conv3d, conv_transpose1d, conv_transpose2d,  # noqa: F401
+                       conv_transpose3d)
+from .ops.pool import (adaptive_avg_pool2d, avg_pool1d, avg_pool2d, avg_pool3d,  # noqa: F401
+                       max_pool1d, max_pool2d, max_pool3d)
 from .ops.resample import pixel_shuffle, pixel_unshuffle  # noqa: F401
 from .ops.creation import (arange, bernoulli, constant, eye, full, full_like, linspace,  # noqa
                            normal, ones, ones_like, rand, randint, randn, uniform, zeros,
