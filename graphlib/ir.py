@@ -8,8 +8,10 @@ standalone, and ``record()`` gathers them into one.
 """
 from __future__ import annotations
 
+import dis
 import itertools
 import struct
+import sys
 import threading
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -92,6 +94,18 @@ class Value(TensorMethods):
             "a symbolic Value has no truth value while the graph is being built: use "
             "dg.where(cond, a, b) for a data-dependent choice")
 
+    def __eq__(self, other):
+        """``self == other`` builds an ``eq`` node, elementwise (as PyTorch and a JAX tracer).
+        Under ``in``/``not in`` (``y in [x]``: ``list.__contains__`` compares with ``==``
+        and asks the result's truth) that node could only be followed by ``__bool__``'s
+        error, so the same error is raised first and the graph is left as it was."""
+        if _evaluating_in():
+            raise GraphError(
+                "`in` on a symbolic Value compares it elementwise (==), which has no truth "
+                "value while the graph is being built; to ask whether this very Value is in a "
+                "collection, compare identity: any(v is x for v in values)")
+        return TensorMethods.__eq__(self, other)
+
     def __len__(self):
         if not self.type.shape:
             raise TypeError("len() of a 0-d Value")
@@ -111,6 +125,17 @@ class Value(TensorMethods):
     def __repr__(self):
         label = self.name or (self.node.op.name if self.node is not None else "input")
         return f"Value({label}: {self.type!r})"
+
+
+_CONTAINS_OP = dis.opmap["CONTAINS_OP"]
+
+
+def _evaluating_in() -> bool:
+    """Whether the code that called ``Value.__eq__`` is evaluating ``in``/``not in``: its
+    current instruction is CONTAINS_OP (Python's membership test calls ``__eq__`` from C)."""
+    frame = sys._getframe(2)
+    code = frame.f_code.co_code
+    return frame.f_lasti < len(code) and code[frame.f_lasti] == _CONTAINS_OP
 
 
 _node_uids = itertools.count()
