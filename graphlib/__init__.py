@@ -12,8 +12,18 @@
 - ``printer``, ``verify``, ``dot``, ``serialize``: text form, invariants, pictures, JSON.
 - ``rewrite``/``transform``: cloning and copying parts of graphs for passes and compile.
 
-It imports no other engine folder: eager, passes and runtime build on it, never the reverse
-(tests/test_layering.py checks every import).
+Imports: numpy, ml_dtypes, safetensors at load time; sympy, scipy, networkx and pydot
+lazily where first needed. It imports no other engine folder: eager, passes and runtime build
+on it, never the reverse (tests/test_layering.py). Inside, the modules are in one order, each
+importing only those below it (tests/test_structure.py: no circles):
+``config``, ``source``, ``errors``, ``dtypes``, ``types``, ``registry``, ``methods`` -> ``ir``
+-> ``attrs``, ``dispatch``, ``printer``, ``rewrite``, ``builder`` -> ``verify``, ``dot``,
+``serialize`` -> ``ops/`` (creation, then elementwise and shape, then reduction...;
+``autodiff`` among them, above those three and below nn, norms and control flow) ->
+``functional``. A lower module that needs a higher one's service gets it through a
+hook the higher module fills when imported: ``registry.set_dispatcher`` (calling an OpDef),
+``methods.set_functions``/``set_dispatch`` (the tensor methods), ``ir.install_service``
+(``graph.verify()``, ``print(graph)``, ``to_json``...), ``shape.set_advanced_indexing``.
 """
 if __name__ == "graphlib":
     # This folder was imported as the top-level ``graphlib``, which the standard library owns
