@@ -23,12 +23,12 @@ from .methods import TensorMethods
 from .types import TensorType, format_shape
 
 # -- services of the modules above this one --------------------------------------------------
-# graphlib's modules import only what is below them (types -> ir -> registry/dispatch -> ops
-# -> methods' functions -> printer/verify/dot/serialize). The Graph methods that are
-# conveniences over a higher module (``print(graph)``, ``graph.verify()``, ``to_json``...)
-# reach it through this table, which each of those modules fills when it is imported
-# (``install_service``); graphlib/__init__ imports every one of them, so the table is full
-# before any user code runs.
+# graphlib's modules import only what is below them (the order is in graphlib/__init__'s
+# docstring): dispatch, printer, verify, dot, serialize and ops sit above ir. The Graph
+# methods that are conveniences over a higher module (``print(graph)``, ``graph.verify()``,
+# ``to_json``...) reach it through this table, which each of those modules fills when it is
+# imported (``install_service``); graphlib/__init__ imports every one of them, so the table
+# is full before any user code runs.
 _services: Dict[str, object] = {}
 
 
@@ -133,7 +133,10 @@ _CONTAINS_OP = dis.opmap["CONTAINS_OP"]
 def _evaluating_in() -> bool:
     """Whether the code that called ``Value.__eq__`` is evaluating ``in``/``not in``: its
     current instruction is CONTAINS_OP (Python's membership test calls ``__eq__`` from C)."""
-    frame = sys._getframe(2)
+    try:
+        frame = sys._getframe(2)
+    except ValueError:          # called from C with no Python caller
+        return False
     code = frame.f_code.co_code
     return frame.f_lasti < len(code) and code[frame.f_lasti] == _CONTAINS_OP
 
