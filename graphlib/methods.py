@@ -889,7 +889,7 @@ class TensorMethods:
         """Whether ``other`` has the same shape and elements: a Python bool."""
         return F.equal(self, other)
 
-    # indexing and the scatter family (graphlib/ops/indexing.py) -----------------------------
+    # indexing and the scatter family (graphlib/ops/indexing.py, scatter.py) -----------------
     def scatter(self, dim, index, src=None, value=None, *, reduce=None):
         """``torch.Tensor.scatter``: this tensor with ``src`` (or a number) written at
         ``index`` along ``dim``."""
