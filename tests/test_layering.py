@@ -203,3 +203,21 @@ def test_the_tier_check_sees_an_upward_import():
         probe.unlink()
         GRAPHLIB_TIERS[1].clear()
         GRAPHLIB_TIERS[1].update(original)
+
+
+def test_the_hooks_of_graphlib_are_filled_by_the_modules_above():
+    """Each upward service a lower graphlib module uses is installed by its provider on
+    import (no lower module imports it), and a missing one fails with a clear error."""
+    from duograph.graphlib import (dispatch, dot, functional, ir, methods, printer, registry,
+                                   serialize, verify)
+    from duograph.graphlib.ops import creation, indexing, shape
+
+    assert registry._apply is dispatch.apply
+    assert methods.F is functional and methods._handlers is dispatch._handlers
+    assert shape._advanced_getitem is indexing.advanced_getitem
+    assert ir._services == {
+        "to_text": printer.graph_to_text, "verify": verify.verify, "to_dot": dot.to_dot,
+        "render": dot.render, "to_json": serialize.to_json, "from_json": serialize.from_json,
+        "as_value": dispatch.as_value, "default_seed": creation._graph_seed_start}
+    with pytest.raises(dg.GraphError, match="service 'no_such' is not installed"):
+        ir._service("no_such")
