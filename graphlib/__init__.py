@@ -12,8 +12,18 @@
 - ``printer``, ``verify``, ``dot``, ``serialize``: text form, invariants, pictures, JSON.
 - ``rewrite``/``transform``: cloning and copying parts of graphs for passes and compile.
 
-It imports no other engine folder: eager, passes and runtime build on it, never the reverse
-(tests/test_layering.py checks every import).
+Imports: numpy, ml_dtypes, safetensors at load time; sympy, scipy, networkx and pydot
+lazily where first needed. It imports no other engine folder: eager, passes and runtime build
+on it, never the reverse (tests/test_layering.py). Inside, the modules are in one order, each
+importing only those below it (tests/test_structure.py: no circles):
+``config``, ``source``, ``errors``, ``dtypes``, ``types``, ``registry``, ``methods`` -> ``ir``
+-> ``attrs``, ``dispatch``, ``printer``, ``rewrite``, ``builder`` -> ``verify``, ``dot``,
+``serialize`` -> ``ops/`` (creation, then elementwise and shape, then reduction...;
+``autodiff`` among them, above those three and below nn, norms and control flow) ->
+``functional``. A lower module that needs a higher one's service gets it through a
+hook the higher module fills when imported: ``registry.set_dispatcher`` (calling an OpDef),
+``methods.set_functions``/``set_dispatch`` (the tensor methods), ``ir.install_service``
+(``graph.verify()``, ``print(graph)``, ``to_json``...), ``shape.set_advanced_indexing``.
 """
 if __name__ == "graphlib":
     # This folder was imported as the top-level ``graphlib``, which the standard library owns
@@ -32,7 +42,9 @@ if __name__ == "graphlib":
     _spec.loader.exec_module(_module)
 else:
     from . import dtypes, ops  # noqa: F401  (registers every op)
-    from . import functional, methods
+    from . import functional, methods  # noqa: F401
+    # the graph services ir reaches through its hook table (print, verify, pictures, JSON)
+    from . import dot, printer, serialize, verify  # noqa: F401
     from .autodiff import backward_pass, grad
     from .builder import assign, placeholder, variable
     from .dispatch import Scalar, apply, register_handler, set_default_handler
@@ -42,9 +54,6 @@ else:
     from .registry import REGISTRY, OpDef, get_op, register
     from .source import SourceLocation, set_capture_source, user_source
     from .types import TensorType, broadcast_shapes
-
-    methods.F = functional
-    methods._bind()
 
     __all__ = [
         "Graph", "Node", "Value", "Region", "TensorType", "OpDef", "REGISTRY", "register", "get_op",

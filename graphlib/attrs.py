@@ -30,6 +30,7 @@ import numpy as np
 from . import dtypes
 from .errors import DuographError
 from .ir import ConstArray, Region
+from .source import user_source
 
 REQUIRED = object()   # the default of an attribute that must be given
 
@@ -304,5 +305,4 @@ class Attrs:
     def _error(cls, op_name: str, name: str, what: str, where: Optional[str] = None):
         if where is not None:
             return cls(f"{where}: attribute {name} {what}")
-        from .source import user_source
         return cls(f"{op_name}: attribute {name} {what}\n  in: {user_source()}")

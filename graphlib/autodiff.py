@@ -10,18 +10,21 @@ from __future__ import annotations
 from typing import Callable, Dict, List, Optional, Sequence
 
 from . import dtypes
+from .dispatch import as_value
 from .errors import GraphError, located
-from .ir import Value
+from .ir import Graph, Value
+from .ops.creation import ones_like, zeros_like
+from .ops.elementwise import cast
+from .ops.shape import sum_to
+from .types import TensorType
 
 
 def fit_to(ct, x):
     """Sum a cotangent down to the shape of ``x`` and cast it to ``x``'s dtype."""
     cs, xs = ct.shape, x.shape
     if cs != xs and tuple(cs) != tuple(xs):
-        from .ops.shape import sum_to
         ct = sum_to(ct, tuple(xs))
     if ct.dtype != x.dtype:
-        from .ops.elementwise import cast
         ct = cast(ct, x.dtype)
     return ct
 
@@ -62,7 +65,6 @@ def backward_pass(nodes: Sequence, seeds: Dict[object, object], wrt: Sequence = 
     cotangent for every value reached. ``fit(ct, x)`` (default ``fit_to``) fits an input's
     cotangent to it; a caller may pass a faster one for its own tensor type.
     """
-    from .ops.creation import zeros_like
     if fit is None:
         fit = fit_to
     if relevant is None:
@@ -136,7 +138,6 @@ def grad(output, wrt, cotangent=None) -> List[Value]:
     given. ``wrt`` may mix placeholders, state and intermediate Values; a Value ``output``
     does not depend on gets zeros.
     """
-    from .ops.creation import ones_like, zeros_like
     single = isinstance(wrt, Value)
     wrt = [wrt] if single else list(wrt)
     if not isinstance(output, Value):
@@ -162,7 +163,6 @@ def grad(output, wrt, cotangent=None) -> List[Value]:
                 "for a non-scalar output (or reduce it first)"))
         cotangent = ones_like(output)
     elif not isinstance(cotangent, Value):
-        from .dispatch import as_value
         try:
             cotangent = as_value(cotangent, output.graph, output.dtype)
         except TypeError as e:
@@ -203,8 +203,6 @@ def composite_vjp(formula: Callable, cts: Sequence, ins: Sequence,
     building graph nodes for Values and running eagerly (recording a tape when gradients
     are on) for tensors. For fused ops whose gradient of the gradient is rarely needed.
     A cotangent given as None counts as zero (no seed)."""
-    from .ir import Graph
-    from .types import TensorType
     scratch = Graph("composite_vjp")
     with scratch:
         phs = [scratch.add_input(f"i{k}", TensorType(tuple(x.shape), x.dtype))

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from typing import Optional
 
+import numpy as np
+
 from . import dtypes
 from .errors import GraphError, located
 from .ir import Graph, Value, current_graph
@@ -36,7 +38,6 @@ def variable(name: str, value, dtype: Optional[str] = None) -> Value:
 
     Bind its new value with ``graph.update(var, new_value)`` (or ``dg.assign``).
     """
-    import numpy as np
     graph = _graph(name, "variable")
     try:
         if dtype is not None:

@@ -25,6 +25,8 @@ import threading
 
 import numpy as np
 
+from .xp import to_device
+
 REDUCE_OPS = ("sum", "avg", "product", "min", "max")
 
 
@@ -86,6 +88,5 @@ def run_collective(kind: str, array, group: int, op: str = "sum", src: int = 0,
     host = np.ascontiguousarray(array.get() if device else array)
     out = _runner.run(kind, host, group, op, src)
     if device:          # back to the device, through the table its backend registered
-        from .xp import to_device
         return to_device(out, "cuda")
     return out

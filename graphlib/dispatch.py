@@ -19,9 +19,11 @@ from typing import Callable, Dict, Optional
 
 import numpy as np
 
-from . import dtypes
+from . import dtypes, methods, registry
+from .collective_hooks import next_sequence
 from .errors import DTypeError, DuographError, GraphError, ShapeError
-from .ir import ConstArray, Graph, Node, Value, _local, current_graph, value_key
+from .ir import (ConstArray, Graph, Node, Value, _local, current_graph, install_service,
+                 value_key)
 from .registry import get_op
 from .source import user_source
 
@@ -270,7 +272,7 @@ def apply(op, inputs, attrs):
 
 def constant_value(graph: Graph, value, dtype: Optional[str] = None) -> Value:
     """A constant node holding ``value`` (a number or an array) in ``graph``."""
-    from .ops.creation import constant_op
+    constant_op = get_op("constant")    # registered by ops.creation, above this module
     if isinstance(value, np.ndarray) or isinstance(value, np.generic):
         arr = np.asarray(value)
         dt = dtype or dtypes.infer_data_dtype(arr)
@@ -335,7 +337,6 @@ def build(graph: Graph, op, inputs, attrs) -> Value:
     if op.random and "stream" not in attrs:
         attrs = dict(attrs, stream=graph.next_random_stream())
     if op.ordered and not attrs.get("seq"):
-        from .collective_hooks import next_sequence
         attrs = dict(attrs, seq=next_sequence())
     try:
         out_types = op.infer([v.type for v in vals], attrs)
@@ -354,3 +355,9 @@ def build(graph: Graph, op, inputs, attrs) -> Value:
     if op.multi_output:
         return node.outputs
     return node.outputs[0]
+
+
+# The services this module gives the modules below it (issue 26: they never import it).
+registry.set_dispatcher(apply)                  # calling an OpDef
+methods.set_dispatch(_handlers, _local)         # the tensor methods' eager fast path
+install_service("as_value", as_value)           # Graph.update(state, number)

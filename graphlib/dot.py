@@ -13,11 +13,13 @@ from typing import Dict, Mapping, Optional
 
 from .errors import DuographError
 from .files import write_bytes, write_text
+from .ir import install_service
+from .printer import Namer
 
 
 def _pydot():
     try:
-        import pydot
+        import pydot    # optional (the viz extra): loaded only to draw
     except ImportError:
         raise DuographError("graph pictures need pydot: pip install pydot (or "
                             "pip install 'duograph[viz]')") from None
@@ -36,7 +38,6 @@ def _add_graph(nx_graph, graph, prefix: str, clusters: list, heat: Dict[object, 
                namer=None) -> Dict[object, str]:
     """Add ``graph``'s values and nodes to ``nx_graph`` under ``prefix``; returns the id of
     the picture node that makes each value."""
-    from .printer import Namer
     namer = namer or Namer()
     made: Dict[object, str] = {}
     for v in list(graph.inputs) + list(graph.state):
@@ -78,8 +79,8 @@ def to_dot(graph, plan=None, timings: Optional[Mapping] = None):
     """The graph as a ``pydot.Dot``: ops with output types, source lines as tooltips,
     regions as clusters; coloured by ``plan`` (a MemoryPlan: arena offset of each node's
     first output) or by ``timings`` (node -> seconds)."""
-    import networkx as nx
-    from networkx.drawing.nx_pydot import to_pydot
+    import networkx as nx   # loaded only to draw: importing graphlib need not pay for it
+    from networkx.drawing.nx_pydot import to_pydot  # needs pydot (optional), so here
     pydot = _pydot()
     heat: Dict[object, float] = {}
     if timings:
@@ -125,3 +126,7 @@ def render(graph, path: str, **options) -> str:
                             f"graph.render('{str(path).rsplit('.', 1)[0]}.dot')")
     write_bytes(path, dot.create(format=fmt))
     return str(path)
+
+
+install_service("to_dot", to_dot)       # graph.to_dot()
+install_service("render", render)       # graph.render(path)

@@ -8,6 +8,10 @@ was here, a ``ValueError``), a dim out of range an ``IndexError``, a dtype an op
 """
 from __future__ import annotations
 
+import functools
+
+from .source import user_source
+
 
 class DuographError(Exception):
     """Base class of every error duograph raises on purpose."""
@@ -67,7 +71,6 @@ def located(message: str) -> str:
     checking its arguments, before graph building or eager dispatch would add the line."""
     if "\n  in: " in message:
         return message
-    from .source import user_source
     source = user_source()
     return f"{message}\n  in: {source}" if source else message
 
@@ -78,7 +81,6 @@ def composite(name: str):
     re-raised (same class, same traceback) naming the function the user called first:
     ``argsort: sort: expected input to be a tensor...``; a message that already starts with
     ``name:`` is left alone, and so is any other exception."""
-    import functools
     prefix = f"{name}:"
 
     def wrap(fn):

@@ -27,6 +27,11 @@ import stat
 import time
 from typing import BinaryIO, Callable, Optional, Union
 
+try:
+    import fcntl
+except ImportError:     # not on Windows: no flock, no fcntl flags
+    fcntl = None
+
 STALE_TEMP_SECONDS = 600.0
 # The largest header (JSON) duograph's safetensors files may have: checkpoints and graph
 # files. Parsing JSON in Python costs about 20 bytes of memory per byte of text (a crafted
@@ -92,9 +97,7 @@ def open_regular(path: PathLike) -> BinaryIO:
 def _clear_nonblocking(fd: int) -> None:
     """Reads of a regular file do not depend on ``O_NONBLOCK``; cleared anyway, so the file
     object behaves as one ``open`` returned."""
-    try:
-        import fcntl
-    except ImportError:
+    if fcntl is None:
         return
     flags = fcntl.fcntl(fd, fcntl.F_GETFL)
     if flags & os.O_NONBLOCK:
@@ -145,9 +148,7 @@ def _remove_unless_locked(path: str) -> None:
 
 def _try_lock(fd: int) -> bool:
     """Take an exclusive ``flock`` on ``fd`` without waiting; True where there is no flock."""
-    try:
-        import fcntl
-    except ImportError:
+    if fcntl is None:
         return True
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

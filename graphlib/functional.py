@@ -1,11 +1,14 @@
 """Every public op function in one namespace (re-exported as ``dg.*``)."""
 from __future__ import annotations
 
+import sys
 from collections import namedtuple
 
-from .ops.conv import adaptive_avg_pool2d, avg_pool2d, conv2d, max_pool2d  # noqa: F401
-from .ops.conv import (avg_pool1d, avg_pool3d, conv1d, conv3d, conv_transpose1d,  # noqa: F401
-                       conv_transpose2d, conv_transpose3d, max_pool1d, max_pool3d)
+from . import methods
+from .ops.conv import (conv1d, conv2d, conv3d, conv_transpose1d, conv_transpose2d,  # noqa: F401
+                       conv_transpose3d)
+from .ops.pool import (adaptive_avg_pool2d, avg_pool1d, avg_pool2d, avg_pool3d,  # noqa: F401
+                       max_pool1d, max_pool2d, max_pool3d)
 from .ops.resample import pixel_shuffle, pixel_unshuffle  # noqa: F401
 from .ops.creation import (arange, bernoulli, constant, eye, full, full_like, linspace,  # noqa
                            normal, ones, ones_like, rand, randint, randn, uniform, zeros,
@@ -23,6 +26,7 @@ from .ops.elementwise import (acos, acosh, arccos, arccosh, arcsin, arcsinh,  # 
 from .ops.elementwise import (arctan2, atan2, floor_divide, fmod, hypot,  # noqa: F401
                               logical_xor, remainder)
 from .ops.linalg import matmul, mm  # noqa: F401
+from .ops.layout import view_dtype as _view_dtype  # noqa: F401  (Tensor.view(dtype))
 from .ops.pointwise import (bitwise_left_shift, bitwise_right_shift, lerp,  # noqa: F401
                             nan_to_num, round, xlogy)
 from .ops.layout import (cross, diag, diagonal, einsum, flip, fliplr, flipud,  # noqa: F401
@@ -112,3 +116,6 @@ __all__ += ["cumsum", "cumprod", "cummax", "cummin", "logcumsumexp", "sort", "ar
 # PyTorch accepts numpy's spellings axis= and keepdims= wherever dim= and keepdim= are
 from .aliases import add_axis_aliases as _add_axis_aliases  # noqa: E402
 _add_axis_aliases(globals(), __all__)
+
+
+methods.set_functions(sys.modules[__name__])    # the tensor methods call these functions

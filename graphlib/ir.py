@@ -8,17 +8,42 @@ standalone, and ``record()`` gathers them into one.
 """
 from __future__ import annotations
 
+import dis
 import itertools
 import struct
+import sys
 import threading
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from . import dtypes
-from .errors import GraphError, located
+from .errors import DTypeError, GraphError, ShapeError, located
 from .methods import TensorMethods
 from .types import TensorType, format_shape
+
+# -- services of the modules above this one --------------------------------------------------
+# graphlib's modules import only what is below them (the order is in graphlib/__init__'s
+# docstring): dispatch, printer, verify, dot, serialize and ops sit above ir. The Graph
+# methods that are conveniences over a higher module (``print(graph)``, ``graph.verify()``,
+# ``to_json``...) reach it through this table, which each of those modules fills when it is
+# imported (``install_service``); graphlib/__init__ imports every one of them, so the table
+# is full before any user code runs.
+_services: Dict[str, object] = {}
+
+
+def install_service(name: str, fn) -> None:
+    """Register ``fn`` as the graph service ``name`` (called by the module that defines
+    it, at import time)."""
+    _services[name] = fn
+
+
+def _service(name: str):
+    fn = _services.get(name)
+    if fn is None:
+        raise GraphError(f"the graph service {name!r} is not installed: import "
+                         f"duograph.graphlib (its package imports every service)")
+    return fn
 
 
 class Value(TensorMethods):
@@ -69,6 +94,18 @@ class Value(TensorMethods):
             "a symbolic Value has no truth value while the graph is being built: use "
             "dg.where(cond, a, b) for a data-dependent choice")
 
+    def __eq__(self, other):
+        """``self == other`` builds an ``eq`` node, elementwise (as PyTorch and a JAX tracer).
+        Under ``in``/``not in`` (``y in [x]``: ``list.__contains__`` compares with ``==``
+        and asks the result's truth) that node could only be followed by ``__bool__``'s
+        error, so the same error is raised first and the graph is left as it was."""
+        if _evaluating_in():
+            raise GraphError(
+                "`in` on a symbolic Value compares it elementwise (==), which has no truth "
+                "value while the graph is being built; to ask whether this very Value is in a "
+                "collection, compare identity: any(v is x for v in values)")
+        return TensorMethods.__eq__(self, other)
+
     def __len__(self):
         if not self.type.shape:
             raise TypeError("len() of a 0-d Value")
@@ -88,6 +125,20 @@ class Value(TensorMethods):
     def __repr__(self):
         label = self.name or (self.node.op.name if self.node is not None else "input")
         return f"Value({label}: {self.type!r})"
+
+
+_CONTAINS_OP = dis.opmap["CONTAINS_OP"]
+
+
+def _evaluating_in() -> bool:
+    """Whether the code that called ``Value.__eq__`` is evaluating ``in``/``not in``: its
+    current instruction is CONTAINS_OP (Python's membership test calls ``__eq__`` from C)."""
+    try:
+        frame = sys._getframe(2)
+    except ValueError:          # called from C with no Python caller
+        return False
+    code = frame.f_code.co_code
+    return frame.f_lasti < len(code) and code[frame.f_lasti] == _CONTAINS_OP
 
 
 _node_uids = itertools.count()
@@ -216,7 +267,6 @@ class Region:
         and (up to those symbols) the shapes it was built with. Errors name the op, the
         body (the traced function's name) and what was expected and found; the node being
         built adds the user's line."""
-        from .errors import DTypeError, ShapeError
         g = self.graph
         if len(types) != len(g.inputs):
             raise ShapeError(f"{op}: the region {g.name!r} takes {len(g.inputs)} inputs, "
@@ -249,8 +299,7 @@ class Region:
     def text(self, indent: str = "") -> str:
         """The body as printed after its node: a nested block (``Region`` subclasses may
         print a shorter form)."""
-        from .printer import graph_to_text
-        return "\n" + graph_to_text(self.graph, indent=indent + "  ", keyword="region")
+        return "\n" + _service("to_text")(self.graph, indent=indent + "  ", keyword="region")
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__}: {len(self.graph.nodes)} nodes>"
@@ -447,10 +496,9 @@ class Graph:
         ops that need fresh numbers every run (dropout in graph mode)."""
         v = self._names.get("rng_seed")
         if v is None:
-            from .ops import creation
-            # drawn from eager mode's generator when installed, so dg.manual_seed() makes
-            # graph-mode dropout reproducible too
-            start = creation._default_seed() if creation._default_seed is not None else 0
+            # drawn from eager mode's generator when installed (ops.creation's service), so
+            # dg.manual_seed() makes graph-mode dropout reproducible too
+            start = _service("default_seed")()
             v = self.add_state("rng_seed", np.asarray(int(start), dtype=np.int64))
             with self:
                 self.update(v, v + 1)
@@ -566,8 +614,7 @@ class Graph:
             raise GraphError(located(f"graph {self.name!r}: update() expects a state Value "
                                      f"made by dg.variable(), found {state!r}"))
         if not isinstance(new_value, Value):
-            from .dispatch import as_value
-            new_value = as_value(new_value, self, state.dtype)
+            new_value = _service("as_value")(new_value, self, state.dtype)
         if new_value.graph is not self:
             raise GraphError(located(f"graph {self.name!r}: the new value of state "
                                      f"{state.name!r} belongs to another graph"))
@@ -595,40 +642,34 @@ class Graph:
     def verify(self) -> None:
         """Check the graph's invariants (topological order, SSA, types matching each op's
         inference...) and raise on the first violation. See ``graphlib.verify``."""
-        from .verify import verify
-        verify(self)
+        _service("verify")(self)
 
     def to_text(self, source: bool = False, outputs=None) -> str:
         """The graph's text form, as ``print(graph)`` shows it; ``source=True`` adds each node's
         user source line, ``outputs`` prints those Values as the outputs instead of the
         graph's own."""
-        from .printer import graph_to_text
-        return graph_to_text(self, source=source, outputs=outputs)
+        return _service("to_text")(self, source=source, outputs=outputs)
 
     def __str__(self) -> str:
         return self.to_text()
 
     def to_dot(self, **options):
         """A picture of the graph as a ``pydot.Dot`` (see ``graphlib.dot``)."""
-        from .dot import to_dot
-        return to_dot(self, **options)
+        return _service("to_dot")(self, **options)
 
     def render(self, path: str, **options) -> str:
         """Draw the graph to ``path`` (.svg/.png/.pdf via Graphviz, or .dot)."""
-        from .dot import render
-        return render(self, path, **options)
+        return _service("render")(self, path, **options)
 
     # -- saving --------------------------------------------------------------------------------
     def to_json(self, indent: Optional[int] = None) -> str:
         """The graph as JSON text (versioned schema, lossless; arrays inline)."""
-        from .serialize import to_json
-        return to_json(self, indent)
+        return _service("to_json")(self, indent)
 
     @staticmethod
     def from_json(text) -> "Graph":
         """The graph ``to_json`` wrote; verified, and nothing in it is executed."""
-        from .serialize import from_json
-        return from_json(text)
+        return _service("from_json")(text)
 
     def __reduce__(self):
         """``pickle`` and ``copy.deepcopy`` go through the lossless JSON form (never pickled

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Callable, Dict, Optional, Protocol, Sequence, runtime_checkable
 
-from .types import eval_dim
+from .types import eval_dim, format_shape
 
 
 @runtime_checkable
@@ -101,6 +101,5 @@ def run_kernel(kernel: Callable, xp, arrays: Sequence, attrs: dict, multi: bool,
 
 
 def _shape_error(result, inferred: tuple) -> ValueError:
-    from .types import format_shape
     return ValueError(f"kernel returned shape {list(result.shape)}, inferred "
                       f"{format_shape(inferred)}")

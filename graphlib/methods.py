@@ -5,7 +5,30 @@ same ``x.sum(dim=1) @ w + 1`` builds a node for a Value and runs at once for a t
 """
 from __future__ import annotations
 
-F = None  # the functional module; bound by graphlib/__init__ once every op is registered
+from . import dtypes
+from .aliases import accept_axis
+from .errors import ShapeError, located
+from .registry import REGISTRY as _REGISTRY
+
+# This module sits below ``ir`` (``Value`` inherits these methods), so it imports nothing
+# above it; the modules above fill these hooks when they are imported (issue 26's order):
+F = None            # the functional module (every op function), set by ``functional``
+_handlers: dict = {}    # dispatch's handler table (type -> eager handler), set by ``dispatch``
+_local = None           # ir's per-thread graph stack, set by ``dispatch``
+
+
+def set_functions(module) -> None:
+    """Installed by ``functional`` at import time: the op functions the methods call."""
+    global F
+    F = module
+
+
+def set_dispatch(handlers: dict, graph_stack) -> None:
+    """Installed by ``dispatch`` at import time: its handler table and ir's graph stack, for
+    the eager fast path of ``_unary``."""
+    global _handlers, _local
+    _handlers = handlers
+    _local = graph_stack
 
 
 def _unary(name: str, x):
@@ -19,24 +42,10 @@ def _unary(name: str, x):
     return getattr(F, name)(x)
 
 
-def _bind() -> None:
-    """Called by graphlib/__init__ with ``F`` bound (dispatch and ir import this module)."""
-    global _handlers, _local, _REGISTRY
-    from .dispatch import _handlers
-    from .ir import _local
-    from .registry import REGISTRY as _REGISTRY
-
-
-_handlers: dict = {}
-_local = None
-_REGISTRY: dict = {}
-
-
 def _is_dtype(x) -> bool:
     """Whether ``x`` names a dtype (``view(dg.int32)``), not a size."""
     if isinstance(x, (int, tuple, list)) or hasattr(x, "__index__"):
         return False
-    from . import dtypes
     try:
         dtypes.as_dtype(x)
     except Exception:
@@ -307,7 +316,6 @@ class TensorMethods:
     def __setitem__(self, index, value):
         """Eager tensors write in place (``Tensor.__setitem__``); a graph Value is
         immutable, so this raises an error naming the out-of-place forms."""
-        from .errors import located
         raise TypeError(located(
             "__setitem__: a graph Value cannot be assigned to in place; build the new value "
             "and use it instead: y = dg.index_put(x, indices, values), "
@@ -324,8 +332,7 @@ class TensorMethods:
         bytes as ``dtype`` instead (the last dim scales when the element sizes differ), as
         ``torch.Tensor.view``. duograph's views are values, not aliases of the storage."""
         if len(shape) == 1 and _is_dtype(shape[0]):
-            from .ops.layout import view_dtype
-            return view_dtype(self, shape[0])
+            return F._view_dtype(self, shape[0])
         return F.reshape(self, *shape)
 
     def permute(self, *dims):
@@ -617,7 +624,6 @@ class TensorMethods:
         """``bmm(other) -> Tensor``: the batched matrix product of two 3-D tensors ``(b, n, m) @
         (b, m, p) -> (b, n, p)``; other ranks raise a ShapeError."""
         if self.ndim != 3 or getattr(other, "ndim", 0) != 3:
-            from .errors import ShapeError, located
             raise ShapeError(located(f"bmm: expected two 3-D tensors, found "
                                      f"{list(self.shape)} and "
                                      f"{list(getattr(other, 'shape', ()))}"))
@@ -681,7 +687,6 @@ class TensorMethods:
         if len(sizes) == 1 and isinstance(sizes[0], (tuple, list)):
             sizes = tuple(sizes[0])
         if len(sizes) < self.ndim:
-            from .errors import ShapeError, located
             raise ShapeError(located(f"repeat: expected at least {self.ndim} sizes, found "
                                      f"{len(sizes)}"))
         x = F.reshape(self, *((1,) * (len(sizes) - self.ndim) + tuple(self.shape)))
@@ -884,7 +889,7 @@ class TensorMethods:
         """Whether ``other`` has the same shape and elements: a Python bool."""
         return F.equal(self, other)
 
-    # indexing and the scatter family (graphlib/ops/indexing.py) -----------------------------
+    # indexing and the scatter family (graphlib/ops/indexing.py, scatter.py) -----------------
     def scatter(self, dim, index, src=None, value=None, *, reduce=None):
         """``torch.Tensor.scatter``: this tensor with ``src`` (or a number) written at
         ``index`` along ``dim``."""
@@ -941,7 +946,6 @@ class TensorMethods:
 
 def _add_axis_aliases(cls):
     """``axis=``/``keepdims=`` wherever a method takes ``dim=``/``keepdim=`` (as PyTorch)."""
-    from .aliases import accept_axis
     for name, fn in list(vars(cls).items()):
         if callable(fn) and not isinstance(fn, type) and not name.startswith("__"):
             new = accept_axis(fn)

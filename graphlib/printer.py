@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Dict, Optional
 
-from .ir import ConstArray, Region
+from .ir import ConstArray, Region, install_service
 
 
 def _fmt_attr(v) -> str:
@@ -99,3 +99,6 @@ def graph_to_text(graph, source: bool = False, outputs=None, namer: Optional[Nam
     lines.append(f"{indent}  return (" + ", ".join(namer.name(o) for o in outs) + ")")
     lines.append(indent + "}")
     return "\n".join(lines)
+
+
+install_service("to_text", graph_to_text)     # print(graph), Region.text

@@ -147,11 +147,15 @@ class OpDef:
 
 
 def _apply(op, inputs, attrs):
-    """Bound to ``dispatch.apply`` on first use (dispatch imports this module)."""
+    """Replaced by ``dispatch.apply`` when dispatch is imported (``set_dispatcher``): dispatch
+    sits above this module, which imports nothing of graphlib."""
+    raise RuntimeError(f"{op.name}: no dispatcher is installed: import duograph.graphlib")
+
+
+def set_dispatcher(apply: Callable) -> None:
+    """Install ``apply(op, inputs, attrs)`` as what calling an OpDef does (dispatch's hook)."""
     global _apply
-    from .dispatch import apply
     _apply = apply
-    return apply(op, inputs, attrs)
 
 
 def may_view_input(node) -> bool:

@@ -38,12 +38,14 @@ import os
 from typing import Dict, List, Optional
 
 import numpy as np
+from safetensors import SafetensorError
+from safetensors.numpy import load as _st_load, save as _st_save
 
-from . import dtypes
+from . import dtypes, types
 from .attrs import AttrTypeError, AttrValueError
 from .errors import DuographError
 from .files import MAX_HEADER_BYTES, NotRegularFileError, atomic_write, open_regular
-from .ir import ConstArray, Graph, Node, Region, Value
+from .ir import ConstArray, Graph, Node, Region, Value, install_service
 from .registry import REGISTRY
 from .source import SourceLocation
 from .types import TensorType
@@ -78,7 +80,6 @@ def _kind_of(region: Region) -> str:
 
 # -- dims --------------------------------------------------------------------------------------
 def _dim_to_json(d):
-    from . import types
     enc = getattr(types, "dim_to_json", None)
     if enc is not None:
         return enc(d)
@@ -88,7 +89,6 @@ def _dim_to_json(d):
 
 
 def _dim_from_json(obj, where: str):
-    from . import types
     dec = getattr(types, "dim_from_json", None)
     if dec is not None:
         try:
@@ -414,11 +414,10 @@ def save_graph(graph: Graph, path) -> None:
     (``files.atomic_write``; a symlink at ``path`` is replaced, never followed): a crash
     never leaves half a file. A graph whose JSON would pass ``files.MAX_HEADER_BYTES`` is
     refused, as ``load_graph`` would refuse the file."""
-    from safetensors.numpy import save
 
     store: Dict[str, np.ndarray] = {}
     doc = graph_to_document(graph, store)
-    data = save(store, metadata={_META_KEY: json.dumps(doc, allow_nan=False)})
+    data = _st_save(store, metadata={_META_KEY: json.dumps(doc, allow_nan=False)})
     header = int.from_bytes(data[:8], "little")
     if header > MAX_HEADER_BYTES:
         raise GraphFormatError(f"save_graph: the graph's JSON header would take {header} "
@@ -435,8 +434,6 @@ def load_graph(path) -> Graph:
     length prefix, the data the header describes must fill the file exactly before the rest
     is read, JSON nested too deeply is a ``GraphFormatError``, and every node's attributes
     are checked against its op's schema."""
-    from safetensors import SafetensorError
-    from safetensors.numpy import load
     try:
         with open_regular(path) as f:
             size = os.fstat(f.fileno()).st_size
@@ -455,7 +452,7 @@ def load_graph(path) -> Graph:
     except OSError as e:
         raise GraphFormatError(f"cannot read graph file {path!r}: {e}") from None
     try:
-        store = load(raw)
+        store = _st_load(raw)
     except (SafetensorError, ValueError, OSError) as e:
         raise GraphFormatError(f"{path!r}: the tensors are unreadable: {e}") from None
     if not isinstance(text, str):
@@ -506,3 +503,7 @@ def _safetensors_header(f, size: int, path) -> dict:
         raise GraphFormatError(f"{path!r} is {state}: its header describes {8 + n + end} "
                                f"bytes, the file has {size}")
     return header
+
+
+install_service("to_json", to_json)     # graph.to_json(), pickling
+install_service("from_json", from_json)  # Graph.from_json

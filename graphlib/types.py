@@ -213,7 +213,7 @@ _FUNCS = ("floor", "ceiling", "Max", "Min")
 def _sympy():
     global _SYMPY
     if _SYMPY is None:
-        import sympy
+        import sympy     # heavy to import: loaded at the first symbolic dim
         _SYMPY = sympy
     return _SYMPY
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from .errors import GraphError
+from .ir import install_service
 from .printer import Namer, graph_namer, node_to_text
 
 
@@ -100,3 +101,6 @@ def _check_closed(graph) -> None:
                 raise GraphError(f"node {node.op.name} reads {x!r}, which is not defined in "
                                  "the region (captured values must be region inputs)")
         own.update(node.outputs)
+
+
+install_service("verify", verify)       # graph.verify()

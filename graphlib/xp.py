@@ -52,7 +52,8 @@ def extras(xp) -> ArrayModuleExtras:
 
 
 def _numpy_extras() -> ArrayModuleExtras:
-    from scipy.special import erf as _erf      # a special function, not a fast path
+    # scipy is heavy to import: loaded when numpy's extras are first asked for
+    from scipy.special import erf as _erf
     return ArrayModuleExtras(erf=_erf, add_at=np.add.at, asarray=_host)
 
 

@@ -14,7 +14,12 @@ kernels, planned bytes, time). The passes, one file each:
 - ``remat.py``: rematerialisation under a memory budget (opt-in, not in O2);
 - ``memory.py``: liveness, the greedy-by-size arena planner and its verifier. The planner is
   not a graph rewrite: ``duograph.compile`` hands it to the runtime, which plans once per
-  input shape signature (``exe.memory_plan``).
+  input shape signature (``exe.memory_plan``);
+- ``buckets.py``: gradient buckets for data parallelism (all-reduce nodes merged into a few);
+- ``result.py``: ``PassResult``, what every pass returns.
+
+Imports: graphlib (the IR, the registry's traits, ``rewrite``), numpy and networkx, and its
+own modules; never eager or runtime (tests/test_layering.py reads every import).
 """
 from .cleanup import (algebraic_simplification, common_subexpression_elimination,
                       constant_folding, dead_code_elimination)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import duograph as dg
-from duograph.graphlib.ops import control
+from duograph.graphlib.ops import control, loops
 from duograph.graphlib.ops.control import call_op, scan_op, trace_region, while_op
 from duograph.graphlib.types import RUNTIME_DIM, TensorType
 
@@ -32,12 +32,12 @@ def _fd(f, x, eps=1e-6):
 
 
 class _Trips:
-    """Counts the trips of every while_loop kernel run: eager calls (``control._while_run``)
+    """Counts the trips of every while_loop kernel run: eager calls (``loops._while_run``)
     and the region kernel executables run (calls of its prepared body)."""
 
     def __init__(self, monkeypatch):
         self.runs = []
-        orig = control._while_run
+        orig = loops._while_run
 
         def wrapper(xp, test, step, as_array, carry, bound, save):
             n = [0]
@@ -47,7 +47,7 @@ class _Trips:
                 return step(c)
             self.runs.append(n)
             return orig(xp, test, counted, as_array, carry, bound, save)
-        monkeypatch.setattr(control, "_while_run", wrapper)
+        monkeypatch.setattr(loops, "_while_run", wrapper)
         region_kernel = while_op.region_kernel
 
         def counting_kernel(xp, bodies, *arrays, **attrs):
@@ -486,16 +486,16 @@ def _rnn_np(w, xs, h, reverse=False):
 
 class _Loops:
     """Counts the loops every scan kernel runs, by length: eager calls
-    (``control._scan_loop``) and the region kernel executables run."""
+    (``loops._scan_loop``) and the region kernel executables run."""
 
     def __init__(self, monkeypatch):
         self.lengths = []
-        orig = control._scan_loop
+        orig = loops._scan_loop
 
         def wrapper(xp, step, as_array, carry, length, *rest):
             self.lengths.append(length)
             return orig(xp, step, as_array, carry, length, *rest)
-        monkeypatch.setattr(control, "_scan_loop", wrapper)
+        monkeypatch.setattr(loops, "_scan_loop", wrapper)
         region_kernel = scan_op.region_kernel
 
         def counting_kernel(xp, bodies, *arrays, **attrs):

@@ -300,6 +300,32 @@ def test_bool_of_a_value_raises_a_clear_error():
             np.asarray(x)
 
 
+def test_membership_test_on_values_raises_before_adding_a_node():
+    """``y in [x]`` asks ``y == x`` for a truth value: like a JAX tracer or a torch.fx Proxy it
+    raises (the comparison is elementwise), and the graph keeps no ``eq`` node from it."""
+    g = dg.Graph("member")
+    with g:
+        x = dg.placeholder("x", shape=(3,))
+        y = dg.placeholder("y", shape=(3,))
+        before = list(g.nodes)
+        for test in (lambda: y in [x], lambda: y not in (x,), lambda: 2.0 in [x],
+                     lambda: y in [x, y]):
+            with pytest.raises(dg.GraphError, match="no truth value.*v is x"):
+                test()
+            assert g.nodes == before
+        assert x in [x] and y in [y, x]       # Python's `in` tries identity first
+        assert [v for v in (x, y) if v is y] == [y]
+        eq = y == x                           # `==` itself still builds the eq node
+        assert eq.node.op.name == "eq" and g.nodes == before + [eq.node]
+    g.verify()
+
+
+def test_membership_test_on_eager_tensors_compares_values_as_torch():
+    torch = pytest.importorskip("torch")
+    for a, b in ((1.0, 1.0), (1.0, 2.0)):
+        assert (dg.tensor([a]) in [dg.tensor([b])]) == (torch.tensor([a]) in [torch.tensor([b])])
+
+
 def test_placeholder_outside_a_graph():
     with pytest.raises(dg.GraphError, match="no graph is being built"):
         dg.placeholder("x", shape=(3,))

@@ -139,3 +139,85 @@ def test_engine_code_keys_ir_objects_by_themselves_not_by_id():
                         and node.func.id == "id"):
                     found.append(f"{rel}:{node.lineno}")
     assert not found, f"id() in engine code (key by the object itself): {found}"
+
+
+# graphlib inside, bottom to top (issue 26): a module imports nothing of a higher tier, also
+# inside functions. What a lower module needs from a higher one it gets through a hook the
+# higher module fills on import (registry.set_dispatcher, methods.set_functions/set_dispatch,
+# ir.install_service, shape.set_advanced_indexing).
+GRAPHLIB_TIERS = (
+    # foundations: dims and dtypes, errors, the OpDef registry, the tensor methods' surface
+    {"config", "files", "xp", "source", "errors", "dtypes", "types", "aliases",
+     "collective_hooks", "kernels", "registry", "methods"},
+    {"ir"},
+    # free functions and builders over the IR
+    {"attrs", "dispatch", "printer", "verify", "dot", "serialize", "rewrite", "transform",
+     "builder"},
+    {"ops", "autodiff"},          # the op families (ops.*) and the one reverse-mode engine
+    {"functional", ""},           # every op function; the package itself
+)
+
+
+def _graphlib_tier(module: str):
+    """The tier of a graphlib module (``duograph.graphlib.ops.conv`` -> the ``ops`` tier)."""
+    parts = module.split(".")
+    if parts[:2] != ["duograph", "graphlib"]:
+        return None
+    rest = ".".join(parts[2:])
+    for k, tier in enumerate(GRAPHLIB_TIERS):
+        if rest in tier or rest.split(".")[0] in tier:
+            return k
+    return None
+
+
+def _graphlib_upward_imports():
+    found = []
+    for path in sorted((ROOT / "graphlib").rglob("*.py")):
+        me = ".".join(_module_name(path))
+        mine = _graphlib_tier(me)
+        assert mine is not None, f"{me}: put it in a tier of GRAPHLIB_TIERS"
+        for line, module in _imports(path):
+            theirs = _graphlib_tier(module)
+            if module != "duograph.graphlib" and theirs is not None and theirs > mine:
+                found.append(f"{path.relative_to(ROOT)}:{line}: {me} (tier {mine}) imports "
+                             f"{module} (tier {theirs})")
+    return found
+
+
+def test_graphlib_modules_import_only_their_tier_and_below():
+    bad = _graphlib_upward_imports()
+    assert not bad, "graphlib imports against its order:\n" + "\n".join(bad)
+
+
+def test_the_tier_check_sees_an_upward_import():
+    probe = ROOT / "graphlib" / "_tier_probe_ir_like.py"
+    assert not probe.exists()
+    assert _graphlib_tier("duograph.graphlib.ops.conv") == 3
+    assert _graphlib_tier("duograph.graphlib.printer") == 2
+    original = GRAPHLIB_TIERS[1].copy()
+    try:
+        GRAPHLIB_TIERS[1].add("_tier_probe_ir_like")
+        probe.write_text("def f():\n    from .printer import graph_to_text\n")
+        assert any("_tier_probe_ir_like.py:2" in v for v in _graphlib_upward_imports())
+    finally:
+        probe.unlink()
+        GRAPHLIB_TIERS[1].clear()
+        GRAPHLIB_TIERS[1].update(original)
+
+
+def test_the_hooks_of_graphlib_are_filled_by_the_modules_above():
+    """Each upward service a lower graphlib module uses is installed by its provider on
+    import (no lower module imports it), and a missing one fails with a clear error."""
+    from duograph.graphlib import (dispatch, dot, functional, ir, methods, printer, registry,
+                                   serialize, verify)
+    from duograph.graphlib.ops import creation, indexing, shape
+
+    assert registry._apply is dispatch.apply
+    assert methods.F is functional and methods._handlers is dispatch._handlers
+    assert shape._advanced_getitem is indexing.advanced_getitem
+    assert ir._services == {
+        "to_text": printer.graph_to_text, "verify": verify.verify, "to_dot": dot.to_dot,
+        "render": dot.render, "to_json": serialize.to_json, "from_json": serialize.from_json,
+        "as_value": dispatch.as_value, "default_seed": creation._graph_seed_start}
+    with pytest.raises(dg.GraphError, match="service 'no_such' is not installed"):
+        ir._service("no_such")

@@ -4,7 +4,7 @@ Each op's kernel here is its reference over an array module ``xp`` (numpy or cup
 forms belong to the backends (``runtime/``), which register them in tables keyed by the op.
 """
 from . import creation, elementwise, shape, reduction, linalg, nn, fused  # noqa: F401 (in order)
-from . import conv, control, resample, scan, sorting, norms  # noqa: F401
+from . import conv, pool, control, resample, scan, sorting, norms  # noqa: F401
 from . import pointwise, layout, activations  # noqa: F401
-from . import indexing  # noqa: F401
+from . import index_ops, scatter, masking, indexing  # noqa: F401 (in order)
 from . import collectives  # noqa: F401

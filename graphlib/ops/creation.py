@@ -10,11 +10,15 @@ from __future__ import annotations
 import math
 from typing import Callable, Optional
 
+import ml_dtypes
+import numpy as np
+
 from .. import dtypes
 from .. import xp as xpu
 from ..attrs import Attr, Attrs, AttrValueError
+from ..dispatch import apply
 from ..errors import DTypeError, GraphError, ShapeError, UnsupportedDTypeError, located
-from ..ir import ConstArray, current_graph
+from ..ir import ConstArray, current_graph, install_service
 from ..registry import OpDef, register
 from ..types import TensorType, as_shape
 from ._common import operand
@@ -193,6 +197,15 @@ def set_default_seed_source(fn: Optional[Callable[[], int]]) -> None:
     _default_seed = fn
 
 
+def _graph_seed_start() -> int:
+    """The first value of a graph's ``rng_seed`` state: drawn from eager mode's generator
+    when one is installed, so ``dg.manual_seed()`` makes graph-mode dropout reproducible."""
+    return _default_seed() if _default_seed is not None else 0
+
+
+install_service("default_seed", _graph_seed_start)     # Graph.seed_state()
+
+
 def _seed_operand(seed, name):
     if seed is not None:
         return seed
@@ -237,8 +250,6 @@ _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 def _limits(dtype: str) -> tuple:
     """(lowest, largest) value of ``dtype`` (bfloat16's through ml_dtypes)."""
-    import ml_dtypes
-    import numpy as np
     if dtypes.is_float(dtype):
         info = ml_dtypes.finfo(dtype) if dtype == "bfloat16" else np.finfo(dtype)
         return float(info.min), float(info.max)
@@ -306,8 +317,6 @@ def _random_float_dtype(dtype, name: str):
 
 def constant(value, dtype=None):
     """A tensor holding ``value`` (a number, nested list or array)."""
-    import numpy as np
-    from ..dispatch import apply
     try:
         dt = dtypes.as_dtype(dtype) if dtype is not None else None
         if isinstance(value, (bool, int, float)) and not isinstance(value, np.ndarray):

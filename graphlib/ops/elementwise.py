@@ -10,6 +10,7 @@ from ..errors import DTypeError, located
 from ..registry import OpDef, register
 from ..types import TensorType, broadcast_shapes
 from ._common import binary, unary, unary_infer
+from .creation import zeros_like
 
 _SQRT2 = math.sqrt(2.0)
 _INV_SQRT2PI = 1.0 / math.sqrt(2.0 * math.pi)
@@ -152,7 +153,6 @@ exp2_op = unary("exp2", lambda xp, x: xp.exp2(x), lambda g, x, y: g * y * _LN2,
 # rounding keeps the dtype (integers pass through) and has a zero gradient (zeros, as
 # PyTorch gives, not "no gradient")
 def _zero_grad(g, x, y):
-    from .creation import zeros_like
     return zeros_like(g)
 
 
@@ -255,7 +255,6 @@ def _pow_scalar_vjp(cts, ins, outs, attrs, needs):
     e = attrs["exponent"]
     (g,), (x,) = cts, ins
     if e == 0:     # x ** 0 == 1: a zero gradient (not "no gradient"), as PyTorch gives
-        from .creation import zeros_like
         return [zeros_like(g)]
     if e == 1:
         return [g]

@@ -31,6 +31,7 @@ from ..ir import Graph, Node, Region, Value
 from ..kernels import run_kernel
 from ..printer import format_attrs
 from ..registry import OpDef, register
+from ..rewrite import make_node
 from ..serialize import register_region_kind
 from ..types import TensorType
 
@@ -209,6 +210,5 @@ fused_op = register(OpDef("fused", _fused_infer, _fused_kernel, None, multi_outp
 def make_fused_node(inputs: Sequence, body: FusedBody, like: Node, graph: Graph) -> Node:
     """A fused node over ``inputs`` running ``body``, placed nowhere yet, with ``like``'s
     source location."""
-    from ..rewrite import make_node
     return make_node(fused_op, inputs, {"sub": body}, like, graph)
 

@@ -18,7 +18,7 @@ from ..attrs import Attr, Attrs
 from ..errors import DTypeError, IndexBoundsError, ShapeError, located
 from ..ir import Value
 from ..registry import OpDef, register
-from ..types import TensorType, format_shape, normalize_dim
+from ..types import TensorType, broadcast_shapes, format_shape, normalize_dim
 from ._common import operand
 from .creation import constant, zeros_like
 from .elementwise import where
@@ -302,7 +302,6 @@ def cross(input, other, dim=None):
     if a.ndim != b.ndim:
         raise ShapeError(located(f"cross: input and other must have the same number of dims, "
                                  f"found {format_shape(a.shape)} and {format_shape(b.shape)}"))
-    from ..types import broadcast_shapes
     shape = broadcast_shapes(tuple(a.shape), tuple(b.shape), op="cross")
     if a.dtype != b.dtype:
         raise DTypeError(located(f"cross: expected input and other of one dtype (as PyTorch), "

@@ -11,9 +11,10 @@ from ..autodiff import composite_vjp, is_zero_cotangent
 from ..errors import DTypeError, ShapeError, located
 from ..registry import OpDef, register
 from ..types import TensorType, normalize_dim
-from .elementwise import exp
-from .reduction import sum
 from ._common import operand
+from .elementwise import cast, exp, maximum, ne, rsqrt, where
+from .reduction import mean as reduce_mean, numel, sum, sum as reduce_sum
+from .shape import reshape
 
 
 def _softmax_infer(name):
@@ -283,9 +284,6 @@ def _sce_backward_vjp(cts, ins, outs, a, needs):
     """Second order: d = w * (p - onehot) with p = softmax(x), w the per-row weight; for a
     cotangent c, d<c, d>/dx = w * p * (c - sum(c * p)) and d<c, d>/dg = sum over the
     row(s) of c * (p - onehot) * valid (divided by the count for a mean)."""
-    from .elementwise import cast, maximum, ne, where
-    from .reduction import sum as reduce_sum
-    from .shape import reshape
     (c,), (g, x, t) = cts, ins
     ignore, reduction = a["ignore_index"], a["reduction"]
     classes = x.shape[1]
@@ -420,7 +418,6 @@ def _bn_kernel(xp, x, w, b, *, eps):
 
 
 def _bn_vjp(cts, ins, outs, a, needs):
-    from .shape import reshape
     (dy, dmean, dvar), (x, w, _) = cts, ins
     dx, dw, db = batch_norm_train_backward_op(dy, x, w, outs[1], outs[2], eps=a["eps"])
     if needs[0] and not (is_zero_cotangent(dmean) and is_zero_cotangent(dvar)):
@@ -429,7 +426,6 @@ def _bn_vjp(cts, ins, outs, a, needs):
         if all(isinstance(d, int) for d in x.shape):
             n = float(_bn_count(x))
         else:
-            from .reduction import numel
             n = numel(x, _bn_dims(x), dtype=x.dtype)
         if not is_zero_cotangent(dmean):
             dx = dx + reshape(dmean, *bshape) / n
@@ -490,9 +486,6 @@ def _bn_backward_kernel(xp, dy, x, w, mean, var, *, eps):
 
 def _bn_backward_formula(dy, x, w, mean, var, eps):
     """``_bn_backward`` in differentiable ops (for gradients of the gradient)."""
-    from .elementwise import rsqrt
-    from .reduction import mean as reduce_mean
-    from .shape import reshape
     dims = _bn_dims(x)
     c = x.shape[1]
     bshape = (1, c) + (1,) * (x.ndim - 2)

@@ -16,10 +16,12 @@ from ..autodiff import is_zero_cotangent
 from ..errors import DTypeError, ShapeError, composite, located
 from ..registry import OpDef, register
 from ..types import TensorType, normalize_dim, normalize_dims, reduction_dims
-from .elementwise import abs, cast, isnan, logical_or, pow, sign, where
-from .reduction import _reduce_infer, _reduced_shape, amax, amin, expand_back, sum
-from .shape import permute, reshape
 from ._common import operand
+from .creation import zeros_like
+from .elementwise import abs, cast, isnan, logical_or, pow, sign, where
+from .linalg import matmul
+from .reduction import _reduce_infer, _reduced_shape, amax, amin, expand_back, sum
+from .shape import permute, reshape, transpose, unsqueeze
 
 svd_result = namedtuple("linalg_svd", ["U", "S", "Vh"])
 
@@ -51,7 +53,6 @@ def _vector_norm_vjp(cts, ins, outs, a, needs):
     g = expand_back(g, x, dims, keepdim)
     norm = expand_back(y, x, dims, keepdim)
     if p == 0:                  # zeros, as PyTorch (not g * 0: NaN under an infinite g)
-        from .creation import zeros_like
         return [zeros_like(g)]
     if p == 1:
         return [sign(x) * g]
@@ -109,8 +110,6 @@ def _svd_vjp(cts, ins, outs, a, needs):
     # PyTorch's svd_backward (real, reduced), with V = Vh^T and E_jk = S_k^2 - S_j^2:
     # gA = U [(skew(U^T gU) / E) S + S (skew(V^T gV) / E) + diag(gS)] V^T
     #      + (I - U U^T) gU S^-1 V^T + U S^-1 gV^T (I - V V^T)
-    from .linalg import matmul
-    from .shape import transpose, unsqueeze
     (gu, gs, gvh), (u, s, vh) = cts, outs
     row, col = unsqueeze(s, -2), unsqueeze(s, -1)
     ga = matmul(u * unsqueeze(gs, -2), vh)

@@ -2,6 +2,7 @@
 lerp, xlogy, and the bit shifts (bitwise_left_shift, bitwise_right_shift)."""
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 
 from .. import dtypes
@@ -10,13 +11,13 @@ from ..errors import DTypeError, located
 from ..registry import OpDef, register
 from ..types import TensorType, broadcast_shapes
 from ._common import binary, operand, unary, unary_infer
+from .creation import zeros_like
 from .elementwise import cast, isfinite, logical_and, where
 
 NUMERIC = dtypes.NUMERIC_DTYPES
 
 
 def _zero_grad(g, x, y, **attrs):
-    from .creation import zeros_like
     return zeros_like(g)
 
 
@@ -89,7 +90,6 @@ nan_to_num_op = unary(
 
 def _finfo(dtype: str):
     if dtype == "bfloat16":
-        import ml_dtypes
         return ml_dtypes.finfo(ml_dtypes.bfloat16)
     return np.finfo(np.dtype(dtype))
 

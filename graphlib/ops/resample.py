@@ -26,6 +26,7 @@ from ..registry import OpDef, register
 from ..types import TensorType, dim_product, format_shape
 from ._common import operand
 from .conv import (_embed, _pair, _spatial_out, _window, adaptive_avg_pool2d)
+from .creation import constant
 from .shape import index_select, permute, reshape
 
 # -- interpolate -------------------------------------------------------------------------------
@@ -105,7 +106,6 @@ def _cubic_taps(ft, size, out, scale, align_corners):
 
 def _resample_dim(x, axis: int, taps):
     """sum_k x[..., idx_k, ...] * w_k along ``axis`` (the weights broadcast along it)."""
-    from .creation import constant
     trailing = x.ndim - 1 - axis
     out = None
     for idx, w in taps:
@@ -212,7 +212,6 @@ def interpolate(input, size=None, scale_factor=None, mode: str = "nearest",
             idx = _nearest_index(n, out, scale, mode == "nearest-exact")
             if out == n and np.array_equal(idx, np.arange(n)):
                 continue
-            from .creation import constant
             x = index_select(x, axis, constant(idx))
         elif mode == "bicubic":
             x = _resample_dim(x, axis, _cubic_taps(ft, n, out, scale, align_corners))

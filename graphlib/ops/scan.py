@@ -16,9 +16,10 @@ from ..attrs import Attr, Attrs
 from ..errors import DTypeError, ShapeError
 from ..registry import OpDef, register
 from ..types import TensorType, normalize_dim
+from ._common import operand
+from .creation import full_like
 from .elementwise import abs, cast, exp, log, where
 from .shape import cat, getitem, reshape, scatter_add, zeros_like_for_grad
-from ._common import operand
 
 cummax_result = namedtuple("cummax", ["values", "indices"])
 cummin_result = namedtuple("cummin", ["values", "indices"])
@@ -94,7 +95,6 @@ def _cumprod_kernel(xp, x, dim):
 def _shift(t, dim, step, fill=0.0):
     """``t`` moved one place along ``dim`` (``step`` 1: towards the end, -1: towards the
     start), the freed place filled with ``fill``."""
-    from .creation import full_like
     n = t.shape[dim]
     if isinstance(n, int) and n == 0:
         return t

@@ -18,6 +18,7 @@ from ..registry import OpDef, register
 from ..types import (TensorType, as_shape, dim_add, dim_product, dim_quotient, dim_slice,
                      format_shape, normalize_dim)
 from ._common import operand
+from .creation import constant, zeros_like
 
 # -- reshape -----------------------------------------------------------------------------------
 
@@ -717,14 +718,25 @@ def _is_advanced(index) -> bool:
         for it in items)
 
 
+def _advanced_getitem(x, index):
+    """Replaced by ``indexing.advanced_getitem`` when ``indexing`` (above this module: it
+    builds advanced indexing from these shape ops) is imported; ops/__init__ imports it."""
+    raise NotImplementedError("getitem: advanced indexing needs duograph.graphlib.ops.indexing")
+
+
+def set_advanced_indexing(fn) -> None:
+    """Install ``fn(x, index)`` for the indices ``_is_advanced`` finds (indexing's hook)."""
+    global _advanced_getitem
+    _advanced_getitem = fn
+
+
 def getitem(x, index):
     """``x[index]`` as PyTorch: ints, slices (positive steps), None and ``...``; integer
     tensors and lists in any position (``x[:, idx]``, ``x[a, b]``: advanced indexing); bool
     masks (``x[mask]``: eager mode only, the size depends on the data)."""
     x = operand(x, "getitem")
     if _is_advanced(index):
-        from .indexing import advanced_getitem
-        return advanced_getitem(x, index)
+        return _advanced_getitem(x, index)
     try:
         items, _ = _normalize_index(index, tuple(x.shape))
     except (ShapeError, TypeError) as e:
@@ -826,7 +838,6 @@ def pad(x, pad: Sequence[int], mode: str = "constant", value=None):
 
 
 def _pad_indexed(x, pairs, mode: str, value):
-    from .creation import constant
     n = len(pairs)
     if n > 3 or x.ndim not in (n + 1, n + 2):
         raise NotImplementedError(located(
@@ -863,5 +874,4 @@ def _pad_indexed(x, pairs, mode: str, value):
 
 def zeros_like_for_grad(x, g):
     """Zeros shaped like ``x`` with the dtype of ``g`` (used by scatter-style vjps)."""
-    from .creation import zeros_like
     return zeros_like(x, dtype=g.dtype)

@@ -21,10 +21,13 @@ from ..errors import DTypeError, GraphError, ShapeError, composite, located
 from ..ir import Value, current_graph
 from ..registry import OpDef, register
 from ..types import TensorType, normalize_dim
+from ._common import operand
+from .creation import constant
 from .elementwise import (abs, cast, isfinite, isnan, logical_and, logical_not, logical_or,
                           where)
+from .reduction import numel, sum as sum_
+from .scan import accumulate
 from .shape import gather, getitem, reshape, scatter_add, unsqueeze, zeros_like_for_grad
-from ._common import operand
 
 sort_result = namedtuple("sort", ["values", "indices"])
 topk_result = namedtuple("topk", ["values", "indices"])
@@ -99,7 +102,6 @@ def _mode_kernel(xp, x, dim, keepdim=False):
     start = xp.ones(rows.shape, dtype=bool)
     start[:, 1:] = s[:, 1:] != s[:, :-1]
     pos = xp.arange(n)
-    from .scan import accumulate
     run_start = accumulate(xp, "maximum", xp.where(start, pos, 0), 1)
     length = pos - run_start
     best = xp.argmax(length, axis=1)[:, None]
@@ -142,7 +144,6 @@ def _median_all_vjp(cts, ins, outs, a, needs):
     mask = x == y
     if dtypes.is_float(x.dtype):
         mask = logical_or(mask, logical_and(isnan(x), isnan(y)))
-    from .reduction import sum as sum_
     return [where(mask, g / sum_(cast(mask, g.dtype)), 0.0)]
 
 
@@ -237,7 +238,6 @@ def median(x, dim=None, keepdim: bool = False):
         raise ShapeError(located(f"median: cannot take the median of an empty dim {dim}"))
     values, indices = sort(x, d, stable=True)
     # the lower median's place in the sorted slice, or its first NaN (NaNs sort last)
-    from .reduction import numel, sum as sum_
     nans = sum_(cast(x != x, "int64"), d, keepdim=True)
     size = n if isinstance(n, int) else numel(x, (d,), dtype="int64")
     pos = where(nans > 0, size - nans, (size - 1) // 2)
@@ -277,7 +277,6 @@ def unique(x, sorted: bool = True, return_inverse: bool = False,
     of each element's value, with ``return_counts`` how often each occurs. NaNs are never
     equal, so each stays (as in PyTorch). Eager mode only: the result's shape depends on the
     data. Not differentiable (as in PyTorch)."""
-    from .creation import constant
     x = operand(x, "unique")
     arr = _concrete(x, "unique")
     dt = x.dtype if isinstance(x.dtype, str) else dtypes.as_dtype(x.dtype)
@@ -341,7 +340,6 @@ def _all_true(t, name) -> bool:
         raise GraphError(located(
             f"{name}: returns a Python bool, which needs the values: a graph being built does "
             f"not have them; use isclose/eq and reduce them in the graph instead"))
-    from .reduction import sum as sum_
     return bool(sum_(cast(logical_not(t), "int64")) == 0)
 
 
