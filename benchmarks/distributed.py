@@ -9,7 +9,13 @@ step), so a noisy machine hits all of them alike:
 - ``dg DDP``: duograph eager, ``nn.parallel.DistributedDataParallel`` (gradient buckets
   all-reduced over MPI from post-accumulate-grad hooks during backward);
 - ``dg graph DDP``: the same wrapper in one training-step graph at O2 (``opt.minimize``:
-  all-reduce nodes, grouped into buckets by the ``ddp_buckets`` pass; blocking today);
+  all-reduce nodes, grouped into buckets by the ``ddp_buckets`` pass, each a non-blocking
+  start right after its last gradient and a wait just before its update; the planned
+  runtime tests the pending requests between kernels so MPI progresses them);
+- ``dg graph no-overlap``: the same graph with each wait moved right after its start (the
+  blocking all-reduce: what overlap is measured against);
+- ``dg graph no-poll``: the overlapped graph without the request tests between kernels
+  (MPI then progresses the all-reduce only inside the wait);
 - ``torch DDP``: PyTorch's DistributedDataParallel with gloo over loopback TCP, one thread;
 - ``allreduce``: a 25 MB float32 buffer, ``dist.all_reduce`` against raw mpi4py
   ``Allreduce`` (in place).
@@ -64,6 +70,38 @@ def _best(fn, steps, rounds_times, key, comm):
     rounds_times.setdefault(key, []).append((time.perf_counter() - t0) / steps)
 
 
+def wait_at_once(graph):
+    """A pass for the no-overlap contender: each all_reduce_wait (and the split and reshapes
+    reading it) right after its start, so the bucket's all-reduce blocks as a plain one."""
+    from duograph.graphlib.collective_hooks import async_role, next_sequence
+    from duograph.passes import PassResult
+    nodes = list(graph.nodes)
+    tails = {}
+    for w in [n for n in nodes if async_role(n.op) == "wait"]:
+        tail, made = [w], set(w.outputs)
+        for n in nodes:
+            if n.op.name in ("split", "reshape") and any(x in made for x in n.inputs):
+                tail.append(n)
+                made.update(n.outputs)
+        tails[w.inputs[0].node] = tail
+    moved = {n for t in tails.values() for n in t}
+    order = []
+    for n in nodes:
+        if n not in moved:
+            order.append(n)
+            order.extend(tails.get(n, []))
+    graph.nodes = order
+    renumbered = {}
+    for n in order:                 # collectives: fresh order numbers along the new order
+        if n.op.ordered:
+            renumbered[n.attrs["seq"]] = next_sequence()
+            n.attrs = dict(n.attrs, seq=renumbered[n.attrs["seq"]])
+    for n in order:
+        if async_role(n.op) == "wait":
+            n.attrs = dict(n.attrs, start=renumbered[n.attrs["start"]])
+    return PassResult(graph, bool(tails))
+
+
 def rank_main(a) -> None:
     """One rank of a job: time every contender, rank 0 writes the figures."""
     import duograph as dg
@@ -97,6 +135,16 @@ def rank_main(a) -> None:
             gopt.minimize(nn.functional.cross_entropy(gmodel(xv), yv))
         exe = graph.compile(passes="O2")
         contenders[f"{kind} dg graph DDP"] = (lambda exe=exe, x=x, y=y: exe(x=x, y=y))
+        if size > 1:
+            from duograph.passes import PIPELINES
+            blocking = graph.compile(passes=list(PIPELINES["O2"]) + [wait_at_once], plan=True)
+            contenders[f"{kind} dg graph no-overlap"] = (
+                lambda exe=blocking, x=x, y=y: exe(x=x, y=y))
+            unpolled = graph.compile(passes="O2")
+            unpolled(x=x, y=y)
+            unpolled.steps.last_program.poll = None    # (a measurement: no request tests)
+            contenders[f"{kind} dg graph no-poll"] = (
+                lambda exe=unpolled, x=x, y=y: exe(x=x, y=y))
     try:
         import torch
         import torch.distributed as tdist
