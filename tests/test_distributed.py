@@ -473,3 +473,71 @@ print("ok", r, state, full)
     res = run_ranks(2, code, tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
     assert res.stdout.count("ok") == 2
+
+
+def test_gather_scatter_all_to_all_and_object_collectives(tmp_path):
+    """reduce, gather, scatter, all_to_all, all_to_all_single, all_gather_object,
+    broadcast_object_list, gather_object, scatter_object_list with PyTorch's semantics on 2
+    ranks (rank-dependent values, a non-zero root, uneven all_to_all sizes, PyTorch's
+    errors for lists given on the wrong rank)."""
+    code = """
+import numpy as np
+import duograph as dg
+import duograph.distributed as dist
+dist.init_process_group()
+r, n = dist.get_rank(), dist.get_world_size()
+t = dg.tensor(np.array([1.0, 2.0]) * (r + 1))
+dist.reduce(t, dst=1, op=dist.ReduceOp.MAX)
+assert t.numpy().tolist() == ([2.0, 4.0] if r == 1 else [1.0, 2.0]), t
+# gather to rank 1; a list on the other rank is refused as in PyTorch
+if r == 0:
+    try:
+        dist.gather(dg.ones(2), [dg.zeros(2), dg.zeros(2)], dst=1)
+        raise AssertionError("no error")
+    except ValueError as e:
+        assert "must NOT be specified on non-destination ranks" in str(e)
+outs = [dg.zeros(3, dtype="int64") for _ in range(n)] if r == 1 else None
+dist.gather(dg.tensor(np.arange(3) + 10 * r), outs, dst=1)
+if r == 1:
+    assert [o.numpy().tolist() for o in outs] == [[0, 1, 2], [10, 11, 12]]
+# scatter from rank 1
+got = dg.zeros(2)
+parts = [dg.tensor(np.full(2, 5.0 + k, np.float32)) for k in range(n)] if r == 1 else None
+dist.scatter(got, parts, src=1)
+assert got.numpy().tolist() == [5.0 + r] * 2
+# all_to_all with uneven sizes: rank r sends r + k + 1 items to rank k
+ins = [dg.tensor(np.full(r + k + 1, 100 * r + k, np.int32)) for k in range(n)]
+outs = [dg.zeros(k + r + 1, dtype="int32") for k in range(n)]
+dist.all_to_all(outs, ins)
+assert [o.numpy().tolist() for o in outs] == [[100 * k + r] * (k + r + 1) for k in range(n)]
+# all_to_all_single: equal splits, then explicit ones (rows of 2)
+x = dg.tensor(np.arange(4.0 * n).reshape(2 * n, 2) + 100 * r)
+y = dg.zeros(2 * n, 2, dtype="float64")
+dist.all_to_all_single(y, x)
+want = np.concatenate([np.arange(4.0 * n).reshape(2 * n, 2)[2 * r:2 * r + 2] + 100 * k
+                       for k in range(n)])
+assert np.array_equal(y.numpy(), want), y
+send = [1, 2] if r == 0 else [3, 1]          # rows rank r sends to ranks 0, 1
+recv = [send_k[r] for send_k in ([1, 2], [3, 1])]
+x = dg.tensor(np.full((sum(send), 2), float(r)))
+y = dg.zeros(sum(recv), 2, dtype="float64")
+dist.all_to_all_single(y, x, recv, send)
+assert y.numpy()[:, 0].tolist() == [0.0] * recv[0] + [1.0] * recv[1], y
+# objects, pickled
+objs = [None, None]
+dist.all_gather_object(objs, {"rank": r, "xs": list(range(r + 1))})
+assert objs == [{"rank": 0, "xs": [0]}, {"rank": 1, "xs": [0, 1]}]
+lst = ["a", 1] if r == 1 else [None, None]
+dist.broadcast_object_list(lst, src=1)
+assert lst == ["a", 1]
+gathered = [None] * n if r == 0 else None
+dist.gather_object(("from", r), gathered, dst=0)
+assert gathered == ([("from", 0), ("from", 1)] if r == 0 else None)
+out = [None]
+dist.scatter_object_list(out, [{"k": k} for k in range(n)] if r == 0 else None, src=0)
+assert out == [{"k": r}]
+print("ok", r)
+"""
+    res = run_ranks(2, code, tmp_path)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
+    assert res.stdout.count("ok") == 2
