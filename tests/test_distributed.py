@@ -541,3 +541,68 @@ print("ok", r)
     res = run_ranks(2, code, tmp_path)
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
     assert res.stdout.count("ok") == 2
+
+
+def test_sync_batch_norm_is_pytorchs_batch_norm_on_the_concatenated_batch(tmp_path):
+    """SyncBatchNorm on 2 ranks (each 3 of the 6 samples): its output, its input gradient
+    (of the sum of the ranks' losses), the summed weight and bias gradients and the running
+    statistics are torch.nn.BatchNorm2d's on the whole batch; convert_sync_batchnorm
+    swaps BatchNorm layers keeping their parameters."""
+    pytest.importorskip("torch")
+    code = """
+import numpy as np
+import torch
+import duograph as dg
+import duograph.nn as nn
+import duograph.distributed as dist
+dist.init_process_group()
+r, n = dist.get_rank(), dist.get_world_size()
+rng = np.random.default_rng(3)
+X = rng.standard_normal((3 * n, 4, 5, 5)) * 2 + 1
+W = rng.standard_normal((3 * n, 4, 5, 5))
+mine = slice(3 * r, 3 * r + 3)
+model = nn.Sequential(nn.Identity(), nn.BatchNorm2d(4, momentum=0.3)).double()
+model[1].weight.data = dg.tensor(np.linspace(0.5, 2.0, 4))
+model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
+sbn = model[1]
+assert type(sbn) is nn.SyncBatchNorm and np.allclose(sbn.weight.detach().numpy(), np.linspace(0.5, 2, 4))
+x = dg.tensor(X[mine], requires_grad=True)
+out = model(x)
+(out * dg.tensor(W[mine])).sum().backward()
+tb = torch.nn.BatchNorm2d(4, momentum=0.3).double()
+with torch.no_grad():
+    tb.weight.copy_(torch.linspace(0.5, 2.0, 4, dtype=torch.float64))
+tx = torch.tensor(X, requires_grad=True)
+tout = tb(tx)
+(tout * torch.tensor(W)).sum().backward()
+close = lambda a, b: np.allclose(a, b, rtol=1e-10, atol=1e-12)   # noqa: E731
+assert close(out.detach().numpy(), tout.detach().numpy()[mine])
+assert close(x.grad.numpy(), tx.grad.numpy()[mine]), abs(x.grad.numpy() - tx.grad.numpy()[mine]).max()
+for p, tp in ((sbn.weight, tb.weight), (sbn.bias, tb.bias)):
+    g = p.grad.detach().clone()
+    dist.all_reduce(g)
+    assert close(g.numpy(), tp.grad.numpy())
+assert close(sbn.running_mean.numpy(), tb.running_mean.numpy())
+assert close(sbn.running_var.numpy(), tb.running_var.numpy())
+assert int(sbn.num_batches_tracked.numpy()) == 1
+sbn.eval()                                       # eval: the running statistics, locally
+tb.eval()
+assert close(sbn(dg.tensor(X[mine])).detach().numpy(), tb(torch.tensor(X)).detach().numpy()[mine])
+print("ok", r)
+"""
+    res = run_ranks(2, code, tmp_path)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
+    assert res.stdout.count("ok") == 2
+
+
+def test_sync_batch_norm_alone_is_batch_norm():
+    """Without a process group of several ranks SyncBatchNorm is BatchNorm (as PyTorch's
+    falls back); fewer than 2 dims are refused with PyTorch's message."""
+    import duograph.nn as nn
+    x = np.random.default_rng(0).standard_normal((4, 3, 2)).astype(np.float32)
+    sbn, bn = nn.SyncBatchNorm(3), nn.BatchNorm1d(3)
+    np.testing.assert_allclose(sbn(dg.tensor(x)).detach().numpy(),
+                               bn(dg.tensor(x)).detach().numpy(), rtol=1e-6)
+    np.testing.assert_allclose(sbn.running_var.numpy(), bn.running_var.numpy(), rtol=1e-6)
+    with pytest.raises(ValueError, match="expected at least 2D input"):
+        sbn(dg.ones(3))
