@@ -61,13 +61,41 @@ def _data(kind, batch, rank):
             rng.integers(0, 10, batch).astype(np.int64))
 
 
+_waited = {"key": None}      # contender -> seconds spent inside all_reduce_wait kernels
+_done: dict = {}             # contender -> waits whose all-reduce was complete on entry
+_calls: dict = {}            # contender -> waits
+
+
+def _time_waits() -> None:
+    """Count the time the graph contenders spend blocked in all_reduce_wait (the part of
+    the communication that no work hid), per contender."""
+    from duograph.graphlib import collective_hooks as hooks
+    from duograph.graphlib.ops import collectives as C
+    inner = C.wait_collective
+
+    def timed(kind, key, *args, **kwargs):
+        entry = hooks._pending.get(key)
+        done = entry is not None and entry[0].test()     # finished before the wait?
+        t0 = time.perf_counter()
+        try:
+            return inner(kind, key, *args, **kwargs)
+        finally:
+            who = _waited["key"]
+            _waited[who] = _waited.get(who, 0.0) + time.perf_counter() - t0
+            _done[who] = _done.get(who, 0) + done
+            _calls[who] = _calls.get(who, 0) + 1
+    C.wait_collective = timed
+
+
 def _best(fn, steps, rounds_times, key, comm):
     comm.Barrier()
+    _waited["key"] = key
     t0 = time.perf_counter()
     for _ in range(steps):
         fn()
     comm.Barrier()
     rounds_times.setdefault(key, []).append((time.perf_counter() - t0) / steps)
+    _waited["key"] = None
 
 
 def wait_at_once(graph):
@@ -175,13 +203,21 @@ def rank_main(a) -> None:
         fn()
         fn()
     times: dict = {}
+    _time_waits()
+    counted = {}
     for _ in range(a.rounds):
         for key, fn in contenders.items():
             steps = a.steps if not key.startswith("allreduce") else max(3, a.steps // 2)
             _best(fn, steps, times, key, comm)
+            counted[key] = counted.get(key, 0) + steps
     if rank == 0:
+        figures = {k: min(v) for k, v in times.items()}
+        figures.update({f"{k} wait": _waited[k] / counted[k] for k in counted
+                        if k in _waited})
+        figures.update({f"{k} wait done": _done[k] / _calls[k] for k in counted
+                        if _calls.get(k)})
         with open(a.out, "w") as f:
-            json.dump({k: min(v) for k, v in times.items()}, f)
+            json.dump(figures, f)
 
 
 def launch(ranks: int, a) -> dict:
@@ -216,19 +252,23 @@ def main(argv=None) -> int:
         rank_main(a)
         return 0
     results = {r: launch(r, a) for r in a.ranks}
+    # the overlap figures (time blocked in waits, share of waits already complete) apart
+    overlap = {r: {k: v for k, v in res.items() if " wait" in k} for r, res in results.items()}
+    results = {r: {k: v for k, v in res.items() if " wait" not in k}
+               for r, res in results.items()}
     keys = sorted({k for res in results.values() for k in res})
     print(f"per-rank batch {a.per_rank}, best of {a.rounds} rounds, ms per step "
           f"(one BLAS/torch thread per rank)")
-    print(f"  {'contender':<20}" + "".join(f"{f'{r} rank(s)':>12}" for r in a.ranks))
+    print(f"  {'contender':<26}" + "".join(f"{f'{r} rank(s)':>12}" for r in a.ranks))
     for k in keys:
-        print(f"  {k:<20}" + "".join(f"{results[r].get(k, float('nan')) * 1e3:>12.2f}"
+        print(f"  {k:<26}" + "".join(f"{results[r].get(k, float('nan')) * 1e3:>12.2f}"
                                      for r in a.ranks))
     report = {"per_rank": a.per_rank, "results": {str(r): v for r, v in results.items()},
-              "goals": {}}
+              "goals": {}, "overlap": {}}
     if 1 in results and 2 in results:
         print("scaling efficiency (1-rank time / 2-rank time, same per-rank batch):")
         for k in keys:
-            if k.startswith("allreduce"):
+            if k.startswith("allreduce") or k not in results[1]:
                 continue
             eff = results[1][k] / results[2][k]
             report["goals"][f"{k} efficiency"] = eff
@@ -240,6 +280,19 @@ def main(argv=None) -> int:
                     ratio = two[f"{kind} {mode}"] / two[f"{kind} torch DDP"]
                     report["goals"][f"{kind} {mode}/torch at 2 ranks"] = ratio
                     print(f"  {kind} step, {mode} / torch DDP at 2 ranks: {ratio:.2f}x")
+        print("overlap at 2 ranks: ms per step blocked in all_reduce_wait (communication "
+              "no work hid, and the other rank's lag), the share of waits whose all-reduce "
+              "was already complete, and the step time")
+        for kind in ("mlp", "cnn"):
+            for mode in ("dg graph no-overlap", "dg graph no-poll", "dg graph DDP"):
+                key = f"{kind} {mode}"
+                ov = overlap[2]
+                if f"{key} wait" in ov:
+                    report["overlap"][f"{key} wait"] = ov[f"{key} wait"]
+                    report["overlap"][f"{key} wait done"] = ov[f"{key} wait done"]
+                    print(f"  {key:<24}{ov[f'{key} wait'] * 1e3:>8.2f} ms blocked"
+                          f"{ov[f'{key} wait done']:>8.0%} complete"
+                          f"{two[key] * 1e3:>10.2f} ms step")
         ratio = two["allreduce dg"] / two["allreduce mpi4py"]
         report["goals"]["allreduce dg/mpi4py"] = ratio
         print(f"  25 MB all-reduce, dg / raw mpi4py at 2 ranks: {ratio:.2f}x")

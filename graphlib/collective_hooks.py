@@ -136,9 +136,9 @@ def start_collective(kind: str, arrays, key: int, group: int, op: str = "sum", w
         raise RuntimeError(f"{kind}: the node was built for a group of {world} ranks, but "
                            f"group {group} has {size} now (rebuild the graph after "
                            "init_process_group)")
-    if key in _pending:
-        raise RuntimeError(f"{kind}_start: the collective of seq {key} is started twice "
-                           "without a wait in between")
+    stale = _pending.pop(key, None)
+    if stale is not None:   # a run that raised between start and wait: finish its request
+        stale[0].wait()
     first = arrays[0]
     device = hasattr(first, "get") and not isinstance(first, np.ndarray)
     hosts = [np.asarray(a.get() if device else a) for a in arrays]
