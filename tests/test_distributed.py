@@ -80,7 +80,9 @@ if mode == "graph":          # one training-step graph: the all-reduces are its 
         yv = dg.placeholder("y", (x0.shape[0],), "int64")
         opt.minimize(nn.functional.cross_entropy(ddp(xv), yv))
     exe = g.compile(passes="O2")
-    assert any(n.op.name == "all_reduce" for n in exe.graph.nodes), "no all-reduce node"
+    names = [n.op.name for n in exe.graph.nodes if n.op.ordered]
+    k = names.count("all_reduce_start")       # the buckets, each a start/wait pair
+    assert k >= 1 and names == ["all_reduce_start"] * k + ["all_reduce_wait"] * k, names
 for step in range(steps):
     x, y = data(kind, step, size)[rank]
     if mode == "graph":
