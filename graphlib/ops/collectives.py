@@ -36,6 +36,7 @@ from ..collective_hooks import (REDUCE_OPS, group_size, next_sequence, register_
 from ..errors import DTypeError, ShapeError, located
 from ..registry import OpDef, register
 from ..types import TensorType, format_shape
+from ..xp import to_device
 
 
 def _check_op(name, t, attrs):
@@ -109,7 +110,7 @@ def _start_infer(types, attrs):
 def _start_kernel(xp, *xs, op="sum", group=0, world=1, seq=0):
     buf = start_collective("all_reduce", xs, seq, group, op, world)
     if xp is not _np:       # MPI reduces a host copy; the wait returns it to the device
-        return xp.empty(buf.shape, buf.dtype)
+        return to_device(buf, "cuda") if world == 1 else xp.empty(buf.shape, buf.dtype)
     return buf
 
 
