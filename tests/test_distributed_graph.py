@@ -158,6 +158,18 @@ def test_minimize_averages_ddp_gradients_and_the_pass_buckets_them():
             k += 1
         assert any(x in views for x in after[k].inputs), after[k]
     exe.graph.verify()
+    # the memory plan: the buffer MPI reduces in is the start's own arena bytes, shared with
+    # no value made between the start and its wait; the wait's result views it
+    plan = exe.plan_for(N=4)
+    for start, wait in zip(ordered[:2], ordered[2:]):
+        h = start.outputs[0]
+        assert plan.storage(h)[0] == "arena" and plan.storage(wait.outputs[0])[0] == "view"
+        lo, hi = plan.offsets[h], plan.offsets[h] + plan.sizes[h]
+        for n in nodes[at[start] + 1:at[wait]]:
+            for o in n.outputs:
+                if o in plan.offsets:
+                    a, b = plan.offsets[o], plan.offsets[o] + plan.sizes[o]
+                    assert b <= lo or a >= hi, (n.op.name, (a, b), (lo, hi))
     with dg.config.override(ddp_bucket_cap_mb=25):
         g, exe = ddp_graph(bucket_bytes=-1)
     stat = [s for s in exe.pass_report.stats if s.name == "ddp_buckets"][0]
