@@ -9,7 +9,19 @@ step), so a noisy machine hits all of them alike:
 - ``dg DDP``: duograph eager, ``nn.parallel.DistributedDataParallel`` (gradient buckets
   all-reduced over MPI from post-accumulate-grad hooks during backward);
 - ``dg graph DDP``: the same wrapper in one training-step graph at O2 (``opt.minimize``:
-  all-reduce nodes, grouped into buckets by the ``ddp_buckets`` pass; blocking today);
+  all-reduce nodes, grouped into buckets by the ``ddp_buckets`` pass, each a non-blocking
+  start right after its last gradient and a wait just before its update; the planned
+  runtime tests the pending requests between kernels so MPI progresses them);
+- overlap, at 2 ranks: the graph-mode step with the gradients in ``--buckets`` buckets (4;
+  with the default 25 MB cap these models have one bucket, which starts after the last
+  gradient: nothing is left to overlap), three ways: ``dg graph overlap`` (O2),
+  ``dg graph no-overlap`` (each wait moved right after its start: blocking all-reduces) and
+  ``dg graph no-poll`` (overlapped, without the request tests between kernels: MPI then
+  progresses the all-reduce only inside the wait); for each, the time per step blocked in
+  waits and the share of waits whose all-reduce was complete when the wait began; and the
+  mechanism alone: an 8 MB all-reduce started through the runtime's hooks
+  (``collective_hooks.start_collective``) while 40 ms of 200x200 matmuls run, with and
+  without ``progress()`` between them, then waited for (ms blocked in the wait);
 - ``torch DDP``: PyTorch's DistributedDataParallel with gloo over loopback TCP, one thread;
 - ``allreduce``: a 25 MB float32 buffer, ``dist.all_reduce`` against raw mpi4py
   ``Allreduce`` (in place).
@@ -21,7 +33,7 @@ the second rank). Goals (issue 22): CNN efficiency at least 0.85 at 64 per rank;
 step at most PyTorch DDP's; duograph's all-reduce within 1.1x of raw MPI.
 
     python benchmarks/distributed.py [--ranks 1 2] [--per-rank 64] [--rounds 5]
-        [--steps 10] [--json out.json]
+        [--steps 10] [--buckets 4] [--json out.json]
 """
 from __future__ import annotations
 
@@ -55,13 +67,122 @@ def _data(kind, batch, rank):
             rng.integers(0, 10, batch).astype(np.int64))
 
 
+_waited = {"key": None}      # contender -> seconds spent inside all_reduce_wait kernels
+_done: dict = {}             # contender -> waits whose all-reduce was complete on entry
+_calls: dict = {}            # contender -> waits
+
+
+def _time_waits() -> None:
+    """Count the time the graph contenders spend blocked in all_reduce_wait (the part of
+    the communication that no work hid), per contender."""
+    from duograph.graphlib import collective_hooks as hooks
+    from duograph.graphlib.ops import collectives as C
+    inner = C.wait_collective
+
+    def timed(kind, key, *args, **kwargs):
+        entry = hooks._pending.get(key)
+        done = entry is not None and entry[0].test()     # finished before the wait?
+        t0 = time.perf_counter()
+        try:
+            return inner(kind, key, *args, **kwargs)
+        finally:
+            who = _waited["key"]
+            _waited[who] = _waited.get(who, 0.0) + time.perf_counter() - t0
+            _done[who] = _done.get(who, 0) + done
+            _calls[who] = _calls.get(who, 0) + 1
+    C.wait_collective = timed
+
+
 def _best(fn, steps, rounds_times, key, comm):
     comm.Barrier()
+    _waited["key"] = key
     t0 = time.perf_counter()
     for _ in range(steps):
         fn()
     comm.Barrier()
     rounds_times.setdefault(key, []).append((time.perf_counter() - t0) / steps)
+    _waited["key"] = None
+
+
+def wait_at_once(graph):
+    """A pass for the no-overlap contender: each all_reduce_wait (and the split and reshapes
+    reading it) right after its start, so the bucket's all-reduce blocks as a plain one."""
+    from duograph.graphlib.collective_hooks import async_role, next_sequence
+    from duograph.passes import PassResult
+    nodes = list(graph.nodes)
+    tails = {}
+    for w in [n for n in nodes if async_role(n.op) == "wait"]:
+        tail, made = [w], set(w.outputs)
+        for n in nodes:
+            if n.op.name in ("split", "reshape") and any(x in made for x in n.inputs):
+                tail.append(n)
+                made.update(n.outputs)
+        tails[w.inputs[0].node] = tail
+    moved = {n for t in tails.values() for n in t}
+    order = []
+    for n in nodes:
+        if n not in moved:
+            order.append(n)
+            order.extend(tails.get(n, []))
+    graph.nodes = order
+    renumbered = {}
+    for n in order:                 # collectives: fresh order numbers along the new order
+        if n.op.ordered:
+            renumbered[n.attrs["seq"]] = next_sequence()
+            n.attrs = dict(n.attrs, seq=renumbered[n.attrs["seq"]])
+    for n in order:
+        if async_role(n.op) == "wait":
+            n.attrs = dict(n.attrs, start=renumbered[n.attrs["start"]])
+    return PassResult(graph, bool(tails))
+
+
+def _overlap_contenders(dg, nn, kind, x, y, buckets, contenders) -> None:
+    """The overlap measurement: the model's gradients in about ``buckets`` buckets (with
+    the default 25 MB cap these models have one, started after the last gradient, with no
+    backward work left to overlap), compiled three ways: overlapped (O2), each wait right
+    after its start, and overlapped without the request tests between kernels."""
+    from duograph.passes import PIPELINES
+    dg.manual_seed(0)
+    plain = _models(nn, kind)
+    nbytes = sum(p.numel() * 4 for p in plain.parameters())
+    model = nn.parallel.DistributedDataParallel(plain, bucket_cap_mb=nbytes / buckets / 2**20)
+    opt = dg.optim.SGD(model.parameters(), lr=0.01)
+    graph = dg.Graph(f"{kind}_overlap_step")
+    with graph:
+        xv = dg.placeholder("x", x.shape)
+        yv = dg.placeholder("y", y.shape, "int64")
+        opt.minimize(nn.functional.cross_entropy(model(xv), yv))
+    overlapped = graph.compile(passes="O2")
+    blocking = graph.compile(passes=list(PIPELINES["O2"]) + [wait_at_once], plan=True)
+    unpolled = graph.compile(passes="O2")
+    unpolled(x=x, y=y)
+    unpolled.steps.last_program.poll = None    # (a measurement: no request tests)
+    for name, exe in (("overlap", overlapped), ("no-overlap", blocking),
+                      ("no-poll", unpolled)):
+        contenders[f"{kind} dg graph {name}"] = (lambda exe=exe, x=x, y=y: exe(x=x, y=y))
+
+
+def _progress_probe(comm, rounds: int) -> dict:
+    """ms blocked in the wait of an 8 MB all-reduce started before 40 ms of matmuls, with
+    and without ``collective_hooks.progress()`` after each matmul (best of ``rounds``)."""
+    from duograph.graphlib import collective_hooks as hooks
+    buf = np.ones(2 * 1024 * 1024, np.float32)
+    a = np.random.default_rng(0).random((200, 200))
+    best = {}
+    for _ in range(rounds):
+        for poll in (False, True):
+            comm.Barrier()
+            hooks.start_collective("all_reduce", [buf], 0, 0, "sum", comm.Get_size(), out=buf)
+            t0 = time.perf_counter()
+            while time.perf_counter() - t0 < 0.04:
+                a @ a
+                if poll:
+                    hooks.progress()
+            t1 = time.perf_counter()
+            hooks.wait_collective("all_reduce", 0, buf, 0)
+            key = "probe wait, tests" if poll else "probe wait, no tests"
+            best[key] = min(best.get(key, 1e9), time.perf_counter() - t1)
+    return best
 
 
 def rank_main(a) -> None:
@@ -97,6 +218,8 @@ def rank_main(a) -> None:
             gopt.minimize(nn.functional.cross_entropy(gmodel(xv), yv))
         exe = graph.compile(passes="O2")
         contenders[f"{kind} dg graph DDP"] = (lambda exe=exe, x=x, y=y: exe(x=x, y=y))
+        if size > 1:
+            _overlap_contenders(dg, nn, kind, x, y, a.buckets, contenders)
     try:
         import torch
         import torch.distributed as tdist
@@ -127,13 +250,23 @@ def rank_main(a) -> None:
         fn()
         fn()
     times: dict = {}
+    _time_waits()
+    counted = {}
     for _ in range(a.rounds):
         for key, fn in contenders.items():
             steps = a.steps if not key.startswith("allreduce") else max(3, a.steps // 2)
             _best(fn, steps, times, key, comm)
+            counted[key] = counted.get(key, 0) + steps
+    probe = _progress_probe(comm, a.rounds) if size > 1 else {}
     if rank == 0:
+        figures = {k: min(v) for k, v in times.items()}
+        figures.update({f"{k} wait": v for k, v in probe.items()})
+        figures.update({f"{k} wait": _waited[k] / counted[k] for k in counted
+                        if k in _waited})
+        figures.update({f"{k} wait done": _done[k] / _calls[k] for k in counted
+                        if _calls.get(k)})
         with open(a.out, "w") as f:
-            json.dump({k: min(v) for k, v in times.items()}, f)
+            json.dump(figures, f)
 
 
 def launch(ranks: int, a) -> dict:
@@ -143,7 +276,7 @@ def launch(ranks: int, a) -> dict:
     env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
     cmd = [sys.executable, os.path.abspath(__file__), "--rank-main", "--out", out,
            "--per-rank", str(a.per_rank), "--rounds", str(a.rounds), "--steps", str(a.steps),
-           "--port", str(29500 + ranks)]
+           "--port", str(29500 + ranks), "--buckets", str(a.buckets)]
     mpiexec = find_mpiexec()
     if mpiexec is None:
         raise SystemExit("benchmarks/distributed.py needs mpiexec: "
@@ -159,6 +292,8 @@ def main(argv=None) -> int:
     p.add_argument("--per-rank", type=int, default=64)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--buckets", type=int, default=4,
+                   help="gradient buckets of the overlap measurement")
     p.add_argument("--json")
     p.add_argument("--rank-main", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--out", help=argparse.SUPPRESS)
@@ -168,19 +303,23 @@ def main(argv=None) -> int:
         rank_main(a)
         return 0
     results = {r: launch(r, a) for r in a.ranks}
+    # the overlap figures (time blocked in waits, share of waits already complete) apart
+    overlap = {r: {k: v for k, v in res.items() if " wait" in k} for r, res in results.items()}
+    results = {r: {k: v for k, v in res.items() if " wait" not in k}
+               for r, res in results.items()}
     keys = sorted({k for res in results.values() for k in res})
     print(f"per-rank batch {a.per_rank}, best of {a.rounds} rounds, ms per step "
           f"(one BLAS/torch thread per rank)")
-    print(f"  {'contender':<20}" + "".join(f"{f'{r} rank(s)':>12}" for r in a.ranks))
+    print(f"  {'contender':<26}" + "".join(f"{f'{r} rank(s)':>12}" for r in a.ranks))
     for k in keys:
-        print(f"  {k:<20}" + "".join(f"{results[r].get(k, float('nan')) * 1e3:>12.2f}"
+        print(f"  {k:<26}" + "".join(f"{results[r].get(k, float('nan')) * 1e3:>12.2f}"
                                      for r in a.ranks))
     report = {"per_rank": a.per_rank, "results": {str(r): v for r, v in results.items()},
-              "goals": {}}
+              "goals": {}, "overlap": {}}
     if 1 in results and 2 in results:
         print("scaling efficiency (1-rank time / 2-rank time, same per-rank batch):")
         for k in keys:
-            if k.startswith("allreduce"):
+            if k.startswith("allreduce") or k not in results[1]:
                 continue
             eff = results[1][k] / results[2][k]
             report["goals"][f"{k} efficiency"] = eff
@@ -192,6 +331,24 @@ def main(argv=None) -> int:
                     ratio = two[f"{kind} {mode}"] / two[f"{kind} torch DDP"]
                     report["goals"][f"{kind} {mode}/torch at 2 ranks"] = ratio
                     print(f"  {kind} step, {mode} / torch DDP at 2 ranks: {ratio:.2f}x")
+        print("overlap at 2 ranks: ms per step blocked in all_reduce_wait (communication "
+              "no work hid, and the other rank's lag), the share of waits whose all-reduce "
+              "was already complete, and the step time")
+        for kind in ("mlp", "cnn"):
+            for mode in ("dg graph no-overlap", "dg graph no-poll", "dg graph overlap"):
+                key = f"{kind} {mode}"
+                ov = overlap[2]
+                if f"{key} wait" in ov:
+                    report["overlap"][f"{key} wait"] = ov[f"{key} wait"]
+                    report["overlap"][f"{key} wait done"] = ov[f"{key} wait done"]
+                    print(f"  {key:<24}{ov[f'{key} wait'] * 1e3:>8.2f} ms blocked"
+                          f"{ov[f'{key} wait done']:>8.0%} complete"
+                          f"{two[key] * 1e3:>10.2f} ms step")
+        for key in ("probe wait, no tests", "probe wait, tests"):
+            if f"{key} wait" in overlap[2]:
+                report["overlap"][key] = overlap[2][f"{key} wait"]
+                print(f"  8 MB all-reduce under 40 ms of matmuls, {key[12:]:<9}"
+                      f"{overlap[2][f'{key} wait'] * 1e3:>8.2f} ms blocked")
         ratio = two["allreduce dg"] / two["allreduce mpi4py"]
         report["goals"]["allreduce dg/mpi4py"] = ratio
         print(f"  25 MB all-reduce, dg / raw mpi4py at 2 ranks: {ratio:.2f}x")

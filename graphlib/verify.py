@@ -1,6 +1,7 @@
 """``graph.verify()``: SSA, topological order and types, with the nodes around a failure."""
 from __future__ import annotations
 
+from .collective_hooks import async_role
 from .errors import GraphError
 from .ir import install_service
 from .printer import Namer, graph_namer, node_to_text
@@ -60,6 +61,8 @@ def verify(graph) -> None:
                      f"{last_index}); every rank must run collectives in the order they were "
                      "built, so no pass may reorder them")
             last_seq, last_index = seq, index
+            if async_role(node.op):
+                _check_pair(node, fail)
         for o in node.outputs:
             defined.add(o)
         if node.graph is not graph:
@@ -89,6 +92,23 @@ def verify(graph) -> None:
         if new.type != state.type:
             raise GraphError(f"graph {graph.name!r}: the update of {state.name!r} has type "
                              f"{new.type!r}, expected {state.type!r}")
+
+
+def _check_pair(node, fail) -> None:
+    """A non-blocking collective's start is read by exactly one node, its wait; a wait
+    reads a start's output and names that start's seq."""
+    if async_role(node.op) == "start":
+        users = list(node.outputs[0]._uses)
+        if len(users) != 1 or async_role(users[0].op) != "wait":
+            fail(f"a collective start needs exactly one wait reading its buffer (and no other "
+                 f"reader), found {[u.op.name for u in users]}")
+        return
+    src = node.inputs[0].node
+    if src is None or async_role(src.op) != "start":
+        fail("a collective wait must read the output of a collective start")
+    if node.attrs.get("start") != src.attrs.get("seq"):
+        fail(f"the wait names start seq {node.attrs.get('start')}, but reads the start of "
+             f"seq {src.attrs.get('seq')}")
 
 
 def _check_closed(graph) -> None:

@@ -1,33 +1,38 @@
 """Gradient buckets for data-parallel training: many small all-reduces become a few large
-ones, each started as soon as its last gradient is computed.
+non-blocking ones, each started as soon as its last gradient is computed and waited for just
+before the first node that reads its result.
 
 ``optimizer.minimize`` on a model wrapped by ``DistributedDataParallel`` averages each
 gradient with its own all_reduce node (``bucket`` attribute: the bucket size in bytes, or -1
 for ``dg.config.ddp_bucket_cap_mb``). This pass takes those nodes in the order their
 gradients become ready in the backward (the last layer's first), fills buckets up to the
-size (PyTorch's DDP does the same with ``bucket_cap_mb``), and replaces each bucket by one
-``all_reduce`` of the concatenated flat gradients followed by a split, placed right after
-the bucket's last gradient is made: the rest of the backward runs after it and does not wait
-for it. The report lists the buckets and, for each, how many nodes after its start do not
-depend on any bucket's result (the work it can overlap with).
+size (PyTorch's DDP does the same with ``bucket_cap_mb``), and replaces each bucket by an
+``all_reduce_start`` of its gradients (copied into one flat buffer, MPI Iallreduce), placed
+right after the bucket's last gradient is made, and an ``all_reduce_wait`` followed by a
+split, placed just before the first reader of the bucket's results (the optimizer update):
+the rest of the backward runs between the two while MPI reduces. The collectives get fresh
+``seq`` numbers in their new order. The report lists the buckets and, for each, how many
+nodes run between its start and its wait (the work its communication can overlap).
 
-Before: ``%g1 = ...; %g2 = ...; %a1 = all_reduce(%g1); %a2 = all_reduce(%g2)``
-After:  ``%g2 = ...; %g1 = ...; %f = cat(reshape(%g2), reshape(%g1)); %a = all_reduce(%f);
-%s = split(%a); %a2 = reshape(%s.0); %a1 = reshape(%s.1)``
+Before: ``%g1 = ...; %g2 = ...; %a1 = all_reduce(%g1); %a2 = all_reduce(%g2); %u = f(%a1)``
+After:  ``%g2 = ...; %g1 = ...; %h = all_reduce_start(%g2, %g1); ...; %a = all_reduce_wait(%h);
+%s = split(%a); %a2 = reshape(%s.0); %a1 = reshape(%s.1); %u = f(%a1)``
 
 The pass leaves the graph alone when it holds other collectives (their relative order
 with the new nodes would have to be chosen).
 """
 from __future__ import annotations
 
+import heapq
 from typing import Dict, List
 
 import numpy as np
 
 from ..graphlib import functional as F
+from ..graphlib.collective_hooks import async_role, next_sequence
 from ..graphlib.config import config
-from ..graphlib.ir import Graph, Node, Value
-from ..graphlib.ops.collectives import all_reduce, all_reduce_op
+from ..graphlib.ir import Graph, Node
+from ..graphlib.ops.collectives import all_reduce_op, all_reduce_start, all_reduce_wait
 from ..graphlib.types import TensorType
 from .result import PassResult
 
@@ -74,66 +79,88 @@ def bucket_all_reduces(graph: Graph) -> PassResult:
             size = 0
         buckets[-1].append(n)
         size += _bytes(n.outputs[0].type)
-    # build each bucket's nodes (appended at the end), then move them after their anchor
-    made: List[List[Node]] = []
+    # build each bucket's nodes (appended at the end), then order them
     starts: List[Node] = []
+    tails: List[List[Node]] = []          # each bucket's wait, split and reshapes
+    end = len(nodes)
+    first_reader = [min((pos[u] for n in b for u in n.outputs[0]._uses if u in pos),
+                        default=end) for b in buckets]
     for bucket in buckets:
         first = len(graph.nodes)
+        group = bucket[0].attrs.get("group", 0)
         with graph:
-            flats = [F.reshape(n.inputs[0], -1) for n in bucket]
-            flat = F.cat(flats, 0) if len(flats) > 1 else flats[0]
-            total = all_reduce(flat, bucket[0].attrs.get("op", "avg"),
-                               bucket[0].attrs.get("group", 0))
+            handle = all_reduce_start([n.inputs[0] for n in bucket],
+                                      bucket[0].attrs.get("op", "avg"), group)
+            mid = len(graph.nodes)
+            total = all_reduce_wait(handle, group)
             sizes = [n.outputs[0].type.numel() for n in bucket]
             parts = F.split(total, sizes) if len(bucket) > 1 else [total]
             news = [F.reshape(p, *n.outputs[0].type.shape) for p, n in zip(parts, bucket)]
-        new_nodes = list(graph.nodes[first:])
-        for n in new_nodes:
+        for n in graph.nodes[first:]:
             n.source = bucket[-1].source
-        starts.append(total.node)
-        made.append(new_nodes)
+        starts.append(handle.node)
+        tails.append(list(graph.nodes[mid:]))
         for n, v in zip(bucket, news):
             graph.replace_uses(n.outputs[0], v)
+    # where each new node should go: a start right after its bucket's last gradient, a
+    # wait (and its split) right before the first reader of the bucket's results
+    key: Dict[Node, tuple] = {n: (pos[n], 0) for n in nodes}
+    # (the waits in the starts' order: the first bucket started is the first done)
+    for k, (bucket, start, tail) in enumerate(zip(buckets, starts, tails)):
+        key[start] = (max(ready(n) for n in bucket), 1, k)
+        at = min(first_reader[k:])
+        for j, n in enumerate(tail):
+            key[n] = (at, -1, k, j)
     for bucket in buckets:
         for n in bucket:
             graph.erase(n)
-    # the order: each bucket's nodes right after its last gradient's producer
-    rest = list(graph.nodes)
-    added = {n for group in made for n in group}
-    rest = [n for n in rest if n not in added]
-    after: Dict[int, List[Node]] = {}
-    for bucket, group in zip(buckets, made):
-        anchor = max(ready(n) for n in bucket)
-        after.setdefault(anchor, []).extend(group)
-    new_order: List[Node] = list(after.get(-1, []))
-    for n in rest:
-        new_order.append(n)
-        if n in pos:
-            new_order.extend(after.get(pos[n], []))
-    graph.nodes = new_order
+    graph.nodes = _stable_order(graph, key)
+    seq_of = {}
+    for n in graph.nodes:                 # fresh order numbers, along the new order
+        if n.op.ordered:
+            old = n.attrs["seq"]
+            n.attrs = dict(n.attrs, seq=next_sequence())
+            seq_of[old] = n.attrs["seq"]
+    for n in graph.nodes:
+        if async_role(n.op) == "wait":
+            n.attrs = dict(n.attrs, start=seq_of[n.attrs["start"]])
     return PassResult(graph, True, _report(graph, buckets, starts))
 
 
+def _stable_order(graph: Graph, key: Dict[Node, tuple]) -> List[Node]:
+    """The graph's nodes in a topological order that follows ``key`` (smallest first)
+    wherever the dependencies allow it."""
+    nodes = list(graph.nodes)
+    made = {o: n for n in nodes for o in n.outputs}
+    waiting = {n: len({made[x] for x in n.inputs if x in made}) for n in nodes}
+    readers: Dict[Node, List[Node]] = {n: [] for n in nodes}
+    for n in nodes:
+        for m in {made[x] for x in n.inputs if x in made}:
+            readers[m].append(n)
+    tie = {n: i for i, n in enumerate(nodes)}
+    ready = [(key[n], tie[n], n) for n in nodes if waiting[n] == 0]
+    heapq.heapify(ready)
+    order: List[Node] = []
+    while ready:
+        _, _, n = heapq.heappop(ready)
+        order.append(n)
+        for r in readers[n]:
+            waiting[r] -= 1
+            if waiting[r] == 0:
+                heapq.heappush(ready, (key[r], tie[r], r))
+    return order
+
+
 def _report(graph: Graph, buckets, starts) -> List[str]:
-    """One note per bucket: its gradients, bytes, and the nodes after its start that need
-    no bucket's result (what its communication can overlap)."""
-    waits = set()
-    start_set = set(starts)
-    index: Dict[Node, int] = {}
-    free_after = []
-    for i, n in enumerate(graph.nodes):
-        index[n] = i
-        if n in start_set or any(x in waits for x in n.inputs):
-            waits.update(n.outputs)
-    independent = [i for i, n in enumerate(graph.nodes)
-                   if not any(o in waits for o in n.outputs)]
-    for s in starts:
-        at = index[s]
-        free_after.append(sum(1 for i in independent if i > at))
+    """One note per bucket: its gradients, bytes, and how many nodes run between its start
+    and its wait (what its communication can overlap)."""
+    index = {n: i for i, n in enumerate(graph.nodes)}
     notes = [f"{len(buckets)} buckets from "
              f"{sum(len(b) for b in buckets)} gradient all-reduces"]
-    for k, (bucket, free) in enumerate(zip(buckets, free_after)):
+    for k, (bucket, start) in enumerate(zip(buckets, starts)):
         nbytes = sum(_bytes(n.outputs[0].type) for n in bucket)
-        notes.append(f"bucket {k}: {len(bucket)} gradients, {nbytes} bytes; {free} backward "
-                     f"nodes run after its start")
+        (wait,) = start.outputs[0]._uses
+        between = index[wait] - index[start] - 1
+        notes.append(f"bucket {k}: {len(bucket)} gradients, {nbytes} bytes; {between} nodes "
+                     f"run between its start and its wait")
     return notes

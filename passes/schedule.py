@@ -8,6 +8,8 @@ the nodes whose inputs are ready, the one that frees the most bytes net of what 
 Random ops may move: their kernels are pure functions of their seed input and their
 ``stream`` attribute, so reordering them never changes their numbers. Ordered side effects
 (collectives) keep their order among themselves: the dependency graph chains each to the next.
+A non-blocking collective's start runs as soon as it is ready and its wait as late as
+possible (only when nothing else is ready), so communication overlaps the most work.
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from typing import Dict, List, Mapping, Optional, Set
 
 import networkx as nx
 
+from ..graphlib.collective_hooks import async_role
 from ..graphlib.ir import Graph, Node, Value
 from .memory import align, analyse, peak_live_bytes
 from .result import PassResult
@@ -92,12 +95,13 @@ def greedy_order(graph: Graph, shapes: Optional[Mapping[str, int]] = None,
         return freed - made
 
     made_at: Dict[Value, int] = {}            # value -> its position in the new order
+    urgency = [{"start": 1, "wait": -1}.get(async_role(n.op), 0) for n in nodes]
 
     def priority(i: int) -> tuple:
         recent = 0
         if depth_first:
             recent = max((made_at.get(x, -1) for x in nodes[i].inputs), default=-1)
-        return (not early_update(i), gain(i), recent, -i)
+        return (urgency[i], not early_update(i), gain(i), recent, -i)
 
     ready = [i for i, d in waiting.items() if d == 0]
     order: List[Node] = []

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from typing import Callable, Dict, Optional, Sequence, Tuple
 
+from ..graphlib.ops.collectives import all_reduce_start_into, all_reduce_start_op
 from ..graphlib.ops.fused import FusedBody, fused_op, run_ops
 from ..graphlib.registry import OpDef
 
@@ -114,6 +115,8 @@ class Backend:
         # the fused op runs through whatever compiler the backend holds at call time
         self.register_kernel(fused_op, self._fused_kernel)
         self.register_out(fused_op, self._fused_out, self._fused_prepare)
+        # a non-blocking all-reduce starts in its planned buffer, which its wait yields
+        self.register_out(all_reduce_start_op, all_reduce_start_into)
 
     # -- registration --------------------------------------------------------------------------
     def register_kernel(self, op: OpDef, kernel: Callable) -> None:

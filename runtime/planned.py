@@ -34,6 +34,7 @@ from typing import Dict, List, Sequence
 
 import numpy as np
 
+from ..graphlib.collective_hooks import async_role, progress
 from ..graphlib.errors import KernelError
 from ..graphlib.kernels import run_kernel
 from ..graphlib.types import eval_dim
@@ -110,7 +111,9 @@ class Program:
                 if any(k in views for k in keys):
                     mode = VIEW
                     # for a view step the field holds its memo: [input array, results]
-                    out_kernel = [None, None] if len(node.inputs) == 1 else None
+                    # (never for an ordered side effect: a collective's wait runs every time)
+                    out_kernel = ([None, None] if len(node.inputs) == 1
+                                  and not node.op.ordered else None)
                 elif all(k in plan.offsets or k in inplace_new for k in keys):
                     mode = ARENA
                     runner = backend.prepare_out(
@@ -128,6 +131,8 @@ class Program:
                                [_concrete(o.shape, shapes) for o in node.outputs])))
         self.env = env
         self.steps = steps
+        # MPI moves a started collective on only inside MPI: poke it between kernels
+        self.poll = progress if any(async_role(n.op) == "start" for n in exe.nodes) else None
         # Returned values a step writes into its planned buffer are written into a fresh
         # array per run instead (nothing reuses an output's bytes: it lives to the end), so
         # they are returned as they are. The others are copied out: they view the arena, a
@@ -159,8 +164,11 @@ class Program:
         (a compiled region body binds its outputs to the buffers its loop hands it)."""
         xp = exe.xp
         node = args = None
+        poll = self.poll
         try:
             for mode, node, kernel, out_kernel, get, outs, attrs, multi, types in self.steps:
+                if poll is not None:
+                    poll()
                 args = get(env)
                 if mode == DIRECT:          # a bare ufunc: ufunc(*args, out=buffer)
                     out_kernel(*args, out=env[outs[0]])

@@ -2868,6 +2868,12 @@ BY_NAME: Dict[str, OpInfo] = {op.name: op for op in OPS}
 assert len(BY_NAME) == len(OPS), "duplicate OpInfo names"
 
 
+def all_reduce_start_wait(x, op="sum"):
+    """``all_reduce_wait(all_reduce_start([x]))``: the non-blocking all-reduce of ``x``."""
+    from duograph.graphlib.ops import collectives as C
+    return C.all_reduce_wait(C.all_reduce_start([x], op))
+
+
 def _collectives() -> List[OpInfo]:
     """The collectives in a world of one rank (no process group): identities, so every
     generic test (eager vs graph, gradients, JSON, ONNX refusal) covers their plumbing; the
@@ -2894,6 +2900,11 @@ def _collectives() -> List[OpInfo]:
             Sample("f64", (rand(2, 3),)), Sample("i32", (ints(3, dtype=I32),))], same,
             differentiable=True),
         OpInfo("reduce", C.reduce, [Sample("f64", (rand(2, 3),))], same, differentiable=True),
+        # the non-blocking pair (start, then its wait): the flattened input
+        OpInfo("all_reduce_start", all_reduce_start_wait, [
+            Sample("f64", (rand(2, 3),)), Sample("f32_avg", (rand(4, dtype=F32),),
+                                                 {"op": "avg"})],
+            lambda x, op="sum": x.reshape(-1)),
     ]
 
 

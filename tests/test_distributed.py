@@ -80,7 +80,9 @@ if mode == "graph":          # one training-step graph: the all-reduces are its 
         yv = dg.placeholder("y", (x0.shape[0],), "int64")
         opt.minimize(nn.functional.cross_entropy(ddp(xv), yv))
     exe = g.compile(passes="O2")
-    assert any(n.op.name == "all_reduce" for n in exe.graph.nodes), "no all-reduce node"
+    names = [n.op.name for n in exe.graph.nodes if n.op.ordered]
+    k = names.count("all_reduce_start")       # the buckets, each a start/wait pair
+    assert k >= 1 and names == ["all_reduce_start"] * k + ["all_reduce_wait"] * k, names
 for step in range(steps):
     x, y = data(kind, step, size)[rank]
     if mode == "graph":
@@ -473,3 +475,137 @@ print("ok", r, state, full)
     res = run_ranks(2, code, tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
     assert res.stdout.count("ok") == 2
+
+
+def test_gather_scatter_all_to_all_and_object_collectives(tmp_path):
+    """reduce, gather, scatter, all_to_all, all_to_all_single, all_gather_object,
+    broadcast_object_list, gather_object, scatter_object_list with PyTorch's semantics on 2
+    ranks (rank-dependent values, a non-zero root, uneven all_to_all sizes, PyTorch's
+    errors for lists given on the wrong rank)."""
+    code = """
+import numpy as np
+import duograph as dg
+import duograph.distributed as dist
+dist.init_process_group()
+r, n = dist.get_rank(), dist.get_world_size()
+t = dg.tensor(np.array([1.0, 2.0]) * (r + 1))
+dist.reduce(t, dst=1, op=dist.ReduceOp.MAX)
+assert t.numpy().tolist() == ([2.0, 4.0] if r == 1 else [1.0, 2.0]), t
+# gather to rank 1; a list on the other rank is refused as in PyTorch
+if r == 0:
+    try:
+        dist.gather(dg.ones(2), [dg.zeros(2), dg.zeros(2)], dst=1)
+        raise AssertionError("no error")
+    except ValueError as e:
+        assert "must NOT be specified on non-destination ranks" in str(e)
+outs = [dg.zeros(3, dtype="int64") for _ in range(n)] if r == 1 else None
+dist.gather(dg.tensor(np.arange(3) + 10 * r), outs, dst=1)
+if r == 1:
+    assert [o.numpy().tolist() for o in outs] == [[0, 1, 2], [10, 11, 12]]
+# scatter from rank 1
+got = dg.zeros(2)
+parts = [dg.tensor(np.full(2, 5.0 + k, np.float32)) for k in range(n)] if r == 1 else None
+dist.scatter(got, parts, src=1)
+assert got.numpy().tolist() == [5.0 + r] * 2
+# all_to_all with uneven sizes: rank r sends r + k + 1 items to rank k
+ins = [dg.tensor(np.full(r + k + 1, 100 * r + k, np.int32)) for k in range(n)]
+outs = [dg.zeros(k + r + 1, dtype="int32") for k in range(n)]
+dist.all_to_all(outs, ins)
+assert [o.numpy().tolist() for o in outs] == [[100 * k + r] * (k + r + 1) for k in range(n)]
+# all_to_all_single: equal splits, then explicit ones (rows of 2)
+x = dg.tensor(np.arange(4.0 * n).reshape(2 * n, 2) + 100 * r)
+y = dg.zeros(2 * n, 2, dtype="float64")
+dist.all_to_all_single(y, x)
+want = np.concatenate([np.arange(4.0 * n).reshape(2 * n, 2)[2 * r:2 * r + 2] + 100 * k
+                       for k in range(n)])
+assert np.array_equal(y.numpy(), want), y
+send = [1, 2] if r == 0 else [3, 1]          # rows rank r sends to ranks 0, 1
+recv = [send_k[r] for send_k in ([1, 2], [3, 1])]
+x = dg.tensor(np.full((sum(send), 2), float(r)))
+y = dg.zeros(sum(recv), 2, dtype="float64")
+dist.all_to_all_single(y, x, recv, send)
+assert y.numpy()[:, 0].tolist() == [0.0] * recv[0] + [1.0] * recv[1], y
+# objects, pickled
+objs = [None, None]
+dist.all_gather_object(objs, {"rank": r, "xs": list(range(r + 1))})
+assert objs == [{"rank": 0, "xs": [0]}, {"rank": 1, "xs": [0, 1]}]
+lst = ["a", 1] if r == 1 else [None, None]
+dist.broadcast_object_list(lst, src=1)
+assert lst == ["a", 1]
+gathered = [None] * n if r == 0 else None
+dist.gather_object(("from", r), gathered, dst=0)
+assert gathered == ([("from", 0), ("from", 1)] if r == 0 else None)
+out = [None]
+dist.scatter_object_list(out, [{"k": k} for k in range(n)] if r == 0 else None, src=0)
+assert out == [{"k": r}]
+print("ok", r)
+"""
+    res = run_ranks(2, code, tmp_path)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
+    assert res.stdout.count("ok") == 2
+
+
+def test_sync_batch_norm_is_pytorchs_batch_norm_on_the_concatenated_batch(tmp_path):
+    """SyncBatchNorm on 2 ranks (each 3 of the 6 samples): its output, its input gradient
+    (of the sum of the ranks' losses), the summed weight and bias gradients and the running
+    statistics are torch.nn.BatchNorm2d's on the whole batch; convert_sync_batchnorm
+    swaps BatchNorm layers keeping their parameters."""
+    pytest.importorskip("torch")
+    code = """
+import numpy as np
+import torch
+import duograph as dg
+import duograph.nn as nn
+import duograph.distributed as dist
+dist.init_process_group()
+r, n = dist.get_rank(), dist.get_world_size()
+rng = np.random.default_rng(3)
+X = rng.standard_normal((3 * n, 4, 5, 5)) * 2 + 1
+W = rng.standard_normal((3 * n, 4, 5, 5))
+mine = slice(3 * r, 3 * r + 3)
+model = nn.Sequential(nn.Identity(), nn.BatchNorm2d(4, momentum=0.3)).double()
+model[1].weight.data = dg.tensor(np.linspace(0.5, 2.0, 4))
+model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
+sbn = model[1]
+assert type(sbn) is nn.SyncBatchNorm
+assert np.allclose(sbn.weight.detach().numpy(), np.linspace(0.5, 2, 4))
+x = dg.tensor(X[mine], requires_grad=True)
+out = model(x)
+(out * dg.tensor(W[mine])).sum().backward()
+tb = torch.nn.BatchNorm2d(4, momentum=0.3).double()
+with torch.no_grad():
+    tb.weight.copy_(torch.linspace(0.5, 2.0, 4, dtype=torch.float64))
+tx = torch.tensor(X, requires_grad=True)
+tout = tb(tx)
+(tout * torch.tensor(W)).sum().backward()
+close = lambda a, b: np.allclose(a, b, rtol=1e-10, atol=1e-12)   # noqa: E731
+assert close(out.detach().numpy(), tout.detach().numpy()[mine])
+assert close(x.grad.numpy(), tx.grad.numpy()[mine])
+for p, tp in ((sbn.weight, tb.weight), (sbn.bias, tb.bias)):
+    g = p.grad.detach().clone()
+    dist.all_reduce(g)
+    assert close(g.numpy(), tp.grad.numpy())
+assert close(sbn.running_mean.numpy(), tb.running_mean.numpy())
+assert close(sbn.running_var.numpy(), tb.running_var.numpy())
+assert int(sbn.num_batches_tracked.numpy()) == 1
+sbn.eval()                                       # eval: the running statistics, locally
+tb.eval()
+assert close(sbn(dg.tensor(X[mine])).detach().numpy(), tb(torch.tensor(X)).detach().numpy()[mine])
+print("ok", r)
+"""
+    res = run_ranks(2, code, tmp_path)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
+    assert res.stdout.count("ok") == 2
+
+
+def test_sync_batch_norm_alone_is_batch_norm():
+    """Without a process group of several ranks SyncBatchNorm is BatchNorm (as PyTorch's
+    falls back); fewer than 2 dims are refused with PyTorch's message."""
+    import duograph.nn as nn
+    x = np.random.default_rng(0).standard_normal((4, 3, 2)).astype(np.float32)
+    sbn, bn = nn.SyncBatchNorm(3), nn.BatchNorm1d(3)
+    np.testing.assert_allclose(sbn(dg.tensor(x)).detach().numpy(),
+                               bn(dg.tensor(x)).detach().numpy(), rtol=1e-6)
+    np.testing.assert_allclose(sbn.running_var.numpy(), bn.running_var.numpy(), rtol=1e-6)
+    with pytest.raises(ValueError, match="expected at least 2D input"):
+        sbn(dg.ones(3))

@@ -29,7 +29,8 @@ REFUSED = {"uniform", "rand", "normal", "randn", "bernoulli", "randint", "log1p"
            "scatter_reduce", "nonzero", "nonzero_static", "argwhere", "masked_select",
            "masked_scatter",
            # collectives: communication between processes has no ONNX form
-           "all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce"}
+           "all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce",
+           "all_reduce_start"}
 # samples refused where the op's other samples export: the SVD-based matrix norms, and
 # avg_pool with ceil_mode=True
 REFUSED_SAMPLES = {"matrix_norm-nuc", "matrix_norm-two", "norm-nuc",

@@ -182,13 +182,28 @@ def broadcast(tensor, src: int = 0, group: Optional[ProcessGroup] = None,
     return None
 
 
-def reduce(tensor, dst: int = 0, op=ReduceOp.SUM, group: Optional[ProcessGroup] = None,
-           async_op: bool = False):
+def _root(g: ProcessGroup, rank: Optional[int], group_rank: Optional[int], who: str) -> int:
+    """The root's rank in the group: ``group_rank`` when given, else the global ``rank``'s
+    place in the group (rank 0 when both are None), as PyTorch resolves dst/src."""
+    if group_rank is not None:
+        if rank is not None:
+            raise ValueError(f"{who}: give the root as a global rank or as a group rank, "
+                             "not both")
+        if not 0 <= group_rank < g.size:
+            raise DistributedError(f"{who}: group rank {group_rank} is not in a group of "
+                                   f"{g.size} ranks")
+        return group_rank
+    return _group_rank(g, 0 if rank is None else rank, who)
+
+
+def reduce(tensor, dst: Optional[int] = None, op=ReduceOp.SUM,
+           group: Optional[ProcessGroup] = None, async_op: bool = False,
+           group_dst: Optional[int] = None):
     """Reduce ``tensor`` over the ranks into rank ``dst``'s ``tensor`` (the others keep
     theirs)."""
     g = _group(group)
     op = _op(op)
-    root = _group_rank(g, dst, "reduce")
+    root = _root(g, dst, group_dst, "reduce")
     buf = _Buffer(tensor, "reduce")
     _check_avg(op, buf, "reduce")
     if g.size == 1 or g.mpi is None:
@@ -198,6 +213,142 @@ def reduce(tensor, dst: int = 0, op=ReduceOp.SUM, group: Optional[ProcessGroup] 
         _finish_reduce(buf, op, g.size)()
     else:
         g.comm.Reduce(buf.array, None, _mpi_op(g, op), root=root)
+    return Work() if async_op else None
+
+
+def _root_list(g: ProcessGroup, root: int, items, name: str, who: str) -> list:
+    """A list argument only the root gives (gather_list, scatter_list): on the root it
+    must hold one item per rank; elsewhere it must be empty or None (PyTorch's rule)."""
+    if g.rank == root:
+        if not items:
+            raise ValueError(f"{who}: Argument ``{name}`` must be specified on the "
+                             f"{'destination' if who.startswith('gather') else 'source'} "
+                             "rank.")
+        if len(items) != g.size:
+            raise ValueError(f"{who}: expected a {name} of {g.size} items (the group size), "
+                             f"found {len(items)}")
+        return list(items)
+    if items:
+        raise ValueError(f"{who}: Argument ``{name}`` must NOT be specified on non-"
+                         f"{'destination' if who.startswith('gather') else 'source'} ranks.")
+    return []
+
+
+def gather(tensor, gather_list: Optional[List] = None, dst: Optional[int] = None,
+           group: Optional[ProcessGroup] = None, async_op: bool = False,
+           group_dst: Optional[int] = None):
+    """Rank ``dst``'s ``gather_list[r]`` becomes rank r's ``tensor`` (the other ranks give
+    no list)."""
+    g = _group(group)
+    root = _root(g, dst, group_dst, "gather")
+    outs = [_Buffer(t, "gather") for t in _root_list(g, root, gather_list, "gather_list",
+                                                   "gather")]
+    send = _Buffer(tensor, "gather", writable=False)
+    for o in outs:
+        _same_shape(o.array, send.array, "gather")
+    whole = np.empty((g.size,) + send.array.shape, send.array.dtype) if outs else None
+    if g.size == 1 or g.mpi is None:
+        whole[0] = send.array
+    else:
+        g.comm.Gather(send.array, whole, root=root)
+    for o, part in zip(outs, whole if outs else ()):
+        o.array[...] = part
+        o.store()
+    return Work() if async_op else None
+
+
+def scatter(tensor, scatter_list: Optional[List] = None, src: Optional[int] = None,
+            group: Optional[ProcessGroup] = None, async_op: bool = False,
+            group_src: Optional[int] = None):
+    """Rank r's ``tensor`` becomes rank ``src``'s ``scatter_list[r]`` (the other ranks give
+    no list)."""
+    g = _group(group)
+    root = _root(g, src, group_src, "scatter")
+    ins = [_Buffer(t, "scatter", writable=False)
+           for t in _root_list(g, root, scatter_list, "scatter_list", "scatter")]
+    out = _Buffer(tensor, "scatter")
+    for i in ins:
+        _same_shape(i.array, out.array, "scatter")
+    whole = np.stack([i.array for i in ins]) if ins else None
+    if g.size == 1 or g.mpi is None:
+        out.array[...] = whole[0]
+    else:
+        g.comm.Scatter(whole, out.array, root=root)
+    out.store()
+    return Work() if async_op else None
+
+
+def _alltoallv(g: ProcessGroup, send: np.ndarray, send_counts, recv: np.ndarray,
+               recv_counts) -> None:
+    """MPI Alltoallv of flat element counts (rank order) between two flat arrays."""
+    displ = lambda counts: np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(int)  # noqa
+    if g.size == 1 or g.mpi is None:
+        recv[...] = send
+        return
+    g.comm.Alltoallv([send, (list(send_counts), list(displ(send_counts)))],
+                     [recv, (list(recv_counts), list(displ(recv_counts)))])
+
+
+def all_to_all(output_tensor_list: List, input_tensor_list: List,
+               group: Optional[ProcessGroup] = None, async_op: bool = False):
+    """Rank r's ``output_tensor_list[i]`` becomes rank i's ``input_tensor_list[r]`` (tensors
+    of one dtype; each pair's sizes must agree)."""
+    g = _group(group)
+    for name, items in (("output_tensor_list", output_tensor_list),
+                        ("input_tensor_list", input_tensor_list)):
+        if len(items) != g.size:
+            raise ValueError(f"all_to_all: expected a {name} of {g.size} tensors (the group "
+                             f"size), found {len(items)}")
+    ins = [_Buffer(t, "all_to_all", writable=False) for t in input_tensor_list]
+    outs = [_Buffer(t, "all_to_all") for t in output_tensor_list]
+    dtypes = {b.array.dtype for b in ins + outs}
+    if len(dtypes) != 1:
+        raise ValueError(f"all_to_all: expected tensors of one dtype, found "
+                         f"{sorted(str(d) for d in dtypes)}")
+    send = np.concatenate([b.array.reshape(-1) for b in ins])
+    recv = np.empty(sum(b.array.size for b in outs), send.dtype)
+    _alltoallv(g, send, [b.array.size for b in ins], recv, [b.array.size for b in outs])
+    at = 0
+    for b in outs:
+        b.array.reshape(-1)[...] = recv[at:at + b.array.size]
+        at += b.array.size
+        b.store()
+    return Work() if async_op else None
+
+
+def _splits(sizes, n0: int, size: int, name: str) -> list:
+    if sizes is None or len(sizes) == 0:
+        if n0 % size:
+            raise ValueError(f"all_to_all_single: dim 0 of {name} ({n0}) must divide by the "
+                             f"group size {size} when no split sizes are given")
+        return [n0 // size] * size
+    sizes = [int(k) for k in sizes]
+    if len(sizes) != size or sum(sizes) != n0 or min(sizes) < 0:
+        raise ValueError(f"all_to_all_single: {name} split sizes {sizes} must be {size} "
+                         f"sizes (the group size) that sum to dim 0 ({n0})")
+    return sizes
+
+
+def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=None,
+                      group: Optional[ProcessGroup] = None, async_op: bool = False):
+    """Split ``input`` along dim 0 (equally, or by ``input_split_sizes``) and send part i
+    to rank i; ``output`` receives rank i's part for this rank at block i along dim 0."""
+    g = _group(group)
+    send = _Buffer(input, "all_to_all_single", writable=False)
+    out = _Buffer(output, "all_to_all_single")
+    if send.array.dtype != out.array.dtype or send.array.shape[1:] != out.array.shape[1:]:
+        raise ValueError(f"all_to_all_single: input {send.array.dtype}"
+                         f"{list(send.array.shape)} and output {out.array.dtype}"
+                         f"{list(out.array.shape)} need one dtype and the same dims after 0")
+    row = int(np.prod(send.array.shape[1:], dtype=np.int64))
+    ins = _splits(input_split_sizes, send.array.shape[0], g.size, "input")
+    outs = _splits(output_split_sizes, out.array.shape[0], g.size, "output")
+    recv = out.array if not out.staged else np.empty_like(out.array)
+    _alltoallv(g, np.ascontiguousarray(send.array).reshape(-1), [k * row for k in ins],
+               recv.reshape(-1), [k * row for k in outs])
+    if recv is not out.array:
+        out.array[...] = recv
+    out.store()
     return Work() if async_op else None
 
 
@@ -311,21 +462,56 @@ def irecv(tensor, src: Optional[int] = None, group: Optional[ProcessGroup] = Non
     return Work(g.comm.Irecv(buf.array, source=source, tag=tag), buf.store)
 
 
-def broadcast_object_list(object_list: list, src: int = 0,
-                          group: Optional[ProcessGroup] = None, device=None) -> None:
-    """Every rank's ``object_list`` items become rank ``src``'s (pickled by MPI)."""
+def broadcast_object_list(object_list: list, src: Optional[int] = None,
+                          group: Optional[ProcessGroup] = None, device=None,
+                          group_src: Optional[int] = None) -> None:
+    """Every rank's ``object_list`` items become rank ``src``'s (pickled, as PyTorch's are;
+    the lists must have one length on every rank)."""
     g = _group(group)
+    root = _root(g, src, group_src, "broadcast_object_list")
     if g.size == 1 or g.mpi is None:
         return
-    got = g.comm.bcast(list(object_list), root=_group_rank(g, src, "broadcast_object_list"))
+    got = g.comm.bcast(list(object_list) if g.rank == root else None, root=root)
+    if len(got) != len(object_list):
+        raise ValueError(f"broadcast_object_list: rank {g.ranks[root]} sent {len(got)} "
+                         f"objects, but this rank's list holds {len(object_list)}")
     object_list[:] = got
 
 
 def all_gather_object(object_list: list, obj, group: Optional[ProcessGroup] = None) -> None:
-    """``object_list[r]`` becomes rank r's ``obj`` (pickled by MPI)."""
+    """``object_list[r]`` becomes rank r's ``obj`` (pickled, as PyTorch's are)."""
     g = _group(group)
-    got = [obj] if g.size == 1 or g.mpi is None else g.comm.allgather(obj)
-    if len(object_list) != len(got):
-        raise ValueError(f"all_gather_object: expected a list of {len(got)} items (the group "
+    if len(object_list) != g.size:
+        raise ValueError(f"all_gather_object: expected a list of {g.size} items (the group "
                          f"size), found {len(object_list)}")
-    object_list[:] = got
+    object_list[:] = [obj] if g.size == 1 or g.mpi is None else g.comm.allgather(obj)
+
+
+def gather_object(obj, object_gather_list: Optional[list] = None, dst: Optional[int] = None,
+                  group: Optional[ProcessGroup] = None,
+                  group_dst: Optional[int] = None) -> None:
+    """Rank ``dst``'s ``object_gather_list[r]`` becomes rank r's ``obj`` (pickled); the
+    other ranks give no list."""
+    g = _group(group)
+    root = _root(g, dst, group_dst, "gather_object")
+    _root_list(g, root, object_gather_list, "gather_list", "gather_object")
+    got = [obj] if g.size == 1 or g.mpi is None else g.comm.gather(obj, root=root)
+    if g.rank == root:
+        object_gather_list[:] = got
+
+
+def scatter_object_list(scatter_object_output_list: list,
+                        scatter_object_input_list: Optional[list] = None,
+                        src: Optional[int] = None, group: Optional[ProcessGroup] = None,
+                        group_src: Optional[int] = None) -> None:
+    """``scatter_object_output_list[0]`` becomes rank ``src``'s
+    ``scatter_object_input_list[r]`` on rank r (pickled)."""
+    g = _group(group)
+    root = _root(g, src, group_src, "scatter_object_list")
+    if not isinstance(scatter_object_output_list, list) or not scatter_object_output_list:
+        raise ValueError("scatter_object_list: Expected argument scatter_object_output_list "
+                         "to be a list of size at least 1.")
+    items = _root_list(g, root, scatter_object_input_list, "scatter_list", "scatter_object")
+    got = items[0] if g.size == 1 or g.mpi is None else g.comm.scatter(
+        items if g.rank == root else None, root=root)
+    scatter_object_output_list[0] = got

@@ -86,5 +86,48 @@ class MPIRunner:
         return out.astype(dtype, copy=False)
 
 
+    def start(self, kind: str, buffer, gid: int, op: str = "sum"):
+        """Start a non-blocking ``kind`` (all_reduce) in place on ``buffer``; the request's
+        ``wait`` leaves the result there (see ``graphlib.collective_hooks``)."""
+        if kind != "all_reduce":
+            raise ValueError(f"collectives: no non-blocking form of {kind!r}")
+        g = group_of(gid)
+        if g is None or g.mpi is None or g.size == 1:
+            return _Request(None, buffer, buffer, op, 1)
+        dtype = buffer.dtype
+        wide = buffer.astype(_WIDEN[dtype.name]) if dtype.name in _WIDEN else buffer
+        mop = getattr(g.mpi, _MPI_OPS[ReduceOp(op)])
+        return _Request(g.comm.Iallreduce(g.mpi.IN_PLACE, wide, op=mop), wide, buffer, op,
+                        g.size)
+
+
+class _Request:
+    """A started all-reduce: ``test()`` lets MPI progress it; ``wait()`` completes it and
+    leaves the result (averaged for "avg", narrowed back from a widened dtype) in the
+    caller's buffer."""
+
+    __slots__ = ("request", "work", "buffer", "op", "size", "done")
+
+    def __init__(self, request, work, buffer, op: str, size: int):
+        self.request, self.work, self.buffer = request, work, buffer
+        self.op, self.size, self.done = op, size, request is None
+
+    def test(self) -> bool:
+        if not self.done:
+            self.done = bool(self.request.Test())
+        return self.done
+
+    def wait(self) -> None:
+        if self.request is not None:
+            if not self.done:
+                self.request.Wait()
+            self.request = None
+            if self.op == "avg":
+                np.divide(self.work, self.size, out=self.work, casting="unsafe")
+            if self.work is not self.buffer:
+                self.buffer[...] = self.work
+        self.done = True
+
+
 runner = MPIRunner()
 collective_hooks.set_collective_runner(runner)

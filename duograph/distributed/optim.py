@@ -10,6 +10,13 @@ parameters. The optimizer classes here (SGD, Adam, AdamW, RMSprop, Adagrad) upda
 element on its own, so the result is the unsplit optimizer's; the state takes about
 1/world_size of its memory per rank (``state_bytes()``). A parameter without a gradient
 counts as a zero gradient in its slice (PyTorch's local optimizer skips it instead).
+
+In graph mode, ``minimize(loss)`` puts the same step into the training-step graph: the
+gradients of a group, flattened and padded, go through one ``reduce_scatter`` (op "avg"
+where a ``DistributedDataParallel`` wraps the parameters, which then need no all-reduce of
+their own; else this rank's slice is taken as it is), the wrapped optimizer's rule updates
+the own slice (a state of the graph, with its slots), and one ``all_gather`` of the updated
+slices gives every parameter its new value.
 """
 from __future__ import annotations
 
@@ -18,7 +25,14 @@ from typing import List
 import numpy as np
 
 from ..eager.tensors import Parameter, Tensor
-from ..optim.optimizer import Optimizer
+from ..graphlib import functional as F
+from ..graphlib.autodiff import grad as symbolic_grad
+from ..graphlib.errors import GraphError
+from ..graphlib.ir import Value
+from ..graphlib.ops.collectives import all_gather, reduce_scatter
+from ..optim.optimizer import Optimizer, _as_type, _LearningRate
+from . import ddp_state
+from .graph_ops import group_id
 from .process_group import DistributedError, _group
 
 
@@ -101,6 +115,61 @@ class ZeroRedundancyOptimizer(Optimizer):
                 p.bump_version()
                 off += n
         return loss
+
+    def minimize(self, loss: Value) -> None:
+        """Add the sharded step for ``loss`` (a scalar Value) to its graph: reduce-scatter
+        the gradients, update the own slice, all-gather the parameters (see the module
+        docstring)."""
+        if not isinstance(loss, Value):
+            raise GraphError(f"{type(self).__name__}.minimize: expected a symbolic loss "
+                             f"Value, found {type(loss).__name__}; eagerly call "
+                             "loss.backward() and step()")
+        g = loss.graph
+        gid = group_id(self.process_group)
+        bound = [[g.bind_state(p) for p in group["params"]] for group in self.param_groups]
+        grads = symbolic_grad(loss, [v for vs in bound for v in vs])
+        with g:
+            k = 0
+            for gi, (group, local, (sizes, total, per), values) in enumerate(zip(
+                    self.param_groups, self.optim.param_groups, self._layout, bound)):
+                ps = group["params"]
+                mine = grads[k:k + len(ps)]
+                k += len(ps)
+                flat = [F.reshape(gv if gv is not None else F.zeros_like(v), -1)
+                        for gv, v in zip(mine, values)]
+                if per * self.world > total:
+                    flat.append(F.zeros(per * self.world - total, dtype=values[0].dtype))
+                flat = F.cat(flat, 0) if len(flat) > 1 else flat[0]
+                infos = [ddp_state.info(p) for p in ps]
+                if all(i is not None and i.sync for i in infos):
+                    shard_grad = reduce_scatter(flat, "avg", gid)
+                elif any(i is not None and i.sync for i in infos):
+                    raise DistributedError("ZeroRedundancyOptimizer.minimize: a parameter "
+                                           "group mixes parameters DistributedDataParallel "
+                                           "wraps with others; wrap the whole model")
+                else:
+                    shard_grad = flat[self.rank * per:(self.rank + 1) * per]
+                own = local["params"][0]
+                ov = g.bind_state(own, f"zero{gi}.shard")
+                state = self.optim._slots_of(own, local)
+                svals = {name: g.bind_state(t, f"zero{gi}.{name}") for name, t in state.items()}
+                holder = self._lr_holders.get(id(group))
+                if holder is None:
+                    holder = self._lr_holders[id(group)] = _LearningRate(group, ov.dtype)
+                lr = g.bind_state(holder, f"lr{gi}" if len(self.param_groups) > 1 else "lr")
+                for key, value in group.items():     # the full group's settings win
+                    if key != "params":
+                        local[key] = value
+                new_own, new_state = self.optim.rule(ov, shard_grad, svals, local, lr)
+                new_own = _as_type(new_own, ov)
+                g.update(ov, new_own)
+                for name, v in new_state.items():
+                    g.update(svals[name], _as_type(v, svals[name]))
+                whole = all_gather(new_own, gid) if self.world > 1 else new_own
+                off = 0
+                for v, n in zip(values, sizes):
+                    g.update(v, F.reshape(whole[off:off + n], *v.type.shape))
+                    off += n
 
     def state_bytes(self) -> int:
         """Bytes of optimizer state held on this rank (its slices' slots)."""

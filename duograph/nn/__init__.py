@@ -35,3 +35,6 @@ __all__ = [
     "RNNBase", "RNN", "LSTM", "GRU",
 ] + list(_conv_layers.__all__)
 from . import parallel  # noqa: E402,F401  (DistributedDataParallel)
+from .sync_batchnorm import SyncBatchNorm  # noqa: E402,F401  (uses duograph.distributed)
+
+__all__.append("SyncBatchNorm")

@@ -14,17 +14,29 @@ avg, product, min, max), ``src`` (the root's rank in the group, for broadcast an
 ``seq`` (the order number) and, for all_reduce, ``bucket`` (bytes of the gradient bucket a
 DDP all-reduce may join; 0: never bucketed; -1: the ``dg.config`` size).
 
+Non-blocking form (graph mode; the ``ddp_buckets`` pass emits it): ``all_reduce_start(*xs)``
+copies its inputs, flattened, into one 1-D buffer and starts the reduction on it (MPI
+Iallreduce); its output is that buffer while MPI writes into it (a request handle, read by
+its wait alone). ``all_reduce_wait(h)`` completes it and yields the reduced buffer (a view
+of ``h``: the planned runtime gives the start the buffer MPI reduces in, through the
+``out=`` form ``all_reduce_start_into``). The wait's ``start`` attribute is its start's
+``seq``; ``verify`` checks that every start has exactly one wait.
+
 Gradients read like the maths: all_reduce(sum) <-> all_reduce(sum), all_gather <->
 reduce_scatter(sum), broadcast(src) <-> reduce(dst=src).
 """
 from __future__ import annotations
 
+import numpy as _np
+
 from .. import dtypes
 from ..attrs import Attr, Attrs
-from ..collective_hooks import REDUCE_OPS, group_size, next_sequence, run_collective
+from ..collective_hooks import (REDUCE_OPS, group_size, next_sequence, register_async_pair,
+                                run_collective, start_collective, wait_collective)
 from ..errors import DTypeError, ShapeError, located
 from ..registry import OpDef, register
 from ..types import TensorType, format_shape
+from ..xp import to_device
 
 
 def _check_op(name, t, attrs):
@@ -75,6 +87,50 @@ def _kernel(kind):
         return run_collective(kind, x, group, op, src, world)
     kernel.__name__ = f"{kind}_kernel"
     return kernel
+
+
+def _start_infer(types, attrs):
+    if not types:
+        raise ShapeError("all_reduce_start: expected at least one tensor")
+    dtype = types[0].dtype
+    total = 0
+    for i, t in enumerate(types):
+        if t.dtype != dtype:
+            raise DTypeError(f"all_reduce_start: every input needs one dtype, found {dtype} "
+                             f"(input 0) and {t.dtype} (input {i})")
+        n = t.numel()
+        if n is None:
+            raise ShapeError(f"all_reduce_start: input {i} needs a static shape, found "
+                             f"{format_shape(t.shape)}")
+        total += n
+        _check_op("all_reduce_start", t, attrs)
+    return [TensorType((total,), dtype)]
+
+
+def _start_kernel(xp, *xs, op="sum", group=0, world=1, seq=0):
+    buf = start_collective("all_reduce", xs, seq, group, op, world)
+    if xp is not _np:       # MPI reduces a host copy; the wait returns it to the device
+        return to_device(buf, "cuda") if world == 1 else xp.empty(buf.shape, buf.dtype)
+    return buf
+
+
+def all_reduce_start_into(xp, *xs, out, op="sum", group=0, world=1, seq=0) -> bool:
+    """The start's ``out=`` form: MPI reduces in ``out`` (a planned host buffer), which the
+    wait then yields without a copy. False (nothing started) for a buffer MPI cannot use."""
+    if (xp is not _np or not isinstance(out, _np.ndarray) or not out.flags.c_contiguous
+            or not out.flags.writeable or any(x.dtype != out.dtype for x in xs)):
+        return False
+    start_collective("all_reduce", xs, seq, group, op, world, out=out)
+    return True
+
+
+def _wait_infer(types, attrs):
+    (t,) = types
+    return [TensorType(t.shape, t.dtype)]
+
+
+def _wait_kernel(xp, h, group=0, world=1, seq=0, start=0):
+    return wait_collective("all_reduce", start, h, group)
 
 
 def _all_reduce_vjp(cts, ins, outs, attrs, needs):
@@ -136,6 +192,16 @@ reduce_op = register(OpDef(
     "reduce", _same_infer("reduce", True), _kernel("reduce"), _reduce_vjp,
     ordered=True, saves_no_data=True, attrs=Attrs(op=_OP, src=_SRC, **_COMMON),
     doc="Rank src gets the reduction over the ranks; the others get zeros."))
+all_reduce_start_op = register(OpDef(
+    "all_reduce_start", _start_infer, _start_kernel, None, ordered=True,
+    attrs=Attrs(op=_OP, **_COMMON),
+    doc="Start a non-blocking all-reduce of the inputs, flattened and concatenated; the "
+        "output is the buffer MPI reduces in, for all_reduce_wait."))
+all_reduce_wait_op = register(OpDef(
+    "all_reduce_wait", _wait_infer, _wait_kernel, None, ordered=True, view=True,
+    attrs=Attrs(start=Attr(int, default=0, min=0), **_COMMON),
+    doc="Complete the all_reduce_start whose seq is ``start``; the reduced buffer."))
+register_async_pair(all_reduce_start_op, all_reduce_wait_op)
 
 
 def _attrs(group: int, **more) -> dict:
@@ -168,3 +234,15 @@ def broadcast(x, src: int = 0, group: int = 0):
 def reduce(x, dst: int = 0, group: int = 0, op: str = "sum"):
     """The reduction over the ranks on rank ``dst``; zeros elsewhere."""
     return reduce_op(x, **_attrs(group, op=op, src=dst))
+
+
+def all_reduce_start(xs, op: str = "sum", group: int = 0):
+    """Start a non-blocking all-reduce of the tensors ``xs`` (flattened, concatenated); pass
+    the result to ``all_reduce_wait``."""
+    return all_reduce_start_op(*xs, **_attrs(group, op=op))
+
+
+def all_reduce_wait(handle, group: int = 0):
+    """The reduced flat buffer of the ``all_reduce_start`` that made ``handle``."""
+    start = handle.node.attrs["seq"] if getattr(handle, "node", None) is not None else 0
+    return all_reduce_wait_op(handle, **_attrs(group, start=start))
