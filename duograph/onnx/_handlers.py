@@ -12,8 +12,10 @@ import numpy as np
 
 from ..graphlib import functional as F
 from ..graphlib.ops import activations as A
+from ..graphlib.types import dim_product
 from ._import import (HANDLERS, Ctx, _onnx, check_size, handler, np_dtype_of, refuse,
                       static_shape, tensor_array)
+from ._shape_values import ShapeValue, range_length, settle
 
 FLOATS = ("float16", "float32", "float64")
 INTS = ("uint8", "int8", "int16", "int32", "int64")
@@ -442,29 +444,38 @@ def _constant(ctx):
     refuse("Constant without a value (sparse and string constants are not supported)")
 
 
-def _shape_vector(ctx, i=0):
-    shape = static_shape(ctx, i)
-    return shape
+def _known_shape(dims):
+    """A shape's entries as a known array, or as a ShapeValue where some are symbolic."""
+    return settle(ShapeValue(dims, 1))
 
 
 @handler("Shape")
 def _shape(ctx):
-    shape = _shape_vector(ctx)
+    shape = ctx.shape()
     n = len(shape)
     start, end = ctx.attr("start", 0), ctx.attr("end", n)
     start = min(max(start + n if start < 0 else start, 0), n)
     end = min(max(end + n if end < 0 else end, 0), n)
-    return ctx.const(np.asarray(shape[start:end], np.int64), "int64")
+    return _known_shape(shape[start:end])
 
 
 @handler("Size")
 def _size(ctx):
-    return ctx.const(np.asarray(int(np.prod(_shape_vector(ctx), dtype=np.int64))), "int64")
+    return settle(ShapeValue([dim_product(ctx.shape())], 0))
+
+
+def _sizes(ctx, i: int, what: str) -> tuple:
+    """Input ``i`` as sizes (ints or symbolic dims, none negative) for an op's shape."""
+    dims = ctx.dims(i, what)
+    for d in dims:
+        if isinstance(d, int) and d < 0:
+            refuse(f"{what} {dims} has a negative size")
+    return tuple(dims)
 
 
 @handler("ConstantOfShape")
 def _constant_of_shape(ctx):
-    shape = tuple(int(d) for d in ctx.known(0, "shape"))
+    shape = _sizes(ctx, 0, "shape")
     v = ctx.attr("value")
     if v is None:
         arr = np.zeros(1, np.float32)
@@ -478,13 +489,32 @@ def _constant_of_shape(ctx):
 
 @handler("Range")
 def _range(ctx):
-    start, limit, delta = (ctx.known(i, n) for i, n in enumerate(("start", "limit", "delta")))
+    names = ("start", "limit", "delta")
+    if any(isinstance(ctx._known[i], ShapeValue) for i in range(3)):
+        return _symbolic_range(ctx, *(ctx.dims(i, n)[0] for i, n in enumerate(names)))
+    start, limit, delta = (ctx.known(i, n) for i, n in enumerate(names))
     dt = start.dtype.name
     n = max(int(math.ceil((limit.item() - start.item()) / delta.item())), 0)
     check_size((n,), dt, "the output")
     # start + i * delta, in the dtype (ONNX's definition)
     vals = np.asarray(start.item(), dt) + np.arange(n).astype(dt) * np.asarray(delta.item(), dt)
     return ctx.const(vals.astype(dt), dt)
+
+
+def _symbolic_range(ctx, start, limit, delta):
+    """Range whose bounds are symbolic dims (``arange(x.size(1))``): its length is the
+    symbolic dim ceil((limit - start) / delta), its values start + i * delta."""
+    dt = ctx.dtype(0)
+    if not isinstance(delta, int) or delta == 0:
+        refuse(f"a Range with the step {delta} (a symbolic range needs a known, nonzero "
+               "step)")
+    n = range_length(start, limit, delta)
+    if isinstance(n, int):                    # the bounds' symbols cancel: a known length
+        counts = ctx.const(np.arange(n), "int64")
+    else:
+        counts = F.cumsum(F.full((n,), 1, dtype="int64"), 0) - ctx.const(1, "int64")
+    out = counts * ctx.const(delta, "int64") + cast(ctx.x(0), "int64")
+    return cast(out, dt)
 
 
 @handler("EyeLike")
@@ -498,7 +528,7 @@ def _eye_like(ctx):
 @handler("Reshape")
 def _reshape(ctx):
     x = ctx.x(0)
-    target = [int(d) for d in ctx.known(1, "shape")]
+    target = ctx.dims(1, "shape")
     allowzero = ctx.attr("allowzero", 0)
     shape = []
     for i, d in enumerate(target):
@@ -516,10 +546,10 @@ def _flatten(ctx):
     x = ctx.x(0)
     axis = ctx.attr("axis", 1)
     axis = axis + x.ndim if axis < 0 else axis
-    shape = static_shape(ctx)
-    a = int(np.prod(shape[:axis], dtype=np.int64))
-    b = int(np.prod(shape[axis:], dtype=np.int64))
-    return F.reshape(x, a, b)
+    if not 0 <= axis <= x.ndim:
+        refuse(f"axis {ctx.attr('axis', 1)} out of range for {x.ndim} dims")
+    shape = tuple(x.shape)
+    return F.reshape(x, dim_product(shape[:axis]), dim_product(shape[axis:]))
 
 
 @handler("Transpose")
@@ -695,7 +725,7 @@ def _overwrite(ctx, x, add, src):
 @handler("Expand")
 def _expand(ctx):
     x = ctx.x(0)
-    target = [int(d) for d in ctx.known(1, "shape")]
+    target = list(_sizes(ctx, 1, "shape"))
     ndim = max(len(target), x.ndim)
     src = [1] * (ndim - x.ndim) + list(x.shape)
     tgt = [1] * (ndim - len(target)) + target
@@ -705,8 +735,11 @@ def _expand(ctx):
             out.append(a)
         elif a == 1:
             out.append(b)
+        elif isinstance(b, str) and isinstance(a, int):
+            out.append(a)       # as broadcasting: the symbolic size must be 1 or a
         else:
-            refuse(f"cannot broadcast {list(x.shape)} to {target}")
+            refuse(f"cannot broadcast {[str(d) for d in x.shape]} to "
+                   f"{[str(d) for d in target]} when the graph is built")
     if ndim > x.ndim:
         x = F.reshape(x, *src)
     return F.expand(x, *out)
