@@ -665,12 +665,17 @@ def _slice(ctx):
     return y
 
 
-def _fix_negative(ctx, idx, size):
-    """Indices with negatives counted from the end (ONNX allows them)."""
+def _fix_negative(ctx, idx, size, x=None, axis=None):
+    """Indices with negatives counted from the end (ONNX allows them); along a symbolic dim
+    the size is ``x``'s along ``axis``, read at run time."""
     idx = cast(idx, "int64")
     if isinstance(size, int):
-        return F.where(F.lt(idx, ctx.const(0, "int64")), idx + ctx.const(size, "int64"), idx)
-    refuse("indices into a symbolic dim")
+        n = ctx.const(size, "int64")
+    elif x is not None:
+        n = F.numel(x, (axis,), dtype="int64")
+    else:
+        refuse("indices into a symbolic dim")
+    return F.where(F.lt(idx, ctx.const(0, "int64")), idx + n, idx)
 
 
 @handler("Gather")
@@ -679,7 +684,7 @@ def _gather(ctx):
     axis = _axis(ctx.attr("axis", 0), x.ndim)
     if idx.dtype not in ("int32", "int64"):
         refuse(f"indices of dtype {idx.dtype}")
-    idx = _fix_negative(ctx, idx, x.shape[axis])
+    idx = _fix_negative(ctx, idx, x.shape[axis], x, axis)
     flat = F.reshape(idx, -1) if idx.ndim != 1 else idx
     y = F.index_select(x, axis, flat)
     if idx.ndim != 1:
@@ -692,7 +697,7 @@ def _gather(ctx):
 def _gather_elements(ctx):
     x, idx = ctx.x(0), ctx.x(1)
     axis = _axis(ctx.attr("axis", 0), x.ndim)
-    idx = _fix_negative(ctx, idx, x.shape[axis])
+    idx = _fix_negative(ctx, idx, x.shape[axis], x, axis)
     return F.gather(x, axis, idx)
 
 

@@ -37,7 +37,7 @@ from ..graphlib.ir import _stack as _graph_stack
 from ..graphlib.types import TensorType
 from . import OnnxImportError
 from ._shape_values import FOLDS, ShapeValue, as_shape_value, materialize, settle, \
-    shape_only_initializers
+    integer_initializers
 
 
 # What import-time folding may materialise, in all (outputs of computed nodes; the model's
@@ -283,7 +283,7 @@ class Importer:
             if n in inputs:
                 found.append(n)
             elif n in producers and producers[n].op_type not in ("Shape", "Size"):
-                stack.extend(producers[n].input)
+                stack.extend(_reads(producers[n]))
         return sorted(found)
 
     def needs_known(self, node, i: int, what: str):
@@ -313,7 +313,7 @@ class Importer:
                 if not all(isinstance(self.env.get(x), (np.ndarray, ShapeValue))
                            for x in p.input if x):
                     makers.append(p)
-                stack.extend(p.input)
+                stack.extend(_reads(p))
         if states:
             refuse(f"{what or name} is computed from the initializers {sorted(states)}, "
                    "imported as trainable state, and duograph needs it when the graph is "
@@ -333,10 +333,10 @@ class Importer:
     def run(self) -> Graph:
         g = self.graph
         m = self.model.graph
-        shape_only = shape_only_initializers(m) if self.initializers == "state" else set()
+        integers = integer_initializers(m)      # known even as state: no gradient reaches them
         for t in m.initializer:
             arr = self._array(t)
-            if self.initializers == "constant" or t.name in self.static or t.name in shape_only:
+            if self.initializers == "constant" or t.name in self.static or t.name in integers:
                 self.env[t.name] = arr
             else:
                 self.env[t.name] = g.add_state(_state_name(t.name, g), arr)
@@ -528,6 +528,20 @@ _NEVER_FOLD = {"RandomUniform", "RandomNormal", "RandomUniformLike", "RandomNorm
 # node by node, each checked; a scratch build would write the importer's environment).
 _NOT_COUNTED = {"Constant", "Identity"}
 _NO_DRY_RUN = {"If", "Loop", "Scan"}
+
+
+def _reads(node) -> list:
+    """The names ``node`` reads: its inputs, and the outer values its subgraphs (If
+    branches, Loop and Scan bodies, nested ones too) read."""
+    names = list(node.input)
+    stack = [a for a in node.attribute]
+    while stack:
+        a = stack.pop()
+        for sub in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+            for n in sub.node:
+                names.extend(n.input)
+                stack.extend(n.attribute)
+    return names
 
 
 def _identifier(name: str) -> str:

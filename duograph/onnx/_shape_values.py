@@ -9,9 +9,9 @@ import (``FOLDS``, keyed by ONNX op type). A consumer that takes a shape (Reshap
 ConstantOfShape, Range...) reads its dims; any other consumer (``x * x.shape[0]``) gets it as a
 graph value, computed at run time from the dims of the graph inputs (``materialize``).
 
-``shape_only_initializers`` finds the integer initializers a model uses only as shapes or axes
-(torch's dynamo exporter keeps them as initializers): they are known at import even when the
-initializers are imported as state, which the float ones stay.
+Integer initializers (``integer_initializers``: shapes, axes, indices, which torch's dynamo
+exporter keeps as initializers) are known at import even when the initializers are imported as
+trainable state, which the float ones stay.
 """
 from __future__ import annotations
 
@@ -316,6 +316,18 @@ def _squeeze(ctx, vals):
     return ShapeValue(x.elems, 0, x.dtype)
 
 
+@fold("Reshape")
+def _reshape(ctx, vals):
+    x, shape = vals[0], vals[1]
+    if shape.symbolic or len(shape.elems) > 1:
+        return None
+    if shape.elems and shape.elems[0] not in (-1, len(x.elems)):
+        return None                       # 0 (keep), or a size that does not fit
+    if not shape.elems and len(x.elems) != 1:
+        return None
+    return ShapeValue(x.elems, len(shape.elems), x.dtype)
+
+
 @fold("Concat")
 def _concat(ctx, vals):
     vals = [v for v in vals if v is not None]
@@ -355,64 +367,16 @@ def _reduce(ctx, vals):
     return ShapeValue([_dim(total)], 1 if ctx.attr("keepdims", 1) else 0, x.dtype)
 
 
-# -- initializers used only as shapes ------------------------------------------------------------
-# The inputs of each ONNX op that are read as shapes, axes, counts or sizes when the graph is
-# built, never as data.
-SHAPE_SLOTS = {
-    "Reshape": (1,), "Expand": (1,), "Unsqueeze": (1,), "Squeeze": (1,), "Tile": (1,),
-    "Slice": (1, 2, 3, 4), "ConstantOfShape": (0,), "Range": (0, 1, 2), "Pad": (1, 3),
-    "Split": (1,), "Resize": (3,), "Upsample": (), "TopK": (1,), "OneHot": (1,),
-    "CumSum": (1,), "CumProd": (1,), "Trilu": (1,), "CenterCropPad": (1, 2),
-    "ReduceMean": (1,), "ReduceSum": (1,), "ReduceMax": (1,), "ReduceMin": (1,),
-    "ReduceProd": (1,), "ReduceL1": (1,), "ReduceL2": (1,), "ReduceLogSum": (1,),
-    "ReduceLogSumExp": (1,), "ReduceSumSquare": (1,), "Shape": (0,), "Size": (0,),
-}
-# Ops through which a shape flows: an initializer consumed by them is shape-only when their
-# outputs are.
-SHAPE_FLOW = ("Concat", "Gather", "Slice", "Unsqueeze", "Squeeze", "Cast", "Identity", "Add",
-              "Sub", "Mul", "Div", "Max", "Min", "Neg", "Equal", "Where", "ReduceProd")
-
-
-def shape_only_initializers(graph) -> set:
-    """The names of ``graph``'s integer initializers that only shapes and axes consume,
-    directly or through shape arithmetic (``SHAPE_FLOW``): not a graph output, not read by
-    a subgraph."""
-    candidates = {t.name for t in graph.initializer if _np_dtype(t.data_type) in INT_DTYPES}
-    if not candidates:
-        return set()
-    uses: Dict[str, list] = {}
-    in_subgraphs = set()
-    for node in graph.node:
-        for slot, name in enumerate(node.input):
-            uses.setdefault(name, []).append((node, slot))
-        for attr in node.attribute:
-            subs = ([attr.g] if attr.HasField("g") else []) + list(attr.graphs)
-            stack = list(subs)
-            while stack:                  # names read anywhere inside, nested bodies too
-                sub = stack.pop()
-                for n in sub.node:
-                    in_subgraphs.update(n.input)
-                    for a in n.attribute:
-                        stack.extend(([a.g] if a.HasField("g") else []) + list(a.graphs))
-    outputs = {o.name for o in graph.output}
-    ok: Dict[str, bool] = {}
-
-    def verdict(name: str) -> bool:
-        if name in outputs or name in in_subgraphs:
-            return False
-        for node, slot in uses.get(name, ()):
-            if slot in SHAPE_SLOTS.get(node.op_type, ()):
-                continue
-            if node.op_type in SHAPE_FLOW and all(ok.get(o, False) for o in node.output if o):
-                continue
-            return False
-        return True
-
-    for node in reversed(graph.node):      # consumers come after producers: decided first
-        for o in node.output:
-            if o:
-                ok[o] = verdict(o)
-    return {name for name in candidates if verdict(name)}
+# -- integer initializers -------------------------------------------------------------------------
+def integer_initializers(graph) -> set:
+    """The names of ``graph``'s integer and bool initializers. The importer knows them when
+    it builds the graph even where initializers become state: no gradient reaches an integer
+    tensor, so as state they would only be values read at run time, where import needs them
+    as numbers (shapes, axes, indices, Range bounds: torch's dynamo exporter keeps all of
+    these as initializers, and shares one constant 0 between a Range, a Gather and an
+    Equal on the data)."""
+    return {t.name for t in graph.initializer
+            if _np_dtype(t.data_type) in INT_DTYPES + ("bool",)}
 
 
 def _np_dtype(elem_type: int) -> Optional[str]:
