@@ -15,7 +15,7 @@ from ..graphlib.ops import activations as A
 from ..graphlib.types import dim_product
 from ._import import (HANDLERS, Ctx, _onnx, check_size, handler, np_dtype_of, refuse,
                       static_shape, tensor_array)
-from ._shape_values import ShapeValue, range_length, settle
+from ._shape_values import ShapeValue, dim_offset, range_length, settle
 
 FLOATS = ("float16", "float32", "float64")
 INTS = ("uint8", "int8", "int16", "int32", "int64")
@@ -633,16 +633,39 @@ def _slice_index(x, starts, ends, axes, steps):
     for s, e, a, st in zip(starts, ends, axes, steps):
         a = _axis(a, x.ndim)
         size = x.shape[a]
-        if not isinstance(size, int):
-            refuse("Slice along a symbolic dim")
         if st == 0:
             refuse("slice step 0")
+        if not isinstance(size, int):
+            index[a] = _symbolic_slice(size, s, e, st)
+            continue
+        if not (isinstance(s, int) and isinstance(e, int)):
+            refuse(f"Slice bounds {s}:{e} that are symbolic along a dim of size {size}")
         rng = range(size)[slice(max(min(s, 2**62), -2**62), max(min(e, 2**62), -2**62), st)]
         if st > 0:
             index[a] = slice(rng.start, rng.stop if len(rng) else rng.start, st)
         else:
             flips.append((a, np.asarray(list(rng), np.int64)))
     return index, flips
+
+
+def _symbolic_slice(size, start, end, step) -> slice:
+    """The Python slice equal to ONNX's start:end:step along a symbolic dim ``size`` (with
+    a positive step, ONNX clamps the bounds as Python does); a bound that is ``size`` plus a
+    known offset (``x.size(1) - 1``) is that offset counted from the end."""
+    if step < 0:
+        refuse(f"a negative step along the symbolic dim {size}")
+
+    def bound(b, is_end):
+        if isinstance(b, int):
+            if is_end and b >= 2**62:
+                return None
+            return max(min(b, 2**62), -2**62)
+        offset = dim_offset(b, size)
+        if offset is None or offset > 0 or (offset == 0 and not is_end):
+            refuse(f"the Slice bound {b} along the symbolic dim {size} (only a number, or "
+                   "the dim less a known amount, can be sliced when the graph is built)")
+        return None if offset == 0 else offset
+    return slice(bound(start, False), bound(end, True), step)
 
 
 @handler("Slice")
@@ -653,8 +676,8 @@ def _slice(ctx):
         axes = ctx.attr("axes", list(range(len(starts))))
         steps = [1] * len(starts)
     else:
-        starts = [int(v) for v in ctx.known(1, "starts")]
-        ends = [int(v) for v in ctx.known(2, "ends")]
+        starts = ctx.dims(1, "starts")
+        ends = ctx.dims(2, "ends")
         axes = ([int(v) for v in ctx.known(3, "axes")] if ctx.has(3)
                 else list(range(len(starts))))
         steps = [int(v) for v in ctx.known(4, "steps")] if ctx.has(4) else [1] * len(starts)

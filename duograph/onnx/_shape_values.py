@@ -98,6 +98,12 @@ def range_length(start, limit, delta: int):
     return _dim(sp.Max(0, sp.ceiling((_expr(limit) - _expr(start)) / delta)))
 
 
+def dim_offset(d, size) -> Optional[int]:
+    """``d - size`` when it is a number (``T-1`` against ``T`` gives -1), else None."""
+    diff = _sympy().simplify(_expr(d) - _expr(size))
+    return int(diff) if diff.is_Integer else None
+
+
 # -- materialising: a ShapeValue as a graph value ------------------------------------------------
 def materialize(sv: ShapeValue, sources: Mapping[str, Tuple[object, int]], refuse):
     """``sv`` as a graph Value of its dtype, computed at run time: each symbol is the size of
