@@ -166,3 +166,36 @@ def test_symbolic_dims_that_cannot_be_numbers_are_refused_clearly():
     (y,) = dg.onnx.load(model, input_shapes={"x": (3, 3)}).compile()(
         x=np.zeros((3, 3), np.float32))
     np.testing.assert_array_equal(y, np.eye(3))
+
+
+def _own_models():
+    from duograph import nn
+    return {
+        "lstm": (lambda: nn.LSTM(5, 6), (7, "N", 5), lambda n: (7, n, 5)),
+        "gru": (lambda: nn.GRU(5, 6), (7, "N", 5), lambda n: (7, n, 5)),
+        "encoder": (lambda: nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0,
+                                                       batch_first=True),
+                    ("N", "T", 8), lambda n: (n, n + 3, 8)),
+    }
+
+
+@pytest.mark.parametrize("name", ["lstm", "gru", "encoder"])
+def test_duographs_own_exports_with_symbolic_dims_import_again(tmp_path, name):
+    # their Shape nodes (the LSTM's initial state, the encoder's heads) read symbolic dims
+    make, spec, size = _own_models()[name]
+    module = make()
+    module.eval()
+    path = tmp_path / f"{name}.onnx"
+    dg.onnx.export(module, path, dg.onnx.Input(spec))
+    g = dg.onnx.load(path)
+    assert tuple(str(d) for d in g.inputs[0].type.shape) == tuple(str(d) for d in spec)
+    run = g.compile(passes="O1")
+    sess = ort.InferenceSession(str(path))
+    rng = np.random.default_rng(0)
+    for n in (2, 3):
+        x = rng.standard_normal(size(n)).astype(np.float32)
+        got = run(**{g.inputs[0].name: x})
+        want = sess.run(None, {sess.get_inputs()[0].name: x})
+        assert len(got) == len(want)
+        for a, b in zip(got, want):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
