@@ -199,3 +199,22 @@ def test_duographs_own_exports_with_symbolic_dims_import_again(tmp_path, name):
         assert len(got) == len(want)
         for a, b in zip(got, want):
             np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_resize_over_a_symbolic_batch_with_its_scales_an_initializer():
+    # the scales are a float initializer only a Resize reads: a setting, not a weight
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 2, 3, 4])
+    scales = numpy_helper.from_array(np.asarray([1, 1, 2, 1.5], np.float32), "scales")
+    w = numpy_helper.from_array(np.asarray([[[[0.5]], [[2.0]]]], np.float32), "w")
+    nodes = [helper.make_node("Mul", ["x", "w"], ["xw"]),
+             helper.make_node("Resize", ["xw", "", "scales"], ["y"], mode="linear")]
+    model = _model(nodes, [x], [_out("y")], [scales, w])
+    g = dg.onnx.load(model)
+    assert [v.name for v in g.state] == ["w"]
+    assert tuple(str(d) for d in g.outputs[0].type.shape) == ("N", "2", "6", "6")
+    run = g.compile()
+    sess = ort.InferenceSession(model.SerializeToString())
+    for n in (1, 3):
+        xs = np.random.default_rng(n).standard_normal((n, 2, 3, 4)).astype(np.float32)
+        np.testing.assert_allclose(run(x=xs)[0], sess.run(None, {"x": xs})[0], rtol=1e-5,
+                                   atol=1e-6)

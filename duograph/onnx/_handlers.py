@@ -1674,7 +1674,7 @@ def _resize_matrix(ctx, n_in, n_out, scale, roi, coord, mode, nearest_mode, a, a
 @handler("Resize")
 def _resize(ctx):
     x = ctx.x(0)
-    shape = static_shape(ctx)
+    shape = ctx.shape()          # symbolic dims only along axes that keep their size
     r = len(shape)
     if ctx.opset < 11:
         refuse("Resize before opset 11")
@@ -1698,9 +1698,17 @@ def _resize(ctx):
     scales = ctx.known(2, "scales").astype(np.float64) if ctx.has(2) else None
     if scales is not None and scales.size == 0:
         scales = None
-    sizes = ctx.known(3, "sizes").astype(np.int64) if ctx.has(3) else None
+    sizes = ctx.dims(3, "sizes") if ctx.has(3) else None
     if (scales is None) == (sizes is None):
         refuse("exactly one of scales and sizes must be given")
+    for i, d in enumerate(axes):
+        kept = sizes[i] == shape[d] if sizes is not None else float(scales[i]) == 1.0
+        if not isinstance(shape[d], int) and not (kept and policy == "stretch"):
+            refuse(f"resizing the symbolic dim {shape[d]} (axis {d}): its output size "
+                   "needs the input's size known (give it in input_shapes)")
+        if not kept and sizes is not None and not isinstance(sizes[i], int):
+            refuse(f"the output size {sizes[i]} (axis {d}) differs from the input's "
+                   f"{shape[d]}: a resized size must be a number")
     full_roi = [0.0] * r + [1.0] * r
     if roi is not None:
         for i, d in enumerate(axes):
@@ -1709,8 +1717,8 @@ def _resize(ctx):
     out = list(shape)
     if sizes is not None:
         for i, d in enumerate(axes):
-            out[d] = int(sizes[i])
-            scale[d] = sizes[i] / shape[d]
+            out[d] = sizes[i]
+            scale[d] = sizes[i] / shape[d] if isinstance(shape[d], int) else 1.0
         if policy != "stretch":
             if policy not in ("not_larger", "not_smaller"):
                 refuse(f"keep_aspect_ratio_policy {policy!r}")
@@ -1722,7 +1730,7 @@ def _resize(ctx):
     else:
         for i, d in enumerate(axes):
             scale[d] = float(scales[i])
-            out[d] = int(scales[i] * shape[d])
+            out[d] = int(scales[i] * shape[d]) if isinstance(shape[d], int) else shape[d]
     extrapolation = ctx.attr("extrapolation_value", 0.0)
     a = ctx.attr("cubic_coeff_a", -0.75)
     y = x if mode == "nearest" else cast(x, "float64")
@@ -1730,6 +1738,8 @@ def _resize(ctx):
         if math.isclose(scale[d], 1.0) and out[d] == shape[d] and (
                 math.isclose(full_roi[d], 0.0) and math.isclose(full_roi[r + d], 1.0)):
             continue
+        if not isinstance(shape[d], int):
+            refuse(f"a region of interest along the symbolic dim {shape[d]} (axis {d})")
         if out[d] == 0:
             refuse("an empty output")
         w, extrap = _resize_matrix(ctx, shape[d], out[d], scale[d], [full_roi[d],

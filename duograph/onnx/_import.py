@@ -37,7 +37,7 @@ from ..graphlib.ir import _stack as _graph_stack
 from ..graphlib.types import TensorType
 from . import OnnxImportError
 from ._shape_values import FOLDS, ShapeValue, as_shape_value, materialize, settle, \
-    integer_initializers
+    known_initializers
 
 
 # What import-time folding may materialise, in all (outputs of computed nodes; the model's
@@ -333,10 +333,10 @@ class Importer:
     def run(self) -> Graph:
         g = self.graph
         m = self.model.graph
-        integers = integer_initializers(m)      # known even as state: no gradient reaches them
+        known = known_initializers(m)    # integers and settings: known even as state
         for t in m.initializer:
             arr = self._array(t)
-            if self.initializers == "constant" or t.name in self.static or t.name in integers:
+            if self.initializers == "constant" or t.name in self.static or t.name in known:
                 self.env[t.name] = arr
             else:
                 self.env[t.name] = g.add_state(_state_name(t.name, g), arr)

@@ -9,9 +9,10 @@ import (``FOLDS``, keyed by ONNX op type). A consumer that takes a shape (Reshap
 ConstantOfShape, Range...) reads its dims; any other consumer (``x * x.shape[0]``) gets it as a
 graph value, computed at run time from the dims of the graph inputs (``materialize``).
 
-Integer initializers (``integer_initializers``: shapes, axes, indices, which torch's dynamo
-exporter keeps as initializers) are known at import even when the initializers are imported as
-trainable state, which the float ones stay.
+Integer initializers (shapes, axes, indices, which torch's dynamo exporter keeps as
+initializers) and float ones used only as settings (a Resize's scales) are known at import
+even when the initializers are imported as trainable state, which the other float ones stay
+(``known_initializers``).
 """
 from __future__ import annotations
 
@@ -374,15 +375,26 @@ def _reduce(ctx, vals):
 
 
 # -- integer initializers -------------------------------------------------------------------------
-def integer_initializers(graph) -> set:
-    """The names of ``graph``'s integer and bool initializers. The importer knows them when
-    it builds the graph even where initializers become state: no gradient reaches an integer
-    tensor, so as state they would only be values read at run time, where import needs them
-    as numbers (shapes, axes, indices, Range bounds: torch's dynamo exporter keeps all of
-    these as initializers, and shares one constant 0 between a Range, a Gather and an
-    Equal on the data)."""
+# Float inputs that are read when the graph is built, never as data: an initializer used only
+# there is no weight (torch's dynamo exporter keeps Resize's scales as one).
+SETTINGS_SLOTS = {"Resize": (1, 2), "Upsample": (1,)}
+
+
+def known_initializers(graph) -> set:
+    """The names of ``graph``'s initializers that the importer knows when it builds the
+    graph even where initializers become state: the integer and bool ones, and those used
+    only as settings (``SETTINGS_SLOTS``: a Resize's scales). No gradient reaches an
+    integer tensor, so as state they would only be values read at run time, where import
+    needs them as numbers (shapes, axes, indices, Range bounds: torch's dynamo exporter
+    keeps all of these as initializers, and shares one constant 0 between a Range, a
+    Gather and an Equal on the data)."""
+    uses: Dict[str, list] = {}
+    for node in graph.node:
+        for slot, name in enumerate(node.input):
+            uses.setdefault(name, []).append(slot in SETTINGS_SLOTS.get(node.op_type, ()))
     return {t.name for t in graph.initializer
-            if _np_dtype(t.data_type) in INT_DTYPES + ("bool",)}
+            if _np_dtype(t.data_type) in INT_DTYPES + ("bool",)
+            or (uses.get(t.name) and all(uses[t.name]))}
 
 
 def _np_dtype(elem_type: int) -> Optional[str]:
