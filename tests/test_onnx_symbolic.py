@@ -218,3 +218,33 @@ def test_resize_over_a_symbolic_batch_with_its_scales_an_initializer():
         xs = np.random.default_rng(n).standard_normal((n, 2, 3, 4)).astype(np.float32)
         np.testing.assert_allclose(run(x=xs)[0], sess.run(None, {"x": xs})[0], rtol=1e-5,
                                    atol=1e-6)
+
+
+def test_ops_along_symbolic_dims_match_onnxruntime():
+    # torch's x.repeat, torch.tril(ones(T, T)), cumsum over T, chunk, flip over T
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", "T", 4])
+    n = helper.make_node
+    nodes = [
+        n("Tile", ["x", "reps"], ["tiled"]),                               # [2*N, T, 8]
+        n("Transpose", ["x"], ["x_t"], perm=[0, 2, 1]),
+        n("MatMul", ["x", "x_t"], ["sq"]),                                 # [N, T, T]
+        n("Trilu", ["sq", "k"], ["lower"], upper=0),
+        n("CumSum", ["x", "one"], ["csum"]),
+        n("CumSum", ["x", "one"], ["csum_er"], exclusive=1, reverse=1),
+        n("Split", ["x"], ["a", "b"], axis=2, num_outputs=2),
+        n("Slice", ["x", "minus_one", "int_min", "one_1d", "minus_one"], ["flipped"]),
+    ]
+    inits = [_ints("reps", [2, 1, 2]), _ints("k", 1), _ints("one", 1),
+             _ints("minus_one", [-1]), _ints("int_min", [-2**63]), _ints("one_1d", [1])]
+    outs = ["tiled", "lower", "csum", "csum_er", "b", "flipped"]
+    model = _model(nodes, [x], [_out(o) for o in outs], inits, opset=18)
+    g = dg.onnx.load(model)
+    assert [tuple(str(d) for d in o.type.shape) for o in g.outputs] == [
+        ("2*N", "T", "8"), ("N", "T", "T"), ("N", "T", "4"), ("N", "T", "4"),
+        ("N", "T", "2"), ("N", "T", "4")]
+    run = g.compile()
+    sess = ort.InferenceSession(model.SerializeToString())
+    for size in ((2, 5), (3, 2)):
+        xs = np.random.default_rng(size[1]).standard_normal(size + (4,)).astype(np.float32)
+        for k, (a, b) in enumerate(zip(run(x=xs), sess.run(None, {"x": xs}))):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6, err_msg=outs[k])

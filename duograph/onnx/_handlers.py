@@ -509,12 +509,16 @@ def _symbolic_range(ctx, start, limit, delta):
         refuse(f"a Range with the step {delta} (a symbolic range needs a known, nonzero "
                "step)")
     n = range_length(start, limit, delta)
-    if isinstance(n, int):                    # the bounds' symbols cancel: a known length
-        counts = ctx.const(np.arange(n), "int64")
-    else:
-        counts = F.cumsum(F.full((n,), 1, dtype="int64"), 0) - ctx.const(1, "int64")
+    counts = _counting(ctx, n)
     out = counts * ctx.const(delta, "int64") + cast(ctx.x(0), "int64")
     return cast(out, dt)
+
+
+def _counting(ctx, n):
+    """0, 1, ..., n-1 in int64, for a length ``n`` that may be a symbolic dim."""
+    if isinstance(n, int):
+        return ctx.const(np.arange(n), "int64")
+    return F.cumsum(F.full((n,), 1, dtype="int64"), 0) - ctx.const(1, "int64")
 
 
 @handler("EyeLike")
@@ -620,7 +624,7 @@ def _split(ctx):
     else:
         n = len([o for o in ctx.node.output])
         n = ctx.attr("num_outputs", n)
-        size = static_shape(ctx)[axis]
+        size = static_shape(ctx, 0, [axis])[axis]
         step = -(-size // n)
         sizes = [min(step, size - i * step) for i in range(n)]
     outs = F.split(x, sizes, axis)
@@ -637,6 +641,9 @@ def _slice_index(x, starts, ends, axes, steps):
             refuse("slice step 0")
         if not isinstance(size, int):
             index[a] = _symbolic_slice(size, s, e, st)
+            if index[a] is None:
+                index[a] = slice(None)
+                flips.append((a, None))
             continue
         if not (isinstance(s, int) and isinstance(e, int)):
             refuse(f"Slice bounds {s}:{e} that are symbolic along a dim of size {size}")
@@ -648,12 +655,17 @@ def _slice_index(x, starts, ends, axes, steps):
     return index, flips
 
 
-def _symbolic_slice(size, start, end, step) -> slice:
+def _symbolic_slice(size, start, end, step):
     """The Python slice equal to ONNX's start:end:step along a symbolic dim ``size`` (with
     a positive step, ONNX clamps the bounds as Python does); a bound that is ``size`` plus a
-    known offset (``x.size(1) - 1``) is that offset counted from the end."""
+    known offset (``x.size(1) - 1``) is that offset counted from the end. None for the
+    whole dim reversed (``x.flip(1)``), the only negative step taken."""
     if step < 0:
-        refuse(f"a negative step along the symbolic dim {size}")
+        last = (start == -1 or start >= 2**62) if isinstance(start, int) else \
+            dim_offset(start, size) == -1
+        if step == -1 and last and isinstance(end, int) and end <= -2**62:
+            return None
+        refuse(f"a negative step along the symbolic dim {size} (only a whole reversal)")
 
     def bound(b, is_end):
         if isinstance(b, int):
@@ -684,7 +696,8 @@ def _slice(ctx):
     index, flips = _slice_index(x, starts, ends, axes, steps)
     y = F.getitem(x, tuple(index)) if any(s != slice(None) for s in index) else x
     for a, picks in flips:           # negative steps: pick the entries in that order
-        y = F.index_select(y, a, ctx.const(picks, "int64"))
+        y = F.flip(y, (a,)) if picks is None else F.index_select(y, a, ctx.const(picks,
+                                                                                  "int64"))
     return y
 
 
@@ -777,14 +790,14 @@ def _expand(ctx):
 def _tile(ctx):
     x = ctx.x(0)
     reps = [int(r) for r in ctx.known(1, "repeats")]
-    shape = static_shape(ctx)
+    shape = ctx.shape()
     inter = []
     big = []
     for d, r in zip(shape, reps):
         inter += [1, d]
         big += [r, d]
     y = F.expand(F.reshape(x, *inter), *big) if inter else x
-    return F.reshape(y, *[d * r for d, r in zip(shape, reps)]) if inter else y
+    return F.reshape(y, *[dim_product([d, r]) for d, r in zip(shape, reps)]) if inter else y
 
 
 @handler("Pad")
@@ -835,8 +848,15 @@ def _pad(ctx):
 def _trilu(ctx):
     x = ctx.x(0)
     k = int(ctx.known(1, "k").item()) if ctx.has(1) else 0
-    n, m = static_shape(ctx)[-2:]
+    n, m = ctx.shape()[-2:]
     upper = ctx.attr("upper", 1)
+    if not (isinstance(n, int) and isinstance(m, int)):      # the mask built at run time
+        rows = F.reshape(_counting(ctx, n), n, 1)
+        cols = F.reshape(_counting(ctx, m), 1, m)
+        diag = cols - rows                   # j - i
+        keep = F.ge(diag, ctx.const(k, "int64")) if upper else \
+            F.le(diag, ctx.const(k, "int64"))
+        return F.where(keep, x, ctx.const(0, x.dtype))
     check_size((n, m), bool, "the mask")
     mask = np.triu(np.ones((n, m), bool), k) if upper else np.tril(np.ones((n, m), bool), k)
     return F.where(ctx.const(mask, "bool"), x, ctx.const(0, x.dtype))
@@ -997,8 +1017,16 @@ handler("ArgMin")(_arg(F.argmin))
 def _cumsum(ctx):
     x = ctx.x(0)
     axis = _axis(int(ctx.known(1, "axis").item()), x.ndim)
-    n = static_shape(ctx)[axis]
+    n = ctx.shape()[axis]
     excl, rev = ctx.attr("exclusive", 0), ctx.attr("reverse", 0)
+    if not isinstance(n, int):            # a symbolic length: duograph's scan op
+        if x.dtype not in FLOATS and x.dtype not in ("int32", "int64"):
+            refuse(f"CumSum of {x.dtype}")
+        y = F.flip(x, (axis,)) if rev else x
+        y = cast(F.cumsum(y, axis), x.dtype)
+        if excl:
+            y = _shift_exclusive(ctx, y, axis, n, 0)
+        return F.flip(y, (axis,)) if rev else y
     i, j = np.arange(n)[:, None], np.arange(n)[None, :]
     if rev:
         tri = (i > j) if excl else (i >= j)
@@ -1268,7 +1296,7 @@ def _hardmax(ctx):
     if ctx.opset < 13:
         refuse("Hardmax before opset 13")
     axis = _axis(ctx.attr("axis", -1), x.ndim)
-    n = static_shape(ctx)[axis]
+    n = static_shape(ctx, 0, [axis])[axis]
     idx = F.argmax(x, axis, keepdim=True)
     shape = [1] * x.ndim
     shape[axis] = n
@@ -1358,7 +1386,7 @@ def _select_last(fn):
         keep = bool(ctx.attr("keepdims", 1))
         if not ctx.attr("select_last_index", 0):
             return fn(x, axis, keep)
-        n = static_shape(ctx)[axis]
+        n = static_shape(ctx, 0, [axis])[axis]
         flipped = F.index_select(x, axis, ctx.const(np.arange(n)[::-1].copy(), "int64"))
         return ctx.const(n - 1, "int64") - fn(flipped, axis, keep)
     return run
@@ -2121,16 +2149,16 @@ def _upsample(ctx):
 def _shift_exclusive(ctx, y, axis, n, fill):
     """``y`` moved one place along ``axis`` with ``fill`` in front (an exclusive scan)."""
     shape = list(y.shape)
-    if not all(isinstance(d, int) for d in shape):
-        refuse(f"an exclusive scan over symbolic dims {shape}")
     shape[axis] = 1
     first = F.full(tuple(shape), fill, dtype=y.dtype)
     if ctx.eager:
         from .. import eager
         first = eager.tensor(np.full(shape, fill, dtype=y.dtype))
-    if n <= 1:
+    if isinstance(n, int) and n <= 1:
         return first if n == 1 else y
-    return F.cat([first, F.narrow(y, axis, 0, n - 1)], axis)
+    index = [slice(None)] * y.ndim
+    index[axis] = slice(0, -1)
+    return F.cat([first, F.getitem(y, tuple(index))], axis)
 
 
 @handler("CumProd")
@@ -2140,7 +2168,7 @@ def _cumprod(ctx):
     if x.dtype not in FLOATS and x.dtype not in ("int32", "int64"):
         refuse(f"CumProd of {x.dtype}")
     axis = _axis(int(np.asarray(ctx.known(1, "axis")).item()), x.ndim)
-    n = static_shape(ctx)[axis]
+    n = ctx.shape()[axis]
     rev = bool(ctx.attr("reverse", 0))
     y = F.flip(x, (axis,)) if rev else x
     y = cast(F.cumprod(y, axis), x.dtype)
@@ -2161,7 +2189,7 @@ def _topk(ctx):
     else:
         k = int(np.asarray(ctx.known(1, "K")).reshape(-1)[0])
     axis = _axis(ctx.attr("axis", -1), x.ndim)
-    size = static_shape(ctx)[axis]
+    size = static_shape(ctx, 0, [axis])[axis]
     if not 0 <= k <= size:
         refuse(f"K={k} out of range for an axis of size {size}")
     values, indices = F.topk(x, k, axis, largest=bool(ctx.attr("largest", 1)), sorted=True)

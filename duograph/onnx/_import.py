@@ -211,11 +211,15 @@ def check_size(shape, dtype, what: str) -> None:
                f"{FOLD_LIMIT_BYTES} bytes import may compute (FOLD_LIMIT_BYTES)")
 
 
-def static_shape(ctx: Ctx, i: int = 0) -> tuple:
+def static_shape(ctx: Ctx, i: int = 0, axes=None) -> tuple:
+    """Input ``i``'s shape, refused where a dim the op needs as a number (those of ``axes``,
+    or all) is symbolic."""
     shape = ctx.shape(i)
-    if not all(isinstance(d, int) for d in shape):
-        refuse(f"input {i} has symbolic dims {list(shape)}; this op needs them known "
-               "(load with input_shapes=...)")
+    need = range(len(shape)) if axes is None else axes
+    if not all(isinstance(shape[a], int) for a in need):
+        what = "dims" if axes is None else f"dims (the op needs axes {list(axes)} known)"
+        refuse(f"input {i} has symbolic {what} {[str(d) for d in shape]}; this op needs "
+               "them known (load with input_shapes=...)")
     return shape
 
 
