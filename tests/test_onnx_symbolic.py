@@ -248,3 +248,23 @@ def test_ops_along_symbolic_dims_match_onnxruntime():
         xs = np.random.default_rng(size[1]).standard_normal(size + (4,)).astype(np.float32)
         for k, (a, b) in enumerate(zip(run(x=xs), sess.run(None, {"x": xs}))):
             np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6, err_msg=outs[k])
+
+
+def test_shape_values_leave_if_branches_and_the_graph_as_values():
+    # an If on data whose branches compute from Shape(x); the model's output is a shape
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])
+    c = helper.make_tensor_value_info("c", TensorProto.BOOL, [])
+    int_out = lambda name: helper.make_tensor_value_info(name, TensorProto.INT64, [2])  # noqa
+    then = helper.make_graph([helper.make_node("Shape", ["x"], ["s1"])], "then", [],
+                             [int_out("s1")])
+    other = helper.make_graph([helper.make_node("Shape", ["x"], ["s2"], end=1),
+                               helper.make_node("Concat", ["s2", "s2"], ["s3"], axis=0)],
+                              "other", [], [int_out("s3")])
+    nodes = [helper.make_node("If", ["c"], ["s"], then_branch=then, else_branch=other)]
+    model = _model(nodes, [x, c], [int_out("s")])
+    run = dg.onnx.load(model).compile()
+    for n in (2, 5):
+        for flag in (True, False):
+            feeds = {"x": np.zeros((n, 4), np.float32), "c": np.asarray(flag)}
+            np.testing.assert_array_equal(run(**feeds)[0],
+                                          [n, 4] if flag else [n, n])

@@ -397,9 +397,13 @@ class Importer:
         return TensorType(tuple(dims), dt)
 
     def as_value(self, v):
-        """``v`` as a Value of the graph (a known array becomes a constant)."""
+        """``v`` as a Value of the graph (a known array becomes a constant, a shape value
+        the computation of its symbolic dims)."""
         if isinstance(v, Value):
             return v
+        if isinstance(v, ShapeValue):           # sizes of the inputs, read at run time
+            with self.graph:
+                return self.materialize(v)
         arr = np.asarray(v)
         with self.graph:
             return F.constant(arr, arr.dtype.name)
