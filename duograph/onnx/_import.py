@@ -6,7 +6,11 @@ composition is exact. A node whose inputs are all known when the graph is built 
 initializers imported as constants, ``static_inputs``) is computed at once: the same handler
 runs on eager tensors (constant folding with the same semantics), which is how shape
 arithmetic (Shape -> Gather -> Concat -> Reshape) becomes the static attributes duograph's
-ops take. Everything else becomes graph nodes. An op, attribute or dtype that cannot be
+ops take. Over symbolic dims (an input of type ``[N, 3, 224, 224]``), the same arithmetic
+gives ``ShapeValue``s, shapes known up to sympy dims (``_shape_values``), which Reshape,
+Expand, Range... take as symbolic attributes: one import runs at any batch size. Integer
+initializers are known too, even where float ones become state. Everything else becomes
+graph nodes. An op, attribute or dtype that cannot be
 imported exactly raises ``OnnxImportError`` naming the node; an input that an op needs as a
 known value (a Reshape's target fed as a graph input) raises ``NeedsStatic``, which the
 backend answers by building again with that input's fed value.
