@@ -224,11 +224,13 @@ def load(path_or_model, *, initializers: str = "state",
     a ModelProto).
 
     Initializers become state inputs named as in the model (``initializers="state"``) or
-    constants (``"constant"``). Graph inputs keep their names; their dims come from the
-    model (``dim_param``s become symbols) unless ``input_shapes`` gives them. Inputs that an
-    op needs when the graph is built (a Reshape's target shape fed as an input) must be
-    given in ``static_inputs``. Ops or attributes duograph cannot compute exactly raise
-    ``OnnxImportError``, naming the node.
+    constants (``"constant"``); integer ones (shapes, axes, indices) and those only read as
+    settings (a Resize's scales) are known constants either way. Graph inputs keep their
+    names; their dims come from the model (``dim_param``s become symbols, and shape
+    arithmetic on them stays symbolic, so one graph runs at any size) unless
+    ``input_shapes`` gives them. Inputs whose values an op needs when the graph is built (a
+    Reshape's target shape fed as an input) must be given in ``static_inputs``. Ops or
+    attributes duograph cannot compute exactly raise ``OnnxImportError``, naming the node.
     """
     from ._import import import_model
     return import_model(path_or_model, initializers=initializers, static_inputs=static_inputs,

@@ -12,8 +12,10 @@ import numpy as np
 
 from ..graphlib import functional as F
 from ..graphlib.ops import activations as A
+from ..graphlib.types import dim_product
 from ._import import (HANDLERS, Ctx, _onnx, check_size, handler, np_dtype_of, refuse,
                       static_shape, tensor_array)
+from ._shape_values import ShapeValue, dim_offset, range_length, settle
 
 FLOATS = ("float16", "float32", "float64")
 INTS = ("uint8", "int8", "int16", "int32", "int64")
@@ -442,29 +444,38 @@ def _constant(ctx):
     refuse("Constant without a value (sparse and string constants are not supported)")
 
 
-def _shape_vector(ctx, i=0):
-    shape = static_shape(ctx, i)
-    return shape
+def _known_shape(dims):
+    """A shape's entries as a known array, or as a ShapeValue where some are symbolic."""
+    return settle(ShapeValue(dims, 1))
 
 
 @handler("Shape")
 def _shape(ctx):
-    shape = _shape_vector(ctx)
+    shape = ctx.shape()
     n = len(shape)
     start, end = ctx.attr("start", 0), ctx.attr("end", n)
     start = min(max(start + n if start < 0 else start, 0), n)
     end = min(max(end + n if end < 0 else end, 0), n)
-    return ctx.const(np.asarray(shape[start:end], np.int64), "int64")
+    return _known_shape(shape[start:end])
 
 
 @handler("Size")
 def _size(ctx):
-    return ctx.const(np.asarray(int(np.prod(_shape_vector(ctx), dtype=np.int64))), "int64")
+    return settle(ShapeValue([dim_product(ctx.shape())], 0))
+
+
+def _sizes(ctx, i: int, what: str) -> tuple:
+    """Input ``i`` as sizes (ints or symbolic dims, none negative) for an op's shape."""
+    dims = ctx.dims(i, what)
+    for d in dims:
+        if isinstance(d, int) and d < 0:
+            refuse(f"{what} {dims} has a negative size")
+    return tuple(dims)
 
 
 @handler("ConstantOfShape")
 def _constant_of_shape(ctx):
-    shape = tuple(int(d) for d in ctx.known(0, "shape"))
+    shape = _sizes(ctx, 0, "shape")
     v = ctx.attr("value")
     if v is None:
         arr = np.zeros(1, np.float32)
@@ -478,13 +489,36 @@ def _constant_of_shape(ctx):
 
 @handler("Range")
 def _range(ctx):
-    start, limit, delta = (ctx.known(i, n) for i, n in enumerate(("start", "limit", "delta")))
+    names = ("start", "limit", "delta")
+    if any(isinstance(ctx._known[i], ShapeValue) for i in range(3)):
+        return _symbolic_range(ctx, *(ctx.dims(i, n)[0] for i, n in enumerate(names)))
+    start, limit, delta = (ctx.known(i, n) for i, n in enumerate(names))
     dt = start.dtype.name
     n = max(int(math.ceil((limit.item() - start.item()) / delta.item())), 0)
     check_size((n,), dt, "the output")
     # start + i * delta, in the dtype (ONNX's definition)
     vals = np.asarray(start.item(), dt) + np.arange(n).astype(dt) * np.asarray(delta.item(), dt)
     return ctx.const(vals.astype(dt), dt)
+
+
+def _symbolic_range(ctx, start, limit, delta):
+    """Range whose bounds are symbolic dims (``arange(x.size(1))``): its length is the
+    symbolic dim ceil((limit - start) / delta), its values start + i * delta."""
+    dt = ctx.dtype(0)
+    if not isinstance(delta, int) or delta == 0:
+        refuse(f"a Range with the step {delta} (a symbolic range needs a known, nonzero "
+               "step)")
+    n = range_length(start, limit, delta)
+    counts = _counting(ctx, n)
+    out = counts * ctx.const(delta, "int64") + cast(ctx.x(0), "int64")
+    return cast(out, dt)
+
+
+def _counting(ctx, n):
+    """0, 1, ..., n-1 in int64, for a length ``n`` that may be a symbolic dim."""
+    if isinstance(n, int):
+        return ctx.const(np.arange(n), "int64")
+    return F.cumsum(F.full((n,), 1, dtype="int64"), 0) - ctx.const(1, "int64")
 
 
 @handler("EyeLike")
@@ -498,7 +532,7 @@ def _eye_like(ctx):
 @handler("Reshape")
 def _reshape(ctx):
     x = ctx.x(0)
-    target = [int(d) for d in ctx.known(1, "shape")]
+    target = ctx.dims(1, "shape")
     allowzero = ctx.attr("allowzero", 0)
     shape = []
     for i, d in enumerate(target):
@@ -516,10 +550,10 @@ def _flatten(ctx):
     x = ctx.x(0)
     axis = ctx.attr("axis", 1)
     axis = axis + x.ndim if axis < 0 else axis
-    shape = static_shape(ctx)
-    a = int(np.prod(shape[:axis], dtype=np.int64))
-    b = int(np.prod(shape[axis:], dtype=np.int64))
-    return F.reshape(x, a, b)
+    if not 0 <= axis <= x.ndim:
+        refuse(f"axis {ctx.attr('axis', 1)} out of range for {x.ndim} dims")
+    shape = tuple(x.shape)
+    return F.reshape(x, dim_product(shape[:axis]), dim_product(shape[axis:]))
 
 
 @handler("Transpose")
@@ -590,7 +624,7 @@ def _split(ctx):
     else:
         n = len([o for o in ctx.node.output])
         n = ctx.attr("num_outputs", n)
-        size = static_shape(ctx)[axis]
+        size = static_shape(ctx, 0, [axis])[axis]
         step = -(-size // n)
         sizes = [min(step, size - i * step) for i in range(n)]
     outs = F.split(x, sizes, axis)
@@ -603,16 +637,47 @@ def _slice_index(x, starts, ends, axes, steps):
     for s, e, a, st in zip(starts, ends, axes, steps):
         a = _axis(a, x.ndim)
         size = x.shape[a]
-        if not isinstance(size, int):
-            refuse("Slice along a symbolic dim")
         if st == 0:
             refuse("slice step 0")
+        if not isinstance(size, int):
+            index[a] = _symbolic_slice(size, s, e, st)
+            if index[a] is None:
+                index[a] = slice(None)
+                flips.append((a, None))
+            continue
+        if not (isinstance(s, int) and isinstance(e, int)):
+            refuse(f"Slice bounds {s}:{e} that are symbolic along a dim of size {size}")
         rng = range(size)[slice(max(min(s, 2**62), -2**62), max(min(e, 2**62), -2**62), st)]
         if st > 0:
             index[a] = slice(rng.start, rng.stop if len(rng) else rng.start, st)
         else:
             flips.append((a, np.asarray(list(rng), np.int64)))
     return index, flips
+
+
+def _symbolic_slice(size, start, end, step):
+    """The Python slice equal to ONNX's start:end:step along a symbolic dim ``size`` (with
+    a positive step, ONNX clamps the bounds as Python does); a bound that is ``size`` plus a
+    known offset (``x.size(1) - 1``) is that offset counted from the end. None for the
+    whole dim reversed (``x.flip(1)``), the only negative step taken."""
+    if step < 0:
+        last = (start == -1 or start >= 2**62) if isinstance(start, int) else \
+            dim_offset(start, size) == -1
+        if step == -1 and last and isinstance(end, int) and end <= -2**62:
+            return None
+        refuse(f"a negative step along the symbolic dim {size} (only a whole reversal)")
+
+    def bound(b, is_end):
+        if isinstance(b, int):
+            if is_end and b >= 2**62:
+                return None
+            return max(min(b, 2**62), -2**62)
+        offset = dim_offset(b, size)
+        if offset is None or offset > 0 or (offset == 0 and not is_end):
+            refuse(f"the Slice bound {b} along the symbolic dim {size} (only a number, or "
+                   "the dim less a known amount, can be sliced when the graph is built)")
+        return None if offset == 0 else offset
+    return slice(bound(start, False), bound(end, True), step)
 
 
 @handler("Slice")
@@ -623,24 +688,30 @@ def _slice(ctx):
         axes = ctx.attr("axes", list(range(len(starts))))
         steps = [1] * len(starts)
     else:
-        starts = [int(v) for v in ctx.known(1, "starts")]
-        ends = [int(v) for v in ctx.known(2, "ends")]
+        starts = ctx.dims(1, "starts")
+        ends = ctx.dims(2, "ends")
         axes = ([int(v) for v in ctx.known(3, "axes")] if ctx.has(3)
                 else list(range(len(starts))))
         steps = [int(v) for v in ctx.known(4, "steps")] if ctx.has(4) else [1] * len(starts)
     index, flips = _slice_index(x, starts, ends, axes, steps)
     y = F.getitem(x, tuple(index)) if any(s != slice(None) for s in index) else x
     for a, picks in flips:           # negative steps: pick the entries in that order
-        y = F.index_select(y, a, ctx.const(picks, "int64"))
+        y = F.flip(y, (a,)) if picks is None else F.index_select(y, a, ctx.const(picks,
+                                                                                  "int64"))
     return y
 
 
-def _fix_negative(ctx, idx, size):
-    """Indices with negatives counted from the end (ONNX allows them)."""
+def _fix_negative(ctx, idx, size, x=None, axis=None):
+    """Indices with negatives counted from the end (ONNX allows them); along a symbolic dim
+    the size is ``x``'s along ``axis``, read at run time."""
     idx = cast(idx, "int64")
     if isinstance(size, int):
-        return F.where(F.lt(idx, ctx.const(0, "int64")), idx + ctx.const(size, "int64"), idx)
-    refuse("indices into a symbolic dim")
+        n = ctx.const(size, "int64")
+    elif x is not None:
+        n = F.numel(x, (axis,), dtype="int64")
+    else:
+        refuse("indices into a symbolic dim")
+    return F.where(F.lt(idx, ctx.const(0, "int64")), idx + n, idx)
 
 
 @handler("Gather")
@@ -649,7 +720,7 @@ def _gather(ctx):
     axis = _axis(ctx.attr("axis", 0), x.ndim)
     if idx.dtype not in ("int32", "int64"):
         refuse(f"indices of dtype {idx.dtype}")
-    idx = _fix_negative(ctx, idx, x.shape[axis])
+    idx = _fix_negative(ctx, idx, x.shape[axis], x, axis)
     flat = F.reshape(idx, -1) if idx.ndim != 1 else idx
     y = F.index_select(x, axis, flat)
     if idx.ndim != 1:
@@ -662,7 +733,7 @@ def _gather(ctx):
 def _gather_elements(ctx):
     x, idx = ctx.x(0), ctx.x(1)
     axis = _axis(ctx.attr("axis", 0), x.ndim)
-    idx = _fix_negative(ctx, idx, x.shape[axis])
+    idx = _fix_negative(ctx, idx, x.shape[axis], x, axis)
     return F.gather(x, axis, idx)
 
 
@@ -695,7 +766,7 @@ def _overwrite(ctx, x, add, src):
 @handler("Expand")
 def _expand(ctx):
     x = ctx.x(0)
-    target = [int(d) for d in ctx.known(1, "shape")]
+    target = list(_sizes(ctx, 1, "shape"))
     ndim = max(len(target), x.ndim)
     src = [1] * (ndim - x.ndim) + list(x.shape)
     tgt = [1] * (ndim - len(target)) + target
@@ -705,8 +776,11 @@ def _expand(ctx):
             out.append(a)
         elif a == 1:
             out.append(b)
+        elif isinstance(b, str) and isinstance(a, int):
+            out.append(a)       # as broadcasting: the symbolic size must be 1 or a
         else:
-            refuse(f"cannot broadcast {list(x.shape)} to {target}")
+            refuse(f"cannot broadcast {[str(d) for d in x.shape]} to "
+                   f"{[str(d) for d in target]} when the graph is built")
     if ndim > x.ndim:
         x = F.reshape(x, *src)
     return F.expand(x, *out)
@@ -716,14 +790,14 @@ def _expand(ctx):
 def _tile(ctx):
     x = ctx.x(0)
     reps = [int(r) for r in ctx.known(1, "repeats")]
-    shape = static_shape(ctx)
+    shape = ctx.shape()
     inter = []
     big = []
     for d, r in zip(shape, reps):
         inter += [1, d]
         big += [r, d]
     y = F.expand(F.reshape(x, *inter), *big) if inter else x
-    return F.reshape(y, *[d * r for d, r in zip(shape, reps)]) if inter else y
+    return F.reshape(y, *[dim_product([d, r]) for d, r in zip(shape, reps)]) if inter else y
 
 
 @handler("Pad")
@@ -774,8 +848,15 @@ def _pad(ctx):
 def _trilu(ctx):
     x = ctx.x(0)
     k = int(ctx.known(1, "k").item()) if ctx.has(1) else 0
-    n, m = static_shape(ctx)[-2:]
+    n, m = ctx.shape()[-2:]
     upper = ctx.attr("upper", 1)
+    if not (isinstance(n, int) and isinstance(m, int)):      # the mask built at run time
+        rows = F.reshape(_counting(ctx, n), n, 1)
+        cols = F.reshape(_counting(ctx, m), 1, m)
+        diag = cols - rows                   # j - i
+        keep = F.ge(diag, ctx.const(k, "int64")) if upper else \
+            F.le(diag, ctx.const(k, "int64"))
+        return F.where(keep, x, ctx.const(0, x.dtype))
     check_size((n, m), bool, "the mask")
     mask = np.triu(np.ones((n, m), bool), k) if upper else np.tril(np.ones((n, m), bool), k)
     return F.where(ctx.const(mask, "bool"), x, ctx.const(0, x.dtype))
@@ -936,8 +1017,16 @@ handler("ArgMin")(_arg(F.argmin))
 def _cumsum(ctx):
     x = ctx.x(0)
     axis = _axis(int(ctx.known(1, "axis").item()), x.ndim)
-    n = static_shape(ctx)[axis]
+    n = ctx.shape()[axis]
     excl, rev = ctx.attr("exclusive", 0), ctx.attr("reverse", 0)
+    if not isinstance(n, int):            # a symbolic length: duograph's scan op
+        if x.dtype not in FLOATS and x.dtype not in ("int32", "int64"):
+            refuse(f"CumSum of {x.dtype}")
+        y = F.flip(x, (axis,)) if rev else x
+        y = cast(F.cumsum(y, axis), x.dtype)
+        if excl:
+            y = _shift_exclusive(ctx, y, axis, n, 0)
+        return F.flip(y, (axis,)) if rev else y
     i, j = np.arange(n)[:, None], np.arange(n)[None, :]
     if rev:
         tri = (i > j) if excl else (i >= j)
@@ -1207,7 +1296,7 @@ def _hardmax(ctx):
     if ctx.opset < 13:
         refuse("Hardmax before opset 13")
     axis = _axis(ctx.attr("axis", -1), x.ndim)
-    n = static_shape(ctx)[axis]
+    n = static_shape(ctx, 0, [axis])[axis]
     idx = F.argmax(x, axis, keepdim=True)
     shape = [1] * x.ndim
     shape[axis] = n
@@ -1297,7 +1386,7 @@ def _select_last(fn):
         keep = bool(ctx.attr("keepdims", 1))
         if not ctx.attr("select_last_index", 0):
             return fn(x, axis, keep)
-        n = static_shape(ctx)[axis]
+        n = static_shape(ctx, 0, [axis])[axis]
         flipped = F.index_select(x, axis, ctx.const(np.arange(n)[::-1].copy(), "int64"))
         return ctx.const(n - 1, "int64") - fn(flipped, axis, keep)
     return run
@@ -1613,7 +1702,7 @@ def _resize_matrix(ctx, n_in, n_out, scale, roi, coord, mode, nearest_mode, a, a
 @handler("Resize")
 def _resize(ctx):
     x = ctx.x(0)
-    shape = static_shape(ctx)
+    shape = ctx.shape()          # symbolic dims only along axes that keep their size
     r = len(shape)
     if ctx.opset < 11:
         refuse("Resize before opset 11")
@@ -1637,9 +1726,17 @@ def _resize(ctx):
     scales = ctx.known(2, "scales").astype(np.float64) if ctx.has(2) else None
     if scales is not None and scales.size == 0:
         scales = None
-    sizes = ctx.known(3, "sizes").astype(np.int64) if ctx.has(3) else None
+    sizes = ctx.dims(3, "sizes") if ctx.has(3) else None
     if (scales is None) == (sizes is None):
         refuse("exactly one of scales and sizes must be given")
+    for i, d in enumerate(axes):
+        kept = sizes[i] == shape[d] if sizes is not None else float(scales[i]) == 1.0
+        if not isinstance(shape[d], int) and not (kept and policy == "stretch"):
+            refuse(f"resizing the symbolic dim {shape[d]} (axis {d}): its output size "
+                   "needs the input's size known (give it in input_shapes)")
+        if not kept and sizes is not None and not isinstance(sizes[i], int):
+            refuse(f"the output size {sizes[i]} (axis {d}) differs from the input's "
+                   f"{shape[d]}: a resized size must be a number")
     full_roi = [0.0] * r + [1.0] * r
     if roi is not None:
         for i, d in enumerate(axes):
@@ -1648,8 +1745,8 @@ def _resize(ctx):
     out = list(shape)
     if sizes is not None:
         for i, d in enumerate(axes):
-            out[d] = int(sizes[i])
-            scale[d] = sizes[i] / shape[d]
+            out[d] = sizes[i]
+            scale[d] = sizes[i] / shape[d] if isinstance(shape[d], int) else 1.0
         if policy != "stretch":
             if policy not in ("not_larger", "not_smaller"):
                 refuse(f"keep_aspect_ratio_policy {policy!r}")
@@ -1661,7 +1758,7 @@ def _resize(ctx):
     else:
         for i, d in enumerate(axes):
             scale[d] = float(scales[i])
-            out[d] = int(scales[i] * shape[d])
+            out[d] = int(scales[i] * shape[d]) if isinstance(shape[d], int) else shape[d]
     extrapolation = ctx.attr("extrapolation_value", 0.0)
     a = ctx.attr("cubic_coeff_a", -0.75)
     y = x if mode == "nearest" else cast(x, "float64")
@@ -1669,6 +1766,8 @@ def _resize(ctx):
         if math.isclose(scale[d], 1.0) and out[d] == shape[d] and (
                 math.isclose(full_roi[d], 0.0) and math.isclose(full_roi[r + d], 1.0)):
             continue
+        if not isinstance(shape[d], int):
+            refuse(f"a region of interest along the symbolic dim {shape[d]} (axis {d})")
         if out[d] == 0:
             refuse("an empty output")
         w, extrap = _resize_matrix(ctx, shape[d], out[d], scale[d], [full_roi[d],
@@ -2050,16 +2149,16 @@ def _upsample(ctx):
 def _shift_exclusive(ctx, y, axis, n, fill):
     """``y`` moved one place along ``axis`` with ``fill`` in front (an exclusive scan)."""
     shape = list(y.shape)
-    if not all(isinstance(d, int) for d in shape):
-        refuse(f"an exclusive scan over symbolic dims {shape}")
     shape[axis] = 1
     first = F.full(tuple(shape), fill, dtype=y.dtype)
     if ctx.eager:
         from .. import eager
         first = eager.tensor(np.full(shape, fill, dtype=y.dtype))
-    if n <= 1:
+    if isinstance(n, int) and n <= 1:
         return first if n == 1 else y
-    return F.cat([first, F.narrow(y, axis, 0, n - 1)], axis)
+    index = [slice(None)] * y.ndim
+    index[axis] = slice(0, -1)
+    return F.cat([first, F.getitem(y, tuple(index))], axis)
 
 
 @handler("CumProd")
@@ -2069,7 +2168,7 @@ def _cumprod(ctx):
     if x.dtype not in FLOATS and x.dtype not in ("int32", "int64"):
         refuse(f"CumProd of {x.dtype}")
     axis = _axis(int(np.asarray(ctx.known(1, "axis")).item()), x.ndim)
-    n = static_shape(ctx)[axis]
+    n = ctx.shape()[axis]
     rev = bool(ctx.attr("reverse", 0))
     y = F.flip(x, (axis,)) if rev else x
     y = cast(F.cumprod(y, axis), x.dtype)
@@ -2090,7 +2189,7 @@ def _topk(ctx):
     else:
         k = int(np.asarray(ctx.known(1, "K")).reshape(-1)[0])
     axis = _axis(ctx.attr("axis", -1), x.ndim)
-    size = static_shape(ctx)[axis]
+    size = static_shape(ctx, 0, [axis])[axis]
     if not 0 <= k <= size:
         refuse(f"K={k} out of range for an axis of size {size}")
     values, indices = F.topk(x, k, axis, largest=bool(ctx.attr("largest", 1)), sorted=True)

@@ -20,6 +20,7 @@ from ..graphlib import functional as F
 from ..graphlib.ir import current_graph
 from ..graphlib.ops.control import cond, scan, while_loop
 from ._import import Ctx, handler, refuse
+from ._shape_values import ShapeValue
 
 
 def run_subgraph(imp, graph, bindings: dict) -> list:
@@ -42,7 +43,11 @@ def run_subgraph(imp, graph, bindings: dict) -> list:
         for o in graph.output:
             if o.name not in imp.env:
                 refuse(f"subgraph output {o.name!r} is never computed")
-            outs.append(imp.env[o.name])
+            out = imp.env[o.name]
+            # a shape value leaving a traced body is a value of that body (its sizes read
+            # at run time); the control-flow op knows nothing of shape values
+            outs.append(imp.as_value(out) if cur is not None and
+                        isinstance(out, ShapeValue) else out)
     finally:
         imp.env, imp.graph = saved_env, saved_graph
     return outs

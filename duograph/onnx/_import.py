@@ -6,7 +6,11 @@ composition is exact. A node whose inputs are all known when the graph is built 
 initializers imported as constants, ``static_inputs``) is computed at once: the same handler
 runs on eager tensors (constant folding with the same semantics), which is how shape
 arithmetic (Shape -> Gather -> Concat -> Reshape) becomes the static attributes duograph's
-ops take. Everything else becomes graph nodes. An op, attribute or dtype that cannot be
+ops take. Over symbolic dims (an input of type ``[N, 3, 224, 224]``), the same arithmetic
+gives ``ShapeValue``s, shapes known up to sympy dims (``_shape_values``), which Reshape,
+Expand, Range... take as symbolic attributes: one import runs at any batch size. Integer
+initializers are known too, even where float ones become state. Everything else becomes
+graph nodes. An op, attribute or dtype that cannot be
 imported exactly raises ``OnnxImportError`` naming the node; an input that an op needs as a
 known value (a Reshape's target fed as a graph input) raises ``NeedsStatic``, which the
 backend answers by building again with that input's fed value.
@@ -36,6 +40,8 @@ from ..graphlib.ir import Graph, Value
 from ..graphlib.ir import _stack as _graph_stack
 from ..graphlib.types import TensorType
 from . import OnnxImportError
+from ._shape_values import FOLDS, ShapeValue, as_shape_value, materialize, settle, \
+    known_initializers
 
 
 # What import-time folding may materialise, in all (outputs of computed nodes; the model's
@@ -114,45 +120,60 @@ def tensor_array(tensor, what: str) -> np.ndarray:
 
 # -- the context a handler sees ------------------------------------------------------------------
 class Ctx:
-    """One node being imported: its operands (Values, eager tensors, or None for a missing
-    optional input) and attributes."""
+    """One node being imported: its operands (Values, eager tensors, ``ShapeValue``s known
+    up to symbolic dims, or None for a missing optional input) and attributes. A ShapeValue
+    operand becomes a graph value only when the handler takes it as a tensor (``x``)."""
 
     def __init__(self, imp: "Importer", node, operands: list, known: list, eager_mode: bool):
         self.imp = imp
         self.node = node
-        self.ins = operands
+        self._ins = list(operands)
         self._known = known
         self.eager = eager_mode
         self.attrs = {a.name: a for a in node.attribute}
         self.opset = imp.opset
 
+    @property
+    def ins(self) -> list:
+        return [self.x(i) if self.has(i) else None for i in range(len(self._ins))]
+
+    @ins.setter
+    def ins(self, operands) -> None:
+        self._ins = list(operands)
+
     def __len__(self):
-        return len(self.ins)
+        return len(self._ins)
 
     def has(self, i: int) -> bool:
-        return i < len(self.ins) and self.ins[i] is not None
+        return i < len(self._ins) and self._ins[i] is not None
 
     def x(self, i: int = 0):
         if not self.has(i):
             refuse(f"input {i} is missing")
-        return self.ins[i]
+        v = self._ins[i]
+        if isinstance(v, ShapeValue):
+            v = self._ins[i] = self.imp.materialize(v)
+        return v
 
     def known(self, i: int, what: str = "") -> np.ndarray:
         """Input ``i``'s value, needed when the graph is built."""
         if not self.has(i):
             refuse(f"input {i} is missing")
         v = self._known[i]
+        if isinstance(v, ShapeValue):
+            refuse(f"input {i} ({what or self.node.input[i]}) holds the symbolic dims "
+                   f"{[str(e) for e in v.elems]}, and this op needs numbers when the graph "
+                   "is built (give the inputs' sizes in input_shapes)")
         if v is None:
-            name = self.node.input[i]
-            sources = self.imp.input_sources(name)
-            if sources:
-                raise NeedsStatic(f"{self.node.op_type}: {what or 'operand'} {i} ({name!r}) "
-                                  f"is computed from the graph inputs {sources}, and duograph "
-                                  "needs it when the graph is built; pass their values in "
-                                  "static_inputs", sources)
-            refuse(f"input {i} ({what or name}) is computed at run time, but duograph needs "
-                   "it when the graph is built")
+            self.imp.needs_known(self.node, i, what)
         return v
+
+    def dims(self, i: int, what: str = "") -> list:
+        """Input ``i``'s entries as dims (ints or symbolic dims), needed when the graph is
+        built: a shape computed from the symbolic sizes of the inputs is fine."""
+        if self.has(i) and isinstance(self._known[i], ShapeValue):
+            return list(self._known[i].elems)
+        return [int(d) for d in np.ravel(self.known(i, what))]
 
     def attr(self, name: str, default=None):
         a = self.attrs.get(name)
@@ -173,9 +194,13 @@ class Ctx:
         return F.constant(arr, dtype)
 
     def dtype(self, i: int = 0) -> str:
+        if self.has(i) and isinstance(self._ins[i], ShapeValue):
+            return self._ins[i].dtype
         return self.x(i).dtype
 
     def shape(self, i: int = 0) -> tuple:
+        if self.has(i) and isinstance(self._ins[i], ShapeValue):
+            return self._ins[i].shape
         return tuple(self.x(i).shape)
 
 
@@ -190,11 +215,15 @@ def check_size(shape, dtype, what: str) -> None:
                f"{FOLD_LIMIT_BYTES} bytes import may compute (FOLD_LIMIT_BYTES)")
 
 
-def static_shape(ctx: Ctx, i: int = 0) -> tuple:
+def static_shape(ctx: Ctx, i: int = 0, axes=None) -> tuple:
+    """Input ``i``'s shape, refused where a dim the op needs as a number (those of ``axes``,
+    or all) is symbolic."""
     shape = ctx.shape(i)
-    if not all(isinstance(d, int) for d in shape):
-        refuse(f"input {i} has symbolic dims {list(shape)}; this op needs them known "
-               "(load with input_shapes=...)")
+    need = range(len(shape)) if axes is None else axes
+    if not all(isinstance(shape[a], int) for a in need):
+        what = "dims" if axes is None else f"dims (the op needs axes {list(axes)} known)"
+        refuse(f"input {i} has symbolic {what} {[str(d) for d in shape]}; this op needs "
+               "them known (load with input_shapes=...)")
     return shape
 
 
@@ -237,13 +266,21 @@ class Importer:
         init_names = {t.name for t in model.graph.initializer}
         self.graph_input_names = [i.name for i in model.graph.input if i.name not in init_names]
         self._symbols: Dict[str, str] = {}
+        # symbol -> (graph input, axis) whose size it is: how a symbolic dim is computed at
+        # run time when a shape value is used as data (x * x.shape[0])
+        self.sym_sources: Dict[str, tuple] = {}
 
-    def input_sources(self, name: str) -> list:
-        """The graph inputs (not yet static) that the value ``name`` is computed from."""
+    def _producers(self) -> dict:
         producers = {}
         for node in self.model.graph.node:
             for o in node.output:
                 producers[o] = node
+        return producers
+
+    def input_sources(self, name: str) -> list:
+        """The graph inputs (not yet static) whose *values* the value ``name`` is computed
+        from (a Shape or Size of an input reads its type, not its value)."""
+        producers = self._producers()
         inputs = set(self.graph_input_names) - set(self.static)
         found, stack, seen = [], [name], set()
         while stack:
@@ -253,16 +290,61 @@ class Importer:
             seen.add(n)
             if n in inputs:
                 found.append(n)
-            elif n in producers:
-                stack.extend(producers[n].input)
+            elif n in producers and producers[n].op_type not in ("Shape", "Size"):
+                stack.extend(_reads(producers[n]))
         return sorted(found)
+
+    def needs_known(self, node, i: int, what: str):
+        """Refuse ``node``, whose input ``i`` must be known when the graph is built and is
+        not, naming where it comes from: graph inputs (``NeedsStatic``, which names them for
+        static_inputs), initializers kept as trainable state, or a node computing it from
+        run-time data."""
+        name = node.input[i]
+        label = f"{node.op_type}: {what or 'operand'} {i} ({name!r})"
+        sources = self.input_sources(name)
+        if sources:
+            raise NeedsStatic(f"{label} is computed from the values of the graph inputs "
+                              f"{sources}, and duograph needs it when the graph is built; "
+                              "pass their values in static_inputs", sources)
+        producers = self._producers()
+        states, stack, seen, makers = [], [name], set(), []
+        inits = {t.name for t in self.model.graph.initializer}
+        while stack:
+            n = stack.pop()
+            if n in seen or not n:
+                continue
+            seen.add(n)
+            if n in inits and not isinstance(self.env.get(n), np.ndarray):
+                states.append(n)
+            elif n in producers:
+                p = producers[n]
+                if not all(isinstance(self.env.get(x), (np.ndarray, ShapeValue))
+                           for x in p.input if x):
+                    makers.append(p)
+                stack.extend(_reads(p))
+        if states:
+            refuse(f"{what or name} is computed from the initializers {sorted(states)}, "
+                   "imported as trainable state, and duograph needs it when the graph is "
+                   "built; load with initializers='constant' (which freezes them)")
+        if makers:
+            m = makers[-1]
+            refuse(f"{what or name} depends on run-time data through node "
+                   f"{m.name or m.output[0]!r} ({m.op_type}), and duograph needs it when "
+                   "the graph is built (its size would depend on the data)")
+        refuse(f"input {i} ({what or name}) is computed at run time, but duograph needs it "
+               "when the graph is built")
+
+    def materialize(self, sv: ShapeValue) -> Value:
+        """A shape value as a graph value, computed at run time from the inputs' sizes."""
+        return materialize(sv, self.sym_sources, refuse)
 
     def run(self) -> Graph:
         g = self.graph
         m = self.model.graph
+        known = known_initializers(m)    # integers and settings: known even as state
         for t in m.initializer:
             arr = self._array(t)
-            if self.initializers == "constant" or t.name in self.static:
+            if self.initializers == "constant" or t.name in self.static or t.name in known:
                 self.env[t.name] = arr
             else:
                 self.env[t.name] = g.add_state(_state_name(t.name, g), arr)
@@ -274,7 +356,10 @@ class Importer:
                 continue
             t = self.input_types.get(vi.name) or self._input_type(vi)
             name = vi.name if vi.name.isidentifier() else _identifier(vi.name)
-            self.env[vi.name] = g.add_input(name, t)
+            self.env[vi.name] = v = g.add_input(name, t)
+            for axis, d in enumerate(t.shape):
+                if isinstance(d, str) and getattr(d, "is_symbol", False):
+                    self.sym_sources.setdefault(str(d), (v, axis))
         self.run_nodes(m.node)
         outs = []
         for vo in m.output:
@@ -316,9 +401,13 @@ class Importer:
         return TensorType(tuple(dims), dt)
 
     def as_value(self, v):
-        """``v`` as a Value of the graph (a known array becomes a constant)."""
+        """``v`` as a Value of the graph (a known array becomes a constant, a shape value
+        the computation of its symbolic dims)."""
         if isinstance(v, Value):
             return v
+        if isinstance(v, ShapeValue):           # sizes of the inputs, read at run time
+            with self.graph:
+                return self.materialize(v)
         arr = np.asarray(v)
         with self.graph:
             return F.constant(arr, arr.dtype.name)
@@ -335,7 +424,10 @@ class Importer:
         for n, r in zip(node.input, raw):
             if n and n not in self.env:
                 raise OnnxImportError(f"onnx import: {where}: input {n!r} is not defined")
-        known = [r if isinstance(r, np.ndarray) else None for r in raw]
+        known = [r if isinstance(r, (np.ndarray, ShapeValue)) else None for r in raw]
+        if any(isinstance(r, ShapeValue) for r in raw) and \
+                self._fold_shape(node, where, raw, known):
+            return
         eager_mode = all(r is None or isinstance(r, np.ndarray) for r in raw) and \
             node.op_type not in _NEVER_FOLD
         counted = eager_mode and node.op_type not in _NOT_COUNTED
@@ -351,7 +443,8 @@ class Importer:
                     outs = fn(ctx)
             else:
                 with self.graph:
-                    ops = [None if r is None else self.as_value(r) for r in raw]
+                    ops = [r if r is None or isinstance(r, ShapeValue) else self.as_value(r)
+                           for r in raw]
                     ctx = Ctx(self, node, ops, known, False)
                     outs = fn(ctx)
         except NeedsStatic:
@@ -376,13 +469,31 @@ class Importer:
             elif isinstance(o, Value) and o.node is not None and o.node.op.constant:
                 value = o.node.attrs["value"]          # known after all (Shape of a Value)
                 o = np.asarray(getattr(value, "array", value), dtype=o.dtype)
-            self.env[name] = o
+            self.env[name] = settle(o)
         if len(outs) < len([n for n in node.output if n]):
             missing = [n for n in node.output[len(outs):] if n]
             if missing:
                 raise OnnxImportError(f"onnx import: {where}: outputs {missing} are not "
                                       "supported")
 
+    def _fold_shape(self, node, where: str, raw: list, known: list) -> bool:
+        """Compute ``node`` at import on shape values (``FOLDS``) when its inputs are all
+        known, some up to symbolic dims; False when it does not apply (the node is then
+        built in the graph, its shape values taken as graph values)."""
+        fn = FOLDS.get(node.op_type)
+        if fn is None or not all(r is None or k is not None for r, k in zip(raw, known)):
+            return False
+        vals = [None if r is None else as_shape_value(r) for r in raw]
+        if any(v is None for v, r in zip(vals, raw) if r is not None):
+            return False
+        try:
+            out = fn(Ctx(self, node, vals, known, False), vals)
+        except _Refuse as e:
+            raise OnnxImportError(f"onnx import: {where}: {e}") from None
+        if out is None:
+            return False
+        self.env[node.output[0]] = settle(out)
+        return True
 
     def _fold_size(self, fn, node, raw: list, known: list) -> Optional[int]:
         """The bytes ``node``'s outputs would take if it were computed now: its handler
@@ -429,6 +540,20 @@ _NEVER_FOLD = {"RandomUniform", "RandomNormal", "RandomUniformLike", "RandomNorm
 # node by node, each checked; a scratch build would write the importer's environment).
 _NOT_COUNTED = {"Constant", "Identity"}
 _NO_DRY_RUN = {"If", "Loop", "Scan"}
+
+
+def _reads(node) -> list:
+    """The names ``node`` reads: its inputs, and the outer values its subgraphs (If
+    branches, Loop and Scan bodies, nested ones too) read."""
+    names = list(node.input)
+    stack = [a for a in node.attribute]
+    while stack:
+        a = stack.pop()
+        for sub in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+            for n in sub.node:
+                names.extend(n.input)
+                stack.extend(n.attribute)
+    return names
 
 
 def _identifier(name: str) -> str:
