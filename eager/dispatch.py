@@ -231,27 +231,34 @@ _PLAN_LIMIT = 8192
 
 
 def _make_plan(op, xp, table, in_dtypes, out_dtypes, arity: int):
-    """The prepared callable ``plan(inputs, tensors, arrays, attrs) -> result`` that runs
-    ``op`` on arrays of one signature with the backend kernel ``table[op]`` (its ``xp``):
-    ``inputs`` are the op's operands as given (numbers as ``Scalar``s, what ``record()``
-    keeps), ``tensors`` the tuple of tensors they became and ``arrays`` their arrays. It
-    knows the output dtype, which inputs can carry a gradient and what a tape node saves, so
-    a call runs the kernel, wraps the result and tapes or records it when asked. ``arity``
-    is 1 or 2 for calls without attributes of that many inputs (the kernel is called without
-    unpacking), else -1. A kernel registered into ``table`` after the plan was made makes
-    the plan stale: the call goes back to ``_eager_apply_slow``, which makes a new one and
-    runs it with ``fresh=True`` (no such check: a table that answers a new kernel on every
-    lookup gets a plan per call, not an endless loop)."""
+    """The prepared callable ``plan(tensors, arrays, inputs=None, attrs=None) -> result``
+    that runs ``op`` on arrays of one signature with the backend kernel ``table[op]`` (its
+    ``xp``): ``tensors`` are the operands as tensors (a number as its cached 0-d tensor),
+    ``arrays`` their arrays, ``inputs`` the operands as given (numbers as ``Scalar``s, what
+    ``record()`` keeps; default ``tensors``) and ``attrs`` the attributes (default none).
+    It knows the output dtype, which inputs can carry a gradient and what a tape node saves,
+    so a call runs the kernel, wraps the result and tapes or records it when asked.
+    ``arity`` is 1 or 2 for calls without attributes of that many inputs (the kernel is
+    called without unpacking), else -1. A kernel registered into ``table`` after the plan
+    was made makes the plan stale: the call goes back to ``_eager_apply_slow``, which makes
+    a new one (a table that answers a new kernel on every lookup gets a plan that does not
+    check, and is not cached: a plan per call, not an endless loop)."""
     raw = table[op]
+    stable = table[op] is raw
     kernel = direct_kernel(raw, [dtype_name(d) for d in in_dtypes])
     nondiff = op.nondiff_inputs
     diff = None if op.vjp is None else tuple(
         i for i in range(len(in_dtypes)) if i not in nondiff)
+    # which inputs' requires_grad the call reads: 0 none, 1 the first, 2 the first two,
+    # 3 those in ``diff`` (the first two forms unrolled for the hot path)
+    reads = 0 if not diff else 1 if diff == (0,) else 2 if diff == (0, 1) else 3
     view = bool(op.view)
     ndarray, asarray = xp.ndarray, xp.asarray
     if op.multi_output:
-        def run_multi(inputs, tensors, arrays, attrs, fresh=False):
-            if not fresh and raw is not table[op]:
+        def run_multi(tensors, arrays, inputs=None, attrs=None):
+            inputs = tensors if inputs is None else inputs
+            attrs = {} if attrs is None else attrs
+            if stable and raw is not table[op]:
                 return _eager_apply_slow(op, inputs, attrs)
             try:
                 res = run_kernel(kernel, xp, arrays, attrs, True, out_dtypes)
@@ -263,8 +270,7 @@ def _make_plan(op, xp, table, in_dtypes, out_dtypes, arity: int):
             if view:
                 for o in outs:
                     o._version = tensors[0]._version
-            grad = diff is not None and _state.enabled and any(
-                tensors[i].requires_grad for i in diff)
+            grad = reads and any(tensors[i].requires_grad for i in diff) and _state.enabled
             if grad or _recorders:
                 _record(op, inputs, tuple(tensors), attrs, outs, grad)
             return tuple(outs)
@@ -276,9 +282,10 @@ def _make_plan(op, xp, table, in_dtypes, out_dtypes, arity: int):
     # inputs' versions, 2 the outputs' too
     saves = 0 if op.saves_no_data and not view else (2 if op.vjp_reads_output else 1)
 
-    def plan(inputs, tensors, arrays, attrs, fresh=False):
-        if not fresh and raw is not table[op]:
-            return _eager_apply_slow(op, inputs, attrs)
+    def plan(tensors, arrays, inputs=None, attrs=None):
+        if stable and raw is not table[op]:
+            return _eager_apply_slow(op, tensors if inputs is None else inputs,
+                                     {} if attrs is None else attrs)
         try:
             if arity == 2:
                 res = kernel(xp, arrays[0], arrays[1])
@@ -304,18 +311,22 @@ def _make_plan(op, xp, table, in_dtypes, out_dtypes, arity: int):
         out._version = tensors[0]._version if view else [0]
         out._hooks = None
         out._retains_grad = False
-        if diff is not None and _state.enabled:
-            for i in diff:
-                if tensors[i].requires_grad:
-                    if type(tensors) is not tuple:
-                        tensors = tuple(tensors)
-                    if _recorders:
-                        _record(op, inputs, tensors, attrs, (out,), True)
-                    else:
-                        _tape(op, tensors, attrs, out, res, float_out, saves)
-                    return out
-        if _recorders:
-            _record(op, inputs, tuple(tensors), attrs, (out,), False)
+        if reads and (tensors[0].requires_grad if reads == 1 else
+                      (tensors[0].requires_grad or tensors[1].requires_grad) if reads == 2
+                      else any(tensors[i].requires_grad for i in diff)) and _state.enabled:
+            # (grad mode last: a thread-local read costs more than the tensors' flags)
+            if type(tensors) is not tuple:
+                tensors = tuple(tensors)
+            if attrs is None:
+                attrs = {}
+            if _recorders:
+                _record(op, tensors if inputs is None else inputs, tensors, attrs, (out,),
+                        True)
+            else:
+                _tape(op, tensors, attrs, out, res, float_out, saves)
+        elif _recorders:
+            _record(op, tensors if inputs is None else inputs, tuple(tensors),
+                    {} if attrs is None else attrs, (out,), False)
         return out
     return plan
 
@@ -406,7 +417,7 @@ def eager_apply(op, inputs, attrs):
         plan = _plans.get(key)
     if plan is None:
         return _eager_apply_slow(op, inputs, attrs)
-    return plan(inputs, tensors, arrays, attrs)
+    return plan(tensors, arrays, inputs, attrs)
 
 
 def _tape(op, tensors, attrs, out, res, float_out, saves):
@@ -540,7 +551,7 @@ def _eager_apply_slow(op, inputs, attrs):
     arity = len(arrays) if len(arrays) in (1, 2) and not attrs else -1
     plan = _make_plan(op, xp, table, [a.dtype for a in arrays], out_dtypes, arity)
     if not op.random and REGISTRY.get(op.name) is op and op is not _CONSTANT and (
-            op.multi_output or len(out_dtypes) == 1):
+            op.multi_output or len(out_dtypes) == 1) and table[op] is table[op]:
         key = (op, *[v for a in arrays for v in (a.shape, a.dtype)])
         if attrs:
             key = (*key, tuple(attrs.items()))
@@ -554,7 +565,7 @@ def _eager_apply_slow(op, inputs, attrs):
             pass
     # No np.errstate around kernels: it costs ~1 us per op. Like numpy, a division by zero
     # gives inf with a RuntimeWarning (PyTorch gives the same inf silently).
-    out = plan(inputs, tensors, arrays, attrs, True)
+    out = plan(tensors, arrays, inputs, attrs)
     if op is _CONSTANT and device is None:
         _float_constant(out)
     return out
@@ -595,7 +606,10 @@ def _fast_binary(op, name: str, reflected: bool):
             return general(self, other)
         to = type(other)
         if to is Tensor or to is Parameter:
-            x, y = (other, self) if reflected else (self, other)
+            if reflected:
+                x, y = other, self
+            else:
+                x, y = self, other
         elif to is float or to is int or to is bool:
             a = self.array
             t = None
@@ -611,15 +625,17 @@ def _fast_binary(op, name: str, reflected: bool):
                             _op_scalars.clear()
                         _op_scalars[(to, other, a.dtype)] = t
                 return out
-            x, y = (t, self) if reflected else (self, t)
+            if reflected:
+                x, y = t, self
+            else:
+                x, y = self, t
         else:
             return general(self, other)
         a, b = x.array, y.array
         if type(a) is _ndarray and type(b) is _ndarray:
             plan = _plans.get((op, a.shape, a.dtype, b.shape, b.dtype))
             if plan is not None:
-                xy = (x, y)
-                return plan(xy, xy, (a, b), {})
+                return plan((x, y), (a, b))
         return eager_apply(op, (x, y), {})
     operator.__name__ = operator.__qualname__ = name
     operator.__doc__ = general.__doc__
@@ -636,8 +652,7 @@ def _fast_unary(op, name: str):
         if type(a) is _ndarray:
             plan = _plans.get((op, a.shape, a.dtype))
             if plan is not None:
-                x = (self,)
-                return plan(x, x, (a,), {})
+                return plan((self,), (a,))
         return eager_apply(op, (self,), {})
     operator.__name__ = operator.__qualname__ = name
     operator.__doc__ = general.__doc__
