@@ -26,7 +26,7 @@ from .graphlib.source import set_capture_source
 from .graphlib.types import TensorType
 from .runtime import Executable, compile_graph
 from . import eager  # noqa: E402  (after the graph API: eager builds on it)
-from .eager.tensors import set_backend_provider as _set_backend_provider  # noqa: E402
+from .eager.device import set_backend_provider as _set_backend_provider  # noqa: E402
 from .runtime.backends import backend_for_device as _backend_for_device  # noqa: E402
 
 # eager dispatch gets its kernels from the runtime's backends through this documented hook

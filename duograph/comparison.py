@@ -462,22 +462,22 @@ def _kernels_timed(backend, clock: _KernelClock):
     fused regions) and every eager op gets kernels that add their time to ``clock``: the
     backend's tables are wrapped in place and a timing provider is installed for eager
     dispatch; both are put back after."""
-    from .eager import tensors as eager_tensors
+    from .eager import device as eager_device
     from .runtime.backends import get_backend
     be = get_backend(backend) if isinstance(backend, str) else backend
-    previous = eager_tensors.get_backend_provider()
+    previous = eager_device.get_backend_provider()
     kernels, out_kernel, prepare_out = be.kernels, be.out_kernel, be.prepare_out
     be.kernels = _TimedKernels(kernels, clock)
     be.out_kernel = lambda op: clock.wrap(out_kernel(op))
     be.prepare_out = lambda op, attrs, shapes: clock.wrap(prepare_out(op, attrs, shapes))
     if previous is not None:
-        eager_tensors.set_backend_provider(lambda d: _TimedProvider(previous(d), clock))
+        eager_device.set_backend_provider(lambda d: _TimedProvider(previous(d), clock))
     try:
         yield
     finally:
         be.kernels = kernels
         del be.out_kernel, be.prepare_out           # the class's methods again
-        eager_tensors.set_backend_provider(previous)
+        eager_device.set_backend_provider(previous)
 
 
 def _build(work: "_Workload", mode: str) -> Callable:

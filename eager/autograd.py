@@ -16,14 +16,17 @@ import numpy as np
 from ..graphlib import dtypes
 from ..graphlib.autodiff import fit_to, value_key
 from ..graphlib.errors import GraphError
+from ..graphlib.functional import ones_like
 from ..graphlib.kernels import direct_kernel
 from ..graphlib.ops.creation import zeros_like
 from ..graphlib.ops.reduction import _reduced_shape
 from ..graphlib.registry import REGISTRY, OpDef
 from ..graphlib.types import TensorType
 from . import grad_mode
-from . import tensors as tensor_mod
-from .tensors import EagerNode, Tensor, _HookHandle, eager_apply
+from . import dispatch as tensor_mod
+from .dispatch import eager_apply
+from .tape import EagerNode
+from .tensors import Tensor, _HookHandle, tensor_from_data
 
 
 def _collect(roots: Sequence[Tensor]):
@@ -101,7 +104,6 @@ def _check_node(node: EagerNode) -> None:
 
 
 def _ones_like(t: Tensor) -> Tensor:
-    from ..graphlib.functional import ones_like
     with grad_mode.no_grad():
         return ones_like(t)
 
@@ -118,7 +120,6 @@ def _grad_seed(root: Tensor, g, create_graph: bool) -> Tensor:
             return Tensor._wrap(np.ones(arr.shape, arr.dtype))
         return _ones_like(root)
     if not isinstance(g, Tensor):
-        from .tensors import tensor_from_data
         g = tensor_from_data(g, root.dtype, root.device)
     if tuple(g.shape) != tuple(root.shape):
         raise RuntimeError(f"backward: gradient has shape {list(g.shape)}, expected the "

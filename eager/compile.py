@@ -58,6 +58,7 @@ import numpy as np
 
 from ..graphlib import dtypes
 from ..graphlib.config import config
+from ..graphlib.functional import zeros_like
 from ..graphlib.autodiff import backward_pass, value_key
 from ..graphlib.ops.shape import reshape_op
 from ..graphlib.registry import OpDef
@@ -69,7 +70,8 @@ from .guards import (_TENSOR_PROPERTIES, Change, DecisionTracer, Guard, GuardBui
                      first_failure, same_decision, typed_key)
 from .pyrandom import RandomWatch, reachable_objects
 from .record import Recorder
-from .tensors import EagerNode, Tensor
+from .tape import EagerNode
+from .tensors import Tensor
 
 _LEAF = object()
 _log = logging.getLogger("duograph.compile")
@@ -503,7 +505,6 @@ class CompiledFunction:
                     cts[k] = ct if k not in cts else cts[k] + ct
                 wrt = [inputs[i] for i in s.grad_inputs]
                 got = backward_pass(g.nodes[:n_forward], cts, wrt)
-                from ..graphlib.functional import zeros_like
                 grads = [got.get(value_key(w)) for w in wrt]
                 grads = [gv if gv is not None else zeros_like(w) for gv, w in zip(grads, wrt)]
                 made = {o for n in g.nodes[n_forward:] for o in n.outputs}

@@ -14,8 +14,9 @@ import numpy as np
 from ..graphlib import dtypes
 from ..graphlib import functional as F
 from ..graphlib.ops import creation as graph_creation
-from .tensors import (SeedTensor, Tensor, _xp_for, pop_default_device, push_default_device,
-                      tensor_from_data)
+from .device import _xp_for
+from .dispatch import pop_default_device, push_default_device
+from .tensors import SeedTensor, Tensor, tensor_from_data
 
 _rng_state = threading.local()
 
@@ -347,7 +348,6 @@ def from_dlpack(obj) -> Tensor:
     if kind in (1, 3):                  # kDLCPU, kDLCUDAHost
         arr = np.from_dlpack(obj)
     elif kind in (2, 13):               # kDLCUDA, kDLCUDAManaged
-        from .tensors import _xp_for
         arr = _xp_for("cuda").from_dlpack(obj)
     else:
         raise TypeError(f"from_dlpack: DLPack device type {kind} is neither the CPU (1) nor "

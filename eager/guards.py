@@ -12,49 +12,15 @@ import operator
 import os
 import sys
 import sysconfig
-import threading
 import types
 from typing import Dict, List, NamedTuple, Optional
 
 import numpy as np
 from operator import is_ as _is
 
-_state = threading.local()
-
-
-def _stack() -> list:
-    s = getattr(_state, "tracers", None)
-    if s is None:
-        s = _state.tracers = []
-    return s
-
-
-def tracing() -> bool:
-    """Whether a compile() recording is listening for decisions."""
-    return bool(getattr(_state, "tracers", None))
-
-
-def note_decision(tensor, kind: str, value, what=None) -> None:
-    """Called by Tensor.__bool__/item()/numpy()...: every open tracer records the decision.
-
-    ``kind`` is "bool", "item" (a Python number) or "data" (an array read whole)."""
-    s = getattr(_state, "tracers", None)
-    if s:
-        from ..graphlib.source import user_source
-        source = user_source()
-        for tracer in s:
-            tracer.note(tensor, kind, value, source, what or f"{kind}()")
-
-
-def note_attribute(obj, name: str) -> None:
-    """Called where Python branches on an object's attribute while a function may be
-    recorded (``Module.__call__`` notes ``training``, which Dropout and BatchNorm branch
-    on): a replay checks the attribute still holds the recorded value."""
-    s = getattr(_state, "tracers", None)
-    if s:
-        value = getattr(obj, name)
-        for tracer in s:
-            tracer.note_attribute(obj, name, value)
+from ..graphlib.source import _PACKAGE_DIRS
+from .decisions import _stack, note_attribute, note_decision, tracing  # noqa: F401
+from .tensors import Tensor
 
 
 def same_decision(kind: str, recorded, now) -> bool:
@@ -176,7 +142,6 @@ _ITEM_LIMIT = 64                    # larger lists and dicts: one snapshot guard
 
 
 def _library_dirs() -> tuple:
-    from ..graphlib.source import _PACKAGE_DIRS
     paths = sysconfig.get_paths()
     found = [paths.get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")]
     return tuple(_PACKAGE_DIRS) + tuple(os.path.join(p, "") for p in found if p)
@@ -262,7 +227,6 @@ def _show(v) -> str:
     if typed_key(v) is not None:
         text = repr(v)
         return text if len(text) <= 60 else text[:57] + "..."
-    from .tensors import Tensor
     if isinstance(v, Tensor):
         return f"<{type(v).__name__} {list(v.shape)} {v.dtype}>"
     if isinstance(v, (types.FunctionType, types.BuiltinFunctionType, type)):
@@ -527,7 +491,6 @@ class GuardBuilder:
         if id(obj) in self._seen:
             return
         self._seen[id(obj)] = obj
-        from .tensors import Tensor
         if isinstance(obj, Tensor):
             # its data, shape and dtype are read live or checked at replay; ``t.grad`` is
             # another tensor object after every backward(): guarded when the code names it

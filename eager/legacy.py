@@ -9,38 +9,8 @@ uninitialised), ``dg.FloatTensor(t)`` shares ``t`` when it has that dtype. The c
 """
 from __future__ import annotations
 
-from ..graphlib import dtypes
-from .tensors import Tensor, _legacy_data
-
-# dtype -> PyTorch's legacy class name
-NAMES = {"float32": "FloatTensor", "float64": "DoubleTensor", "float16": "HalfTensor",
-         "bfloat16": "BFloat16Tensor", "uint8": "ByteTensor", "int8": "CharTensor",
-         "int16": "ShortTensor", "int32": "IntTensor", "int64": "LongTensor",
-         "bool": "BoolTensor"}
-_BY_NAME = {name: dt for dt, name in NAMES.items()}
-_PREFIXES = ("duograph.cuda.", "torch.cuda.", "duograph.", "torch.")
-
-
-def legacy_type_name(t: Tensor) -> str:
-    """``t.type()``: ``'duograph.FloatTensor'``, ``'duograph.cuda.LongTensor'``..."""
-    return ("duograph.cuda." if t.device == "cuda" else "duograph.") + NAMES[t.dtype]
-
-
-def legacy_dtype(spec):
-    """(dtype, device or None) for ``t.type(spec)``: a dtype, a legacy class, or a legacy
-    type name (``'torch.DoubleTensor'``, ``'duograph.cuda.FloatTensor'``)."""
-    dt = getattr(spec, "_legacy_dtype", None)
-    if dt is not None:
-        return dt, None
-    if isinstance(spec, str):
-        for prefix in _PREFIXES:
-            if spec.startswith(prefix) and spec[len(prefix):] in _BY_NAME:
-                return _BY_NAME[spec[len(prefix):]], ("cuda" if ".cuda." in prefix else "cpu")
-    try:
-        return dtypes.as_dtype(spec), None
-    except TypeError:
-        raise TypeError(f"type(): expected a dtype, a legacy tensor class or a type name "
-                        f"such as 'torch.FloatTensor', found {spec!r}") from None
+from .tensors import (NAMES, Tensor, _legacy_data, legacy_dtype,  # noqa: F401 (re-exported)
+                      legacy_type_name)
 
 
 class _LegacyMeta(type):

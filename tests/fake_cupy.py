@@ -81,7 +81,8 @@ import numpy as np
 import fake_device
 from fake_device import FakeDeviceArray, FakeXP, fake_cuda
 
-from duograph.eager import tensors as eager_tensors
+from duograph.eager import device as eager_device
+from duograph.eager import dispatch as eager_dispatch
 from duograph.runtime import backends
 from duograph.runtime.cuda import CUDABackend
 from duograph.runtime.cuda import fused as cuda_fused
@@ -675,8 +676,8 @@ def fake_cupy(cuda_backend: bool = False):
             if cuda_backend:
                 cuda_fused._kernels = {}
                 backends._made["cupy"] = CUDABackend(xp)
-                eager_tensors.set_backend_provider(eager_tensors.get_backend_provider())
-                eager_tensors._scalar_cache.clear()
+                eager_device.set_backend_provider(eager_device.get_backend_provider())
+                eager_dispatch._scalar_cache.clear()
             try:
                 yield xp
             finally:

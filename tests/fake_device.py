@@ -14,7 +14,8 @@ import types
 
 import numpy as np
 
-from duograph.eager import tensors as eager_tensors
+from duograph.eager import device as eager_device
+from duograph.eager import dispatch as eager_dispatch
 from duograph.graphlib import xp as xpu
 from duograph.runtime import backends
 from duograph.runtime.backend import Backend
@@ -126,12 +127,12 @@ def fake_cuda():
     xp = FakeXP()
     backend = Backend("fakecuda", xp, "cuda")
     saved_made = backends._made.get("cupy")
-    saved_provider = eager_tensors.get_backend_provider()
+    saved_provider = eager_device.get_backend_provider()
     xpu.register_array_module("fakecuda", _extras, device="cuda")
-    eager_tensors.register_device_array(FakeDeviceArray, "cuda")
+    eager_device.register_device_array(FakeDeviceArray, "cuda")
     backends._made["cupy"] = backend
-    eager_tensors.set_backend_provider(saved_provider)      # forget cached backends
-    eager_tensors._scalar_cache.clear()
+    eager_device.set_backend_provider(saved_provider)      # forget cached backends
+    eager_dispatch._scalar_cache.clear()
     try:
         yield backend
     finally:
@@ -140,6 +141,6 @@ def fake_cuda():
         else:
             backends._made["cupy"] = saved_made
         xpu.register_array_module("cupy", backends._cupy_extras, device="cuda")
-        eager_tensors.register_device_array(FakeDeviceArray, None)
-        eager_tensors.set_backend_provider(saved_provider)
-        eager_tensors._scalar_cache.clear()
+        eager_device.register_device_array(FakeDeviceArray, None)
+        eager_device.set_backend_provider(saved_provider)
+        eager_dispatch._scalar_cache.clear()

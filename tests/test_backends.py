@@ -10,7 +10,7 @@ import pytest
 from op_samples import OPS, assert_matches, build
 
 import duograph as dg
-from duograph.eager import tensors as eager_tensors
+from duograph.eager import device as eager_device
 from duograph.graphlib.kernels import run_kernel, state_written
 from duograph.graphlib.registry import REGISTRY
 from duograph.passes.memory import plan_memory
@@ -138,16 +138,16 @@ def test_cpu_backend_tables_are_keyed_by_the_opdef():
 # -- eager dispatch through the hook ---------------------------------------------------------
 def test_eager_dispatch_takes_its_kernels_from_the_installed_provider():
     toy = ToyBackend()
-    eager_tensors.set_backend_provider(lambda device: toy)
+    eager_device.set_backend_provider(lambda device: toy)
     try:
         a = dg.tensor([1.0, 2.0], requires_grad=True)
         y = dg.sum(dg.exp(a) + a)
         y.backward()
     finally:
-        eager_tensors.set_backend_provider(backend_for_device)
+        eager_device.set_backend_provider(backend_for_device)
     assert toy.calls["exp"] >= 1 and toy.calls["add"] >= 1
     np.testing.assert_allclose(a.grad.numpy(), np.exp([1.0, 2.0]) + 1, rtol=1e-6)
-    assert eager_tensors.backend_for("cpu") is cpu_backend
+    assert eager_device.backend_for("cpu") is cpu_backend
 
 
 # -- the one kernel-call loop ----------------------------------------------------------------

@@ -265,16 +265,16 @@ def test_every_mode_has_a_live_bytes_timeline(mlp_comparison):
 
 def test_kernel_timing_leaves_the_backend_as_it_was():
     from duograph.comparison import _KernelClock, _kernels_timed
-    from duograph.eager import tensors as eager_tensors
+    from duograph.eager import device as eager_device
     from duograph.runtime.backends import get_backend
     be = get_backend("numpy")
-    kernels, provider = be.kernels, eager_tensors.get_backend_provider()
+    kernels, provider = be.kernels, eager_device.get_backend_provider()
     clock = _KernelClock()
     with _kernels_timed("numpy", clock):
         assert be.kernels is not kernels
         dg.tanh(dg.ones(3)) + 1.0
         assert clock.spent > 0
-    assert be.kernels is kernels and eager_tensors.get_backend_provider() is provider
+    assert be.kernels is kernels and eager_device.get_backend_provider() is provider
     assert "out_kernel" not in vars(be) and "prepare_out" not in vars(be)
 
 

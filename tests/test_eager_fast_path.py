@@ -417,8 +417,8 @@ def test_linear_weight_gradient_form_keeps_the_op_rules_bits(monkeypatch, exact)
     bits of ``x.T @ g``; forcing the check either way still gives the op rules' bits, and
     the check is made for the transposed weight only."""
     from duograph.eager import autograd
-    from duograph.eager import tensors as eager_tensors
-    kernels = [eager_tensors._cpu_kernels[dg.graphlib.registry.REGISTRY[n]]
+    from duograph.eager import dispatch as eager_dispatch
+    kernels = [eager_dispatch._cpu_kernels[dg.graphlib.registry.REGISTRY[n]]
                for n in ("matmul", "permute")]
     rng = np.random.default_rng(4)
     arrays = [rng.standard_normal(s).astype(np.float32) for s in ((16, 40), (24, 40))]

@@ -94,7 +94,7 @@ def test_op_table_gradients_on_the_gpu_equal_the_cpu(op, sample):
 def _eager(op, sample, device, grad_leaves=()):
     """The sample on eager tensors of ``device`` (ops without tensor operands: created on
     it, as under ``device=``)."""
-    from duograph.eager.tensors import pop_default_device, push_default_device
+    from duograph.eager.dispatch import pop_default_device, push_default_device
     token = push_default_device(device)
     try:
         return _eager_on(op, sample, device, grad_leaves)
