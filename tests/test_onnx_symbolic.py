@@ -268,3 +268,32 @@ def test_shape_values_leave_if_branches_and_the_graph_as_values():
             feeds = {"x": np.zeros((n, 4), np.float32), "c": np.asarray(flag)}
             np.testing.assert_array_equal(run(**feeds)[0],
                                           [n, 4] if flag else [n, n])
+
+
+@pytest.mark.parametrize("coord, nearest", [("half_pixel", "round_prefer_floor"),
+                                            ("asymmetric", "floor")])
+def test_nearest_resize_and_max_pool_over_symbolic_spatial_dims(coord, nearest):
+    # an FPN's interpolate(scale_factor=2) and a stem's max pool, over dynamic H and W
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 2, "H", "W"])
+    scales = numpy_helper.from_array(np.asarray([1, 1, 2, 3], np.float32), "scales")
+    nodes = [helper.make_node("MaxPool", ["x"], ["p"], kernel_shape=[3, 3], strides=[2, 2],
+                              pads=[1, 1, 1, 1]),
+             helper.make_node("Resize", ["p", "", "scales"], ["y"], mode="nearest",
+                              coordinate_transformation_mode=coord, nearest_mode=nearest)]
+    model = _model(nodes, [x], [_out("y")], [scales])
+    g = dg.onnx.load(model)
+    assert tuple(str(d) for d in g.outputs[0].type.shape)[:2] == ("N", "2")
+    run = g.compile()
+    sess = ort.InferenceSession(model.SerializeToString())
+    for size in ((1, 2, 8, 6), (2, 2, 7, 9)):
+        xs = np.random.default_rng(size[2]).standard_normal(size).astype(np.float32)
+        np.testing.assert_array_equal(run(x=xs)[0], sess.run(None, {"x": xs})[0])
+
+
+def test_a_bilinear_resize_of_a_symbolic_spatial_dim_is_refused_clearly():
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 2, "H", 4])
+    scales = numpy_helper.from_array(np.asarray([1, 1, 2, 2], np.float32), "scales")
+    model = _model([helper.make_node("Resize", ["x", "", "scales"], ["y"], mode="linear")],
+                   [x], [_out("y")], [scales])
+    with pytest.raises(OnnxImportError, match="resizing the symbolic dim H.*input_shapes"):
+        dg.onnx.load(model)

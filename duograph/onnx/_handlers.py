@@ -12,7 +12,7 @@ import numpy as np
 
 from ..graphlib import functional as F
 from ..graphlib.ops import activations as A
-from ..graphlib.types import dim_product
+from ..graphlib.types import dim_product, dim_quotient
 from ._import import (HANDLERS, Ctx, _onnx, check_size, handler, np_dtype_of, refuse,
                       static_shape, tensor_array)
 from ._shape_values import ShapeValue, dim_offset, range_length, settle
@@ -1699,6 +1699,43 @@ def _resize_matrix(ctx, n_in, n_out, scale, roi, coord, mode, nearest_mode, a, a
     return weights, extrap
 
 
+def _repeat_factors(ctx, shape, axes, scales, sizes, mode, coord, nearest_mode, policy, roi):
+    """{axis: k} when this Resize repeats each element k times along some symbolic dims
+    (nearest neighbour by whole factors, which torch's ``interpolate(scale_factor=2)``
+    exports): then no size need be known. None where it does something else. With a whole
+    factor k, half_pixel's source coordinate (i + 0.5) / k - 0.5 lies strictly within half
+    a step of i // k, so any round_* mode picks it; asymmetric's i / k floors to it."""
+    resized = {}
+    for i, d in enumerate(axes):
+        if sizes is not None:
+            k = dim_quotient(sizes[i], shape[d])
+        else:
+            k = float(scales[i])
+            k = int(k) if k.is_integer() else None
+        if not isinstance(k, int) or k < 1:
+            return None
+        if k > 1:
+            resized[d] = k
+    if all(isinstance(shape[d], int) for d in resized) or mode != "nearest" or \
+            policy != "stretch" or roi is not None and coord == "tf_crop_and_resize":
+        return None
+    if coord in ("half_pixel", "pytorch_half_pixel") and nearest_mode.startswith("round"):
+        return resized
+    if coord == "asymmetric" and nearest_mode == "floor":
+        return resized
+    return None
+
+
+def _repeat_axes(ctx, x, factors):
+    """``x`` with each element repeated ``k`` times along each axis of ``factors``: a
+    gather of i // k for i < k * size (the size may be symbolic)."""
+    for d, k in factors.items():
+        n = dim_product([x.shape[d], k])
+        picks = F.floor_divide(_counting(ctx, n), ctx.const(k, "int64"))
+        x = F.index_select(x, d, picks)
+    return x
+
+
 @handler("Resize")
 def _resize(ctx):
     x = ctx.x(0)
@@ -1729,6 +1766,10 @@ def _resize(ctx):
     sizes = ctx.dims(3, "sizes") if ctx.has(3) else None
     if (scales is None) == (sizes is None):
         refuse("exactly one of scales and sizes must be given")
+    factors = _repeat_factors(ctx, shape, axes, scales, sizes, mode, coord, nearest_mode,
+                              policy, roi)
+    if factors is not None:              # nearest, by whole factors, over symbolic dims
+        return _repeat_axes(ctx, x, factors)
     for i, d in enumerate(axes):
         kept = sizes[i] == shape[d] if sizes is not None else float(scales[i]) == 1.0
         if not isinstance(shape[d], int) and not (kept and policy == "stretch"):
@@ -2348,6 +2389,9 @@ def _nd_pool(kind: str):
         indices = len([o for o in ctx.node.output if o]) > 1
         if kind == "avg" and x.ndim == 4 and not ctx.attr("ceil_mode", 0):
             return prev(ctx)
+        if kind == "max" and not indices and not all(isinstance(d, int)
+                                                      for d in x.shape[2:]):
+            return _symbolic_max_pool(ctx, x)
         kernel, strides, dil, pads, outs, extra = _pool_geometry(ctx, x)
         full = [(lo, hi + e) for (lo, hi), e in zip(pads, extra)]
         if kind == "max":
@@ -2365,6 +2409,29 @@ def _nd_pool(kind: str):
                                bool(ctx.attr("count_include_pad", 0)))
         return cast(total / ctx.const(count, x.dtype), x.dtype)
     return run
+
+
+def _symbolic_max_pool(ctx, x):
+    """MaxPool over symbolic spatial dims: with explicit pads and floor rounding the windows
+    need no extra end padding, so the sizes need not be known (ceil_mode and auto_pad
+    SAME_* do need them)."""
+    n = x.ndim - 2
+    if ctx.attr("ceil_mode", 0) or ctx.attr("auto_pad", "NOTSET") not in ("NOTSET", "VALID"):
+        refuse(f"ceil_mode or auto_pad over the symbolic spatial dims "
+               f"{[str(d) for d in x.shape[2:]]} (load with input_shapes=...)")
+    kernel = list(ctx.attr("kernel_shape"))
+    if len(kernel) != n:
+        refuse(f"kernel_shape {kernel} for {n} spatial dims")
+    strides = list(ctx.attr("strides", [1] * n))
+    dil = list(ctx.attr("dilations", [1] * n))
+    flat = list(ctx.attr("pads", [0] * 2 * n)) if ctx.attr("auto_pad", "NOTSET") == "NOTSET" \
+        else [0] * 2 * n
+    full = list(zip(flat[:n], flat[n:]))
+    if min(min(p) for p in full) < 0:
+        refuse("negative pads")
+    xp = F.pad(x, _torch_pad(full), value=-math.inf) if any(map(any, full)) else x
+    pool = F.max_pool2d if x.ndim == 4 else F.max_pool3d
+    return pool(xp, kernel, strides, 0, dil, False)
 
 
 def _onnx_pool_indices(ctx, x, flat, full, padded_shape):

@@ -83,15 +83,6 @@ def as_shape_value(v) -> Optional[ShapeValue]:
     return None
 
 
-def dims_of(v) -> Optional[list]:
-    """The entries of a known shape (a numpy array or a ShapeValue) as dims."""
-    if isinstance(v, ShapeValue):
-        return list(v.elems)
-    if isinstance(v, np.ndarray):
-        return [int(e) for e in v.reshape(-1)]
-    return None
-
-
 def range_length(start, limit, delta: int):
     """The length of ONNX's Range(start, limit, delta) over dims: ceil((limit - start) /
     delta), at least 0 (an int, or a symbolic dim)."""
