@@ -219,12 +219,12 @@ def test_swapped_linear_epilogue_gives_the_unswapped_bits(monkeypatch, batch):
     product transposed (where that measured faster) gives the bits of the form as written:
     three O2 training steps with the swap forced on and forced off agree exactly, and both
     agree with O0 to float32 rounding."""
-    from duograph.runtime.cpu.kernels import _same_bits
+    from duograph.runtime.cpu.autotune import same_bits
     rng = np.random.default_rng(batch)
     xs = [rng.standard_normal((batch, 784)).astype(np.float32) for _ in range(3)]
     ys = [rng.integers(0, 10, batch).astype(np.int64) for _ in range(3)]
     w = (rng.standard_normal((256, 784)) * 0.05).astype(np.float32)
-    if not _same_bits(xs[0], w.T):
+    if not same_bits(xs[0], w.T):
         pytest.skip("this BLAS sums x @ W.T and W @ x.T differently: the swap never runs")
     results = {}
     for name, faster in (("on", True), ("off", False)):

@@ -47,6 +47,7 @@ from ...graphlib.ops.fused import eval_nodes
 from ...graphlib.registry import get_op
 from ..backend import FusedCompiler, split_body
 from ..kernel_cache import cache_dir, write_verified
+from . import autotune
 from .tables import KERNELS, OUT_KERNELS
 
 # Elements per chunk (float32: 256 KiB per buffer; the few live ones stay in a 2 MiB L2):
@@ -417,10 +418,9 @@ def _bind_swapped(body, lay: Layout, step, sources, region_out, strategy: str, g
     by a transposed ``W`` slower than the swapped form at small batches (784 -> 256,
     float32, 128 rows: 602 -> 563 us with a bias + ReLU epilogue), and the epilogue pass
     does the transposition for free. Chosen per shape at the first call, and only where
-    both products give the same bits (``kernels._same_bits``), the whole body gave the
+    both products give the same bits (``autotune.same_bits``), the whole body gave the
     same bits both ways on those operands, and the swapped run was faster; otherwise, and
     for operands of other layouts, ``general`` runs. None for other bodies."""
-    from .kernels import _same_bits
     _, _, ins, attrs, _ = step
     node = lay.prologue[0]
     product = node.outputs[0]
@@ -451,7 +451,7 @@ def _bind_swapped(body, lay: Layout, step, sources, region_out, strategy: str, g
     def choose(arrays, outs) -> bool:
         a, b = arrays[ia], arrays[ib]
         if any(np.may_share_memory(o, x) for o in outs for x in arrays) \
-                or not _same_bits(a, b):
+                or not autotune.same_bits(a, b):
             return False              # (an output over an input: the body runs once only)
         if not general(arrays, outs):
             return False
@@ -488,8 +488,7 @@ def _bind_swapped(body, lay: Layout, step, sources, region_out, strategy: str, g
 def _runs_faster(new, old, arrays, outs) -> bool:
     """Whether ``new(arrays, outs)`` ran at least 3% faster than ``old`` (best of five
     each, interleaved); both write the same outputs, which overlap no input."""
-    from .kernels import runs_faster
-    return runs_faster(lambda: new(arrays, outs), lambda: old(arrays, outs), 5, 0.97)
+    return autotune.runs_faster(lambda: new(arrays, outs), lambda: old(arrays, outs), 5, 0.97)
 
 
 def _spare_homes(body, homes: Dict[Value, int]) -> Dict[int, int]:
