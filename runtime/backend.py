@@ -24,10 +24,13 @@ no file of ``graphlib`` changes.
 """
 from __future__ import annotations
 
+import threading
+import weakref
 from typing import Callable, Dict, Optional, Sequence, Tuple
 
 from ..graphlib.ops.fused import FusedBody, fused_op, run_ops
 from ..graphlib.registry import OpDef
+from .regions import RegionRunner
 
 
 class KernelTable(dict):
@@ -63,6 +66,51 @@ def split_body(graph) -> tuple:
                 seen.setdefault(x, x)
     region_outputs = [o for o in graph.outputs if o in made]
     return prologue, constants, region, list(seen.values()), region_outputs
+
+
+class BodyPlans(dict):
+    """One body's plans in a ``PlanCache``: a dict the backend fills as it likes (its keys
+    are the backend's: input signatures, switches), and ``lock``, held while a plan is
+    built so two threads never build the same one."""
+
+    __slots__ = ("lock", "_ref")
+
+    def __init__(self, body, entries: dict):
+        super().__init__()
+        self.lock = threading.Lock()
+        key = id(body)
+        # the entry goes when its body does (the callback runs while the body is being
+        # freed, before its id can be reused)
+        self._ref = weakref.ref(body, lambda _, key=key: entries.pop(key, None))
+
+
+class PlanCache:
+    """A backend's run plans per fused body (or any Region), held weakly and by identity:
+    ``cache(body)`` is the body's ``BodyPlans`` (made on first use), ``cache.get(body)``
+    the same or None. By identity, not by structure: a plan holds the body's own Values, so
+    two equal bodies of different graphs keep plans of their own; an entry lives as long as
+    its body. The IR holds no backend state: the cache belongs to the backend's compiler."""
+
+    __slots__ = ("entries", "_lock")
+
+    def __init__(self):
+        self.entries: Dict[int, BodyPlans] = {}     # id(body) -> its plans
+        self._lock = threading.Lock()
+
+    def get(self, body) -> Optional[BodyPlans]:
+        return self.entries.get(id(body))
+
+    def __call__(self, body) -> BodyPlans:
+        plans = self.entries.get(id(body))
+        if plans is None:
+            with self._lock:
+                plans = self.entries.get(id(body))
+                if plans is None:
+                    plans = self.entries[id(body)] = BodyPlans(body, self.entries)
+        return plans
+
+    def __len__(self) -> int:
+        return len(self.entries)
 
 
 class FusedCompiler:
@@ -106,7 +154,6 @@ class Backend:
         self.fused_compiler = (fused_compiler or FusedCompiler)(self)
         # region ops called outside an executable (eager dispatch) run their bodies compiled
         # once, interpreted (runtime/regions.py)
-        from .regions import RegionRunner
         self.kernels.regions = RegionRunner(self)
         for op in [op for op, k in self.kernels.items()
                    if op.region_kernel is not None and k is op.kernel]:

@@ -17,14 +17,13 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 ENGINE = ("graphlib", "eager", "passes", "runtime")
 
 # folder -> number of files that sit on an import circle inside that folder
-CIRCLE_FILES = {"graphlib": 16, "eager": 5, "passes": 0, "runtime": 15}
+CIRCLE_FILES = {"graphlib": 16, "eager": 5, "passes": 0, "runtime": 0}
 # folder -> imports written inside functions
-IMPORTS_IN_FUNCTIONS = {"graphlib": 133, "eager": 46, "passes": 3, "runtime": 22}
+IMPORTS_IN_FUNCTIONS = {"graphlib": 133, "eager": 46, "passes": 3, "runtime": 11}
 MAX_MODULE_LINES = 1000
 # modules over MAX_MODULE_LINES today, with their ceiling (to be split, issue 26)
 OVERSIZED = {
     "eager/tensors.py": 2004,
-    "runtime/cpu/fused.py": 1426,
     "graphlib/ops/conv.py": 1410,
     "graphlib/ops/control.py": 1348,
     "graphlib/ops/indexing.py": 1041,

@@ -24,7 +24,7 @@ from typing import Callable, Dict
 
 import numpy as np
 
-from ...graphlib.config import config
+from .options import options
 
 
 def runs_faster(new: Callable[[], object], old: Callable[[], object], rounds: int,
@@ -113,7 +113,7 @@ def swap_is_exact(a, b) -> bool:
 def use_swap(a, b) -> bool:
     """Whether ``a @ b`` runs as ``swapped(a, b)``, as ``config.matmul_swap`` asks (timed
     once per shape and mode; see above)."""
-    mode = config.matmul_swap
+    mode = options.matmul_swap
     if mode == "off" or not swappable(a, b):
         return False
     if mode == "on":

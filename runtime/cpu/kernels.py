@@ -25,7 +25,7 @@ from ...graphlib.ops import conv, linalg, nn, reduction
 from ...graphlib.ops import shape as shape_ops
 from ...graphlib.ops._common import promoting_kernel
 from . import autotune, blas_reduce
-from .fused import numba_module
+from .numba_support import numba_module
 from .select import UINT_OF_SIZE
 
 # -- numba loops for conv2d and pooling --------------------------------------------------------
@@ -454,4 +454,3 @@ def table() -> dict:
         linalg.matmul_op: matmul, nn.softmax_cross_entropy_op: softmax_cross_entropy,
         nn.softmax_cross_entropy_backward_op: softmax_cross_entropy_backward,
     }
-
