@@ -138,7 +138,11 @@ class FusedCompiler:
 
 class Backend:
     """One execution backend: an array module and kernel tables keyed by OpDef (see the
-    module docstring)."""
+    module docstring). ``options``: its section of ``dg.config`` (None where it registers
+    none); ``autotune``: the module of its timing decisions (None where it makes none)."""
+
+    options = None
+    autotune = None
 
     def __init__(self, name: str, xp, device: str = "cpu", *,
                  kernels: Optional[KernelTable] = None,
