@@ -187,11 +187,11 @@ def grad(output, wrt, cotangent=None) -> List[Value]:
 
 
 def is_zero_cotangent(ct) -> bool:
-    """Whether ``ct`` is the zeros ``backward_pass`` fills in for an output nobody reads
-    (``zeros_like``, a ``full_like`` of 0): a vjp may skip the terms it would feed."""
+    """Whether ``ct`` is zeros built by an op with the ``fills`` trait (the ``full_like`` of 0
+    that ``backward_pass`` fills in for an output nobody reads): a vjp may skip the terms it
+    would feed."""
     node = getattr(ct, "node", None)
-    return node is not None and (node.op.name == "zeros_like" or (
-        node.op.name == "full_like" and node.attrs.get("fill_value") == 0))
+    return node is not None and node.op.fills and node.attrs.get("fill_value") == 0
 
 
 def composite_vjp(formula: Callable, cts: Sequence, ins: Sequence,

@@ -39,6 +39,14 @@ keyword of its OpDef, never a set of op names kept elsewhere:
 - ``external``: outputs are prepared once outside the memory arena and never written.
 - ``constant``: the op is the constant op (its value is ``attrs["value"]``).
 - ``random``: it reads a seed: never merged or dropped by passes.
+- ``ufunc``: for elementwise ops that are one array-module ufunc over their operands in
+  order, its name in numpy (cupy mirrors numpy's names): ``"add"``, ``"true_divide"``. The
+  bare ufunc computes exactly what the kernel does where every operand already has the
+  output's dtype, or, with ``ufunc_mixed``, on operands of any dtypes (the kernel promotes
+  nothing first: comparisons, logic). Backends build their ufunc tables from it.
+- ``fills``: every element of the output is the ``fill_value`` attribute (``full``,
+  ``full_like``): autodiff knows a zero cotangent by it.
+- ``compare``: for comparisons, the operator as C and Python spell it (``"<"``, ``"=="``).
 - ``promote``: its operands (``True``: all; a tuple: those indices) promote together as
   PyTorch's do: Python numbers weakly, 0-d tensors in their own category (``dtypes``);
   ``dispatch`` casts what that decides before the node is built.
@@ -81,7 +89,7 @@ class OpDef:
                  "view", "returns_input", "vjp_reads_output", "saves_no_data",
                  "inplace_pairs", "epilogue_host", "cheap", "external", "constant",
                  "static_region", "loop_invariant_from", "region_kernel", "attrs", "doc",
-                 "__weakref__")
+                 "ufunc", "ufunc_mixed", "compare", "fills", "__weakref__")
 
     def __init__(self, name: str, infer: Callable, kernel: Callable,
                  vjp: Optional[Callable] = None, *, expr: Optional[str] = None,
@@ -94,7 +102,9 @@ class OpDef:
                  cheap: Optional[bool] = None, external: bool = False, constant: bool = False,
                  static_region: Optional[Callable] = None,
                  loop_invariant_from: Optional[Callable] = None,
-                 region_kernel: Optional[Callable] = None, attrs=None, doc: str = ""):
+                 region_kernel: Optional[Callable] = None, attrs=None, doc: str = "",
+                 ufunc: Optional[str] = None, ufunc_mixed: bool = False,
+                 compare: Optional[str] = None, fills: bool = False):
         self.name = name
         self.infer = infer
         self.kernel = kernel
@@ -123,6 +133,10 @@ class OpDef:
         self.region_kernel = region_kernel
         self.attrs = attrs              # the attribute schema (attrs.Attrs), or None
         self.doc = doc
+        self.ufunc = ufunc              # the numpy/cupy ufunc it is (see the traits)
+        self.ufunc_mixed = ufunc_mixed
+        self.compare = compare          # a comparison's operator: "<", "==" ...
+        self.fills = fills              # the output is attrs["fill_value"] everywhere
 
     def __call__(self, *inputs, **attrs):
         return _apply(self, inputs, attrs)

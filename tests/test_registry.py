@@ -38,10 +38,13 @@ NO_EXPR_YET = {
     "bitwise_right_shift": "the expression language has no shifts, and PyTorch's rule for "
                            "shifts out of range needs the operand's bit width",
 }
-# Tables of strings that happen to be op names but name something else (allowed).
+# Tables of strings that happen to be op names but name something else (allowed): (a file,
+# or a folder ending in "/", and the table's name).
 NOT_OP_TABLES = {("graphlib/ops/nn.py", "_SCE_REDUCTIONS"),       # values of an attribute
                  ("graphlib/collective_hooks.py", "REDUCE_OPS"),  # a collective's op attr
-                 ("runtime/cuda/codegen.py", "_MATH")}           # CUDA's math functions
+                 ("runtime/cuda/codegen.py", "_MATH"),           # CUDA's math functions
+                 ("runtime/cuda/codegen.py", "_RENAMED"),        # the same, renamed
+                 ("runtime/cpu/", "_FUNCS")}    # the expression language's functions in numba
 
 
 class NodeSample(NamedTuple):
@@ -214,6 +217,142 @@ def test_vjp_reads_output_is_declared_exactly_where_it_holds(name):
         assert changed, f"{name} declares vjp_reads_output, but no sample's vjp read it"
 
 
+# -- ufunc and compare ---------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ops_with("ufunc"))
+def test_ufunc_trait_is_the_kernel(name):
+    """The bare ufunc gives the kernel's bits where the trait says it may stand in for it:
+    every operand of the output's dtype, or any operands with ``ufunc_mixed``."""
+    op = REGISTRY[name]
+    assert op.elementwise and isinstance(getattr(np, op.ufunc, None), np.ufunc), name
+    checked = 0
+    for s in samples_of(name):
+        out_dtype = np.dtype(s.node.outputs[0].dtype)
+        if not op.ufunc_mixed and any(a.dtype != out_dtype for a in s.arrays):
+            continue
+        want = raw_kernel(s.node, s.arrays)
+        got = np.empty(np.broadcast_shapes(*(a.shape for a in s.arrays)), out_dtype)
+        with np.errstate(all="ignore"):
+            getattr(np, op.ufunc)(*s.arrays, out=got)
+        assert want.dtype == got.dtype, name
+        np.testing.assert_array_equal(got, want, err_msg=f"{name}: np.{op.ufunc}")
+        checked += 1
+    assert checked, f"{name}: no sample where the ufunc trait applies"
+
+
+def test_ufunc_mixed_means_a_kernel_that_promotes_nothing():
+    """With ``ufunc_mixed`` the ufunc stands in on operands of different dtypes too."""
+    mixed = ops_with("ufunc_mixed")
+    assert set(ops_with("compare")) <= set(mixed)
+    for name in mixed:
+        assert REGISTRY[name].ufunc is not None, name
+    a = np.array([1.5, -2.0, 3.0], np.float32)
+    b = np.array([1, -2, 4], np.int64)
+    for name in mixed:
+        op = REGISTRY[name]
+        args = (a, b)[:len(samples_of(name)[0].arrays)]
+        out = np.empty(3, bool)
+        getattr(np, op.ufunc)(*args, out=out)
+        np.testing.assert_array_equal(out, op.kernel(np, *args), err_msg=name)
+
+
+@pytest.mark.parametrize("name", ops_with("compare"))
+def test_compare_trait_is_the_operator(name):
+    op = REGISTRY[name]
+    rng = np.random.default_rng(3)
+    a = rng.integers(-2, 3, 50).astype(np.float64)
+    b = rng.integers(-2, 3, 50).astype(np.float64)
+    a[:3] = np.nan
+    want = eval(f"a {op.compare} b", {"a": a, "b": b})       # the operator, as numba reads it
+    np.testing.assert_array_equal(op.kernel(np, a, b), want, err_msg=name)
+    assert op.compare in ("<", "<=", ">", ">=", "==", "!="), name
+
+
+def test_fills_ops_fill_their_output_with_fill_value():
+    assert ops_with("fills") == ["full", "full_like"]
+    for name in ops_with("fills"):
+        checked = 0
+        for s in samples_of(name):
+            want = s.node.attrs["fill_value"]
+            got = raw_kernel(s.node, s.arrays)
+            assert np.all((got == want) | (np.isnan(got) & (want != want))), name
+            checked += 1
+        assert checked, name
+
+
+def test_a_zero_cotangent_is_known_by_the_fills_trait():
+    from duograph.graphlib.autodiff import is_zero_cotangent
+    with dg.Graph("zeros"):
+        x = dg.placeholder("x", (2, 3))
+        assert is_zero_cotangent(dg.zeros_like(x)) and is_zero_cotangent(dg.zeros((2, 3)))
+        assert not is_zero_cotangent(dg.ones_like(x)) and not is_zero_cotangent(x * 0)
+
+
+# -- every op decided in every table -------------------------------------------------------------
+# expressions the backends' fused-kernel translators refuse (they compute in float types)
+EXPR_NOT_TRANSLATED = {
+    name: "&, |, ^ and ~ are integer-only: the reference kernel runs"
+    for name in ("bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not")}
+
+
+def test_every_elementwise_op_has_an_out_form_or_says_why_not():
+    """The CPU backend's out= table (built from the ufunc traits and its own forms) holds
+    every elementwise op, or ``out_kernels.NO_OUT_FORM`` says why not; never both."""
+    from duograph.runtime.backends import get_backend
+    from duograph.runtime.cpu.out_kernels import NO_OUT_FORM
+    backend = get_backend("numpy")
+    for op in REGISTRY.values():
+        has = backend.out_kernel(op) is not None
+        if op.ufunc is not None:
+            assert has, f"{op.name}: a ufunc trait, but no out= form"
+        if op.elementwise:
+            assert has != (op in NO_OUT_FORM), (
+                f"{op.name}: an elementwise op needs an out= form in runtime/cpu/out_kernels.py "
+                f"or an entry in its NO_OUT_FORM saying why not (found in both or neither)")
+    for op, why in NO_OUT_FORM.items():
+        assert op.elementwise and isinstance(why, str) and why, op.name
+
+
+def test_every_expression_translates_on_each_backend_or_says_why_not():
+    """Each op's ``expr``, formatted as a sample node's attributes give it, is read by the CPU
+    numba translator and the CUDA code generator, unless EXPR_NOT_TRANSLATED says why not."""
+    from duograph.runtime.cpu.fused import c_to_python
+    from duograph.runtime.cuda import codegen
+    for name, op in REGISTRY.items():
+        if op.expr is None:
+            continue
+        node = samples_of(name)[0].node
+        text = op.expr.format(*[f"x{i}" for i in range(len(node.inputs))], **node.attrs)
+        for backend, translate in (("cpu", lambda t: c_to_python(t, "F")),
+                                   ("cuda", lambda t: codegen.translate(t, "float"))):
+            if name in EXPR_NOT_TRANSLATED:
+                with pytest.raises(ValueError):
+                    translate(text)
+            else:
+                translate(text)         # a ValueError names what it could not read
+
+
+def test_every_op_has_an_onnx_converter_or_says_why_not():
+    """The ONNX exporter's tables are keyed by the OpDef: a converter, or a refusal with its
+    reason (collectives, the ``ordered`` trait, are refused as such)."""
+    from duograph.onnx._export import CONVERTERS, REFUSED
+    for name, op in REGISTRY.items():
+        decided = (op in CONVERTERS) + (op in REFUSED) + bool(op.ordered)
+        assert decided == 1, (f"{name}: needs exactly one of an ONNX converter, an entry in "
+                              f"REFUSED (duograph/onnx/_export.py) or the ordered trait")
+    for op, why in REFUSED.items():
+        assert REGISTRY.get(op.name) is op and isinstance(why, str) and why, op.name
+
+
+def test_an_onnx_refusal_gives_its_reason():
+    from duograph.onnx._export import REFUSED
+    with dg.Graph("refused") as g:
+        x = dg.placeholder("x", (3,))
+        g.outputs = [dg.log1p(x)]
+    with pytest.raises(dg.onnx.OnnxExportError, match="op 'log1p' cannot be exported: "
+                       + REFUSED[REGISTRY["log1p"]]):
+        dg.onnx.to_model(g)
+
+
 # -- structural rules ------------------------------------------------------------------------------
 def test_structural_traits():
     for name, op in REGISTRY.items():
@@ -260,10 +399,14 @@ def _engine_files():
 
 
 def _string_items(node):
-    """The strings of a set/frozenset/tuple/list literal (or ``frozenset({...})``)."""
+    """The strings of a set/frozenset/tuple/list literal (or ``frozenset({...})``), or the
+    keys of a dict literal."""
     if isinstance(node, ast.Call) and getattr(node.func, "id", "") in ("frozenset", "set") \
             and len(node.args) == 1:
         node = node.args[0]
+    if isinstance(node, ast.Dict) and node.keys and all(
+            isinstance(k, ast.Constant) and isinstance(k.value, str) for k in node.keys):
+        return [k.value for k in node.keys]
     if isinstance(node, (ast.Set, ast.List, ast.Tuple)) and node.elts and all(
             isinstance(e, ast.Constant) and isinstance(e.value, str) for e in node.elts):
         return [e.value for e in node.elts]
@@ -271,8 +414,9 @@ def _string_items(node):
 
 
 def test_no_op_name_sets_in_the_engine_folders():
-    """A module-level table of op names (``VIEW_OPS = frozenset({"reshape", ...})``) or a
-    check ``op.name == "constant"`` stands in for a trait; declare the trait on the OpDef."""
+    """A module-level table of op names (``VIEW_OPS = frozenset({"reshape", ...})``, a dict
+    keyed by them) or a check ``op.name == "constant"`` stands in for a trait; declare the
+    trait on the OpDef, or key a backend's table by the OpDef object."""
     names = set(REGISTRY)
     found = []
     for rel, path in _engine_files():
@@ -282,8 +426,10 @@ def test_no_op_name_sets_in_the_engine_folders():
                 items = _string_items(stmt.value)
                 targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
                 target = getattr(targets[0], "id", "?")
+                allowed = any(rel.startswith(where) and target == table
+                              for where, table in NOT_OP_TABLES)
                 if items and sum(s in names for s in items) >= 2 and target != "__all__" \
-                        and (rel, target) not in NOT_OP_TABLES:
+                        and not allowed:
                     found.append(f"{rel}:{stmt.lineno} {target} = {items[:4]}...")
         for node in ast.walk(tree):
             if isinstance(node, ast.Compare) and any(
@@ -296,7 +442,8 @@ def test_no_op_name_sets_in_the_engine_folders():
 
 
 def test_the_guard_sees_a_name_table(tmp_path):
-    source = 'VIEW_OPS = frozenset({"reshape", "permute"})\nok = ("a", "b")\n'
+    source = ('VIEW_OPS = frozenset({"reshape", "permute"})\nok = ("a", "b")\n'
+              '_UFUNCS = {"add": "add", "sub": "subtract"}\n')
     tree = ast.parse(source)
     items = [_string_items(s.value) for s in tree.body]
-    assert items == [["reshape", "permute"], ["a", "b"]]
+    assert items == [["reshape", "permute"], ["a", "b"], ["add", "sub"]]

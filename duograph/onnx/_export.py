@@ -1,12 +1,14 @@
 """duograph Graph -> ONNX ModelProto.
 
-Each registered op has a converter here (``CONVERTERS``, keyed by op name) that emits the ONNX
+Each registered op has a converter here (``CONVERTERS``, keyed by the OpDef) that emits the ONNX
 nodes computing exactly what the op's reference kernel computes, dtype promotions included
 (duograph casts mixed operands to the promoted dtype; ONNX ops want one dtype, so the casts
 become ``Cast`` nodes). Nodes holding regions (``fused``, ``call``) are exported as their
 bodies, inlined. An op with no converter, or attributes its converter cannot express, raises
 ``OnnxExportError`` naming the op and the user's source line; the source line of every node
-goes into its ONNX nodes' ``doc_string``.
+goes into its ONNX nodes' ``doc_string``. An op that cannot be exported says why in
+``REFUSED`` (keyed by the OpDef), and collectives (the ``ordered`` trait) are refused as such:
+every registered op is in exactly one of the two tables or ordered (``tests/test_registry.py``).
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ import numpy as np
 from ..graphlib import dtypes
 from ..graphlib.errors import DuographError
 from ..graphlib.ir import ConstArray, Graph, Value
+from ..graphlib.registry import OpDef, get_op
 
 INT64_MAX = np.iinfo(np.int64).max
 
@@ -211,8 +214,11 @@ class Exporter:
         for node in graph.nodes:
             source = node.source
             self.doc = str(source) if source is not None else outer_doc
-            conv = CONVERTERS.get(node.op.name)
+            conv = CONVERTERS.get(node.op)
             where = f"\n  in: {source}" if source is not None else ""
+            if node.op in REFUSED:
+                raise OnnxExportError(f"onnx export: op {node.op.name!r} cannot be exported: "
+                                      f"{REFUSED[node.op]}{where}")
             if conv is None and node.op.ordered:
                 raise OnnxExportError(
                     f"onnx export: op {node.op.name!r} is a collective (communication "
@@ -244,15 +250,25 @@ class Exporter:
 
 
 # -- converters --------------------------------------------------------------------------------
-CONVERTERS: Dict[str, Callable] = {}
+CONVERTERS: Dict[OpDef, Callable] = {}
+# op -> why it has no ONNX form (the export error says it)
+REFUSED: Dict[OpDef, str] = {}
 
 
 def converter(*names: str):
+    """Register the decorated function as the converter of the ops named ``names``, keyed
+    by their OpDefs (a name that is no registered op fails here, at import)."""
     def register(fn):
         for n in names:
-            CONVERTERS[n] = fn
+            CONVERTERS[get_op(n)] = fn
         return fn
     return register
+
+
+def refused(why: str, *names: str) -> None:
+    """Declare that the ops named ``names`` have no ONNX form, and why."""
+    for n in names:
+        REFUSED[get_op(n)] = why
 
 
 def _in(node, i=0) -> str:
@@ -288,7 +304,7 @@ def _unary_float(op_type: str):
 for _name, _op_type in (("exp", "Exp"), ("log", "Log"), ("sqrt", "Sqrt"), ("sin", "Sin"),
                         ("cos", "Cos"), ("tanh", "Tanh"), ("sigmoid", "Sigmoid"),
                         ("erf", "Erf"), ("reciprocal", "Reciprocal")):
-    CONVERTERS[_name] = _unary_float(_op_type)
+    CONVERTERS[get_op(_name)] = _unary_float(_op_type)
 
 
 def _unary_numeric(build: Callable, allowed=("int32", "int64", "float32", "float64")):
@@ -303,16 +319,16 @@ def _unary_numeric(build: Callable, allowed=("int32", "int64", "float32", "float
 for _name, _op_type in (("tan", "Tan"), ("asin", "Asin"), ("acos", "Acos"), ("atan", "Atan"),
                         ("sinh", "Sinh"), ("cosh", "Cosh"), ("asinh", "Asinh"),
                         ("acosh", "Acosh"), ("atanh", "Atanh")):
-    CONVERTERS[_name] = _unary_float(_op_type)
-# log2, log10, exp2 through natural log / exp (within an ulp); log1p and expm1 have no ONNX
-# form that keeps their accuracy near 0, so they are refused (see REFUSED in the tests)
-CONVERTERS["log2"] = _unary_numeric(
+    CONVERTERS[get_op(_name)] = _unary_float(_op_type)
+# log2, log10, exp2 through natural log / exp (within an ulp)
+refused("ONNX has no form of it that keeps its accuracy near 0", "log1p", "expm1")
+CONVERTERS[get_op("log2")] = _unary_numeric(
     lambda ex, x, dt: ex.op("Div", ex.op("Log", x), ex.const(math.log(2.0), dt)),
     ("float32", "float64"))
-CONVERTERS["log10"] = _unary_numeric(
+CONVERTERS[get_op("log10")] = _unary_numeric(
     lambda ex, x, dt: ex.op("Div", ex.op("Log", x), ex.const(math.log(10.0), dt)),
     ("float32", "float64"))
-CONVERTERS["exp2"] = _unary_numeric(
+CONVERTERS[get_op("exp2")] = _unary_numeric(
     lambda ex, x, dt: ex.op("Pow", ex.const(2.0, dt), x), ("float32", "float64"))
 
 
@@ -336,7 +352,7 @@ def _rounding(op_type: str):
 
 for _name, _op_type in (("floor", "Floor"), ("ceil", "Ceil"), ("trunc", "Trunc"),
                         ("frac", "Frac")):
-    CONVERTERS[_name] = _rounding(_op_type)
+    CONVERTERS[get_op(_name)] = _rounding(_op_type)
 
 
 def _float_test(build: Callable, integers: bool):
@@ -351,22 +367,23 @@ def _float_test(build: Callable, integers: bool):
     return conv
 
 
-CONVERTERS["isnan"] = _float_test(lambda ex, x: ex.op("IsNaN", x), False)
-CONVERTERS["isinf"] = _float_test(lambda ex, x: ex.op("IsInf", x), False)
-CONVERTERS["isfinite"] = _float_test(
+CONVERTERS[get_op("isnan")] = _float_test(lambda ex, x: ex.op("IsNaN", x), False)
+CONVERTERS[get_op("isinf")] = _float_test(lambda ex, x: ex.op("IsInf", x), False)
+CONVERTERS[get_op("isfinite")] = _float_test(
     lambda ex, x: ex.op("Not", ex.op("Or", ex.op("IsNaN", x), ex.op("IsInf", x))), True)
 # logsigmoid(x) = min(x, 0) - softplus(-|x|) (ONNX has no LogSigmoid)
-CONVERTERS["logsigmoid"] = _unary_numeric(
+CONVERTERS[get_op("logsigmoid")] = _unary_numeric(
     lambda ex, x, dt: ex.op("Sub", ex.op("Min", x, ex.const(0, dt)),
                             ex.op("Softplus", ex.op("Neg", ex.op("Abs", x)))),
     ("float32", "float64"))
-CONVERTERS["neg"] = _unary_numeric(lambda ex, x, dt: ex.op("Neg", x))
-CONVERTERS["abs"] = _unary_numeric(lambda ex, x, dt: ex.op("Abs", x))
-CONVERTERS["square"] = _unary_numeric(lambda ex, x, dt: ex.op("Mul", x, x))
-CONVERTERS["sign"] = _unary_numeric(   # sign(NaN) is 0, as PyTorch's (ONNX's Sign keeps NaN)
+CONVERTERS[get_op("neg")] = _unary_numeric(lambda ex, x, dt: ex.op("Neg", x))
+CONVERTERS[get_op("abs")] = _unary_numeric(lambda ex, x, dt: ex.op("Abs", x))
+CONVERTERS[get_op("square")] = _unary_numeric(lambda ex, x, dt: ex.op("Mul", x, x))
+# sign(NaN) is 0, as PyTorch's (ONNX's Sign keeps NaN)
+CONVERTERS[get_op("sign")] = _unary_numeric(
     lambda ex, x, dt: ex.op("Where", ex.op("IsNaN", x), ex.const(0, dt), ex.op("Sign", x))
     if dt.startswith("float") else ex.op("Sign", x))
-CONVERTERS["relu"] = _unary_numeric(lambda ex, x, dt: ex.op("Max", x, ex.const(0, dt)))
+CONVERTERS[get_op("relu")] = _unary_numeric(lambda ex, x, dt: ex.op("Max", x, ex.const(0, dt)))
 
 
 @converter("rsqrt")
@@ -552,12 +569,12 @@ def _binary_arith(op_type: str, bool_op: Optional[str] = None, float_only: bool 
     return conv
 
 
-CONVERTERS["add"] = _binary_arith("Add", "Or")
-CONVERTERS["sub"] = _binary_arith("Sub")
-CONVERTERS["mul"] = _binary_arith("Mul", "And")
-CONVERTERS["div"] = _binary_arith("Div", float_only=True)
-CONVERTERS["maximum"] = _binary_arith("Max", "Or")
-CONVERTERS["minimum"] = _binary_arith("Min", "And")
+CONVERTERS[get_op("add")] = _binary_arith("Add", "Or")
+CONVERTERS[get_op("sub")] = _binary_arith("Sub")
+CONVERTERS[get_op("mul")] = _binary_arith("Mul", "And")
+CONVERTERS[get_op("div")] = _binary_arith("Div", float_only=True)
+CONVERTERS[get_op("maximum")] = _binary_arith("Max", "Or")
+CONVERTERS[get_op("minimum")] = _binary_arith("Min", "And")
 
 
 @converter("tanh_backward", "sigmoid_backward")
@@ -634,12 +651,12 @@ def _compare(op_type: str, negate: bool = False):
     return conv
 
 
-CONVERTERS["eq"] = _compare("Equal")
-CONVERTERS["ne"] = _compare("Equal", negate=True)
-CONVERTERS["lt"] = _compare("Less")
-CONVERTERS["le"] = _compare("LessOrEqual")
-CONVERTERS["gt"] = _compare("Greater")
-CONVERTERS["ge"] = _compare("GreaterOrEqual")
+CONVERTERS[get_op("eq")] = _compare("Equal")
+CONVERTERS[get_op("ne")] = _compare("Equal", negate=True)
+CONVERTERS[get_op("lt")] = _compare("Less")
+CONVERTERS[get_op("le")] = _compare("LessOrEqual")
+CONVERTERS[get_op("gt")] = _compare("Greater")
+CONVERTERS[get_op("ge")] = _compare("GreaterOrEqual")
 
 
 def _logic(op_type: str):
@@ -649,9 +666,9 @@ def _logic(op_type: str):
     return conv
 
 
-CONVERTERS["logical_and"] = _logic("And")
-CONVERTERS["logical_or"] = _logic("Or")
-CONVERTERS["logical_xor"] = _logic("Xor")
+CONVERTERS[get_op("logical_and")] = _logic("And")
+CONVERTERS[get_op("logical_or")] = _logic("Or")
+CONVERTERS[get_op("logical_xor")] = _logic("Xor")
 
 
 def _bitwise(op_type: str, logical: str):
@@ -667,10 +684,10 @@ def _bitwise(op_type: str, logical: str):
     return conv
 
 
-CONVERTERS["bitwise_and"] = _bitwise("BitwiseAnd", "And")
-CONVERTERS["bitwise_or"] = _bitwise("BitwiseOr", "Or")
-CONVERTERS["bitwise_xor"] = _bitwise("BitwiseXor", "Xor")
-CONVERTERS["bitwise_not"] = _bitwise("BitwiseNot", "Not")
+CONVERTERS[get_op("bitwise_and")] = _bitwise("BitwiseAnd", "And")
+CONVERTERS[get_op("bitwise_or")] = _bitwise("BitwiseOr", "Or")
+CONVERTERS[get_op("bitwise_xor")] = _bitwise("BitwiseXor", "Xor")
+CONVERTERS[get_op("bitwise_not")] = _bitwise("BitwiseNot", "Not")
 
 
 @converter("where")
@@ -862,13 +879,14 @@ def _reduction(op_type: str, accumulate: bool):
     return conv
 
 
-CONVERTERS["sum"] = _reduction("ReduceSum", True)
-CONVERTERS["prod"] = _reduction("ReduceProd", True)
-CONVERTERS["mean"] = _reduction("ReduceMean", True)
-CONVERTERS["amax"] = _reduction("ReduceMax", False)
-CONVERTERS["amin"] = _reduction("ReduceMin", False)
-CONVERTERS["max"] = _reduction("ReduceMax", False)     # amax and amin, another gradient rule
-CONVERTERS["min"] = _reduction("ReduceMin", False)
+CONVERTERS[get_op("sum")] = _reduction("ReduceSum", True)
+CONVERTERS[get_op("prod")] = _reduction("ReduceProd", True)
+CONVERTERS[get_op("mean")] = _reduction("ReduceMean", True)
+CONVERTERS[get_op("amax")] = _reduction("ReduceMax", False)
+CONVERTERS[get_op("amin")] = _reduction("ReduceMin", False)
+# max and min: amax and amin with another gradient rule
+CONVERTERS[get_op("max")] = _reduction("ReduceMax", False)
+CONVERTERS[get_op("min")] = _reduction("ReduceMin", False)
 
 
 def _count(ex, v: Value, dims, dtype: str) -> str:
@@ -925,8 +943,8 @@ def _arg(ex, node, ins):
     return [ex.op(op_type, name, axis=dim, keepdims=int(keep))]
 
 
-# -- scans, sorting and norms (cummax/cummin, logcumsumexp, mode and svd have no exact ONNX
-# form and are refused; cumprod needs opset 26's CumProd)
+# -- scans, sorting and norms (cumprod needs opset 26's CumProd)
+refused("ONNX has no exact form of it", "cummax", "cummin", "logcumsumexp", "mode", "svd")
 @converter("cumsum")
 def _cumsum(ex, node, ins):
     x, out = node.inputs[0], _out(node)
@@ -1056,8 +1074,8 @@ def _softmax(op_type: str):
     return conv
 
 
-CONVERTERS["softmax"] = _softmax("Softmax")
-CONVERTERS["log_softmax"] = _softmax("LogSoftmax")
+CONVERTERS[get_op("softmax")] = _softmax("Softmax")
+CONVERTERS[get_op("log_softmax")] = _softmax("LogSoftmax")
 
 
 @converter("one_hot")
@@ -1387,6 +1405,19 @@ def _random(ex, node, ins):
 def _region(ex, node, ins):
     (region,) = node.regions
     return ex.inline(region.graph, ins, ex.doc)
+
+
+# -- ops without an ONNX form ------------------------------------------------------------------
+refused("ONNX has no such op, and no exact composite is written yet", "floor_divide", "atan2",
+        "hypot")
+refused("its output's size depends on the data", "nonzero")
+refused("ONNX has no exact form of it (ScatterElements lacks mean and include_self)",
+        "scatter_reduce")
+refused("no converter is written yet (Col2Im needs opset 18 and static sizes)", "fold")
+refused("no converter is written yet", "max_unpool2d", "adaptive_max_pool2d_indices",
+        "linear_recurrence", "masked_scatter", "masked_take")
+refused("a gradient op: no converter is written yet (export the forward graph)",
+        "max_pool2d_backward", "max_pool2d_gather", "avg_pool2d_backward")
 
 
 # -- the model ---------------------------------------------------------------------------------

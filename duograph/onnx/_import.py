@@ -373,7 +373,7 @@ class Importer:
                 o = o.numpy().copy()
                 if counted:
                     self.folded_bytes += o.nbytes
-            elif isinstance(o, Value) and o.node is not None and o.node.op.name == "constant":
+            elif isinstance(o, Value) and o.node is not None and o.node.op.constant:
                 value = o.node.attrs["value"]          # known after all (Shape of a Value)
                 o = np.asarray(getattr(value, "array", value), dtype=o.dtype)
             self.env[name] = o

@@ -96,6 +96,8 @@ def unary(name: str, kernel: Callable, vjp: Optional[Callable] = None, *,
             return [vjp(cts[0], ins[0], outs[0], **attrs)]
     if float_out:
         kernel = float_kernel(kernel)
+    elif out_dtype is not None and "ufunc" in traits:   # the bare ufunc on any operand
+        traits.setdefault("ufunc_mixed", True)
     traits.setdefault("attrs", Attrs())
     return register(OpDef(name, unary_infer(float_out, out_dtype, allowed, name), kernel,
                           rule, expr=expr, elementwise=True, doc=doc, **traits))
@@ -145,6 +147,8 @@ def binary(name: str, kernel: Callable, vjp: Optional[Callable] = None, *,
                     rule_b(g, a, b, y) if needs[1] else None]
     if out_dtype is None:   # comparisons and logic compare mixed dtypes exactly as they are
         kernel = promoting_kernel(kernel, float_out)
+    elif "ufunc" in traits:   # so the bare ufunc is the kernel on operands of any dtypes
+        traits.setdefault("ufunc_mixed", True)
     traits.setdefault("attrs", Attrs())
     return register(OpDef(name, binary_infer(name, out_dtype, float_out, allowed_kinds,
                                              bool_ok),

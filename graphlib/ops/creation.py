@@ -44,7 +44,7 @@ def _filled_infer(types, attrs):
 full_op = register(OpDef(
     "full", _filled_infer,
     lambda xp, shape, fill_value, dtype: xp.full(shape, fill_value, dtype=dtype),
-    cheap=True,
+    cheap=True, fills=True,
     attrs=Attrs(shape=Attr("shape"), fill_value=Attr("number"), dtype=Attr("dtype"))))
 
 
@@ -56,7 +56,7 @@ def _like_infer(types, attrs):
 full_like_op = register(OpDef(
     "full_like", _like_infer,
     lambda xp, x, fill_value, dtype: xp.full(x.shape, fill_value, dtype=dtype or x.dtype),
-    nondiff_inputs=(0,), cheap=True,
+    nondiff_inputs=(0,), cheap=True, fills=True,
     attrs=Attrs(fill_value=Attr("number"), dtype=Attr("dtype", default=None))))
 
 

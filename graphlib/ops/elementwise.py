@@ -20,15 +20,15 @@ NUMERIC = dtypes.NUMERIC_DTYPES
 
 # -- unary -------------------------------------------------------------------------------------
 neg_op = unary("neg", lambda xp, x: xp.negative(x), lambda g, x, y: -g, expr="(-{0})",
-               allowed=NUMERIC, saves_no_data=True)
+               allowed=NUMERIC, saves_no_data=True, ufunc="negative")
 abs_op = unary("abs", lambda xp, x: xp.abs(x), lambda g, x, y: g * sign(x), expr="abs({0})",
-               allowed=NUMERIC)
+               allowed=NUMERIC, ufunc="absolute")
 exp_op = unary("exp", lambda xp, x: xp.exp(x), lambda g, x, y: g * y, expr="exp({0})",
-               float_out=True, vjp_reads_output=True)
+               float_out=True, vjp_reads_output=True, ufunc="exp")
 log_op = unary("log", lambda xp, x: xp.log(x), lambda g, x, y: g / x, expr="log({0})",
-               float_out=True)
+               float_out=True, ufunc="log")
 sqrt_op = unary("sqrt", lambda xp, x: xp.sqrt(x), lambda g, x, y: g * 0.5 / y,
-                expr="sqrt({0})", float_out=True, vjp_reads_output=True)
+                expr="sqrt({0})", float_out=True, vjp_reads_output=True, ufunc="sqrt")
 # -0.5 * y**3, as PyTorch (not -0.5 * y / x: at -0.0 that has the wrong sign of infinity)
 rsqrt_op = unary("rsqrt", lambda xp, x: xp.reciprocal(xp.sqrt(x)),
                  lambda g, x, y: g * -0.5 * (y * y * y), expr="(1 / sqrt({0}))",
@@ -36,13 +36,13 @@ rsqrt_op = unary("rsqrt", lambda xp, x: xp.reciprocal(xp.sqrt(x)),
 square_op = unary("square", lambda xp, x: xp.multiply(x, x), lambda g, x, y: g * 2.0 * x,
                   expr="({0} * {0})", allowed=NUMERIC)
 reciprocal_op = unary("reciprocal", lambda xp, x: xp.reciprocal(x), lambda g, x, y: -g * y * y,
-                      expr="(1 / {0})", float_out=True, vjp_reads_output=True)
+                      expr="(1 / {0})", float_out=True, vjp_reads_output=True, ufunc="reciprocal")
 sin_op = unary("sin", lambda xp, x: xp.sin(x), lambda g, x, y: g * cos(x), expr="sin({0})",
-               float_out=True)
+               float_out=True, ufunc="sin")
 cos_op = unary("cos", lambda xp, x: xp.cos(x), lambda g, x, y: -g * sin(x), expr="cos({0})",
-               float_out=True)
+               float_out=True, ufunc="cos")
 tanh_op = unary("tanh", lambda xp, x: xp.tanh(x), lambda g, x, y: tanh_backward(g, y),
-                expr="tanh({0})", float_out=True, vjp_reads_output=True)
+                expr="tanh({0})", float_out=True, vjp_reads_output=True, ufunc="tanh")
 
 
 def _sigmoid_kernel(xp, x):
@@ -120,34 +120,35 @@ sign_op = unary("sign", _sign_kernel, lambda g, x, y: None,
 # -- more math (PyTorch's names, gradients and integer-to-float32 promotion) -----------------
 _LN2, _LN10 = math.log(2.0), math.log(10.0)
 tan_op = unary("tan", lambda xp, x: xp.tan(x), lambda g, x, y: g * (1.0 + y * y),
-               expr="tan({0})", float_out=True, vjp_reads_output=True)
+               expr="tan({0})", float_out=True, vjp_reads_output=True, ufunc="tan")
 asin_op = unary("asin", lambda xp, x: xp.arcsin(x), lambda g, x, y: g * rsqrt(1.0 - x * x),
-                expr="asin({0})", float_out=True)
+                expr="asin({0})", float_out=True, ufunc="arcsin")
 acos_op = unary("acos", lambda xp, x: xp.arccos(x), lambda g, x, y: -g * rsqrt(1.0 - x * x),
-                expr="acos({0})", float_out=True)
+                expr="acos({0})", float_out=True, ufunc="arccos")
 atan_op = unary("atan", lambda xp, x: xp.arctan(x), lambda g, x, y: g / (1.0 + x * x),
-                expr="atan({0})", float_out=True)
+                expr="atan({0})", float_out=True, ufunc="arctan")
 sinh_op = unary("sinh", lambda xp, x: xp.sinh(x), lambda g, x, y: g * cosh(x),
-                expr="sinh({0})", float_out=True)
+                expr="sinh({0})", float_out=True, ufunc="sinh")
 cosh_op = unary("cosh", lambda xp, x: xp.cosh(x), lambda g, x, y: g * sinh(x),
-                expr="cosh({0})", float_out=True)
+                expr="cosh({0})", float_out=True, ufunc="cosh")
 asinh_op = unary("asinh", lambda xp, x: xp.arcsinh(x), lambda g, x, y: g * rsqrt(x * x + 1.0),
-                 expr="asinh({0})", float_out=True)
+                 expr="asinh({0})", float_out=True, ufunc="arcsinh")
+# x * x - 1, as PyTorch: +inf (not -inf) at x = -1
 acosh_op = unary("acosh", lambda xp, x: xp.arccosh(x),
                  lambda g, x, y: g * rsqrt(x * x - 1.0), expr="acosh({0})",
-                 float_out=True)     # x * x - 1, as PyTorch: +inf (not -inf) at x = -1
+                 float_out=True, ufunc="arccosh")
 atanh_op = unary("atanh", lambda xp, x: xp.arctanh(x), lambda g, x, y: g / (1.0 - x * x),
-                 expr="atanh({0})", float_out=True)
+                 expr="atanh({0})", float_out=True, ufunc="arctanh")
 log1p_op = unary("log1p", lambda xp, x: xp.log1p(x), lambda g, x, y: g / (1.0 + x),
-                 expr="log1p({0})", float_out=True)
+                 expr="log1p({0})", float_out=True, ufunc="log1p")
 expm1_op = unary("expm1", lambda xp, x: xp.expm1(x), lambda g, x, y: g * (y + 1.0),
-                 expr="expm1({0})", float_out=True, vjp_reads_output=True)
+                 expr="expm1({0})", float_out=True, vjp_reads_output=True, ufunc="expm1")
 log2_op = unary("log2", lambda xp, x: xp.log2(x), lambda g, x, y: g / (x * _LN2),
-                expr="log2({0})", float_out=True)
+                expr="log2({0})", float_out=True, ufunc="log2")
 log10_op = unary("log10", lambda xp, x: xp.log10(x), lambda g, x, y: g / (x * _LN10),
-                 expr="log10({0})", float_out=True)
+                 expr="log10({0})", float_out=True, ufunc="log10")
 exp2_op = unary("exp2", lambda xp, x: xp.exp2(x), lambda g, x, y: g * y * _LN2,
-                expr="exp2({0})", float_out=True, vjp_reads_output=True)
+                expr="exp2({0})", float_out=True, vjp_reads_output=True, ufunc="exp2")
 # rounding keeps the dtype (integers pass through) and has a zero gradient (zeros, as
 # PyTorch gives, not "no gradient")
 def _zero_grad(g, x, y):
@@ -164,13 +165,13 @@ trunc_op = unary("trunc", lambda xp, x: xp.trunc(x) if x.dtype.kind == "f" else 
 frac_op = unary("frac", lambda xp, x: x - xp.trunc(x), lambda g, x, y: g,
                 expr="({0} - trunc({0}))", allowed=dtypes.FLOAT_DTYPES)
 isnan_op = unary("isnan", lambda xp, x: xp.isnan(x), None, out_dtype="bool",
-                 expr="isnan({0})")
+                 expr="isnan({0})", ufunc="isnan")
 isinf_op = unary("isinf", lambda xp, x: xp.isinf(x), None, out_dtype="bool",
-                 expr="isinf({0})")
+                 expr="isinf({0})", ufunc="isinf")
 isfinite_op = unary("isfinite", lambda xp, x: xp.isfinite(x), None, out_dtype="bool",
-                    expr="isfinite({0})")
+                    expr="isfinite({0})", ufunc="isfinite")
 logical_not_op = unary("logical_not", lambda xp, x: xp.logical_not(x), None, out_dtype="bool",
-                       expr="(!{0})")
+                       expr="(!{0})", ufunc="logical_not")
 
 
 def _clamp_dtype(dtype: str, min, max) -> str:
@@ -289,15 +290,16 @@ cast_op = register(OpDef("cast", _cast_infer,
 # -- binary ------------------------------------------------------------------------------------
 add_op = binary("add", lambda xp, a, b: xp.add(a, b),
                 (lambda g, a, b, y: g, lambda g, a, b, y: g), expr="({0} + {1})",
-                saves_no_data=True)
+                saves_no_data=True, ufunc="add")
 sub_op = binary("sub", lambda xp, a, b: xp.subtract(a, b),
                 (lambda g, a, b, y: g, lambda g, a, b, y: -g), expr="({0} - {1})",
-                bool_ok=False, saves_no_data=True)
+                bool_ok=False, saves_no_data=True, ufunc="subtract")
 mul_op = binary("mul", lambda xp, a, b: xp.multiply(a, b),
-                (lambda g, a, b, y: g * b, lambda g, a, b, y: g * a), expr="({0} * {1})")
+                (lambda g, a, b, y: g * b, lambda g, a, b, y: g * a), expr="({0} * {1})",
+                ufunc="multiply")
 div_op = binary("div", lambda xp, a, b: xp.true_divide(a, b),
                 (lambda g, a, b, y: g / b, lambda g, a, b, y: -g * y / b), expr="({0} / {1})",
-                float_out=True, vjp_reads_output=True)
+                float_out=True, vjp_reads_output=True, ufunc="true_divide")
 
 # The gradients of tanh and sigmoid as one op each (PyTorch's aten ``tanh_backward`` and
 # ``sigmoid_backward``): their vjp rules run one kernel instead of three ops, and the ops'
@@ -341,7 +343,7 @@ def _pow_grad_exponent(g, a, b, y):
 
 pow_op = binary("pow", lambda xp, a, b: xp.power(a, b),
                 (_pow_grad_base, _pow_grad_exponent), expr="pow({0}, {1})",
-                vjp_reads_output=True)
+                vjp_reads_output=True, ufunc="power")
 
 
 def _winner(g, mine, theirs, loses):
@@ -353,38 +355,45 @@ def _winner(g, mine, theirs, loses):
 
 maximum_op = binary("maximum", lambda xp, a, b: xp.maximum(a, b),
                     (lambda g, a, b, y: _winner(g, a, b, lt),
-                     lambda g, a, b, y: _winner(g, b, a, lt)), expr="max({0}, {1})")
+                     lambda g, a, b, y: _winner(g, b, a, lt)), expr="max({0}, {1})",
+                    ufunc="maximum")
 minimum_op = binary("minimum", lambda xp, a, b: xp.minimum(a, b),
                     (lambda g, a, b, y: _winner(g, a, b, gt),
-                     lambda g, a, b, y: _winner(g, b, a, gt)), expr="min({0}, {1})")
+                     lambda g, a, b, y: _winner(g, b, a, gt)), expr="min({0}, {1})",
+                    ufunc="minimum")
 
-eq_op = binary("eq", lambda xp, a, b: xp.equal(a, b), out_dtype="bool", expr="({0} == {1})")
-ne_op = binary("ne", lambda xp, a, b: xp.not_equal(a, b), out_dtype="bool", expr="({0} != {1})")
-lt_op = binary("lt", lambda xp, a, b: xp.less(a, b), out_dtype="bool", expr="({0} < {1})")
+eq_op = binary("eq", lambda xp, a, b: xp.equal(a, b), out_dtype="bool", expr="({0} == {1})",
+               ufunc="equal", compare="==")
+ne_op = binary("ne", lambda xp, a, b: xp.not_equal(a, b), out_dtype="bool", expr="({0} != {1})",
+               ufunc="not_equal", compare="!=")
+lt_op = binary("lt", lambda xp, a, b: xp.less(a, b), out_dtype="bool", expr="({0} < {1})",
+               ufunc="less", compare="<")
 le_op = binary("le", lambda xp, a, b: xp.less_equal(a, b), out_dtype="bool",
-               expr="({0} <= {1})")
-gt_op = binary("gt", lambda xp, a, b: xp.greater(a, b), out_dtype="bool", expr="({0} > {1})")
+               expr="({0} <= {1})", ufunc="less_equal", compare="<=")
+gt_op = binary("gt", lambda xp, a, b: xp.greater(a, b), out_dtype="bool", expr="({0} > {1})",
+               ufunc="greater", compare=">")
 ge_op = binary("ge", lambda xp, a, b: xp.greater_equal(a, b), out_dtype="bool",
-               expr="({0} >= {1})")
+               expr="({0} >= {1})", ufunc="greater_equal", compare=">=")
 logical_and_op = binary("logical_and", lambda xp, a, b: xp.logical_and(a, b), out_dtype="bool",
-                        expr="({0} && {1})")
+                        expr="({0} && {1})", ufunc="logical_and")
 logical_or_op = binary("logical_or", lambda xp, a, b: xp.logical_or(a, b), out_dtype="bool",
-                       expr="({0} || {1})")
+                       expr="({0} || {1})", ufunc="logical_or")
 # Division's relatives, with PyTorch's sign conventions: remainder takes the divisor's sign
 # (Python's %), fmod the dividend's (C's); floor_divide rounds down (Python's //).
 remainder_op = binary("remainder", lambda xp, a, b: xp.remainder(a, b),
                       (lambda g, a, b, y: g,
                        lambda g, a, b, y: -g * floor_divide(a, b)),
-                      expr="remainder({0}, {1})", bool_ok=False)
+                      expr="remainder({0}, {1})", bool_ok=False, ufunc="remainder")
 fmod_op = binary("fmod", lambda xp, a, b: xp.fmod(a, b),
                  (lambda g, a, b, y: g, lambda g, a, b, y: -g * trunc(div(a, b))),
-                 expr="fmod({0}, {1})", bool_ok=False)
+                 expr="fmod({0}, {1})", bool_ok=False, ufunc="fmod")
 # a zero gradient, as PyTorch's div(rounding_mode="floor") (and so remainder's rule, which
 # reads it, keeps second derivatives)
 floor_divide_op = binary("floor_divide", lambda xp, a, b: xp.floor_divide(a, b),
                          (lambda g, a, b, y: _zero_grad(g, a, y),
                           lambda g, a, b, y: _zero_grad(g, b, y)),
-                         expr="floor_divide({0}, {1})", bool_ok=False, saves_no_data=True)
+                         expr="floor_divide({0}, {1})", bool_ok=False, saves_no_data=True,
+                         ufunc="floor_divide")
 def _atan2_recip(a, b):
     """1 / (a * a + b * b), and 0 where that sum is 0 (PyTorch's atan2_backward: so the
     gradient at (0, 0) is 0, not 0 * inf)."""
@@ -396,21 +405,21 @@ def _atan2_recip(a, b):
 atan2_op = binary("atan2", lambda xp, a, b: xp.arctan2(a, b),
                   (lambda g, a, b, y: g * b * _atan2_recip(a, b),
                    lambda g, a, b, y: g * -a * _atan2_recip(a, b)),
-                  expr="atan2({0}, {1})", float_out=True)
+                  expr="atan2({0}, {1})", float_out=True, ufunc="arctan2")
 hypot_op = binary("hypot", lambda xp, a, b: xp.hypot(a, b),
                   (lambda g, a, b, y: g * a / y, lambda g, a, b, y: g * b / y),
-                  expr="hypot({0}, {1})", float_out=True, vjp_reads_output=True)
+                  expr="hypot({0}, {1})", float_out=True, vjp_reads_output=True, ufunc="hypot")
 logical_xor_op = binary("logical_xor", lambda xp, a, b: xp.logical_xor(a, b),
-                        out_dtype="bool", expr="(({0} != 0) != ({1} != 0))")
+                        out_dtype="bool", expr="(({0} != 0) != ({1} != 0))", ufunc="logical_xor")
 # Bitwise on integers, logical on bools (as PyTorch's &, |, ^, ~); floats are refused.
 bitwise_and_op = binary("bitwise_and", lambda xp, a, b: xp.bitwise_and(a, b),
-                        expr="({0} & {1})", allowed_kinds="bi")
+                        expr="({0} & {1})", allowed_kinds="bi", ufunc="bitwise_and")
 bitwise_or_op = binary("bitwise_or", lambda xp, a, b: xp.bitwise_or(a, b),
-                       expr="({0} | {1})", allowed_kinds="bi")
+                       expr="({0} | {1})", allowed_kinds="bi", ufunc="bitwise_or")
 bitwise_xor_op = binary("bitwise_xor", lambda xp, a, b: xp.bitwise_xor(a, b),
-                        expr="({0} ^ {1})", allowed_kinds="bi")
+                        expr="({0} ^ {1})", allowed_kinds="bi", ufunc="bitwise_xor")
 bitwise_not_op = unary("bitwise_not", lambda xp, x: xp.invert(x), None, expr="(~{0})",
-                       allowed=("bool",) + dtypes.INT_DTYPES)
+                       allowed=("bool",) + dtypes.INT_DTYPES, ufunc="invert")
 
 
 def _where_infer(types, attrs):

@@ -52,6 +52,7 @@ from ...graphlib.ops.fused import eval_nodes
 from ...graphlib.types import TensorType
 from ..backend import FusedCompiler
 from .fused_chunks import DirectPlan, _direct
+from .fused_expr import c_to_python
 from .fused_layout import PLANS, Layout, _region_shapes
 from .fused_numba import NUMBA_MIN_PLANNED
 from .fused_special import _bind_gemm_update, _bind_masked, _bind_swapped, _spare_homes
@@ -59,6 +60,7 @@ from .fused_strategy import _layout, _numba_first, _plan
 from .options import options
 from .tables import KERNELS, OUT_KERNELS
 
+__all__ = ["CPUFusedCompiler", "bind", "c_to_python", "run"]
 _plans_of = PLANS.get               # body -> its plans, or None (bound once)
 
 

@@ -12,6 +12,7 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 
 from ...graphlib.ir import Value
+from ...graphlib.ops import elementwise, nn
 from .fused_layout import Layout, _copy_back, _outputs
 from .options import options
 from .tables import KERNELS, OUT_KERNELS
@@ -40,46 +41,34 @@ def _direct(lay: Layout, n: int) -> bool:
 
 
 # -- numpy over cache-sized chunks ---------------------------------------------------------
-# op -> (numpy ufunc, rule): "same" when every input has the output's dtype (then the ufunc
-# is exactly what the op's kernel computes), "raw" when the kernel is the bare ufunc.
-_UFUNCS = {
-    "add": ("add", "same"), "sub": ("subtract", "same"), "mul": ("multiply", "same"),
-    "div": ("true_divide", "same"), "maximum": ("maximum", "same"),
-    "minimum": ("minimum", "same"), "pow": ("power", "same"), "neg": ("negative", "same"),
-    "abs": ("absolute", "same"), "exp": ("exp", "same"), "log": ("log", "same"),
-    "sqrt": ("sqrt", "same"), "reciprocal": ("reciprocal", "same"), "sin": ("sin", "same"),
-    "cos": ("cos", "same"), "tanh": ("tanh", "same"),
-    "eq": ("equal", "raw"), "ne": ("not_equal", "raw"), "lt": ("less", "raw"),
-    "le": ("less_equal", "raw"), "gt": ("greater", "raw"), "ge": ("greater_equal", "raw"),
-    "logical_and": ("logical_and", "raw"), "logical_or": ("logical_or", "raw"),
-    "logical_not": ("logical_not", "raw"),
+# ops computed by numpy calls other than their ``ufunc`` trait (see ``_ufunc_lines``):
+# op -> (lines, whether they are exact for floats only); {0} is the operand, {out} the result.
+# (sigmoid has none: its kernel runs, split at 0 to keep both tails)
+_LINES = {
+    elementwise.square_op: (["np.multiply({0}, {0}, out={out})"], False),
+    elementwise.relu_op: (["np.maximum({0}, 0, out={out})"], False),
+    nn.stop_gradient_op: (["np.copyto({out}, {0}, casting='unsafe')"], False),
+    elementwise.rsqrt_op: (["np.sqrt({0}, out={out})", "np.reciprocal({out}, out={out})"],
+                           True),
 }
+_CAST = elementwise.cast_op
 
 
 def _ufunc_lines(node, names: List[str], out: str) -> Optional[List[str]]:
     """numpy calls writing ``node``'s result into ``out`` exactly as its kernel would compute
     it, or None when only the kernel itself is exact (mixed dtypes, composite ops)."""
-    name = node.op.name
+    op = node.op
     dt = node.outputs[0].dtype
     same = all(x.dtype == dt for x in node.inputs)
-    is_float = dt.startswith("float")
-    entry = _UFUNCS.get(name)
-    if entry is not None and (entry[1] == "raw" or same):
-        return [f"np.{entry[0]}({', '.join(names)}, out={out})"]
+    if op.ufunc is not None and (op.ufunc_mixed or same):
+        return [f"np.{op.ufunc}({', '.join(names)}, out={out})"]
     a = names[0] if names else ""
-    if name == "cast":
+    if op is _CAST:
         return [f"np.copyto({out}, {a}, casting='unsafe')"]
-    if not same:
+    entry = _LINES.get(op)
+    if entry is None or not same or (entry[1] and not dt.startswith("float")):
         return None
-    if name == "square":
-        return [f"np.multiply({a}, {a}, out={out})"]
-    if name == "relu":
-        return [f"np.maximum({a}, 0, out={out})"]
-    if name == "stop_gradient":
-        return [f"np.copyto({out}, {a}, casting='unsafe')"]
-    if name == "rsqrt" and is_float:
-        return [f"np.sqrt({a}, out={out})", f"np.reciprocal({out}, out={out})"]
-    return None                 # (sigmoid: its kernel, split at 0 to keep both tails)
+    return [line.format(a, out=out) for line in entry[0]]
 
 
 class _Scratch:

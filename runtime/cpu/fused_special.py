@@ -12,6 +12,7 @@ from typing import Dict, Sequence
 import numpy as np
 
 from ...graphlib.ir import Value
+from ...graphlib.ops import elementwise
 from . import autotune, cblas as _cblas
 from .fused_layout import Layout
 from .fused_numba import NUMBA_MIN_PLANNED, load_kernel
@@ -20,6 +21,8 @@ from .numba_support import numba_available
 from .options import options
 from .select import where_bits
 from .tables import KERNELS
+
+_WHERE = elementwise.where_op
 
 
 def _bind_gemm_update(body, in_shapes: Sequence[tuple], strategy: str):
@@ -184,10 +187,6 @@ def _spare_homes(body, homes: Dict[Value, int]) -> Dict[int, int]:
     return spares
 
 
-_COMPARE = {"gt": "greater", "ge": "greater_equal", "lt": "less", "le": "less_equal",
-            "eq": "equal", "ne": "not_equal"}
-
-
 def _bind_masked(body, lay: Layout, step, p_shape: tuple, k: int,
                  in_shapes: Sequence[tuple], strategy: str):
     """A runner for ``where(cmp(z, c), x @ w, 0)`` (a ReLU's backward ``(g @ W.T) *
@@ -203,7 +202,7 @@ def _bind_masked(body, lay: Layout, step, p_shape: tuple, k: int,
     p = lay.prologue[0].outputs[0]
     consts = {c.outputs[0]: c for c in lay.constants}
     index = {v: j for j, v in enumerate(g.inputs)}
-    if (cmp_node.op.name not in _COMPARE or sel.op.name != "where"
+    if (cmp_node.op.compare is None or sel.op is not _WHERE
             or len(cmp_node.inputs) != 2 or cmp_node.inputs[0] not in index
             or cmp_node.inputs[1] not in consts or len(sel.inputs) != 3
             or sel.inputs[0] is not cmp_node.outputs[0] or sel.inputs[1] is not p
@@ -221,13 +220,12 @@ def _bind_masked(body, lay: Layout, step, p_shape: tuple, k: int,
             or np.dtype(z.dtype).kind != "f" or tuple(p_shape) != shape):
         return None
     mask = np.empty(shape, bool)
-    name = cmp_node.op.name
-    ufunc = getattr(np, _COMPARE[name])
+    ufunc = getattr(np, cmp_node.op.ufunc)
     zj = index[z]
     loops = None
     if strategy == "auto" and numba_available():
         try:
-            loops = load_kernel(_MASK_SOURCE.replace("CMP", _COMPARE_SYMBOL[name]))
+            loops = load_kernel(_MASK_SOURCE.replace("CMP", cmp_node.op.compare))
         except Exception:           # (numba refused it: the numpy passes below serve)
             loops = None
     c = cval[()]
@@ -257,7 +255,6 @@ def _bind_masked(body, lay: Layout, step, p_shape: tuple, k: int,
     return runner
 
 
-_COMPARE_SYMBOL = {"gt": ">", "ge": ">=", "lt": "<", "le": "<=", "eq": "==", "ne": "!="}
 # the masking loop of _bind_masked: out[i] = +0.0 where not (z[i] CMP c) (or where the
 # precomputed mask is False); numba compares IEEE as numpy does (NaN fails all but !=)
 _MASK_SOURCE = """from numba import njit

@@ -9,12 +9,13 @@ path, so the result is bit-for-bit what the plain kernel computes.
 """
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Callable, Dict, Optional
 
 import numpy as np
 
-from ...graphlib.ops import conv, nn, shape
-from ...graphlib.registry import REGISTRY
+from ...graphlib.ops import activations, conv, creation, elementwise, linalg, nn, pointwise
+from ...graphlib.ops import reduction, shape
+from ...graphlib.registry import REGISTRY, OpDef
 from . import blas_reduce as _blas_reduce
 from .kernels import _conv_numba, _pool_numba, bn_backward, bn_forward, sce_backward_into
 from .kernels import conv2d_input_grad_into as _conv2d_input_grad_into
@@ -25,16 +26,6 @@ from .kernels import matmul_into as _matmul_into
 from .select import where_bits as _where_bits
 from .tables import KERNELS as _KERNELS
 
-# op name -> xp ufunc name, for elementwise ops that are one ufunc
-_UFUNCS = {
-    "neg": "negative", "abs": "absolute", "exp": "exp", "log": "log", "sqrt": "sqrt",
-    "sin": "sin", "cos": "cos", "tanh": "tanh", "add": "add", "sub": "subtract",
-    "mul": "multiply", "div": "true_divide", "maximum": "maximum", "minimum": "minimum",
-}
-_COMPARE = {"eq": "equal", "ne": "not_equal", "lt": "less", "le": "less_equal",
-            "gt": "greater", "ge": "greater_equal"}
-
-
 def _same_dtype(arrays, dtype) -> bool:
     for a in arrays:
         if a.dtype != dtype:
@@ -42,14 +33,14 @@ def _same_dtype(arrays, dtype) -> bool:
     return True
 
 
-def _ufunc_out(ufunc_name: str, compare: bool = False):
+def _ufunc_out(ufunc_name: str, mixed: bool = False):
+    """The out= form of an op whose kernel is the ufunc ``ufunc_name`` (its ``ufunc`` trait):
+    exact where every operand has the output's dtype, or on any operands when ``mixed``
+    (the ``ufunc_mixed`` trait: the kernel promotes nothing first)."""
     ufunc = getattr(np, ufunc_name)
 
     def out_kernel(xp, *arrays, out, **attrs):
-        if compare:
-            if arrays[0].dtype != arrays[1].dtype:
-                return False
-        else:
+        if not mixed:
             dtype = out.dtype
             for a in arrays:
                 if a.dtype != dtype:
@@ -61,8 +52,7 @@ def _ufunc_out(ufunc_name: str, compare: bool = False):
     def direct(in_dtypes, out_dtype):
         """The bare ufunc, to call as ``ufunc(*arrays, out=out)``, where these dtypes (fixed
         when a program is prepared) make the checks above pass; else None."""
-        ok = (in_dtypes[0] == in_dtypes[1]) if compare else \
-            all(d == out_dtype for d in in_dtypes)
+        ok = mixed or all(d == out_dtype for d in in_dtypes)
         return ufunc if ok else None
     out_kernel.__name__ = f"{ufunc_name}_out"
     out_kernel.direct = direct
@@ -280,21 +270,45 @@ def _max_pool2d_backward_out(xp, g, x, *, out, kernel_size, stride, padding, dil
     return True
 
 
+# Elementwise ops without an out= form here, and why: the planned runtime runs their plain
+# kernel and copies its result into the arena. Every elementwise op has an out= form (its
+# ufunc trait, or one below) or an entry here (tests/test_registry.py): an op added without
+# deciding fails there.
+NO_OUT_FORM: Dict[OpDef, str] = {}
+for _op in (elementwise.rsqrt_op, elementwise.leaky_relu_op, elementwise.gelu_op,
+            elementwise.softplus_op, elementwise.sign_op, elementwise.frac_op,
+            elementwise.clamp_op, elementwise.tanh_backward_op, elementwise.sigmoid_backward_op,
+            elementwise.logsigmoid_op, pointwise.round_op, pointwise.nan_to_num_op,
+            pointwise.lerp_op, pointwise.xlogy_op, activations.elu_op, activations.hardtanh_op,
+            activations.hardsigmoid_op, activations.hardswish_op, activations.silu_op,
+            activations.mish_op):
+    NO_OUT_FORM[_op] = "several array operations: its kernel, then one copy"
+for _op in (pointwise.bitwise_left_shift_op, pointwise.bitwise_right_shift_op):
+    NO_OUT_FORM[_op] = "PyTorch's rule for shifts out of range is no single ufunc"
+for _op in (elementwise.floor_op, elementwise.ceil_op, elementwise.trunc_op):
+    NO_OUT_FORM[_op] = "integers pass through as a copy (the ufunc would give floats)"
+NO_OUT_FORM[elementwise.erf_op] = "erf is no numpy ufunc (graphlib's xp.erf)"
+NO_OUT_FORM[nn.stop_gradient_op] = "its kernel returns its input: nothing to compute"
+
+
 def table() -> dict:
     """op -> out= form, for the backend to register."""
     forms = {}
-    for name, uf in _UFUNCS.items():
-        forms[REGISTRY[name]] = _ufunc_out(uf)
-    for name, uf in _COMPARE.items():
-        forms[REGISTRY[name]] = _ufunc_out(uf, compare=True)
-    named = {"square": _square_out, "relu": _relu_out, "sigmoid": _sigmoid_out,
-             "matmul": _matmul_out, "sum": _reduce_out("sum"), "mean": _reduce_out("mean"),
-             "amax": _reduce_out("amax"), "amin": _reduce_out("amin"),
-             "max": _reduce_out("amax"), "min": _reduce_out("amin"),
-             "pow_scalar": _pow_scalar_out, "where": _where_out, "cast": _cast_out,
-             "full_like": _full_like_out}
-    for name, fn in named.items():
-        forms[REGISTRY[name]] = fn
+    for op in REGISTRY.values():        # built from the ops' ufunc traits
+        if op.ufunc is not None:
+            forms[op] = _ufunc_out(op.ufunc, mixed=op.ufunc_mixed)
+    forms[elementwise.square_op] = _square_out
+    forms[elementwise.relu_op] = _relu_out
+    forms[elementwise.sigmoid_op] = _sigmoid_out
+    forms[elementwise.pow_scalar_op] = _pow_scalar_out
+    forms[elementwise.where_op] = _where_out
+    forms[elementwise.cast_op] = _cast_out
+    forms[creation.full_like_op] = _full_like_out
+    forms[linalg.matmul_op] = _matmul_out
+    forms[reduction.sum_op] = _reduce_out("sum")
+    forms[reduction.mean_op] = _reduce_out("mean")
+    forms[reduction.amax_op] = forms[reduction.max_op] = _reduce_out("amax")
+    forms[reduction.amin_op] = forms[reduction.min_op] = _reduce_out("amin")
     forms[shape.sum_to_op] = _sum_to_out
     forms[nn.softmax_cross_entropy_backward_op] = _sce_backward_out
     forms[nn.batch_norm_train_op] = _bn_out
