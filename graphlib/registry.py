@@ -43,10 +43,11 @@ keyword of its OpDef, never a set of op names kept elsewhere:
   order, its name in numpy (cupy mirrors numpy's names): ``"add"``, ``"true_divide"``. The
   bare ufunc computes exactly what the kernel does where every operand already has the
   output's dtype, or, with ``ufunc_mixed``, on operands of any dtypes (the kernel promotes
-  nothing first: comparisons, logic). Backends build their ufunc tables from it.
+  nothing first: comparisons, logic; ``ops._common``'s helpers set it). Backends build their
+  ufunc tables from it.
+- ``compare``: for comparisons, the operator as C and Python spell it (``"<"``, ``"=="``).
 - ``fills``: every element of the output is the ``fill_value`` attribute (``full``,
   ``full_like``): autodiff knows a zero cotangent by it.
-- ``compare``: for comparisons, the operator as C and Python spell it (``"<"``, ``"=="``).
 - ``promote``: its operands (``True``: all; a tuple: those indices) promote together as
   PyTorch's do: Python numbers weakly, 0-d tensors in their own category (``dtypes``);
   ``dispatch`` casts what that decides before the node is built.
