@@ -72,8 +72,9 @@ def run(body, arrays: Sequence, out: Optional[Sequence[np.ndarray]] = None) -> T
     lay = None if plans is None else plans.get(None)
     if lay is None:
         lay = _layout(body)
+        plans = PLANS(body)
     if lay.direct:
-        plan = _plan(body, lay, arrays)
+        plan = _plan(body, lay, arrays, plans=plans)
         if plan is not False:
             return tuple(plan(arrays, out))
     env: Dict[Value, object] = {v: a for v, a in zip(body.graph.inputs, arrays)}
@@ -82,7 +83,7 @@ def run(body, arrays: Sequence, out: Optional[Sequence[np.ndarray]] = None) -> T
     ins = [env[v] for v in lay.region_inputs]
     where = {o: k for k, o in enumerate(lay.outputs)}
     if lay.region:
-        plan = _plan(body, lay, ins)
+        plan = _plan(body, lay, ins, plans=plans)
         if plan is False:       # no chunked form: the region's kernels op by op
             for c in lay.constants:
                 env[c.outputs[0]] = KERNELS[c.op](np, **c.attrs)
@@ -111,6 +112,7 @@ def bind(body, in_shapes: Sequence[tuple]):
     if strategy not in ("auto", "numpy"):
         return None
     lay = _layout(body)
+    plans = PLANS(body)         # (the runners hold the body, so its entry lives as long)
     if not lay.direct:
         update = _bind_gemm_update(body, in_shapes, strategy)
         if update is not None:
@@ -127,7 +129,7 @@ def bind(body, in_shapes: Sequence[tuple]):
         def planned(arrays, outs) -> bool:
             if options.fused_strategy != strategy:
                 return False
-            plan = _plan(body, lay, arrays, NUMBA_MIN_PLANNED)
+            plan = _plan(body, lay, arrays, NUMBA_MIN_PLANNED, plans=plans)
             if plan is False:
                 return False
             plan(arrays, outs, remember=True)
@@ -153,6 +155,7 @@ def _bind_prologue(body, lay: Layout, in_shapes: Sequence[tuple], strategy: str)
     index = {v: j for j, v in enumerate(g.inputs)}
     types = {v: TensorType(tuple(s), v.dtype) for v, s in zip(g.inputs, in_shapes)}
     homes = body.prologue_homes()
+    plans = PLANS(body)
     steps = []          # (kernel, out_kernel, input indices, attrs, home k or scratch array)
     made: Dict[Value, tuple] = {}
     for node in lay.prologue:
@@ -226,7 +229,7 @@ def _bind_prologue(body, lay: Layout, in_shapes: Sequence[tuple], strategy: str)
             if plan is not None:
                 plan(ins, region_outs)
             else:
-                chunked = _plan(body, lay, ins, NUMBA_MIN_PLANNED)
+                chunked = _plan(body, lay, ins, NUMBA_MIN_PLANNED, plans=plans)
                 if chunked is False:
                     return False
                 chunked(ins, region_outs, remember=True)

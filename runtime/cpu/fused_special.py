@@ -14,7 +14,7 @@ import numpy as np
 from ...graphlib.ir import Value
 from ...graphlib.ops import elementwise
 from . import autotune, cblas as _cblas
-from .fused_layout import Layout
+from .fused_layout import PLANS, Layout
 from .fused_numba import NUMBA_MIN_PLANNED, load_kernel
 from .fused_strategy import _plan
 from .numba_support import numba_available
@@ -101,6 +101,7 @@ def _bind_swapped(body, lay: Layout, step, sources, region_out, strategy: str, g
             or sum(1 for kind, _ in sources if kind == 1) != 1:
         return None
     ia, ib = ins
+    plans = PLANS(body)
     scratch: Dict[tuple, np.ndarray] = {}
     choices: Dict[tuple, bool] = {}
 
@@ -114,7 +115,7 @@ def _bind_swapped(body, lay: Layout, step, sources, region_out, strategy: str, g
         zt, product_view = held
         np.matmul(b.T, a.T, out=zt)
         rins = [arrays[j] if kind == 0 else product_view for kind, j in sources]
-        plan = _plan(body, lay, rins, NUMBA_MIN_PLANNED, transposed=True)
+        plan = _plan(body, lay, rins, NUMBA_MIN_PLANNED, transposed=True, plans=plans)
         if plan is False:
             return False
         plan(rins, [outs[k] for k in region_out], remember=True)

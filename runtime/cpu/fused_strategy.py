@@ -9,6 +9,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from ..backend import BodyPlans
 from .fused_chunks import ChunkPlan, DirectPlan, _direct
 from .fused_layout import PLANS, Layout, _region_shapes
 from .fused_numba import NUMBA_MIN_PLANNED, NumbaPlan
@@ -28,16 +29,17 @@ def _layout(body) -> Layout:
 
 
 def _plan(body, lay: Layout, ins: Sequence[np.ndarray],
-          numba_min: Optional[int] = None, transposed: bool = False):
+          numba_min: Optional[int] = None, transposed: bool = False,
+          plans: Optional[BodyPlans] = None):
     """The cached plan for region inputs like ``ins``. ``transposed``: a 2-D input that is
     the transpose of a C-contiguous array may be read as such by a numba plan (the caller
-    guarantees no output overlaps it)."""
+    guarantees no output overlaps it). ``plans``: the body's entry in ``PLANS``, where the
+    caller holds it already (one lookup fewer on the hot path)."""
     # the switches a plan depends on are part of its key: a change takes effect at once
     key = (options.fused_strategy, options.numba, options.numba_parallel, numba_min, transposed,
            tuple([(a.shape, a.dtype.char, a.flags.c_contiguous) for a in ins]))
-    plans = _plans_of(body)
     if plans is None:
-        plans = PLANS(body)
+        plans = _plans_of(body) or PLANS(body)
     plan = plans.get(key)
     if plan is None:
         with plans.lock:
