@@ -36,7 +36,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import duograph as dg  # noqa: E402
 from duograph.runtime.cpu import cpu_backend  # noqa: E402
-from duograph.runtime.cpu import fused as _fused_cpu  # noqa: E402
+from duograph.runtime.cpu import fused_chunks, fused_numba, numba_support  # noqa: E402
 
 C = math.sqrt(2.0 / math.pi)
 F32 = np.float32
@@ -209,7 +209,7 @@ def run_layers(rounds: int) -> dict:
         cands = {"O0 (unfused)": g.compile(outputs=[y])}
         cands["fused: numpy chunks"] = fused_exe(g, y, "numpy")[0]
         threaded = {}
-        if _fused_cpu.numba_available():
+        if numba_support.numba_available():
             cands["fused: numba, 1 thread"] = fused_exe(g, y, "numba")[0]
             threaded["fused: numba, parallel"] = parallel_numba(
                 lambda: fused_exe(g, y, "numba")[0], **feeds)
@@ -226,7 +226,7 @@ def run(size: int, rounds: int) -> dict:
     x = rng.standard_normal(size).astype(np.float32)
     ref = gelu_unfused(x)
     res: dict = {"size": size, "rounds": rounds, "cpus": os.cpu_count(),
-                 "numba": _fused_cpu.numba_available()}
+                 "numba": numba_support.numba_available()}
     scratch = np.empty_like(x)
     out = np.empty_like(x)
     g, y = gelu_graph()
@@ -258,7 +258,7 @@ def run(size: int, rounds: int) -> dict:
     if cpu_backend.out_kernel(node.op) is not None:
         cands["e duograph fused: numpy chunks, out= given"] = into_out
     res["threads"] = dg.config.fused_threads
-    res["chunk"] = _fused_cpu.CHUNK
+    res["chunk"] = fused_chunks.CHUNK
     res["kernels_unfused"] = o0.kernel_count
     res["kernels_fused"] = exe.kernel_count
     threaded: Dict[str, Callable] = {}
@@ -353,7 +353,7 @@ def report(r: dict) -> str:
                 f"{'on' if r['svml'] else 'off'}" if r["numba"] else "not installed"),
              f"duograph defaults: chunks of {r['chunk']} elements on {r['threads']} "
              f"thread(s) (DUOGRAPH_FUSED_THREADS), numba kernels (one thread) from "
-             f"{_fused_cpu.NUMBA_MIN_ELEMENTS} elements",
+             f"{fused_numba.NUMBA_MIN_ELEMENTS} elements",
              f"kernels per run: unfused {r['kernels_unfused']}, fused {r['kernels_fused']}",
              ""]
     lines += _table(f"GELU-tanh chain (9 ops) on float32[{r['size']}]", r["gelu"],

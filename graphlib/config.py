@@ -6,35 +6,17 @@ when the process imports duograph; after that the object is the truth. Code read
 effect at the next call::
 
     import duograph as dg
-    dg.config.fused_strategy = "numpy"                 # from now on
+    dg.config.cpu.fused_strategy = "numpy"             # from now on
+    dg.config.fused_strategy = "numpy"                 # the same option, by its short name
     with dg.config.override(fused_strategy="ops"):     # for this block only
         exe(x=x)
     print(dg.config)                                   # every option, its value and its variable
 
+The options of duograph itself are declared here:
+
 =====================  =========================  ========  =====================================
 option                 environment variable       default   meaning
 =====================  =========================  ========  =====================================
-fused_strategy         DUOGRAPH_FUSED             auto      how the CPU backend runs fused
-                                                            regions: auto (measured: numba where
-                                                            faster, else numpy chunks), numpy,
-                                                            numba, ops (op by op, the reference)
-fused_threads          DUOGRAPH_FUSED_THREADS     1         threads splitting one large chunked
-                                                            fused kernel on the CPU
-numba                  DUOGRAPH_NUMBA             True      use numba kernels where installed
-                                                            (fused regions, conv, pooling, batch
-                                                            norm); False: numpy kernels only
-numba_parallel         DUOGRAPH_NUMBA_PARALLEL    False     generated numba loops use prange
-                                                            threads
-cblas                  DUOGRAPH_CBLAS             True      call numpy's BLAS gemm in place
-                                                            through ctypes (fused SGD updates)
-cache_dir              DUOGRAPH_CACHE_DIR         None      where generated kernels are cached
-                                                            (None: ~/.cache/duograph)
-matmul_swap            DUOGRAPH_MATMUL_SWAP       exact     small-batch ``x @ W.T`` as
-                                                            ``(W @ x.T).T``: exact (where timed
-                                                            faster and both forms give the same
-                                                            bits), off, on, or auto (the faster
-                                                            form: two processes may differ in
-                                                            the last bits)
 capture_source         DUOGRAPH_SOURCE            False     eager ops record the user's source
                                                             line even outside ``record()``
 compile_cache_limit    DUOGRAPH_COMPILE_CACHE_    8         recordings of one ``dg.compile``d
@@ -50,6 +32,13 @@ ddp_bucket_cap_mb      DUOGRAPH_DDP_BUCKET_CAP_MB 25        megabytes of gradien
                                                             ``bucket_cap_mb``)
 =====================  =========================  ========  =====================================
 
+A backend registers its own options under its name (``register_options``): the CPU
+backend's are ``dg.config.cpu.fused_strategy``, ``.fused_threads``, ``.numba``,
+``.numba_parallel``, ``.cblas``, ``.cache_dir`` and ``.matmul_swap`` (their table is in
+``runtime/cpu/options.py``), each also reachable by its documented short name
+(``dg.config.numba``, ``override(numba=False)``) and seeded by its environment variable
+(``DUOGRAPH_NUMBA``...) like every option. This module knows no backend.
+
 Results are bit-for-bit reproducible across processes with the defaults: the default
 ``matmul_swap="exact"`` times the two forms of a product but keeps the swapped one only where
 both give the same bits (so the timing never shows in a result); the option whose choice can
@@ -62,13 +51,14 @@ from __future__ import annotations
 
 import os
 import warnings
+import weakref
 from contextlib import contextmanager
-from typing import Any, Callable, Dict, Iterator, Mapping, Optional
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 _FALSE = ("", "0", "false", "no", "off")
 
 
-def _as_bool(value: Any) -> bool:
+def as_bool(value: Any) -> bool:
     if isinstance(value, str):
         return value.strip().lower() not in _FALSE
     if isinstance(value, (bool, int)):
@@ -76,7 +66,7 @@ def _as_bool(value: Any) -> bool:
     raise TypeError(f"expected True or False, found {value!r}")
 
 
-def _choice(*allowed: str, aliases: Optional[Mapping[str, str]] = None) -> Callable:
+def choice(*allowed: str, aliases: Optional[Mapping[str, str]] = None) -> Callable:
     def check(value: Any) -> str:
         text = str(value).strip().lower()
         text = (aliases or {}).get(text, text)
@@ -86,7 +76,7 @@ def _choice(*allowed: str, aliases: Optional[Mapping[str, str]] = None) -> Calla
     return check
 
 
-def _positive_int(value: Any) -> int:
+def positive_int(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, str)):
         raise TypeError(f"expected a positive int, found {value!r}")
     number = int(value)
@@ -95,7 +85,7 @@ def _positive_int(value: Any) -> int:
     return number
 
 
-def _positive_number(value: Any) -> float:
+def positive_number(value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         raise TypeError(f"expected a positive number, found {value!r}")
     number = float(value)
@@ -104,7 +94,7 @@ def _positive_number(value: Any) -> float:
     return number
 
 
-def _path_or_none(value: Any) -> Optional[str]:
+def path_or_none(value: Any) -> Optional[str]:
     if value is None or value == "":
         return None
     return os.fspath(value)
@@ -121,66 +111,175 @@ class Option:
 
 
 OPTIONS: Dict[str, Option] = {o.name: o for o in (
-    Option("fused_strategy", _choice("auto", "numpy", "numba", "ops"), "auto",
-           "DUOGRAPH_FUSED", "how the CPU backend runs fused regions"),
-    Option("fused_threads", _positive_int, 1, "DUOGRAPH_FUSED_THREADS",
-           "threads splitting one large chunked fused kernel"),
-    Option("numba", _as_bool, True, "DUOGRAPH_NUMBA",
-           "use numba kernels where numba is installed"),
-    Option("numba_parallel", _as_bool, False, "DUOGRAPH_NUMBA_PARALLEL",
-           "generated numba loops run prange threads"),
-    Option("cblas", _as_bool, True, "DUOGRAPH_CBLAS",
-           "call numpy's BLAS gemm in place through ctypes"),
-    Option("cache_dir", _path_or_none, None, "DUOGRAPH_CACHE_DIR",
-           "directory of the generated-kernel cache (None: ~/.cache/duograph)"),
-    Option("matmul_swap", _choice("exact", "off", "on", "auto",
-                                  aliases={"0": "off", "1": "on"}),
-           "exact", "DUOGRAPH_MATMUL_SWAP",
-           "small-batch x @ W.T as (W @ x.T).T: exact (where faster and bit-identical), "
-           "off, on, auto (timed: not reproducible)"),
-    Option("capture_source", _as_bool, False, "DUOGRAPH_SOURCE",
+    Option("capture_source", as_bool, False, "DUOGRAPH_SOURCE",
            "eager ops record the user's source line even outside record()"),
-    Option("compile_cache_limit", _positive_int, 8, "DUOGRAPH_COMPILE_CACHE_LIMIT",
+    Option("compile_cache_limit", positive_int, 8, "DUOGRAPH_COMPILE_CACHE_LIMIT",
            "recordings of one dg.compile'd function before new cases run eagerly"),
-    Option("log_recompiles", _as_bool, False, "DUOGRAPH_LOG_RECOMPILES",
+    Option("log_recompiles", as_bool, False, "DUOGRAPH_LOG_RECOMPILES",
            "log the reason of every recompile of a dg.compile'd function"),
-    Option("ddp_bucket_cap_mb", _positive_number, 25.0, "DUOGRAPH_DDP_BUCKET_CAP_MB",
+    Option("ddp_bucket_cap_mb", positive_number, 25.0, "DUOGRAPH_DDP_BUCKET_CAP_MB",
            "megabytes of gradients one graph-mode DDP all-reduce carries"),
 )}
+# a backend's own options, registered by the backend (``register_options``): section name ->
+# {option name -> Option}; OPTIONS holds them too, under "section.name"
+SECTIONS: Dict[str, Dict[str, Option]] = {}
+# documented short names of section options (``config.numba`` is ``config.cpu.numba``)
+ALIASES: Dict[str, Tuple[str, str]] = {}
+_configs: "weakref.WeakSet[Config]" = weakref.WeakSet()
+
+
+def register_options(section: str, options: Sequence[Option], aliases: bool = True) -> None:
+    """Add a backend's options to ``dg.config`` under ``section`` (its name): read and set as
+    ``config.<section>.<option>``, seeded from their environment variables like every
+    option (in every ``Config``, including ones made before). ``aliases``: each option is
+    also ``config.<option>`` (the documented short name), unless another owns that name."""
+    if not section.isidentifier() or section in OPTIONS or section in _CONFIG_NAMES:
+        raise ValueError(f"dg.config: {section!r} cannot name a section of options")
+    table = SECTIONS.setdefault(section, {})
+    for opt in options:
+        full = f"{section}.{opt.name}"
+        if opt.name in table:
+            raise ValueError(f"dg.config: option {full!r} is registered twice")
+        table[opt.name] = opt
+        OPTIONS[full] = opt
+        if aliases and opt.name not in OPTIONS and opt.name not in ALIASES:
+            ALIASES[opt.name] = (section, opt.name)
+    for cfg in list(_configs):
+        cfg._seed_section(section)
+
+
+class Section:
+    """One backend's options in a ``Config`` (``dg.config.cpu``): read an option as an
+    attribute, set it by assignment (checked), or change some for a block with
+    ``override(**options)``. The object stays the same for the life of its ``Config``
+    (``reset`` and ``override`` change its values), so a backend may hold it."""
+
+    def __init__(self, name: str):
+        object.__setattr__(self, "_name", name)
+
+    def _option(self, name: str) -> Option:
+        opt = SECTIONS[self._name].get(name)
+        if opt is None:
+            raise AttributeError(f"dg.config.{self._name} has no option {name!r}; the "
+                                 f"options are {', '.join(SECTIONS[self._name])}")
+        return opt
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, _checked(f"{self._name}.{name}", self._option(name),
+                                                value))
+
+    def __getattr__(self, name: str) -> Any:          # (only for names never set)
+        if name.startswith("_"):
+            raise AttributeError(name)
+        self._option(name)
+        raise AttributeError(f"dg.config.{self._name}.{name} is not set")
+
+    @contextmanager
+    def override(self, **options: Any) -> Iterator["Section"]:
+        """Set ``options`` of this section for the ``with`` block, then restore them."""
+        for name in options:
+            self._option(name)
+        old = {name: getattr(self, name) for name in options}
+        try:
+            for name, value in options.items():
+                setattr(self, name, value)
+            yield self
+        finally:
+            for name, value in old.items():
+                object.__setattr__(self, name, value)
+
+    def as_dict(self) -> Dict[str, Any]:
+        return {name: getattr(self, name) for name in SECTIONS[self._name]}
+
+    def __repr__(self) -> str:
+        rows = [f"  {self._name}.{name} = {getattr(self, name)!r}  ({o.env}; {o.doc})"
+                for name, o in SECTIONS[self._name].items()]
+        return f"dg.config.{self._name}:\n" + "\n".join(rows)
+
+
+def _checked(full: str, opt: Option, value: Any) -> Any:
+    try:
+        return opt.check(value)
+    except (TypeError, ValueError) as e:
+        raise type(e)(f"dg.config.{full}: {e}") from None
+
+
+def _seeded(opt: Option, full: str, environ: Mapping[str, str]) -> Any:
+    text = environ.get(opt.env)
+    if text is None:
+        return opt.default
+    try:
+        return opt.check(text)
+    except (TypeError, ValueError) as e:
+        warnings.warn(f"duograph: ignoring {opt.env}={text!r} ({e}); using "
+                      f"{full}={opt.default!r}", RuntimeWarning, stacklevel=3)
+        return opt.default
 
 
 class Config:
     """The switches of duograph (see the module docstring for the table). Read an option as
     an attribute, set it by assignment (checked), or change some for a block with
-    ``override(**options)``."""
+    ``override(**options)``. A backend's options are a section (``config.cpu.numba``),
+    also reachable by their short names (``config.numba``)."""
 
     def __init__(self, environ: Optional[Mapping[str, str]] = None):
         self.reset(environ)
+        _configs.add(self)
 
     def reset(self, environ: Optional[Mapping[str, str]] = None) -> None:
         """Every option back to its default, seeded from ``environ`` (``os.environ``)."""
         environ = os.environ if environ is None else environ
-        for opt in OPTIONS.values():
-            value = opt.default
-            text = environ.get(opt.env)
-            if text is not None:
-                try:
-                    value = opt.check(text)
-                except (TypeError, ValueError) as e:
-                    warnings.warn(f"duograph: ignoring {opt.env}={text!r} ({e}); using "
-                                  f"{opt.name}={opt.default!r}", RuntimeWarning, stacklevel=2)
-            object.__setattr__(self, opt.name, value)
+        seed = {k: v for k, v in environ.items() if k.startswith("DUOGRAPH_")}
+        object.__setattr__(self, "_environ", seed)
+        for name, opt in OPTIONS.items():
+            if "." not in name:
+                object.__setattr__(self, name, _seeded(opt, name, seed))
+        for section in SECTIONS:
+            self._seed_section(section)
+
+    def _seed_section(self, section: str) -> None:
+        holder = self.__dict__.get(section)
+        if holder is None:
+            holder = Section(section)
+            object.__setattr__(self, section, holder)
+        for name, opt in SECTIONS[section].items():
+            object.__setattr__(holder, name, _seeded(opt, f"{section}.{name}",
+                                                     self._environ))
+
+    def _resolve(self, name: str) -> Tuple[Any, str]:
+        """(the object holding option ``name``, its name there): this config for its own
+        options, a section for ``section.option`` or a short name."""
+        if name in OPTIONS and "." not in name:
+            return self, name
+        if name in ALIASES:
+            section, short = ALIASES[name]
+            return self.__dict__[section], short
+        section, _, short = name.partition(".")
+        if section in SECTIONS and short in SECTIONS[section]:
+            return self.__dict__[section], short
+        raise AttributeError(f"dg.config has no option {name!r}; the options are "
+                             f"{', '.join(self._names())}")
+
+    @staticmethod
+    def _names() -> List[str]:
+        return [n for n in OPTIONS if "." not in n] + list(ALIASES) + \
+            [n for n in OPTIONS if "." in n]
+
+    def __getattr__(self, name: str) -> Any:          # (short names of section options)
+        if name.startswith("_"):
+            raise AttributeError(name)
+        holder, short = self._resolve(name)
+        return getattr(holder, short)
 
     def __setattr__(self, name: str, value: Any) -> None:
-        opt = OPTIONS.get(name)
-        if opt is None:
-            raise AttributeError(f"dg.config has no option {name!r}; the options are "
-                                 f"{', '.join(OPTIONS)}")
-        try:
-            value = opt.check(value)
-        except (TypeError, ValueError) as e:
-            raise type(e)(f"dg.config.{name}: {e}") from None
-        object.__setattr__(self, name, value)
+        if name in SECTIONS:
+            raise AttributeError(f"dg.config.{name} is a section: set its options "
+                                 f"(dg.config.{name}.<option> = ...)")
+        holder, short = self._resolve(name)
+        if holder is self:
+            object.__setattr__(self, name, _checked(name, OPTIONS[name], value))
+        else:
+            setattr(holder, short, value)
 
     def update(self, **options: Any) -> None:
         """Set several options at once (each checked)."""
@@ -190,27 +289,38 @@ class Config:
     @contextmanager
     def override(self, **options: Any) -> Iterator["Config"]:
         """Set ``options`` for the ``with`` block, then restore the previous values
-        (even when the block raises)."""
-        for name in options:
-            if name not in OPTIONS:
-                raise AttributeError(f"dg.config has no option {name!r}; the options are "
-                                     f"{', '.join(OPTIONS)}")
-        old = {name: getattr(self, name) for name in options}
+        (even when the block raises). Names are this object's options, short names of
+        section options, or ``section.option`` (``**{"cpu.numba": False}``)."""
+        places = {name: self._resolve(name) for name in options}
+        old = {name: getattr(holder, short) for name, (holder, short) in places.items()}
         try:
             self.update(**options)
             yield self
         finally:
             for name, value in old.items():
-                object.__setattr__(self, name, value)
+                holder, short = places[name]
+                object.__setattr__(holder, short, value)
 
     def as_dict(self) -> Dict[str, Any]:
-        """The current value of every option."""
-        return {name: getattr(self, name) for name in OPTIONS}
+        """The current value of every option (section options as ``section.option``)."""
+        out = {}
+        for name in OPTIONS:
+            holder, short = self._resolve(name)
+            out[name] = getattr(holder, short)
+        return out
 
     def __repr__(self) -> str:
-        rows = [f"  {o.name} = {getattr(self, o.name)!r}  ({o.env}; {o.doc})"
-                for o in OPTIONS.values()]
+        rows = []
+        for name, o in OPTIONS.items():
+            holder, short = self._resolve(name)
+            alias = f", also {short}" if "." in name and ALIASES.get(short) == \
+                tuple(name.split(".", 1)) else ""
+            rows.append(f"  {name} = {getattr(holder, short)!r}  ({o.env}{alias}; {o.doc})")
         return "dg.config:\n" + "\n".join(rows)
+
+
+# names a section may not take (the Config object's own attributes)
+_CONFIG_NAMES = frozenset(n for n in dir(Config) if not n.startswith("__"))
 
 
 config = Config()

@@ -24,11 +24,14 @@ no file of ``graphlib`` changes.
 """
 from __future__ import annotations
 
+import threading
+import weakref
 from typing import Callable, Dict, Optional, Sequence, Tuple
 
 from ..graphlib.ops.collectives import all_reduce_start_into, all_reduce_start_op
 from ..graphlib.ops.fused import FusedBody, fused_op, run_ops
 from ..graphlib.registry import OpDef
+from .regions import RegionRunner
 
 
 class KernelTable(dict):
@@ -66,6 +69,51 @@ def split_body(graph) -> tuple:
     return prologue, constants, region, list(seen.values()), region_outputs
 
 
+class BodyPlans(dict):
+    """One body's plans in a ``PlanCache``: a dict the backend fills as it likes (its keys
+    are the backend's: input signatures, switches), and ``lock``, held while a plan is
+    built so two threads never build the same one."""
+
+    __slots__ = ("lock", "_ref")
+
+    def __init__(self, body, entries: dict):
+        super().__init__()
+        self.lock = threading.Lock()
+        key = id(body)
+        # the entry goes when its body does (the callback runs while the body is being
+        # freed, before its id can be reused)
+        self._ref = weakref.ref(body, lambda _, key=key: entries.pop(key, None))
+
+
+class PlanCache:
+    """A backend's run plans per fused body (or any Region), held weakly and by identity:
+    ``cache(body)`` is the body's ``BodyPlans`` (made on first use), ``cache.get(body)``
+    the same or None. By identity, not by structure: a plan holds the body's own Values, so
+    two equal bodies of different graphs keep plans of their own; an entry lives as long as
+    its body. The IR holds no backend state: the cache belongs to the backend's compiler."""
+
+    __slots__ = ("entries", "_lock")
+
+    def __init__(self):
+        self.entries: Dict[int, BodyPlans] = {}     # id(body) -> its plans
+        self._lock = threading.Lock()
+
+    def get(self, body) -> Optional[BodyPlans]:
+        return self.entries.get(id(body))
+
+    def __call__(self, body) -> BodyPlans:
+        plans = self.entries.get(id(body))
+        if plans is None:
+            with self._lock:
+                plans = self.entries.get(id(body))
+                if plans is None:
+                    plans = self.entries[id(body)] = BodyPlans(body, self.entries)
+        return plans
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+
 class FusedCompiler:
     """Runs a fused body op by op with its backend's kernels: correct on any array module,
     and the reference every faster compiler is tested against."""
@@ -91,7 +139,11 @@ class FusedCompiler:
 
 class Backend:
     """One execution backend: an array module and kernel tables keyed by OpDef (see the
-    module docstring)."""
+    module docstring). ``options``: its section of ``dg.config`` (None where it registers
+    none); ``autotune``: the module of its timing decisions (None where it makes none)."""
+
+    options = None
+    autotune = None
 
     def __init__(self, name: str, xp, device: str = "cpu", *,
                  kernels: Optional[KernelTable] = None,
@@ -107,7 +159,6 @@ class Backend:
         self.fused_compiler = (fused_compiler or FusedCompiler)(self)
         # region ops called outside an executable (eager dispatch) run their bodies compiled
         # once, interpreted (runtime/regions.py)
-        from .regions import RegionRunner
         self.kernels.regions = RegionRunner(self)
         for op in [op for op, k in self.kernels.items()
                    if op.region_kernel is not None and k is op.kernel]:

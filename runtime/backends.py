@@ -12,6 +12,8 @@ import numpy as np
 
 from ..graphlib import xp as xpu
 from .backend import Backend
+from .cpu import cpu_backend
+from .cuda import CUDABackend
 
 BACKENDS = ("numpy", "cupy")
 _ALIASES = {"numpy": "numpy", "cpu": "numpy", "cupy": "cupy", "cuda": "cupy", "gpu": "cupy"}
@@ -26,10 +28,10 @@ def get_backend(name: str) -> Backend:
     backend = _made.get(key)
     if backend is None:
         if key == "numpy":
-            from .cpu import cpu_backend as backend
+            backend = cpu_backend
         else:
             try:
-                import cupy
+                import cupy         # (optional: the gpu extra)
             except ImportError as e:
                 raise RuntimeError("the cupy backend needs cupy and a CUDA device: "
                                    "pip install 'duograph[gpu]'") from e
@@ -40,7 +42,6 @@ def get_backend(name: str) -> Backend:
                                    f"but CUDA is not usable ({type(e).__name__}: {e})") from e
             if count == 0:
                 raise RuntimeError("the cupy backend needs a CUDA device: cupy found none")
-            from .cuda import CUDABackend
             backend = CUDABackend(cupy)
         _made[key] = backend
     return backend
@@ -48,6 +49,7 @@ def get_backend(name: str) -> Backend:
 
 def _cupy_extras() -> xpu.ArrayModuleExtras:
     """What cupy lacks of numpy's API, for the reference kernels (made on first use)."""
+    # cupy is optional (the gpu extra): imported only when a cupy array first needs these
     import cupy
     import cupyx
     from cupyx.scipy.special import erf
@@ -63,7 +65,7 @@ def _cupy_ufunc_at(name: str, target, index, values) -> bool:
     by place, puts each place's winner at one end of its run (the last for maximum, the first
     for minimum), and one assignment to distinct places writes it; a place that received a
     NaN gets NaN (numpy's rule). No atomics: deterministic. False for other ufuncs."""
-    import cupy
+    import cupy             # (optional: called only on cupy arrays)
     if name not in ("maximum", "minimum") or not target.flags.c_contiguous or \
             any(isinstance(i, slice) for i in index):
         return False

@@ -749,3 +749,7 @@ def compile_graph(graph: Graph, outputs=None, backend="numpy", device=None,
     if device is not None:
         backend = {"cpu": "numpy", "cuda": "cupy", "gpu": "cupy"}.get(device, device)
     return Executable(graph, outputs, backend, planner)
+
+
+# region bodies compile into Executables (regions.py sits below the backends and imports none)
+RegionRunner.executable = Executable

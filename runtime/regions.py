@@ -47,6 +47,11 @@ class RegionRunner:
     ``Executable`` with this runner's backend and ``planner``), each input signature
     prepared once. See the module docstring."""
 
+    # The Executable class bodies compile into: ``executable.py`` (which sits above the
+    # backends, as it looks them up by name) installs it when the runtime package loads, so
+    # this module, below the backends, imports none of them.
+    executable: Optional[Callable] = None
+
     def __init__(self, backend, planner: Optional[Callable] = None):
         self.backend = backend
         self.planner = planner
@@ -112,14 +117,13 @@ class _Compiled:
     __slots__ = ("exe", "bodies", "runner", "index", "__weakref__")
 
     def __init__(self, region: Region, runner: RegionRunner):
-        from .executable import Executable
         g = region.graph
         self.runner = runner
         self.bodies: Dict[tuple, object] = {}
         self.index = {v: k for k, v in enumerate(g.inputs)}
         try:
-            self.exe = Executable(g, list(g.outputs), runner.backend, runner.planner,
-                                  regions=runner) if g.outputs else None
+            self.exe = runner.executable(g, list(g.outputs), runner.backend, runner.planner,
+                                         regions=runner) if g.outputs else None
         except GraphError:
             self.exe = None
 

@@ -320,3 +320,35 @@ def test_a_prepared_runner_that_declines_falls_back_for_a_one_output_op(out_form
     (got,) = dg.compile_graph(g, [y], backend=toy, planner=plan_memory)(x=xs)
     np.testing.assert_allclose(got, np.exp(np.exp(xs).sum(1)) * 2.0, rtol=1e-6)
     assert seen["runner"] == 1 and seen["out"] == 1
+
+
+def test_fused_plans_live_in_the_backend_keyed_weakly_by_the_body():
+    """The IR holds no backend state: the CPU backend's plans for a fused body are in its
+    compiler's PlanCache, found by the body's identity (two equal bodies keep plans of their
+    own: a plan holds one body's Values) and dropped when the body goes."""
+    import gc
+
+    from duograph.graphlib.ops.fused import FusedBody
+    from duograph.runtime.backend import PlanCache
+    g = dg.Graph("body")
+    with g:
+        x = dg.placeholder("x", (64,))
+        g.outputs = [dg.tanh(x) * 2.0]
+    first, second = FusedBody(g), FusedBody(g)
+    assert first == second and first is not second
+    assert not hasattr(first, "_plans") and not hasattr(first, "__dict__")
+    cache = cpu_backend.fused_compiler.plans
+    assert isinstance(cache, PlanCache)
+    xs = np.linspace(-1, 1, 64, dtype=np.float32)
+    with dg.config.override(fused_strategy="numpy"):
+        a = cpu_backend.fused_compiler.run(first, [xs])
+        b = cpu_backend.fused_compiler.run(second, [xs])
+    np.testing.assert_array_equal(a[0], b[0])
+    np.testing.assert_array_equal(a[0], np.tanh(xs) * np.float32(2.0))
+    plans_a, plans_b = cache.get(first), cache.get(second)
+    assert plans_a is not None and plans_b is not None and plans_a is not plans_b
+    assert [k for k in plans_a if k is not None]        # a layout and a plan
+    before = len(cache)
+    del first, plans_a
+    gc.collect()
+    assert len(cache) == before - 1 and cache.get(second) is plans_b

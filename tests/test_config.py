@@ -9,7 +9,7 @@ import pytest
 
 import duograph as dg
 from duograph.graphlib.config import OPTIONS, Config
-from duograph.runtime.cpu import cblas, fused
+from duograph.runtime.cpu import cblas, cpu_backend, numba_support
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -23,6 +23,39 @@ def test_environment_seeds_the_defaults():
     assert cfg.cache_dir == "/tmp/dg"
     defaults = Config(environ={})
     assert defaults.as_dict() == {name: o.default for name, o in OPTIONS.items()}
+
+
+def test_backend_options_live_in_the_backends_section_with_documented_short_names():
+    """The CPU backend registers its options under its name (``dg.config.cpu``); each short
+    name (``dg.config.numba``) is the same option, seeded by the same variable."""
+    from duograph.graphlib.config import ALIASES, SECTIONS
+    from duograph.runtime.cpu.options import options
+    assert options is dg.config.cpu
+    cpu = {"fused_strategy", "fused_threads", "numba", "numba_parallel", "cblas", "cache_dir",
+           "matmul_swap"}
+    assert set(SECTIONS["cpu"]) == cpu and all(ALIASES[n] == ("cpu", n) for n in cpu)
+    assert not cpu & {n for n in OPTIONS if "." not in n}     # none declared by graphlib
+    cfg = Config(environ={"DUOGRAPH_NUMBA": "0"})
+    assert cfg.cpu.numba is False and cfg.numba is False
+    cfg.numba = True
+    assert cfg.cpu.numba is True
+    cfg.cpu.fused_threads = "2"
+    assert cfg.fused_threads == 2 and cfg.as_dict()["cpu.fused_threads"] == 2
+    with cfg.override(**{"cpu.numba": False, "fused_strategy": "ops"}):
+        assert cfg.cpu.numba is False and cfg.cpu.fused_strategy == "ops"
+    with cfg.cpu.override(numba=False):
+        assert cfg.numba is False
+    assert cfg.cpu.numba is True and cfg.fused_strategy == "auto"
+    with pytest.raises(ValueError, match="cpu.fused_threads"):
+        cfg.cpu.fused_threads = 0
+    with pytest.raises(AttributeError, match="no option 'fused'"):
+        cfg.cpu.fused = 1
+    with pytest.raises(AttributeError, match="section"):
+        cfg.cpu = None
+    assert dg.config.cpu is options       # one object for the life of the config
+    before = dg.config.as_dict()
+    dg.config.reset()                     # (the process's own seeds: nothing else changes)
+    assert dg.config.cpu is options and dg.config.as_dict() == before
 
 
 def test_a_bad_environment_value_warns_and_keeps_the_default():
@@ -68,8 +101,8 @@ def test_override_restores_even_when_the_block_raises():
 def test_options_are_read_when_used():
     """A change after import takes effect at the next call (no import-time copies)."""
     with dg.config.override(numba=False):
-        assert not fused.numba_available()
-        assert fused.numba_module("conv_numba") is None
+        assert not numba_support.numba_available()
+        assert numba_support.numba_module("conv_numba") is None
     with dg.config.override(cblas=False):
         assert not cblas.available()
     with dg.config.override(capture_source=True):
@@ -84,11 +117,15 @@ def test_options_are_read_when_used():
     xs = np.linspace(-1, 1, 100, dtype=np.float32)
     with dg.config.override(fused_strategy="ops"):
         (ops,) = exe(x=xs)
-    assert not [k for k in node.attrs["sub"]._plans if k is not None]   # op by op: no plan
+    assert not [k for k in _plans_of(node.attrs["sub"]) if k is not None]   # op by op: no plan
     with dg.config.override(fused_strategy="numpy"):
         (chunks,) = exe(x=xs)
-    assert [k for k in node.attrs["sub"]._plans if k is not None]
+    assert [k for k in _plans_of(node.attrs["sub"]) if k is not None]
     np.testing.assert_array_equal(ops, chunks)
+
+
+def _plans_of(body) -> dict:
+    return cpu_backend.fused_compiler.plans.get(body) or {}
 
 
 def test_set_capture_source_is_the_config_switch():

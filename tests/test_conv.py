@@ -461,7 +461,7 @@ def test_symbolic_spatial_dims_give_derived_dims_the_runtime_evaluates(torch):
 
 from duograph.graphlib.ops import conv as conv_ops  # noqa: E402
 from duograph.runtime.cpu import kernels as cpu_kernels  # noqa: E402
-from duograph.runtime.cpu.fused import numba_available  # noqa: E402
+from duograph.runtime.cpu.numba_support import numba_available  # noqa: E402
 
 HAVE_NUMBA = numba_available()
 needs_numba = pytest.mark.skipif(not HAVE_NUMBA, reason="numba is not installed")

@@ -11,11 +11,17 @@ import duograph as dg
 from duograph import passes
 from duograph.graphlib.ops.fused import FusedBody, run_ops
 from duograph.runtime.cpu import cpu_backend
-from duograph.runtime.cpu import fused as _fused_cpu
+from duograph.runtime.cpu import (fused_chunks, fused_expr, fused_numba, fused_special,
+                                  fused_strategy, numba_support)
 from duograph.graphlib.rewrite import clone
 from duograph.passes.fusion import fuse_elementwise, fused_nodes
 
-HAVE_NUMBA = _fused_cpu.numba_available()
+HAVE_NUMBA = numba_support.numba_available()
+
+
+def _plans_of(body) -> dict:
+    """The CPU backend's plans for ``body`` (its cache, held weakly by the body)."""
+    return cpu_backend.fused_compiler.plans.get(body) or {}
 
 
 @pytest.fixture(autouse=True)
@@ -336,8 +342,8 @@ def _gelu_graph(shape=("N",)):
 
 @pytest.mark.parametrize("shape,chunk", [((1000,), 64), ((37, 50), 128), ((3, 4), 4)])
 def test_numpy_chunks_match_unfused_bitwise(monkeypatch, shape, chunk):
-    monkeypatch.setattr(_fused_cpu, "CHUNK", chunk)   # many chunks and a short tail
-    monkeypatch.setattr(_fused_cpu, "DIRECT_SHORT_MAX", 0)
+    monkeypatch.setattr(fused_chunks, "CHUNK", chunk)   # many chunks and a short tail
+    monkeypatch.setattr(fused_chunks, "DIRECT_SHORT_MAX", 0)
     set_cpu_strategy("numpy")
     g, y = _gelu_graph(tuple("N" if i == 0 else d for i, d in enumerate(shape)))
     _compare(g, [y], {"x": _x(*shape) * 3}, pipelines=(["fuse"],), exact=True)
@@ -348,8 +354,8 @@ def test_value_read_twice_where_it_dies_frees_its_scratch_once(monkeypatch, chun
     """mul(a, a) is a's last read: its scratch buffer goes back to the pool once, not once
     per operand (twice would hand it to c and to d, both alive, at the same time)."""
     if chunked:
-        monkeypatch.setattr(_fused_cpu, "CHUNK", 64)
-        monkeypatch.setattr(_fused_cpu, "DIRECT_SHORT_MAX", 0)
+        monkeypatch.setattr(fused_chunks, "CHUNK", 64)
+        monkeypatch.setattr(fused_chunks, "DIRECT_SHORT_MAX", 0)
     set_cpu_strategy("numpy")
     g = dg.Graph("twice")
     with g:
@@ -362,8 +368,8 @@ def test_value_read_twice_where_it_dies_frees_its_scratch_once(monkeypatch, chun
 
 
 def test_numpy_chunks_on_non_contiguous_and_broadcast_inputs(monkeypatch):
-    monkeypatch.setattr(_fused_cpu, "CHUNK", 16)
-    monkeypatch.setattr(_fused_cpu, "DIRECT_SHORT_MAX", 0)
+    monkeypatch.setattr(fused_chunks, "CHUNK", 16)
+    monkeypatch.setattr(fused_chunks, "DIRECT_SHORT_MAX", 0)
     set_cpu_strategy("numpy")
     g = dg.Graph("nc")
     with g:
@@ -377,10 +383,10 @@ def test_numpy_chunks_on_non_contiguous_and_broadcast_inputs(monkeypatch):
 
 
 def test_numpy_chunks_split_over_threads(monkeypatch):
-    monkeypatch.setattr(_fused_cpu, "CHUNK", 256)
-    monkeypatch.setattr(_fused_cpu, "DIRECT_SHORT_MAX", 0)
+    monkeypatch.setattr(fused_chunks, "CHUNK", 256)
+    monkeypatch.setattr(fused_chunks, "DIRECT_SHORT_MAX", 0)
     dg.config.fused_threads = 3
-    monkeypatch.setattr(_fused_cpu, "THREAD_MIN_ELEMENTS", 1000)
+    monkeypatch.setattr(fused_chunks, "THREAD_MIN_ELEMENTS", 1000)
     set_cpu_strategy("numpy")
     g, y = _gelu_graph()
     _compare(g, [y], {"x": _x(5000)}, pipelines=(["fuse"],), exact=True)
@@ -449,7 +455,7 @@ def test_scalar_shaped_and_empty_bodies():
 
 
 def test_c_templates_translate_to_python():
-    tr = _fused_cpu.c_to_python
+    tr = fused_expr.c_to_python
     assert tr("(x0 > 0 ? x0 : x0 * 0.01)", "F") == "((x0 if (x0 > F(0)) else (x0 * F(0.01))))"
     assert tr("((float32)x0)", "F") == "(np.float32(x0))"
     assert tr("(!x0 && x1 || x2)", "F") == "((((not x0) and x1) or x2))"
@@ -474,7 +480,7 @@ def test_numba_kernel_matches_unfused_and_keeps_nans():
     exe = g.compile(outputs=[y, z], passes=["fuse"])
     got = exe(**feeds)
     body = _fused(exe)[0].attrs["sub"]
-    assert any(isinstance(p, _fused_cpu.NumbaPlan) for p in body._plans.values())
+    assert any(isinstance(p, fused_numba.NumbaPlan) for p in _plans_of(body).values())
     for a, c in zip(ref, got):
         np.testing.assert_allclose(c, a, rtol=2e-6, atol=2e-6)   # rational tanh: a few ulp
         np.testing.assert_array_equal(np.isnan(c), np.isnan(a))
@@ -498,8 +504,8 @@ def test_numba_kernel_writes_in_place_through_the_input_it_overwrites():
     exe(g=gs)
     want = start - np.float32(0.1) * (gs * gs)
     np.testing.assert_allclose(exe.state["p"], want, rtol=1e-6, atol=1e-7)
-    plans = [pl for node in _fused(exe) for pl in node.attrs["sub"]._plans.values()
-             if isinstance(pl, _fused_cpu.NumbaPlan)]
+    plans = [pl for node in _fused(exe) for pl in _plans_of(node.attrs["sub"]).values()
+             if isinstance(pl, fused_numba.NumbaPlan)]
     assert plans and any(alias for pl in plans for alias in pl.fns)
     exe(g=gs)                                   # a second step, from the updated p
     np.testing.assert_allclose(exe.state["p"], want - np.float32(0.1) * (gs * gs),
@@ -520,8 +526,8 @@ def test_numba_float32_tanh_is_within_a_few_ulp_and_exact_where_it_saturates():
     xs = np.concatenate([pos, -pos, np.float32([np.inf, -np.inf, np.nan, 9.0, -9.0, 20.0])])
     exe = g.compile(outputs=[y, z], passes=["fuse"])
     got_y, got_z = exe(x=xs)
-    assert any(isinstance(p, _fused_cpu.NumbaPlan)
-               for node in _fused(exe) for p in node.attrs["sub"]._plans.values())
+    assert any(isinstance(p, fused_numba.NumbaPlan)
+               for node in _fused(exe) for p in _plans_of(node.attrs["sub"]).values())
     ref = np.tanh(xs.astype(np.float64))
     finite = np.isfinite(xs)
     ulps = np.abs(got_y[finite] - ref[finite]) / np.spacing(
@@ -543,11 +549,11 @@ def test_auto_keeps_small_arrays_and_libm_ops_on_numpy():
         y = dg.log(dg.exp(x * 0.5) + 1.0)          # exp/log: scalar libm calls in numba
         z = dg.tanh(x * 2.0) + 1.0
     exe = g.compile(outputs=[y, z], passes=["fuse"])
-    exe(x=_x(_fused_cpu.NUMBA_MIN_ELEMENTS))
+    exe(x=_x(fused_numba.NUMBA_MIN_ELEMENTS))
     exe(x=_x(100))
     for node in _fused(exe):
-        plans = [p for k, p in node.attrs["sub"]._plans.items() if k is not None]
-        assert all(isinstance(p, (_fused_cpu.ChunkPlan, _fused_cpu.DirectPlan))
+        plans = [p for k, p in _plans_of(node.attrs["sub"]).items() if k is not None]
+        assert all(isinstance(p, (fused_chunks.ChunkPlan, fused_chunks.DirectPlan))
                    for p in plans) or (
             node.attrs["sub"].ops == ["mul", "tanh", "add"])
 
@@ -645,15 +651,15 @@ def test_random_elementwise_dags_agree_fused_and_unfused(dag):
 @settings(max_examples=15, deadline=None)
 @given(elementwise_dags())
 def test_random_dags_in_many_chunks_are_bitwise_equal(dag):
-    old = _fused_cpu.CHUNK, _fused_cpu.DIRECT_SHORT_MAX
-    _fused_cpu.CHUNK, _fused_cpu.DIRECT_SHORT_MAX = 4, 0
+    old = fused_chunks.CHUNK, fused_chunks.DIRECT_SHORT_MAX
+    fused_chunks.CHUNK, fused_chunks.DIRECT_SHORT_MAX = 4, 0
     set_cpu_strategy("numpy")
     try:
         g, outputs = _build_dag(*dag)
         feeds = {"x": _x(6, 5, seed=1), "y": _x(5, seed=2), "z": _x(6, 1, seed=3)}
         _compare(g, outputs, feeds, pipelines=(["fuse"],), exact=True)
     finally:
-        _fused_cpu.CHUNK, _fused_cpu.DIRECT_SHORT_MAX = old
+        fused_chunks.CHUNK, fused_chunks.DIRECT_SHORT_MAX = old
 
 
 # -- an SGD step on a matmul gradient as one gemm ---------------------------------------------
@@ -711,7 +717,7 @@ def test_sgd_step_on_a_matmul_gradient_runs_as_one_gemm(monkeypatch, cblas):
     bodies = [n.attrs["sub"] for n in _fused(exe) if "matmul" in n.attrs["sub"].ops]
     updates = [b for b in bodies if b.ops == ["matmul", "mul", "sub"]]
     assert updates
-    bound = _fused_cpu._bind_gemm_update(updates[0], [(5, 3), (3, 7), (), (5, 7)], "auto")
+    bound = fused_special._bind_gemm_update(updates[0], [(5, 3), (3, 7), (), (5, 7)], "auto")
     assert (bound is not None) == cblas
 
 
@@ -721,7 +727,7 @@ def test_numba_compile_failure_falls_back_to_numpy_chunks_with_a_warning(monkeyp
 
     def broken(source):
         raise RuntimeError("no compiler today")
-    monkeypatch.setattr(_fused_cpu, "load_kernel", broken)
+    monkeypatch.setattr(fused_numba, "load_kernel", broken)
     g = dg.Graph("fallback")
     with g:
         x = dg.placeholder("x", ("N",))
@@ -733,8 +739,8 @@ def test_numba_compile_failure_falls_back_to_numpy_chunks_with_a_warning(monkeyp
     np.testing.assert_allclose(got, np.tanh(xs * 2) + 1, rtol=1e-6)
     (again,) = exe(x=xs)                       # the plan stays on numpy, no second warning
     np.testing.assert_allclose(again, got)
-    plans = [p for n in _fused(exe) for p in n.attrs["sub"]._plans.values()
-             if isinstance(p, _fused_cpu.NumbaPlan)]
+    plans = [p for n in _fused(exe) for p in _plans_of(n.attrs["sub"]).values()
+             if isinstance(p, fused_numba.NumbaPlan)]
     assert plans and all(p.failed for p in plans)
 
 
@@ -878,7 +884,7 @@ def test_bound_prologue_uses_a_spare_output_only_when_it_overlaps_no_input(rows)
     (node,) = fused_nodes(passes.optimize(g, ["fuse"]))
     body = node.attrs["sub"]
     assert body.prologue_homes() == {}
-    assert _fused_cpu._spare_homes(body, {}) == {0: 0}
+    assert fused_special._spare_homes(body, {}) == {0: 0}
     feeds = {"h": _x(rows, 64), "w": _x(64, 64, seed=1), "b": _x(64, seed=2)}
     feeds["h"][:3] = np.nan
     arrays = [feeds[v.name] for v in node.inputs]
@@ -897,8 +903,8 @@ def test_bound_prologue_uses_a_spare_output_only_when_it_overlaps_no_input(rows)
 
 # -- planned executables: numba from NUMBA_MIN_PLANNED, and the call memo --------------------
 def _numba_plans(exe):
-    return [p for node in _fused(exe) for k, p in node.attrs["sub"]._plans.items()
-            if k is not None and isinstance(p, _fused_cpu.NumbaPlan)]
+    return [p for node in _fused(exe) for k, p in _plans_of(node.attrs["sub"]).items()
+            if k is not None and isinstance(p, fused_numba.NumbaPlan)]
 
 
 @pytest.mark.skipif(not HAVE_NUMBA, reason="numba is not installed (the `fast` extra)")
@@ -907,7 +913,7 @@ def test_planned_bias_relu_runs_numba_from_the_planned_threshold():
     NUMBA_MIN_PLANNED) runs one numba loop at O2, with O0's bits, and numpy's plan in an
     unplanned executable; NaN, -0.0 and negative values go through ReLU as numpy's."""
     rows, cols = 128, 256
-    assert _fused_cpu.NUMBA_MIN_PLANNED <= rows * cols < _fused_cpu.NUMBA_MIN_ELEMENTS
+    assert fused_numba.NUMBA_MIN_PLANNED <= rows * cols < fused_numba.NUMBA_MIN_ELEMENTS
     rng = np.random.default_rng(3)
     x = rng.standard_normal((rows, 32)).astype(np.float32)
     w = rng.standard_normal((32, cols)).astype(np.float32)
@@ -934,7 +940,7 @@ def test_numba_plan_memo_rereads_scalars_and_follows_new_arrays():
     """A remembered call on the same arrays skips the preparation but still reads a
     one-element input's current value; other arrays, or a call without ``remember``,
     are prepared anew; an output written over its input keeps the alias kernel."""
-    n = 4 * _fused_cpu.NUMBA_MIN_PLANNED
+    n = 4 * fused_numba.NUMBA_MIN_PLANNED
     g = dg.Graph("axpy")
     with g:
         p = dg.placeholder("p", (n,))
@@ -944,7 +950,7 @@ def test_numba_plan_memo_rereads_scalars_and_follows_new_arrays():
     exe = g.compile(outputs=[y], passes=["fuse"])
     (node,) = _fused(exe)
     body = node.attrs["sub"]
-    lay = _fused_cpu._layout(body)
+    lay = fused_strategy._layout(body)
     rng = np.random.default_rng(0)
     pa, qa = rng.standard_normal((2, n)).astype(np.float32)
     sa = np.array(0.5, np.float32)
@@ -954,8 +960,8 @@ def test_numba_plan_memo_rereads_scalars_and_follows_new_arrays():
         return [arrays[v.name] for v in node.inputs]
     assert sorted(v.name for v in node.inputs) == ["p", "q", "s"]
     ins = order(pa, sa, qa)
-    plan = _fused_cpu._plan(body, lay, ins, _fused_cpu.NUMBA_MIN_PLANNED)
-    assert isinstance(plan, _fused_cpu.NumbaPlan)
+    plan = fused_strategy._plan(body, lay, ins, fused_numba.NUMBA_MIN_PLANNED)
+    assert isinstance(plan, fused_numba.NumbaPlan)
     out = np.empty(n, np.float32)
     for scale in (0.5, 0.25, -2.0):
         sa[()] = scale                    # a learning rate changed in place

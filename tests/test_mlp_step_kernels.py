@@ -8,7 +8,7 @@ import pytest
 import duograph as dg
 from duograph import nn
 from duograph.runtime.cpu import cblas
-from duograph.runtime.cpu import fused as _fused_cpu
+from duograph.runtime.cpu import fused_special, numba_support
 from duograph.runtime.cpu.select import where_bits
 
 needs_cblas = pytest.mark.skipif(not cblas.available(), reason="numpy's OpenBLAS not found")
@@ -212,19 +212,19 @@ def _linear_relu_step(batch, passes):
     return model, g.compile(outputs=[loss], passes=passes)
 
 
-@pytest.mark.skipif(not _fused_cpu.numba_available(), reason="numba is not installed")
+@pytest.mark.skipif(not numba_support.numba_available(), reason="numba is not installed")
 @pytest.mark.parametrize("batch", [32, 128])
 def test_swapped_linear_epilogue_gives_the_unswapped_bits(monkeypatch, batch):
     """A Linear's ``relu(x @ W.T + b)`` run as ``W @ x.T`` with the epilogue reading the
     product transposed (where that measured faster) gives the bits of the form as written:
     three O2 training steps with the swap forced on and forced off agree exactly, and both
     agree with O0 to float32 rounding."""
-    from duograph.runtime.cpu.kernels import _same_bits
+    from duograph.runtime.cpu.autotune import same_bits
     rng = np.random.default_rng(batch)
     xs = [rng.standard_normal((batch, 784)).astype(np.float32) for _ in range(3)]
     ys = [rng.integers(0, 10, batch).astype(np.int64) for _ in range(3)]
     w = (rng.standard_normal((256, 784)) * 0.05).astype(np.float32)
-    if not _same_bits(xs[0], w.T):
+    if not same_bits(xs[0], w.T):
         pytest.skip("this BLAS sums x @ W.T and W @ x.T differently: the swap never runs")
     results = {}
     for name, faster in (("on", True), ("off", False)):
@@ -233,7 +233,7 @@ def test_swapped_linear_epilogue_gives_the_unswapped_bits(monkeypatch, batch):
         def decide(new, old, arrays, outs, _faster=faster, _asked=asked):
             _asked.append(arrays[0].shape)
             return _faster
-        monkeypatch.setattr(_fused_cpu, "_runs_faster", decide)
+        monkeypatch.setattr(fused_special, "_runs_faster", decide)
         model, exe = _linear_relu_step(batch, "O2")
         losses = [exe(x=x, y=y)[0] for x, y in zip(xs, ys)]
         assert asked == [(batch, 784)]            # decided once, for the first layer

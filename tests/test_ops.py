@@ -506,39 +506,39 @@ def test_every_dtype_pair_infers_and_runs_in_the_promoted_dtype():
 @pytest.mark.parametrize("mode", ["off", "on", "auto", "exact"])
 def test_small_batch_matmul_forms_agree_planned_and_interpreted(monkeypatch, mode):
     """x @ W.T at a small batch runs as (W @ x.T).T when dg.config.matmul_swap asks (the
-    CPU backend's matmul_into; "auto": where that measured faster); either form gives
-    numpy's product to rounding, and the planned runtime (out= kernel) and the interpreter
-    give the same bits, inside a fused epilogue too."""
-    from duograph.runtime.cpu import kernels as linalg
-    monkeypatch.setattr(linalg, "_swap_choice", {})
+    CPU backend's matmul_into through autotune.use_swap; "auto": where that measured
+    faster); either form gives numpy's product to rounding, and the planned runtime (out=
+    kernel) and the interpreter give the same bits, inside a fused epilogue too."""
+    from duograph.runtime.cpu import autotune, kernels as cpu_kernels
+    monkeypatch.setattr(autotune, "_swap_choice", {})
     with dg.config.override(matmul_swap=mode):
-        _check_small_batch_matmul(linalg, mode)
+        _check_small_batch_matmul(autotune, cpu_kernels, mode)
 
 
 def test_matmul_form_is_bit_exact_by_default(monkeypatch):
     """By default ("exact") the swapped form is kept only where it gives x @ W.T's own bits:
     with a BLAS whose two forms differ in the last bits (simulated here), the product runs
     as written even where the swapped form measured faster; "auto" would take it."""
-    from duograph.runtime.cpu import kernels as linalg
+    from duograph.runtime.cpu import autotune, kernels as cpu_kernels
     assert dg.config.matmul_swap == "exact"
     rng = np.random.default_rng(5)
     xs = rng.standard_normal((16, 300)).astype(np.float32)
     ws = rng.standard_normal((200, 300)).astype(np.float32)
-    monkeypatch.setattr(linalg, "_swap_choice", {})
-    np.testing.assert_array_equal(linalg.matmul_into(np, xs, ws.T), np.matmul(xs, ws.T))
-    real = linalg._swapped
-    monkeypatch.setattr(linalg, "_swap_choice", {})
-    monkeypatch.setattr(linalg, "_measure_swap", lambda a, b: True)
-    monkeypatch.setattr(linalg, "_swapped", lambda a, b: np.nextafter(real(a, b), np.inf))
-    assert not linalg._use_swap(xs, ws.T)
-    np.testing.assert_array_equal(linalg.matmul_into(np, xs, ws.T), np.matmul(xs, ws.T))
+    monkeypatch.setattr(autotune, "_swap_choice", {})
+    np.testing.assert_array_equal(cpu_kernels.matmul_into(np, xs, ws.T), np.matmul(xs, ws.T))
+    real = autotune.swapped
+    monkeypatch.setattr(autotune, "_swap_choice", {})
+    monkeypatch.setattr(autotune, "_measure_swap", lambda a, b: True)
+    monkeypatch.setattr(autotune, "swapped", lambda a, b: np.nextafter(real(a, b), np.inf))
+    assert not autotune.use_swap(xs, ws.T)
+    np.testing.assert_array_equal(cpu_kernels.matmul_into(np, xs, ws.T), np.matmul(xs, ws.T))
     with dg.config.override(matmul_swap="auto"):
-        assert linalg._use_swap(xs, ws.T)
+        assert autotune.use_swap(xs, ws.T)
     with dg.config.override(matmul_swap="off"):
-        assert not linalg._use_swap(xs, ws.T)
+        assert not autotune.use_swap(xs, ws.T)
 
 
-def _check_small_batch_matmul(linalg, mode):
+def _check_small_batch_matmul(autotune, cpu_kernels, mode):
     rng = np.random.default_rng(3)
     xs = rng.standard_normal((16, 300)).astype(np.float32)
     ws = rng.standard_normal((200, 300)).astype(np.float32)
@@ -554,15 +554,15 @@ def _check_small_batch_matmul(linalg, mode):
     for a, b in zip(plain, planned):
         np.testing.assert_array_equal(a, b)
     key = (mode, 16, 300, 200, np.dtype("float32"))
-    assert linalg._swap_choice.get(key, None) in (
+    assert autotune._swap_choice.get(key, None) in (
         (None,) if mode in ("off", "on") else (True, False))
-    if mode == "exact" and linalg._use_swap(xs, ws.T):  # kept only where the bits agree
-        np.testing.assert_array_equal(linalg.matmul_into(np, xs, ws.T), np.matmul(xs, ws.T))
+    if mode == "exact" and autotune.use_swap(xs, ws.T):  # kept only where the bits agree
+        np.testing.assert_array_equal(cpu_kernels.matmul_into(np, xs, ws.T), np.matmul(xs, ws.T))
     if mode == "on":                                # the swapped form, checked on its own
-        assert linalg._use_swap(xs, ws.T)
+        assert autotune.use_swap(xs, ws.T)
     if mode == "off":
-        assert not linalg._use_swap(xs, ws.T)
-    assert not linalg._use_swap(xs.T.copy().T, ws.T)        # x not C-contiguous: numpy's
+        assert not autotune.use_swap(xs, ws.T)
+    assert not autotune.use_swap(xs.T.copy().T, ws.T)        # x not C-contiguous: numpy's
 
 
 # -- sums through BLAS -----------------------------------------------------------------------

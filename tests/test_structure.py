@@ -17,13 +17,12 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 ENGINE = ("graphlib", "eager", "passes", "runtime")
 
 # folder -> number of files that sit on an import circle inside that folder
-CIRCLE_FILES = {"graphlib": 0, "eager": 0, "passes": 0, "runtime": 15}
+CIRCLE_FILES = {"graphlib": 0, "eager": 0, "passes": 0, "runtime": 0}
 # folder -> imports written inside functions
-IMPORTS_IN_FUNCTIONS = {"graphlib": 5, "eager": 0, "passes": 3, "runtime": 22}
+IMPORTS_IN_FUNCTIONS = {"graphlib": 5, "eager": 0, "passes": 3, "runtime": 11}
 MAX_MODULE_LINES = 1000
 # modules over MAX_MODULE_LINES today, with their ceiling (to be split, issue 26)
 OVERSIZED = {
-    "runtime/cpu/fused.py": 1426,
 }
 
 

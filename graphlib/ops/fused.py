@@ -21,7 +21,6 @@ backward is already built, so nothing differentiates through a fused node.
 """
 from __future__ import annotations
 
-import threading
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
@@ -42,16 +41,11 @@ class FusedBody(Region):
 
     Two bodies are equal when they hold the same ops on the same wiring with the same
     attributes and input types, so CSE can merge equal fused nodes. The body is never changed
-    after the node is made; backends cache their run plans for it in ``_plans`` (per input
-    signature, under ``_lock``).
+    after the node is made; backends cache their run plans for it themselves, keyed weakly
+    by the body (``runtime.backend.PlanCache``): the IR holds no backend state.
     """
 
-    __slots__ = ("_plans", "_lock")
-
-    def __init__(self, graph: Graph):
-        super().__init__(graph)
-        self._plans: Dict[tuple, object] = {}
-        self._lock = threading.Lock()
+    __slots__ = ()
 
     def text(self, indent: str = "") -> str:
         """Printed on the node's line: ``fused(%x) { %a = mul(%i0, %i0); ... }``."""

@@ -5,14 +5,20 @@ from __future__ import annotations
 import numpy as np
 
 from ..backend import Backend
-from . import kernels, out_kernels, tables
+from . import autotune, kernels, out_kernels, tables
 from .fused import CPUFusedCompiler
+from .options import options
 
 
 class CPUBackend(Backend):
     """numpy + numba + BLAS. Its tables are ``tables.KERNELS`` / ``OUT_KERNELS`` /
     ``PREPARE`` (shared with the fused compiler); what it does not specialise runs the ops'
-    reference kernels on numpy."""
+    reference kernels on numpy. ``options`` is its section of ``dg.config`` (``dg.config.cpu``)
+    and ``autotune`` its timing decisions, for callers above the runtime (eager's tape reaches
+    them through the backend it dispatches to)."""
+
+    options = options
+    autotune = autotune
 
     def __init__(self):
         super().__init__("numpy", np, "cpu", kernels=tables.KERNELS,

@@ -20,14 +20,14 @@ from typing import Optional
 
 import numpy as np
 
-from ...graphlib.config import config
+from .options import options
 
 _ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
 _state: dict = {}
 
 
 def _library() -> Optional[dict]:
-    if not config.cblas:
+    if not options.cblas:
         return None
     if "fns" in _state:
         return _state["fns"]
@@ -101,7 +101,7 @@ class GemmUpdate:
         self._call = None
 
     def __call__(self, a, b, c, alpha: float, beta: float) -> bool:
-        if not config.cblas:
+        if not options.cblas:
             return False
         key = self._key
         if key is None or key[0] is not a or key[1] is not b or key[2] is not c \

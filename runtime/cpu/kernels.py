@@ -19,17 +19,13 @@ reference kernel, so the two never drift apart; tests check that both give the s
 """
 from __future__ import annotations
 
-import time
-from typing import Dict
-
 import numpy as np
 
-from ...graphlib.config import config
 from ...graphlib.ops import conv, linalg, nn, reduction
 from ...graphlib.ops import shape as shape_ops
 from ...graphlib.ops._common import promoting_kernel
-from . import blas_reduce
-from .fused import numba_module
+from . import autotune, blas_reduce
+from .numba_support import numba_module
 from .select import UINT_OF_SIZE
 
 # -- numba loops for conv2d and pooling --------------------------------------------------------
@@ -371,86 +367,13 @@ def sum_to(xp, x, shape):
 
 
 # -- matmul: the 2-D product of a few rows by a transposed weight ------------------------------
-# x @ W.T with x (M, K) C-contiguous and W.T a transposed view (K, N), M small, is a Linear
-# layer at a small batch. OpenBLAS here runs it markedly faster as (W @ x.T).T, then one copy
-# of the small (N, M) result (M = 32, 784 -> 256, float32: 223 -> 152 us; M = 256: 1.2x
-# slower). ``config.matmul_swap``:
-# - "exact" (the default): swap where it measured faster (once per (M, K, N, dtype), at the
-#   first such product) *and* both forms gave the same bits on a random probe of that shape
-#   and on the first operands: the two BLAS calls then sum every element in one order, so
-#   the result is bit for bit ``x @ W.T``'s whichever form the timing picked (it is here,
-#   for OpenBLAS's SkylakeX kernels and the shapes of the benchmarks); where they differ,
-#   the product runs as written;
-# - "off": always x @ W.T;
-# - "on": always swap these products;
-# - "auto": the faster form, as cuDNN's benchmark mode picks convolution algorithms, even
-#   where the forms differ in the last bits (so two processes may differ): an opt-in.
-SWAP_MAX_ROWS = 64
-_swap_choice: Dict[tuple, bool] = {}
-
-
-def _swappable(a, b) -> bool:
-    return (a.ndim == 2 and b.ndim == 2 and 2 <= a.shape[0] <= SWAP_MAX_ROWS
-            and a.dtype == b.dtype and a.dtype.kind == "f" and a.flags.c_contiguous
-            and b.flags.f_contiguous and not b.flags.c_contiguous
-            and b.shape[1] > a.shape[0])
-
-
-def _swapped(a, b):
-    return np.matmul(b.T, a.T).T                      # (N, M) C-contiguous, viewed (M, N)
-
-
-def runs_faster(new, old, rounds: int, margin: float) -> bool:
-    """Whether ``new()`` ran faster than ``margin`` times ``old()``, best of ``rounds`` calls
-    each, interleaved (how the runtime picks between two forms that give the same bits)."""
-    best = [float("inf"), float("inf")]
-    for _ in range(rounds):
-        for k, run in enumerate((old, new)):
-            t = time.perf_counter()
-            run()
-            best[k] = min(best[k], time.perf_counter() - t)
-    return best[1] < margin * best[0]
-
-
-def _measure_swap(a, b) -> bool:
-    """Whether the swapped form (with the copy of its result) ran faster (best of 3 each,
-    interleaved) by 10%."""
-    return runs_faster(lambda: np.ascontiguousarray(_swapped(a, b)),
-                       lambda: np.matmul(a, b), 3, 0.9)
-
-
-def _same_bits(a, b) -> bool:
-    """Whether both forms give the same bits for ``a @ b`` and for a random probe of the
-    same shapes and layouts (a BLAS that sums in different orders for the two calls
-    differs somewhere on random data)."""
-    rng = np.random.default_rng(0)
-    pa = rng.standard_normal(a.shape).astype(a.dtype)
-    pb = rng.standard_normal(b.shape[::-1]).astype(b.dtype).T
-    return all(np.array_equal(np.matmul(x, y), _swapped(x, y))
-               for x, y in ((pa, pb), (a, b)))
-
-
-def _use_swap(a, b) -> bool:
-    mode = config.matmul_swap
-    if mode == "off" or not _swappable(a, b):
-        return False
-    if mode == "on":
-        return True
-    key = (mode, a.shape[0], a.shape[1], b.shape[1], a.dtype)
-    choice = _swap_choice.get(key)
-    if choice is None:
-        choice = _measure_swap(a, b)
-        if choice and mode == "exact":
-            choice = _same_bits(a, b)
-        _swap_choice[key] = choice
-    return choice
-
-
+# The small-batch ``x @ W.T`` runs as ``(W @ x.T).T`` where ``config.matmul_swap`` and the
+# measurement of ``autotune.use_swap`` say so (see ``autotune.py``).
 def matmul_into(xp, a, b, out=None):
     """``np.matmul(a, b)`` (into ``out`` when given), in the form ``config.matmul_swap``
-    picks for a few rows times a transposed weight (see above)."""
-    if _use_swap(a, b):
-        r = _swapped(a, b)
+    picks for a few rows times a transposed weight (``autotune.use_swap``)."""
+    if autotune.use_swap(a, b):
+        r = autotune.swapped(a, b)
         if out is None:
             return np.ascontiguousarray(r)
         np.copyto(out, r)
@@ -531,4 +454,3 @@ def table() -> dict:
         linalg.matmul_op: matmul, nn.softmax_cross_entropy_op: softmax_cross_entropy,
         nn.softmax_cross_entropy_backward_op: softmax_cross_entropy_backward,
     }
-

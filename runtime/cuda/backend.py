@@ -4,6 +4,7 @@ kernel on cupy (cupy reductions, im2col convolution), with matrix products on a 
 that CUDA graphs can capture (``blas.array_module``)."""
 from __future__ import annotations
 
+from ...graphlib.registry import get_op
 from ..backend import Backend
 from . import kernels, philox
 from .blas import array_module
@@ -16,7 +17,7 @@ class CUDABackend(Backend):
 
     def __init__(self, xp=None):
         if xp is None:
-            import cupy as xp
+            import cupy as xp      # (optional: only when the backend is made)
         super().__init__("cupy", array_module(xp), "cuda",
                          fused_compiler=CUDAFusedCompiler)
         for op, kernel in kernels.table().items():
@@ -24,6 +25,5 @@ class CUDABackend(Backend):
         if getattr(xp, "__name__", "") == "cupy":
             # random ops from a device seed (CUDA graphs capture them); a stand-in module
             # (numpy, a fake cupy) keeps the reference kernels
-            from ...graphlib.registry import get_op
             for op, kernel in philox.table(get_op).items():
                 self.register_kernel(op, kernel)

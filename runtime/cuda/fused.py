@@ -23,7 +23,7 @@ import numpy as np
 
 from ...graphlib.ir import Value
 from ...graphlib.ops.fused import eval_nodes
-from ..backend import FusedCompiler, split_body
+from ..backend import FusedCompiler, PlanCache, split_body
 from . import codegen
 
 _kernels: Dict[codegen.KernelSource, object] = {}      # source -> cupy.ElementwiseKernel
@@ -34,7 +34,7 @@ def elementwise_kernel(src: codegen.KernelSource):
     """The (cached) ``cupy.ElementwiseKernel`` for ``src``; compiled on its first call."""
     kernel = _kernels.get(src)
     if kernel is None:
-        import cupy
+        import cupy         # (optional: the gpu extra, imported when a kernel is made)
         with _lock:
             kernel = _kernels.get(src)
             if kernel is None:
@@ -85,7 +85,7 @@ def run_contiguous(xp, src: codegen.KernelSource, ins: Sequence, outs: Optional[
         with _lock:
             kernel = _raw.get(key)
             if kernel is None:
-                import cupy
+                import cupy     # (optional: the gpu extra)
                 name, code = codegen.contiguous_source(src, scalars)
                 kernel = _raw[key] = cupy.RawKernel(code, name)
     device = xp.cuda.runtime.getDevice()
@@ -133,14 +133,19 @@ class Layout:
         return out
 
 
+# body -> {"layout": its Layout}, held weakly by the body (the IR keeps no backend state)
+LAYOUTS = PlanCache()
+
+
 def layout(body) -> Layout:
     """The body's cached ``Layout``."""
-    lay = body._plans.get("cuda")
+    plans = LAYOUTS(body)
+    lay = plans.get("layout")
     if lay is None:
-        with body._lock:
-            lay = body._plans.get("cuda")
+        with plans.lock:
+            lay = plans.get("layout")
             if lay is None:
-                lay = body._plans["cuda"] = Layout(body.graph)
+                lay = plans["layout"] = Layout(body.graph)
     return lay
 
 

@@ -42,7 +42,7 @@ class CudaGraphStep:
     """A planned cuda executable captured as one CUDA graph (see the module docstring)."""
 
     def __init__(self, exe, feeds: Optional[Dict[str, object]] = None, *, warmup: int = 2):
-        import cupy
+        import cupy         # (optional: the gpu extra, needed only to capture)
         self.cupy = cupy
         self.exe = exe
         if getattr(exe.xp, "module", exe.xp) is not cupy:     # (the backend's BlasArrayModule)

@@ -1,0 +1,60 @@
+"""The CPU backend's switches, registered into ``dg.config`` under its name: ``dg.config.cpu``.
+
+Each is also reachable by its documented short name (``dg.config.numba`` is
+``dg.config.cpu.numba``) and seeded by its environment variable when duograph is imported.
+Every CPU module reads ``options.<name>`` when it decides (never a copy made at import).
+
+=====================  =========================  ========  =====================================
+option                 environment variable       default   meaning
+=====================  =========================  ========  =====================================
+cpu.fused_strategy     DUOGRAPH_FUSED             auto      how fused regions run: auto
+                                                            (measured: numba where faster, else
+                                                            numpy chunks), numpy, numba, ops
+                                                            (op by op, the reference)
+cpu.fused_threads      DUOGRAPH_FUSED_THREADS     1         threads splitting one large chunked
+                                                            fused kernel
+cpu.numba              DUOGRAPH_NUMBA             True      use numba kernels where installed
+                                                            (fused regions, conv, pooling, batch
+                                                            norm); False: numpy kernels only
+cpu.numba_parallel     DUOGRAPH_NUMBA_PARALLEL    False     generated numba loops use prange
+                                                            threads
+cpu.cblas              DUOGRAPH_CBLAS             True      call numpy's BLAS gemm in place
+                                                            through ctypes (fused SGD updates)
+cpu.cache_dir          DUOGRAPH_CACHE_DIR         None      where generated kernels are cached
+                                                            (None: ~/.cache/duograph)
+cpu.matmul_swap        DUOGRAPH_MATMUL_SWAP       exact     small-batch ``x @ W.T`` as
+                                                            ``(W @ x.T).T``: exact (where timed
+                                                            faster and both forms give the same
+                                                            bits), off, on, or auto (the faster
+                                                            form: two processes may differ in
+                                                            the last bits)
+=====================  =========================  ========  =====================================
+"""
+from __future__ import annotations
+
+from ...graphlib.config import (Option, as_bool, choice, config, path_or_none, positive_int,
+                                register_options)
+
+NAME = "cpu"
+
+register_options(NAME, (
+    Option("fused_strategy", choice("auto", "numpy", "numba", "ops"), "auto",
+           "DUOGRAPH_FUSED", "how the CPU backend runs fused regions"),
+    Option("fused_threads", positive_int, 1, "DUOGRAPH_FUSED_THREADS",
+           "threads splitting one large chunked fused kernel"),
+    Option("numba", as_bool, True, "DUOGRAPH_NUMBA",
+           "use numba kernels where numba is installed"),
+    Option("numba_parallel", as_bool, False, "DUOGRAPH_NUMBA_PARALLEL",
+           "generated numba loops run prange threads"),
+    Option("cblas", as_bool, True, "DUOGRAPH_CBLAS",
+           "call numpy's BLAS gemm in place through ctypes"),
+    Option("cache_dir", path_or_none, None, "DUOGRAPH_CACHE_DIR",
+           "directory of the generated-kernel cache (None: ~/.cache/duograph)"),
+    Option("matmul_swap", choice("exact", "off", "on", "auto", aliases={"0": "off", "1": "on"}),
+           "exact", "DUOGRAPH_MATMUL_SWAP",
+           "small-batch x @ W.T as (W @ x.T).T: exact (where faster and bit-identical), "
+           "off, on, auto (timed: not reproducible)"),
+))
+
+# the section of the process-wide config (the same object for the life of the process)
+options = getattr(config, NAME)
