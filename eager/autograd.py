@@ -16,12 +16,13 @@ import numpy as np
 from ..graphlib import dtypes
 from ..graphlib.autodiff import fit_to, value_key
 from ..graphlib.errors import GraphError
+from ..graphlib.functional import ones_like
 from ..graphlib.ops.creation import zeros_like
 from ..graphlib.registry import OpDef
 from ..graphlib.types import TensorType
 from . import grad_mode
 from . import tensors as tensor_mod
-from .tensors import EagerNode, Tensor, _HookHandle, eager_apply
+from .tensors import EagerNode, Tensor, _HookHandle, eager_apply, tensor_from_data
 
 
 def _collect(roots: Sequence[Tensor]):
@@ -99,7 +100,6 @@ def _check_node(node: EagerNode) -> None:
 
 
 def _ones_like(t: Tensor) -> Tensor:
-    from ..graphlib.functional import ones_like
     with grad_mode.no_grad():
         return ones_like(t)
 
@@ -116,7 +116,6 @@ def _grad_seed(root: Tensor, g, create_graph: bool) -> Tensor:
             return Tensor._wrap(np.ones(arr.shape, arr.dtype))
         return _ones_like(root)
     if not isinstance(g, Tensor):
-        from .tensors import tensor_from_data
         g = tensor_from_data(g, root.dtype, root.device)
     if tuple(g.shape) != tuple(root.shape):
         raise RuntimeError(f"backward: gradient has shape {list(g.shape)}, expected the "

@@ -19,7 +19,7 @@ ENGINE = ("graphlib", "eager", "passes", "runtime")
 # folder -> number of files that sit on an import circle inside that folder
 CIRCLE_FILES = {"graphlib": 16, "eager": 5, "passes": 0, "runtime": 15}
 # folder -> imports written inside functions
-IMPORTS_IN_FUNCTIONS = {"graphlib": 133, "eager": 46, "passes": 3, "runtime": 22}
+IMPORTS_IN_FUNCTIONS = {"graphlib": 133, "eager": 44, "passes": 3, "runtime": 22}
 MAX_MODULE_LINES = 1000
 # modules over MAX_MODULE_LINES today, with their ceiling (to be split, issue 26)
 OVERSIZED = {
