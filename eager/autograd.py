@@ -281,8 +281,14 @@ def _walk(nodes, seeds, leaves, create_graph, wanted, ready=None, early=None):
                 entry = vjp_kernels.get(op)
                 if entry is not None and entry[0] is vjp and (
                         type(c) is _ndarray or type(c) is Tensor):
-                    arrs = entry[1](c if type(c) is _ndarray else c.array,
-                                    [x.array for x in ins], node._out_data, node.attrs, needs)
+                    if n_in == 2:
+                        in_arrays = (ins[0].array, ins[1].array)
+                    elif n_in == 1:
+                        in_arrays = (ins[0].array,)
+                    else:
+                        in_arrays = tuple([x.array for x in ins])
+                    arrs = entry[1](c if type(c) is _ndarray else c.array, in_arrays,
+                                    node._out_data, node.attrs, needs)
                     if arrs is not None:
                         # arrays of the inputs' dtype, kept as arrays and added up so
                         for i in targets:

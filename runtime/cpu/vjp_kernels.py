@@ -69,8 +69,16 @@ def table(kernels) -> dict:
                 a.dtype is not dt and a.dtype != dt) or (b.dtype is not dt and b.dtype != dt):
             return None
         k = _directs[(kernels[mul_op], dt)]
-        return (_as_array(k(np, g, b)) if needs[0] else None,
-                _as_array(k(np, g, a)) if needs[1] else None)
+        ra = rb = None
+        if needs[0]:
+            ra = k(np, g, b)
+            if type(ra) is not _ndarray:
+                ra = np.asarray(ra)
+        if needs[1]:
+            rb = k(np, g, a)
+            if type(rb) is not _ndarray:
+                rb = np.asarray(rb)
+        return (ra, rb)
 
     def sub_vjp(g, ins, outs, attrs, needs):
         if not _same_np(g, ins):
@@ -91,7 +99,8 @@ def table(kernels) -> dict:
             if type(g) is not _ndarray or type(y) is not _ndarray or (
                     y.dtype is not dt and y.dtype != dt) or not _same_np(g, ins):
                 return None
-            return (_as_array(_directs[(kernels[backward_op], dt)](np, g, y)),)
+            r = _directs[(kernels[backward_op], dt)](np, g, y)
+            return (r if type(r) is _ndarray else np.asarray(r),)
         return vjp
 
     def permute_vjp(g, ins, outs, attrs, needs):
