@@ -45,22 +45,23 @@ def _as_array(r):
     return r if type(r) is _ndarray else np.asarray(r)
 
 
-class _Directs(dict):
-    """(kernel, dtype) -> ``direct_kernel(kernel, (dt, dt))``: what a plan calls for two
-    operands of one dtype."""
+class _Direct(dict):
+    """dtype -> ``direct_kernel(kernel, (dt, dt))``: what a plan calls for two operands of
+    dtype ``dt`` (``kernel`` looked up in the backend's table once, when first needed)."""
 
-    def __missing__(self, key):
-        kernel, dt = key
-        inner = self[key] = direct_kernel(kernel, (dt.name, dt.name))
+    def __init__(self, kernels, op):
+        super().__init__()
+        self.kernels, self.op = kernels, op
+
+    def __missing__(self, dt):
+        inner = self[dt] = direct_kernel(self.kernels[self.op], (dt.name, dt.name))
         return inner
 
 
-_directs = _Directs()
-
-
 def table(kernels) -> dict:
-    """{OpDef: vjp kernel} for a backend whose forward kernels are ``kernels`` (looked up
-    per call, so a kernel the backend registers later is the one used)."""
+    """{OpDef: vjp kernel} for a backend whose forward kernels are ``kernels`` (the table
+    the backend has filled when it builds this one)."""
+    mul_direct = _Direct(kernels, mul_op)
 
     def mul_vjp(g, ins, outs, attrs, needs):
         a, b = ins
@@ -68,7 +69,7 @@ def table(kernels) -> dict:
         if type(g) is not _ndarray or type(a) is not _ndarray or type(b) is not _ndarray or (
                 a.dtype is not dt and a.dtype != dt) or (b.dtype is not dt and b.dtype != dt):
             return None
-        k = _directs[(kernels[mul_op], dt)]
+        k = mul_direct[dt]
         ra = rb = None
         if needs[0]:
             ra = k(np, g, b)
@@ -93,13 +94,16 @@ def table(kernels) -> dict:
 
     def backward_op_vjp(backward_op):
         """tanh's and sigmoid's rule: ``backward_op(g, y)`` on the output ``y``."""
+        direct = _Direct(kernels, backward_op)
+
         def vjp(g, ins, outs, attrs, needs):
-            y = outs[0]
-            dt = g.dtype
-            if type(g) is not _ndarray or type(y) is not _ndarray or (
-                    y.dtype is not dt and y.dtype != dt) or not _same_np(g, ins):
+            y, x = outs[0], ins[0]
+            if type(g) is not _ndarray or type(y) is not _ndarray or type(x) is not _ndarray:
                 return None
-            r = _directs[(kernels[backward_op], dt)](np, g, y)
+            dt = g.dtype
+            if (y.dtype is not dt and y.dtype != dt) or (x.dtype is not dt and x.dtype != dt):
+                return None
+            r = direct[dt](np, g, y)
             return (r if type(r) is _ndarray else np.asarray(r),)
         return vjp
 
