@@ -163,22 +163,24 @@ class Optimizer:
             return False
         key = [tuple([v for k, v in group.items() if k != "params" and k != "lr"])]
         for p in params:
-            if p.device != "cpu" or p.grad.device != "cpu":
-                return False
-        for p in params:
+            a, ga = p.array, p.grad.array
             slots = self._slots_of(p, group)      # (slot tensors replaced since: bound anew)
-            key.append((id(p), tuple(p.shape), p.dtype, p.grad.dtype,
+            key.append((id(p), type(a), a.shape, a.dtype, type(ga), ga.dtype,
                         tuple(map(id, slots.values()))))
         programs = self.__dict__.setdefault("_programs", {})
         found = programs.get(gi)
         if found is None or found[0] != key:
             found = programs[gi] = (key, *self._build_program(group, params))
         _, run, feeds = found
+        if run is None:
+            return False
         run.run({name: p.grad.array for name, p in zip(feeds, params)})   # (bumps versions)
         return True
 
     def _build_program(self, group: dict, params: list) -> tuple:
-        """(executable, feed names) for ``_run_program``."""
+        """(executable, feed names) for ``_run_program``; (None, None) off the CPU."""
+        if any(p.device != "cpu" or p.grad.device != "cpu" for p in params):
+            return None, None
         graph = Graph(f"{type(self).__name__.lower()}_step")
         lrs: Dict[str, Value] = {}
         feeds = []
