@@ -164,26 +164,33 @@ class Optimizer:
         key = [tuple([v for k, v in group.items() if k != "params" and k != "lr"])]
         for p in params:
             a, ga = p.array, p.grad.array
-            slots = self._slots_of(p, group)      # (slot tensors replaced since: bound anew)
-            key.append((id(p), type(a), a.shape, a.dtype, type(ga), ga.dtype,
-                        tuple(map(id, slots.values()))))
+            key.append((id(p), type(a), a.shape, a.dtype, type(ga), ga.dtype))
         programs = self.__dict__.setdefault("_programs", {})
         found = programs.get(gi)
-        if found is None or found[0] != key:
+        if found is not None and found[0] == key:
+            state = self.state
+            for p, slots, k, t in found[3]:     # a slot tensor replaced since: bound anew
+                if state.get(p) is not slots or slots.get(k) is not t:
+                    found = None
+                    break
+        else:
+            found = None
+        if found is None:
             found = programs[gi] = (key, *self._build_program(group, params))
-        _, run, feeds = found
+        run, feeds = found[1], found[2]
         if run is None:
             return False
         run.run({name: p.grad.array for name, p in zip(feeds, params)})   # (bumps versions)
         return True
 
     def _build_program(self, group: dict, params: list) -> tuple:
-        """(executable, feed names) for ``_run_program``; (None, None) off the CPU."""
+        """(executable, feed names, the slots it binds as (param, slots, name, tensor)) for
+        ``_run_program``; (None, None, ()) off the CPU."""
         if any(p.device != "cpu" or p.grad.device != "cpu" for p in params):
-            return None, None
+            return None, None, ()
         graph = Graph(f"{type(self).__name__.lower()}_step")
         lrs: Dict[str, Value] = {}
-        feeds = []
+        feeds, bound = [], []
         with graph:
             for i, p in enumerate(params):
                 pv = graph.bind_state(p, f"p{i}")
@@ -198,8 +205,10 @@ class Optimizer:
                 graph.update(pv, _as_type(new_p, pv))
                 for k, v in new_state.items():
                     graph.update(svals[k], _as_type(v, svals[k]))
+                bound.extend((p, state, k, state[k]) for k, v in svals.items()
+                             if v.uses or k in new_state)      # the slots the rule uses
                 feeds.append(f"g{i}")
-        return graph.compile(outputs=[], passes="O0", plan=True), feeds
+        return graph.compile(outputs=[], passes="O0", plan=True), feeds, bound
 
     # -- graph mode -----------------------------------------------------------------------------
     def minimize(self, loss: Value) -> None:
