@@ -17,10 +17,8 @@ from ..graphlib import dtypes
 from ..graphlib.autodiff import fit_to, value_key
 from ..graphlib.errors import GraphError
 from ..graphlib.functional import ones_like
-from ..graphlib.kernels import direct_kernel
 from ..graphlib.ops.creation import zeros_like
-from ..graphlib.ops.reduction import _reduced_shape
-from ..graphlib.registry import REGISTRY, OpDef
+from ..graphlib.registry import OpDef
 from ..graphlib.types import TensorType
 from . import grad_mode
 from . import dispatch as tensor_mod
@@ -204,16 +202,19 @@ def _walk(nodes, seeds, leaves, create_graph, wanted, ready=None, early=None):
     node wants a gradient (a non-leaf input's key is such an output), a leaf input wants one
     when it is in ``leaves``; hooks, ``retain_grad`` and ``grad()``'s wanted tensors are
     looked up only on tensors that have them. Without ``create_graph`` (and outside
-    ``record()``), cotangents of one shape and dtype are summed on their arrays: nothing of
-    that sum is recorded either way; there the commonest ops' rules also run on the arrays
-    (``_ARRAY_RULES``), whose results stay arrays in ``cts`` until a tensor is needed (a
-    hook, an op rule, a leaf's result)."""
+    ``record()``), nothing of the backward is recorded, so a rule may run as the CPU
+    backend's kernel for it (its ``vjp_kernels``, tied to the rule: a replaced rule runs
+    itself) and cotangents of one shape and dtype are summed on their arrays; such results
+    stay arrays in ``cts`` until a tensor is needed (a hook, a rule, a leaf's result)."""
     cts = dict(seeds)
     get = cts.get
     float_np = _FLOAT_NP
-    array_rules = _ARRAY_RULES
     wrap = tensor_mod._wrap
     arrays_sum = not create_graph and not tensor_mod._recorders
+    # the CPU backend's kernels for vjp rules (the provider's backends may have a
+    # ``vjp_kernels`` table, runtime/backend.py's ``VjpKernelTable``; the reference has none)
+    vjp_kernels = getattr(tensor_mod.backend_for("cpu"), "vjp_kernels", None) \
+        if arrays_sum else None
     for j, node in enumerate(reversed(nodes)):
         if ready is not None and j in ready:
             for k in ready.pop(j):
@@ -273,19 +274,23 @@ def _walk(nodes, seeds, leaves, create_graph, wanted, ready=None, early=None):
                              f"must flow through it{where}")
         if n_out == 1:
             t = node._out_refs[0]()
-            if t is None:
-                outputs = node.outputs
-            else:
-                outputs = (t,)
+            if t is not None:
                 if t._hooks or t._retains_grad or (wanted is not None and t in wanted):
                     if type(c) is _ndarray:
                         c = wrap(c)
                     c = _on_grad(t, c, create_graph, wanted)
-            if arrays_sum:
-                rule = array_rules.get(op)
-                if rule is not None and (type(c) is _ndarray or type(c) is Tensor):
-                    arrs = rule(c if type(c) is _ndarray else c.array, ins, outputs,
-                                node.attrs, needs)
+            if vjp_kernels is not None:
+                entry = vjp_kernels.get(op)
+                if entry is not None and entry[0] is vjp and (
+                        type(c) is _ndarray or type(c) is Tensor):
+                    if n_in == 2:
+                        in_arrays = (ins[0].array, ins[1].array)
+                    elif n_in == 1:
+                        in_arrays = (ins[0].array,)
+                    else:
+                        in_arrays = tuple([x.array for x in ins])
+                    arrs = entry[1](c if type(c) is _ndarray else c.array, in_arrays,
+                                    node._out_data, node.attrs, needs)
                     if arrs is not None:
                         # arrays of the inputs' dtype, kept as arrays and added up so
                         for i in targets:
@@ -307,6 +312,7 @@ def _walk(nodes, seeds, leaves, create_graph, wanted, ready=None, early=None):
                             else:
                                 _add_ct(cts, k, wrap(r), True)
                         continue
+            outputs = (t,) if t is not None else node.outputs
             if c is None:
                 c = zeros_like(outputs[0])
             elif type(c) is _ndarray:
@@ -343,7 +349,7 @@ def _walk(nodes, seeds, leaves, create_graph, wanted, ready=None, early=None):
         for j in sorted(ready):
             for k in ready[j]:
                 early(leaves[k], k, get(k))
-    for k in leaves:        # a leaf's cotangent kept as an array (the rules on arrays) leaves
+    for k in leaves:        # a leaf's cotangent kept as an array (a vjp kernel's) leaves
         c = get(k)          # as a tensor
         if type(c) is _ndarray:
             cts[k] = wrap(c)
@@ -383,191 +389,6 @@ _SECOND_ONLY = (False, True)
 _ALL_NEEDED = {1: (True,), 2: (True, True), 3: (True, True, True)}
 _FLOAT_NP = dtypes.FLOAT_NP
 _ndarray = np.ndarray
-
-
-# -- vjp rules on arrays ---------------------------------------------------------------------
-# Where nothing of the backward pass is recorded (no create_graph, no record() block), the
-# walk runs the rules of the commonest ops straight on the CPU arrays: the same kernels the
-# op rules' eager ops would run (the backend's, looked up per call), on operands of one
-# dtype, so the same results bit for bit (tests/test_eager_fast_path.py compares them with
-# the op rules), without a dispatch and a plan lookup per op. A rule answers None (the op
-# rule runs instead) for anything else: other devices, mixed dtypes.
-# ``rule(g, ins, outs, attrs, needs)``: ``g`` the output cotangent's array, ``ins`` and
-# ``outs`` the node's tensors; returns one array or None per input.
-def _same_np(g, ins):
-    """Whether ``g`` and the arrays of ``ins`` are numpy arrays of one dtype."""
-    if type(g) is not _ndarray:
-        return False
-    dt = g.dtype
-    for x in ins:
-        a = x.array
-        if type(a) is not _ndarray or a.dtype is not dt and a.dtype != dt:
-            return False
-    return True
-
-
-def _as_array(r):
-    return r if type(r) is _ndarray else np.asarray(r)
-
-
-def _mul_rule(g, ins, outs, attrs, needs):
-    x, y = ins
-    a, b = x.array, y.array
-    dt = g.dtype
-    if type(g) is not _ndarray or type(a) is not _ndarray or type(b) is not _ndarray or (
-            a.dtype is not dt and a.dtype != dt) or (b.dtype is not dt and b.dtype != dt):
-        return None
-    k = tensor_mod._cpu_kernels[_MUL]
-    k = _direct(k, dt)
-    if needs[0]:
-        ra = k(np, g, b)
-        if type(ra) is not _ndarray:
-            ra = np.asarray(ra)
-    else:
-        ra = None
-    if needs[1]:
-        rb = k(np, g, a)
-        if type(rb) is not _ndarray:
-            rb = np.asarray(rb)
-    else:
-        rb = None
-    return (ra, rb)
-
-
-def _sub_rule(g, ins, outs, attrs, needs):
-    if not _same_np(g, ins):
-        return None
-    return (g if needs[0] else None,
-            _as_array(tensor_mod._cpu_kernels[_NEG](np, g)) if needs[1] else None)
-
-
-def _neg_rule(g, ins, outs, attrs, needs):
-    if not _same_np(g, ins):
-        return None
-    return (_as_array(tensor_mod._cpu_kernels[_NEG](np, g)),)
-
-
-_directs: dict = {}
-
-
-def _direct(kernel, dt):
-    """``direct_kernel(kernel, (dt, dt))``, cached: what the plans call for two operands of
-    dtype ``dt``."""
-    key = (kernel, dt)
-    inner = _directs.get(key)
-    if inner is None:
-        name = tensor_mod.dtype_name(dt)
-        inner = _directs[key] = direct_kernel(kernel, (name, name))
-    return inner
-
-
-def _backward_op_rule(backward_op):
-    """tanh's and sigmoid's rule: ``backward_op(g, y)`` on the output ``y``."""
-    def rule(g, ins, outs, attrs, needs):
-        y = outs[0].array
-        dt = g.dtype
-        if type(g) is not _ndarray or type(y) is not _ndarray or (
-                y.dtype is not dt and y.dtype != dt) or not _same_np(g, ins):
-            return None
-        k = _direct(tensor_mod._cpu_kernels[backward_op], dt)
-        return (_as_array(k(np, g, y)),)
-    return rule
-
-
-def _sum_rule(g, ins, outs, attrs, needs):
-    """``expand_back``: reshape to the kept dims, then broadcast (the expand kernel's view)."""
-    x = ins[0].array
-    if type(g) is not _ndarray or type(x) is not _ndarray or attrs.get("dtype") is not None \
-            or g.dtype != x.dtype:
-        return None
-    shape = x.shape
-    if not attrs["keepdim"]:
-        g = g.reshape(_reduced_shape(shape, attrs["dim"], True))
-    return (g if g.shape == shape else np.broadcast_to(g, shape),)
-
-
-_T2 = (1, 0)
-# (shape of a.T, shape of g, dtype) -> whether ``(g.T @ a).T`` has the bits of ``a.T @ g``
-_SWAP_EXACT: dict = {}
-
-
-def _permute_rule(g, ins, outs, attrs, needs):
-    """``permute``'s rule: the cotangent permuted back, a view (as the op rule's permute)."""
-    if type(g) is not _ndarray or type(ins[0].array) is not _ndarray:
-        return None
-    dims = attrs["dims"]
-    inverse = [0] * len(dims)
-    for i, d in enumerate(dims):
-        inverse[d] = i
-    return (tensor_mod._cpu_kernels[_PERMUTE](np, g, dims=tuple(inverse)),)
-
-
-def _transposed_here(t: Tensor) -> bool:
-    """Whether ``t`` is the 2-D transpose of another tensor on the tape (a Linear's
-    ``weight.T``): its cotangent is transposed back by that permute's rule."""
-    node = t.grad_fn
-    return node is not None and node.op is _PERMUTE and node.attrs["dims"] == _T2
-
-
-def _swap_is_exact(at, g, mm, tp) -> bool:
-    """Whether the CPU matmul gives ``at @ g`` and ``(g.T @ at.T).T`` the same bits, on a
-    random probe of these shapes and layouts and on these operands (once per shape)."""
-    key = (at.shape, g.shape, g.dtype)
-    found = _SWAP_EXACT.get(key)
-    if found is None:
-        rng = np.random.default_rng(0)
-        pa = tp(np, rng.standard_normal(at.shape[::-1]).astype(g.dtype), dims=_T2)
-        pg = rng.standard_normal(g.shape).astype(g.dtype)
-        found = all(np.array_equal(mm(np, x, y), tp(np, mm(np, tp(np, y, dims=_T2),
-                                                             tp(np, x, dims=_T2)), dims=_T2))
-                    for x, y in ((pa, pg), (at, g)))
-        if len(_SWAP_EXACT) > 1024:
-            _SWAP_EXACT.clear()
-        _SWAP_EXACT[key] = found
-    return found
-
-
-def _matmul_rule(g, ins, outs, attrs, needs):
-    """2-D ``matmul``'s rule with the op rule's kernels: ``g @ b.T`` and ``a.T @ g``. Where
-    ``b`` is a transposed tensor (a Linear's ``weight.T``), the second is computed as
-    ``(g.T @ a).T`` when that gives the same bits (``_swap_is_exact``): the permute's rule
-    then hands the weight a C-ordered cotangent, whose copy into ``.grad`` is a plain
-    memcpy instead of a transposing one (784 -> 256 float32: 177 -> 20 us)."""
-    x, y = ins
-    a, b = x.array, y.array
-    dt = g.dtype
-    if type(g) is not _ndarray or type(a) is not _ndarray or type(b) is not _ndarray \
-            or g.ndim != 2 or a.ndim != 2 or b.ndim != 2 or dt not in _MATMUL_NP \
-            or a.dtype != dt or b.dtype != dt:
-        return None
-    mm = tensor_mod._cpu_kernels[_MATMUL]
-    tp = tensor_mod._cpu_kernels[_PERMUTE]
-    ra = rb = None
-    if needs[0]:
-        ra = np.asarray(mm(np, g, tp(np, b, dims=_T2)))
-    if needs[1]:
-        at = tp(np, a, dims=_T2)
-        if _transposed_here(y) and _swap_is_exact(at, g, mm, tp):
-            rb = tp(np, np.asarray(mm(np, tp(np, g, dims=_T2), a)), dims=_T2)
-        else:
-            rb = np.asarray(mm(np, at, g))
-    return (ra, rb)
-
-
-def _array_rules() -> dict:
-    return {REGISTRY["mul"]: _mul_rule, REGISTRY["sub"]: _sub_rule,
-            REGISTRY["neg"]: _neg_rule, REGISTRY["sum"]: _sum_rule,
-            REGISTRY["tanh"]: _backward_op_rule(REGISTRY["tanh_backward"]),
-            REGISTRY["sigmoid"]: _backward_op_rule(REGISTRY["sigmoid_backward"]),
-            _MATMUL: _matmul_rule, _PERMUTE: _permute_rule}
-
-
-_MATMUL = REGISTRY["matmul"]
-_PERMUTE = REGISTRY["permute"]
-_MATMUL_NP = frozenset([np.dtype(np.float32), np.dtype(np.float64)])
-_ARRAY_RULES = _array_rules()
-_MUL = REGISTRY["mul"]
-_NEG = REGISTRY["neg"]
 
 
 def _accumulate(t: Tensor, ct: Tensor, create_graph: bool) -> None:

@@ -15,6 +15,8 @@ not inside them (as JAX keeps lowering rules in tables keyed by primitive and pl
 - ``prepare_out(op, attrs, in_shapes)``: a shortcut ``runner(arrays, outs) -> bool`` the
   planned runtime prepares once per program when every input shape is known, or None (a
   runner returning False sends the call back to the ``out=`` form).
+- ``vjp_kernels``: kernels for ops' vjp rules (``VjpKernelTable``), each tied to the rule it
+  implements, so a faster gradient is a faster kernel for the one rule, never a second rule.
 - ``fused_compiler``: how the ``fused`` op's body runs (``run(body, arrays, out=None)`` and
   ``bind(body, in_shapes)``). The base ``FusedCompiler`` evaluates the body op by op with the
   backend's own kernel table; the CPU backend generates numpy-chunk and numba code.
@@ -47,6 +49,25 @@ class KernelTable(dict):
             kernel = self.regions.kernel(op)
         self[op] = kernel
         return kernel
+
+
+class VjpKernelTable(dict):
+    """OpDef -> ``(rule, kernel)``: a kernel computing, on this backend's arrays, what the
+    op's vjp rule ``rule`` computes (``kernel(g, ins, outs, attrs, needs)`` on the output
+    cotangent's array and the node's input and output arrays; one array or None per input,
+    or None where it does not apply and the rule runs). ``kernel(op)`` answers it only while
+    ``op.vjp`` is still that rule: a replaced rule is what runs, never a stale kernel."""
+
+    def register(self, op: OpDef, kernel: Callable) -> None:
+        """Run ``kernel`` for ``op``'s current vjp rule."""
+        if op.vjp is None:
+            raise ValueError(f"{op.name}: a vjp kernel for an op without a vjp rule")
+        self[op] = (op.vjp, kernel)
+
+    def kernel(self, op: OpDef) -> Optional[Callable]:
+        """The kernel for ``op``'s vjp rule as it is now, or None."""
+        entry = self.get(op)
+        return entry[1] if entry is not None and entry[0] is op.vjp else None
 
 
 def split_body(graph) -> tuple:
@@ -157,6 +178,7 @@ class Backend:
         self._out: Dict[OpDef, Callable] = {} if out_kernels is None else out_kernels
         self._prepare: Dict[OpDef, Callable] = {} if prepare is None else prepare
         self.fused_compiler = (fused_compiler or FusedCompiler)(self)
+        self.vjp_kernels = VjpKernelTable()
         # region ops called outside an executable (eager dispatch) run their bodies compiled
         # once, interpreted (runtime/regions.py)
         self.kernels.regions = RegionRunner(self)

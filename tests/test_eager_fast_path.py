@@ -275,13 +275,14 @@ def test_fast_operators_on_parameters(torch):
     np.testing.assert_allclose(base.grad.numpy(), tb.grad.numpy(), rtol=1e-5)
 
 
-# -- backward: vjp rules on arrays, tanh_backward / sigmoid_backward --------------------------
-def _grads(fn, arrays, monkeypatch=None, rules=None):
-    """Leaf gradients of ``fn(*leaves).sum()`` as numpy arrays, with the walk's array rules
-    as they are, or replaced by ``rules`` (``{}``: the op rules only)."""
-    from duograph.eager import autograd
-    if rules is not None:
-        monkeypatch.setattr(autograd, "_ARRAY_RULES", rules)
+# -- backward: the backend's vjp kernels, tanh_backward / sigmoid_backward ---------------
+def _grads(fn, arrays, monkeypatch=None, kernels=True):
+    """Leaf gradients of ``fn(*leaves).sum()`` as numpy arrays, with the CPU backend's vjp
+    kernels as they are, or (``kernels=False``) with none: the op rules only."""
+    from duograph.eager import tensors as eager_tensors
+    from duograph.runtime.backend import VjpKernelTable
+    if not kernels:
+        monkeypatch.setattr(eager_tensors.backend_for("cpu"), "vjp_kernels", VjpKernelTable())
     leaves = [dg.tensor(a, requires_grad=True) for a in arrays]
     fn(*leaves).sum().backward()
     return [t.grad.numpy() for t in leaves]
@@ -305,12 +306,13 @@ _ARRAY_RULE_CASES = [
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("name, fn, shapes", _ARRAY_RULE_CASES,
                          ids=[c[0] for c in _ARRAY_RULE_CASES])
-def test_array_rules_match_op_rules_bit_for_bit(torch, monkeypatch, name, fn, shapes, dtype):
-    """The walk's rules on arrays give exactly what the op rules give, and torch agrees."""
+def test_vjp_kernels_match_op_rules_bit_for_bit(torch, monkeypatch, name, fn, shapes, dtype):
+    """The CPU backend's vjp kernels give exactly what the op rules give, and torch
+    agrees."""
     rng = np.random.default_rng(1)
     arrays = [rng.standard_normal(s).astype(dtype) for s in shapes]
     fast = _grads(fn, arrays)
-    slow = _grads(fn, arrays, monkeypatch, {})
+    slow = _grads(fn, arrays, monkeypatch, kernels=False)
     for f, s in zip(fast, slow):
         assert f.dtype == s.dtype and f.shape == s.shape
         np.testing.assert_array_equal(f, s)
@@ -322,7 +324,7 @@ def test_array_rules_match_op_rules_bit_for_bit(torch, monkeypatch, name, fn, sh
         np.testing.assert_allclose(f, t.grad.numpy(), rtol=tol, atol=tol)
 
 
-def test_array_rules_fall_back_on_mixed_dtypes(torch):
+def test_vjp_kernels_fall_back_on_mixed_dtypes(torch):
     """float32 * float64 takes the op rules (promotion, casts back to each input's dtype)."""
     a = dg.tensor(np.array([1.0, 2.0], np.float32), requires_grad=True)
     b = dg.tensor(np.array([3.0, 5.0]), requires_grad=True)
@@ -335,8 +337,9 @@ def test_array_rules_fall_back_on_mixed_dtypes(torch):
     np.testing.assert_allclose(b.grad.numpy(), tb.grad.numpy(), rtol=1e-5, atol=1e-7)
 
 
-def test_array_rules_keep_hooks_retain_grad_and_grad(torch):
-    """Cotangents the walk keeps as arrays reach hooks, retain_grad and grad() as tensors."""
+def test_vjp_kernels_keep_hooks_retain_grad_and_grad(torch):
+    """Cotangents the walk keeps as arrays (a vjp kernel's) reach hooks, retain_grad and
+    grad() as tensors."""
     x = _t([0.5, -1.0, 2.0], requires_grad=True)
     w = _t([1.5, 0.25, -0.5], requires_grad=True)
     seen = []
@@ -365,7 +368,7 @@ def test_array_rules_keep_hooks_retain_grad_and_grad(torch):
 
 
 def test_sum_backward_grad_is_writable_and_accumulates():
-    """sum's rule on arrays broadcasts a view; a leaf's .grad is still its own array."""
+    """sum's vjp kernel broadcasts a view; a leaf's .grad is still its own array."""
     x = _t([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)
     x.sum().backward()
     x.sum().backward()
@@ -416,13 +419,13 @@ def test_linear_weight_gradient_form_keeps_the_op_rules_bits(monkeypatch, exact)
     """``x @ w.T``'s weight gradient is computed as ``(g.T @ x).T`` only where that has the
     bits of ``x.T @ g``; forcing the check either way still gives the op rules' bits, and
     the check is made for the transposed weight only."""
-    from duograph.eager import autograd
     from duograph.eager import dispatch as eager_dispatch
+    from duograph.runtime.cpu import vjp_kernels
     kernels = [eager_dispatch._cpu_kernels[dg.graphlib.registry.REGISTRY[n]]
                for n in ("matmul", "permute")]
     rng = np.random.default_rng(4)
     arrays = [rng.standard_normal(s).astype(np.float32) for s in ((16, 40), (24, 40))]
-    if exact and not autograd._swap_is_exact(
+    if exact and not vjp_kernels.swap_is_exact(
             arrays[0].T, np.ones((16, 24), np.float32), *kernels):
         pytest.skip("this BLAS sums the two forms of the product differently")
     asked = []
@@ -430,12 +433,12 @@ def test_linear_weight_gradient_form_keeps_the_op_rules_bits(monkeypatch, exact)
     def swap_is_exact(at, g, *kernels):
         asked.append((at.shape, g.shape))
         return exact
-    monkeypatch.setattr(autograd, "_swap_is_exact", swap_is_exact)
+    monkeypatch.setattr(vjp_kernels, "swap_is_exact", swap_is_exact)
     fn = _ARRAY_RULE_CASES[[c[0] for c in _ARRAY_RULE_CASES].index("linear_wide")][1]
     leaves = [dg.tensor(a, requires_grad=True) for a in arrays]
     fn(*leaves).sum().backward()
     fast = [t.grad.numpy() for t in leaves]
     assert asked == [((40, 16), (16, 24))]       # for the weight, once: x.T and g
-    slow = _grads(fn, arrays, monkeypatch, {})
+    slow = _grads(fn, arrays, monkeypatch, kernels=False)
     for f, s in zip(fast, slow):
         assert f.tobytes() == s.tobytes()

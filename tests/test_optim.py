@@ -671,34 +671,65 @@ def test_optimizer_repr():
     assert text.startswith("SGD (\nParameter Group 0\n") and "    lr: 0.05" in text
 
 
+_SGD_SETTINGS = [dict(), dict(momentum=0.9), dict(momentum=0.9, dampening=0.5),
+                 dict(momentum=0.9, nesterov=True), dict(weight_decay=0.05),
+                 dict(momentum=0.5, weight_decay=0.05, maximize=True)]
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
-def test_plain_sgd_in_place_gives_the_rules_bits(monkeypatch, dtype):
-    """Plain SGD updates a CPU float parameter in place (``_update_in_place``) with exactly
-    the bits of ``rule`` + ``_write``; the version counter moves as it did; float16 (and
-    momentum, weight decay...) take the rule."""
+@pytest.mark.parametrize("settings", _SGD_SETTINGS, ids=lambda d: "-".join(d) or "plain")
+def test_sgd_step_program_gives_the_rules_bits(monkeypatch, dtype, settings):
+    """SGD's eager step runs its rule as one planned program per parameter group (the
+    backend's ``out=`` forms, the new values written into the parameter's and slots' own
+    arrays) with exactly the bits of the rule run op by op (``step_program = False``); the
+    version counters move as they did; ``.grad`` is untouched."""
     rng = np.random.default_rng(2)
     w0 = rng.standard_normal((7, 5)).astype(dtype)
-    grads = [rng.standard_normal((7, 5)).astype(dtype) for _ in range(3)]
+    b0 = rng.standard_normal(5).astype(dtype)
+    grads = [(rng.standard_normal((7, 5)).astype(dtype), rng.standard_normal(5).astype(dtype))
+             for _ in range(3)]
 
-    def run(in_place):
-        if not in_place:
-            monkeypatch.setattr(optim.SGD, "_update_in_place", lambda self, p, group: False)
+    def run(program):
+        monkeypatch.setattr(optim.SGD, "step_program", program)
         w = dg.tensor(w0.copy(), requires_grad=True)
-        opt = optim.SGD([w], lr=0.1)
+        b = dg.tensor(b0.copy(), requires_grad=True)
+        arrays = (w.array, b.array)
+        opt = optim.SGD([w, b], lr=0.1, **settings)
         versions = []
-        for k, g in enumerate(grads):
-            w.grad = dg.tensor(g.copy())
+        for k, (gw, gb) in enumerate(grads):
+            w.grad, b.grad = dg.tensor(gw.copy()), dg.tensor(gb.copy())
             opt.param_groups[0]["lr"] = 0.1 / (k + 1)       # changed between steps
             opt.step()
-            versions.append(w._version[0])
-            assert w.grad.numpy().tobytes() == g.tobytes()  # the gradient is untouched
+            versions.append((w._version[0], b._version[0]))
+            assert w.grad.numpy().tobytes() == gw.tobytes()  # the gradient is untouched
+        if program:
+            assert (w.array, b.array) == arrays and "_programs" in vars(opt)  # in place
+        slots = [opt.state[t][k].numpy().tobytes() for t in (w, b) for k in ("step",
+                                                                               "momentum_buffer")]
         monkeypatch.undo()
-        return w.detach().numpy().copy(), versions, opt
+        return [w.detach().numpy().copy(), b.detach().numpy().copy()], versions, slots
 
-    fast, v_fast, opt = run(True)
-    slow, v_slow, _ = run(False)
-    assert fast.tobytes() == slow.tobytes() and v_fast == v_slow
-    assert ("_scratch" in vars(opt)) == (dtype != np.float16)
+    fast, v_fast, s_fast = run(True)
+    slow, v_slow, s_slow = run(False)
+    assert [f.tobytes() for f in fast] == [s.tobytes() for s in slow]
+    assert v_fast == v_slow and s_fast == s_slow
+
+
+def test_sgd_step_program_follows_parameters_and_settings():
+    """The program is rebuilt when a parameter has no gradient this step, or a setting
+    changes; a parameter whose gradient is None is left alone."""
+    w = dg.tensor(np.ones(3, np.float32), requires_grad=True)
+    b = dg.tensor(np.ones(2, np.float32), requires_grad=True)
+    opt = optim.SGD([w, b], lr=0.5)
+    w.grad = dg.tensor(np.full(3, 2.0, np.float32))
+    opt.step()
+    np.testing.assert_array_equal(w.detach().numpy(), [0.0, 0.0, 0.0])
+    np.testing.assert_array_equal(b.detach().numpy(), [1.0, 1.0])
+    b.grad = dg.tensor(np.full(2, 4.0, np.float32))
+    opt.param_groups[0]["weight_decay"] = 0.5
+    opt.step()      # w: 0 - 0.5 * (2 + 0.5 * 0); b: 1 - 0.5 * (4 + 0.5 * 1)
+    np.testing.assert_array_equal(w.detach().numpy(), [-1.0, -1.0, -1.0])
+    np.testing.assert_array_equal(b.detach().numpy(), [-1.25, -1.25])
 
 
 def test_plain_sgd_in_place_leaves_grad_and_respects_record():
@@ -714,3 +745,25 @@ def test_plain_sgd_in_place_leaves_grad_and_respects_record():
         opt.step()
     assert any(n.op.name == "sub" for n in rec.graph.nodes)
     np.testing.assert_array_equal(w.detach().numpy(), [-1.0, -1.0, -1.0])
+
+
+def test_sgd_step_program_is_built_once_and_follows_replaced_slots(monkeypatch):
+    """One program for repeated steps; a momentum buffer replaced by the user is the one the
+    next step reads and writes (as the rule run op by op does)."""
+    w = dg.tensor(np.ones(3), requires_grad=True)
+    opt = optim.SGD([w], lr=0.5, momentum=0.5)
+    built = []
+    build = optim.SGD._build_program
+    monkeypatch.setattr(optim.SGD, "_build_program",
+                        lambda self, *a: built.append(1) or build(self, *a))
+    for _ in range(3):
+        w.grad = dg.tensor(np.full(3, 2.0))
+        opt.step()
+    assert built == [1]
+    buf = dg.tensor(np.full(3, 10.0))
+    opt.state[w]["momentum_buffer"] = buf
+    before = w.detach().numpy().copy()
+    opt.step()      # buf = 10 * 0.5 + 2 = 7; w -= 0.5 * 7
+    assert built == [1, 1]
+    np.testing.assert_array_equal(buf.numpy(), np.full(3, 7.0))
+    np.testing.assert_array_equal(w.detach().numpy(), before - 3.5)

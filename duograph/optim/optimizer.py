@@ -19,7 +19,8 @@ from ..eager.tensors import Tensor
 from ..graphlib import functional as F
 from ..graphlib.autodiff import grad as symbolic_grad
 from ..graphlib.errors import GraphError
-from ..graphlib.ir import Value
+from ..graphlib.ir import Graph, Value
+from ..graphlib.builder import placeholder
 from ..nn.module import _zeros_like_grad
 
 
@@ -109,11 +110,6 @@ class Optimizer:
         """Return (new parameter, {slot: new value}) from parameter, gradient and slots."""
         raise NotImplementedError
 
-    def _update_in_place(self, p: Tensor, group: dict) -> bool:
-        """An eager step's shortcut for one parameter: True when it updated ``p`` itself,
-        with the bits ``rule`` and ``_write`` would give; False leaves it to them."""
-        return False
-
     def _slots_of(self, p: Tensor, group: dict) -> Dict[str, Tensor]:
         state = self.state.get(p)
         if state is None:
@@ -128,7 +124,8 @@ class Optimizer:
             with grad_mode.enable_grad():
                 loss = closure()
         with grad_mode.no_grad():
-            for group in self.param_groups:
+            for gi, group in enumerate(self.param_groups):
+                params = []
                 for p in group["params"]:
                     if p.grad is None:
                         continue
@@ -136,15 +133,82 @@ class Optimizer:
                         raise ValueError(f"{type(self).__name__}: gradient shape "
                                          f"{list(p.grad.shape)} does not match parameter "
                                          f"shape {list(p.shape)}")
+                    params.append(p)
+                if not params or (self.step_program and self._run_program(gi, group, params)):
+                    continue
+                for p in params:
                     state = self._slots_of(p, group)
-                    if self._update_in_place(p, group):
-                        continue
                     new_p, new_state = self.rule(p.detach(), p.grad.detach(), state, group,
                                                  float(group["lr"]))
                     _write(p, new_p)
                     for k, v in new_state.items():
                         _write(state[k], v)
         return loss
+
+    # -- eager, as the graph-mode rule ----------------------------------------------------------
+    step_program = False
+    """Whether ``step()`` runs each parameter group's update as one planned program of
+    ``rule`` (``_run_program``) where it can, instead of the rule op by op."""
+
+    def _run_program(self, gi: int, group: dict, params: list) -> bool:
+        """Update ``params`` (those of group ``gi`` that have a gradient) by running ``rule``
+        as graph mode runs it: recorded once into a graph with the parameters and slots as
+        state, built by the runtime with a memory plan (the backend's ``out=`` forms of the
+        rule's ops, the new values written into the parameters' and slots' own arrays), and
+        rebuilt when the parameters, their shapes, dtypes or slots or the group's settings
+        change.
+        Without passes, so the bits are those of the rule run op by op. False (nothing
+        done) inside ``record()`` (the ops must be recorded) and off the CPU."""
+        if _eager_tensors._recorders:
+            return False
+        key = [tuple([v for k, v in group.items() if k != "params" and k != "lr"])]
+        for p in params:
+            a, ga = p.array, p.grad.array
+            key.append((id(p), type(a), a.shape, a.dtype, type(ga), ga.dtype))
+        programs = self.__dict__.setdefault("_programs", {})
+        found = programs.get(gi)
+        if found is not None and found[0] == key:
+            state = self.state
+            for p, slots, k, t in found[3]:     # a slot tensor replaced since: bound anew
+                if state.get(p) is not slots or slots.get(k) is not t:
+                    found = None
+                    break
+        else:
+            found = None
+        if found is None:
+            found = programs[gi] = (key, *self._build_program(group, params))
+        run, feeds = found[1], found[2]
+        if run is None:
+            return False
+        run.run({name: p.grad.array for name, p in zip(feeds, params)})   # (bumps versions)
+        return True
+
+    def _build_program(self, group: dict, params: list) -> tuple:
+        """(executable, feed names, the slots it binds as (param, slots, name, tensor)) for
+        ``_run_program``; (None, None, ()) off the CPU."""
+        if any(p.device != "cpu" or p.grad.device != "cpu" for p in params):
+            return None, None, ()
+        graph = Graph(f"{type(self).__name__.lower()}_step")
+        lrs: Dict[str, Value] = {}
+        feeds, bound = [], []
+        with graph:
+            for i, p in enumerate(params):
+                pv = graph.bind_state(p, f"p{i}")
+                gv = placeholder(f"g{i}", tuple(p.shape), p.grad.dtype)
+                state = self._slots_of(p, group)
+                svals = {k: graph.bind_state(t, f"p{i}.{k}") for k, t in state.items()}
+                lr = lrs.get(p.dtype)
+                if lr is None:
+                    lr = lrs[p.dtype] = graph.bind_state(_LearningRate(group, p.dtype),
+                                                         f"lr_{p.dtype}")
+                new_p, new_state = self.rule(pv, gv, svals, group, lr)
+                graph.update(pv, _as_type(new_p, pv))
+                for k, v in new_state.items():
+                    graph.update(svals[k], _as_type(v, svals[k]))
+                bound.extend((p, state, k, state[k]) for k, v in svals.items()
+                             if v.uses or k in new_state)      # the slots the rule uses
+                feeds.append(f"g{i}")
+        return graph.compile(outputs=[], passes="O0", plan=True), feeds, bound
 
     # -- graph mode -----------------------------------------------------------------------------
     def minimize(self, loss: Value) -> None:
@@ -267,6 +331,7 @@ class SGD(Optimizer):
     """Stochastic gradient descent with momentum, dampening, Nesterov and weight decay."""
 
     slots = ("momentum_buffer",)
+    step_program = True
 
     def __init__(self, params, lr: float = 1e-3, momentum: float = 0.0, dampening: float = 0.0,
                  weight_decay: float = 0.0, nesterov: bool = False, maximize: bool = False):
@@ -293,32 +358,6 @@ class SGD(Optimizer):
             new["step"] = step + 1.0
             g = g + buf * m if group["nesterov"] else buf
         return p - g * lr, new
-
-    def _update_in_place(self, p: Tensor, group: dict) -> bool:
-        """Plain SGD on a CPU float parameter outside ``record()``: ``p - g * lr`` written
-        into ``p`` with two ufuncs through one scratch buffer per shape, instead of two
-        new arrays and a copy (784 x 256 float32: about 3x fewer passes over memory); the
-        same float operations as the rule's (lr as the parameter's dtype, as a Python
-        float meets a tensor)."""
-        if group["momentum"] or group["weight_decay"] or group["maximize"] \
-                or _eager_tensors._recorders:
-            return False
-        a, g = p.array, p.grad.array
-        if type(a) is not np.ndarray or type(g) is not np.ndarray or a.dtype != g.dtype \
-                or a.dtype not in _INPLACE_DTYPES or not a.flags.writeable:
-            return False
-        scratch = self.__dict__.setdefault("_scratch", {})
-        key = (a.shape, a.dtype)
-        buf = scratch.get(key)
-        if buf is None:
-            buf = scratch[key] = np.empty(a.shape, a.dtype)
-        np.multiply(g, np.asarray(float(group["lr"]), a.dtype), out=buf)
-        np.subtract(a, buf, out=a)
-        p._version[0] += 1
-        return True
-
-
-_INPLACE_DTYPES = frozenset([np.dtype(np.float32), np.dtype(np.float64)])
 
 
 class Adam(Optimizer):

@@ -7,6 +7,8 @@ Everything CPU-specific lives here, beside the ops rather than inside them:
   numba, batch norm, BLAS sums, the small-batch matmul form); each falls back to the
   reference where its fast path does not apply.
 - ``out_kernels.py``: ``out=`` forms that write into the planned runtime's arena.
+- ``vjp_kernels.py``: kernels for the commonest ops' vjp rules on arrays, each tied to the rule
+  it implements (the eager backward walk runs them where nothing of it is recorded).
 - ``fused.py``: the compiler for fused regions (its entry points), split by responsibility:
   ``fused_layout.py`` (a body's prologue and region, the plan cache keyed weakly by the
   body), ``fused_strategy.py`` (which plan a region gets), ``fused_chunks.py`` (numpy chunks

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..backend import Backend
-from . import autotune, kernels, out_kernels, tables
+from . import autotune, kernels, out_kernels, tables, vjp_kernels
 from .fused import CPUFusedCompiler
 from .options import options
 
@@ -30,6 +30,8 @@ class CPUBackend(Backend):
             self.register_out(op, form)
         for op, prepare in out_kernels.prepare_table().items():
             self.register_out(op, self.out_kernel(op), prepare)
+        for op, kernel in vjp_kernels.table(self.kernels).items():
+            self.vjp_kernels.register(op, kernel)
 
 
 cpu_backend = CPUBackend()
