@@ -279,10 +279,10 @@ def test_fast_operators_on_parameters(torch):
 def _grads(fn, arrays, monkeypatch=None, kernels=True):
     """Leaf gradients of ``fn(*leaves).sum()`` as numpy arrays, with the CPU backend's vjp
     kernels as they are, or (``kernels=False``) with none: the op rules only."""
-    from duograph.eager import tensors as eager_tensors
+    from duograph.eager import device as eager_device
     from duograph.runtime.backend import VjpKernelTable
     if not kernels:
-        monkeypatch.setattr(eager_tensors.backend_for("cpu"), "vjp_kernels", VjpKernelTable())
+        monkeypatch.setattr(eager_device.backend_for("cpu"), "vjp_kernels", VjpKernelTable())
     leaves = [dg.tensor(a, requires_grad=True) for a in arrays]
     fn(*leaves).sum().backward()
     return [t.grad.numpy() for t in leaves]

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import duograph as dg
-from duograph.eager import tensors as eager_tensors
+from duograph.eager import device as eager_device
 from duograph.graphlib.ops.elementwise import mul_op
 from duograph.graphlib.ops.linalg import matmul_op
 
@@ -56,7 +56,7 @@ def test_a_swapped_vjp_changes_eager_and_graph_gradients(monkeypatch, name, op, 
     although the CPU backend holds a vjp kernel for the original rule."""
     rng = np.random.default_rng(0)
     arrays = [rng.standard_normal(s).astype(dtype) for s in shapes]
-    backend = eager_tensors.backend_for("cpu")
+    backend = eager_device.backend_for("cpu")
     assert backend.vjp_kernels.kernel(op) is not None     # a kernel for the rule as it is
     eager_before = _eager_grads(fn, arrays)
     graph_before = _graph_grads(fn, arrays)
@@ -80,7 +80,7 @@ def test_a_swapped_vjp_changes_eager_and_graph_gradients(monkeypatch, name, op, 
 def test_the_backend_kernel_runs_for_the_rule_it_was_written_for(monkeypatch):
     """With the rule unchanged the backend's kernel is what the walk runs (counted here);
     with the rule swapped it is not called at all."""
-    table = eager_tensors.backend_for("cpu").vjp_kernels
+    table = eager_device.backend_for("cpu").vjp_kernels
     rule, kernel = table[mul_op]
     calls = []
 
