@@ -126,3 +126,9 @@ def test_hooks_and_retain_grad_match_torch():
     (tx, ty), (dx, dy) = results
     np.testing.assert_allclose(dx, tx, rtol=1e-12)
     np.testing.assert_allclose(dy, ty, rtol=1e-12)
+
+
+def test_membership_test_on_eager_tensors_compares_values_as_torch():
+    """Unlike a symbolic Value (tests/test_ir.py), an eager tensor answers ``in`` by value."""
+    for a, b in ((1.0, 1.0), (1.0, 2.0)):
+        assert (dg.tensor([a]) in [dg.tensor([b])]) == (torch.tensor([a]) in [torch.tensor([b])])

@@ -320,12 +320,6 @@ def test_membership_test_on_values_raises_before_adding_a_node():
     g.verify()
 
 
-def test_membership_test_on_eager_tensors_compares_values_as_torch():
-    torch = pytest.importorskip("torch")
-    for a, b in ((1.0, 1.0), (1.0, 2.0)):
-        assert (dg.tensor([a]) in [dg.tensor([b])]) == (torch.tensor([a]) in [torch.tensor([b])])
-
-
 def test_placeholder_outside_a_graph():
     with pytest.raises(dg.GraphError, match="no graph is being built"):
         dg.placeholder("x", shape=(3,))
