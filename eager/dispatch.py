@@ -20,9 +20,9 @@ import numpy as np
 
 from ..graphlib import dtypes
 from ..graphlib.config import config as _config
-from ..graphlib.dispatch import (Scalar, cast_zero_dim_operands, register_handler,
+from ..graphlib.dispatch import (Scalar, cast_zero_dim_operands, infer_types, register_handler,
                                  set_default_handler, weak_scalar)
-from ..graphlib.errors import DTypeError, DuographError, ShapeError, kernel_error
+from ..graphlib.errors import DuographError, kernel_error
 from ..graphlib.ir import _local as _graph_local
 from ..graphlib.kernels import direct_kernel, run_kernel
 from ..graphlib.methods import TensorMethods
@@ -64,15 +64,7 @@ def _infer(op, in_sig, attrs):
         return hit
     if REGISTRY.get(op.name) is not op:
         key = None           # one-off ops (custom Functions) are never cached
-    try:
-        out = tuple(op.infer([TensorType(s, dtype_name(d)) for s, d in in_sig], attrs))
-    except (DuographError, TypeError, ValueError) as e:
-        cls = type(e) if isinstance(e, DuographError) else (
-            DTypeError if isinstance(e, TypeError) else ShapeError)
-        msg = str(e)
-        if not msg.startswith(op.name):
-            msg = f"{op.name}: {msg}"
-        raise cls(f"{msg}\n  in: {user_source()}") from None
+    out = tuple(infer_types(op, [TensorType(s, dtype_name(d)) for s, d in in_sig], attrs))
     hit = (out, tuple(np.dtype(t.dtype) for t in out))
     if key is not None:
         if len(_infer_cache) > _INFER_CACHE_LIMIT:

@@ -338,8 +338,22 @@ def build(graph: Graph, op, inputs, attrs) -> Value:
         attrs = dict(attrs, stream=graph.next_random_stream())
     if op.ordered and not attrs.get("seq"):
         attrs = dict(attrs, seq=next_sequence())
+    out_types = infer_types(op, [v.type for v in vals], attrs, source)
+    node = Node(op, vals, attrs, (), source)
+    node.outputs = tuple(Value(t, node, i, graph) for i, t in enumerate(out_types))
+    graph.append(node)
+    if op.multi_output:
+        return node.outputs
+    return node.outputs[0]
+
+
+def infer_types(op, types, attrs, source=None):
+    """``op.infer(types, attrs)``, its failures raised as duograph's errors (a TypeError as a
+    DTypeError, a ValueError as a ShapeError) that start with the op's name and end with the
+    user's line (``source``, or the caller's found now): graph building and the eager
+    dispatch report a bad operand the same way."""
     try:
-        out_types = op.infer([v.type for v in vals], attrs)
+        return op.infer(types, attrs)
     except (DuographError, TypeError, ValueError) as e:
         cls = type(e) if isinstance(e, DuographError) else (
             DTypeError if isinstance(e, TypeError) else ShapeError)
@@ -347,14 +361,8 @@ def build(graph: Graph, op, inputs, attrs) -> Value:
         if not msg.startswith(op.name):
             msg = f"{op.name}: {msg}"
         if "\n  in: " not in msg:
-            msg = f"{msg}\n  in: {source}"
+            msg = f"{msg}\n  in: {source if source is not None else user_source()}"
         raise cls(msg) from None
-    node = Node(op, vals, attrs, (), source)
-    node.outputs = tuple(Value(t, node, i, graph) for i, t in enumerate(out_types))
-    graph.append(node)
-    if op.multi_output:
-        return node.outputs
-    return node.outputs[0]
 
 
 # The services this module gives the modules below it (issue 26: they never import it).

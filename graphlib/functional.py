@@ -18,7 +18,7 @@ from .ops.elementwise import (abs, add, bitwise_and, bitwise_not, bitwise_or,  #
                               gelu, gt, le, leaky_relu, log, logical_and, logical_not,
                               logical_or, lt, maximum, minimum, mul, ne, neg, pow, reciprocal,
                               relu, rsqrt, sigmoid, sign, sin, softplus, sqrt, square, sub,
-                              tanh, where)
+                              tanh)
 from .ops.elementwise import (acos, acosh, arccos, arccosh, arcsin, arcsinh,  # noqa: F401
                               arctan, arctanh, asin, asinh, atan, atanh, ceil, cosh, exp2,
                               expm1, fix, floor, frac, isfinite, isinf, isnan, log10, log1p,

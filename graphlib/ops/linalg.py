@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from .. import dtypes
 from ..attrs import Attrs
-from ..errors import DTypeError, ShapeError, UnsupportedDTypeError, located
+from ..errors import ShapeError, UnsupportedDTypeError, located
 from ..registry import OpDef, register
 from ..types import TensorType, broadcast_shapes, format_shape
 from ._common import operand, promoting_kernel

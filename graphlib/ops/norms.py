@@ -15,7 +15,7 @@ from ..attrs import Attr, Attrs
 from ..autodiff import is_zero_cotangent
 from ..errors import DTypeError, ShapeError, composite, located
 from ..registry import OpDef, register
-from ..types import TensorType, normalize_dim, normalize_dims, reduction_dims
+from ..types import TensorType, normalize_dim, reduction_dims
 from ._common import operand
 from .creation import zeros_like
 from .elementwise import abs, cast, isnan, logical_or, pow, sign, where
