@@ -549,19 +549,33 @@ def test_sync_batch_norm_is_pytorchs_batch_norm_on_the_concatenated_batch(tmp_pa
     """SyncBatchNorm on 2 ranks (each 3 of the 6 samples): its output, its input gradient
     (of the sum of the ranks' losses), the summed weight and bias gradients and the running
     statistics are torch.nn.BatchNorm2d's on the whole batch; convert_sync_batchnorm
-    swaps BatchNorm layers keeping their parameters."""
-    pytest.importorskip("torch")
-    code = """
+    swaps BatchNorm layers keeping their parameters. PyTorch's figures are computed here and
+    handed to the ranks in a file (the rank scripts never import PyTorch)."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((6, 4, 5, 5)) * 2 + 1
+    W = rng.standard_normal((6, 4, 5, 5))
+    tb = torch.nn.BatchNorm2d(4, momentum=0.3).double()
+    with torch.no_grad():
+        tb.weight.copy_(torch.linspace(0.5, 2.0, 4, dtype=torch.float64))
+    tx = torch.tensor(X, requires_grad=True)
+    tout = tb(tx)
+    (tout * torch.tensor(W)).sum().backward()
+    ref = dict(X=X, W=W, out=tout.detach().numpy(), xgrad=tx.grad.numpy(),
+               wgrad=tb.weight.grad.numpy(), bgrad=tb.bias.grad.numpy(),
+               mean=tb.running_mean.numpy(), var=tb.running_var.numpy())
+    tb.eval()
+    ref["eval"] = tb(torch.tensor(X)).detach().numpy()
+    np.savez(tmp_path / "ref.npz", **ref)
+    code = f"""
 import numpy as np
-import torch
 import duograph as dg
 import duograph.nn as nn
 import duograph.distributed as dist
 dist.init_process_group()
 r, n = dist.get_rank(), dist.get_world_size()
-rng = np.random.default_rng(3)
-X = rng.standard_normal((3 * n, 4, 5, 5)) * 2 + 1
-W = rng.standard_normal((3 * n, 4, 5, 5))
+ref = np.load({str(tmp_path / "ref.npz")!r})
+X, W = ref["X"], ref["W"]
 mine = slice(3 * r, 3 * r + 3)
 model = nn.Sequential(nn.Identity(), nn.BatchNorm2d(4, momentum=0.3)).double()
 model[1].weight.data = dg.tensor(np.linspace(0.5, 2.0, 4))
@@ -572,25 +586,19 @@ assert np.allclose(sbn.weight.detach().numpy(), np.linspace(0.5, 2, 4))
 x = dg.tensor(X[mine], requires_grad=True)
 out = model(x)
 (out * dg.tensor(W[mine])).sum().backward()
-tb = torch.nn.BatchNorm2d(4, momentum=0.3).double()
-with torch.no_grad():
-    tb.weight.copy_(torch.linspace(0.5, 2.0, 4, dtype=torch.float64))
-tx = torch.tensor(X, requires_grad=True)
-tout = tb(tx)
-(tout * torch.tensor(W)).sum().backward()
-close = lambda a, b: np.allclose(a, b, rtol=1e-10, atol=1e-12)   # noqa: E731
-assert close(out.detach().numpy(), tout.detach().numpy()[mine])
-assert close(x.grad.numpy(), tx.grad.numpy()[mine])
-for p, tp in ((sbn.weight, tb.weight), (sbn.bias, tb.bias)):
+def close(a, b):
+    return np.allclose(a, b, rtol=1e-10, atol=1e-12)
+assert close(out.detach().numpy(), ref["out"][mine])
+assert close(x.grad.numpy(), ref["xgrad"][mine])
+for p, key in ((sbn.weight, "wgrad"), (sbn.bias, "bgrad")):
     g = p.grad.detach().clone()
     dist.all_reduce(g)
-    assert close(g.numpy(), tp.grad.numpy())
-assert close(sbn.running_mean.numpy(), tb.running_mean.numpy())
-assert close(sbn.running_var.numpy(), tb.running_var.numpy())
+    assert close(g.numpy(), ref[key])
+assert close(sbn.running_mean.numpy(), ref["mean"])
+assert close(sbn.running_var.numpy(), ref["var"])
 assert int(sbn.num_batches_tracked.numpy()) == 1
 sbn.eval()                                       # eval: the running statistics, locally
-tb.eval()
-assert close(sbn(dg.tensor(X[mine])).detach().numpy(), tb(torch.tensor(X)).detach().numpy()[mine])
+assert close(sbn(dg.tensor(X[mine])).detach().numpy(), ref["eval"][mine])
 print("ok", r)
 """
     res = run_ranks(2, code, tmp_path)
