@@ -103,4 +103,7 @@ __all__ = list(graphlib.functional.__all__) + [
     # DLPack interop
     "from_dlpack",
 ]
+from . import amp  # noqa: E402
+from .amp import autocast, get_autocast_dtype, is_autocast_enabled  # noqa: E402
+__all__ += ["amp", "autocast", "is_autocast_enabled", "get_autocast_dtype"]
 __all__ = list(dict.fromkeys(__all__))

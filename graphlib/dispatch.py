@@ -19,7 +19,7 @@ from typing import Callable, Dict, Optional
 
 import numpy as np
 
-from . import dtypes, methods, registry
+from . import autocast, dtypes, methods, registry
 from .collective_hooks import next_sequence
 from .errors import DTypeError, DuographError, GraphError, ShapeError
 from .ir import (ConstArray, Graph, Node, Value, _local, current_graph, install_service,
@@ -259,6 +259,8 @@ def apply(op, inputs, attrs):
     if graph is None or (cur is not None and cur.captures is not None):
         graph = cur     # a body being traced reads outside values as captures
     if graph is not None:
+        if op.autocast is not None and autocast.active():    # the casts become nodes
+            inputs = autocast.cast_operands(op, inputs, attrs)
         return build(graph, op, inputs, attrs)
     if handler is not None:
         return handler(op, inputs, attrs)

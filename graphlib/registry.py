@@ -74,6 +74,10 @@ keyword of its OpDef, never a set of op names kept elsewhere:
   node's own output buffers. The op's ``kernel`` is this with bodies run op by op (the
   reference); a runtime passes bodies it compiled once (kernels resolved, buffers planned),
   which a loop calls on every iteration, writing each step's results into buffers it owns.
+- ``autocast``: the precision the op runs in under ``dg.autocast`` (``graphlib.autocast``):
+  ``"lower"`` (the autocast dtype: matmul, conv), ``"fp32"`` (float32: decompositions,
+  ``prod``), ``"promote"`` (the widest float operand: ``cat``), or a callable ``(attrs) ->
+  policy or None``; None runs the op in the dtypes it is given.
 """
 from __future__ import annotations
 
@@ -90,7 +94,8 @@ class OpDef:
                  "view", "returns_input", "vjp_reads_output", "saves_no_data",
                  "inplace_pairs", "epilogue_host", "cheap", "external", "constant",
                  "static_region", "loop_invariant_from", "region_kernel", "attrs", "doc",
-                 "ufunc", "ufunc_mixed", "compare", "fills", "__weakref__")
+                 "ufunc", "ufunc_mixed", "compare", "fills", "__weakref__",
+                 "autocast")
 
     def __init__(self, name: str, infer: Callable, kernel: Callable,
                  vjp: Optional[Callable] = None, *, expr: Optional[str] = None,
@@ -105,7 +110,8 @@ class OpDef:
                  loop_invariant_from: Optional[Callable] = None,
                  region_kernel: Optional[Callable] = None, attrs=None, doc: str = "",
                  ufunc: Optional[str] = None, ufunc_mixed: bool = False,
-                 compare: Optional[str] = None, fills: bool = False):
+                 compare: Optional[str] = None, fills: bool = False,
+                 autocast: Union[str, Callable, None] = None):
         self.name = name
         self.infer = infer
         self.kernel = kernel
@@ -138,6 +144,7 @@ class OpDef:
         self.ufunc_mixed = ufunc_mixed
         self.compare = compare          # a comparison's operator: "<", "==" ...
         self.fills = fills              # the output is attrs["fill_value"] everywhere
+        self.autocast = autocast        # the precision under autocast (see the traits)
 
     def __call__(self, *inputs, **attrs):
         return _apply(self, inputs, attrs)

@@ -22,6 +22,7 @@ from ..graphlib.errors import GraphError
 from ..graphlib.files import write_text
 from ..graphlib.ir import Graph
 from .buckets import bucket_all_reduces
+from .casts import remove_redundant_casts
 from .cleanup import (algebraic_simplification, common_subexpression_elimination,
                       constant_folding, dead_code_elimination)
 from .fusion import fuse_elementwise
@@ -41,6 +42,7 @@ PASSES: Dict[str, PassFn] = {
     "schedule": memory_aware_schedule,
     "licm": loop_invariant_code_motion,
     "ddp_buckets": bucket_all_reduces,
+    "casts": remove_redundant_casts,
 }
 
 class Pipeline:
@@ -66,11 +68,12 @@ class Pipeline:
 
 # The pipelines, in order. O2 grows with fusion and memory planning. CSE runs again after
 # licm: nodes hoisted out of several loop bodies (one weight's transpose per body) are equal.
+# casts drops what autocast left redundant (after CSE merged repeated casts of one value).
 # ddp_buckets groups data-parallel gradient all-reduces (a no-op without them).
 PIPELINES: Dict[str, Pipeline] = {
     "O0": Pipeline([]),
-    "O1": Pipeline(["dce", "fold", "simplify", "cse", "licm", "cse", "dce"]),
-    "O2": Pipeline(["dce", "fold", "simplify", "cse", "licm", "cse", "simplify", "dce",
+    "O1": Pipeline(["dce", "fold", "simplify", "cse", "casts", "licm", "cse", "dce"]),
+    "O2": Pipeline(["dce", "fold", "simplify", "cse", "casts", "licm", "cse", "simplify", "dce",
                     "ddp_buckets", "fuse", "schedule"],
                    plan=True),
 }

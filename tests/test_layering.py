@@ -156,7 +156,7 @@ GRAPHLIB_TIERS = (
     {"ir"},
     # free functions and builders over the IR
     {"attrs", "dispatch", "printer", "verify", "dot", "serialize", "rewrite", "transform",
-     "builder"},
+     "builder", "autocast"},
     {"ops", "autodiff"},          # the op families (ops.*) and the one reverse-mode engine
     {"functional", ""},           # every op function; the package itself
 )

@@ -345,7 +345,7 @@ def test_every_pass_has_a_readable_diff_with_source_lines_and_merges_keep_proven
     originals = {n.uid: n for n in g.nodes}
     exe = g.compile(outputs=[y], passes="O2")
     report = exe.pass_report
-    assert report.names() == ["dce", "fold", "simplify", "cse", "licm", "cse#2",
+    assert report.names() == ["dce", "fold", "simplify", "cse", "casts", "licm", "cse#2",
                               "simplify#2", "dce#2", "ddp_buckets", "fuse", "schedule"]
     changed = []
     for name in report.names():

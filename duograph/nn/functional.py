@@ -11,6 +11,7 @@ from typing import Optional
 import numpy as np
 
 from ..graphlib import dtypes
+from ..graphlib.autocast import FP32, LOWER, autocast_function
 from ..graphlib import functional as F
 from ..graphlib.errors import DTypeError, ShapeError
 from ..graphlib.functional import (adaptive_avg_pool2d, avg_pool2d, conv2d,  # noqa
@@ -52,6 +53,7 @@ def _is_symbolic(x) -> bool:
     return isinstance(x, Value)
 
 
+@autocast_function(LOWER)
 def linear(input, weight, bias=None):
     """input @ weight.T + bias (weight has shape (out_features, in_features))."""
     if input.shape[-1] != weight.shape[1] and isinstance(input.shape[-1], int):
@@ -230,6 +232,7 @@ def _check_same(name, input, target):
                          f"{list(target.shape)} must have the same shape{_where(input)}")
 
 
+@autocast_function(FP32)
 def mse_loss(input, target, size_average=None, reduce=None, reduction: str = "mean"):
     """Mean (or sum, or none) of the squared differences."""
     reduction = _legacy_reduction(size_average, reduce, reduction)
@@ -238,6 +241,7 @@ def mse_loss(input, target, size_average=None, reduce=None, reduction: str = "me
     return _reduce(d * d, reduction, "mse_loss")
 
 
+@autocast_function(FP32)
 def l1_loss(input, target, size_average=None, reduce=None, reduction: str = "mean"):
     """Mean (or sum, or none) of the absolute differences."""
     reduction = _legacy_reduction(size_average, reduce, reduction)
@@ -253,6 +257,7 @@ def _class_last(x):
     return F.reshape(F.permute(x, *perm), -1, x.shape[1])
 
 
+@autocast_function(FP32)
 def nll_loss(input, target, weight=None, size_average=None, ignore_index: int = -100,
              reduce=None, reduction: str = "mean"):
     """Negative log-likelihood of class indices ``target`` under log-probabilities
@@ -289,6 +294,7 @@ def _check_class_target(name, input, target):
                          f"{list(input.shape)}, found {list(target.shape)}{_where(input)}")
 
 
+@autocast_function(FP32)
 def cross_entropy(input, target, weight=None, size_average=None, ignore_index: int = -100,
                   reduce=None, reduction: str = "mean", label_smoothing: float = 0.0):
     """log_softmax + nll_loss, with PyTorch's class ``weight``, ``ignore_index`` and
@@ -353,6 +359,7 @@ def _count(x):
     return F.numel(x, tuple(range(x.ndim)), dtype=x.dtype)
 
 
+@autocast_function(FP32)
 def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=None,
                          reduction: str = "mean"):
     """-(y log p + (1-y) log(1-p)), logs clamped at -100 as PyTorch."""
@@ -366,6 +373,7 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
     return _reduce(loss, reduction, "binary_cross_entropy")
 
 
+@autocast_function(FP32)
 def binary_cross_entropy_with_logits(input, target, weight=None, size_average=None,
                                      reduce=None, reduction: str = "mean", pos_weight=None):
     """Sigmoid + binary cross-entropy in one numerically stable formula."""
@@ -383,6 +391,7 @@ def binary_cross_entropy_with_logits(input, target, weight=None, size_average=No
     return _reduce(loss, reduction, "binary_cross_entropy_with_logits")
 
 
+@autocast_function(FP32)
 def kl_div(input, target, size_average=None, reduce=None, reduction: str = "mean",
            log_target: bool = False):
     """KL divergence with ``input`` as log-probabilities (PyTorch's argument order)."""
@@ -399,6 +408,7 @@ def kl_div(input, target, size_average=None, reduce=None, reduction: str = "mean
     return _reduce(loss, reduction, "kl_div")
 
 
+@autocast_function(LOWER)
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: float = 0.0,
                                  is_causal: bool = False, scale: Optional[float] = None):
     """softmax(q k^T * scale + mask) v over the last two dims, as PyTorch's function.
@@ -547,6 +557,7 @@ def softmin(input, dim: Optional[int] = None, dtype=None):
     return out if dtype is None else F.cast(out, dtype)
 
 
+@autocast_function(LOWER)
 def prelu(input, weight):
     """x where x > 0, else weight * x (PyTorch's: at 0 the gradient is the weight's side);
     ``weight`` has 1 element or one per channel (dim 1)."""

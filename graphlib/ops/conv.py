@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Union
 
 from ..attrs import Attr, Attrs
+from ..autocast import LOWER, autocast_function
 from ..errors import ShapeError, composite, located
 from ..registry import OpDef, register
 from ..types import TensorType, format_shape
@@ -152,6 +153,7 @@ def _conv2d_vjp(cts, ins, outs, a, needs):
 
 conv2d_op = register(OpDef("conv2d", _conv2d_infer, _conv2d_kernel, _conv2d_vjp,
                            doc="2-D cross-correlation over NCHW images (torch conv2d)",
+                           autocast="lower",
                            attrs=Attrs(stride=Attr("dims", min=1), padding=Attr("dims", min=0),
                                        dilation=Attr("dims", min=1), groups=Attr(int, min=1))))
 
@@ -316,6 +318,7 @@ def _conv_pads(name, padding, stride, dilation, kernel, n):
 
 
 @composite("conv1d")
+@autocast_function(LOWER)
 def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 1):
     """1-D convolution (cross-correlation, as torch.nn.functional.conv1d) of an (N, C, L)
     ``input`` with ``weight`` [C_out, C_in/groups, kL] plus an optional ``bias`` [C_out]:
@@ -337,6 +340,7 @@ def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups: in
 
 
 @composite("conv3d")
+@autocast_function(LOWER)
 def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 1):
     """3-D convolution (cross-correlation, as torch.nn.functional.conv3d) of an
     (N, C, D, H, W) ``input`` with ``weight`` [C_out, C_in/groups, kD, kH, kW] plus an optional
@@ -488,6 +492,7 @@ def _conv_transpose_nd(name, spatial, input, weight, bias, stride, padding, outp
 
 
 @composite("conv_transpose1d")
+@autocast_function(LOWER)
 def conv_transpose1d(input, weight, bias=None, stride=1, padding=0, output_padding=0,
                      groups: int = 1, dilation=1):
     """1-D transposed convolution (as torch.nn.functional.conv_transpose1d; the gradient of
@@ -499,6 +504,7 @@ def conv_transpose1d(input, weight, bias=None, stride=1, padding=0, output_paddi
 
 
 @composite("conv_transpose2d")
+@autocast_function(LOWER)
 def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_padding=0,
                      groups: int = 1, dilation=1):
     """2-D transposed convolution (as torch.nn.functional.conv_transpose2d; the gradient of
@@ -510,6 +516,7 @@ def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_paddi
 
 
 @composite("conv_transpose3d")
+@autocast_function(LOWER)
 def conv_transpose3d(input, weight, bias=None, stride=1, padding=0, output_padding=0,
                      groups: int = 1, dilation=1):
     """3-D transposed convolution (as torch.nn.functional.conv_transpose3d) of an

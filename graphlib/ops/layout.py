@@ -610,7 +610,7 @@ def _einsum_vjp(cts, ins, outs, attrs, needs):
 
 
 einsum_op = register(OpDef("einsum", _einsum_infer, _einsum_kernel, _einsum_vjp,
-                           attrs=Attrs(equation=Attr(str))))
+                           autocast="lower", attrs=Attrs(equation=Attr(str))))
 
 
 def einsum(equation: str, *operands):

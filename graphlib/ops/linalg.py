@@ -63,7 +63,7 @@ def matmul_into(xp, a, b, out=None):
 
 matmul_op = register(OpDef("matmul", _matmul_infer, promoting_kernel(matmul_into),
                            _matmul_vjp, promote=True, epilogue_host=True,
-                           attrs=Attrs()))
+                           autocast="lower", attrs=Attrs()))
 
 
 def matmul(a, b):

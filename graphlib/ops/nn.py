@@ -261,6 +261,7 @@ def _sce_vjp(cts, ins, outs, a, needs):
 
 softmax_cross_entropy_op = register(OpDef(
     "softmax_cross_entropy", _sce_infer, _sce_kernel, _sce_vjp, nondiff_inputs=(1,),
+    autocast="fp32",
     doc="cross-entropy of logits (N, C) against class indices (N,), PyTorch's "
         "ignore_index and reduction; one kernel forward, one backward",
     attrs=Attrs(ignore_index=Attr(int),

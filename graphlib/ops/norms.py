@@ -130,6 +130,7 @@ def _svd_vjp(cts, ins, outs, a, needs):
 svd_op = register(OpDef(
     "svd", _svd_infer, _svd_kernel, _svd_vjp, multi_output=True, vjp_reads_output=True,
     doc="the reduced singular value decomposition (U, S, Vh) of the last two dims",
+    autocast="fp32",
     attrs=Attrs()))
 
 

@@ -445,6 +445,7 @@ def _max_unpool2d_vjp(cts, ins, outs, a, needs):
 
 max_unpool2d_op = register(OpDef(
     "max_unpool2d", _max_unpool2d_infer, _max_unpool2d_kernel, _max_unpool2d_vjp,
+    autocast="fp32",
     nondiff_inputs=(1,), doc="x placed at its flat (H*W) indices in a zero image",
     attrs=Attrs(output_size=Attr("dims", min=1))))
 

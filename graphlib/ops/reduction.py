@@ -182,6 +182,7 @@ def _prod_vjp(cts, ins, outs, a, needs):
 
 
 prod_op = register(OpDef("prod", _reduce_infer("prod", _sum_dtype), _prod_kernel, _prod_vjp,
+                         autocast="fp32",
                          attrs=Attrs(dim=Attr("dims"), keepdim=Attr(bool))))
 
 

@@ -187,7 +187,7 @@ def _cat_vjp(cts, ins, outs, a, needs):
 
 cat_op = register(OpDef("cat", _cat_infer,
                         lambda xp, *xs, dim: xp.concatenate(xs, axis=dim), _cat_vjp,
-                        saves_no_data=True,
+                        saves_no_data=True, autocast="promote",
                         attrs=Attrs(dim=Attr(int))))
 
 
