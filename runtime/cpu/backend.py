@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..backend import Backend
-from . import autotune, kernels, out_kernels, tables, vjp_kernels
+from ...graphlib.ops import conv, layout, linalg
+from . import autotune, half, kernels, out_kernels, tables, vjp_kernels
 from .fused import CPUFusedCompiler
 from .options import options
 
@@ -26,12 +27,20 @@ class CPUBackend(Backend):
                          fused_compiler=CPUFusedCompiler)
         for op, kernel in kernels.table().items():
             self.register_kernel(op, kernel)
+        for op in half_ops():       # half-precision products in float32 (``half.py``)
+            self.register_kernel(op, half.in_float32(self.kernels[op]))
         for op, form in out_kernels.table().items():
             self.register_out(op, form)
         for op, prepare in out_kernels.prepare_table().items():
             self.register_out(op, self.out_kernel(op), prepare)
         for op, kernel in vjp_kernels.table(self.kernels).items():
             self.vjp_kernels.register(op, kernel)
+
+
+def half_ops() -> list:
+    """The products whose half-precision operands compute in float32 (``half.py``)."""
+    return [linalg.matmul_op, layout.einsum_op, conv.conv2d_op, conv.conv2d_input_grad_op,
+            conv.conv2d_weight_grad_op]
 
 
 cpu_backend = CPUBackend()

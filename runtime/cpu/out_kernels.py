@@ -22,6 +22,7 @@ from .kernels import conv2d_input_grad_into as _conv2d_input_grad_into
 from .kernels import conv2d_into as _conv2d_into
 from .kernels import max_pool2d_backward_into as _max_pool2d_backward_into
 from .kernels import max_pool2d_into as _max_pool2d_into
+from .half import HALF_NP
 from .kernels import matmul_into as _matmul_into
 from .select import where_bits as _where_bits
 from .tables import KERNELS as _KERNELS
@@ -88,7 +89,8 @@ def _sigmoid_out(xp, x, out):
 
 
 def _matmul_out(xp, a, b, out):
-    if a.dtype != out.dtype or b.dtype != out.dtype or a.ndim < 2 or b.ndim < 2:
+    if a.dtype != out.dtype or b.dtype != out.dtype or a.ndim < 2 or b.ndim < 2 or \
+            a.dtype in HALF_NP:     # (half dtypes: the plain kernel computes in float32)
         return False
     _matmul_into(xp, a, b, out)
     return True
