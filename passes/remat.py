@@ -21,10 +21,28 @@ from .result import PassResult
 from .schedule import ESTIMATE_DIM
 
 
+# Nodes built inside ``duograph.utils.checkpoint.checkpoint`` in graph mode, by uid (uids are
+# unique in the process; a rewritten or cloned node carries its originals' uids in its
+# provenance): the user asked for them to be recomputed rather than kept, whatever they cost.
+CHECKPOINTED: set = set()
+
+
+def mark_checkpointed(nodes) -> None:
+    """Let ``rematerialize`` recompute ``nodes`` (a checkpointed region) like cheap ones."""
+    CHECKPOINTED.update(n.uid for n in nodes)
+
+
+def _checkpointed(node: Node) -> bool:
+    if not CHECKPOINTED:
+        return False
+    return node.uid in CHECKPOINTED or any(u in CHECKPOINTED for u in node.provenance or ())
+
+
 def _cheap(node: Node) -> bool:
     """Elementwise (not random), a fill or a cast (the op's ``cheap`` trait): about as cheap as
-    reading the value."""
-    return len(node.outputs) == 1 and not node.op.random and node.op.cheap
+    reading the value; or inside a checkpointed region (``mark_checkpointed``)."""
+    return len(node.outputs) == 1 and not node.op.random and (
+        node.op.cheap or _checkpointed(node))
 
 
 def _score(live: Liveness, alignment: int) -> Tuple[int, int]:
