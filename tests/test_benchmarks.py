@@ -184,3 +184,25 @@ def test_distributed_benchmark_runs_on_one_and_two_ranks(tmp_path):
     assert set(r["results"]) == {"1", "2"}
     assert "cnn dg DDP efficiency" in r["goals"] and "allreduce dg/mpi4py" in r["goals"]
     assert all(v > 0 for v in r["results"]["2"].values())
+
+
+def test_autocast_step_benchmark_runs(tmp_path):
+    out = tmp_path / "autocast.json"
+    proc = run_benchmark("autocast_step.py", "--batch", "16", "--hidden", "32", "--rounds", "1",
+                         "--number", "1", "--json", str(out))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    r = json.loads(out.read_text())
+    assert {"dg_f32", "dg_bf16"} <= set(r["step"]) and "bf16_dg" in r["matmul"]
+    assert all(v["best_ms"] > 0 for v in r["step"].values())
+
+
+def test_activation_checkpoint_benchmark_runs(tmp_path):
+    out = tmp_path / "ckpt.json"
+    proc = run_benchmark("activation_checkpoint.py", "--mlp-layers", "3", "--hidden", "16",
+                         "--batch", "32", "--blocks", "1", "--seq", "8", "--rounds", "1",
+                         "--json", str(out))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    r = json.loads(out.read_text())
+    for model in ("mlp", "transformer"):
+        assert r[model]["gradients_equal"] is True
+        assert r[model]["plain"]["peak_mb"] > 0 and r[model]["checkpointed"]["peak_mb"] > 0
