@@ -75,17 +75,44 @@ def _candidates(graph: Graph, live: Liveness, step: int, alignment: int
         if not late or step in uses:
             continue
         at = late[0]
-        if all(x in fed or live.keep.get(x, -1) >= at for x in value.node.inputs):
+        chain = _chain(value, live, at, fed)
+        if chain is not None:
             before = max([i for i in uses if i < step], default=first)
-            found.append((align(live.sizes[key], alignment), at - before, value, late))
+            found.append((align(live.sizes[key], alignment), at - before, value, late, chain))
     found.sort(key=lambda c: (-c[0], -c[1]))
     return found
 
 
-def _recompute(graph: Graph, live: Liveness, value: Value, late: List[int]):
-    """Clone ``value``'s node (and the views of it the late readers use) before the first
-    late reader, point the late readers at the clones, and drop the original node when no
-    reader is left. Returns a function undoing all of it."""
+CHAIN_LIMIT = 64      # nodes one recomputation may clone (a checkpointed region's chain)
+
+
+def _chain(value: Value, live: Liveness, at: int, fed) -> Optional[set]:
+    """The values besides ``value`` that must be made again with it before position ``at``:
+    none when its node's inputs are alive there (or fed); else the checkpointed nodes
+    (``mark_checkpointed``) back to values that are, at most ``CHAIN_LIMIT`` of them. None
+    when no such chain exists."""
+    chain: set = set()
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        for x in v.node.inputs:
+            if x in fed or live.keep.get(x, -1) >= at or x in chain:
+                continue
+            node = x.node
+            if node is None or len(node.outputs) != 1 or node.op.random or \
+                    not _checkpointed(node) or len(chain) >= CHAIN_LIMIT:
+                return None
+            chain.add(x)
+            stack.append(x)
+    return chain
+
+
+def _recompute(graph: Graph, live: Liveness, value: Value, late: List[int],
+               chain: frozenset = frozenset()):
+    """Clone ``value``'s node (and the views of it the late readers use, and the ``chain`` of
+    checkpointed values it is made from) before the first late reader, point the late
+    readers at the clones, and drop the original node when no reader is left. Returns a
+    function undoing all of it."""
     order = live.order
     at = late[0]
     made: Dict[Value, Value] = {}
@@ -98,8 +125,10 @@ def _recompute(graph: Graph, live: Liveness, value: Value, late: List[int]):
     def again(v: Value) -> Value:
         if v not in made:
             node = v.node
-            ins = node.inputs if v is value else [again(x) if early_view(x) else x
-                                                   for x in node.inputs]
+            if v is value or v in chain:
+                ins = [again(x) if x in chain else x for x in node.inputs]
+            else:
+                ins = [again(x) if early_view(x) else x for x in node.inputs]
             twin = make_node(node.op, ins, dict(node.attrs), node, graph)
             new_nodes.append(twin)
             made.update((o, t) for o, t in zip(node.outputs, twin.outputs))
@@ -154,8 +183,8 @@ def rematerialize(graph: Graph, budget_bytes: int, shapes: Optional[Mapping[str,
         if arena <= budget_bytes or len(undos) == max_rewrites:
             break
         step = live.profile(alignment).index(score[0])
-        for _, _, value, late in _candidates(graph, live, step, alignment):
-            undo = _recompute(graph, live, value, late)
+        for _, _, value, late, chain in _candidates(graph, live, step, alignment):
+            undo = _recompute(graph, live, value, late, chain)
             if _score(analyse(graph, shapes=shapes, default_dim=ESTIMATE_DIM),
                       alignment) < score:
                 undos.append(undo)

@@ -145,3 +145,37 @@ def test_graph_mode_marks_the_region_for_remat():
     assert [n.op.name for n in marked] == ["matmul", "tanh"]
     assert remat._cheap(marked[0])                 # a matmul, recomputable because marked
     assert not remat._cheap(out.node.inputs[0].node)
+
+
+def _stack(checkpointed: bool):
+    with dg.Graph("g") as g:
+        x = dg.placeholder("x", (64, 64))
+        ws = [dg.placeholder(f"w{i}", (64, 64)) for i in range(4)]
+        h = x
+        for w in ws:
+            def layer(t, w=w):
+                return dg.tanh(dg.matmul(t, w))
+            h = checkpoint(layer, h, use_reentrant=False) if checkpointed else layer(h)
+        grads = dg.grad(dg.sum(h * h), ws)
+    g.outputs = list(grads)
+    return g
+
+
+def test_remat_recomputes_a_checkpointed_chain_with_the_same_results():
+    rng = np.random.default_rng(0)
+    feeds = {"x": rng.standard_normal((64, 64)).astype(np.float32)}
+    feeds.update({f"w{i}": rng.standard_normal((64, 64)).astype(np.float32) / 8
+                  for i in range(4)})
+    made = {}
+    for marked in (False, True):
+        g = _stack(marked)
+        ref = g.compile(outputs=g.outputs, passes="O0").run(feeds)
+        matmuls = sum(n.op.name == "matmul" for n in g.nodes)
+        result = remat.rematerialize(g, 0)
+        g.verify()
+        made[marked] = sum(n.op.name == "matmul" for n in g.nodes) - matmuls, result.changed
+        got = g.compile(outputs=g.outputs, passes="O0").run(feeds)
+        for a, b in zip(ref, got):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert made[False] == (0, False)          # a matmul is not cheap: never recomputed
+    assert made[True][1] and made[True][0] >= 1, made    # marked: the chain is made again
