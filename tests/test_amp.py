@@ -1,6 +1,10 @@
 """Autocast without PyTorch: the casts it makes eagerly, as graph nodes, under dg.compile,
 the redundant-cast pass, the cast cache, the half-precision product kernels, and the
 GradScaler's arithmetic on its own (``test_amp_torch.py`` compares with PyTorch)."""
+import os
+import re
+import subprocess
+import sys
 import threading
 
 import numpy as np
@@ -231,3 +235,18 @@ def test_bf16_autocast_mlp_trains_to_float32_accuracy():
         accs[mode] = float((pred == y).mean())
     assert accs["float32"] > 0.9, accs
     assert accs["bfloat16"] >= accs["float32"] - 0.03, accs
+
+
+@pytest.mark.parametrize("heading", ["## Mixed precision: autocast and GradScaler",
+                                     "## Activation checkpointing"])
+def test_readme_examples_run_and_print_what_they_show(heading, tmp_path):
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "README.md"), encoding="utf-8") as f:
+        section = f.read().split(heading, 1)[1].split("\n## ", 1)[0]
+    code, = re.findall(r"```python\n(.*?)```", section, flags=re.S)
+    shown, = re.findall(r"```text\n(.*?)```", section, flags=re.S)
+    (tmp_path / "example.py").write_text(code)
+    proc = subprocess.run([sys.executable, "example.py"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == shown
