@@ -104,6 +104,7 @@ def depth() -> int:
 
 
 def cache_enabled() -> bool:
+    """Whether this thread's autocast casts each weight once per outermost block."""
     return _state.cache_enabled
 
 

@@ -203,21 +203,27 @@ class GradScaler:
         return self._init_scale if self._scale is None else float(self._scale)
 
     def get_growth_factor(self) -> float:
+        """The factor the scale grows by after ``growth_interval`` good steps."""
         return self._growth_factor
 
     def set_growth_factor(self, new_factor: float) -> None:
+        """Set the growth factor."""
         self._growth_factor = float(new_factor)
 
     def get_backoff_factor(self) -> float:
+        """The factor the scale shrinks by after a skipped step."""
         return self._backoff_factor
 
     def set_backoff_factor(self, new_factor: float) -> None:
+        """Set the backoff factor."""
         self._backoff_factor = float(new_factor)
 
     def get_growth_interval(self) -> int:
+        """How many good steps in a row make the scale grow."""
         return self._growth_interval
 
     def set_growth_interval(self, new_interval: int) -> None:
+        """Set the growth interval."""
         self._growth_interval = int(new_interval)
 
     def _get_growth_tracker(self) -> int:
@@ -227,6 +233,7 @@ class GradScaler:
                 else self._growth_tracker)
 
     def is_enabled(self) -> bool:
+        """Whether the scaler does anything (``enabled=True``)."""
         return self._enabled
 
     def state_dict(self) -> dict:
