@@ -179,3 +179,15 @@ def test_remat_recomputes_a_checkpointed_chain_with_the_same_results():
             np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     assert made[False] == (0, False)          # a matmul is not cheap: never recomputed
     assert made[True][1] and made[True][0] >= 1, made    # marked: the chain is made again
+
+
+def test_checkpoint_under_compile_runs_the_function_as_recorded():
+    lin = nn.Linear(4, 4)
+    x = dg.randn(3, 4)
+
+    @dg.compile
+    def f(t):
+        return checkpoint(lambda u: lin(u).tanh(), t, use_reentrant=False).sum()
+    expected = lin(x).tanh().sum()
+    got = f(x)
+    np.testing.assert_allclose(got.detach().numpy(), expected.detach().numpy(), rtol=1e-6)
