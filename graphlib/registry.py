@@ -74,6 +74,11 @@ keyword of its OpDef, never a set of op names kept elsewhere:
   node's own output buffers. The op's ``kernel`` is this with bodies run op by op (the
   reference); a runtime passes bodies it compiled once (kernels resolved, buffers planned),
   which a loop calls on every iteration, writing each step's results into buffers it owns.
+- ``batch``: how the op maps a batched dim (vmap): ``batch(op, args, batched, attrs, size)``
+  returns the op's result for ``args`` whose ``batched[i]`` ones carry the batch (of
+  ``size``) as their dim 0, every output with the batch at dim 0; written with the op
+  functions, so one rule serves eager vmap and graphs. None: ``graphlib.batching`` derives
+  one from the other traits (elementwise, a ``dim`` attribute) or runs the op per example.
 """
 from __future__ import annotations
 
@@ -90,7 +95,7 @@ class OpDef:
                  "view", "returns_input", "vjp_reads_output", "saves_no_data",
                  "inplace_pairs", "epilogue_host", "cheap", "external", "constant",
                  "static_region", "loop_invariant_from", "region_kernel", "attrs", "doc",
-                 "ufunc", "ufunc_mixed", "compare", "fills", "__weakref__")
+                 "ufunc", "ufunc_mixed", "compare", "fills", "batch", "__weakref__")
 
     def __init__(self, name: str, infer: Callable, kernel: Callable,
                  vjp: Optional[Callable] = None, *, expr: Optional[str] = None,
@@ -105,7 +110,8 @@ class OpDef:
                  loop_invariant_from: Optional[Callable] = None,
                  region_kernel: Optional[Callable] = None, attrs=None, doc: str = "",
                  ufunc: Optional[str] = None, ufunc_mixed: bool = False,
-                 compare: Optional[str] = None, fills: bool = False):
+                 compare: Optional[str] = None, fills: bool = False,
+                 batch: Optional[Callable] = None):
         self.name = name
         self.infer = infer
         self.kernel = kernel
@@ -138,6 +144,7 @@ class OpDef:
         self.ufunc_mixed = ufunc_mixed
         self.compare = compare          # a comparison's operator: "<", "==" ...
         self.fills = fills              # the output is attrs["fill_value"] everywhere
+        self.batch = batch              # vmap's rule (see the traits)
 
     def __call__(self, *inputs, **attrs):
         return _apply(self, inputs, attrs)

@@ -1,0 +1,96 @@
+"""vmap on graph Values: the function is traced once on per-example placeholders into a
+scratch graph, and its nodes are replayed on the batched Values with the ops' batching rules
+(``graphlib.batching``), so the batched graph is an ordinary graph (printed, optimised, run)
+built by the same rules as eager vmap."""
+from __future__ import annotations
+
+from ..graphlib.batching import apply_rule, ensure_batched
+from ..graphlib.errors import GraphError
+from ..graphlib.ir import Graph, Value
+from ..graphlib.types import TensorType
+from ._tree import tree_flatten, tree_unflatten
+from .batched import _warn_fallback
+from .vmap import Batched, _move, _name, _unwrap
+
+
+def _random(node, vals, batched, size, randomness):
+    op, attrs = node.op, dict(node.attrs)
+    attrs.pop("stream", None)
+    if randomness == "error":
+        raise RuntimeError(
+            f"vmap: called random operation {op.name} while in randomness error mode. Please "
+            "either use the 'same' or 'different' randomness flags on vmap or perform the "
+            "randomness operation out of vmap")
+    if "shape" in attrs:
+        if randomness == "same":
+            return op(*vals, **attrs), False
+        return op(*vals, **dict(attrs, shape=(size,) + tuple(attrs["shape"]))), True
+    if randomness == "different":
+        vals = list(vals)
+        vals[0] = ensure_batched(vals[0], batched[0], size)
+        return op(*vals, **attrs), True
+    if any(batched):
+        raise RuntimeError(f"vmap: {op.name} with randomness='same' on a batched operand is "
+                           "not supported")
+    return op(*vals, **attrs), False
+
+
+def replay(nodes, env: dict, size: int, randomness: str = "error") -> None:
+    """Emit ``nodes`` (a scratch graph's, in order) on the current operands: ``env`` maps
+    each scratch Value to ``(value, batched)`` and receives the nodes' outputs."""
+    for node in nodes:
+        ins = [env[x] for x in node.inputs]
+        vals = [v for v, _ in ins]
+        batched = tuple(b for _, b in ins)
+        if node.op.random:
+            out, b = _random(node, vals, batched, size, randomness)
+            outs = out if isinstance(out, (tuple, list)) else (out,)
+            env.update((o, (r, b)) for o, r in zip(node.outputs, outs))
+            continue
+        if True not in batched:
+            out = node.op(*vals, **node.attrs)
+            flag = False
+        else:
+            out, fell_back = apply_rule(node.op, vals, batched, dict(node.attrs), size)
+            if fell_back:
+                _warn_fallback(node.op)
+            flag = True
+        outs = out if isinstance(out, (tuple, list)) else (out,)
+        env.update((o, (r, flag)) for o, r in zip(node.outputs, outs))
+
+
+def vmap_values(func, leaves, spec, dims, size, out_dims, randomness, kwargs):
+    """vmap's graph path (see the module docstring)."""
+    scratch = Graph(f"vmap_{_name(func)}")
+    env = {}
+    with scratch:
+        phs = []
+        for k, (x, d) in enumerate(zip(leaves, dims)):
+            if type(x) is not Value:
+                phs.append(x)
+                continue
+            shape = tuple(x.shape)
+            if d is not None:
+                d = d % len(shape)
+                shape = shape[:d] + shape[d + 1:]
+            ph = scratch.add_input(f"x{k}", TensorType(shape, x.dtype))
+            env[ph] = (_move(x, d, 0), True) if d is not None else (x, False)
+            phs.append(ph)
+        try:
+            out = func(*tree_unflatten(phs, spec), **kwargs)
+        except GraphError as e:
+            if "different graphs" in str(e):
+                raise GraphError(f"vmap({_name(func)}) on graph Values: the function reads a "
+                                 f"Value of another graph (a closure); pass it as an argument "
+                                 f"with in_dims=None\n{e}") from None
+            raise
+    replay(list(scratch.nodes), env, size, randomness)
+    flat, out_spec = tree_flatten(out)
+    mapped = []
+    for o in flat:
+        if type(o) is Value and o in env:
+            v, b = env[o]
+            mapped.append(Batched(v) if b else v)
+        else:
+            mapped.append(o)
+    return _unwrap(func, tree_unflatten(mapped, out_spec), out_dims, -1, size)

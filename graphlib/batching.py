@@ -1,0 +1,336 @@
+"""Batching rules: how each op maps a batched dim (the ``batch`` trait of ``OpDef``).
+
+``batch_rule(op)`` gives the rule vmap applies to one op call, ``rule(op, args, batched,
+attrs, size)``: the ``args`` marked in ``batched`` carry the batch (``size`` long) as their
+dim 0, the others are the same for every example (tensors, Values or weak ``Scalar``s);
+the rule returns the op's result for the whole batch, every output with the batch at dim 0.
+Rules are written with the op functions, so the same rule runs eagerly (vmap's dispatch
+interceptor) and on graph Values (vmap of a graph), as JAX's batching rules serve every
+transform.
+
+An op's own ``batch`` trait comes first; without one a rule is derived from its other
+traits: elementwise ops broadcast (ranks aligned behind the batch dim), ops whose ``dim``
+attribute names axes of same-rank operands shift it by one. ``loop_rule`` (one call per
+example, results stacked) is the fallback for ops that have neither; vmap warns once per op
+when it uses it.
+"""
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+from .dispatch import Scalar
+from .registry import OpDef, get_op
+
+
+def _op(name: str) -> OpDef:
+    return get_op(name)
+
+
+def _shape(x) -> tuple:
+    return tuple(x.shape)
+
+
+def lrank(x, batched: bool) -> int:
+    """The rank of one example of ``x``."""
+    if isinstance(x, Scalar) or not hasattr(x, "shape"):
+        return 0
+    return len(x.shape) - (1 if batched else 0)
+
+
+def pad_after_batch(x, n: int):
+    """``x`` (batch at dim 0) with ``n`` size-1 dims inserted after the batch dim."""
+    if n <= 0:
+        return x
+    s = _shape(x)
+    return _op("reshape")(x, shape=(s[0],) + (1,) * n + s[1:])
+
+
+def ensure_batched(x, batched: bool, size: int):
+    """``x`` with the batch at dim 0: an unbatched ``x`` is broadcast to ``size`` examples."""
+    if batched:
+        return x
+    return _op("expand")(x, shape=(size,) + _shape(x))
+
+
+def _norm(d: int, rank: int) -> int:
+    return d + rank if d < 0 else d
+
+
+def elementwise_rule(op, args, batched, attrs, size):
+    """Elementwise ops broadcast: batched operands get size-1 dims after the batch dim up to
+    the highest example rank, so unbatched operands broadcast against every example."""
+    rank = max(lrank(x, b) for x, b in zip(args, batched))
+    args = [pad_after_batch(x, rank - lrank(x, b)) if b else x for x, b in zip(args, batched)]
+    return op(*args, **attrs)
+
+
+def _shift_dim_attr(attrs, rank: int):
+    """``attrs`` with its ``dim`` attribute (an int or a tuple of ints) naming the same axes
+    behind a batch dim."""
+    d = attrs["dim"]
+    if isinstance(d, (tuple, list)):
+        return dict(attrs, dim=tuple(_norm(int(i), rank) + 1 for i in d))
+    return dict(attrs, dim=_norm(int(d), rank) + 1)
+
+
+def dim_rule(op, args, batched, attrs, size):
+    """Ops with a ``dim`` attribute over operands of one rank (reductions, softmax, cumsum,
+    cat, gather, scatter...): every operand gets the batch dim and ``dim`` shifts by one.
+    ``dim=None`` (argmax over all elements) flattens each example first."""
+    tensors = [(x, b) for x, b in zip(args, batched) if not isinstance(x, Scalar)]
+    ranks = {lrank(x, b) for x, b in tensors}
+    if len(ranks) != 1:
+        return NotImplemented
+    (rank,) = ranks
+    if attrs.get("dim", 0) is None:
+        flat = [_op("reshape")(ensure_batched(x, b, size), shape=(size, -1))
+                if not isinstance(x, Scalar) else x for x, b in zip(args, batched)]
+        out = op(*flat, **dict(attrs, dim=1))
+        if attrs.get("keepdim"):
+            out = _op("reshape")(out, shape=(size,) + (1,) * rank)
+        return out
+    args = [x if isinstance(x, Scalar) else ensure_batched(x, b, size)
+            for x, b in zip(args, batched)]
+    return op(*args, **_shift_dim_attr(attrs, rank))
+
+
+def derived_rule(op) -> Optional[Callable]:
+    """The rule the op's traits imply, or None."""
+    if op.elementwise:
+        return elementwise_rule
+    if op.attrs is not None and "dim" in op.attrs and not op.random and not op.ordered:
+        return dim_rule
+    return None
+
+
+def batch_rule(op) -> Optional[Callable]:
+    """The op's ``batch`` trait, else the rule derived from its other traits, else None."""
+    return op.batch if op.batch is not None else derived_rule(op)
+
+
+def index_example(x, i: int):
+    """Example ``i`` of ``x`` (batch at dim 0)."""
+    return _op("getitem")(x, index=(("i", i),))
+
+
+def stack(xs):
+    """The values ``xs`` stacked along a new dim 0."""
+    return _op("cat")(*[_op("reshape")(x, shape=(1,) + _shape(x)) for x in xs], dim=0)
+
+
+def loop_rule(op, args, batched, attrs, size):
+    """The fallback: the op once per example, the results stacked."""
+    results = []
+    for i in range(size):
+        results.append(op(*[index_example(x, i) if b else x
+                            for x, b in zip(args, batched)], **attrs))
+    if isinstance(results[0], (tuple, list)):
+        return tuple(stack([r[k] for r in results]) for k in range(len(results[0])))
+    return stack(results)
+
+
+def apply_rule(op, args, batched, attrs, size):
+    """``op`` on a batch: its rule, or ``(loop_rule's result, True)`` when it has none (the
+    flag tells vmap to warn). Returns ``(result, fell_back)``."""
+    rule = batch_rule(op)
+    if rule is not None:
+        out = rule(op, args, batched, attrs, size)
+        if out is not NotImplemented:
+            return out, False
+    return loop_rule(op, args, batched, attrs, size), True
+
+
+# -- the ops' own rules (the ``batch`` trait), for ops whose traits imply none -----------------
+
+def _matmul_rule(op, args, batched, attrs, size):
+    """numpy's matmul over a batch: a 1-D operand becomes a row or column of a batched matrix
+    product, and the lower-rank operand gets size-1 dims behind the batch dim so that batch
+    dims line up."""
+    (a, b), (ba, bb) = args, batched
+    ra, rb = lrank(a, ba), lrank(b, bb)
+    reshape = _op("reshape")
+    squeeze_last = squeeze_row = False
+    if ba and ra == 1:
+        if not bb and rb <= 2:
+            return op(a, b)                             # [B,k] @ [k] or [k,n]
+        a = reshape(a, shape=(size,) + (1,) * max(rb - 2, 0) + (1, _shape(a)[1]))
+        ra, squeeze_row = 2 + max(rb - 2, 0), True
+    if bb and rb == 1:
+        b = reshape(b, shape=(size,) + (1,) * max(ra - 2, 0) + (_shape(b)[1], 1))
+        rb, squeeze_last = 2 + max(ra - 2, 0), True
+    if ba and bb:
+        a, b = pad_after_batch(a, rb - ra), pad_after_batch(b, ra - rb)
+    elif ba:
+        a = pad_after_batch(a, rb - ra)
+    elif bb:
+        b = pad_after_batch(b, ra - rb)
+    out = op(a, b)
+    if squeeze_row or squeeze_last:
+        s = _shape(out)
+        if squeeze_row and squeeze_last:
+            s = s[:-2]
+        elif squeeze_row:
+            s = s[:-2] + s[-1:]
+        else:
+            s = s[:-1]
+        out = reshape(out, shape=s)
+    return out
+
+
+def _reshape_rule(op, args, batched, attrs, size):
+    return op(args[0], shape=(size,) + tuple(attrs["shape"]))
+
+
+def _expand_rule(op, args, batched, attrs, size):
+    (x,) = args
+    shape = tuple(attrs["shape"])
+    x = pad_after_batch(x, len(shape) - lrank(x, True))
+    return op(x, shape=(size,) + shape)
+
+
+def _permute_rule(op, args, batched, attrs, size):
+    return op(args[0], dims=(0,) + tuple(d + 1 for d in attrs["dims"]))
+
+
+def _flip_rule(op, args, batched, attrs, size):
+    return op(args[0], dims=tuple(d + 1 for d in attrs["dims"]))
+
+
+def _sum_to_rule(op, args, batched, attrs, size):
+    """``sum_to(shape)`` per example: the leading example dims summed away, then the dims
+    ``shape`` has as 1 summed with keepdim."""
+    (x,) = args
+    target = tuple(attrs["shape"])
+    logical = _shape(x)[1:]
+    lead = len(logical) - len(target)
+    if lead > 0:
+        x = _op("sum")(x, dim=tuple(range(1, lead + 1)), keepdim=False)
+        logical = logical[lead:]
+    dims = tuple(i + 1 for i, (have, want) in enumerate(zip(logical, target))
+                 if want == 1 and have != 1)
+    if dims:
+        x = _op("sum")(x, dim=dims, keepdim=True)
+    return x
+
+
+def _getitem_rule(op, args, batched, attrs, size):
+    """Basic indexing per example: a full slice for the batch dim in front."""
+    index = attrs["index"]
+    index = index if isinstance(index, tuple) else (index,)
+    return op(args[0], index=(("s", None, None, None),) + index)
+
+
+def _same_shape_rule(op, args, batched, attrs, size):
+    """Ops whose single operand's shape is the output's (``full_like``): run on the batch."""
+    return op(*args, **attrs)
+
+
+def _last_dims_rule(op, args, batched, attrs, size):
+    """Ops that act on their operand's last dims only (``pad``, ``one_hot``, ``tril``):
+    the batch dim in front is one more leading dim."""
+    if len(args) != 1:
+        return NotImplemented
+    return op(*args, **attrs)
+
+
+def _flatten_batch(x, lead: int):
+    """``x`` (batch at dim 0) with the batch and the next ``lead`` dims merged into one."""
+    s = _shape(x)
+    return _op("reshape")(x, shape=(-1,) + s[lead + 1:])
+
+
+def _image_rule(op, args, batched, attrs, size):
+    """NCHW ops (conv2d, pooling) with only the image batched: the vmap batch and N merge."""
+    if not batched[0] or any(batched[1:]):
+        return NotImplemented
+    x = args[0]
+    n = _shape(x)[1]
+    out = op(_flatten_batch(x, 1), *args[1:], **attrs)
+    return _op("reshape")(out, shape=(size, n) + _shape(out)[1:])
+
+
+def _sce_rule(op, args, batched, attrs, size):
+    """Cross-entropy of (N, C) logits per example: the examples' rows become one (B*N, C)
+    problem with reduction none, then each example's rows are reduced as PyTorch does (a
+    mean over the rows whose target is not ``ignore_index``)."""
+    x, t = args
+    bx, bt = batched
+    n = _shape(x)[1] if bx else _shape(x)[0]
+    x = _flatten_batch(ensure_batched(x, bx, size), 1)
+    t = _flatten_batch(ensure_batched(t, bt, size), 1)
+    reduction = attrs["reduction"]
+    loss = op(x, t, ignore_index=attrs["ignore_index"], reduction="none")
+    loss = _op("reshape")(loss, shape=(size, n))
+    if reduction == "none":
+        return loss
+    total = _op("sum")(loss, dim=(1,), keepdim=False)
+    if reduction == "sum":
+        return total
+    valid = _op("ne")(_op("reshape")(t, shape=(size, n)), Scalar(attrs["ignore_index"], t.dtype))
+    count = _op("sum")(_op("cast")(valid, dtype=x.dtype), dim=(1,), keepdim=False)
+    count = _op("maximum")(count, Scalar(1.0, x.dtype))
+    return _op("div")(total, count)
+
+
+def _sce_backward_rule(op, args, batched, attrs, size):
+    """The cross-entropy gradient per example: the cotangent of each example's reduced loss
+    is spread over its rows (divided by its own count of valid rows for a mean)."""
+    g, x, t = args
+    bg, bx, bt = batched
+    n = _shape(x)[1] if bx else _shape(x)[0]
+    xs = _flatten_batch(ensure_batched(x, bx, size), 1)
+    ts = _flatten_batch(ensure_batched(t, bt, size), 1)
+    reduction = attrs["reduction"]
+    g = ensure_batched(g, bg, size)
+    if reduction != "none":
+        g = _op("reshape")(g, shape=(size, 1))
+        if reduction == "mean":
+            valid = _op("ne")(_op("reshape")(ts, shape=(size, n)),
+                              Scalar(attrs["ignore_index"], ts.dtype))
+            count = _op("sum")(_op("cast")(valid, dtype=x.dtype), dim=(1,), keepdim=True)
+            g = _op("div")(g, _op("maximum")(count, Scalar(1.0, x.dtype)))
+        g = _op("expand")(g, shape=(size, n))
+    g = _op("reshape")(g, shape=(-1,))
+    out = op(g, xs, ts, ignore_index=attrs["ignore_index"], reduction="none")
+    return _op("reshape")(out, shape=(size, n) + _shape(out)[1:])
+
+
+def _index_select_rule(op, args, batched, attrs, size):
+    x, idx = args
+    if batched[1]:
+        return NotImplemented
+    return op(x, idx, dim=_norm(attrs["dim"], lrank(x, True)) + 1)
+
+
+def _einsum_rule(op, args, batched, attrs, size):
+    """A new subscript letter for the batch, in front of each batched operand and the
+    output."""
+    eq = attrs["equation"].replace(" ", "")
+    if "..." in eq or "->" not in eq:
+        return NotImplemented
+    lhs, out = eq.split("->")
+    used = set(eq)
+    letter = next(c for c in "zyxwvutsrqponmlkjihgfedcbaZYXWVUTSRQPONMLKJIHGFEDCBA"
+                  if c not in used)
+    terms = [letter + term if b else term for term, b in zip(lhs.split(","), batched)]
+    return op(*args, equation=",".join(terms) + "->" + letter + out)
+
+
+def _install() -> None:
+    """Put the rules above on their OpDefs (the ``batch`` trait)."""
+    for name, rule in (("matmul", _matmul_rule), ("reshape", _reshape_rule),
+                       ("expand", _expand_rule), ("permute", _permute_rule),
+                       ("flip", _flip_rule), ("sum_to", _sum_to_rule),
+                       ("getitem", _getitem_rule), ("full_like", _same_shape_rule),
+                       ("pad", _last_dims_rule), ("one_hot", _last_dims_rule),
+                       ("conv2d", _image_rule), ("max_pool2d", _image_rule),
+                       ("avg_pool2d", _image_rule), ("adaptive_avg_pool2d", _image_rule),
+                       ("softmax_cross_entropy", _sce_rule),
+                       ("softmax_cross_entropy_backward", _sce_backward_rule),
+                       ("index_select", _index_select_rule), ("einsum", _einsum_rule)):
+        op = get_op(name)
+        if op.batch is None:
+            op.batch = rule
+
+
+_install()
