@@ -104,3 +104,11 @@ __all__ = list(graphlib.functional.__all__) + [
     "from_dlpack",
 ]
 __all__ = list(dict.fromkeys(__all__))
+
+# duograph.func (torch.func), and torch.autograd.functional as dg.autograd.functional (until
+# duograph.autograd is a package of its own, its submodule is registered by name)
+from . import func  # noqa: E402
+autograd.functional = func.autograd_functional
+__import__("sys").modules.setdefault("duograph.autograd", autograd)
+__import__("sys").modules["duograph.autograd.functional"] = func.autograd_functional
+__all__.append("func")

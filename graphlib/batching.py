@@ -220,6 +220,15 @@ def _getitem_rule(op, args, batched, attrs, size):
     return op(args[0], index=(("s", None, None, None),) + index)
 
 
+def _getitem_grad_rule(op, args, batched, attrs, size):
+    """The cotangent of basic indexing per example: ``x`` gives only its shape, so an
+    unbatched one is broadcast (a view) and the index gets the batch's full slice."""
+    g, x = (ensure_batched(a, b, size) for a, b in zip(args, batched))
+    index = attrs["index"]
+    index = index if isinstance(index, tuple) else (index,)
+    return op(g, x, index=(("s", None, None, None),) + index)
+
+
 def _same_shape_rule(op, args, batched, attrs, size):
     """Ops whose single operand's shape is the output's (``full_like``): run on the batch."""
     return op(*args, **attrs)
@@ -321,7 +330,8 @@ def _install() -> None:
     for name, rule in (("matmul", _matmul_rule), ("reshape", _reshape_rule),
                        ("expand", _expand_rule), ("permute", _permute_rule),
                        ("flip", _flip_rule), ("sum_to", _sum_to_rule),
-                       ("getitem", _getitem_rule), ("full_like", _same_shape_rule),
+                       ("getitem", _getitem_rule), ("getitem_grad", _getitem_grad_rule),
+                       ("full_like", _same_shape_rule),
                        ("pad", _last_dims_rule), ("one_hot", _last_dims_rule),
                        ("conv2d", _image_rule), ("max_pool2d", _image_rule),
                        ("avg_pool2d", _image_rule), ("adaptive_avg_pool2d", _image_rule),

@@ -104,8 +104,9 @@ class _VjpRun:
             out, self.aux = out
         self.out = out
 
-    def vjp(self, out_leaves: Sequence, cts: Sequence) -> list:
-        """Per differentiated argument, the list of cotangents of its leaves."""
+    def vjp(self, out_leaves: Sequence, cts: Sequence, fill: bool = True) -> list:
+        """Per differentiated argument, the list of cotangents of its leaves (zeros where
+        the outputs do not depend on a leaf; None there when ``fill`` is false)."""
         create = grad_mode.is_grad_enabled() and (self.keep or grad_level_active() or any(
             getattr(c, "requires_grad", False) for c in cts))
         seeds: dict = {}
@@ -122,7 +123,7 @@ class _VjpRun:
                 grads = []
                 for a in al:
                     g = got.get(value_key(a))
-                    grads.append(_zeros_like(a) if g is None else g)
+                    grads.append(_zeros_like(a) if g is None and fill else g)
                 result.append(grads)
         return result
 
