@@ -91,6 +91,13 @@ def dim_rule(op, args, batched, attrs, size):
         return out
     args = [x if isinstance(x, Scalar) else ensure_batched(x, b, size)
             for x, b in zip(args, batched)]
+    if rank == 0:       # dim 0 (or -1) of a 0-d example: a size-1 dim behind the batch
+        args = [x if isinstance(x, Scalar) else _op("reshape")(x, shape=(size, 1))
+                for x in args]
+        out = op(*args, **_shift_dim_attr(attrs, 1))
+        outs = out if isinstance(out, (tuple, list)) else (out,)
+        outs = tuple(_op("reshape")(o, shape=(size,)) for o in outs)
+        return outs if isinstance(out, (tuple, list)) else outs[0]
     return op(*args, **_shift_dim_attr(attrs, rank))
 
 
@@ -311,6 +318,22 @@ def _index_select_rule(op, args, batched, attrs, size):
     return op(x, idx, dim=_norm(attrs["dim"], lrank(x, True)) + 1)
 
 
+def _index_add_rule(op, args, batched, attrs, size):
+    x, idx, src = args
+    if batched[1]:
+        return NotImplemented
+    rank = lrank(x, batched[0])
+    return op(ensure_batched(x, batched[0], size), idx, ensure_batched(src, batched[2], size),
+              dim=_norm(attrs["dim"], rank) + 1)
+
+
+def _numel_rule(op, args, batched, attrs, size):
+    """The count is the same for every example: counted on one, broadcast to the batch."""
+    (x,) = args
+    out = op(index_example(x, 0), **attrs)
+    return _op("expand")(out, shape=(size,))
+
+
 def _einsum_rule(op, args, batched, attrs, size):
     """A new subscript letter for the batch, in front of each batched operand and the
     output."""
@@ -337,7 +360,9 @@ def _install() -> None:
                        ("avg_pool2d", _image_rule), ("adaptive_avg_pool2d", _image_rule),
                        ("softmax_cross_entropy", _sce_rule),
                        ("softmax_cross_entropy_backward", _sce_backward_rule),
-                       ("index_select", _index_select_rule), ("einsum", _einsum_rule)):
+                       ("index_select", _index_select_rule),
+                       ("index_add", _index_add_rule), ("numel", _numel_rule),
+                       ("einsum", _einsum_rule)):
         op = get_op(name)
         if op.batch is None:
             op.batch = rule
