@@ -184,3 +184,14 @@ def test_distributed_benchmark_runs_on_one_and_two_ranks(tmp_path):
     assert set(r["results"]) == {"1", "2"}
     assert "cnn dg DDP efficiency" in r["goals"] and "allreduce dg/mpi4py" in r["goals"]
     assert all(v > 0 for v in r["results"]["2"].values())
+
+
+def test_per_sample_grads_benchmark_quick(tmp_path):
+    out = tmp_path / "psg.json"
+    proc = run_benchmark("per_sample_grads.py", "--quick", "--json", str(out))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    r = json.loads(out.read_text())
+    assert r["correct"] is True
+    assert {"duograph vmap", "duograph loop"} <= set(r["contenders"])
+    assert all(c["best_ms"] > 0 and c["median_ms"] >= c["best_ms"]
+               for c in r["contenders"].values())
