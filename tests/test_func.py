@@ -238,3 +238,40 @@ def test_autograd_functional_is_importable_and_matches_func():
     np.testing.assert_allclose(J.numpy(), func.jacrev(lambda a: a.exp() * a.sum())(x).numpy())
     with pytest.raises(RuntimeError, match="independent of input 1"):
         AF.vjp(lambda a, b: a.exp().sum(), (x, x), strict=True)
+
+
+def test_vmap_of_grad_under_compile_and_nested_vmap_in_graph_mode():
+    w = dg.tensor(_rng.standard_normal((5, 3)))
+    x = dg.tensor(_rng.standard_normal((6, 5)))
+
+    def loss(w_, xi):
+        return ((xi @ w_).tanh() ** 2).mean()
+    eager = func.vmap(func.grad(loss), in_dims=(None, 0))(w, x).numpy()
+    compiled = dg.compile(lambda a, b: func.vmap(func.grad(loss), in_dims=(None, 0))(a, b))
+    for _ in range(2):
+        np.testing.assert_allclose(compiled(w, x).numpy(), eager, rtol=1e-12)
+    xn = _rng.standard_normal((2, 3, 4))
+    g = dg.Graph("nested")
+    with g:
+        xv = g.add_input("x", dg.TensorType((2, 3, 4), "float64"))
+        out = func.vmap(func.vmap(lambda r: r.softmax(-1) * r.sum()))(xv)
+    assert "softmax(%x){dim=2}" in str(g)
+    got = g.compile(outputs=[out], passes="O2")(x=xn)
+    got = got[0] if isinstance(got, (tuple, list)) else got
+    want = func.vmap(func.vmap(lambda r: r.softmax(-1) * r.sum()))(dg.tensor(xn)).numpy()
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-12)
+
+
+def test_readme_example_runs(tmp_path):
+    import pathlib
+    import re
+    import subprocess
+    import sys
+    readme = (pathlib.Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme.split("## Function transforms: duograph.func", 1)[1].split("\n## ", 1)[0]
+    (code,) = re.findall(r"```python\n(.*?)```", section, flags=re.S)
+    (tmp_path / "example.py").write_text(code)
+    proc = subprocess.run([sys.executable, "example.py"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "(32, 16, 8)"
