@@ -171,7 +171,12 @@ def _matmul_rule(op, args, batched, attrs, size):
         a = pad_after_batch(a, rb - ra)
     elif bb:
         b = pad_after_batch(b, ra - rb)
-    out = op(a, b)
+    sa, sb = _shape(a), _shape(b)
+    if len(sa) >= 2 and len(sb) >= 2 and sa[-1] == 1 and sa[-1] == sb[-2] and (
+            a.dtype == b.dtype):
+        out = _op("mul")(a, b)      # a contraction over one element: batched outer products
+    else:
+        out = op(a, b)
     if squeeze_row or squeeze_last:
         s = _shape(out)
         if squeeze_row and squeeze_last:
