@@ -260,14 +260,88 @@ def _flatten_batch(x, lead: int):
     return _op("reshape")(x, shape=(-1,) + s[lead + 1:])
 
 
-def _image_rule(op, args, batched, attrs, size):
-    """NCHW ops (conv2d, pooling) with only the image batched: the vmap batch and N merge."""
-    if not batched[0] or any(batched[1:]):
+def _images_rule(op, args, batched, attrs, size):
+    """NCHW image ops (pooling and its gradients): each example's N images join the batch's
+    into one N of ``size * N`` images (an unbatched operand is broadcast first); a ``shape``
+    attribute (the input's, for gradients) grows the same way."""
+    if any(lrank(x, b) != 4 for x, b in zip(args, batched)):
         return NotImplemented
-    x = args[0]
-    n = _shape(x)[1]
-    out = op(_flatten_batch(x, 1), *args[1:], **attrs)
-    return _op("reshape")(out, shape=(size, n) + _shape(out)[1:])
+    n = _shape(args[0])[1] if batched[0] else _shape(args[0])[0]
+    flat = [_flatten_batch(ensure_batched(x, b, size), 1) for x, b in zip(args, batched)]
+    if "shape" in attrs:
+        shape = tuple(attrs["shape"])
+        attrs = dict(attrs, shape=(size * shape[0],) + shape[1:])
+    out = op(*flat, **attrs)
+    outs = out if isinstance(out, (tuple, list)) else (out,)
+    outs = tuple(_op("reshape")(o, shape=(size, n) + _shape(o)[1:]) for o in outs)
+    return outs if isinstance(out, (tuple, list)) else outs[0]
+
+
+def _channels_into_groups(x, size: int):
+    """(B, N, C, H, W) -> (N, B*C, H, W): the batch's channels side by side, so that a
+    convolution with ``B`` times the groups keeps each example's channels apart."""
+    b, n, c, h, w = _shape(x)
+    x = _op("permute")(x, dims=(1, 0, 2, 3, 4))
+    return _op("reshape")(x, shape=(n, b * c, h, w))
+
+
+def _groups_into_batch(y, size: int):
+    """(N, B*C, H, W) -> (B, N, C, H, W), the inverse of ``_channels_into_groups``."""
+    n, bc, h, w = _shape(y)
+    y = _op("reshape")(y, shape=(n, size, bc // size, h, w))
+    return _op("permute")(y, dims=(1, 0, 2, 3, 4))
+
+
+def _conv_rule(op, args, batched, attrs, size):
+    """conv2d: with only the images batched, the batch joins N; with batched weights each
+    example's channels become groups of one convolution (``groups * B``)."""
+    x, w = args[0], args[1]
+    bx, bw = batched[0], batched[1]
+    bias = args[2:]
+    if lrank(x, bx) != 4 or lrank(w, bw) != 4:
+        return NotImplemented
+    if not bw and not any(batched[2:]):
+        n = _shape(x)[1]
+        out = op(_flatten_batch(x, 1), w, *bias, **attrs)
+        return _op("reshape")(out, shape=(size, n) + _shape(out)[1:])
+    xs = _channels_into_groups(ensure_batched(x, bx, size), size)
+    w = ensure_batched(w, bw, size)
+    ws = _op("reshape")(w, shape=(size * _shape(w)[1],) + _shape(w)[2:])
+    if bias:
+        b = ensure_batched(bias[0], batched[2], size)
+        bias = (_op("reshape")(b, shape=(-1,)),)
+    out = op(xs, ws, *bias, **dict(attrs, groups=attrs["groups"] * size))
+    return _groups_into_batch(out, size)
+
+
+def _conv_input_grad_rule(op, args, batched, attrs, size):
+    """The input gradient of conv2d per example (``shape`` is one example's input shape)."""
+    g, w = args
+    bg, bw = batched
+    if lrank(g, bg) != 4 or lrank(w, bw) != 4:
+        return NotImplemented
+    n, c, h, wd = attrs["shape"]
+    if not bw:
+        out = op(_flatten_batch(g, 1), w, **dict(attrs, shape=(size * n, c, h, wd)))
+        return _op("reshape")(out, shape=(size, n, c, h, wd))
+    gs = _channels_into_groups(ensure_batched(g, bg, size), size)
+    ws = _op("reshape")(w, shape=(size * _shape(w)[1],) + _shape(w)[2:])
+    out = op(gs, ws, **dict(attrs, shape=(n, size * c, h, wd), groups=attrs["groups"] * size))
+    return _groups_into_batch(out, size)
+
+
+def _conv_weight_grad_rule(op, args, batched, attrs, size):
+    """Per-example weight gradients of conv2d: each example's channels are groups of one
+    weight-gradient convolution."""
+    x, g = args
+    if lrank(x, batched[0]) != 4 or lrank(g, batched[1]) != 4:
+        return NotImplemented
+    xs = _channels_into_groups(ensure_batched(x, batched[0], size), size)
+    gs = _channels_into_groups(ensure_batched(g, batched[1], size), size)
+    co, ci, kh, kw = attrs["shape"]
+    out = op(xs, gs, **dict(attrs, shape=(size * co, ci, kh, kw),
+                            groups=attrs["groups"] * size))
+    return _op("reshape")(out, shape=(size, co, ci, kh, kw))
 
 
 def _sce_rule(op, args, batched, attrs, size):
@@ -361,8 +435,15 @@ def _install() -> None:
                        ("getitem", _getitem_rule), ("getitem_grad", _getitem_grad_rule),
                        ("full_like", _same_shape_rule),
                        ("pad", _last_dims_rule), ("one_hot", _last_dims_rule),
-                       ("conv2d", _image_rule), ("max_pool2d", _image_rule),
-                       ("avg_pool2d", _image_rule), ("adaptive_avg_pool2d", _image_rule),
+                       ("conv2d", _conv_rule), ("conv2d_input_grad", _conv_input_grad_rule),
+                       ("conv2d_weight_grad", _conv_weight_grad_rule),
+                       ("max_pool2d", _images_rule), ("max_pool2d_indices", _images_rule),
+                       ("max_pool2d_gather", _images_rule),
+                       ("max_pool2d_backward", _images_rule), ("avg_pool2d", _images_rule),
+                       ("avg_pool2d_backward", _images_rule),
+                       ("adaptive_avg_pool2d", _images_rule),
+                       ("adaptive_avg_pool2d_backward", _images_rule),
+                       ("adaptive_max_pool2d_indices", _images_rule),
                        ("softmax_cross_entropy", _sce_rule),
                        ("softmax_cross_entropy_backward", _sce_backward_rule),
                        ("index_select", _index_select_rule),

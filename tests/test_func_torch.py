@@ -251,3 +251,55 @@ def test_bad_in_dims_raise_torchs_messages(case):
         assert "in_dims has structure (*, *, *) but inputs has structure (*, *)" in _message(
             build(func, dg.tensor))
     assert got == want
+
+
+def test_per_sample_gradients_of_a_cnn_and_conv_ensembles_equal_torch():
+    dnet = dg.nn.Sequential(dg.nn.Conv2d(2, 4, 3, padding=1), dg.nn.ReLU(), dg.nn.MaxPool2d(2),
+                            dg.nn.Conv2d(4, 3, 3), dg.nn.Tanh(), dg.nn.Flatten(),
+                            dg.nn.Linear(12, 3)).double()
+    tnet = torch.nn.Sequential(torch.nn.Conv2d(2, 4, 3, padding=1), torch.nn.ReLU(),
+                               torch.nn.MaxPool2d(2), torch.nn.Conv2d(4, 3, 3),
+                               torch.nn.Tanh(), torch.nn.Flatten(),
+                               torch.nn.Linear(12, 3)).double()
+    with torch.no_grad():
+        for (_, p), (_, q) in zip(dnet.named_parameters(), tnet.named_parameters()):
+            q.copy_(torch.tensor(_np(p)))
+    x, y = _rng.standard_normal((5, 2, 8, 8)), _rng.integers(0, 3, 5)
+
+    def ld(p, xi, yi):
+        return DF.cross_entropy(func.functional_call(dnet, p, (xi.unsqueeze(0),)),
+                                yi.unsqueeze(0))
+
+    def lt(p, xi, yi):
+        return torch.nn.functional.cross_entropy(
+            torch.func.functional_call(tnet, p, (xi.unsqueeze(0),)), yi.unsqueeze(0))
+    got = func.vmap(func.grad(ld), in_dims=(None, 0, 0))(
+        {k: v.detach() for k, v in dnet.named_parameters()}, dg.tensor(x), dg.tensor(y))
+    want = torch.func.vmap(torch.func.grad(lt), in_dims=(None, 0, 0))(
+        {k: v.detach() for k, v in tnet.named_parameters()}, torch.tensor(x), torch.tensor(y))
+    _close(got, want)
+    # a batch of weights (an ensemble) through conv2d, and its per-member gradients
+    w, b, xs = (_rng.standard_normal((3, 4, 2, 3, 3)), _rng.standard_normal((3, 4)),
+                _rng.standard_normal((2, 2, 6, 6)))
+
+    def cd(ww, bb):
+        return DF.conv2d(dg.tensor(xs), ww, bb, padding=1).tanh().sum()
+
+    def ct(ww, bb):
+        return torch.nn.functional.conv2d(torch.tensor(xs), ww, bb, padding=1).tanh().sum()
+    _close(func.vmap(func.grad(cd, argnums=(0, 1)))(dg.tensor(w), dg.tensor(b)),
+           torch.func.vmap(torch.func.grad(ct, argnums=(0, 1)))(torch.tensor(w),
+                                                                torch.tensor(b)))
+
+
+def test_nested_grads_keep_levels_apart_as_torch():
+    x = _rng.standard_normal(3)
+
+    def fd(a):
+        return (a * func.grad(lambda b: (a * b).sum())(a)).sum()
+
+    def ft(a):
+        return (a * torch.func.grad(lambda b: (a * b).sum())(a)).sum()
+    _close(func.grad(fd)(dg.tensor(x)), torch.func.grad(ft)(torch.tensor(x)))
+    _close(func.vmap(func.grad(fd))(dg.tensor(np.stack([x, 2 * x]))),
+           torch.func.vmap(torch.func.grad(ft))(torch.tensor(np.stack([x, 2 * x]))))
