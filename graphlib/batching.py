@@ -392,9 +392,89 @@ def _sce_backward_rule(op, args, batched, attrs, size):
 
 def _index_select_rule(op, args, batched, attrs, size):
     x, idx = args
-    if batched[1]:
-        return NotImplemented
+    if batched[1]:      # x[..., idx, ...] with an index per example: advanced indexing
+        rank = lrank(x, batched[0])
+        return _index_rule(_op("index"), (x, idx), batched, {"dims": (_norm(
+            attrs["dim"], rank),)}, size)
     return op(x, idx, dim=_norm(attrs["dim"], lrank(x, True)) + 1)
+
+
+def _advanced_plan(x, idx_args, idx_batched, dims, size):
+    """What ``x[..., i0, ..., i1, ...]`` per example needs as one advanced index over the
+    batch: the index tensors (a batch ``arange`` in front, each index with a batch dim),
+    their dims, and the permutation that puts the result in (batch, logical result) order."""
+    ranks = [lrank(t, b) for t, b in zip(idx_args, idx_batched)]
+    r = max(ranks)
+    idx = [_op("reshape")(t, shape=(size,) + (1,) * (r - k) + _shape(t)[1:]) if b else
+           _op("reshape")(t, shape=(1,) * (1 + r - k) + _shape(t))
+           for t, b, k in zip(idx_args, idx_batched, ranks)]
+    batch = _op("arange")(start=0, end=size, step=1, dtype="int64")
+    batch = _op("reshape")(batch, shape=(size,) + (1,) * r)
+    new_dims = (0,) + tuple(d + 1 for d in dims)
+    contiguous = all(dims[i] + 1 == dims[i + 1] for i in range(len(dims) - 1))
+    pre = dims[0] if contiguous else 0
+    # the kernel gives (B, *b, *x's dims before dims[0], *after): the dims before move
+    # behind b when the example's own result keeps them in front
+    b_rank = 1 + len(_broadcast(*[_shape(t)[1:] if bb else _shape(t) for t, bb in
+                                  zip(idx_args, idx_batched)]))
+    perm = None
+    if pre:
+        perm = (0,) + tuple(range(b_rank, b_rank + pre)) + tuple(range(1, b_rank))
+    return [batch] + idx, new_dims, perm, b_rank, pre
+
+
+def _broadcast(*shapes):
+    n = max((len(s) for s in shapes), default=0)
+    out = []
+    for i in range(n):
+        dims = [s[len(s) - n + i] for s in shapes if len(s) - n + i >= 0]
+        big = [d for d in dims if d != 1]
+        out.append(big[0] if big else 1)
+    return tuple(out)
+
+
+def _index_rule(op, args, batched, attrs, size):
+    """Advanced indexing per example: the batch becomes one more indexed dim (an arange)."""
+    x, idx_args = args[0], args[1:]
+    if any(t.dtype == "bool" for t in idx_args):
+        return NotImplemented
+    x = ensure_batched(x, batched[0], size)
+    idx, dims, perm, _, _ = _advanced_plan(x, idx_args, batched[1:], attrs["dims"], size)
+    out = op(x, *idx, dims=dims)
+    if perm is not None:
+        rest = tuple(range(len(perm), len(_shape(out))))
+        out = _op("permute")(out, dims=perm + rest)
+    return out
+
+
+def _index_put_rule(op, args, batched, attrs, size):
+    """``index_put`` per example: the values are laid out as ``_index_rule``'s kernel
+    result (batch, index dims, the dims before them, the rest) and put with a batch arange."""
+    x, v, idx_args = args[0], args[1], args[2:]
+    if any(t.dtype == "bool" for t in idx_args):
+        return NotImplemented
+    x = ensure_batched(x, batched[0], size)
+    dims = attrs["dims"]
+    idx, new_dims, perm, b_rank, pre = _advanced_plan(x, idx_args, batched[2:], dims, size)
+    logical = _shape(x)[1:]
+    b = _broadcast(*[_shape(t)[1:] if bb else _shape(t) for t, bb in
+                     zip(idx_args, batched[2:])])
+    contiguous = pre > 0 or all(dims[i] + 1 == dims[i + 1] for i in range(len(dims) - 1))
+    if contiguous:
+        result = logical[:dims[0]] + b + logical[dims[-1] + 1:]
+    else:
+        result = b + tuple(s for i, s in enumerate(logical) if i not in dims)
+    v = ensure_batched(v, batched[1], size)
+    v = pad_after_batch(v, len(result) - lrank(v, True))
+    v = _op("expand")(v, shape=(size,) + result)
+    if perm is not None:       # the inverse of _index_rule's permutation
+        n = len(_shape(v))
+        inverse = [0] * n
+        full = perm + tuple(range(len(perm), n))
+        for i, p in enumerate(full):
+            inverse[p] = i
+        v = _op("permute")(v, dims=tuple(inverse))
+    return op(x, v, *idx, dims=new_dims, accumulate=attrs.get("accumulate", False))
 
 
 def _index_add_rule(op, args, batched, attrs, size):
@@ -447,6 +527,7 @@ def _install() -> None:
                        ("softmax_cross_entropy", _sce_rule),
                        ("softmax_cross_entropy_backward", _sce_backward_rule),
                        ("index_select", _index_select_rule),
+                       ("index", _index_rule), ("index_put", _index_put_rule),
                        ("index_add", _index_add_rule), ("numel", _numel_rule),
                        ("einsum", _einsum_rule)):
         op = get_op(name)
