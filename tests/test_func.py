@@ -305,3 +305,33 @@ def test_advanced_indexing_and_its_gradient_per_example(case):
         example = [dg.tensor(a[k] if d == 0 else a) for a, d in zip(args, dims)]
         np.testing.assert_allclose(out[k], fn(*example).numpy(), rtol=1e-12)
     assert not batched_mod.FALLBACK_OPS
+
+
+@pytest.mark.parametrize("name", ["LayerNorm", "Embedding", "MultiheadAttention",
+                                  "TransformerEncoderLayer", "GRU", "Conv1d"])
+def test_nn_layers_under_vmap_equal_each_example(name):
+    layer, x = {
+        "LayerNorm": (dg.nn.LayerNorm(6), _rng.standard_normal((3, 4, 6))),
+        "Embedding": (dg.nn.Embedding(10, 4), _rng.integers(0, 10, (3, 5))),
+        "MultiheadAttention": (dg.nn.MultiheadAttention(8, 2, batch_first=True),
+                               _rng.standard_normal((3, 1, 5, 8))),
+        "TransformerEncoderLayer": (dg.nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0,
+                                                                  batch_first=True),
+                                    _rng.standard_normal((3, 1, 5, 8))),
+        "GRU": (dg.nn.GRU(4, 5, batch_first=True), _rng.standard_normal((3, 1, 6, 4))),
+        "Conv1d": (dg.nn.Conv1d(2, 3, 3), _rng.standard_normal((3, 1, 2, 7))),
+    }[name]
+    if name == "MultiheadAttention":
+        def f(t):
+            return layer(t, t, t)[0]
+    elif name == "GRU":
+        def f(t):
+            return layer(t)[0]
+    else:
+        f = layer
+    X = dg.tensor(x.astype("float32") if x.dtype.kind == "f" else x)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")      # GRU's scan runs per example
+        out = func.vmap(f)(X).detach().numpy()
+    for k in range(3):
+        np.testing.assert_allclose(out[k], f(X[k]).detach().numpy(), rtol=1e-5, atol=1e-6)
