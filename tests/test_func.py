@@ -183,6 +183,14 @@ def test_randomness_modes():
     assert set(np.unique(drawn)) <= {0.0, 1.0} and not np.allclose(drawn[0], drawn[1])
     with pytest.raises(RuntimeError, match="randomness"):
         func.vmap(lambda r: r, randomness="sometimes")(x)
+    drop = dg.nn.Dropout(0.5)
+    ones = dg.ones(4, 400)
+    with pytest.raises(RuntimeError, match="randomness error mode"):
+        func.vmap(drop)(ones)
+    diff = func.vmap(drop, randomness="different")(ones).numpy()
+    same = func.vmap(drop, randomness="same")(ones).numpy()
+    assert not np.array_equal(diff[0], diff[1]) and np.array_equal(same[0], same[3])
+    assert set(np.unique(same)) == {0.0, 2.0}
 
 
 def test_chunk_size_and_out_dims():

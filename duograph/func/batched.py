@@ -300,10 +300,18 @@ def _random(entry: Level, op, inputs, batched, attrs, proceed):
     if mode == "different":
         args[0] = batching.ensure_batched(args[0], batched[0], size)
         return BatchedTensor(op(*args, **attrs), entry.level)
-    if any(batched):
-        raise RuntimeError(
-            f"vmap: {op.name} with randomness='same' on a batched operand is not supported: "
-            "draw the random values outside vmap, or use randomness='different'")
+    if any(batched[1:]):
+        raise RuntimeError(f"vmap: {op.name} with randomness='same' and a batched seed is "
+                           "not supported: pass the seed with in_dims=None")
+    if batched[0]:
+        # one draw shared by the batch: uniform numbers of one example's shape, compared
+        # with every example's probabilities (what the kernel does per element)
+        p = args[0]
+        u = get_op("uniform")(*args[1:], shape=tuple(p.shape[1:]), low=0.0, high=1.0,
+                              dtype=p.dtype, **{k: v for k, v in attrs.items()
+                                                if k == "stream"})
+        drawn = get_op("cast")(get_op("lt")(u, p), dtype=p.dtype)
+        return BatchedTensor(drawn, entry.level)
     return proceed(op, inputs, attrs)
 
 
