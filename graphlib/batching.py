@@ -8,7 +8,9 @@ Rules are written with the op functions, so the same rule runs eagerly (vmap's d
 interceptor) and on graph Values (vmap of a graph), as JAX's batching rules serve every
 transform.
 
-An op's own ``batch`` trait comes first; without one a rule is derived from its other
+Rules written here are put on their OpDefs by ``@rule_of(op names)`` beside each rule (as
+JAX registers ``primitive_batchers[p]``); an op may instead pass ``batch=`` when it is
+registered. An op's own ``batch`` trait comes first; without one a rule is derived from its other
 traits: elementwise ops broadcast (ranks aligned behind the batch dim), ops whose ``dim``
 attribute names axes of same-rank operands shift it by one. ``loop_rule`` (one call per
 example, results stacked) is the fallback for ops that have neither; vmap warns once per op
@@ -149,6 +151,20 @@ def apply_rule(op, args, batched, attrs, size):
 
 # -- the ops' own rules (the ``batch`` trait), for ops whose traits imply none -----------------
 
+def rule_of(*op_names: str):
+    """Decorator: the function is the ``batch`` trait of the named OpDefs (JAX registers
+    ``primitive_batchers[p]`` beside each rule the same way); an op that declares its own
+    ``batch`` when it is registered keeps it."""
+    def put(rule):
+        for name in op_names:
+            op = get_op(name)
+            if op.batch is None:
+                op.batch = rule
+        return rule
+    return put
+
+
+@rule_of("matmul")
 def _matmul_rule(op, args, batched, attrs, size):
     """numpy's matmul over a batch: a 1-D operand becomes a row or column of a batched matrix
     product, and the lower-rank operand gets size-1 dims behind the batch dim so that batch
@@ -189,10 +205,12 @@ def _matmul_rule(op, args, batched, attrs, size):
     return out
 
 
+@rule_of("reshape")
 def _reshape_rule(op, args, batched, attrs, size):
     return op(args[0], shape=(size,) + tuple(attrs["shape"]))
 
 
+@rule_of("expand")
 def _expand_rule(op, args, batched, attrs, size):
     (x,) = args
     shape = tuple(attrs["shape"])
@@ -200,14 +218,17 @@ def _expand_rule(op, args, batched, attrs, size):
     return op(x, shape=(size,) + shape)
 
 
+@rule_of("permute")
 def _permute_rule(op, args, batched, attrs, size):
     return op(args[0], dims=(0,) + tuple(d + 1 for d in attrs["dims"]))
 
 
+@rule_of("flip")
 def _flip_rule(op, args, batched, attrs, size):
     return op(args[0], dims=tuple(d + 1 for d in attrs["dims"]))
 
 
+@rule_of("sum_to")
 def _sum_to_rule(op, args, batched, attrs, size):
     """``sum_to(shape)`` per example: the leading example dims summed away, then the dims
     ``shape`` has as 1 summed with keepdim."""
@@ -225,6 +246,7 @@ def _sum_to_rule(op, args, batched, attrs, size):
     return x
 
 
+@rule_of("getitem")
 def _getitem_rule(op, args, batched, attrs, size):
     """Basic indexing per example: a full slice for the batch dim in front."""
     index = attrs["index"]
@@ -232,6 +254,7 @@ def _getitem_rule(op, args, batched, attrs, size):
     return op(args[0], index=(("s", None, None, None),) + index)
 
 
+@rule_of("getitem_grad")
 def _getitem_grad_rule(op, args, batched, attrs, size):
     """The cotangent of basic indexing per example: ``x`` gives only its shape, so an
     unbatched one is broadcast (a view) and the index gets the batch's full slice."""
@@ -241,11 +264,13 @@ def _getitem_grad_rule(op, args, batched, attrs, size):
     return op(g, x, index=(("s", None, None, None),) + index)
 
 
+@rule_of("full_like")
 def _same_shape_rule(op, args, batched, attrs, size):
     """Ops whose single operand's shape is the output's (``full_like``): run on the batch."""
     return op(*args, **attrs)
 
 
+@rule_of("pad", "one_hot")
 def _last_dims_rule(op, args, batched, attrs, size):
     """Ops that act on their operand's last dims only (``pad``, ``one_hot``, ``tril``):
     the batch dim in front is one more leading dim."""
@@ -260,6 +285,9 @@ def _flatten_batch(x, lead: int):
     return _op("reshape")(x, shape=(-1,) + s[lead + 1:])
 
 
+@rule_of("max_pool2d", "max_pool2d_indices", "max_pool2d_gather", "max_pool2d_backward",
+         "avg_pool2d", "avg_pool2d_backward", "adaptive_avg_pool2d",
+         "adaptive_avg_pool2d_backward", "adaptive_max_pool2d_indices")
 def _images_rule(op, args, batched, attrs, size):
     """NCHW image ops (pooling and its gradients): each example's N images join the batch's
     into one N of ``size * N`` images (an unbatched operand is broadcast first); a ``shape``
@@ -292,6 +320,7 @@ def _groups_into_batch(y, size: int):
     return _op("permute")(y, dims=(1, 0, 2, 3, 4))
 
 
+@rule_of("conv2d")
 def _conv_rule(op, args, batched, attrs, size):
     """conv2d: with only the images batched, the batch joins N; with batched weights each
     example's channels become groups of one convolution (``groups * B``)."""
@@ -314,6 +343,7 @@ def _conv_rule(op, args, batched, attrs, size):
     return _groups_into_batch(out, size)
 
 
+@rule_of("conv2d_input_grad")
 def _conv_input_grad_rule(op, args, batched, attrs, size):
     """The input gradient of conv2d per example (``shape`` is one example's input shape)."""
     g, w = args
@@ -330,6 +360,7 @@ def _conv_input_grad_rule(op, args, batched, attrs, size):
     return _groups_into_batch(out, size)
 
 
+@rule_of("conv2d_weight_grad")
 def _conv_weight_grad_rule(op, args, batched, attrs, size):
     """Per-example weight gradients of conv2d: each example's channels are groups of one
     weight-gradient convolution."""
@@ -344,6 +375,7 @@ def _conv_weight_grad_rule(op, args, batched, attrs, size):
     return _op("reshape")(out, shape=(size, co, ci, kh, kw))
 
 
+@rule_of("softmax_cross_entropy")
 def _sce_rule(op, args, batched, attrs, size):
     """Cross-entropy of (N, C) logits per example: the examples' rows become one (B*N, C)
     problem with reduction none, then each example's rows are reduced as PyTorch does (a
@@ -367,6 +399,7 @@ def _sce_rule(op, args, batched, attrs, size):
     return _op("div")(total, count)
 
 
+@rule_of("softmax_cross_entropy_backward")
 def _sce_backward_rule(op, args, batched, attrs, size):
     """The cross-entropy gradient per example: the cotangent of each example's reduced loss
     is spread over its rows (divided by its own count of valid rows for a mean)."""
@@ -390,6 +423,7 @@ def _sce_backward_rule(op, args, batched, attrs, size):
     return _op("reshape")(out, shape=(size, n) + _shape(out)[1:])
 
 
+@rule_of("index_select")
 def _index_select_rule(op, args, batched, attrs, size):
     x, idx = args
     if batched[1]:      # x[..., idx, ...] with an index per example: advanced indexing
@@ -433,6 +467,7 @@ def _broadcast(*shapes):
     return tuple(out)
 
 
+@rule_of("index")
 def _index_rule(op, args, batched, attrs, size):
     """Advanced indexing per example: the batch becomes one more indexed dim (an arange)."""
     x, idx_args = args[0], args[1:]
@@ -447,6 +482,7 @@ def _index_rule(op, args, batched, attrs, size):
     return out
 
 
+@rule_of("index_put")
 def _index_put_rule(op, args, batched, attrs, size):
     """``index_put`` per example: the values are laid out as ``_index_rule``'s kernel
     result (batch, index dims, the dims before them, the rest) and put with a batch arange."""
@@ -477,6 +513,7 @@ def _index_put_rule(op, args, batched, attrs, size):
     return op(x, v, *idx, dims=new_dims, accumulate=attrs.get("accumulate", False))
 
 
+@rule_of("index_add")
 def _index_add_rule(op, args, batched, attrs, size):
     x, idx, src = args
     if batched[1]:
@@ -486,6 +523,7 @@ def _index_add_rule(op, args, batched, attrs, size):
               dim=_norm(attrs["dim"], rank) + 1)
 
 
+@rule_of("numel")
 def _numel_rule(op, args, batched, attrs, size):
     """The count is the same for every example: counted on one, broadcast to the batch."""
     (x,) = args
@@ -493,6 +531,7 @@ def _numel_rule(op, args, batched, attrs, size):
     return _op("expand")(out, shape=(size,))
 
 
+@rule_of("einsum")
 def _einsum_rule(op, args, batched, attrs, size):
     """A new subscript letter for the batch, in front of each batched operand and the
     output."""
@@ -505,34 +544,3 @@ def _einsum_rule(op, args, batched, attrs, size):
                   if c not in used)
     terms = [letter + term if b else term for term, b in zip(lhs.split(","), batched)]
     return op(*args, equation=",".join(terms) + "->" + letter + out)
-
-
-def _install() -> None:
-    """Put the rules above on their OpDefs (the ``batch`` trait)."""
-    for name, rule in (("matmul", _matmul_rule), ("reshape", _reshape_rule),
-                       ("expand", _expand_rule), ("permute", _permute_rule),
-                       ("flip", _flip_rule), ("sum_to", _sum_to_rule),
-                       ("getitem", _getitem_rule), ("getitem_grad", _getitem_grad_rule),
-                       ("full_like", _same_shape_rule),
-                       ("pad", _last_dims_rule), ("one_hot", _last_dims_rule),
-                       ("conv2d", _conv_rule), ("conv2d_input_grad", _conv_input_grad_rule),
-                       ("conv2d_weight_grad", _conv_weight_grad_rule),
-                       ("max_pool2d", _images_rule), ("max_pool2d_indices", _images_rule),
-                       ("max_pool2d_gather", _images_rule),
-                       ("max_pool2d_backward", _images_rule), ("avg_pool2d", _images_rule),
-                       ("avg_pool2d_backward", _images_rule),
-                       ("adaptive_avg_pool2d", _images_rule),
-                       ("adaptive_avg_pool2d_backward", _images_rule),
-                       ("adaptive_max_pool2d_indices", _images_rule),
-                       ("softmax_cross_entropy", _sce_rule),
-                       ("softmax_cross_entropy_backward", _sce_backward_rule),
-                       ("index_select", _index_select_rule),
-                       ("index", _index_rule), ("index_put", _index_put_rule),
-                       ("index_add", _index_add_rule), ("numel", _numel_rule),
-                       ("einsum", _einsum_rule)):
-        op = get_op(name)
-        if op.batch is None:
-            op.batch = rule
-
-
-_install()
