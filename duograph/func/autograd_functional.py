@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from ..eager import grad_mode
 from ..eager.tensors import Tensor
-from ..graphlib.ops.creation import zeros_like
+from ..graphlib.ops.creation import ones_like, zeros_like
 from .transforms import _VjpRun, jacfwd, jacrev, jvp as _func_jvp
 
 
@@ -67,7 +67,6 @@ def vjp(func, inputs, v=None, create_graph: bool = False, strict: bool = False):
         if len(outs) != 1 or outs[0].numel() != 1:
             raise RuntimeError("The vector v can only be None if the user-provided function "
                                "returns a single Tensor with a single element.")
-        from ..graphlib.ops.creation import ones_like
         vs = (ones_like(outs[0]),)
     else:
         _, vs = _as_tuple(v, "v", "vjp")
@@ -95,7 +94,6 @@ def jvp(func, inputs, v=None, create_graph: bool = False, strict: bool = False):
             raise RuntimeError("The vector v can only be None if the input to the "
                                "user-provided function is a single Tensor with a single "
                                "element.")
-        from ..graphlib.ops.creation import ones_like
         vs = (ones_like(inputs[0]),)
     else:
         _, vs = _as_tuple(v, "v", "jvp")
@@ -155,7 +153,6 @@ def _vjp_strict_check(func, inputs, i: int) -> None:
     run = _VjpRun(func, tuple(x.detach() for x in inputs), tuple(range(len(inputs))),
                   "jacobian", False)
     outs = run.out if isinstance(run.out, tuple) else (run.out,)
-    from ..graphlib.ops.creation import ones_like
     grads = run.vjp(list(outs), [ones_like(o) for o in outs], fill=False)
     if grads[i][0] is None:
         raise RuntimeError("Output 0 of the user-provided function is independent of input "
@@ -206,7 +203,6 @@ def _hessian_product(func, inputs, v, create_graph: bool, name: str):
             raise RuntimeError("The vector v can only be None if the input to the "
                                "user-provided function is a single Tensor with a single "
                                "element.")
-        from ..graphlib.ops.creation import ones_like
         vs = (ones_like(inputs[0]),)
     else:
         _, vs = _as_tuple(v, "v", name)
@@ -223,7 +219,6 @@ def _hessian_product(func, inputs, v, create_graph: bool, name: str):
             raise RuntimeError(f"The Tensor returned by the function given to {name} should "
                                "contain a single element")
         holder["out"] = out
-        from ..graphlib.ops.creation import ones_like
         return tuple(g[0] for g in run.vjp([out], [ones_like(out)]))
     with grad_mode.set_grad_enabled(create_graph or grad_mode.is_grad_enabled()):
         _, prod = _func_jvp(gradient, _inputs(inputs, create_graph), tuple(vs))

@@ -10,7 +10,7 @@ from ..graphlib.ir import Graph, Value
 from ..graphlib.types import TensorType
 from ._tree import tree_flatten, tree_unflatten
 from .batched import _warn_fallback
-from .vmap import Batched, _move, _name, _unwrap
+from .batch_io import Batched, _move, _name, _unwrap
 
 
 def _random(node, vals, batched, size, randomness):
