@@ -343,3 +343,22 @@ def test_nn_layers_under_vmap_equal_each_example(name):
         out = func.vmap(f)(X).detach().numpy()
     for k in range(3):
         np.testing.assert_allclose(out[k], f(X[k]).detach().numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_vmap_graph_transforms_a_whole_graph():
+    g = dg.Graph("example")
+    with g:
+        x = g.add_input("x", dg.TensorType((5, 4), "float64"))
+        w = g.add_input("w", dg.TensorType((4, 3), "float64"))
+        g.outputs = [_batched_fn(x, w), dg.sum(w)]
+    batched = func.vmap_graph(g, 6, in_dims=(1, None), out_dims=(0, None))
+    text = str(batched)
+    assert "%x: f64[5,6,4]" in text and "%w: f64[4,3]" in text
+    x_np, w_np = _rng.standard_normal((5, 6, 4)), _rng.standard_normal((4, 3))
+    want = func.vmap(_batched_fn, in_dims=(1, None))(dg.tensor(x_np), dg.tensor(w_np)).numpy()
+    for passes in ("O0", "O2"):
+        got = batched.compile(outputs=batched.outputs, passes=passes)(x=x_np, w=w_np)
+        np.testing.assert_allclose(np.asarray(got[0]), want, rtol=1e-12)
+        np.testing.assert_allclose(np.asarray(got[1]), w_np.sum(), rtol=1e-12)
+    with pytest.raises(ValueError, match="out_dim cannot be None"):
+        func.vmap_graph(g, 6, in_dims=(1, None), out_dims=None)

@@ -7,12 +7,14 @@ trait of its OpDef, ``graphlib.batching``): eagerly through the dispatch interce
 with the OpDefs' vjp rules (forward mode by transposing them) and compose with each other
 and with vmap (``vmap(grad(f))`` gives per-example gradients). ``functional_call`` runs a
 module with other parameters; ``stack_module_state`` stacks several modules' state for
-vmapping over models.
+vmapping over models. ``vmap_graph`` maps a whole ``Graph`` over a batch (a graph-to-graph
+transform with the same rules).
 """
+from .graph_vmap import vmap_graph
 from .module_state import functional_call, stack_module_state
 from .transforms import grad, grad_and_value, hessian, jacfwd, jacrev, jvp, vjp
 from .vmap import vmap
 from . import autograd_functional  # noqa: E402,F401  (duograph.autograd.functional)
 
 __all__ = ["vmap", "grad", "grad_and_value", "vjp", "jvp", "jacrev", "jacfwd", "hessian",
-           "functional_call", "stack_module_state"]
+           "functional_call", "stack_module_state", "vmap_graph"]

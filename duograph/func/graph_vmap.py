@@ -7,6 +7,7 @@ from __future__ import annotations
 from ..graphlib.batching import apply_rule, ensure_batched
 from ..graphlib.errors import GraphError
 from ..graphlib.ir import Graph, Value
+from ..graphlib.registry import get_op
 from ..graphlib.types import TensorType
 from ._tree import tree_flatten, tree_unflatten
 from .batched import _warn_fallback
@@ -94,3 +95,57 @@ def vmap_values(func, leaves, spec, dims, size, out_dims, randomness, kwargs):
         else:
             mapped.append(o)
     return _unwrap(func, tree_unflatten(mapped, out_spec), out_dims, -1, size)
+
+
+
+def vmap_graph(graph: Graph, batch_size: int, in_dims=0, out_dims=0,
+               randomness: str = "error") -> Graph:
+    """A new graph mapping ``graph`` over ``batch_size`` examples, as a graph-to-graph
+    transform: input ``i`` gains the batch dim at ``in_dims`` (an int for every input, or
+    one entry per input; None: shared by every example) and each output carries it at
+    ``out_dims`` (likewise). The nodes are replayed with the ops' batching rules, so the
+    result is an ordinary graph to print, optimise (O2) and run. Graphs with state inputs
+    are refused: vmap the function that builds them instead."""
+    if graph.state:
+        raise GraphError(f"vmap_graph: graph {graph.name!r} has state inputs; vmap the "
+                         "function that builds it instead (state is shared by the examples)")
+    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+        raise ValueError(f"vmap_graph: expected a positive int batch_size, found "
+                         f"{batch_size!r}")
+    n_in, n_out = len(graph.inputs), len(graph.outputs)
+    ins = list(in_dims) if isinstance(in_dims, (tuple, list)) else [in_dims] * n_in
+    outs = list(out_dims) if isinstance(out_dims, (tuple, list)) else [out_dims] * n_out
+    if len(ins) != n_in or len(outs) != n_out:
+        raise ValueError(f"vmap_graph: graph {graph.name!r} has {n_in} inputs and {n_out} "
+                         f"outputs; found {len(ins)} in_dims and {len(outs)} out_dims")
+    new = Graph(f"{graph.name}_vmapped")
+    env = {}
+    with new:
+        for v, d in zip(graph.inputs, ins):
+            shape = tuple(v.shape)
+            if d is None:
+                env[v] = (new.add_input(v.name, v.type), False)
+                continue
+            if not isinstance(d, int) or not -len(shape) - 1 <= d <= len(shape):
+                raise ValueError(f"vmap_graph: in_dim {d!r} for input {v.name!r} of rank "
+                                 f"{len(shape)}: expected an int in [{-len(shape) - 1}, "
+                                 f"{len(shape)}] or None")
+            d = d % (len(shape) + 1)
+            batched_shape = shape[:d] + (batch_size,) + shape[d:]
+            ph = new.add_input(v.name, TensorType(batched_shape, v.dtype))
+            env[v] = (_move(ph, d, 0), True)
+        replay(list(graph.nodes), env, batch_size, randomness)
+        results = []
+        for o, d in zip(graph.outputs, outs):
+            value, batched = env[o]
+            if d is None:
+                if batched:
+                    raise ValueError(f"vmap_graph: output {o!r} depends on the batch, so its "
+                                     "out_dim cannot be None")
+                results.append(value)
+                continue
+            if not batched:     # the same for every example: broadcast
+                value = get_op("expand")(value, shape=(batch_size,) + tuple(value.shape))
+            results.append(_move(value, 0, d))
+    new.outputs = results
+    return new
