@@ -79,7 +79,9 @@ def dim_rule(op, args, batched, attrs, size):
     """Ops with a ``dim`` attribute over operands of one rank (reductions, softmax, cumsum,
     cat, gather, scatter...): every operand gets the batch dim and ``dim`` shifts by one.
     ``dim=None`` (argmax over all elements) flattens each example first."""
-    tensors = [(x, b) for x, b in zip(args, batched) if not isinstance(x, Scalar)]
+    def shared_scalar(x, b):    # a number, or a 0-d tensor every example shares (a value)
+        return isinstance(x, Scalar) or (not b and lrank(x, b) == 0 and len(args) > 1)
+    tensors = [(x, b) for x, b in zip(args, batched) if not shared_scalar(x, b)]
     ranks = {lrank(x, b) for x, b in tensors}
     if len(ranks) != 1:
         return NotImplemented
@@ -91,11 +93,11 @@ def dim_rule(op, args, batched, attrs, size):
         if attrs.get("keepdim"):
             out = _op("reshape")(out, shape=(size,) + (1,) * rank)
         return out
-    args = [x if isinstance(x, Scalar) else ensure_batched(x, b, size)
+    args = [x if shared_scalar(x, b) else ensure_batched(x, b, size)
             for x, b in zip(args, batched)]
     if rank == 0:       # dim 0 (or -1) of a 0-d example: a size-1 dim behind the batch
-        args = [x if isinstance(x, Scalar) else _op("reshape")(x, shape=(size, 1))
-                for x in args]
+        args = [x if shared_scalar(x, False) and not b else
+                _op("reshape")(x, shape=(size, 1)) for x, b in zip(args, batched)]
         out = op(*args, **_shift_dim_attr(attrs, 1))
         outs = out if isinstance(out, (tuple, list)) else (out,)
         outs = tuple(_op("reshape")(o, shape=(size,)) for o in outs)
