@@ -362,3 +362,18 @@ def test_vmap_graph_transforms_a_whole_graph():
         np.testing.assert_allclose(np.asarray(got[1]), w_np.sum(), rtol=1e-12)
     with pytest.raises(ValueError, match="out_dim cannot be None"):
         func.vmap_graph(g, 6, in_dims=(1, None), out_dims=None)
+
+
+def test_in_place_methods_on_batched_tensors_and_their_gradients():
+    x = dg.tensor(_rng.standard_normal((3, 2)))
+
+    def f(r):
+        y = r.exp()
+        y.mul_(2).add_(r).sub_(1)       # the exp's vjp must read exp(r), not the result
+        return y
+
+    def g(r):
+        return 2 * r.exp() + r - 1
+    np.testing.assert_allclose(func.vmap(f)(x).numpy(), g(x).numpy(), rtol=1e-12)
+    np.testing.assert_allclose(func.vmap(func.grad(lambda r: f(r).sum()))(x).numpy(),
+                               (2 * x.exp() + 1).numpy(), rtol=1e-12)

@@ -206,6 +206,43 @@ class BatchedTensor(TensorMethods):
     def __repr__(self):
         return f"BatchedTensor(lvl={self.level}, bdim=0, value=\n{self.value!r})"
 
+    # in-place methods: the result of the out-of-place op becomes this tensor's value (its
+    # place on the logical tape too), as an in-place op on a non-leaf does eagerly
+    def _become(self, result) -> "BatchedTensor":
+        if type(result) is not BatchedTensor or result.level != self.level:
+            raise RuntimeError("vmap: an in-place operation on a batched tensor must give a "
+                               "batched result of the same vmap")
+        if self.requires_grad and self.grad_fn is None:
+            raise RuntimeError("a leaf Variable that requires grad is being used in an "
+                               "in-place operation.")
+        self.value, self.requires_grad = result.value, result.requires_grad
+        self.grad_fn, self._index = result.grad_fn, result._index
+        return self
+
+    def add_(self, other, *, alpha=1):
+        return self._become(self + (other if alpha == 1 else other * alpha))
+
+    def sub_(self, other, *, alpha=1):
+        return self._become(self - (other if alpha == 1 else other * alpha))
+
+    def mul_(self, other):
+        return self._become(self * other)
+
+    def div_(self, other):
+        return self._become(self / other)
+
+    def clamp_(self, min=None, max=None):
+        return self._become(self.clamp(min, max))
+
+    def zero_(self):
+        return self._become(self * 0)
+
+    def fill_(self, value):
+        return self._become(self * 0 + value)
+
+    def copy_(self, src):
+        return self._become(self * 0 + src)
+
 
 def _handle(op, inputs, attrs):
     """The dispatch handler of BatchedTensor operands: they run through eager dispatch,
@@ -222,6 +259,12 @@ def _handle(op, inputs, attrs):
 register_handler(BatchedTensor, _handle)
 
 
+def _snapshot(x: BatchedTensor) -> BatchedTensor:
+    y = BatchedTensor(x.value, x.level)
+    y.requires_grad, y.grad_fn, y._index = x.requires_grad, x.grad_fn, x._index
+    return y
+
+
 class LogicalNode:
     """A tape node over batched operands (see the module docstring): what
     ``graphlib.autodiff.backward_pass`` needs of a node."""
@@ -230,11 +273,16 @@ class LogicalNode:
                  "__weakref__")
 
     def __init__(self, op, inputs, attrs, outputs):
-        self.op, self.inputs, self.attrs = op, tuple(inputs), attrs
-        self.outputs, self.n_outputs, self.source = tuple(outputs), len(outputs), None
+        self.op, self.attrs = op, attrs
+        # (outputs too: a vjp that reads its output reads the value made here)
+        self.outputs = tuple(_snapshot(o) for o in outputs)
+        self.n_outputs, self.source = len(outputs), None
         self.input_keys = tuple(
             (x.grad_fn, x._index) if getattr(x, "grad_fn", None) is not None else x
-            for x in self.inputs)
+            for x in inputs)
+        # batched inputs as they are now: an in-place method rebinds a BatchedTensor's
+        # value later, and the vjp must read the value this op read
+        self.inputs = tuple(_snapshot(x) if type(x) is BatchedTensor else x for x in inputs)
 
     def __repr__(self):
         return f"<LogicalNode {self.op.name}>"
