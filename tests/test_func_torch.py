@@ -303,3 +303,17 @@ def test_nested_grads_keep_levels_apart_as_torch():
     _close(func.grad(fd)(dg.tensor(x)), torch.func.grad(ft)(torch.tensor(x)))
     _close(func.vmap(func.grad(fd))(dg.tensor(np.stack([x, 2 * x]))),
            torch.func.vmap(torch.func.grad(ft))(torch.tensor(np.stack([x, 2 * x]))))
+
+
+def test_per_example_hessians_equal_torch():
+    x = _rng.standard_normal((4, 3))
+
+    def fd(a):
+        return a.exp().sum() * a.tanh().sum() + (a.sigmoid() * a).sum()
+
+    def ft(a):
+        return a.exp().sum() * a.tanh().sum() + (a.sigmoid() * a).sum()
+    _close(func.vmap(func.hessian(fd))(dg.tensor(x)),
+           torch.func.vmap(torch.func.hessian(ft))(torch.tensor(x)))
+    _close(func.vmap(func.jacrev(func.jacrev(fd)))(dg.tensor(x)),
+           torch.func.vmap(torch.func.hessian(ft))(torch.tensor(x)))

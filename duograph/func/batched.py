@@ -282,7 +282,9 @@ class LogicalNode:
             for x in inputs)
         # batched inputs as they are now: an in-place method rebinds a BatchedTensor's
         # value later, and the vjp must read the value this op read
-        self.inputs = tuple(_snapshot(x) if type(x) is BatchedTensor else x for x in inputs)
+        # (a leaf that requires grad is never rebound, and its identity is its key: kept)
+        self.inputs = tuple(_snapshot(x) if type(x) is BatchedTensor and not (
+            x.requires_grad and x.grad_fn is None) else x for x in inputs)
 
     def __repr__(self):
         return f"<LogicalNode {self.op.name}>"
@@ -384,7 +386,8 @@ def make_interceptor(entry: Level):
             node = LogicalNode(op, inputs, attrs, outs)
             for i, o in enumerate(outs):
                 if o.dtype.startswith(("float", "bfloat")):
-                    o.requires_grad, o.grad_fn, o._index = True, node, i
+                    for t in (o, node.outputs[i]):
+                        t.requires_grad, t.grad_fn, t._index = True, node, i
         return outs if multi or op.multi_output else outs[0]
     return batch
 
