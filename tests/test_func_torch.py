@@ -317,3 +317,19 @@ def test_per_example_hessians_equal_torch():
            torch.func.vmap(torch.func.hessian(ft))(torch.tensor(x)))
     _close(func.vmap(func.jacrev(func.jacrev(fd)))(dg.tensor(x)),
            torch.func.vmap(torch.func.hessian(ft))(torch.tensor(x)))
+
+
+def test_autograd_functional_create_graph_is_differentiable_as_torch():
+    x = _rng.standard_normal(3)
+    xd = dg.tensor(x).requires_grad_()
+    xt = torch.tensor(x).requires_grad_()
+
+    def f(a):
+        return a.exp() * a.sin().sum()
+    jd = AF.jacobian(f, xd, create_graph=True)
+    jt = TF.jacobian(f, xt, create_graph=True)
+    _close(jd, jt)
+    (jd * jd).sum().backward()
+    (jt * jt).sum().backward()
+    _close(xd.grad, xt.grad)
+    assert not AF.jacobian(f, xd).requires_grad
