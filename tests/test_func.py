@@ -246,6 +246,14 @@ def test_autograd_functional_is_importable_and_matches_func():
     np.testing.assert_allclose(J.numpy(), func.jacrev(lambda a: a.exp() * a.sum())(x).numpy())
     with pytest.raises(RuntimeError, match="independent of input 1"):
         AF.vjp(lambda a, b: a.exp().sum(), (x, x), strict=True)
+    for fn, args in ((AF.jvp, (lambda a, b: a.exp(), (x, x), (x, x))),
+                     (AF.jacobian, (lambda a, b: a.exp(), (x, x))),
+                     (AF.hessian, (lambda a, b: a.exp().sum(), (x, x))),
+                     (AF.hvp, (lambda a, b: a.exp().sum(), (x, x), (x, x))),
+                     (AF.vhp, (lambda a, b: a.exp().sum(), (x, x), (x, x)))):
+        with pytest.raises(RuntimeError, match="independent of input 1"):
+            fn(*args, strict=True)
+        fn(*args)                               # not strict: zeros for input 1
 
 
 def test_vmap_of_grad_under_compile_and_nested_vmap_in_graph_mode():

@@ -3,10 +3,12 @@
 
 Inputs are a tensor or a tuple of tensors; results follow the inputs' (and outputs') tuple
 structure as PyTorch's do. ``create_graph=True`` keeps the results differentiable with
-respect to inputs that require grad; ``strict=True`` raises where an output does not
-depend on an input. Jacobians are always computed vectorized (vmap over the unit vectors),
-so ``vectorize`` changes nothing but is accepted; ``strategy="forward-mode"`` uses
-``jacfwd`` and, as in PyTorch, requires ``vectorize=True``.
+respect to inputs that require grad; ``strict=True`` raises where the outputs do not
+depend on an input (PyTorch also refuses, under strict, a Jacobian that is independent of an
+input though the output depends on it; duograph checks the output's dependence only).
+Jacobians are always computed vectorized (vmap over the unit vectors), so ``vectorize``
+changes nothing but is accepted; ``strategy="forward-mode"`` uses ``jacfwd`` and, as in
+PyTorch, requires ``vectorize=True``.
 """
 from __future__ import annotations
 
@@ -98,6 +100,8 @@ def jvp(func, inputs, v=None, create_graph: bool = False, strict: bool = False):
     else:
         _, vs = _as_tuple(v, "v", "jvp")
         _validate_v(vs, inputs, is_in_tuple)
+    if strict:
+        _vjp_strict_check(func, inputs, range(len(inputs)), "jvp")
     holder = {}
 
     def call(*xs):
@@ -140,23 +144,27 @@ def jacobian(func, inputs, create_graph: bool = False, strict: bool = False,
     rows = jac if is_out_tuple else (jac,)
     if strict:
         _, outs = _as_tuple(func(*inputs), "outputs of the user-provided function", "jacobian")
-        for i in range(len(inputs)):
-            if all(float(abs(row[i]).sum().item()) == 0.0 for row in rows):
-                _vjp_strict_check(func, inputs, i)
+        _vjp_strict_check(func, inputs, [i for i in range(len(inputs)) if all(
+            float(abs(row[i]).sum().item()) == 0.0 for row in rows)], "jacobian")
     rows = tuple(tuple(_finish(j, create_graph) for j in row) for row in rows)
     rows = tuple(row if is_in_tuple else row[0] for row in rows)
     return rows if is_out_tuple else rows[0]
 
 
-def _vjp_strict_check(func, inputs, i: int) -> None:
-    """Raise PyTorch's strict-mode error when no output depends on input ``i``."""
-    run = _VjpRun(func, tuple(x.detach() for x in inputs), tuple(range(len(inputs))),
-                  "jacobian", False)
+def _vjp_strict_check(func, inputs, which, name: str) -> None:
+    """Raise PyTorch's strict-mode error when the outputs do not depend on an input among
+    ``which`` (the gradient of every output there is no value at all, not zeros)."""
+    which = list(which)
+    if not which:
+        return
+    run = _VjpRun(func, tuple(x.detach() for x in inputs), tuple(range(len(inputs))), name,
+                  False)
     outs = run.out if isinstance(run.out, tuple) else (run.out,)
     grads = run.vjp(list(outs), [ones_like(o) for o in outs], fill=False)
-    if grads[i][0] is None:
-        raise RuntimeError("Output 0 of the user-provided function is independent of input "
-                           f"{i}. This is not allowed in strict mode.")
+    for i in which:
+        if grads[i][0] is None:
+            raise RuntimeError("The output of the user-provided function is independent of "
+                               f"input {i}. This is not allowed in strict mode.")
 
 
 def hessian(func, inputs, create_graph: bool = False, strict: bool = False,
@@ -178,6 +186,8 @@ def hessian(func, inputs, create_graph: bool = False, strict: bool = False,
                                "contain a single element")
         return out.reshape(())
     argnums = tuple(range(len(inputs)))
+    if strict:
+        _vjp_strict_check(scalar, inputs, argnums, "hessian")
     outer = jacfwd if outer_jacobian_strategy == "forward-mode" else jacrev
     with grad_mode.set_grad_enabled(create_graph or grad_mode.is_grad_enabled()):
         hess = outer(jacrev(scalar, argnums), argnums)(*_inputs(inputs, create_graph))
@@ -187,16 +197,16 @@ def hessian(func, inputs, create_graph: bool = False, strict: bool = False,
 
 def vhp(func, inputs, v=None, create_graph: bool = False, strict: bool = False):
     """``(func(*inputs), v^T H)`` for a scalar ``func``."""
-    return _hessian_product(func, inputs, v, create_graph, "vhp")
+    return _hessian_product(func, inputs, v, create_graph, strict, "vhp")
 
 
 def hvp(func, inputs, v=None, create_graph: bool = False, strict: bool = False):
     """``(func(*inputs), H v)`` for a scalar ``func`` (H is symmetric, so this is the vhp
     computed as the jvp of the gradient: forward over reverse)."""
-    return _hessian_product(func, inputs, v, create_graph, "hvp")
+    return _hessian_product(func, inputs, v, create_graph, strict, "hvp")
 
 
-def _hessian_product(func, inputs, v, create_graph: bool, name: str):
+def _hessian_product(func, inputs, v, create_graph: bool, strict: bool, name: str):
     is_in_tuple, inputs = _as_tuple(inputs, "inputs", name)
     if v is None:
         if len(inputs) != 1 or inputs[0].numel() != 1:
@@ -208,6 +218,8 @@ def _hessian_product(func, inputs, v, create_graph: bool, name: str):
         _, vs = _as_tuple(v, "v", name)
         _validate_v(vs, inputs, is_in_tuple)
     argnums = tuple(range(len(inputs)))
+    if strict:
+        _vjp_strict_check(func, inputs, argnums, name)
     holder = {}
 
     def gradient(*xs):
