@@ -385,3 +385,18 @@ def test_in_place_methods_on_batched_tensors_and_their_gradients():
     np.testing.assert_allclose(func.vmap(f)(x).numpy(), g(x).numpy(), rtol=1e-12)
     np.testing.assert_allclose(func.vmap(func.grad(lambda r: f(r).sum()))(x).numpy(),
                                (2 * x.exp() + 1).numpy(), rtol=1e-12)
+
+
+def test_graph_vmap_shares_state_and_seeds_with_the_outer_graph():
+    g = dg.Graph("stateful")
+    drop, lin = dg.nn.Dropout(0.5), dg.nn.Linear(300, 2)
+    with g:
+        x = g.add_input("x", dg.TensorType((4, 300), "float32"))
+        g.outputs = [func.vmap(drop, randomness="same")(x),
+                     func.vmap(drop, randomness="different")(x), func.vmap(lin)(x)]
+        with pytest.raises(RuntimeError, match="randomness error mode"):
+            func.vmap(drop)(x)
+    same, diff, out = (np.asarray(r) for r in g.compile(outputs=g.outputs)(
+        x=np.ones((4, 300), "float32")))
+    assert np.array_equal(same[0], same[3]) and not np.array_equal(diff[0], diff[1])
+    np.testing.assert_allclose(out, lin(dg.ones(4, 300)).detach().numpy(), rtol=1e-6)

@@ -30,9 +30,14 @@ def _random(node, vals, batched, size, randomness):
         vals = list(vals)
         vals[0] = ensure_batched(vals[0], batched[0], size)
         return op(*vals, **attrs), True
-    if any(batched):
-        raise RuntimeError(f"vmap: {op.name} with randomness='same' on a batched operand is "
-                           "not supported")
+    if any(batched[1:]):
+        raise RuntimeError(f"vmap: {op.name} with randomness='same' and a batched seed is "
+                           "not supported: pass the seed with in_dims=None")
+    if batched[0]:      # one draw shared by the batch (see batched._random)
+        p = vals[0]
+        u = get_op("uniform")(*vals[1:], shape=tuple(p.shape[1:]), low=0.0, high=1.0,
+                              dtype=p.dtype)
+        return get_op("cast")(get_op("lt")(u, p), dtype=p.dtype), True
     return op(*vals, **attrs), False
 
 
@@ -85,6 +90,15 @@ def vmap_values(func, leaves, spec, dims, size, out_dims, randomness, kwargs):
                                  f"Value of another graph (a closure); pass it as an argument "
                                  f"with in_dims=None\n{e}") from None
             raise
+    outer = next(x.graph for x in leaves if type(x) is Value)
+    for v in scratch.state:     # state the function read: the outer graph's, shared
+        if v in scratch.bindings:
+            env[v] = (outer.bind_state(scratch.bindings[v]), False)
+        elif v.name == "rng_seed":
+            env[v] = (outer.seed_state(), False)
+        else:
+            env[v] = (outer.add_state(f"{v.name}_vmap{outer.id}", scratch.state_init[v]),
+                      False)
     replay(list(scratch.nodes), env, size, randomness)
     flat, out_spec = tree_flatten(out)
     mapped = []
