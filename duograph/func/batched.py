@@ -26,6 +26,7 @@ from ..eager.tensors import Tensor
 from ..graphlib import batching
 from ..graphlib.dispatch import register_handler
 from ..graphlib.errors import DuographError
+from ..graphlib.ir import Value
 from ..graphlib.methods import TensorMethods
 from ..graphlib.registry import get_op
 
@@ -410,7 +411,7 @@ class vmap_level:
 
 
 def is_tensor(x) -> bool:
-    return isinstance(x, (Tensor, BatchedTensor)) or type(x).__name__ == "Value"
+    return isinstance(x, (Tensor, BatchedTensor, Value))
 
 
 __all__ = ["BatchedTensor", "LogicalNode", "collect", "vmap_level", "push", "pop",

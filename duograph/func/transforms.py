@@ -57,6 +57,11 @@ def _strip(x, keep: bool):
     return x.detach()
 
 
+def _strip_tree(tree, keep: bool):
+    leaves, spec = tree_flatten(tree)
+    return tree_unflatten([_strip(x, keep) for x in leaves], spec)
+
+
 def _argnums(argnums: ArgNums, n: int, where: str) -> Tuple[int, ...]:
     nums = (argnums,) if isinstance(argnums, int) else argnums
     if not isinstance(nums, tuple) or not nums or not all(
@@ -102,6 +107,7 @@ class _VjpRun:
                 raise RuntimeError(f"{where}: output of function f should be a tuple: "
                                    "(output, aux) if has_aux is True")
             out, self.aux = out
+            self.aux = _strip_tree(self.aux, self.keep)
         self.out = out
 
     def vjp(self, out_leaves: Sequence, cts: Sequence, fill: bool = True) -> list:
@@ -258,7 +264,7 @@ def jvp(func: Callable, primals: Any, tangents: Any, *, strict: bool = False,
     out = tree_unflatten([_strip(o, keep) for o in out_leaves], out_spec)
     tout = tree_unflatten([_strip(t, keep) for t in tangents_out], out_spec)
     if has_aux:
-        return out, tout, run.aux
+        return out, tout, _strip_tree(run.aux, keep)
     return out, tout
 
 
@@ -391,13 +397,9 @@ def jacfwd(func: Callable, argnums: ArgNums = 0, has_aux: bool = False, *,
             per_out.append(grouped[0] if isinstance(argnums, int) else tuple(grouped))
         jac = tree_unflatten(per_out, t_spec)
         if has_aux:
-            return jac, _first_example(res[1])
+            return jac, res[1]      # (computed from the primals: the same for every row)
         return jac
     return wrapper
-
-
-def _first_example(aux):
-    return aux
 
 
 def hessian(func: Callable, argnums: ArgNums = 0) -> Callable:
