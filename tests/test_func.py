@@ -212,6 +212,12 @@ def test_misuse_raises_clear_errors():
     func.vmap(lambda r: leaked.append(r) or r)(x)
     with pytest.raises(RuntimeError, match="escaped"):
         leaked[0] + 1
+
+    def assign(r):
+        r[0] = 1.0
+        return r
+    with pytest.raises(RuntimeError, match="assigning into a batched tensor"):
+        func.vmap(assign)(x)
     with pytest.raises(RuntimeError, match="scalar Tensor"):
         func.grad(lambda r: r * 2)(x)
     with pytest.raises(RuntimeError, match="only floating-point"):

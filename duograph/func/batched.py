@@ -220,6 +220,11 @@ class BatchedTensor(TensorMethods):
         self.grad_fn, self._index = result.grad_fn, result._index
         return self
 
+    def __setitem__(self, index, value):
+        raise RuntimeError("vmap: assigning into a batched tensor (x[index] = value) is not "
+                           "supported inside duograph.func.vmap; build the new value instead: "
+                           "dg.where(mask, value, x), dg.index_put or dg.scatter")
+
     def add_(self, other, *, alpha=1):
         return self._become(self + (other if alpha == 1 else other * alpha))
 
