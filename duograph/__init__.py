@@ -107,3 +107,11 @@ from . import amp  # noqa: E402
 from .amp import autocast, get_autocast_dtype, is_autocast_enabled  # noqa: E402
 __all__ += ["amp", "autocast", "is_autocast_enabled", "get_autocast_dtype"]
 __all__ = list(dict.fromkeys(__all__))
+
+# duograph.func (torch.func), and torch.autograd.functional as dg.autograd.functional (until
+# duograph.autograd is a package of its own, its submodule is registered by name)
+from . import func  # noqa: E402
+autograd.functional = func.autograd_functional
+__import__("sys").modules.setdefault("duograph.autograd", autograd)
+__import__("sys").modules["duograph.autograd.functional"] = func.autograd_functional
+__all__.append("func")

@@ -78,6 +78,11 @@ keyword of its OpDef, never a set of op names kept elsewhere:
   ``"lower"`` (the autocast dtype: matmul, conv), ``"fp32"`` (float32: decompositions,
   ``prod``), ``"promote"`` (the widest float operand: ``cat``), or a callable ``(attrs) ->
   policy or None``; None runs the op in the dtypes it is given.
+- ``batch``: how the op maps a batched dim (vmap): ``batch(op, args, batched, attrs, size)``
+  returns the op's result for ``args`` whose ``batched[i]`` ones carry the batch (of
+  ``size``) as their dim 0, every output with the batch at dim 0; written with the op
+  functions, so one rule serves eager vmap and graphs. None: ``graphlib.batching`` derives
+  one from the other traits (elementwise, a ``dim`` attribute) or runs the op per example.
 """
 from __future__ import annotations
 
@@ -94,7 +99,7 @@ class OpDef:
                  "view", "returns_input", "vjp_reads_output", "saves_no_data",
                  "inplace_pairs", "epilogue_host", "cheap", "external", "constant",
                  "static_region", "loop_invariant_from", "region_kernel", "attrs", "doc",
-                 "ufunc", "ufunc_mixed", "compare", "fills", "__weakref__",
+                 "ufunc", "ufunc_mixed", "compare", "fills", "batch", "__weakref__",
                  "autocast")
 
     def __init__(self, name: str, infer: Callable, kernel: Callable,
@@ -111,6 +116,7 @@ class OpDef:
                  region_kernel: Optional[Callable] = None, attrs=None, doc: str = "",
                  ufunc: Optional[str] = None, ufunc_mixed: bool = False,
                  compare: Optional[str] = None, fills: bool = False,
+                 batch: Optional[Callable] = None,
                  autocast: Union[str, Callable, None] = None):
         self.name = name
         self.infer = infer
@@ -145,6 +151,7 @@ class OpDef:
         self.compare = compare          # a comparison's operator: "<", "==" ...
         self.fills = fills              # the output is attrs["fill_value"] everywhere
         self.autocast = autocast        # the precision under autocast (see the traits)
+        self.batch = batch              # vmap's rule (see the traits)
 
     def __call__(self, *inputs, **attrs):
         return _apply(self, inputs, attrs)

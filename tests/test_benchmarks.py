@@ -206,3 +206,14 @@ def test_activation_checkpoint_benchmark_runs(tmp_path):
     for model in ("mlp", "transformer"):
         assert r[model]["gradients_equal"] is True
         assert r[model]["plain"]["peak_mb"] > 0 and r[model]["checkpointed"]["peak_mb"] > 0
+
+
+def test_per_sample_grads_benchmark_quick(tmp_path):
+    out = tmp_path / "psg.json"
+    proc = run_benchmark("per_sample_grads.py", "--quick", "--json", str(out))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    r = json.loads(out.read_text())
+    assert r["correct"] is True
+    assert {"duograph vmap", "duograph loop"} <= set(r["contenders"])
+    assert all(c["best_ms"] > 0 and c["median_ms"] >= c["best_ms"]
+               for c in r["contenders"].values())

@@ -157,7 +157,7 @@ GRAPHLIB_TIERS = (
     # free functions and builders over the IR
     {"attrs", "dispatch", "printer", "verify", "dot", "serialize", "rewrite", "transform",
      "builder", "autocast"},
-    {"ops", "autodiff"},          # the op families (ops.*) and the one reverse-mode engine
+    {"ops", "autodiff", "batching"},  # the op families (ops.*), the reverse-mode engine, vmap rules
     {"functional", ""},           # every op function; the package itself
 )
 

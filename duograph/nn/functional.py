@@ -87,7 +87,8 @@ def embedding(input, weight, padding_idx: Optional[int] = None):
         raise DTypeError(f"embedding: expected integer indices, found {input.dtype}"
                          f"{_where(input)}")
     n = weight.shape[0]
-    if not _is_symbolic(input) and input.numel() > 0 and isinstance(n, int):
+    if not _is_symbolic(input) and hasattr(input, "array") and input.numel() > 0 and \
+            isinstance(n, int):     # (a vmap-batched input is checked by the op itself)
         lo, hi = int(input.array.min()), int(input.array.max())
         if lo < 0 or hi >= n:
             raise IndexError(f"embedding: index {lo if lo < 0 else hi} is out of range for "
