@@ -88,11 +88,57 @@ def conv2d(xp, x, w, b=None, *, stride, padding, dilation, groups):
     return out
 
 
+def _algorithm(kind, x_shape, w, stride, padding, dilation, groups, dtype, runners) -> str:
+    """``autotune.conv_algorithm`` for this conv2d pass ("direct" or "gemm")."""
+    return autotune.conv_algorithm(kind, (stride, padding, dilation, dtype), x_shape,
+                                   w.shape, groups, runners)
+
+
+def _direct():
+    """The direct loops (``conv_direct``), compiled alongside ``conv_numba``."""
+    return numba_module("conv_direct")
+
+
+def _direct_geometry(x_shape, w_shape, stride, padding, dilation, out_hw) -> tuple:
+    """The geometry arguments of the ``conv_direct`` loops."""
+    n, c, h, wd = x_shape
+    return (n, c, h, wd, w_shape[0], out_hw[0], out_hw[1], w_shape[2], w_shape[3], stride[0],
+            stride[1], padding[0], padding[2], dilation[0], dilation[1])
+
+
 def conv2d_into(nb, x, w, b, stride, padding, dilation, groups, out) -> None:
-    """conv2d written into ``out`` (C-contiguous, of the result's shape and dtype): im2col
-    per image (``im2col_images``), then one small matmul per image (and group) straight
-    into the NCHW output, no transposing copy (the (512, 32, 4, 4) output of the digits
-    CNN: 2.1 -> 1.6 ms with the patch copy), then the bias."""
+    """conv2d written into ``out`` (C-contiguous, of the result's shape and dtype), by the
+    algorithm ``autotune.conv_algorithm`` picks: the direct loops or im2col + GEMM
+    (``_conv2d_gemm_into``); then the bias."""
+    def runners():
+        scratch = np.empty_like(out)
+        return {"direct": lambda: _conv2d_direct_into(nb, x, w, stride, padding, dilation,
+                                                      scratch),
+                "gemm": lambda: _conv2d_gemm_into(nb, x, w, stride, padding, dilation,
+                                                  groups, scratch)}
+    if _algorithm("forward", x.shape, w, stride, padding, dilation, groups, out.dtype,
+                  runners) == "direct":
+        _conv2d_direct_into(nb, x, w, stride, padding, dilation, out)
+    else:
+        _conv2d_gemm_into(nb, x, w, stride, padding, dilation, groups, out)
+    if b is not None:
+        # over (N, C*H*W) rows with the bias repeated to a row (see conv2d_from_patches)
+        length = out.shape[2] * out.shape[3]
+        flat = out.reshape(out.shape[0], -1)
+        flat += b.astype(out.dtype, copy=False).repeat(length).reshape(1, -1)
+
+
+def _conv2d_direct_into(nb, x, w, stride, padding, dilation, out) -> None:
+    _direct().forward(_flat(x.astype(out.dtype, copy=False)),
+                        _flat(w.astype(out.dtype, copy=False)), out.reshape(-1),
+                        *_direct_geometry(x.shape, w.shape, stride, padding, dilation,
+                                          out.shape[2:]))
+
+
+def _conv2d_gemm_into(nb, x, w, stride, padding, dilation, groups, out) -> None:
+    """im2col per image (``im2col_images``), then one small matmul per image (and group)
+    straight into the NCHW output, no transposing copy (the (512, 32, 4, 4) output of the
+    digits CNN: 2.1 -> 1.6 ms with the patch copy)."""
     n, c = x.shape[:2]
     out_ch, cg, kh, kw = w.shape
     out_hw = out.shape[2:]
@@ -103,10 +149,6 @@ def conv2d_into(nb, x, w, b, stride, padding, dilation, groups, out) -> None:
     wmat = np.ascontiguousarray(w).reshape(groups, out_ch // groups, cg * kh * kw)
     np.matmul(wmat.astype(out.dtype, copy=False), cols,
               out=out.reshape(n, groups, out_ch // groups, length))
-    if b is not None:
-        # over (N, C*H*W) rows with the bias repeated to a row (see conv2d_from_patches)
-        flat = out.reshape(n, -1)
-        flat += b.astype(out.dtype, copy=False).repeat(length).reshape(1, -1)
 
 
 def _im2col(nb, x, kernel, stride, padding, dilation, out_hw):
@@ -130,8 +172,31 @@ def conv2d_input_grad(xp, g, w, *, shape, stride, padding, dilation, groups):
 
 
 def conv2d_input_grad_into(nb, g, w, stride, padding, dilation, groups, gx) -> None:
-    """conv2d's input gradient written into ``gx`` (C-contiguous): the patch cotangents per
-    image, ``W.T @ g[b]``, from g as it is (no transposing copy), then ``col2im_images``."""
+    """conv2d's input gradient written into ``gx`` (C-contiguous), by the algorithm
+    ``autotune.conv_algorithm`` picks: the direct loops or GEMM + col2im."""
+    def runners():
+        scratch = np.empty_like(gx)
+        return {"direct": lambda: _input_grad_direct_into(nb, g, w, stride, padding,
+                                                          dilation, scratch),
+                "gemm": lambda: _input_grad_gemm_into(nb, g, w, stride, padding, dilation,
+                                                      groups, scratch)}
+    if _algorithm("input_grad", gx.shape, w, stride, padding, dilation, groups, gx.dtype,
+                  runners) == "direct":
+        _input_grad_direct_into(nb, g, w, stride, padding, dilation, gx)
+    else:
+        _input_grad_gemm_into(nb, g, w, stride, padding, dilation, groups, gx)
+
+
+def _input_grad_direct_into(nb, g, w, stride, padding, dilation, gx) -> None:
+    _direct().input_grad(_flat(g.astype(gx.dtype, copy=False)),
+                           _flat(w.astype(gx.dtype, copy=False)), gx.reshape(-1),
+                           *_direct_geometry(gx.shape, w.shape, stride, padding, dilation,
+                                             g.shape[2:]))
+
+
+def _input_grad_gemm_into(nb, g, w, stride, padding, dilation, groups, gx) -> None:
+    """The patch cotangents per image, ``W.T @ g[b]``, from g as it is (no transposing
+    copy), then ``col2im_images``."""
     n = gx.shape[0]
     out_ch, cg, kh, kw = w.shape
     out_hw = tuple(g.shape[2:])
@@ -151,11 +216,32 @@ def conv2d_weight_grad(xp, x, g, *, shape, stride, padding, dilation, groups):
         return conv._conv2d_weight_grad_kernel(xp, x, g, shape=shape, stride=stride,
                                                padding=padding, dilation=dilation,
                                                groups=groups)
+    dtype = np.result_type(x, g)
+
+    def gemm():
+        return _weight_grad_gemm(nb, x, g, shape, stride, padding, dilation, groups)
+
+    def direct():
+        gw = np.empty(shape, dtype=dtype)
+        _direct().weight_grad(_flat(x.astype(dtype, copy=False)),
+                                _flat(g.astype(dtype, copy=False)), gw.reshape(-1),
+                                *_direct_geometry(x.shape, shape, stride, padding, dilation,
+                                                  g.shape[2:]))
+        return gw
+    w = np.broadcast_to(np.empty((), dtype), shape)       # the weight's shape, for the choice
+    if _algorithm("weight_grad", x.shape, w, stride, padding, dilation, groups, dtype,
+                  lambda: {"direct": direct, "gemm": gemm}) == "direct":
+        return direct()
+    return gemm()
+
+
+def _weight_grad_gemm(nb, x, g, shape, stride, padding, dilation, groups):
+    """im2col over the batch (``im2col``), then one product per group."""
     out_hw = tuple(g.shape[2:])
     kernel = tuple(shape[2:])
     cols = _im2col(nb, x, kernel, stride, padding, dilation, out_hw)
     cols = cols.reshape(groups, x.shape[1] // groups * kernel[0] * kernel[1], -1)
-    return conv.weight_grad_from_patches(xp, cols, out_hw[1], g, groups, shape)
+    return conv.weight_grad_from_patches(np, cols, out_hw[1], g, groups, shape)
 
 
 # -- max pooling -------------------------------------------------------------------------------
