@@ -142,23 +142,35 @@ def max_pool_backward(g, x, gx, planes, h, w, ho, wo, kh, kw, sh, sw, ph, pw, dh
 @njit(**_JIT)
 def max_pool_backward_2x2(g, x, gx, planes, h, w, ho, wo, zero):
     """``max_pool_backward`` for 2x2 windows at stride 2 that tile x: every element is
-    written (0 + the cotangent at the winner, ``zero`` elsewhere), so gx needs no zeros."""
+    written (0 + the cotangent at the winner, ``zero`` elsewhere), so gx needs no zeros.
+    Each pair of rows is read and written through views, indexed by the loop counter
+    (offsets computed per element keep numba's negative-index checks: measured 1.3-3x
+    slower)."""
     for p in range(planes):
         for oh in range(ho):
             base = (p * h + 2 * oh) * w
             src = (p * ho + oh) * wo
+            x0 = x[base:base + w]
+            x1 = x[base + w:base + 2 * w]
+            o0 = gx[base:base + w]
+            o1 = gx[base + w:base + 2 * w]
+            gr = g[src:src + wo]
             for ow in range(wo):
-                at = base + 2 * ow
-                value = g[src + ow] + zero
-                _, tb, tc, td = _pick4(x, at, w)
+                a, b, c, d = x0[2 * ow], x0[2 * ow + 1], x1[2 * ow], x1[2 * ow + 1]
+                tb = (b > a) | (b != b)
+                m = b if tb else a
+                tc = (c > m) | (c != c)
+                m = c if tc else m
+                td = (d > m) | (d != d)
                 # one flag per element (a tap index compared with 0..3 measured 3.5x slower)
                 wc = tc & (td ^ True)
                 wb = tb & ((tc | td) ^ True)
                 wa = (tb | tc | td) ^ True
-                gx[at] = value if wa else zero
-                gx[at + 1] = value if wb else zero
-                gx[at + w] = value if wc else zero
-                gx[at + w + 1] = value if td else zero
+                value = gr[ow] + zero
+                o0[2 * ow] = value if wa else zero
+                o0[2 * ow + 1] = value if wb else zero
+                o1[2 * ow] = value if wc else zero
+                o1[2 * ow + 1] = value if td else zero
     return gx
 
 

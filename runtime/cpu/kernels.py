@@ -143,12 +143,21 @@ def _conv2d_gemm_into(nb, x, w, stride, padding, dilation, groups, out) -> None:
     out_ch, cg, kh, kw = w.shape
     out_hw = out.shape[2:]
     length = out_hw[0] * out_hw[1]
-    cols = np.empty((n, groups, cg * kh * kw, length), dtype=x.dtype)
-    nb.im2col_images(_flat(x), cols.reshape(-1), *_conv_geometry(
-        x.shape, (kh, kw), stride, padding, dilation, out_hw))
+    if _pointwise(w.shape, stride, padding):      # the patches are x itself
+        cols = np.ascontiguousarray(x).reshape(n, groups, cg, length)
+    else:
+        cols = np.empty((n, groups, cg * kh * kw, length), dtype=x.dtype)
+        nb.im2col_images(_flat(x), cols.reshape(-1), *_conv_geometry(
+            x.shape, (kh, kw), stride, padding, dilation, out_hw))
     wmat = np.ascontiguousarray(w).reshape(groups, out_ch // groups, cg * kh * kw)
     np.matmul(wmat.astype(out.dtype, copy=False), cols,
               out=out.reshape(n, groups, out_ch // groups, length))
+
+
+def _pointwise(w_shape, stride, padding) -> bool:
+    """A 1x1 kernel without stride or padding: its patches are the input itself."""
+    return (w_shape[2] == w_shape[3] == 1 and tuple(stride) == (1, 1)
+            and not any(padding))
 
 
 def _im2col(nb, x, kernel, stride, padding, dilation, out_hw):
@@ -202,9 +211,13 @@ def _input_grad_gemm_into(nb, g, w, stride, padding, dilation, groups, gx) -> No
     out_hw = tuple(g.shape[2:])
     length = out_hw[0] * out_hw[1]
     wmat = np.ascontiguousarray(w).reshape(groups, out_ch // groups, cg * kh * kw)
-    dcols = np.empty((n, groups, cg * kh * kw, length), dtype=gx.dtype)
+    pointwise = _pointwise(w.shape, stride, padding)
+    dcols = (gx.reshape(n, groups, cg, length) if pointwise else
+             np.empty((n, groups, cg * kh * kw, length), dtype=gx.dtype))
     np.matmul(wmat.swapaxes(-1, -2).astype(dcols.dtype, copy=False),
               np.ascontiguousarray(g).reshape(n, groups, out_ch // groups, length), out=dcols)
+    if pointwise:                       # the patch cotangents are gx itself
+        return
     gx.fill(0)                          # col2im straight into gx: no padded copy
     nb.col2im_images(dcols.reshape(-1), gx.reshape(-1), *_conv_geometry(
         gx.shape, (kh, kw), stride, padding, dilation, out_hw))
@@ -236,9 +249,15 @@ def conv2d_weight_grad(xp, x, g, *, shape, stride, padding, dilation, groups):
 
 
 def _weight_grad_gemm(nb, x, g, shape, stride, padding, dilation, groups):
-    """im2col over the batch (``im2col``), then one product per group."""
+    """im2col over the batch (``im2col``), then one product per group; for a 1x1 kernel
+    without stride or padding, one product per image (``g[b] @ x[b].T``), summed."""
     out_hw = tuple(g.shape[2:])
     kernel = tuple(shape[2:])
+    if _pointwise(shape, stride, padding):
+        n, length = x.shape[0], out_hw[0] * out_hw[1]
+        xs = np.ascontiguousarray(x).reshape(n, groups, -1, length)
+        gs = np.ascontiguousarray(g).reshape(n, groups, -1, length)
+        return np.matmul(gs, xs.swapaxes(-1, -2)).sum(axis=0).reshape(shape)
     cols = _im2col(nb, x, kernel, stride, padding, dilation, out_hw)
     cols = cols.reshape(groups, x.shape[1] // groups * kernel[0] * kernel[1], -1)
     return conv.weight_grad_from_patches(np, cols, out_hw[1], g, groups, shape)
