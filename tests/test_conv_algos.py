@@ -141,13 +141,13 @@ def _count_direct_calls(monkeypatch):
 @pytest.mark.parametrize("algorithm,expected", [
     ("direct", {"depthwise": 3, "one_channel": 3, "3x3_groups": 0}),
     ("gemm", {"depthwise": 0, "one_channel": 0, "3x3_groups": 0}),
-    ("auto", {"depthwise": 3, "one_channel": 0, "3x3_groups": 0}),
+    ("auto", {"depthwise": 3, "one_channel": 1, "3x3_groups": 0}),
 ])
 def test_forced_algorithm_runs_where_it_applies_and_the_rule_elsewhere(
         monkeypatch, algorithm, expected):
     """``direct`` runs the direct loops wherever a group has one input channel (all three
     passes) and falls back to the rule (GEMM) elsewhere; ``gemm`` never runs them; the
-    default rule runs them for depthwise only."""
+    default rule runs them for depthwise, and for one input channel the weight gradient."""
     by_id = {geo.id: geo for geo in GEOMETRIES}
     for name, count in expected.items():
         calls = _count_direct_calls(monkeypatch)

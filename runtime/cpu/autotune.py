@@ -150,11 +150,16 @@ def conv_algorithms(w_shape, groups: int) -> tuple:
 
 
 def conv_rule(kind: str, x_shape, w_shape, groups: int) -> str:
-    """The default choice: direct loops for depthwise and other one-channel groups (where
-    im2col copies kh*kw patches to multiply each by a one-row matrix: measured 5-12x
-    slower than these loops), im2col and GEMM elsewhere; a single input channel
-    (groups = 1) stays on GEMM, which measured as fast or faster there."""
-    return "direct" if w_shape[1] == 1 and groups > 1 else "gemm"
+    """The default choice. Direct loops for depthwise and other one-channel groups (im2col
+    copies kh*kw patches there to multiply each by a one-row matrix: GEMM measured 8-16x
+    slower than these loops on (8, 96, 56, 56) depthwise 3x3, the loops within 0.95-1.25x
+    of PyTorch); for a single input channel (groups = 1, the first layer of the issue-24
+    CNN, (64, 1, 28, 28) -> 16) the direct weight gradient (1.5 ms against GEMM's 2.0)
+    but GEMM's forward and input gradient (1.3 and 1.5 ms against 1.9 and 1.8). Measured
+    on one thread, alternating rounds, on a loaded 2-core AMD EPYC (AVX2)."""
+    if w_shape[1] != 1:
+        return "gemm"
+    return "direct" if groups > 1 or kind == "weight_grad" else "gemm"
 
 
 def conv_algorithm(kind: str, key: tuple, x_shape, w_shape, groups: int,

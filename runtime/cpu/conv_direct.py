@@ -46,6 +46,45 @@ def _fill_padded(x, src, h, w, pad, hp, wp, pt, pl):
         pad[row + hi:row + wp] = 0
 
 
+@njit(inline="always", **_JIT)
+def _taps3(w, at, kw, j):
+    """The weights of taps j, j+1, j+2 of one kernel row (0 past the row's end) and how
+    many of them are real."""
+    n = min(3, kw - j)
+    w1 = w[at + j + 1] if n > 1 else w[at + j] * 0
+    w2 = w[at + j + 2] if n > 2 else w[at + j] * 0
+    return w[at + j], w1, w2, n
+
+
+@njit(**_JIT)
+def _add3(a, p0, p1, p2, w0, w1, w2, n):
+    """a += w0*p0 (+ w1*p1 (+ w2*p2)): up to three taps of a kernel row in one pass over the
+    accumulator (a read and a write per element instead of one per tap)."""
+    if n == 3:
+        for t in range(a.shape[0]):
+            a[t] += w0 * p0[t] + w1 * p1[t] + w2 * p2[t]
+    elif n == 2:
+        for t in range(a.shape[0]):
+            a[t] += w0 * p0[t] + w1 * p1[t]
+    else:
+        for t in range(a.shape[0]):
+            a[t] += w0 * p0[t]
+
+
+@njit(**_REDUCE)
+def _dot3(r, p0, p1, p2):
+    """(sum r*p0, sum r*p1, sum r*p2) in one pass (vector partial sums)."""
+    s0 = r[0] * 0
+    s1 = s0
+    s2 = s0
+    for t in range(r.shape[0]):
+        v = r[t]
+        s0 += v * p0[t]
+        s1 += v * p1[t]
+        s2 += v * p2[t]
+    return s0, s1, s2
+
+
 @njit(**_JIT)
 def forward(x, w, out, n, c, h, wd, o, ho, wo, kh, kw, sh, sw, pt, pl, dh, dw):
     """out[b, oc] = sum over taps of w[oc, 0, i, j] * x[b, oc // m, ...] (m = o // c
@@ -67,12 +106,12 @@ def forward(x, w, out, n, c, h, wd, o, ho, wo, kh, kw, sh, sw, pt, pl, dh, dw):
                     a = acc[:length]
                     a[:] = 0
                     for i in range(kh):
-                        for j in range(kw):
-                            wv = w[oc * taps + i * kw + j]
+                        for j in range(0, kw, 3):
+                            w0, w1, w2, k = _taps3(w, oc * taps + i * kw, kw, j)
                             off = i * dh * wp + j * dw
-                            p = pad[off:off + length]
-                            for t in range(length):
-                                a[t] += wv * p[t]
+                            last = off + (k - 1) * dw
+                            _add3(a, pad[off:off + length], pad[off + dw * (k > 1):][:length],
+                                  pad[last:last + length], w0, w1, w2, k)
                     for r in range(ho):
                         out[dest + r * wo:dest + r * wo + wo] = acc[r * wp:r * wp + wo]
                 else:
@@ -127,11 +166,20 @@ def weight_grad(x, g, gw, n, c, h, wd, o, ho, wo, kh, kw, sh, sw, pt, pl, dh, dw
                 src = (b * o + oc) * ho * wo
                 if sh == 1 and sw == 1:
                     _fill_rows(g, src, ho, wo, rows, wp)
+                    length = ho * wp
                     for i in range(kh):
-                        for j in range(kw):
+                        for j in range(0, kw, 3):
+                            k = min(3, kw - j)
                             off = i * dh * wp + j * dw
-                            gw[oc * taps + i * kw + j] += _dot(
-                                rows[:ho * wp], pad[off:off + ho * wp])
+                            s0, s1, s2 = _dot3(rows[:length], pad[off:off + length],
+                                               pad[off + dw * (k > 1):][:length],
+                                               pad[off + (k - 1) * dw:][:length])
+                            at = oc * taps + i * kw + j
+                            gw[at] += s0
+                            if k > 1:
+                                gw[at + 1] += s1
+                            if k > 2:
+                                gw[at + 2] += s2
                 else:
                     for i in range(kh):
                         for j in range(kw):
