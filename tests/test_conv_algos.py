@@ -232,3 +232,19 @@ def test_depthwise_gradients_match_finite_differences_in_graph_mode(algorithm):
             with dg.config.override(conv_algorithm=algorithm):
                 numeric[idx] = (f(*args_p) - f(*args_m)) / (2 * step)
         np.testing.assert_allclose(grad, numeric, rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 6, 8), (2, 3, 7, 8), (2, 3, 6, 9), (1, 2, 7, 9)])
+def test_max_pool_2x2_backward_with_odd_edges_is_the_reference_bit_for_bit(shape):
+    """The 2x2 backward loop also serves inputs one row or column longer than the windows
+    (floor mode): the uncovered edge gets 0, every winner 0 + its cotangent, ties to the
+    first maximum, a NaN takes over, as the numpy reference kernel."""
+    rng = np.random.default_rng(5)
+    x = rng.integers(0, 3, shape).astype(np.float32)     # many ties
+    x[0, 0, 1, 1] = np.nan
+    g = rng.standard_normal(shape[:2] + (shape[2] // 2, shape[3] // 2)).astype(np.float32)
+    attrs = dict(kernel_size=(2, 2), stride=(2, 2), padding=(0, 0), dilation=(1, 1),
+                 ceil_mode=False)
+    ours = cpu_kernels.max_pool2d_backward(np, g, x, **attrs)
+    reference = conv._max_pool2d_backward_kernel(np, g, x, **attrs)
+    assert ours.tobytes() == reference.tobytes()

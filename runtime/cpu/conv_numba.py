@@ -141,11 +141,11 @@ def max_pool_backward(g, x, gx, planes, h, w, ho, wo, kh, kw, sh, sw, ph, pw, dh
 
 @njit(**_JIT)
 def max_pool_backward_2x2(g, x, gx, planes, h, w, ho, wo, zero):
-    """``max_pool_backward`` for 2x2 windows at stride 2 that tile x: every element is
-    written (0 + the cotangent at the winner, ``zero`` elsewhere), so gx needs no zeros.
-    Each pair of rows is read and written through views, indexed by the loop counter
-    (offsets computed per element keep numba's negative-index checks: measured 1.3-3x
-    slower)."""
+    """``max_pool_backward`` for 2x2 windows at stride 2 that tile x but for an odd last
+    row or column (floor mode: in no window, so 0): every element is written (0 + the
+    cotangent at the winner, ``zero`` elsewhere), so gx needs no zeros. Each pair of rows
+    is read and written through views indexed by the loop counter (offsets computed per
+    element keep numba's negative-index checks: measured 1.3-3x slower)."""
     for p in range(planes):
         for oh in range(ho):
             base = (p * h + 2 * oh) * w
@@ -171,6 +171,12 @@ def max_pool_backward_2x2(g, x, gx, planes, h, w, ho, wo, zero):
                 o0[2 * ow + 1] = value if wb else zero
                 o1[2 * ow] = value if wc else zero
                 o1[2 * ow + 1] = value if td else zero
+            for q in range(2 * wo, w):          # an odd last column: in no window
+                o0[q] = zero
+                o1[q] = zero
+        for r in range(2 * ho, h):              # an odd last row: in no window
+            row = (p * h + r) * w
+            gx[row:row + w] = zero
     return gx
 
 

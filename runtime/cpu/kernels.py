@@ -264,11 +264,15 @@ def _weight_grad_gemm(nb, x, g, shape, stride, padding, dilation, groups):
 
 
 # -- max pooling -------------------------------------------------------------------------------
-def _is_2x2(x_shape, out_hw, kernel_size, stride, padding, dilation) -> bool:
-    """2x2 windows at stride 2 that tile the input exactly (no padding, dilation or rest)."""
-    return (kernel_size == (2, 2) and stride == (2, 2) and padding == (0, 0)
-            and dilation == (1, 1) and x_shape[2] == 2 * out_hw[0]
-            and x_shape[3] == 2 * out_hw[1])
+def _is_2x2(x_shape, out_hw, kernel_size, stride, padding, dilation,
+            odd_edge: bool = False) -> bool:
+    """2x2 windows at stride 2 that tile the input exactly (no padding, dilation or rest);
+    with ``odd_edge``, also an input with one more row or column than the windows cover
+    (floor mode over an odd size)."""
+    rest = (0, 1) if odd_edge else (0,)
+    return (tuple(kernel_size) == (2, 2) and tuple(stride) == (2, 2)
+            and tuple(padding) == (0, 0) and tuple(dilation) == (1, 1)
+            and x_shape[2] - 2 * out_hw[0] in rest and x_shape[3] - 2 * out_hw[1] in rest)
 
 
 def max_pool2d(xp, x, kernel_size, stride, padding, dilation, ceil_mode):
@@ -364,7 +368,7 @@ def max_pool2d_backward_into(nb, g, x, kernel_size, stride, padding, dilation, g
     """max_pool2d's backward written into ``gx`` (C-contiguous, x's shape, g's dtype)."""
     out_hw = tuple(g.shape[2:])
     geometry = _pool_geometry(x.shape, out_hw, kernel_size, stride, padding, dilation)
-    if _is_2x2(x.shape, out_hw, kernel_size, stride, padding, dilation):
+    if _is_2x2(x.shape, out_hw, kernel_size, stride, padding, dilation, odd_edge=True):
         nb.max_pool_backward_2x2(_flat(g), _flat(x), gx.reshape(-1), *geometry[:5],
                                  g.dtype.type(0))
     else:
