@@ -18,7 +18,7 @@ numpy's BLAS). The header prints the CPU model, the thread settings and the load
 Run it on one thread, as the issue's figures are:
 
     OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 \\
-        python benchmarks/cnn_step.py [--rounds 15] [--quick] [--json out.json]
+        python benchmarks/cnn_step.py [--rounds 25] [--quick] [--json out.json]
 """
 from __future__ import annotations
 
@@ -78,13 +78,14 @@ QUICK_SHAPES = [SHAPES[0], SHAPES[1], SHAPES[7]]
 # -- timing ------------------------------------------------------------------------------------
 def alternate(cands: Dict[str, Callable], rounds: int) -> Dict[str, float]:
     """Best seconds per call of each candidate, the candidates interleaved round by round;
-    each round calls a candidate enough times for ~5 ms of work."""
+    each round calls a candidate enough times for ~1 ms of work (short rounds: on a loaded
+    machine the best of many short rounds is the figure least disturbed by other work)."""
     number = {}
     for name, fn in cands.items():
         fn()
         t0 = time.perf_counter()
         fn()
-        number[name] = max(1, min(200, int(5e-3 / max(time.perf_counter() - t0, 1e-7))))
+        number[name] = max(1, min(200, int(1e-3 / max(time.perf_counter() - t0, 1e-7))))
     best = {name: float("inf") for name in cands}
     for _ in range(rounds):
         for name, fn in cands.items():
@@ -248,7 +249,7 @@ def cpu_model() -> str:
 
 def main(argv: List[str] = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--rounds", type=int, default=25)
     parser.add_argument("--quick", action="store_true", help="three shapes, 3 rounds")
     parser.add_argument("--json", help="write the figures to this file")
     args = parser.parse_args(argv)
