@@ -369,8 +369,9 @@ def max_pool2d_backward_into(nb, g, x, kernel_size, stride, padding, dilation, g
     out_hw = tuple(g.shape[2:])
     geometry = _pool_geometry(x.shape, out_hw, kernel_size, stride, padding, dilation)
     if _is_2x2(x.shape, out_hw, kernel_size, stride, padding, dilation, odd_edge=True):
-        nb.max_pool_backward_2x2(_flat(g), _flat(x), gx.reshape(-1), *geometry[:5],
-                                 g.dtype.type(0))
+        bits = np.dtype(UINT_OF_SIZE[g.dtype.itemsize]).type
+        nb.max_pool_backward_2x2(_flat(g).view(bits), _flat(x), gx.reshape(-1).view(bits),
+                                 *geometry[:5], bits(1 << (8 * g.dtype.itemsize - 1)))
     else:
         gx.fill(0)
         nb.max_pool_backward(_flat(g), _flat(x), gx.reshape(-1), *geometry,
