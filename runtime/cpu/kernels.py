@@ -3,9 +3,11 @@
 Each function here takes the reference kernel's arguments, does the fast thing where it
 applies (numba loops, BLAS sums, the small-batch matmul form) and otherwise calls the op's
 reference kernel, so the two never drift apart; tests check that both give the same bits
-(``dg.config.override(numba=False)`` runs the reference where numba would).
+(``dg.config.override(numba=False)`` runs the reference where numba would), except conv2d's
+direct loops, which sum in another order (tests/test_conv_algos.py bounds the difference).
 
-- conv2d and its gradients: patch copies (im2col, col2im) as numba loops (``conv_numba``);
+- conv2d and its gradients: direct numba loops (``conv_direct``) or patch copies (im2col,
+  col2im, numba loops in ``conv_numba``) and BLAS, as ``autotune.conv_algorithm`` picks;
   the forward and the input gradient per image, as batched matmuls on NCHW arrays as they
   are (no transposing copies); ``*_into`` forms write into the planned runtime's buffers.
 - max pooling, its backward and gather: numba loops; without numba, the backward of
