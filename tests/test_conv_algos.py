@@ -248,3 +248,20 @@ def test_max_pool_2x2_backward_with_odd_edges_is_the_reference_bit_for_bit(shape
     ours = cpu_kernels.max_pool2d_backward(np, g, x, **attrs)
     reference = conv._max_pool2d_backward_kernel(np, g, x, **attrs)
     assert ours.tobytes() == reference.tobytes()
+
+
+def test_patch_scratch_is_reused_and_never_leaks_into_results():
+    """The GEMM kernels' patch matrices live in a per-thread scratch buffer: a second call
+    (other operands, same shapes) reuses it and leaves the first call's results intact."""
+    geo = next(g for g in GEOMETRIES if g.id == "3x3_stride_dilation")
+    first_ops = _operands(geo, "float32", seed=1)
+    with dg.config.override(conv_algorithm="gemm"):
+        first = _ours(geo, *first_ops)
+        kept = {name: value.copy() for name, value in first.items()}
+        scratch = cpu_kernels._scratch.buffers[np.dtype("float32")]
+        second = _ours(geo, *_operands(geo, "float32", seed=2))
+        assert cpu_kernels._scratch.buffers[np.dtype("float32")] is scratch
+    for name in first:
+        assert np.array_equal(first[name], kept[name]), name
+        assert not np.array_equal(first[name], second[name]), name
+        assert not np.may_share_memory(first[name], scratch), name

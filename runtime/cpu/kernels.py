@@ -21,6 +21,8 @@ direct loops, which sum in another order (tests/test_conv_algos.py bounds the di
 """
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from ...graphlib.ops import conv, linalg, nn, reduction
@@ -56,6 +58,35 @@ def _conv_numba(*arrays):
         if a.dtype not in _FLOAT_DTYPES:
             return None
     return _pool_numba(*arrays)
+
+
+# -- scratch memory for patch matrices --------------------------------------------------------
+# im2col's patches (and the input gradient's patch cotangents) live only inside one kernel
+# call. A fresh multi-megabyte array per call is fresh pages from the OS each time (the
+# allocator returns large blocks): on the issue-24 CNN's second layer (4.4 MB of patch
+# cotangents) the page faults cost more than the product itself (input gradient 7.7 ->
+# ~3.5 ms). So each thread keeps one grow-only scratch buffer per dtype, up to
+# ``_SCRATCH_MAX_BYTES``; larger patch matrices are allocated per call.
+_SCRATCH_MAX_BYTES = 64 << 20
+_scratch = threading.local()
+
+
+def _workspace(shape, dtype):
+    """An uninitialised C-contiguous array of ``shape``: a view of this thread's scratch
+    buffer for ``dtype`` (valid until the next call; never returned to a caller)."""
+    dtype = np.dtype(dtype)
+    size = 1
+    for d in shape:
+        size *= int(d)
+    if size * dtype.itemsize > _SCRATCH_MAX_BYTES:
+        return np.empty(shape, dtype=dtype)
+    buffers = getattr(_scratch, "buffers", None)
+    if buffers is None:
+        buffers = _scratch.buffers = {}
+    buf = buffers.get(dtype)
+    if buf is None or buf.size < size:
+        buf = buffers[dtype] = np.empty(size, dtype=dtype)
+    return buf[:size].reshape(shape)
 
 
 def _flat(a):
@@ -148,7 +179,7 @@ def _conv2d_gemm_into(nb, x, w, stride, padding, dilation, groups, out) -> None:
     if _pointwise(w.shape, stride, padding):      # the patches are x itself
         cols = np.ascontiguousarray(x).reshape(n, groups, cg, length)
     else:
-        cols = np.empty((n, groups, cg * kh * kw, length), dtype=x.dtype)
+        cols = _workspace((n, groups, cg * kh * kw, length), x.dtype)
         nb.im2col_images(_flat(x), cols.reshape(-1), *_conv_geometry(
             x.shape, (kh, kw), stride, padding, dilation, out_hw))
     wmat = np.ascontiguousarray(w).reshape(groups, out_ch // groups, cg * kh * kw)
@@ -165,7 +196,7 @@ def _pointwise(w_shape, stride, padding) -> bool:
 def _im2col(nb, x, kernel, stride, padding, dilation, out_hw):
     """conv2d's patches in one numba pass: no padded copy, rows of length W_out."""
     n, c = x.shape[:2]
-    cols = np.empty((c * kernel[0] * kernel[1], n * out_hw[0] * out_hw[1]), dtype=x.dtype)
+    cols = _workspace((c * kernel[0] * kernel[1], n * out_hw[0] * out_hw[1]), x.dtype)
     nb.im2col(_flat(x), cols.reshape(-1), *_conv_geometry(x.shape, kernel, stride, padding,
                                                           dilation, out_hw))
     return cols
@@ -215,7 +246,7 @@ def _input_grad_gemm_into(nb, g, w, stride, padding, dilation, groups, gx) -> No
     wmat = np.ascontiguousarray(w).reshape(groups, out_ch // groups, cg * kh * kw)
     pointwise = _pointwise(w.shape, stride, padding)
     dcols = (gx.reshape(n, groups, cg, length) if pointwise else
-             np.empty((n, groups, cg * kh * kw, length), dtype=gx.dtype))
+             _workspace((n, groups, cg * kh * kw, length), gx.dtype))
     np.matmul(wmat.swapaxes(-1, -2).astype(dcols.dtype, copy=False),
               np.ascontiguousarray(g).reshape(n, groups, out_ch // groups, length), out=dcols)
     if pointwise:                       # the patch cotangents are gx itself
