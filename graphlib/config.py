@@ -34,15 +34,16 @@ ddp_bucket_cap_mb      DUOGRAPH_DDP_BUCKET_CAP_MB 25        megabytes of gradien
 
 A backend registers its own options under its name (``register_options``): the CPU
 backend's are ``dg.config.cpu.fused_strategy``, ``.fused_threads``, ``.numba``,
-``.numba_parallel``, ``.cblas``, ``.cache_dir`` and ``.matmul_swap`` (their table is in
-``runtime/cpu/options.py``), each also reachable by its documented short name
+``.numba_parallel``, ``.cblas``, ``.cache_dir``, ``.matmul_swap`` and ``.conv_algorithm``
+(their table is in ``runtime/cpu/options.py``), each also reachable by its documented short name
 (``dg.config.numba``, ``override(numba=False)``) and seeded by its environment variable
 (``DUOGRAPH_NUMBA``...) like every option. This module knows no backend.
 
 Results are bit-for-bit reproducible across processes with the defaults: the default
 ``matmul_swap="exact"`` times the two forms of a product but keeps the swapped one only where
-both give the same bits (so the timing never shows in a result); the option whose choice can
-change the last bits (``matmul_swap="auto"``) is an explicit opt-in.
+both give the same bits (so the timing never shows in a result); the options whose choice can
+change the last bits (``matmul_swap="auto"``, ``conv_algorithm="benchmark"``) are explicit
+opt-ins.
 
 The object is process-wide (not per thread), like JAX's config: ``override`` is meant for
 tests and scripts, not for threads that want different settings at the same time.

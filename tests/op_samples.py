@@ -1517,7 +1517,12 @@ def _conv() -> List[OpInfo]:
             Sample("groups", (rand(1, 4, 3, 3), rand(4, 2, 2, 2)), {"groups": 2}),
             Sample("same", (rand(1, 1, 4, 4), rand(1, 1, 2, 3)), {"padding": "same"}),
             Sample("chw", (rand(2, 3, 3), rand(1, 2, 2, 2)), {"padding": "valid"}),
-            Sample("f32", (rand(1, 2, 4, 4, dtype=F32), rand(2, 2, 3, 3, dtype=F32)))],
+            Sample("f32", (rand(1, 2, 4, 4, dtype=F32), rand(2, 2, 3, 3, dtype=F32))),
+            # one input channel per group: the CPU backend's direct loops (conv_direct)
+            Sample("depthwise", (rand(1, 3, 5, 5), rand(6, 1, 3, 3), rand(6)),
+                   {"padding": 1, "groups": 3}),
+            Sample("depthwise_stride_dilation", (rand(2, 2, 7, 6), rand(2, 1, 2, 3)),
+                   {"stride": 2, "padding": (1, 2), "dilation": (2, 1), "groups": 2})],
             _conv2d_ref, tol=dict(LOOSE_TOL), differentiable=True, errors=[
                 ErrorCase("channels", (rand(1, 3, 4, 4), rand(2, 2, 3, 3)), {}, dg.ShapeError,
                           "channels"),

@@ -217,3 +217,17 @@ def test_per_sample_grads_benchmark_quick(tmp_path):
     assert {"duograph vmap", "duograph loop"} <= set(r["contenders"])
     assert all(c["best_ms"] > 0 and c["median_ms"] >= c["best_ms"]
                for c in r["contenders"].values())
+
+
+def test_cnn_step_benchmark_quick(tmp_path):
+    """benchmarks/cnn_step.py --quick: the CNN step and three conv shapes, figures in JSON."""
+    out = tmp_path / "cnn.json"
+    proc = run_benchmark("cnn_step.py", "--quick", "--json", str(out), timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "CPU:" in proc.stdout and "GEMM rate" in proc.stdout
+    r = json.loads(out.read_text())
+    assert r["step"]["O2"] > 0 and r["step"]["eager"] > 0 and r["step"]["floor"] > 0
+    passes = {(c["shape"], c["pass"]) for c in r["convs"]}
+    assert ("cnn conv2 16->32", "igrad") in passes and ("dw 3x3 96", "wgrad") in passes
+    assert all(c["dg"] > 0 and c["floor"] > 0 for c in r["convs"])
+    assert len(r["pools"]) == 4

@@ -140,26 +140,51 @@ def max_pool_backward(g, x, gx, planes, h, w, ho, wo, kh, kw, sh, sw, ph, pw, dh
 
 
 @njit(**_JIT)
-def max_pool_backward_2x2(g, x, gx, planes, h, w, ho, wo, zero):
-    """``max_pool_backward`` for 2x2 windows at stride 2 that tile x: every element is
-    written (0 + the cotangent at the winner, ``zero`` elsewhere), so gx needs no zeros."""
+def max_pool_backward_2x2(g_bits, x, gx_bits, planes, h, w, ho, wo, sign):
+    """``max_pool_backward`` for 2x2 windows at stride 2 that tile x but for an odd last
+    row or column (floor mode: in no window, so 0), over the bits of g and gx (unsigned
+    integer views; ``sign`` is the sign bit): every element is written, 0 + the cotangent at
+    the winner (the cotangent's bits, but -0 becomes +0) and +0 elsewhere, so gx needs no
+    zeros. Per pair of rows, a first loop finds each window's winner (0-3, first maximum,
+    a NaN takes over) and a second writes the four elements through bit masks: no branch
+    and no float select, which the compiler turns into branches that mispredict on random
+    data (one loop with float selects measured 2.4x slower, the same bits)."""
+    ones = ~(g_bits[0] & 0)
+    winner = np.empty(wo, dtype=np.int64)
     for p in range(planes):
         for oh in range(ho):
             base = (p * h + 2 * oh) * w
             src = (p * ho + oh) * wo
+            x0 = x[base:base + w]
+            x1 = x[base + w:base + 2 * w]
+            o0 = gx_bits[base:base + w]
+            o1 = gx_bits[base + w:base + 2 * w]
+            gr = g_bits[src:src + wo]
             for ow in range(wo):
-                at = base + 2 * ow
-                value = g[src + ow] + zero
-                _, tb, tc, td = _pick4(x, at, w)
-                # one flag per element (a tap index compared with 0..3 measured 3.5x slower)
-                wc = tc & (td ^ True)
-                wb = tb & ((tc | td) ^ True)
-                wa = (tb | tc | td) ^ True
-                gx[at] = value if wa else zero
-                gx[at + 1] = value if wb else zero
-                gx[at + w] = value if wc else zero
-                gx[at + w + 1] = value if td else zero
-    return gx
+                a, b, c, d = x0[2 * ow], x0[2 * ow + 1], x1[2 * ow], x1[2 * ow + 1]
+                tb = (b > a) | (b != b)
+                m = b if tb else a
+                tc = (c > m) | (c != c)
+                m = c if tc else m
+                td = (d > m) | (d != d)
+                k = np.int64(tb)
+                k = k + (2 - k) * np.int64(tc)
+                winner[ow] = k + (3 - k) * np.int64(td)
+            for ow in range(wo):
+                v = gr[ow]
+                v = v & ~(sign * (v == sign))        # -0 + 0 is +0
+                k = winner[ow]
+                o0[2 * ow] = v & (ones * (k == 0))
+                o0[2 * ow + 1] = v & (ones * (k == 1))
+                o1[2 * ow] = v & (ones * (k == 2))
+                o1[2 * ow + 1] = v & (ones * (k == 3))
+            for q in range(2 * wo, w):          # an odd last column: in no window
+                o0[q] = 0
+                o1[q] = 0
+        for r in range(2 * ho, h):              # an odd last row: in no window
+            row = (p * h + r) * w
+            gx_bits[row:row + w] = 0
+    return gx_bits
 
 
 @njit(**_JIT)
@@ -203,13 +228,21 @@ def im2col(x, cols, n, c, h, w, ho, wo, kh, kw, sh, sw, pt, pl, dh, dw):
     for ch in range(c):
         for k in range(kh * kw):
             dest = (ch * kh * kw + k) * n * length
+            off = offsets[k]
             for b in range(n):
                 src = (b * c + ch) * h * w
-                at = dest + b * length
-                for t in range(length):
-                    o = offsets[k, t]
-                    cols[at + t] = x[src + o] if o >= 0 else 0
+                _gather_row(x[src:src + h * w], off, cols[dest + b * length:][:length])
     return cols
+
+
+@njit(inline="always", **_JIT)
+def _gather_row(plane, off, dst):
+    """dst[t] = plane[off[t]] (0 where off[t] < 0): through views indexed by the loop
+    counter and a clamped offset, so numba adds no negative-index checks (~25% faster)."""
+    for t in range(dst.shape[0]):
+        o = off[t]
+        v = plane[max(o, 0)]
+        dst[t] = v if o >= 0 else 0
 
 
 # -- convolution, per image: patches (N, C*kh*kw, H_out*W_out) ---------------------------------
@@ -230,10 +263,8 @@ def im2col_images(x, cols, n, c, h, w, ho, wo, kh, kw, sh, sw, pt, pl, dh, dw):
             src = (b * c + ch) * h * w
             at = (b * c + ch) * taps * length
             for k in range(taps):
-                row = at + k * length
-                for t in range(length):
-                    o = offsets[k, t]
-                    cols[row + t] = x[src + o] if o >= 0 else 0
+                _gather_row(x[src:src + h * w], offsets[k],
+                            cols[at + k * length:at + (k + 1) * length])
     return cols
 
 

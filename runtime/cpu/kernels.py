@@ -3,9 +3,11 @@
 Each function here takes the reference kernel's arguments, does the fast thing where it
 applies (numba loops, BLAS sums, the small-batch matmul form) and otherwise calls the op's
 reference kernel, so the two never drift apart; tests check that both give the same bits
-(``dg.config.override(numba=False)`` runs the reference where numba would).
+(``dg.config.override(numba=False)`` runs the reference where numba would), except conv2d's
+direct loops, which sum in another order (tests/test_conv_algos.py bounds the difference).
 
-- conv2d and its gradients: patch copies (im2col, col2im) as numba loops (``conv_numba``);
+- conv2d and its gradients: direct numba loops (``conv_direct``) or patch copies (im2col,
+  col2im, numba loops in ``conv_numba``) and BLAS, as ``autotune.conv_algorithm`` picks;
   the forward and the input gradient per image, as batched matmuls on NCHW arrays as they
   are (no transposing copies); ``*_into`` forms write into the planned runtime's buffers.
 - max pooling, its backward and gather: numba loops; without numba, the backward of
@@ -18,6 +20,8 @@ reference kernel, so the two never drift apart; tests check that both give the s
 - softmax_cross_entropy and its backward: numba loops over the rows (``loss_numba``).
 """
 from __future__ import annotations
+
+import threading
 
 import numpy as np
 
@@ -56,6 +60,35 @@ def _conv_numba(*arrays):
     return _pool_numba(*arrays)
 
 
+# -- scratch memory for patch matrices --------------------------------------------------------
+# im2col's patches (and the input gradient's patch cotangents) live only inside one kernel
+# call. A fresh multi-megabyte array per call is fresh pages from the OS each time (the
+# allocator returns large blocks): on the issue-24 CNN's second layer (4.4 MB of patch
+# cotangents) the page faults cost more than the product itself (input gradient 7.7 ->
+# ~3.5 ms). So each thread keeps one grow-only scratch buffer per dtype, up to
+# ``_SCRATCH_MAX_BYTES``; larger patch matrices are allocated per call.
+_SCRATCH_MAX_BYTES = 64 << 20
+_scratch = threading.local()
+
+
+def _workspace(shape, dtype):
+    """An uninitialised C-contiguous array of ``shape``: a view of this thread's scratch
+    buffer for ``dtype`` (valid until the next call; never returned to a caller)."""
+    dtype = np.dtype(dtype)
+    size = 1
+    for d in shape:
+        size *= int(d)
+    if size * dtype.itemsize > _SCRATCH_MAX_BYTES:
+        return np.empty(shape, dtype=dtype)
+    buffers = getattr(_scratch, "buffers", None)
+    if buffers is None:
+        buffers = _scratch.buffers = {}
+    buf = buffers.get(dtype)
+    if buf is None or buf.size < size:
+        buf = buffers[dtype] = np.empty(size, dtype=dtype)
+    return buf[:size].reshape(shape)
+
+
 def _flat(a):
     """``a`` C-contiguous and 1-D (a view where ``a`` is contiguous already)."""
     return np.ascontiguousarray(a).reshape(-1)
@@ -88,31 +121,82 @@ def conv2d(xp, x, w, b=None, *, stride, padding, dilation, groups):
     return out
 
 
+def _algorithm(kind, x_shape, w, stride, padding, dilation, groups, dtype, runners) -> str:
+    """``autotune.conv_algorithm`` for this conv2d pass ("direct" or "gemm")."""
+    return autotune.conv_algorithm(kind, (stride, padding, dilation, dtype), x_shape,
+                                   w.shape, groups, runners)
+
+
+def _direct():
+    """The direct loops (``conv_direct``), compiled alongside ``conv_numba``."""
+    return numba_module("conv_direct")
+
+
+def _direct_geometry(x_shape, w_shape, stride, padding, dilation, out_hw) -> tuple:
+    """The geometry arguments of the ``conv_direct`` loops."""
+    n, c, h, wd = x_shape
+    return (n, c, h, wd, w_shape[0], out_hw[0], out_hw[1], w_shape[2], w_shape[3], stride[0],
+            stride[1], padding[0], padding[2], dilation[0], dilation[1])
+
+
 def conv2d_into(nb, x, w, b, stride, padding, dilation, groups, out) -> None:
-    """conv2d written into ``out`` (C-contiguous, of the result's shape and dtype): im2col
-    per image (``im2col_images``), then one small matmul per image (and group) straight
-    into the NCHW output, no transposing copy (the (512, 32, 4, 4) output of the digits
-    CNN: 2.1 -> 1.6 ms with the patch copy), then the bias."""
+    """conv2d written into ``out`` (C-contiguous, of the result's shape and dtype), by the
+    algorithm ``autotune.conv_algorithm`` picks: the direct loops or im2col + GEMM
+    (``_conv2d_gemm_into``); then the bias."""
+    def runners():
+        scratch = np.empty_like(out)
+        return {"direct": lambda: _conv2d_direct_into(nb, x, w, stride, padding, dilation,
+                                                      scratch),
+                "gemm": lambda: _conv2d_gemm_into(nb, x, w, stride, padding, dilation,
+                                                  groups, scratch)}
+    if _algorithm("forward", x.shape, w, stride, padding, dilation, groups, out.dtype,
+                  runners) == "direct":
+        _conv2d_direct_into(nb, x, w, stride, padding, dilation, out)
+    else:
+        _conv2d_gemm_into(nb, x, w, stride, padding, dilation, groups, out)
+    if b is not None:
+        # over (N, C*H*W) rows with the bias repeated to a row (see conv2d_from_patches)
+        length = out.shape[2] * out.shape[3]
+        flat = out.reshape(out.shape[0], -1)
+        flat += b.astype(out.dtype, copy=False).repeat(length).reshape(1, -1)
+
+
+def _conv2d_direct_into(nb, x, w, stride, padding, dilation, out) -> None:
+    _direct().forward(_flat(x.astype(out.dtype, copy=False)),
+                        _flat(w.astype(out.dtype, copy=False)), out.reshape(-1),
+                        *_direct_geometry(x.shape, w.shape, stride, padding, dilation,
+                                          out.shape[2:]))
+
+
+def _conv2d_gemm_into(nb, x, w, stride, padding, dilation, groups, out) -> None:
+    """im2col per image (``im2col_images``), then one small matmul per image (and group)
+    straight into the NCHW output, no transposing copy (the (512, 32, 4, 4) output of the
+    digits CNN: 2.1 -> 1.6 ms with the patch copy)."""
     n, c = x.shape[:2]
     out_ch, cg, kh, kw = w.shape
     out_hw = out.shape[2:]
     length = out_hw[0] * out_hw[1]
-    cols = np.empty((n, groups, cg * kh * kw, length), dtype=x.dtype)
-    nb.im2col_images(_flat(x), cols.reshape(-1), *_conv_geometry(
-        x.shape, (kh, kw), stride, padding, dilation, out_hw))
+    if _pointwise(w.shape, stride, padding):      # the patches are x itself
+        cols = np.ascontiguousarray(x).reshape(n, groups, cg, length)
+    else:
+        cols = _workspace((n, groups, cg * kh * kw, length), x.dtype)
+        nb.im2col_images(_flat(x), cols.reshape(-1), *_conv_geometry(
+            x.shape, (kh, kw), stride, padding, dilation, out_hw))
     wmat = np.ascontiguousarray(w).reshape(groups, out_ch // groups, cg * kh * kw)
     np.matmul(wmat.astype(out.dtype, copy=False), cols,
               out=out.reshape(n, groups, out_ch // groups, length))
-    if b is not None:
-        # over (N, C*H*W) rows with the bias repeated to a row (see conv2d_from_patches)
-        flat = out.reshape(n, -1)
-        flat += b.astype(out.dtype, copy=False).repeat(length).reshape(1, -1)
+
+
+def _pointwise(w_shape, stride, padding) -> bool:
+    """A 1x1 kernel without stride or padding: its patches are the input itself."""
+    return (w_shape[2] == w_shape[3] == 1 and tuple(stride) == (1, 1)
+            and not any(padding))
 
 
 def _im2col(nb, x, kernel, stride, padding, dilation, out_hw):
     """conv2d's patches in one numba pass: no padded copy, rows of length W_out."""
     n, c = x.shape[:2]
-    cols = np.empty((c * kernel[0] * kernel[1], n * out_hw[0] * out_hw[1]), dtype=x.dtype)
+    cols = _workspace((c * kernel[0] * kernel[1], n * out_hw[0] * out_hw[1]), x.dtype)
     nb.im2col(_flat(x), cols.reshape(-1), *_conv_geometry(x.shape, kernel, stride, padding,
                                                           dilation, out_hw))
     return cols
@@ -130,16 +214,43 @@ def conv2d_input_grad(xp, g, w, *, shape, stride, padding, dilation, groups):
 
 
 def conv2d_input_grad_into(nb, g, w, stride, padding, dilation, groups, gx) -> None:
-    """conv2d's input gradient written into ``gx`` (C-contiguous): the patch cotangents per
-    image, ``W.T @ g[b]``, from g as it is (no transposing copy), then ``col2im_images``."""
+    """conv2d's input gradient written into ``gx`` (C-contiguous), by the algorithm
+    ``autotune.conv_algorithm`` picks: the direct loops or GEMM + col2im."""
+    def runners():
+        scratch = np.empty_like(gx)
+        return {"direct": lambda: _input_grad_direct_into(nb, g, w, stride, padding,
+                                                          dilation, scratch),
+                "gemm": lambda: _input_grad_gemm_into(nb, g, w, stride, padding, dilation,
+                                                      groups, scratch)}
+    if _algorithm("input_grad", gx.shape, w, stride, padding, dilation, groups, gx.dtype,
+                  runners) == "direct":
+        _input_grad_direct_into(nb, g, w, stride, padding, dilation, gx)
+    else:
+        _input_grad_gemm_into(nb, g, w, stride, padding, dilation, groups, gx)
+
+
+def _input_grad_direct_into(nb, g, w, stride, padding, dilation, gx) -> None:
+    _direct().input_grad(_flat(g.astype(gx.dtype, copy=False)),
+                           _flat(w.astype(gx.dtype, copy=False)), gx.reshape(-1),
+                           *_direct_geometry(gx.shape, w.shape, stride, padding, dilation,
+                                             g.shape[2:]))
+
+
+def _input_grad_gemm_into(nb, g, w, stride, padding, dilation, groups, gx) -> None:
+    """The patch cotangents per image, ``W.T @ g[b]``, from g as it is (no transposing
+    copy), then ``col2im_images``."""
     n = gx.shape[0]
     out_ch, cg, kh, kw = w.shape
     out_hw = tuple(g.shape[2:])
     length = out_hw[0] * out_hw[1]
     wmat = np.ascontiguousarray(w).reshape(groups, out_ch // groups, cg * kh * kw)
-    dcols = np.empty((n, groups, cg * kh * kw, length), dtype=gx.dtype)
+    pointwise = _pointwise(w.shape, stride, padding)
+    dcols = (gx.reshape(n, groups, cg, length) if pointwise else
+             _workspace((n, groups, cg * kh * kw, length), gx.dtype))
     np.matmul(wmat.swapaxes(-1, -2).astype(dcols.dtype, copy=False),
               np.ascontiguousarray(g).reshape(n, groups, out_ch // groups, length), out=dcols)
+    if pointwise:                       # the patch cotangents are gx itself
+        return
     gx.fill(0)                          # col2im straight into gx: no padded copy
     nb.col2im_images(dcols.reshape(-1), gx.reshape(-1), *_conv_geometry(
         gx.shape, (kh, kw), stride, padding, dilation, out_hw))
@@ -151,19 +262,50 @@ def conv2d_weight_grad(xp, x, g, *, shape, stride, padding, dilation, groups):
         return conv._conv2d_weight_grad_kernel(xp, x, g, shape=shape, stride=stride,
                                                padding=padding, dilation=dilation,
                                                groups=groups)
+    dtype = np.result_type(x, g)
+
+    def gemm():
+        return _weight_grad_gemm(nb, x, g, shape, stride, padding, dilation, groups)
+
+    def direct():
+        gw = np.empty(shape, dtype=dtype)
+        _direct().weight_grad(_flat(x.astype(dtype, copy=False)),
+                                _flat(g.astype(dtype, copy=False)), gw.reshape(-1),
+                                *_direct_geometry(x.shape, shape, stride, padding, dilation,
+                                                  g.shape[2:]))
+        return gw
+    w = np.broadcast_to(np.empty((), dtype), shape)       # the weight's shape, for the choice
+    if _algorithm("weight_grad", x.shape, w, stride, padding, dilation, groups, dtype,
+                  lambda: {"direct": direct, "gemm": gemm}) == "direct":
+        return direct()
+    return gemm()
+
+
+def _weight_grad_gemm(nb, x, g, shape, stride, padding, dilation, groups):
+    """im2col over the batch (``im2col``), then one product per group; for a 1x1 kernel
+    without stride or padding, one product per image (``g[b] @ x[b].T``), summed."""
     out_hw = tuple(g.shape[2:])
     kernel = tuple(shape[2:])
+    if _pointwise(shape, stride, padding):
+        n, length = x.shape[0], out_hw[0] * out_hw[1]
+        xs = np.ascontiguousarray(x).reshape(n, groups, -1, length)
+        gs = np.ascontiguousarray(g).reshape(n, groups, -1, length)
+        return np.matmul(gs, xs.swapaxes(-1, -2)).sum(axis=0).reshape(shape)
     cols = _im2col(nb, x, kernel, stride, padding, dilation, out_hw)
     cols = cols.reshape(groups, x.shape[1] // groups * kernel[0] * kernel[1], -1)
-    return conv.weight_grad_from_patches(xp, cols, out_hw[1], g, groups, shape)
+    return conv.weight_grad_from_patches(np, cols, out_hw[1], g, groups, shape)
 
 
 # -- max pooling -------------------------------------------------------------------------------
-def _is_2x2(x_shape, out_hw, kernel_size, stride, padding, dilation) -> bool:
-    """2x2 windows at stride 2 that tile the input exactly (no padding, dilation or rest)."""
-    return (kernel_size == (2, 2) and stride == (2, 2) and padding == (0, 0)
-            and dilation == (1, 1) and x_shape[2] == 2 * out_hw[0]
-            and x_shape[3] == 2 * out_hw[1])
+def _is_2x2(x_shape, out_hw, kernel_size, stride, padding, dilation,
+            odd_edge: bool = False) -> bool:
+    """2x2 windows at stride 2 that tile the input exactly (no padding, dilation or rest);
+    with ``odd_edge``, also an input with one more row or column than the windows cover
+    (floor mode over an odd size)."""
+    rest = (0, 1) if odd_edge else (0,)
+    return (tuple(kernel_size) == (2, 2) and tuple(stride) == (2, 2)
+            and tuple(padding) == (0, 0) and tuple(dilation) == (1, 1)
+            and x_shape[2] - 2 * out_hw[0] in rest and x_shape[3] - 2 * out_hw[1] in rest)
 
 
 def max_pool2d(xp, x, kernel_size, stride, padding, dilation, ceil_mode):
@@ -259,9 +401,10 @@ def max_pool2d_backward_into(nb, g, x, kernel_size, stride, padding, dilation, g
     """max_pool2d's backward written into ``gx`` (C-contiguous, x's shape, g's dtype)."""
     out_hw = tuple(g.shape[2:])
     geometry = _pool_geometry(x.shape, out_hw, kernel_size, stride, padding, dilation)
-    if _is_2x2(x.shape, out_hw, kernel_size, stride, padding, dilation):
-        nb.max_pool_backward_2x2(_flat(g), _flat(x), gx.reshape(-1), *geometry[:5],
-                                 g.dtype.type(0))
+    if _is_2x2(x.shape, out_hw, kernel_size, stride, padding, dilation, odd_edge=True):
+        bits = np.dtype(UINT_OF_SIZE[g.dtype.itemsize]).type
+        nb.max_pool_backward_2x2(_flat(g).view(bits), _flat(x), gx.reshape(-1).view(bits),
+                                 *geometry[:5], bits(1 << (8 * g.dtype.itemsize - 1)))
     else:
         gx.fill(0)
         nb.max_pool_backward(_flat(g), _flat(x), gx.reshape(-1), *geometry,

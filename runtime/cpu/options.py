@@ -28,6 +28,12 @@ cpu.matmul_swap        DUOGRAPH_MATMUL_SWAP       exact     small-batch ``x @ W.
                                                             bits), off, on, or auto (the faster
                                                             form: two processes may differ in
                                                             the last bits)
+cpu.conv_algorithm     DUOGRAPH_CONV_ALGORITHM    auto      conv2d and its gradients: auto (a
+                                                            fixed rule per shape, see
+                                                            ``autotune.py``), benchmark (timed
+                                                            once per shape: two processes may
+                                                            differ in the last bits), direct
+                                                            or gemm (forced where it applies)
 =====================  =========================  ========  =====================================
 """
 from __future__ import annotations
@@ -54,6 +60,9 @@ register_options(NAME, (
            "exact", "DUOGRAPH_MATMUL_SWAP",
            "small-batch x @ W.T as (W @ x.T).T: exact (where faster and bit-identical), "
            "off, on, auto (timed: not reproducible)"),
+    Option("conv_algorithm", choice("auto", "benchmark", "direct", "gemm"), "auto",
+           "DUOGRAPH_CONV_ALGORITHM",
+           "conv2d kernels: auto (fixed rule), benchmark (timed per shape), direct, gemm"),
 ))
 
 # the section of the process-wide config (the same object for the life of the process)
