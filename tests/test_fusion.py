@@ -980,4 +980,4 @@ def test_numba_plan_memo_rereads_scalars_and_follows_new_arrays():
         expect = expect - sa * qa
     fresh = plan(order(pa, sa, qa))          # no ``out``: nothing remembered
     np.testing.assert_array_equal(fresh[0], pa - sa * qa)
-    assert plan._memo[1][0] is other
+    assert plan._memo[1][0]() is other       # (outputs held weakly)
