@@ -78,8 +78,11 @@ def _pow(a, b):
 
 @njit(inline="always", error_model="numpy", fastmath=FASTMATH)
 def _tanh_f32(x):
-    # Eigen's float tanh: a 13/6 rational approximation on [-7.9, 7.9], a few ulp; it
-    # vectorises (libm tanhf does not: no SVML here). NaN passes through; exactly +-1 past 9.
+    # Eigen's float tanh: a 13/6 rational approximation on [-7.9, 7.9], at most 6 ulp
+    # (tests/test_fusion.py); it vectorises (libm tanhf does not: no SVML here). NaN passes
+    # through; exactly +-1 past 9. In the float32 GELU-tanh chain it adds at most ~4e-7 of
+    # absolute error to exact float32 ops (whole chain against float64: 8.4e-7, exact
+    # float32 ops 4.7e-7; tested below 1e-6); XLA's tanh is a rational approximation too
     y = x
     if y > F(7.90531110763549805):
         y = F(7.90531110763549805)
