@@ -6,9 +6,11 @@ a squeeze-excite HardSigmoid * x, a Gemm head).
 O2 used to run every elementwise op after a convolution on its own: the op's numpy kernel
 (HardSwish: four temporaries) and then one more copy of the result into its planned buffer,
 where O0 only ran the kernel; conv2d is now an epilogue host, so each follows its conv in
-one fused kernel over the conv's output. The checks: O2's kernel count is below O0's; every
-activation and residual add is fused after its conv; a run copies no kernel result into
-the arena (each step writes its buffer itself); O2 gives O0's values.
+one fused kernel over the conv's output. A max pool's padding (a ``pad`` node) is written
+into its planned buffer by the pad's ``out=`` form instead of being copied there. The
+checks: O2's kernel count is below O0's; every activation and residual add is fused after
+its conv; a run copies no kernel result into the arena (each step writes its buffer
+itself); O2 gives O0's values.
 """
 import numpy as np
 import pytest
@@ -32,7 +34,10 @@ def _model():
     nodes = [
         helper.make_node("Conv", ["x", weight("w0", 8, 3, 3, 3), weight("b0", 8)], ["c0"],
                          pads=[1, 1, 1, 1], strides=[2, 2]),
-        helper.make_node("HardSwish", ["c0"], ["h0"]),
+        helper.make_node("HardSwish", ["c0"], ["h00"]),
+        # a ResNet stem's max pool with pads: imported as a -inf pad and the pool
+        helper.make_node("MaxPool", ["h00"], ["h0"], kernel_shape=[3, 3], strides=[1, 1],
+                         pads=[1, 1, 1, 1]),
         # a residual basic block: conv-relu-conv, + input, relu
         helper.make_node("Conv", ["h0", weight("w1", 8, 8, 3, 3), weight("b1", 8)], ["c1"],
                          pads=[1, 1, 1, 1]),
@@ -76,6 +81,7 @@ def test_imported_conv_net_at_o2_fuses_every_activation_after_its_conv(monkeypat
     fused = _fused_ops(o2)
     assert ("conv2d", "hardswish") in fused and ("conv2d", "relu") in fused
     assert ("conv2d", "add", "relu") in fused
+    assert "pad" in [n.op.name for n in o2.graph.nodes]
     loose = [n.op.name for n in o2.graph.nodes
              if n.op.elementwise and n.op.name not in ("reshape",)]
     assert loose == [], f"elementwise ops left unfused at O2: {loose}"
@@ -95,3 +101,18 @@ def test_imported_conv_net_at_o2_fuses_every_activation_after_its_conv(monkeypat
 
 def test_conv2d_is_an_epilogue_host():
     assert dg.graphlib.registry.get_op("conv2d").epilogue_host
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("pad,value", [((1, 1, 1, 1), -np.inf), ((0, 2), 0.0),
+                                       ((2, 0, 0, 1, 1, 0), -0.0), ((1, 1), np.nan)])
+def test_pad_out_form_gives_np_pads_bits(dtype, pad, value):
+    from duograph.runtime.cpu.out_kernels import table as out_table
+    from duograph.graphlib.ops.shape import pad_op
+    x = np.random.default_rng(0).standard_normal((2, 3, 4, 5)).astype(dtype)
+    want = pad_op.kernel(np, x, pad=pad, value=value)
+    out = np.full(want.shape, 7, dtype)
+    assert out_table()[pad_op](np, x, out=out, pad=pad, value=value)
+    np.testing.assert_array_equal(out.view(np.uint8), want.view(np.uint8))
+    assert not out_table()[pad_op](np, x, out=np.empty(want.shape, np.float16), pad=pad,
+                                   value=value)          # another dtype: the kernel's path
