@@ -237,6 +237,47 @@ def test_results_a_step_writes_are_fresh_arrays_not_copies():
     np.testing.assert_allclose(prog_runs[0][0], 1.0)           # not overwritten by run 2
 
 
+def _gelu_graph(n: int):
+    g = dg.Graph("gelu")
+    with g:
+        x = dg.placeholder("x", (n,))
+        g.outputs = [0.5 * x * (1.0 + dg.tanh(0.7978845608 * (x + 0.044715 * x * x * x)))]
+    return g
+
+
+@pytest.mark.parametrize("strategy", ["auto", "numpy", "ops"])
+def test_returned_array_is_reused_only_once_nobody_holds_it(strategy):
+    """A fresh result dropped by the caller is written again by the next run (no page
+    faults for a new big array per call); one the caller still holds, directly or through
+    a view, a memoryview or a feed, never is. Values stay right either way."""
+    n = 1 << 14                   # past NUMBA_MIN_PLANNED: the numba plan where it serves
+    with dg.config.override(fused_strategy=strategy):
+        exe = _gelu_graph(n).compile(passes="O2")
+        x = np.linspace(-3, 3, n, dtype=np.float32)
+        (first,) = exe(x=x)
+        want = first.copy()
+        (held,) = exe(x=x)
+        assert held is not first                          # first was still held
+        ident = id(held)
+        del first, held
+        (again,) = exe(x=x)
+        assert id(again) == ident                         # dropped: written again
+        np.testing.assert_array_equal(again, want)
+        view = again[::2]
+        (other,) = exe(x=x * 2)
+        assert other is not again and not np.shares_memory(other, again)
+        np.testing.assert_array_equal(view, want[::2])    # the view's bytes untouched
+        del view
+        mv = memoryview(other)
+        (third,) = exe(x=x)
+        assert not np.shares_memory(third, np.asarray(mv))
+        del mv
+        fed = third
+        (fourth,) = exe(x=fed)                            # held as a feed: not its own out
+        assert fourth is not fed
+        np.testing.assert_array_equal(fed, want)
+
+
 def test_inplace_reuse_keeps_values_still_needed():
     """exp(x) dies at the mul, which may overwrite it; x2 = x*x is read again at the end, so
     nothing may take its bytes before that: the numbers say whether a buffer was reused

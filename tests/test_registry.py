@@ -366,7 +366,7 @@ def test_structural_traits():
         if op.view:
             assert op.returns_input is None, f"{name}: view already covers returns_input"
     assert ops_with("constant") == ["constant"]
-    assert ops_with("epilogue_host") == ["matmul", "mean", "sum"]
+    assert ops_with("epilogue_host") == ["conv2d", "matmul", "mean", "sum"]
     assert set(ops_with("random")) == {"bernoulli", "normal", "randint", "uniform"}
 
 

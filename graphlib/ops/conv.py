@@ -154,6 +154,7 @@ def _conv2d_vjp(cts, ins, outs, a, needs):
 conv2d_op = register(OpDef("conv2d", _conv2d_infer, _conv2d_kernel, _conv2d_vjp,
                            doc="2-D cross-correlation over NCHW images (torch conv2d)",
                            autocast="lower",
+                           epilogue_host=True,
                            attrs=Attrs(stride=Attr("dims", min=1), padding=Attr("dims", min=0),
                                        dilation=Attr("dims", min=1), groups=Attr(int, min=1))))
 

@@ -154,6 +154,25 @@ def _full_like_out(xp, x, out, fill_value, dtype):
     return True
 
 
+def _pad_out(xp, x, *, out, pad, value):
+    """A constant pad written into ``out``: each padded slab filled with ``value``, then
+    ``x`` copied into the interior, so a planned pad is one pass over its output (the
+    reference's ``np.pad`` makes a fresh array that the planned runtime then copied into
+    the arena). The bits of ``np.pad`` (the same values placed); float dtypes only."""
+    if out.dtype != x.dtype or out.dtype.kind not in "fc" or xp.may_share_memory(out, x):
+        return False
+    inner = []
+    for axis, ((lo, hi), n) in enumerate(zip(shape._pad_width(x.ndim, pad), x.shape)):
+        lead = (slice(None),) * axis
+        if lo:
+            out[lead + (slice(0, lo),)] = value
+        if hi:
+            out[lead + (slice(lo + n, None),)] = value
+        inner.append(slice(lo, lo + n))
+    out[tuple(inner)] = x
+    return True
+
+
 def _sum_to_out(xp, x, *, out, shape):
     axes, _ = _sum_to_axes(x.shape, shape)
     parts = _blas_reduce.split(x, axes) if axes else None
@@ -312,6 +331,7 @@ def table() -> dict:
     forms[reduction.amax_op] = forms[reduction.max_op] = _reduce_out("amax")
     forms[reduction.amin_op] = forms[reduction.min_op] = _reduce_out("amin")
     forms[shape.sum_to_op] = _sum_to_out
+    forms[shape.pad_op] = _pad_out
     forms[nn.softmax_cross_entropy_backward_op] = _sce_backward_out
     forms[nn.batch_norm_train_op] = _bn_out
     forms[nn.batch_norm_train_backward_op] = _bn_backward_out
