@@ -150,6 +150,9 @@ class Executable:
         self.run_lock = threading.Lock()
         # how a run executes: the interpreter's instruction list, or planned programs
         self.steps = Interpreted() if planner is None else Planned(planner)
+        # ``run``'s shortcut for a planned executable of static shapes on numpy: its
+        # ``PreparedCall`` over every placeholder in name order (made at the first run)
+        self._prepared: Optional[PreparedCall] = None
 
     # -- preparation ---------------------------------------------------------------------------
     def _build(self, targets):
@@ -383,6 +386,21 @@ class Executable:
 
     def run(self, feeds: Optional[dict] = None) -> list:
         """Run once: returns the outputs (numpy arrays) and updates the state."""
+        prepared = self._prepared
+        if prepared is not None and feeds is not None and len(feeds) == len(prepared.names):
+            # a planned executable of static shapes on numpy: the prepared call, where it
+            # takes these arrays (else the general path below, with its clear errors)
+            try:
+                arrays = [feeds[n] for n in prepared.names]
+            except KeyError:
+                arrays = None
+            if arrays is not None:
+                outs = prepared(arrays)
+                if outs is not None:
+                    return outs
+        elif prepared is None and self.planned and not self.symbols and self.xp is np:
+            self._prepared = PreparedCall(self, sorted(self.feed_names))
+            return self.run(feeds)
         env: list = [None] * self.num_slots
         bindings = self._bind_feeds(feeds or {}, env)
         outs = self.steps.run(self, env, bindings)
