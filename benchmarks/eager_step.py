@@ -11,7 +11,11 @@ rounds (best of rounds, microseconds):
 - ``opt_step``: ``optimizer.step()`` alone, on the gradients of the last backward.
 
     python benchmarks/eager_step.py [--batch 32 128] [--rounds 7] [--number 50]
-        [--torch-threads 1] [--json out.json]
+        [--torch-threads 1] [--parts opt_step ...] [--timer wall|cpu] [--json out.json]
+
+``--timer cpu`` reads this thread's CPU time instead of the wall clock: on a machine shared
+with other work it leaves out the time the core was given to other processes (it counts
+this thread only: use it with one BLAS thread and ``--torch-threads 1``).
 
 Run with ``OPENBLAS_NUM_THREADS=1`` for one BLAS thread, as PyTorch's ``--torch-threads 1``.
 """
@@ -32,6 +36,7 @@ from duograph import nn  # noqa: E402
 
 LR = 0.01
 PARTS = ("fwd_nograd", "fwd", "fwd_bwd", "step", "opt_step")
+TIMERS = {"wall": time.perf_counter, "cpu": time.thread_time}
 
 
 def _parts(loss: Callable, opt, no_grad) -> Dict[str, Callable]:
@@ -72,21 +77,21 @@ def torch_parts(state: Dict[str, np.ndarray], x: np.ndarray, y: np.ndarray):
                   torch.optim.SGD(model.parameters(), lr=LR), torch.no_grad)
 
 
-def measure(cands: Dict[str, Dict[str, Callable]], rounds: int, number: int) -> dict:
+def measure(cands: Dict[str, Dict[str, Callable]], rounds: int, number: int,
+            parts=PARTS, clock=time.perf_counter) -> dict:
     """Best time per call (us) of every part of every contender, rounds alternating."""
-    best = {c: {p: float("inf") for p in PARTS} for c in cands}
-    for parts in cands.values():
+    best = {c: {p: float("inf") for p in parts} for c in cands}
+    for fns in cands.values():
         for _ in range(3):
-            parts["step"]()                      # warm: plans, caches, gradients exist
+            fns["step"]()                      # warm: plans, caches, gradients exist
     for _ in range(rounds):
-        for part in PARTS:
-            for name, parts in cands.items():
-                fn = parts[part]
-                t = time.perf_counter()
+        for part in parts:
+            for name, fns in cands.items():
+                fn = fns[part]
+                t = clock()
                 for _ in range(number):
                     fn()
-                best[name][part] = min(best[name][part],
-                                       (time.perf_counter() - t) / number * 1e6)
+                best[name][part] = min(best[name][part], (clock() - t) / number * 1e6)
     return best
 
 
@@ -97,6 +102,8 @@ def main(argv=None) -> None:
     p.add_argument("--number", type=int, default=50)
     p.add_argument("--torch-threads", type=int, default=1)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS))
+    p.add_argument("--timer", choices=sorted(TIMERS), default="wall")
     p.add_argument("--json", help="also write the figures (us) to this file")
     args = p.parse_args(argv)
     try:
@@ -110,7 +117,7 @@ def main(argv=None) -> None:
     state = {k: np.array(v.numpy(), copy=True) for k, v in ref.state_dict().items()}
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"eager MLP training step by parts, best of {args.rounds} alternating rounds of "
-          f"{args.number} calls (us); load average at start {load:.2f}")
+          f"{args.number} calls (us, {args.timer} time); load average at start {load:.2f}")
     out = {}
     for batch in args.batch:
         rng = np.random.default_rng(args.seed)
@@ -119,11 +126,11 @@ def main(argv=None) -> None:
         cands = {"duograph": duograph_parts(state, x, y)}
         if torch is not None:
             cands["torch"] = torch_parts(state, x, y)
-        best = measure(cands, args.rounds, args.number)
+        best = measure(cands, args.rounds, args.number, args.parts, TIMERS[args.timer])
         out[batch] = best
         print(f"batch {batch}")
         print(f"  {'part':12s}{'duograph':>10s}{'torch':>10s}{'ratio':>8s}")
-        for part in PARTS:
+        for part in args.parts:
             d = best["duograph"][part]
             t = best.get("torch", {}).get(part)
             ratio = f"{d / t:8.2f}" if t else f"{'-':>8s}"

@@ -296,8 +296,11 @@ class CompiledFunction:
         if spec is None:
             leaves = []
             spec = _key_spec((args, kwargs), leaves, objects)
+        # each tensor by its array's shape, numpy dtype and type (numpy's or a device's),
+        # read straight from the array (the properties' names cost more than the checks)
         key = (grad_mode.is_grad_enabled(), spec,
-               tuple([(t.shape, t.dtype, t.device, t.requires_grad) for t in leaves]))
+               tuple([(a.shape, a.dtype, type(a), t.requires_grad)
+                      for t in leaves for a in (t.array,)]))
         if self._eager_only is not None:
             return self.fn(*args, **kwargs)
         with self._lock:

@@ -231,10 +231,11 @@ def _make_plan(op, xp, table, in_dtypes, out_dtypes, arity: int):
     It knows the output dtype, which inputs can carry a gradient and what a tape node saves,
     so a call runs the kernel, wraps the result and tapes or records it when asked.
     ``arity`` is 1 or 2 for calls without attributes of that many inputs (the kernel is
-    called without unpacking), else -1. A kernel registered into ``table`` after the plan
-    was made makes the plan stale: the call goes back to ``_eager_apply_slow``, which makes
-    a new one (a table that answers a new kernel on every lookup gets a plan that does not
-    check, and is not cached: a plan per call, not an endless loop)."""
+    called without unpacking; a bare ufunc where the op's ``ufunc`` trait allows), else -1.
+    A kernel registered into ``table`` after the plan was made makes the plan stale: the
+    call goes back to ``_eager_apply_slow``, which makes a new one (a table that answers a
+    new kernel on every lookup gets a plan that does not check, and is not cached: a plan
+    per call, not an endless loop)."""
     raw = table[op]
     stable = table[op] is raw
     kernel = direct_kernel(raw, [dtype_name(d) for d in in_dtypes])
@@ -246,6 +247,13 @@ def _make_plan(op, xp, table, in_dtypes, out_dtypes, arity: int):
     reads = 0 if not diff else 1 if diff == (0,) else 2 if diff == (0, 1) else 3
     view = bool(op.view)
     ndarray, asarray = xp.ndarray, xp.asarray
+    # the op's ``ufunc`` trait: where the table holds the op's own kernel and every operand
+    # has the output's dtype, the bare numpy ufunc computes exactly what that kernel does;
+    # called as it is, one Python call less per op (arity 11 and 12: one and two operands)
+    if arity in (1, 2) and op.ufunc and xp is np and raw is op.kernel \
+            and len(out_dtypes) == 1 and all(d == out_dtypes[0] for d in in_dtypes):
+        kernel = getattr(np, op.ufunc)
+        arity += 10
     if op.multi_output:
         def run_multi(tensors, arrays, inputs=None, attrs=None):
             inputs = tensors if inputs is None else inputs
@@ -279,7 +287,11 @@ def _make_plan(op, xp, table, in_dtypes, out_dtypes, arity: int):
             return _eager_apply_slow(op, tensors if inputs is None else inputs,
                                      {} if attrs is None else attrs)
         try:
-            if arity == 2:
+            if arity == 12:
+                res = kernel(arrays[0], arrays[1])
+            elif arity == 11:
+                res = kernel(arrays[0])
+            elif arity == 2:
                 res = kernel(xp, arrays[0], arrays[1])
             elif arity == 1:
                 res = kernel(xp, arrays[0])

@@ -150,6 +150,9 @@ class Executable:
         self.run_lock = threading.Lock()
         # how a run executes: the interpreter's instruction list, or planned programs
         self.steps = Interpreted() if planner is None else Planned(planner)
+        # ``run``'s shortcut for a planned executable of static shapes on numpy: its
+        # ``PreparedCall`` over every placeholder in name order (made at the first run)
+        self._prepared: Optional[PreparedCall] = None
 
     # -- preparation ---------------------------------------------------------------------------
     def _build(self, targets):
@@ -383,12 +386,33 @@ class Executable:
 
     def run(self, feeds: Optional[dict] = None) -> list:
         """Run once: returns the outputs (numpy arrays) and updates the state."""
+        prepared = self._prepared
+        if prepared is not None and feeds is not None and len(feeds) == len(prepared.names):
+            # a planned executable of static shapes on numpy: the prepared call, where it
+            # takes these arrays (else the general path below, with its clear errors)
+            try:
+                arrays = [feeds[n] for n in prepared.names]
+            except KeyError:
+                arrays = None
+            if arrays is not None:
+                outs = prepared(arrays)
+                if outs is not None:
+                    return outs
+        elif prepared is None and self.planned and not self.symbols and self.xp is np:
+            self._prepared = PreparedCall(self, sorted(self.feed_names))
+            return self.run(feeds)
         env: list = [None] * self.num_slots
         bindings = self._bind_feeds(feeds or {}, env)
         outs = self.steps.run(self, env, bindings)
         if self.xp is not np and not self.keep_on_device:
             outs = [self.xp.asnumpy(o) for o in outs]
         return outs
+
+    def prepare(self, names: Sequence[str]) -> "PreparedCall":
+        """A ``PreparedCall`` of this executable (planned, of static shapes): called with the
+        feeds as a sequence in the order of ``names`` (every placeholder once), it runs
+        with what does not change between calls decided once."""
+        return PreparedCall(self, names)
 
     def __call__(self, **feeds) -> list:
         """``exe(x=...)``: ``run`` with the feeds as keyword arguments (device outputs stay
@@ -704,39 +728,111 @@ class Planned:
                 env[s] = fed[s]
             for v, s in exe.live_state_slots:
                 env[s] = exe._state_array(v)
-            token = fperr.ignore()
-            try:
-                prog.run(exe, env)
-            finally:
-                fperr.restore(token)
-            if len(exe.output_slots) == 1:
-                o = env[exe.output_slots[0]]
-                outs = [o.copy() if prog.copy_outputs[0] else o]
-            else:
-                outs = []
-                seen = set()
-                for s, copy in zip(exe.output_slots, prog.copy_outputs):
-                    o = env[s]
-                    if copy or id(o) in seen:     # arrays, told apart by identity
-                        o = o.copy()
-                    seen.add(id(o))
-                    outs.append(o)
-            if prog.writebacks or prog.inplace_names:
-                self._write_back(exe, prog, env)
+            return self.execute(exe, prog, env)
+
+    @staticmethod
+    def execute(exe: "Executable", prog: Program, env: list) -> list:
+        """Run ``prog`` over ``env`` (feeds and state bound, ``exe.run_lock`` held): its
+        steps, then the outputs (copied where they must be) and the new state written
+        back."""
+        token = fperr.ignore()
+        try:
+            prog.run(exe, env)
+        finally:
+            fperr.restore(token)
+        if len(exe.output_slots) == 1:
+            o = env[exe.output_slots[0]]
+            outs = [o.copy() if prog.copy_outputs[0] else o]
+        else:
+            outs = []
+            seen = set()
+            for s, copy in zip(exe.output_slots, prog.copy_outputs):
+                o = env[s]
+                if copy or id(o) in seen:     # arrays, told apart by identity
+                    o = o.copy()
+                seen.add(id(o))
+                outs.append(o)
+        if prog.writebacks:
+            Planned._write_back(exe, prog, env)
+        for bump in prog.bumps:
+            bump()
         return outs
 
     @staticmethod
     def _write_back(exe: "Executable", prog: Program, env: list) -> None:
         # new state values: copy those that may view a state, feed or constant first, so
         # a swap (a <- b, b <- a) reads the old values; then write each into its buffer
+        # (the holders' versions are bumped by ``execute``: ``prog.bumps``)
         news = [(name, env[s] if in_arena else env[s].copy())
                 for name, s, in_arena in prog.writebacks]
         for name, new in news:
             exe._state_target(name)[...] = new
-        for name in prog.inplace_names + [name for name, _ in news]:
-            bound = exe._bound.get(name)
-            if bound is not None:
-                state_written(bound[1])
+
+
+class PreparedCall:
+    """``exe.prepare(names)``: a planned executable of static shapes, called with its feeds
+    as a sequence in the order of ``names``; what does not change between calls is decided
+    once (the program, each feed's slot and type, each state's slot), so a call only checks
+    and binds the arrays and runs the program's steps (an optimizer's step program, a
+    compiled function's call).
+
+    ``call(arrays)`` returns the outputs as ``exe.run`` does, or None, having run nothing,
+    where a feed is not an array of its placeholder's exact type or a state array is not of
+    its state's: the caller then takes ``exe.run``, which converts Python data and raises
+    the clear error for what is wrong (or, for an optimizer, rebuilds its program)."""
+
+    def __init__(self, exe: "Executable", names: Sequence[str]):
+        if not exe.planned or exe.symbols:
+            raise GraphError(f"{exe.graph.name}: prepare() needs a planned executable of "
+                             f"static shapes; this one is "
+                             + ("not planned" if not exe.planned
+                                else f"symbolic in {list(exe.symbols)}"))
+        names = list(names)
+        unknown = [n for n in names if n not in exe.feed_names]
+        missing = sorted(exe.feed_names.difference(names))
+        if unknown or missing or len(set(names)) != len(names):
+            raise FeedError(f"{exe.graph.name}: prepare() takes every placeholder once, in "
+                            f"any order; found {names}, the placeholders are "
+                            f"{sorted(exe.feed_names)}")
+        slots = {v.name: (v, s) for v, s in exe.feeds}
+        self.exe = exe
+        self.names = tuple(names)
+        # (position among the arrays, slot, dtype, shape) of each feed the program reads
+        self.feeds = tuple((i, slots[n][1], np.dtype(slots[n][0].dtype),
+                            tuple(slots[n][0].shape)) for i, n in enumerate(names)
+                           if n in slots)
+        # (slot, state name, holder or None for owned state, dtype, shape)
+        self.state = tuple((s, v.name, exe._bound[v.name][1] if v.name in exe._bound
+                            else None, np.dtype(v.dtype), tuple(v.shape))
+                           for v, s in exe.live_state_slots)
+        self.seen = [None] * len(self.state)     # the state arrays checked at the last call
+        with exe.run_lock:
+            self.program = exe.steps.last_program = exe.steps.program(exe, {})
+
+    def __call__(self, arrays: Sequence) -> Optional[list]:
+        exe = self.exe
+        prog = self.program
+        ndarray = exe.xp.ndarray
+        env = prog.env.copy()
+        for i, s, dt, shape in self.feeds:
+            a = arrays[i]
+            if type(a) is not ndarray or a.dtype != dt or a.shape != shape:
+                return None
+            env[s] = a
+        seen = self.seen
+        owned = exe._owned
+        with exe.run_lock:
+            k = 0
+            for s, name, holder, dt, shape in self.state:
+                arr = owned[name] if holder is None else holder.array
+                if arr is not seen[k] or arr.shape != shape:
+                    if type(arr) is not ndarray or arr.dtype != dt or arr.shape != shape:
+                        return None
+                    seen[k] = arr
+                env[s] = arr
+                k += 1
+            exe.steps.last_program = prog
+            return Planned.execute(exe, prog, env)
 
 
 def compile_graph(graph: Graph, outputs=None, backend="numpy", device=None,

@@ -139,6 +139,12 @@ class Program:
         self.steps = steps
         # MPI moves a started collective on only inside MPI: poke it between kernels
         self.poll = progress if any(async_role(n.op) == "start" for n in exe.nodes) else None
+        # where every step is a bare ufunc into its buffer (an optimizer's update, a chain
+        # of elementwise ops unfused): the steps as (ufunc, getter, output slot, node), run
+        # by a loop without branches
+        self.direct = None
+        if self.poll is None and steps and all(st[0] == DIRECT for st in steps):
+            self.direct = [(st[3], st[4], st[5][0], st[1]) for st in steps]
         # Returned values a step writes into its planned buffer are written into a fresh
         # array per run instead (nothing reuses an output's bytes: it lives to the end), so
         # they are returned as they are. The others are copied out: they view the arena, a
@@ -157,6 +163,12 @@ class Program:
                            for (name, s), (_, new) in zip(exe.update_slots, exe.updates)
                            if name not in updated_in_place]
         self.inplace_names = sorted(updated_in_place)
+        # the version bumps of the live objects whose bound state a run writes
+        # (``state_written`` decided once per holder)
+        holders = [exe._bound[name][1] for name in self.inplace_names
+                   + [name for name, _, _ in self.writebacks] if name in exe._bound]
+        self.bumps = [h.bump_version for h in holders
+                      if getattr(type(h), "bump_version", None) is not None]
 
     def run(self, exe, env: list) -> None:
         """Run every step over ``env`` (feeds and state already bound)."""
@@ -182,6 +194,14 @@ class Program:
         (a compiled region body binds its outputs to the buffers its loop hands it)."""
         xp = exe.xp
         node = args = None
+        direct = self.direct
+        if direct is not None:
+            try:
+                for ufunc, get, out, node in direct:
+                    ufunc(*get(env), out=env[out])
+            except Exception as e:
+                raise exe._kernel_error_for(node, get(env), e) from e
+            return
         poll = self.poll
         try:
             for mode, node, kernel, out_kernel, get, outs, attrs, multi, types in self.steps:

@@ -767,3 +767,28 @@ def test_sgd_step_program_is_built_once_and_follows_replaced_slots(monkeypatch):
     assert built == [1, 1]
     np.testing.assert_array_equal(buf.numpy(), np.full(3, 7.0))
     np.testing.assert_array_equal(w.detach().numpy(), before - 3.5)
+
+
+def test_sgd_step_program_is_rebuilt_for_other_gradient_and_parameter_arrays(monkeypatch):
+    """The step program's prepared call declines a gradient of another dtype or a parameter
+    array of another shape, and the program is built anew for them (the values those of
+    the rule run op by op)."""
+    w = dg.tensor(np.ones(3, np.float32), requires_grad=True)
+    opt = optim.SGD([w], lr=0.5)
+    built = []
+    build = optim.SGD._build_program
+    monkeypatch.setattr(optim.SGD, "_build_program",
+                        lambda self, *a: built.append(1) or build(self, *a))
+    w.grad = dg.tensor(np.full(3, 2.0, np.float32))
+    opt.step()
+    opt.step()
+    assert built == [1]
+    w.grad = dg.tensor(np.full(3, 0.5, np.float64))
+    opt.step()      # 1 - 2 * 0.5 * 2 - 0.5 * 0.5
+    assert built == [1, 1] and w.dtype == "float32"
+    np.testing.assert_array_equal(w.detach().numpy(), np.full(3, -1.25, np.float32))
+    w.array = np.zeros(4, np.float32)
+    w.grad = dg.tensor(np.full(4, 1.0, np.float32))
+    opt.step()
+    assert built == [1, 1, 1]
+    np.testing.assert_array_equal(w.detach().numpy(), np.full(4, -0.5, np.float32))

@@ -517,3 +517,86 @@ def test_sum_to_is_prepared_only_where_blas_sums():
     assert cpu_backend.prepare_out(sum_to_op, {"shape": (3, 4)}, [(3, 4)]) is None
     assert cpu_backend.prepare_out(sum_to_op, {"shape": (1, 4, 1)}, [(3, 4, 5)]) is not None
     assert cpu_backend.prepare_out(sum_to_op, {"shape": (3, 1, 5)}, [(3, 4, 5)]) is None
+
+
+# -- 6. the prepared call ---------------------------------------------------------------------
+def _prepared_graph():
+    """A graph with two feeds, owned state, bound state (an eager tensor) and two outputs,
+    one a view of a feed."""
+    t = dg.tensor(np.full((2, 3), 2.0, np.float32))
+    g = dg.Graph("prep")
+    with g:
+        x = dg.placeholder("x", (2, 3))
+        y = dg.placeholder("y", (2, 3))
+        s = dg.variable("s", np.zeros((2, 3), np.float32))
+        b = g.bind_state(t, "t")
+        g.update(s, s + x * y)
+        g.update(b, b * x)
+        g.outputs = [x * y + b, dg.reshape(x, (3, 2))]
+    return g, t
+
+
+def test_prepared_call_runs_as_run_does():
+    """``exe.prepare(names)`` takes the feeds in the order of ``names`` and gives what
+    ``exe.run`` gives: the same outputs (the caller's own arrays), the same state updates,
+    the bound tensor written in place with its version bumped."""
+    rng = np.random.default_rng(0)
+    feeds = [(rng.standard_normal((2, 3)).astype(np.float32),
+              rng.standard_normal((2, 3)).astype(np.float32)) for _ in range(3)]
+    g, t = _prepared_graph()
+    ref_g, ref_t = _prepared_graph()
+    exe, ref = g.compile(passes="O2"), ref_g.compile(passes="O2")
+    call = exe.prepare(["y", "x"])
+    buffer = t.array
+    for x, y in feeds:
+        version = t._version[0]
+        got, want = call([y, x]), ref(x=x, y=y)
+        assert [a.tobytes() for a in got] == [a.tobytes() for a in want]
+        assert not np.shares_memory(got[1], x)               # a view of a feed: copied
+        assert t.array is buffer and t._version[0] > version
+        assert t.array.tobytes() == ref_t.array.tobytes()
+        assert exe.state["s"].tobytes() == ref.state["s"].tobytes()
+    first = got[0].copy()
+    call([y, x])
+    assert got[0].tobytes() == first.tobytes()      # a later call never writes into it
+    assert exe.memory_plan is not None
+
+
+def test_prepared_call_declines_other_arrays_and_runs_nothing():
+    """A feed or a state array of another type, dtype or shape: the call returns None and
+    leaves the state as it was (the caller takes ``exe.run`` and its clear error); a state
+    array replaced by one of the same type is read."""
+    g, t = _prepared_graph()
+    exe = g.compile(passes="O2")
+    call = exe.prepare(["x", "y"])
+    x = np.ones((2, 3), np.float32)
+    for bad in (x.astype(np.float64), np.ones((3, 2), np.float32), x.tolist(),
+                dg.tensor(x)):
+        assert call([bad, x]) is None
+        assert call([x, bad]) is None
+    assert not exe.state["s"].any() and t._version[0] == 0
+    with pytest.raises(dg.FeedError, match="feed 'x' has dtype float64"):
+        exe.run({"x": x.astype(np.float64), "y": x})
+    t.array = np.full((2, 3), 3.0, np.float32)       # another array of the same type: read
+    (out, _) = call([x, x])
+    np.testing.assert_array_equal(out, np.full((2, 3), 4.0))
+    np.testing.assert_array_equal(t.array, np.full((2, 3), 3.0))
+    t.array = np.ones((3, 3), np.float32)
+    assert call([x, x]) is None
+    assert exe.state["s"].tolist() == [[1.0] * 3] * 2
+
+
+def test_prepare_needs_every_placeholder_once_and_a_planned_static_executable():
+    g, _ = _prepared_graph()
+    exe = g.compile(passes="O2")
+    for names in (["x"], ["x", "y", "z"], ["x", "x", "y"]):
+        with pytest.raises(dg.FeedError, match=r"every placeholder once.*\['x', 'y'\]"):
+            exe.prepare(names)
+    with pytest.raises(dg.GraphError, match="not planned"):
+        g.compile(passes="O0").prepare(["x", "y"])
+    h = dg.Graph("sym")
+    with h:
+        v = dg.placeholder("v", ("N", 3))
+        h.outputs = [v * 2.0]
+    with pytest.raises(dg.GraphError, match=r"symbolic in \['N'\]"):
+        h.compile(passes="O2").prepare(["v"])

@@ -123,19 +123,23 @@ class Optimizer:
         if closure is not None:
             with grad_mode.enable_grad():
                 loss = closure()
-        with grad_mode.no_grad():
-            for gi, group in enumerate(self.param_groups):
-                params = []
-                for p in group["params"]:
-                    if p.grad is None:
-                        continue
-                    if p.grad.shape != p.shape:
-                        raise ValueError(f"{type(self).__name__}: gradient shape "
-                                         f"{list(p.grad.shape)} does not match parameter "
-                                         f"shape {list(p.shape)}")
-                    params.append(p)
-                if not params or (self.step_program and self._run_program(gi, group, params)):
+        program = self.step_program and not _eager_tensors._recorders
+        for gi, group in enumerate(self.param_groups):
+            params, grads = [], []
+            for p in group["params"]:
+                g = p.grad
+                if g is None:
                     continue
+                ga = g.array
+                if ga.shape != p.array.shape:
+                    raise ValueError(f"{type(self).__name__}: gradient shape "
+                                     f"{list(g.shape)} does not match parameter "
+                                     f"shape {list(p.shape)}")
+                params.append(p)
+                grads.append(ga)
+            if not params or (program and self._run_program(gi, group, params, grads)):
+                continue
+            with grad_mode.no_grad():
                 for p in params:
                     state = self._slots_of(p, group)
                     new_p, new_state = self.rule(p.detach(), p.grad.detach(), state, group,
@@ -150,26 +154,27 @@ class Optimizer:
     """Whether ``step()`` runs each parameter group's update as one planned program of
     ``rule`` (``_run_program``) where it can, instead of the rule op by op."""
 
-    def _run_program(self, gi: int, group: dict, params: list) -> bool:
-        """Update ``params`` (those of group ``gi`` that have a gradient) by running ``rule``
+    def _run_program(self, gi: int, group: dict, params: list, grads: list) -> bool:
+        """Update ``params`` (those of group ``gi`` that have a gradient; ``grads`` their
+        gradients' arrays) by running ``rule``
         as graph mode runs it: recorded once into a graph with the parameters and slots as
         state, built by the runtime with a memory plan (the backend's ``out=`` forms of the
         rule's ops, the new values written into the parameters' and slots' own arrays), and
-        rebuilt when the parameters, their shapes, dtypes or slots or the group's settings
-        change.
+        called through the executable's prepared call (``Executable.prepare``: each step
+        only checks and binds the arrays and runs the kernels). Rebuilt when the parameters,
+        their arrays' types, shapes or dtypes, their gradients', their slots or the group's
+        settings change (the prepared call declines arrays of other types).
         Without passes, so the bits are those of the rule run op by op. False (nothing
-        done) inside ``record()`` (the ops must be recorded) and off the CPU."""
-        if _eager_tensors._recorders:
-            return False
-        key = [tuple([v for k, v in group.items() if k != "params" and k != "lr"])]
-        for p in params:
-            a, ga = p.array, p.grad.array
-            key.append((id(p), type(a), a.shape, a.dtype, type(ga), ga.dtype))
+        done) off the CPU (``step`` does not ask inside ``record()``: the ops must be
+        recorded there)."""
+        # the parameters' ids: the program holds them (bound state), so no id is reused
+        key = (tuple([v for k, v in group.items() if k != "params" and k != "lr"]),
+               [id(p) for p in params])
         programs = self.__dict__.setdefault("_programs", {})
         found = programs.get(gi)
         if found is not None and found[0] == key:
             state = self.state
-            for p, slots, k, t in found[3]:     # a slot tensor replaced since: bound anew
+            for p, slots, k, t in found[2]:     # a slot tensor replaced since: bound anew
                 if state.get(p) is not slots or slots.get(k) is not t:
                     found = None
                     break
@@ -177,17 +182,27 @@ class Optimizer:
             found = None
         if found is None:
             found = programs[gi] = (key, *self._build_program(group, params))
-        run, feeds = found[1], found[2]
-        if run is None:
+        call = found[1]
+        if call is None:
             return False
-        run.run({name: p.grad.array for name, p in zip(feeds, params)})   # (bumps versions)
+        if call(grads) is None:           # another array type, dtype or shape: built anew
+            found = programs[gi] = (key, *self._build_program(group, params))
+            call = found[1]
+            if call is None:
+                return False
+            if call(grads) is None:       # what the program cannot take: the clear error
+                call.exe.run(dict(zip(call.names, grads)))
         return True
 
     def _build_program(self, group: dict, params: list) -> tuple:
-        """(executable, feed names, the slots it binds as (param, slots, name, tensor)) for
-        ``_run_program``; (None, None, ()) off the CPU."""
+        """(the executable's prepared call, the slots it binds as (param, slots, name,
+        tensor)) for ``_run_program``; (None, ()) off the CPU."""
         if any(p.device != "cpu" or p.grad.device != "cpu" for p in params):
-            return None, None, ()
+            return None, ()
+        with grad_mode.no_grad():
+            return self._record_program(group, params)
+
+    def _record_program(self, group: dict, params: list) -> tuple:
         graph = Graph(f"{type(self).__name__.lower()}_step")
         lrs: Dict[str, Value] = {}
         feeds, bound = [], []
@@ -208,7 +223,7 @@ class Optimizer:
                 bound.extend((p, state, k, state[k]) for k, v in svals.items()
                              if v.uses or k in new_state)      # the slots the rule uses
                 feeds.append(f"g{i}")
-        return graph.compile(outputs=[], passes="O0", plan=True), feeds, bound
+        return graph.compile(outputs=[], passes="O0", plan=True).prepare(feeds), bound
 
     # -- graph mode -----------------------------------------------------------------------------
     def minimize(self, loss: Value) -> None:

@@ -33,7 +33,7 @@ class CPUBackend(Backend):
             self.register_out(op, form)
         for op, prepare in out_kernels.prepare_table().items():
             self.register_out(op, self.out_kernel(op), prepare)
-        for op, kernel in vjp_kernels.table(self.kernels).items():
+        for op, kernel in vjp_kernels.table(self.kernels, self.autotune).items():
             self.vjp_kernels.register(op, kernel)
 
 

@@ -54,14 +54,19 @@ _LINES = {
 _CAST = elementwise.cast_op
 
 
-def _ufunc_lines(node, names: List[str], out: str) -> Optional[List[str]]:
+def _ufunc_lines(node, names: List[str], out: str, glob=None) -> Optional[List[str]]:
     """numpy calls writing ``node``'s result into ``out`` exactly as its kernel would compute
-    it, or None when only the kernel itself is exact (mixed dtypes, composite ops)."""
+    it, or None when only the kernel itself is exact (mixed dtypes, composite ops). With
+    ``glob`` (the generated code's globals), a ufunc is called through a global of its own
+    (``U_multiply``: no attribute lookup on ``np`` per call)."""
     op = node.op
     dt = node.outputs[0].dtype
     same = all(x.dtype == dt for x in node.inputs)
     if op.ufunc is not None and (op.ufunc_mixed or same):
-        return [f"np.{op.ufunc}({', '.join(names)}, out={out})"]
+        if glob is None:
+            return [f"np.{op.ufunc}({', '.join(names)}, out={out})"]
+        glob[f"U_{op.ufunc}"] = getattr(np, op.ufunc)
+        return [f"U_{op.ufunc}({', '.join(names)}, out={out})"]
     a = names[0] if names else ""
     if op is _CAST:
         return [f"np.copyto({out}, {a}, casting='unsafe')"]
@@ -114,7 +119,7 @@ def _emit(node, i: int, args: List[str], call: str, glob, body: List[str],
     if target is None and (_ufunc_lines(node, args, "T") is not None
                            or OUT_KERNELS.get(node.op) is not None):
         target = scratch()
-    lines = _ufunc_lines(node, args, target) if target else None
+    lines = _ufunc_lines(node, args, target, glob) if target else None
     if lines is not None:
         body.extend(lines)
     elif target is not None:
@@ -151,7 +156,9 @@ class DirectPlan:
         for j, v in enumerate(lay.region_inputs):
             name[v] = f"i{j}"
         for j, (key, arr) in enumerate(consts.items()):
-            glob[f"k{j}"] = arr[()] if arr.ndim == 0 else arr
+            # a 0-d constant stays a 0-d array: a ufunc call on small arrays takes one
+            # faster than a numpy scalar (16 float32, numpy 2.4: a 20-op chain 13 -> 10 us)
+            glob[f"k{j}"] = arr
             name[key] = f"k{j}"
         for dt in {v.dtype for n_ in lay.region for v in n_.outputs}:
             glob[f"HALF_{dt}"] = np.dtype(dt).type(0.5)

@@ -58,9 +58,10 @@ class _Direct(dict):
         return inner
 
 
-def table(kernels) -> dict:
+def table(kernels, autotune) -> dict:
     """{OpDef: vjp kernel} for a backend whose forward kernels are ``kernels`` (the table
-    the backend has filled when it builds this one)."""
+    the backend has filled when it builds this one) and whose timing decisions are the module
+    ``autotune`` (the backend's ``autotune``: one place for them, ``runtime/cpu/autotune.py``)."""
     mul_direct = _Direct(kernels, mul_op)
 
     def mul_vjp(g, ins, outs, attrs, needs):
@@ -120,7 +121,7 @@ def table(kernels) -> dict:
     def matmul_vjp(g, ins, outs, attrs, needs):
         """2-D ``matmul``'s rule: ``g @ b.T`` and ``a.T @ g``. Where ``b`` is a transposed
         view (a Linear's ``weight.T``), the second is computed as ``(g.T @ a).T`` when that
-        gives the same bits (``swap_is_exact``): the cotangent then has ``b``'s layout, and
+        gives the same bits (``autotune.swap_is_exact``): the cotangent then has ``b``'s layout, and
         the permute's vjp hands the weight a C-ordered one, whose copy into ``.grad`` is a
         plain memcpy instead of a transposing one (784 -> 256 float32: 177 -> 20 us)."""
         a, b = ins
@@ -136,7 +137,7 @@ def table(kernels) -> dict:
             ra = np.asarray(mm(np, g, tp(np, b, dims=_T2)))
         if needs[1]:
             at = tp(np, a, dims=_T2)
-            if _transposed(b) and swap_is_exact(at, g, mm, tp):
+            if _transposed(b) and autotune.swap_is_exact(at, g):
                 rb = tp(np, np.asarray(mm(np, tp(np, g, dims=_T2), a)), dims=_T2)
             else:
                 rb = np.asarray(mm(np, at, g))
@@ -164,26 +165,3 @@ def sum_vjp(g, ins, outs, attrs, needs):
 def _transposed(b) -> bool:
     """Whether the 2-D array ``b`` is the transposed view of a C-ordered one."""
     return b.flags.f_contiguous and not b.flags.c_contiguous
-
-
-# -- a timing-side decision, kept here until runtime/cpu/autotune.py holds them all ----------
-# (shape of a.T, shape of g, dtype) -> whether ``(g.T @ a).T`` has the bits of ``a.T @ g``
-_SWAP_EXACT: dict = {}
-
-
-def swap_is_exact(at, g, mm, tp) -> bool:
-    """Whether the CPU matmul gives ``at @ g`` and ``(g.T @ at.T).T`` the same bits, on a
-    random probe of these shapes and layouts and on these operands (once per shape)."""
-    key = (at.shape, g.shape, g.dtype)
-    found = _SWAP_EXACT.get(key)
-    if found is None:
-        rng = np.random.default_rng(0)
-        pa = tp(np, rng.standard_normal(at.shape[::-1]).astype(g.dtype), dims=_T2)
-        pg = rng.standard_normal(g.shape).astype(g.dtype)
-        found = all(np.array_equal(mm(np, x, y), tp(np, mm(np, tp(np, y, dims=_T2),
-                                                             tp(np, x, dims=_T2)), dims=_T2))
-                    for x, y in ((pa, pg), (at, g)))
-        if len(_SWAP_EXACT) > 1024:
-            _SWAP_EXACT.clear()
-        _SWAP_EXACT[key] = found
-    return found
