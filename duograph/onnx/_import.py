@@ -619,3 +619,4 @@ def _read_model(onnx, path):
 # == handlers ====================================================================================
 from . import _handlers  # noqa: E402,F401  (registers them)
 from . import _handlers_control  # noqa: E402,F401  (If, Loop, Scan)
+from . import _recurrent  # noqa: E402,F401  (RNN, GRU, LSTM)
