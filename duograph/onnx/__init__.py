@@ -6,13 +6,14 @@
     out, = g.compile()(x=...)
 
 ``export`` takes a ``Graph``, an ``nn.Module`` or a function, and its arguments in
-duograph's order ``(target, f, *inputs)`` or PyTorch's ``(model, args, f)``. Modules and functions are
-called on placeholders (graph mode: a module's parameters and buffers become state named by
-their paths, and so ONNX initializers of those names); code that cannot be built in graph
-mode (Python decisions on tensor values) is recorded eagerly with ``dg.record`` from
-example inputs instead. Symbolic dims become ``dim_param``s. ``load`` builds a Graph from an
-ONNX model (initializers as state, or as constants with ``initializers="constant"``).
-``duograph.onnx.backend`` is an ``onnx.backend.base.Backend`` over ``load``.
+duograph's order ``(target, f, *inputs)`` or PyTorch's ``(model, args, f)``. Modules and
+functions are called on placeholders (graph mode: a module's parameters and buffers become
+state named by their paths, and so ONNX initializers of those names); code that cannot be
+built in graph mode (Python decisions on tensor values) is recorded eagerly with
+``dg.record`` from example inputs instead. Symbolic dims become ``dim_param``s. ``load``
+builds a Graph from an ONNX model (initializers as state, or as constants with
+``initializers="constant"``). ``duograph.onnx.backend`` is an ``onnx.backend.base.Backend``
+over ``load``.
 
 The ``onnx`` package is imported when these functions are called, not by ``import duograph``.
 """
