@@ -17,7 +17,7 @@ from ._import import (HANDLERS, Ctx, _onnx, check_size, handler, np_dtype_of, re
                       static_shape, tensor_array)
 from ._shape_values import ShapeValue, dim_offset, range_length, settle
 
-FLOATS = ("float16", "float32", "float64")
+FLOATS = ("float16", "bfloat16", "float32", "float64")
 INTS = ("uint8", "int8", "int16", "int32", "int64")
 
 
@@ -56,8 +56,9 @@ def _unary(fn, floats_only=True, dtypes_ok=None):
     return run
 
 
-NUMERIC = ("uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64")
-SIGNED = ("int8", "int16", "int32", "int64", "float16", "float32", "float64")
+NUMERIC = ("uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16", "float32",
+           "float64")
+SIGNED = ("int8", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64")
 
 HANDLERS_UNARY = {
     "Abs": (lambda c, x: F.abs(x), False, NUMERIC),
@@ -1049,7 +1050,7 @@ def _cumsum(ctx):
 @handler("MatMul")
 def _matmul(ctx):
     _check_same(ctx)
-    if ctx.dtype(0) not in ("int32", "int64", "float16", "float32", "float64"):
+    if ctx.dtype(0) not in ("int32", "int64", "float16", "bfloat16", "float32", "float64"):
         refuse(f"MatMul of {ctx.dtype(0)}")
     return F.matmul(ctx.x(0), ctx.x(1))
 
@@ -1515,7 +1516,7 @@ def _attention(ctx):
     q, k, v = ctx.x(0), ctx.x(1), ctx.x(2)
     dt = q.dtype
     if dt not in FLOATS:
-        refuse(f"dtype {dt} (Attention here takes float16/32/64)")
+        refuse(f"dtype {dt} (Attention here takes float16, bfloat16, float32, float64)")
     left, right = ctx.attr("left_window_size", -1), ctx.attr("right_window_size", -1)
     if left < -1 or right < -1:
         refuse(f"window sizes {left}, {right} (each -1 or at least 0)")
@@ -2246,6 +2247,8 @@ def _einsum(ctx):
         refuse(f"operands of different dtypes {[o.dtype for o in ops]}")
     if dt not in FLOATS and dt not in ("int32", "int64"):
         refuse(f"Einsum of {dt}")
+    if dt == "bfloat16":          # accumulated in float32 and rounded once, as PyTorch
+        ops = [F.cast(o, "float32") for o in ops]
     try:
         y = F.einsum(eq, *ops)
     except Exception as e:        # duograph's own error names what it cannot do
