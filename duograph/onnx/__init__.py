@@ -25,10 +25,12 @@ from typing import Dict, Mapping, Optional, Sequence
 
 import numpy as np
 
-from ..graphlib.errors import DuographError, GraphError
+from ..graphlib.errors import GraphError
 from ..graphlib.files import atomic_write
 from ..graphlib.ir import Graph, Value
 from ..graphlib.types import TensorType
+from . import _handlers  # noqa: F401  (fills the import handler table)
+from ._errors import OnnxImportError
 from ._export import OnnxExportError, graph_to_model
 from . import _export_elemshape  # noqa: F401,E402  (registers its converters)
 from . import _export_indexing  # noqa: F401,E402  (registers the indexing ops' converters)
@@ -285,7 +287,3 @@ def load(path_or_model, *, initializers: str = "state",
 def from_model(model, **kwargs) -> Graph:
     """``load`` for a ModelProto (an alias kept for symmetry with ``to_model``)."""
     return load(model, **kwargs)
-
-
-class OnnxImportError(DuographError):
-    """An ONNX model (or one of its nodes) cannot be imported exactly."""
