@@ -32,9 +32,14 @@ from ..graphlib.types import TensorType
 from . import _handlers  # noqa: F401  (fills the import handler table)
 from ._errors import OnnxImportError
 from ._export import OnnxExportError, graph_to_model
-from . import _export_elemshape  # noqa: F401,E402  (registers its converters)
-from . import _export_indexing  # noqa: F401,E402  (registers the indexing ops' converters)
-from . import _export_control  # noqa: F401,E402  (registers cond/scan/while_loop converters)
+# the converters, one module per op family (importing them fills _export.CONVERTERS)
+from . import _elementwise_export  # noqa: F401
+from . import _shape_export  # noqa: F401
+from . import _indexing_export  # noqa: F401
+from . import _reduce_export  # noqa: F401
+from . import _nn_export  # noqa: F401
+from . import _conv_export  # noqa: F401
+from . import _control_export  # noqa: F401
 
 __all__ = ["Input", "export", "to_model", "load", "from_model", "OnnxExportError",
            "OnnxImportError", "DEFAULT_OPSET"]
