@@ -104,3 +104,4 @@ __all__ = list(graphlib.functional.__all__) + [
     "from_dlpack",
 ]
 __all__ = list(dict.fromkeys(__all__))
+from . import pictures  # noqa: E402,F401  (render() without Graphviz; view() in Netron)
