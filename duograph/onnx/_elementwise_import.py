@@ -11,7 +11,8 @@ import numpy as np
 from ..graphlib import functional as F
 from ..graphlib.ops import activations as A
 from ._import import Ctx, handler, np_dtype_of, refuse
-from ._import_helpers import FLOATS, INTS, NUMERIC, SIGNED, _check_same, _float_only, _floor, cast
+from ._import_helpers import (FLOATS, INTS, NUMERIC, SIGNED, _axis, _check_same, _float_only,
+                              _floor, cast)
 
 
 # -- elementwise unary ---------------------------------------------------------------------------
@@ -390,7 +391,10 @@ def _round(ctx):
     """Round half to even: floor, then up where the fraction is above one half, or exactly
     one half and the floor is odd (all steps exact in floating point)."""
     _float_only(ctx)
-    x = ctx.x(0)
+    return _rint(ctx, ctx.x(0))
+
+
+def _rint(ctx, x):
     fl = _floor(ctx, x)
     frac = x - fl
     half = ctx.const(0.5, x.dtype)
@@ -447,3 +451,99 @@ def _bit_shift(ctx):
         sat = F.where(neg, ctx.const(-1, "int64"), zero)
         y = F.where(valid, F.floor_divide(x64, p), sat)
     return cast(y, dt)
+
+
+# -- quantization: integers from floats by a scale and a zero point (rounding half to even) --
+_QRANGE = {"uint8": (0, 255), "int8": (-128, 127), "int16": (-32768, 32767),
+           "int32": (-2 ** 31, 2 ** 31 - 1)}
+
+
+def _along(ctx, param, x_shape, axis: int, block: int, what: str):
+    """A scale or zero point broadcast against x: one value, one per index of ``axis``, or
+    (``block`` > 0) one per block of ``block`` indices along ``axis``."""
+    shape = tuple(param.shape)
+    nd = len(x_shape)
+    if (len(shape) == 0 or shape == (1,)) and not block:
+        return F.reshape(param, ())             # per tensor: the axis does not matter
+    axis = _axis(axis, nd)
+    if block:
+        if len(shape) != nd:
+            refuse(f"blocked {what} must have x's rank {nd}, found shape {list(shape)}")
+        size = x_shape[axis]
+        if not isinstance(size, int):
+            refuse(f"blocked quantization along the symbolic dim {size}")
+        idx = np.arange(size) // block
+        if idx[-1] >= shape[axis]:
+            refuse(f"{what} of shape {list(shape)} has too few blocks of {block} for "
+                   f"{size} along axis {axis}")
+        return F.index_select(param, axis, ctx.const(idx, "int64"))
+    if len(shape) != 1:
+        refuse(f"{what} of shape {list(shape)}: expected a scalar, one value per index of "
+               f"axis {axis}, or blocks")
+    view = [1] * nd
+    view[axis] = shape[0]
+    return F.reshape(param, tuple(view))
+
+
+@handler("QuantizeLinear")
+def _quantize_linear(ctx):
+    """y = saturate(round_half_even(x / scale) + zero_point), computed in float32."""
+    x = ctx.x(0)
+    _float_only(ctx)
+    if ctx.attr("precision", 0):
+        refuse("precision other than the scale's")
+    if ctx.has(2):
+        out = ctx.dtype(2)
+    elif ctx.attr("output_dtype", 0):
+        out = np_dtype_of(ctx.attr("output_dtype"))
+    else:
+        out = "uint8"
+    if out not in _QRANGE or out == "int32":
+        refuse(f"quantization to {out}")
+    if not ctx.attr("saturate", 1):
+        refuse("saturate=0")
+    lo, hi = _QRANGE[out]
+    axis, block = ctx.attr("axis", 1), ctx.attr("block_size", 0)
+    scale = _along(ctx, F.cast(ctx.x(1), "float32"), ctx.shape(0), axis, block, "y_scale")
+    q = _rint(ctx, F.cast(x, "float32") / scale)
+    if ctx.has(2):
+        q = q + _along(ctx, F.cast(ctx.x(2), "float32"), ctx.shape(0), axis, block,
+                       "y_zero_point")
+    return F.cast(F.clamp(q, float(lo), float(hi)), out)
+
+
+@handler("DequantizeLinear")
+def _dequantize_linear(ctx):
+    """y = (x - zero_point) * scale, in the scale's dtype (or ``output_dtype``)."""
+    x = ctx.x(0)
+    if x.dtype not in _QRANGE:
+        refuse(f"dequantization of {x.dtype}")
+    scale_dt = ctx.dtype(1)
+    out = np_dtype_of(ctx.attr("output_dtype")) if ctx.attr("output_dtype", 0) else scale_dt
+    if out not in FLOATS:
+        refuse(f"output dtype {out}")
+    axis, block = ctx.attr("axis", 1), ctx.attr("block_size", 0)
+    wide = "float64" if x.dtype == "int32" else "float32"
+    v = F.cast(x, wide)
+    if ctx.has(2):
+        v = v - _along(ctx, F.cast(ctx.x(2), wide), ctx.shape(0), axis, block,
+                       "x_zero_point")
+    scale = _along(ctx, ctx.x(1), ctx.shape(0), axis, block, "x_scale")
+    return F.cast(F.cast(v, scale_dt) * scale, out)
+
+
+@handler("DynamicQuantizeLinear")
+def _dynamic_quantize_linear(ctx):
+    """uint8 with the scale and zero point that map [min(x, 0), max(x, 0)] onto 0..255."""
+    x = ctx.x(0)
+    if x.dtype != "float32":
+        refuse(f"dtype {x.dtype} (DynamicQuantizeLinear takes float32)")
+    zero = ctx.const(0.0, "float32")
+    hi = F.maximum(F.amax(x), zero)
+    lo = F.minimum(F.amin(x), zero)
+    # an all-zero x: scale 1 (onnxruntime; the ONNX reference takes 1/255)
+    scale = F.where(F.eq(hi, lo), ctx.const(1.0, "float32"),
+                    (hi - lo) / ctx.const(255.0, "float32"))
+    zp = _rint(ctx, F.clamp(zero - lo / scale, 0.0, 255.0))
+    y = F.clamp(_rint(ctx, x / scale) + zp, 0.0, 255.0)
+    return F.cast(y, "uint8"), scale, F.cast(zp, "uint8")

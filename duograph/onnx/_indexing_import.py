@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..graphlib import functional as F
-from ._import import handler, refuse
+from ._import import handler, refuse, static_shape
 from ._import_helpers import _axis, cast, static_shape_of
 
 
@@ -199,3 +199,44 @@ def _unique(ctx):
         first, counts, inverse = first[order], counts[order], rank[inverse]
     return [ctx.const(y, str(arr.dtype)), ctx.const(first, "int64"),
             ctx.const(inverse, "int64"), ctx.const(counts, "int64")]
+
+
+@handler("Compress")
+def _compress(ctx):
+    """The slices of ``axis`` (of the flattened input without one) where ``condition`` is
+    true: the condition is needed when the graph is built (the output's size is its count
+    of trues), so a computed condition is refused and a graph input's is taken as fed."""
+    x = ctx.x(0)
+    cond = np.asarray(ctx.known(1, "condition")).reshape(-1).astype(bool)
+    axis = ctx.attr("axis")
+    if axis is None:
+        x = F.reshape(x, (-1,))
+        axis = 0
+    else:
+        axis = _axis(axis, x.ndim)
+    size = tuple(x.shape)[axis]
+    if isinstance(size, int) and cond.size > size:
+        refuse(f"condition has {cond.size} entries for a dim of {size}")
+    return F.index_select(x, axis, ctx.const(np.flatnonzero(cond), "int64"))
+
+
+@handler("ReverseSequence")
+def _reverse_sequence(ctx):
+    """Each batch entry's first ``sequence_lens[b]`` steps along ``time_axis`` reversed, the
+    rest kept: one gather with the source step of every (step, batch) pair, the lengths
+    needed when the graph is built."""
+    x = ctx.x(0)
+    t_ax, b_ax = ctx.attr("time_axis", 0), ctx.attr("batch_axis", 1)
+    if {t_ax, b_ax} != {0, 1}:
+        refuse(f"time_axis {t_ax} and batch_axis {b_ax} (ONNX allows 0 and 1)")
+    shape = static_shape(ctx)
+    lens = np.asarray(ctx.known(1, "sequence_lens")).reshape(-1).astype(np.int64)
+    steps, batch = shape[t_ax], shape[b_ax]
+    if lens.size != batch or np.any(lens < 0) or np.any(lens > steps):
+        refuse(f"sequence_lens {lens.tolist()} for {batch} sequences of {steps} steps")
+    t = np.arange(steps)[:, None]
+    src = np.where(t < lens[None, :], lens[None, :] - 1 - t, t)          # (T, B)
+    if t_ax == 1:
+        src = src.T
+    index = np.broadcast_to(src.reshape(src.shape + (1,) * (len(shape) - 2)), shape)
+    return F.gather(x, t_ax, ctx.const(np.ascontiguousarray(index), "int64"))
