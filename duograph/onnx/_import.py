@@ -244,7 +244,7 @@ class Importer:
                  static_inputs: Optional[Mapping[str, np.ndarray]] = None,
                  input_shapes: Optional[Mapping[str, Sequence]] = None,
                  input_types: Optional[Mapping[str, TensorType]] = None):
-        onnx = _onnx()
+        _onnx()                 # a clear ImportError when the onnx package is missing
         self.model = model
         self.opset = 1
         for imp in model.opset_import:
