@@ -80,3 +80,20 @@ def test_compress_and_reverse_sequence():
     _same(*_run_both(node, {"x": x}, [("l", np.array([2, 3, 0, 1], np.int64))]))
     with pytest.raises(dg.onnx.OnnxImportError, match=r"sequence_lens \[9, 1, 3\]"):
         _run_both(node, {"x": x}, [("l", np.array([9, 1, 3], np.int64))], runtime=False)
+
+
+def test_max_unpool_inverts_max_pool_like_onnxruntime():
+    """MaxPool's values and Indices fed to MaxUnpool (2-D, stride 2, with pads), against
+    onnxruntime."""
+    x = np.random.default_rng(0).standard_normal((2, 3, 6, 6)).astype(np.float32)
+    pool = helper.make_node("MaxPool", ["x"], ["v", "i"], kernel_shape=[2, 2], strides=[2, 2])
+    graph = helper.make_graph([pool], "p", [helper.make_tensor_value_info("x", 1, x.shape)],
+                              [helper.make_empty_tensor_value_info("v"),
+                               helper.make_empty_tensor_value_info("i")])
+    v, i = ort.InferenceSession(helper.make_model(graph, opset_imports=[
+        helper.make_opsetid("", 11)]).SerializeToString()).run(None, {"x": x})
+    node = helper.make_node("MaxUnpool", ["v", "i"], ["y"], kernel_shape=[2, 2],
+                            strides=[2, 2])
+    got, want = _run_both(node, {"v": v, "i": i}, opset=11)
+    _same(got, want)
+    assert got[0].shape == x.shape and np.count_nonzero(got[0]) == v.size

@@ -720,3 +720,40 @@ def _lp_pool_3d_wrap():
 
 
 handler("LpPool")(_lp_pool_3d_wrap())
+
+
+@handler("MaxUnpool")
+def _max_unpool(ctx):
+    """MaxPool's inverse: zeros of the unpooled shape ((in - 1) * stride - pads + kernel)
+    with each value written at its index (MaxPool's Indices: positions in that flattened
+    N*C*H*W tensor), one scatter over the flattened output; an ``output_shape`` larger than
+    that shape pads the result with zeros at the end of each spatial dim (as the ONNX
+    reference and its node tests do)."""
+    x, idx = ctx.x(0), ctx.x(1)
+    _float_only(ctx)
+    shape = static_shape(ctx)
+    kernel = list(ctx.attr("kernel_shape"))
+    nd = len(kernel)
+    if len(shape) != nd + 2:
+        refuse(f"X of shape {list(shape)} for a {nd}-D kernel")
+    strides = list(ctx.attr("strides", [1] * nd))
+    pads = list(ctx.attr("pads", [0] * (2 * nd)))
+    out = list(shape[:2]) + [(shape[2 + i] - 1) * strides[i] - pads[i] - pads[nd + i]
+                             + kernel[i] for i in range(nd)]
+    want = out
+    if ctx.has(2):
+        want = [int(d) for d in np.asarray(ctx.known(2, "output_shape")).reshape(-1)]
+        if len(want) != nd + 2 or want[:2] != out[:2] or any(
+                w < o for w, o in zip(want[2:], out[2:])):
+            refuse(f"output_shape {want} for an unpooled shape of {out}")
+    total = math.prod(out)
+    check_size((math.prod(want),), x.dtype, "MaxUnpool's output")
+    flat = F.zeros((total,), dtype=x.dtype)
+    y = F.reshape(F.scatter(flat, 0, F.reshape(cast(idx, "int64"), (-1,)),
+                            F.reshape(x, (-1,))), tuple(out))
+    if want != out:
+        extra = []
+        for w, o in reversed(list(zip(want[2:], out[2:]))):
+            extra += [0, w - o]
+        y = F.pad(y, tuple(extra))
+    return y
