@@ -234,10 +234,10 @@ def _recurrent(ctx: Ctx):
     if p is not None and tuple(p.shape) != (dirs, 3 * hs):
         refuse(f"P has shape {list(p.shape)}, expected {[dirs, 3 * hs]}")
     mask = _valid_mask(ctx, steps, batch)
-    zero = F.zeros_like(F.matmul(x[0], F.transpose(w[0][0:hs], 0, 1)))   # (N, H)
     ys, hn, cn = [], [], []
     for d in range(dirs):
         xw = F.matmul(x, F.transpose(w[d], 0, 1))           # (T, N, G*H)
+        zero = F.zeros_like(xw[0][..., 0:hs])               # (N, H)
         rb = None
         if b is not None:
             xw = xw + b[d][0:gates * hs]
