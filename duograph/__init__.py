@@ -115,3 +115,4 @@ autograd.functional = func.autograd_functional
 __import__("sys").modules.setdefault("duograph.autograd", autograd)
 __import__("sys").modules["duograph.autograd.functional"] = func.autograd_functional
 __all__.append("func")
+from . import pictures  # noqa: E402,F401  (render() without Graphviz; view() in Netron)

@@ -1,6 +1,7 @@
 """The ``duograph`` command (also ``python -m duograph``).
 
     duograph inspect FILE [--dim N=32 ...] [--svg out.svg] [--no-ir]
+    duograph inspect --view FILE       # open a graph or an ONNX file in Netron
     duograph export SCRIPT:OBJECT --to json|onnx [-o PATH] [--input NAME=SHAPE[:DTYPE] ...]
     duograph compare SCRIPT:BUILD | --model NAME [--modes eager,O2] [--steps 3]
                      [--repeats 10] [--report DIR] [--json PATH]
@@ -304,6 +305,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                      help="size of a symbolic dim, for the memory plan (repeatable)")
     ins.add_argument("--svg", metavar="PATH", help="also draw the graph (Graphviz)")
     ins.add_argument("--no-ir", action="store_true", help="leave out the text IR")
+    ins.add_argument("--view", action="store_true",
+                     help="open the graph or ONNX file in Netron instead (pip install netron)")
     exp = sub.add_parser("export", help="save a graph, module or function from a script")
     exp.add_argument("target", metavar="SCRIPT:OBJECT")
     exp.add_argument("--to", choices=("json", "onnx"), required=True)
@@ -335,7 +338,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return run_command(args.nproc, args.script, args.script_args)
     import duograph as dg
     try:
-        if args.command == "inspect":
+        if args.command == "inspect" and args.view:
+            from duograph.pictures import view
+            onnx_file = args.file.lower().endswith(".onnx")
+            target = args.file if onnx_file else load_any(args.file)
+            print(f"duograph inspect: showing {args.file} in Netron (Ctrl-C to stop)")
+            view(target)
+        elif args.command == "inspect":
             _output_file(args.svg, "--svg")
             graph = load_any(args.file)
             print(inspect_graph(graph, _parse_dims(args.dim), not args.no_ir, args.svg))

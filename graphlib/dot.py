@@ -1,5 +1,6 @@
 """Pictures of graphs: ``graph.to_dot()`` (a pydot graph built from a networkx DiGraph) and
-``graph.render(path)`` (through Graphviz's ``dot`` program).
+``graph.render(path)`` (through Graphviz's ``dot`` program, or, where it is not installed,
+the networkx + matplotlib renderer ``duograph.pictures`` installs).
 
 Each node shows its op and its output types; the user's source line is its tooltip. A node
 holding regions (a fused kernel, a ``call``) is drawn as a cluster around its body. Nodes
@@ -75,13 +76,11 @@ def _add_graph(nx_graph, graph, prefix: str, clusters: list, heat: Dict[object, 
     return made
 
 
-def to_dot(graph, plan=None, timings: Optional[Mapping] = None):
-    """The graph as a ``pydot.Dot``: ops with output types, source lines as tooltips,
-    regions as clusters; coloured by ``plan`` (a MemoryPlan: arena offset of each node's
-    first output) or by ``timings`` (node -> seconds)."""
+def to_networkx(graph, plan=None, timings: Optional[Mapping] = None):
+    """``(networkx.DiGraph, clusters)``: the picture's nodes (attributes ``label``,
+    ``shape``, ``fillcolor``, ``tooltip``) and edges, and the regions' clusters as
+    ``(name, label, member nodes)``; ``plan`` and ``timings`` colour as in ``to_dot``."""
     import networkx as nx   # loaded only to draw: importing graphlib need not pay for it
-    from networkx.drawing.nx_pydot import to_pydot  # needs pydot (optional), so here
-    pydot = _pydot()
     heat: Dict[object, float] = {}
     if timings:
         top = max(timings.values()) or 1.0
@@ -98,6 +97,16 @@ def to_dot(graph, plan=None, timings: Optional[Mapping] = None):
     g = nx.DiGraph(name=graph.name)
     clusters: list = []
     _add_graph(g, graph, "", clusters, heat)
+    return g, clusters
+
+
+def to_dot(graph, plan=None, timings: Optional[Mapping] = None):
+    """The graph as a ``pydot.Dot``: ops with output types, source lines as tooltips,
+    regions as clusters; coloured by ``plan`` (a MemoryPlan: arena offset of each node's
+    first output) or by ``timings`` (node -> seconds)."""
+    from networkx.drawing.nx_pydot import to_pydot  # needs pydot (optional), so here
+    pydot = _pydot()
+    g, clusters = to_networkx(graph, plan, timings)
     dot = to_pydot(g)
     dot.set_rankdir("TB")
     dot.set_name(f'"{graph.name}"')
@@ -111,20 +120,39 @@ def to_dot(graph, plan=None, timings: Optional[Mapping] = None):
     return dot
 
 
+# Where Graphviz's ``dot`` program is missing (a fresh machine), ``render`` draws .svg, .png
+# and .pdf with the function installed here by ``duograph.pictures`` (networkx's layout and
+# matplotlib, ``fallback(graph, path, fmt, **options) -> path``); graphlib imports neither.
+_FALLBACK: Dict[str, object] = {}
+FALLBACK_FORMATS = ("svg", "png", "pdf")
+
+
+def install_fallback_renderer(fn) -> None:
+    """Register the renderer ``render`` uses when Graphviz is not installed."""
+    _FALLBACK["render"] = fn
+
+
 def render(graph, path: str, **options) -> str:
     """Write the picture of ``graph`` to ``path`` (format from its extension: .svg, .png,
-    .pdf, or .dot for the source) and return the path."""
+    .pdf, or .dot for the source) and return the path. Without Graphviz's ``dot`` program,
+    .svg/.png/.pdf are drawn by the installed fallback (networkx and matplotlib: a simpler
+    layered picture, no clusters)."""
     fmt = str(path).rsplit(".", 1)[-1].lower()
-    dot = to_dot(graph, **options)
     if fmt in ("dot", "gv"):
-        write_text(path, dot.to_string())
+        write_text(path, to_dot(graph, **options).to_string())
         return str(path)
     if shutil.which("dot") is None:
+        fallback = _FALLBACK.get("render")
+        if fallback is not None and fmt in FALLBACK_FORMATS:
+            return fallback(graph, path, fmt, **options)
         raise DuographError(f"render {path!r}: Graphviz's `dot` program is not installed. "
                             "Install Graphviz (apt install graphviz, brew install graphviz, "
                             "conda install graphviz), or write the .dot source with "
-                            f"graph.render('{str(path).rsplit('.', 1)[0]}.dot')")
-    write_bytes(path, dot.create(format=fmt))
+                            f"graph.render('{str(path).rsplit('.', 1)[0]}.dot')"
+                            + ("" if fmt in FALLBACK_FORMATS else
+                               f"; without it only {', '.join(FALLBACK_FORMATS)} are drawn "
+                               "(with networkx and matplotlib)"))
+    write_bytes(path, to_dot(graph, **options).create(format=fmt))
     return str(path)
 
 

@@ -384,6 +384,14 @@ def dim_product(dims: Iterable[Dim]) -> Dim:
     return _from_expr(_sympy().Mul(*[_expr(d) for d in dims]))
 
 
+def dims_equal(a: Dim, b: Dim) -> bool:
+    """Whether two dims are equal for every value of their symbols (``N*(M+1)`` and
+    ``N*M+N`` are, however each was written)."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a == b
+    return a == b or _sympy().expand(_expr(a) - _expr(b)) == 0
+
+
 def dim_ceil_div(a: Dim, b: int) -> Dim:
     """``ceil(a / b)`` for a dim ``a`` and a positive int ``b``."""
     if isinstance(a, int):
@@ -410,7 +418,9 @@ def dim_quotient(a: Dim, b: Dim) -> Optional[Dim]:
     num, den = sp.fraction(q)
     if not den.is_Integer or den != 1:
         return None
-    poly = sp.Poly(num, *sorted(num.free_symbols, key=str)) if num.free_symbols else None
+    # the generators are the symbols and any floor/ceiling terms (integer-valued: a floor
+    # dim such as (H-3)//2+1 is no polynomial of H, but one of its floor term)
+    poly = sp.Poly(num) if num.free_symbols else None
     if poly is not None and not all(c.is_Integer for c in poly.coeffs()):
         return None
     return _from_expr(num)

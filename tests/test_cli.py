@@ -1,4 +1,5 @@
 """The `duograph` command: inspect saved graphs, export from a user's script, clear errors."""
+import importlib.util
 import subprocess
 import sys
 
@@ -121,9 +122,13 @@ def test_inspect_an_onnx_model_with_kernel_counts_plan_and_picture(tmp_path, cap
     assert int(counts["O2"]) < int(counts["O0"])          # O2 fuses bias and relu
     assert "memory plan (O2):" in out and "arena" in out
     assert open(tmp_path / "m.dot").read().startswith("strict digraph")
-    # without Graphviz: the report, then a plain message on how to install it
+    # without Graphviz: an svg is drawn with matplotlib (duograph.pictures); a format only
+    # Graphviz draws gives the report, then a plain message on how to install it
     monkeypatch.setattr("shutil.which", lambda name: None)
-    assert main(["inspect", path, "--no-ir", "--svg", str(tmp_path / "m.svg")]) == 2
+    if importlib.util.find_spec("matplotlib") is not None:
+        assert main(["inspect", path, "--no-ir", "--svg", str(tmp_path / "m.svg")]) == 0
+        assert f"picture: {tmp_path / 'm.svg'}" in capsys.readouterr().out
+    assert main(["inspect", path, "--no-ir", "--svg", str(tmp_path / "m.gif")]) == 2
     captured = capsys.readouterr()
     assert "kernels: O0" in captured.out
     assert "Graphviz's `dot` program is not installed" in captured.err

@@ -562,3 +562,47 @@ def test_readme_control_flow_block_runs_and_prints_what_it_shows(tmp_path):
                           text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == shown.splitlines()
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_scan_over_a_symbolic_length_runs_at_any_length_with_gradients(reverse):
+    """``scan`` over xs of leading dim ``T`` (a symbol) in graph mode: one graph, the ys
+    ``(T, 3)``, run at two lengths against numpy and (for w and xs) finite differences;
+    JSON keeps it; nn.LSTM builds over a ``("T", "B", 3)`` placeholder."""
+    g = dg.Graph("sym_scan")
+    with g:
+        w = dg.placeholder("w", (3, 3), "float64")
+        xs = dg.placeholder("xs", ("T", 3), "float64")
+        h0 = dg.placeholder("h0", (3,), "float64")
+        h, ys = dg.scan(lambda h, x: (dg.tanh(h @ w + x), dg.tanh(h @ w + x) * 2.0), h0, xs,
+                        reverse=reverse)
+        loss = dg.sum(ys * ys) + dg.sum(dg.sin(h))
+        gw, gxs = dg.grad(loss, [w, xs])
+    g.outputs = [h, ys, loss, gw, gxs]
+    assert str(ys.type.shape[0]) == "T" and str(gxs.type.shape[0]) == "T"
+    back = dg.Graph.from_json(g.to_json())
+    for graph in (g, back):
+        run = graph.compile()
+        for length in (2, 5):
+            x = XS[:length]
+            got = run(w=W, xs=x, h0=H0)
+            want_h, want_ys = _rnn_numpy(W, x, H0, reverse)
+            np.testing.assert_allclose(got[0], want_h, rtol=1e-12)
+            np.testing.assert_allclose(got[1], want_ys, rtol=1e-12)
+            np.testing.assert_allclose(got[3], _fd(lambda v: _loss_numpy(v, x, H0, reverse), W),
+                                       rtol=1e-6, atol=1e-8)
+            np.testing.assert_allclose(got[4], _fd(lambda v: _loss_numpy(W, v, H0, reverse), x),
+                                       rtol=1e-6, atol=1e-8)
+    dg.manual_seed(0)
+    lstm = dg.nn.LSTM(3, 4, bidirectional=True)
+    g = dg.Graph("sym_lstm")
+    with g:
+        x = dg.placeholder("x", ("T", "B", 3), "float32")
+        y, (h_n, _) = lstm(x)
+    g.outputs = [y, h_n]
+    assert [str(d) for d in y.type.shape] == ["T", "B", "8"]
+    xv = RNG.standard_normal((6, 2, 3)).astype(np.float32)
+    got = g.compile()(x=xv)
+    want, (want_h, _) = lstm(dg.tensor(xv))
+    np.testing.assert_allclose(got[0], want.detach().numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got[1], want_h.detach().numpy(), rtol=1e-5, atol=1e-6)

@@ -98,3 +98,25 @@ def test_printed_dims_read_as_arithmetic():
     assert "f32[N,2,floor(H/2-3/2)+1,floor(W/2-3/2)+1]" in str(g)
     assert z.shape[0] == "N-1"
     assert [str(d) for d in y.shape] == ["N", "2", "floor(H/2-3/2)+1", "floor(W/2-3/2)+1"]
+
+
+def test_dim_quotient_of_floor_dims_and_reshape_of_equal_products():
+    """A floor dim (a pool's output size) divides like a polynomial of its floor term
+    (sympy's PolynomialError before); a reshape compares element counts as expressions,
+    expanded (``N*(M+1)`` is ``N*M+N``)."""
+    a = as_dim("(H-3)//2+1")
+    assert types.dim_quotient(a, 2) is None
+    assert str(types.dim_quotient(types.dim_product([a, 4]), 2)) == str(
+        types.dim_product([a, 2]))
+    assert types.dim_quotient(types.dim_product([a, a]), a) == a
+    assert types.dims_equal(as_dim("N*(M+1)"), as_dim("N*M+N"))
+    assert not types.dims_equal(as_dim("N*(M+1)"), as_dim("N*M"))
+    g = dg.Graph("r")
+    with g:
+        x = dg.placeholder("x", ("N", "M+1"), "float32")
+        y = dg.reshape(x, ("N*M+N",))
+        with pytest.raises(dg.ShapeError, match="element counts differ"):
+            dg.reshape(x, ("N*M",))
+    g.outputs = [y]
+    out, = g.compile()(x=np.ones((2, 4), np.float32))
+    assert out.shape == (8,)

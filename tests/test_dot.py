@@ -50,5 +50,7 @@ def test_render_writes_dot_and_explains_a_missing_graphviz(tmp_path, monkeypatch
     path = g.render(str(tmp_path / "g.dot"))
     assert open(path).read().startswith("strict digraph")
     monkeypatch.setattr("shutil.which", lambda name: None)
+    # svg/png/pdf are drawn without Graphviz (duograph.pictures: networkx + matplotlib,
+    # tests/test_pictures.py); other formats say how to install it
     with pytest.raises(dg.DuographError, match="Graphviz's `dot` program is not installed"):
-        g.render(str(tmp_path / "g.svg"))
+        g.render(str(tmp_path / "g.gif"))

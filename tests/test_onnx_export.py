@@ -307,3 +307,37 @@ def test_adaptive_avg_pool2d_keeps_a_nan_in_its_windows(size, out):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)    # same NaN/inf positions
     assert 0 < np.isnan(want[0]).sum() < want[0].size / 4
     assert 0 < np.isnan(want[1]).sum() < want[1].size / 4
+
+
+def test_export_accepts_pytorchs_argument_order(tmp_path):
+    """``export(model, args, f)`` (PyTorch's order) writes the same model as duograph's
+    ``export(model, f, *inputs)``; ``args`` is one input or a tuple; ``f`` may be a file
+    object; anything else is refused naming both orders."""
+    import io
+    dg.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 4), nn.ReLU()).eval()
+    x = np.random.default_rng(0).standard_normal((2, 3)).astype(np.float32)
+    ours = dg.onnx.export(model, tmp_path / "a.onnx", x)
+    theirs = dg.onnx.export(model, dg.tensor(x), str(tmp_path / "b.onnx"))
+    as_tuple_ = dg.onnx.export(model, (x,), tmp_path / "c.onnx", opset_version=18)
+    buffer = io.BytesIO()
+    dg.onnx.export(model, (x,), buffer)
+    from_buffer = onnx.load_from_string(buffer.getvalue())
+    for m in (theirs, as_tuple_, from_buffer):
+        assert [n.op_type for n in m.graph.node] == [n.op_type for n in ours.graph.node]
+        assert [i.name for i in m.graph.input] == ["x"]
+    assert as_tuple_.opset_import[0].version == 18
+    for m in [onnx.load(tmp_path / f"{name}.onnx") for name in "abc"] + [from_buffer]:
+        got, = run_onnx(m, {"x": x})
+        np.testing.assert_allclose(got, np.maximum(x @ model[0].weight.detach().numpy().T
+                                                   + model[0].bias.detach().numpy(), 0), rtol=1e-5)
+
+    def add(a, b):
+        return a + b
+    two = dg.onnx.export(add, (x, x), tmp_path / "d.onnx")
+    assert [i.name for i in two.graph.input] == ["a", "b"]
+    with pytest.raises(TypeError, match=r"export\(model, args, f\).*found export\(target, "
+                                        r"ndarray, ndarray\)"):
+        dg.onnx.export(add, x, x)
+    with pytest.raises(dg.onnx.OnnxExportError, match="keyword arguments"):
+        dg.onnx.export(add, (x, {"b": x}), tmp_path / "e.onnx")

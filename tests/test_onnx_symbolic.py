@@ -297,3 +297,62 @@ def test_a_bilinear_resize_of_a_symbolic_spatial_dim_is_refused_clearly():
                    [x], [_out("y")], [scales])
     with pytest.raises(OnnxImportError, match="resizing the symbolic dim H.*input_shapes"):
         dg.onnx.load(model)
+
+
+@pytest.mark.parametrize("cls", ["LSTM", "GRU"])
+def test_a_recurrent_layer_over_a_symbolic_length_exports_as_scan_and_reimports(tmp_path,
+                                                                                 cls):
+    """nn.LSTM/GRU over a ("T", "B", 5) input: the graph-mode scan keeps T symbolic, the
+    export is an ONNX Scan over T, and the re-import runs at two lengths and batches equal to
+    onnxruntime and to the module run eagerly."""
+    dg.manual_seed(0)
+    module = getattr(dg.nn, cls)(5, 4, num_layers=2, bidirectional=True).eval()
+
+    def f(x):
+        return module(x)[0]
+    model = dg.onnx.export(f, tmp_path / "rnn.onnx", dg.onnx.Input(("T", "B", 5)))
+    assert "Scan" in {n.op_type for n in model.graph.node}
+    g = dg.onnx.load(tmp_path / "rnn.onnx")
+    assert [str(d) for d in g.outputs[0].type.shape] == ["T", "B", "8"]
+    run = g.compile()
+    sess = ort.InferenceSession(str(tmp_path / "rnn.onnx"))
+    for steps, batch in ((3, 2), (6, 4)):
+        x = np.random.default_rng(steps).standard_normal((steps, batch, 5)).astype(np.float32)
+        (got,), (want,) = run(x=x), sess.run(None, {"x": x})
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(got, f(dg.tensor(x)).detach().numpy(), rtol=1e-5,
+                                   atol=1e-6)
+
+
+def test_a_loop_whose_trip_count_is_a_symbolic_dim_imports_as_a_scan():
+    """Loop(M = Shape(x)[0]) with a scan output: the stacked output's length is the symbol
+    T, and one import runs at two lengths equal to onnxruntime."""
+    f32, i64 = TensorProto.FLOAT, TensorProto.INT64
+    body = helper.make_graph(
+        [helper.make_node("Gather", ["x", "i"], ["xi"], axis=0),
+         helper.make_node("Add", ["xi", "c"], ["y"]),
+         helper.make_node("Add", ["c", "one"], ["c2"]),
+         helper.make_node("Identity", ["cond"], ["cond_out"])], "body",
+        [helper.make_tensor_value_info("i", i64, []),
+         helper.make_tensor_value_info("cond", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("c", f32, [3])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("c2", f32, [3]),
+         helper.make_tensor_value_info("y", f32, [3])],
+        [helper.make_tensor("one", f32, [], [1.0])])
+    model = _model(
+        [helper.make_node("Shape", ["x"], ["s"]),
+         helper.make_node("Gather", ["s", "zero"], ["M"], axis=0),
+         helper.make_node("Loop", ["M", "", "c0"], ["cf", "ys"], body=body)],
+        [helper.make_tensor_value_info("x", f32, ["T", 3]),
+         helper.make_tensor_value_info("c0", f32, [3])],
+        [_out("cf"), _out("ys")], [_ints("zero", 0)])
+    g = dg.onnx.load(model)
+    assert str(g.outputs[1].type.shape[0]) == "T"
+    run = g.compile()
+    sess = ort.InferenceSession(model.SerializeToString())
+    for steps in (2, 5):
+        feeds = {"x": np.random.default_rng(steps).standard_normal((steps, 3)).astype(
+            np.float32), "c0": np.arange(3, dtype=np.float32)}
+        for a, b in zip(run(**feeds), sess.run(None, feeds)):
+            np.testing.assert_allclose(a, b, rtol=1e-6)

@@ -5,31 +5,41 @@
     g = dg.onnx.load("model.onnx")                                    # a duograph Graph
     out, = g.compile()(x=...)
 
-``export`` takes a ``Graph``, an ``nn.Module`` or a function. Modules and functions are
-called on placeholders (graph mode: a module's parameters and buffers become state named by
-their paths, and so ONNX initializers of those names); code that cannot be built in graph
-mode (Python decisions on tensor values) is recorded eagerly with ``dg.record`` from
-example inputs instead. Symbolic dims become ``dim_param``s. ``load`` builds a Graph from an
-ONNX model (initializers as state, or as constants with ``initializers="constant"``).
-``duograph.onnx.backend`` is an ``onnx.backend.base.Backend`` over ``load``.
+``export`` takes a ``Graph``, an ``nn.Module`` or a function, and its arguments in
+duograph's order ``(target, f, *inputs)`` or PyTorch's ``(model, args, f)``. Modules and
+functions are called on placeholders (graph mode: a module's parameters and buffers become
+state named by their paths, and so ONNX initializers of those names); code that cannot be
+built in graph mode (Python decisions on tensor values) is recorded eagerly with
+``dg.record`` from example inputs instead. Symbolic dims become ``dim_param``s. ``load``
+builds a Graph from an ONNX model (initializers as state, or as constants with
+``initializers="constant"``). ``duograph.onnx.backend`` is an ``onnx.backend.base.Backend``
+over ``load``.
 
 The ``onnx`` package is imported when these functions are called, not by ``import duograph``.
 """
 from __future__ import annotations
 
 import inspect
+import os
 from typing import Dict, Mapping, Optional, Sequence
 
 import numpy as np
 
-from ..graphlib.errors import DuographError, GraphError
+from ..graphlib.errors import GraphError
 from ..graphlib.files import atomic_write
 from ..graphlib.ir import Graph, Value
 from ..graphlib.types import TensorType
+from . import _handlers  # noqa: F401  (fills the import handler table)
+from ._errors import OnnxImportError
 from ._export import OnnxExportError, graph_to_model
-from . import _export_elemshape  # noqa: F401,E402  (registers its converters)
-from . import _export_indexing  # noqa: F401,E402  (registers the indexing ops' converters)
-from . import _export_control  # noqa: F401,E402  (registers cond/scan/while_loop converters)
+# the converters, one module per op family (importing them fills _export.CONVERTERS)
+from . import _elementwise_export  # noqa: F401
+from . import _shape_export  # noqa: F401
+from . import _indexing_export  # noqa: F401
+from . import _reduce_export  # noqa: F401
+from . import _nn_export  # noqa: F401
+from . import _conv_export  # noqa: F401
+from . import _control_export  # noqa: F401
 
 __all__ = ["Input", "export", "to_model", "load", "from_model", "OnnxExportError",
            "OnnxImportError", "DEFAULT_OPSET"]
@@ -63,8 +73,8 @@ def _param_names(target, n: int) -> list:
 
 
 def _as_array(x):
-    if hasattr(x, "numpy") and hasattr(x, "requires_grad"):      # an eager tensor
-        return np.asarray(x.numpy())
+    if hasattr(x, "numpy") and hasattr(x, "requires_grad"):      # an eager (or torch) tensor
+        return np.asarray(x.detach().numpy())
     return np.asarray(x)
 
 
@@ -187,12 +197,46 @@ def to_model(target, *inputs, opset: int = DEFAULT_OPSET,
     return model
 
 
-def export(target, path, *inputs, opset: int = DEFAULT_OPSET,
+def _is_destination(x) -> bool:
+    """A file name (str, bytes, ``os.PathLike``) or a binary file object."""
+    return isinstance(x, (str, bytes, os.PathLike)) or (
+        hasattr(x, "write") and not hasattr(x, "shape"))
+
+
+def _export_arguments(second, rest: tuple):
+    """(destination, example inputs) from either argument order of ``export``."""
+    if _is_destination(second):
+        return second, rest                                   # (target, f, *inputs)
+    if len(rest) == 1 and _is_destination(rest[0]):           # PyTorch's (model, args, f)
+        args = second
+        if isinstance(args, list):
+            args = tuple(args)
+        if not isinstance(args, tuple):
+            args = (args,)
+        if args and isinstance(args[-1], dict):
+            raise OnnxExportError("onnx export: keyword arguments in args (a trailing dict, "
+                                  "as torch.onnx.export reads them) are not supported; pass "
+                                  "every input positionally")
+        return rest[0], args
+    found = ", ".join(type(a).__name__ for a in (second,) + tuple(rest))
+    raise TypeError("onnx export: expected export(target, f, *inputs) or PyTorch's "
+                    "export(model, args, f) with f a path or a binary file object, found "
+                    f"export(target, {found})")
+
+
+def export(target, f, *inputs, opset: int = DEFAULT_OPSET,
            input_names: Optional[Sequence[str]] = None,
            output_names: Optional[Sequence[str]] = None,
            dynamic_axes: Optional[Dict[str, Dict[int, str]]] = None, trace: str = "auto",
-           check: bool = True):
-    """Write ``target`` (a Graph, an ``nn.Module`` or a function) to ``path`` as ONNX.
+           check: bool = True, opset_version: Optional[int] = None):
+    """Write ``target`` (a Graph, an ``nn.Module`` or a function) to ``f`` as ONNX.
+
+    Two argument orders are accepted: duograph's ``export(target, f, *inputs)`` and
+    PyTorch's ``export(model, args, f)``, where ``args`` is one input or a tuple of inputs.
+    They are told apart by ``f``: a path (str, bytes, ``os.PathLike``) or a binary file
+    object (anything with ``write`` that is not an array); inputs are arrays, tensors or
+    specs, never paths, so no call reads both ways. ``opset_version`` (PyTorch's name) is
+    an alias of ``opset``.
 
     ``inputs`` are example arrays/tensors or specs (``dg.onnx.Input(shape, dtype)`` or a
     ``TensorType``), one per positional argument; symbolic dims (``"N"``) become ONNX
@@ -205,15 +249,23 @@ def export(target, path, *inputs, opset: int = DEFAULT_OPSET,
 
     An op with no exact ONNX form raises ``OnnxExportError`` naming the op and the user's
     line; nothing is written then. With ``check`` the model is verified by
-    ``onnx.checker.check_model(full_check=True)``. The file is written atomically (a symlink
-    at ``path`` is replaced, never written through). Returns the ModelProto.
+    ``onnx.checker.check_model(full_check=True)``. A path is written atomically (a symlink
+    at ``path`` is replaced, never written through); a file object gets the bytes written
+    to it. Returns the ModelProto.
     """
     import onnx
+    f, inputs = _export_arguments(f, inputs)
+    if opset_version is not None:
+        opset = opset_version
     model = to_model(target, *inputs, opset=opset, input_names=input_names,
                      output_names=output_names, dynamic_axes=dynamic_axes, trace=trace)
     if check:
         onnx.checker.check_model(model, full_check=True)
-    atomic_write(path, lambda f: f.write(model.SerializeToString()))
+    if hasattr(f, "write"):
+        f.write(model.SerializeToString())
+    else:
+        path = os.fsdecode(f) if isinstance(f, bytes) else f
+        atomic_write(path, lambda out: out.write(model.SerializeToString()))
     return model
 
 
@@ -240,7 +292,3 @@ def load(path_or_model, *, initializers: str = "state",
 def from_model(model, **kwargs) -> Graph:
     """``load`` for a ModelProto (an alias kept for symmetry with ``to_model``)."""
     return load(model, **kwargs)
-
-
-class OnnxImportError(DuographError):
-    """An ONNX model (or one of its nodes) cannot be imported exactly."""

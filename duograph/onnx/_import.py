@@ -39,7 +39,7 @@ from ..graphlib.files import NotRegularFileError, open_regular
 from ..graphlib.ir import Graph, Value
 from ..graphlib.ir import _stack as _graph_stack
 from ..graphlib.types import TensorType
-from . import OnnxImportError
+from ._errors import OnnxImportError
 from ._shape_values import FOLDS, ShapeValue, as_shape_value, materialize, settle, \
     known_initializers
 
@@ -244,7 +244,7 @@ class Importer:
                  static_inputs: Optional[Mapping[str, np.ndarray]] = None,
                  input_shapes: Optional[Mapping[str, Sequence]] = None,
                  input_types: Optional[Mapping[str, TensorType]] = None):
-        onnx = _onnx()
+        _onnx()                 # a clear ImportError when the onnx package is missing
         self.model = model
         self.opset = 1
         for imp in model.opset_import:
@@ -614,8 +614,3 @@ def _read_model(onnx, path):
     from onnx.external_data_helper import load_external_data_for_model
     load_external_data_for_model(model, os.path.dirname(os.path.abspath(name)))
     return model
-
-
-# == handlers ====================================================================================
-from . import _handlers  # noqa: E402,F401  (registers them)
-from . import _handlers_control  # noqa: E402,F401  (If, Loop, Scan)

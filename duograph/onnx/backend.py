@@ -19,7 +19,8 @@ from onnx.backend.base import Backend, BackendRep, Device, DeviceType
 
 from ..graphlib import dtypes
 from ..graphlib.types import TensorType
-from . import OnnxImportError
+from . import _handlers  # noqa: F401  (fills the handler table)
+from ._errors import OnnxImportError
 from ._import import Importer, NeedsStatic, np_dtype_of, _Refuse
 
 __all__ = ["DuographBackend", "DuographRep", "prepare", "run_model", "run_node",

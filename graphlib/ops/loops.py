@@ -33,6 +33,10 @@ def _scan_split(seq, attrs):
 def _scan_infer(types, attrs):
     carry, xs, caps = _scan_split(types, attrs)
     length = attrs["length"]
+    if length == DYNAMIC_LENGTH:
+        if not xs or not xs[0].shape:
+            raise ShapeError("scan: length -1 (the xs' leading dim) needs xs")
+        length = xs[0].shape[0]
     for k, t in enumerate(xs):
         if not t.shape or t.shape[0] != length:
             raise ShapeError(f"scan: xs leaf {k} must have leading dim {length} (the length), "
@@ -49,11 +53,16 @@ def _scan_infer(types, attrs):
     return res
 
 
-def _checkpointed(length: int, reverse: bool, checkpoint: bool) -> bool:
-    return bool(checkpoint) and not reverse and length >= 4
+# The ``length`` attribute of a scan over a symbolic leading dim (``T``): the length is the
+# xs' leading dim, read from the arrays at run time, and the ys' leading dim is that symbol.
+DYNAMIC_LENGTH = -1
 
 
-def _saved_rows(length: int, reverse: bool, checkpoint: bool) -> tuple:
+def _checkpointed(length, reverse: bool, checkpoint: bool) -> bool:
+    return bool(checkpoint) and not reverse and isinstance(length, int) and length >= 4
+
+
+def _saved_rows(length, reverse: bool, checkpoint: bool) -> tuple:
     """``(rows, stride)`` of the carries a saving scan (``save=True``) returns after its ys:
     the carry entering every step (``length`` rows, in xs order), or with ``checkpoint`` the
     carries entering steps 0, k, 2k, ..., m*k (``m + 1`` rows, k ~ sqrt(length), m =
@@ -98,6 +107,8 @@ def _scan_region_kernel(xp, bodies, *arrays, out=None, body: Region, length: int
     # buffers alternate so that the last step writes the final carry into ``out``. A saving
     # scan copies the carry entering each saved step into its row of the saved outputs.
     carry, xs, caps = _scan_split(arrays, {"n_carry": n_carry, "n_xs": n_xs})
+    if length == DYNAMIC_LENGTH:
+        length = int(xs[0].shape[0])
     rows, stride = _saved_rows(length, reverse, checkpoint) if save else (0, 0)
     compute = _take_compute()
     if compute is not None:         # an eager call: the Python function runs each step
@@ -275,6 +286,8 @@ def _scan_vjp(cts, ins, outs, attrs, needs):
     region = attrs["body"]
     ny = len(region.graph.outputs) - nc
     carry0, xs, caps = _scan_split(ins, attrs)
+    if length == DYNAMIC_LENGTH:
+        length = None               # the reverse scans read it from their xs as well
     want_x = [k for k in range(nx) if needs[nc + k]]
     want_c = [k for k in range(len(caps)) if needs[nc + nx + k]]
     fc = [i for i in range(nc) if dtypes.is_float(carry0[i].dtype)]
@@ -313,7 +326,8 @@ scan_op = register(OpDef("scan", _scan_infer, _reference(_scan_region_kernel), _
                          loop_invariant_from=lambda node: (node.attrs["n_carry"]
                                                            + node.attrs["n_xs"]),
                          doc="loop a region over the leading dim of xs, threading a carry",
-                         attrs=Attrs(body=Attr("region"), length=Attr(int, min=0),
+                         attrs=Attrs(body=Attr("region"),
+                                     length=Attr(int, min=DYNAMIC_LENGTH),
                                      n_carry=Attr(int, min=0), n_xs=Attr(int, min=0),
                                      reverse=Attr(bool, default=False),
                                      checkpoint=Attr(bool, default=False),
@@ -334,8 +348,11 @@ def scan(fn: Callable, init, xs=None, length=None, reverse: bool = False,
     internals are recomputed from its carry, the forward loop does not run again);
     ``checkpoint=True`` saves only the carries at the starts of about sqrt(length) segments
     and recomputes each segment's carries during the backward pass (memory O(sqrt(length))
-    carries instead of O(length), one more forward; forward scans of length >= 4 only, the
-    others save every carry)."""
+    carries instead of O(length), one more forward; forward scans of static length >= 4
+    only, the others save every carry). In graph mode the xs' leading dim may be symbolic
+    (a placeholder of shape ``("T", ...)``): the node's ``length`` is then -1
+    (``DYNAMIC_LENGTH``), the ys' leading dim is that symbol, and the length is read from
+    the xs when the graph runs, so one graph runs at any length."""
     if not callable(fn):
         raise TypeError(located(f"scan: fn must be callable, found {type(fn).__name__}"))
     c_leaves, c_def = tree_flatten(init)
@@ -363,9 +380,7 @@ def scan(fn: Callable, init, xs=None, length=None, reverse: bool = False,
     else:
         raise ShapeError(located(f"scan: xs leaves have different leading dims "
                                  f"{sorted(map(str, lengths))}"))
-    if not isinstance(length, int):
-        raise ShapeError(located(f"scan: the length must be static, found the symbolic dim "
-                                 f"{length!r}"))
+    symbolic = not isinstance(length, int)
     x_types = [TensorType(tuple(t.shape[1:]), t.dtype) for t in x_full]
     nc = len(c_leaves)
 
@@ -390,7 +405,8 @@ def scan(fn: Callable, init, xs=None, length=None, reverse: bool = False,
                 f"{b!r}; a carry keeps its shape and dtype"))
     outer = _join([body], nc + len(x_leaves))
     y_types = body.out_types[nc:]
-    attrs = {"body": Region(body.graph), "length": length, "n_carry": nc,
+    attrs = {"body": Region(body.graph), "length": DYNAMIC_LENGTH if symbolic else length,
+             "n_carry": nc,
              "n_xs": len(x_leaves), "reverse": bool(reverse)}
     if checkpoint:
         attrs["checkpoint"] = True

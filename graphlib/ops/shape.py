@@ -16,7 +16,7 @@ from ..errors import DTypeError, IndexBoundsError, ShapeError, located
 from ..ir import Value, current_graph
 from ..registry import OpDef, register
 from ..types import (TensorType, as_shape, dim_add, dim_product, dim_quotient, dim_slice,
-                     format_shape, normalize_dim)
+                     dims_equal, format_shape, normalize_dim)
 from ._common import operand
 from .creation import constant, zeros_like
 
@@ -42,7 +42,7 @@ def _resolve_reshape(src, target, name="reshape"):
             raise ShapeError(f"{name}: cannot infer the -1 in {format_shape(target)} from "
                              f"shape {format_shape(src)}")
         target = target[:holes[0]] + (fill,) + target[holes[0] + 1:]
-    elif have != want:
+    elif not dims_equal(have, want):
         raise ShapeError(f"{name}: cannot reshape {format_shape(src)} "
                          f"into {format_shape(target)} (element counts differ)")
     return as_shape(target)

@@ -1,4 +1,7 @@
-"""ONNX forms of the advanced-indexing ops (graphlib/ops/indexing.py).
+"""ONNX export converters of the indexing ops (getitem, gather, index_select,
+scatter_add, index_add; index, index_put, scatter).
+
+ONNX forms of the advanced-indexing ops (graphlib/ops/indexing.py).
 
 ``index`` is Gather (one index tensor) or GatherND over the indexed dims moved to the front;
 ``index_put`` is ScatterND the same way (``reduction="add"`` when it accumulates); ``scatter``
@@ -8,9 +11,102 @@ exporting them is refused with the op's name and the user's line.
 """
 from __future__ import annotations
 
+import numpy as np
+
 from ..graphlib.ops.indexing import _advanced_shape
 from ..graphlib.types import broadcast_shapes
-from ._export import _in, _out, _refuse, converter
+from ._export import INT64_MAX, _compute_dtype, _in, _out, _refuse, converter
+
+
+@converter("getitem")
+def _getitem(ex, node, ins):
+    items = node.attrs["index"]
+    starts, ends, axes, steps, drop, new = [], [], [], [], [], []
+    axis = 0
+    out_axis = 0
+    for it in items:
+        if it[0] == "n":
+            new.append(out_axis)
+            out_axis += 1
+            continue
+        if it[0] == "i":
+            k = it[1]
+            starts.append(k)
+            ends.append(k + 1 if k != -1 else INT64_MAX)
+            axes.append(axis)
+            steps.append(1)
+            drop.append(axis)
+        else:
+            _, start, stop, step = it
+            if not (start in (None, 0) and stop is None and step in (None, 1)):
+                step = 1 if step is None else step
+                starts.append(0 if start is None else start)
+                ends.append(INT64_MAX if stop is None else stop)
+                axes.append(axis)
+                steps.append(step)
+            out_axis += 1
+        axis += 1
+    x = ins[0]
+    if axes:
+        x = ex.op("Slice", x, ex.ints(starts), ex.ints(ends), ex.ints(axes), ex.ints(steps))
+    x = ex.squeeze(x, drop)
+    if new:
+        x = ex.unsqueeze(x, new)
+    if x == ins[0]:
+        x = ex.op("Identity", x)
+    return [x]
+
+
+@converter("getitem_grad")
+def _getitem_grad(ex, node, ins):
+    from ..graphlib.ops.shape import _python_index
+    g, x = node.inputs
+    if not all(isinstance(d, int) for d in x.shape):
+        _refuse("the scatter of a slice's gradient needs a static shape")
+    size = int(np.prod(x.shape, dtype=np.int64))
+    where = np.arange(size, dtype=np.int64).reshape(x.shape)[_python_index(node.attrs["index"])]
+    zeros = ex.const(np.zeros(size, dtype=g.dtype))
+    flat = ex.reshape(ins[0], (int(np.size(where)),))
+    y = ex.op("ScatterElements", zeros, ex.const(np.ravel(where)), flat, axis=0)
+    return [ex.reshape(y, x.shape)]
+
+
+@converter("gather")
+def _gather(ex, node, ins):
+    idx = ex.cast(ins[1], _in(node, 1), "int64")
+    return [ex.op("GatherElements", ins[0], idx, axis=node.attrs["dim"])]
+
+
+@converter("index_select")
+def _index_select(ex, node, ins):
+    idx = ex.cast(ins[1], _in(node, 1), "int64")
+    return [ex.op("Gather", ins[0], idx, axis=node.attrs["dim"])]
+
+
+def _scatter_add(ex, node, x, idx, src):
+    if ex.opset < 16:
+        _refuse("scatter with reduction='add' needs opset >= 16")
+    out = _out(node)
+    work = _compute_dtype(out)
+    x = ex.cast(x, _in(node, 0), work)
+    src = ex.cast(src, _in(node, 2), work)
+    y = ex.op("ScatterElements", x, idx, src, axis=node.attrs["dim"], reduction="add")
+    return [ex.cast(y, work, out)]
+
+
+@converter("scatter_add")
+def _scatter_add_conv(ex, node, ins):
+    return _scatter_add(ex, node, ins[0], ex.cast(ins[1], _in(node, 1), "int64"), ins[2])
+
+
+@converter("index_add")
+def _index_add(ex, node, ins):
+    dim = node.attrs["dim"]
+    src = node.inputs[2]
+    idx = ex.cast(ins[1], _in(node, 1), "int64")
+    col = ex.unsqueeze(idx, [a for a in range(src.ndim) if a != dim])
+    full = ex.op("Expand", col, ex.op("Shape", ins[2]))
+    return _scatter_add(ex, node, ins[0], full, ins[2])
 
 
 def _plan(node, first_index: int):

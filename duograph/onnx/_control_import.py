@@ -141,16 +141,26 @@ def _loop(ctx: Ctx):
 
 
 def _loop_as_scan(ctx, body, b_in, vs, has_m, has_c):
-    """A Loop with scan outputs: exact as a scan when its trip count is known and its
-    condition cannot stop it early (the stacked outputs then have a static length)."""
+    """A Loop with scan outputs: exact as a scan when its trip count is known (a number, or
+    a symbolic dim of an input) and its condition cannot stop it early (the stacked outputs
+    then have that length)."""
     if not has_m:
         refuse("a Loop with scan outputs and no trip count (the stacked outputs would have a "
                "data-dependent length)")
-    m = max(int(np.asarray(ctx.known(0, "trip count")).reshape(())), 0)
+    xs = None
+    trips = ctx._known[0]
+    if isinstance(trips, ShapeValue) and len(trips.elems) == 1 and \
+            not isinstance(trips.elems[0], int):
+        # a trip count read from a symbolic dim (Shape(x)[0]): a scan over a (T, 0) tensor,
+        # whose length is that dim, read at run time
+        m = trips.elems[0]
+        xs = F.zeros((m, 0), dtype="bool")
+    else:
+        m = max(int(np.asarray(ctx.known(0, "trip count")).reshape(())), 0)
     if has_c:
         c0 = ctx.known(1, "initial condition (the stacked outputs' length depends on it)")
         if not bool(np.asarray(_scalar_bool(c0, "Loop's condition"))):
-            m = 0
+            m, xs = 0, None
     nv = len(vs)
 
     def step(carry, _):
@@ -160,10 +170,11 @@ def _loop_as_scan(ctx, body, b_in, vs, has_m, has_c):
         if not isinstance(go, np.ndarray):
             refuse("a Loop with scan outputs whose condition is computed in the body (the "
                    "stacked outputs would have a data-dependent length)")
-        if not bool(np.asarray(go).reshape(-1)[0]) and m > 1:
+        if not bool(np.asarray(go).reshape(-1)[0]) and (xs is not None or m > 1):
             refuse("a Loop with scan outputs whose body stops it after one trip")
         return (i + 1, tuple(outs[1:1 + nv])), tuple(outs[1 + nv:])
-    (_, final), ys = scan(step, (np.asarray(0, np.int64), tuple(vs)), None, length=m)
+    (_, final), ys = scan(step, (np.asarray(0, np.int64), tuple(vs)), xs,
+                          length=None if xs is not None else m)
     return list(final) + list(ys)
 
 

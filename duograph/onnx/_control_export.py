@@ -173,3 +173,10 @@ def _while_plain(ex, node, ins):
     bound = a.get("max_iterations")
     trips = "" if bound is None else ex.const(np.asarray(bound, np.int64))
     return ex.emit("Loop", [trips, first] + list(carry), n, hint="while", body=body)
+
+
+# -- regions -----------------------------------------------------------------------------------
+@converter("fused", "call")
+def _region(ex, node, ins):
+    (region,) = node.regions
+    return ex.inline(region.graph, ins, ex.doc)
