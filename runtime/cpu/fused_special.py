@@ -12,7 +12,7 @@ from typing import Dict, Sequence
 import numpy as np
 
 from ...graphlib.ir import Value
-from ...graphlib.ops import elementwise
+from ...graphlib.ops import elementwise, linalg
 from . import autotune, cblas as _cblas
 from .fused_layout import PLANS, Layout
 from .fused_numba import NUMBA_MIN_PLANNED, load_kernel
@@ -23,6 +23,8 @@ from .select import where_bits
 from .tables import KERNELS
 
 _WHERE = elementwise.where_op
+_MATMUL, _MUL = linalg.matmul_op, elementwise.mul_op
+_ADD, _SUB = elementwise.add_op, elementwise.sub_op
 
 
 def _bind_gemm_update(body, in_shapes: Sequence[tuple], strategy: str):
@@ -34,8 +36,8 @@ def _bind_gemm_update(body, in_shapes: Sequence[tuple], strategy: str):
         return None
     g = body.graph
     nodes = [n for n in g.nodes if not n.op.constant]
-    if len(nodes) != 3 or [n.op.name for n in nodes[:2]] != ["matmul", "mul"] \
-            or nodes[2].op.name not in ("sub", "add") or len(g.outputs) != 1 \
+    if len(nodes) != 3 or nodes[0].op is not _MATMUL or nodes[1].op is not _MUL \
+            or nodes[2].op not in (_SUB, _ADD) or len(g.outputs) != 1 \
             or g.outputs[0] is not nodes[2].outputs[0]:
         return None
     mm, mul, last = nodes
@@ -44,9 +46,9 @@ def _bind_gemm_update(body, in_shapes: Sequence[tuple], strategy: str):
     if any(x not in index for x in mm.inputs) or not any(x is prod for x in mul.inputs):
         return None
     scale = mul.inputs[1] if mul.inputs[0] is prod else mul.inputs[0]
-    if last.op.name == "sub" and last.inputs[1] is scaled:
+    if last.op is _SUB and last.inputs[1] is scaled:
         base, sign = last.inputs[0], -1.0
-    elif last.op.name == "add" and any(x is scaled for x in last.inputs):
+    elif last.op is _ADD and any(x is scaled for x in last.inputs):
         base, sign = last.inputs[1] if last.inputs[0] is scaled else last.inputs[0], 1.0
     else:
         return None
@@ -96,7 +98,7 @@ def _bind_swapped(body, lay: Layout, step, sources, region_out, strategy: str, g
     _, _, ins, attrs, _ = step
     node = lay.prologue[0]
     product = node.outputs[0]
-    if node.op.name != "matmul" or attrs or len(ins) != 2 or not numba_available() \
+    if node.op is not _MATMUL or attrs or len(ins) != 2 or not numba_available() \
             or any(o is product for o in body.graph.outputs) \
             or sum(1 for kind, _ in sources if kind == 1) != 1:
         return None
