@@ -309,7 +309,7 @@ def _activation_backward(ex, node, ins):
     work = _compute_dtype(out, ("float32", "float64"))
     g, y = (ex.cast(n, t.dtype, work) for n, t in zip(ins, node.inputs))
     one = ex.const(1, work)
-    if node.op.name == "tanh_backward":
+    if node.op is get_op("tanh_backward"):
         res = ex.op("Mul", g, ex.op("Sub", one, ex.op("Mul", y, y)))
     else:
         res = ex.op("Mul", ex.op("Mul", g, y), ex.op("Sub", one, y))

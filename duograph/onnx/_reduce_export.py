@@ -72,7 +72,7 @@ def _var(ex, node, ins):
         total = ex.reduce("ReduceSum", ex.op("Mul", centered, centered), dims, keep)
     n = _count(ex, x, dims, work)
     y = ex.op("Div", total, ex.op("Sub", n, ex.const(corr, work)))
-    if node.op.name == "std":
+    if node.op is get_op("std"):
         y = ex.op("Sqrt", y)
     return [ex.cast(y, work, out)]
 
@@ -81,7 +81,7 @@ def _var(ex, node, ins):
 def _arg(ex, node, ins):
     x = node.inputs[0]
     dim, keep = node.attrs["dim"], node.attrs["keepdim"]
-    op_type = "ArgMax" if node.op.name == "argmax" else "ArgMin"
+    op_type = "ArgMax" if node.op is get_op("argmax") else "ArgMin"
     name = ex.cast(ins[0], x.dtype, _compute_dtype(x.dtype))
     if x.ndim == 0:
         return [ex.const(np.zeros((), np.int64))]
