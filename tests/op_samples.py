@@ -76,6 +76,10 @@ class OpInfo:
     make_input: Optional[Callable] = None       # (rng, shape) -> operand, for binary ops
     random: bool = False             # seeded random op: ``check`` replaces the reference
     check: Optional[Callable] = None  # check(out, *args, **kwargs) for random ops
+    # False: no second-order finite differences (an op that reads one triangle of a
+    # symmetric input has a symmetric gradient, which perturbing single elements of the
+    # first-order graph does not see; a symmetrising wrapper's entry checks them instead)
+    second_order: bool = True
 
     @property
     def op_name(self) -> str:
@@ -2909,4 +2913,176 @@ def _collectives() -> List[OpInfo]:
 
 
 OPS += _collectives()
+BY_NAME = {op.name: op for op in OPS}
+
+
+# -- torch.linalg: inverses, solvers, determinants and factorisations ---------------------------
+def _well_conditioned(*shape, rng=None) -> np.ndarray:
+    """Square matrices ``I * n + noise``: far from singular (finite differences stay
+    accurate)."""
+    n = shape[-1]
+    return rand(*shape, rng=rng) + n * np.eye(n)
+
+
+def _spd(*shape) -> np.ndarray:
+    """Symmetric positive-definite matrices with well-separated eigenvalues."""
+    a = rand(*shape)
+    n = shape[-1]
+    return a @ np.swapaxes(a, -1, -2) + np.diag(np.arange(1.0, n + 1.0) * 1.5)
+
+
+def _sym(a):
+    """The symmetric matrix LAPACK reads from ``a``'s lower triangle, written so that finite
+    differences on a symmetric sample give the symmetric gradient PyTorch gives."""
+    return (a + np.swapaxes(a, -1, -2)) / 2
+
+
+def _solve_ref(a, b, left=True):
+    if not left:
+        return np.swapaxes(np.linalg.solve(np.swapaxes(a, -1, -2), np.swapaxes(b, -1, -2)),
+                           -1, -2)
+    if b.ndim == 1 or (b.ndim == a.ndim - 1 and b.shape == a.shape[:-1]):
+        return np.linalg.solve(a, b[..., None])[..., 0]
+    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    return np.linalg.solve(np.broadcast_to(a, batch + a.shape[-2:]),
+                           np.broadcast_to(b, batch + b.shape[-2:]))
+
+
+def _cholesky_ref(a, upper=False):
+    low = np.linalg.cholesky(_sym(a))
+    return np.swapaxes(low, -1, -2) if upper else low
+
+
+def _qr_ref(a, mode="reduced"):
+    if mode == "r":
+        return np.empty((0,), a.dtype), np.linalg.qr(a, mode="r")
+    return tuple(np.linalg.qr(a, mode=mode))
+
+
+def _pinv_ref(a, atol=None, rtol=None, hermitian=False, rcond=None):
+    rtol = rcond if rtol is None else rtol
+    if rtol is None:
+        rtol = np.finfo(a.dtype).eps * max(a.shape[-2:]) if not atol else 0.0
+    u, s, vh = np.linalg.svd(_sym(a) if hermitian else a, full_matrices=False)
+    cut = np.maximum(atol or 0.0, rtol * s.max(-1, keepdims=True))
+    sinv = np.where(s > cut, 1 / s, 0)
+    return np.swapaxes(vh, -1, -2) * sinv[..., None, :] @ np.swapaxes(u, -1, -2)
+
+
+def _lstsq_ref(a, b, rcond=None, driver=None):
+    driver = driver or "gelsy"
+    vector = b.ndim == 1
+    b2 = b[:, None] if vector else b
+    x, res, rank, sv = np.linalg.lstsq(a, b2, rcond)
+    m, n = a.shape
+    res = res if m > n and driver != "gelsy" else np.empty((0,), a.dtype)
+    return (x[:, 0] if vector else x, res,
+            np.asarray(rank, np.int64) if driver != "gels" else np.empty((0,), np.int64),
+            sv if driver in ("gelsd", "gelss") else np.empty((0,), a.dtype))
+
+
+def _linalg_solvers() -> List[OpInfo]:
+    from duograph import linalg as L
+    sq, bad = _well_conditioned(2, 3, 3), [
+        ErrorCase("not_square", (rand(2, 3),), {}, dg.ShapeError, "square matrices"),
+        ErrorCase("int", (ints(3, 3),), {}, dg.DTypeError, "floating point"),
+        ErrorCase("vector", (rand(3),), {}, dg.ShapeError, "at least 2 dimensions")]
+    spd = _spd(3, 3)
+    return [
+        OpInfo("linalg_inv", L.inv, [
+            Sample("mat", (_well_conditioned(3, 3),)), Sample("batch", (sq,)),
+            Sample("f32", (_well_conditioned(4, 4).astype(F32),))],
+            np.linalg.inv, differentiable=True, tol=dict(LOOSE_TOL), errors=bad),
+        OpInfo("linalg_solve", L.solve, [
+            Sample("mat", (_well_conditioned(3, 3), rand(3, 2))),
+            Sample("vector", (_well_conditioned(3, 3), rand(3))),
+            Sample("batch_vector", (sq, rand(2, 3))),
+            Sample("broadcast", (_well_conditioned(3, 3), rand(2, 3, 2))),
+            Sample("right", (sq, rand(2, 4, 3)), {"left": False})],
+            _solve_ref, differentiable=True, tol=dict(LOOSE_TOL), errors=[
+                ErrorCase("sizes", (_well_conditioned(3, 3), rand(4, 2)), {}, dg.ShapeError,
+                          "Incompatible shapes"),
+                ErrorCase("not_square", (rand(2, 3), rand(2, 2)), {}, dg.ShapeError,
+                          "square matrices")]),
+        OpInfo("linalg_det", L.det, [
+            Sample("mat", (_well_conditioned(3, 3),)), Sample("batch", (rand(2, 4, 4),)),
+            Sample("f32", (rand(3, 3, dtype=F32),))],
+            lambda a: np.asarray(np.linalg.det(a)), differentiable=True,
+            tol=dict(LOOSE_TOL), errors=bad),
+        OpInfo("linalg_slogdet", L.slogdet, [
+            Sample("mat", (rand(3, 3),)), Sample("batch", (rand(2, 4, 4),))],
+            lambda a: tuple(np.asarray(v) for v in np.linalg.slogdet(a)), differentiable=True,
+            tol=dict(LOOSE_TOL), errors=bad),
+        OpInfo("linalg_cholesky", L.cholesky, [
+            Sample("mat", (spd,)), Sample("batch", (_spd(2, 4, 4),)),
+            Sample("upper", (spd,), {"upper": True}),
+            Sample("f32", (spd.astype(F32),))],
+            _cholesky_ref, differentiable=True, tol=dict(LOOSE_TOL), second_order=False,
+            errors=bad),
+        OpInfo("linalg_qr", L.qr, [
+            Sample("tall", (rand(5, 3),)), Sample("square", (_well_conditioned(2, 3, 3),)),
+            Sample("wide", (rand(3, 5),)),
+            Sample("complete_wide", (rand(3, 4),), {"mode": "complete"})],
+            _qr_ref, differentiable=True, tol=dict(LOOSE_TOL), errors=[
+                ErrorCase("vector", (rand(3),), {}, dg.ShapeError, "at least 2 dimensions"),
+                ErrorCase("mode", (rand(3, 3),), {"mode": "full"}, ValueError,
+                          "unrecognized mode")]),
+        # mode='r' has no gradient (PyTorch refuses it too: tests/test_linalg_torch.py)
+        OpInfo("linalg_qr_r", L.qr, [Sample("r", (rand(4, 3),), {"mode": "r"})], _qr_ref),
+        OpInfo("linalg_eigh", L.eigh, [
+            Sample("mat", (spd,)), Sample("upper", (spd,), {"UPLO": "U"}),
+            Sample("batch", (_spd(2, 3, 3),))],
+            lambda a, UPLO="L": tuple(np.linalg.eigh(_sym(a), UPLO)), differentiable=True,
+            tol=dict(LOOSE_TOL), second_order=False, errors=bad + [
+                ErrorCase("uplo", (spd,), {"UPLO": "X"}, ValueError, "UPLO")]),
+        OpInfo("linalg_eigvalsh", L.eigvalsh, [
+            Sample("mat", (spd,)), Sample("batch", (_spd(2, 4, 4),))],
+            lambda a, UPLO="L": np.linalg.eigvalsh(_sym(a)), differentiable=True,
+            tol=dict(LOOSE_TOL), second_order=False, errors=bad),
+        OpInfo("linalg_pinv", L.pinv, [
+            Sample("tall", (rand(5, 3),)), Sample("wide", (rand(2, 3, 4),)),
+            Sample("hermitian", (spd,), {"hermitian": True}, fd=False),
+            Sample("rtol", (rand(4, 3),), {"rtol": 1e-3})],
+            _pinv_ref, differentiable=True, tol=dict(LOOSE_TOL), errors=[
+                ErrorCase("int", (ints(3, 3),), {}, dg.DTypeError, "floating point")]),
+        OpInfo("linalg_lstsq", L.lstsq, [
+            Sample("tall", (rand(5, 3), rand(5, 2))),
+            Sample("vector", (rand(5, 3), rand(5))),
+            # singular values have no gradient (as in PyTorch): fd would see one
+            Sample("gelsd", (rand(6, 3), rand(6, 2)), {"driver": "gelsd"}, fd=False),
+            Sample("wide_gels", (rand(3, 5), rand(3, 2)), {"driver": "gels"})],
+            _lstsq_ref, differentiable=True, tol=dict(LOOSE_TOL), errors=[
+                ErrorCase("rows", (rand(5, 3), rand(4, 2)), {}, dg.ShapeError, "should match"),
+                ErrorCase("driver", (rand(5, 3), rand(5, 2)), {"driver": "x"}, ValueError,
+                          "driver")]),
+    ]
+
+
+def sym_input(fn):
+    """``fn`` applied to the symmetric part of its first operand: its gradients (and
+    second-order ones) are those of a function of any matrix, which finite differences
+    check element by element."""
+    def run(a, *args, **kwargs):
+        return fn((a + dg.transpose(a, -1, -2)) * 0.5, *args, **kwargs)
+    run.__name__ = fn.__name__
+    return run
+
+
+def _linalg_symmetric() -> List[OpInfo]:
+    from duograph import linalg as L
+    return [
+        OpInfo("linalg_cholesky_sym", sym_input(L.cholesky), [
+            Sample("mat", (_spd(3, 3),)), Sample("upper", (_spd(2, 3, 3),), {"upper": True})],
+            _cholesky_ref, differentiable=True, tol=dict(LOOSE_TOL)),
+        OpInfo("linalg_eigh_sym", sym_input(L.eigh), [
+            Sample("mat", (_spd(3, 3),)), Sample("batch", (_spd(2, 3, 3),), {"UPLO": "U"})],
+            lambda a, UPLO="L": tuple(np.linalg.eigh(_sym(a), UPLO)), differentiable=True,
+            tol=dict(LOOSE_TOL)),
+        OpInfo("linalg_eigvalsh_sym", sym_input(L.eigvalsh), [Sample("mat", (_spd(4, 4),))],
+               lambda a: np.linalg.eigvalsh(_sym(a)), differentiable=True,
+               tol=dict(LOOSE_TOL)),
+    ]
+
+
+OPS += _linalg_solvers() + _linalg_symmetric()
 BY_NAME = {op.name: op for op in OPS}

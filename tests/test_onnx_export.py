@@ -24,6 +24,9 @@ REFUSED = {"uniform", "rand", "normal", "randn", "bernoulli", "randint", "log1p"
            "floor_divide", "atan2", "hypot", "bitwise_left_shift",
            "bitwise_right_shift",
            "cummax", "cummin", "logcumsumexp", "mode", "svd", "svdvals",
+           "linalg_inv", "linalg_solve", "linalg_slogdet", "linalg_cholesky", "linalg_qr",
+           "linalg_qr_r", "linalg_eigh", "linalg_eigvalsh", "linalg_pinv", "linalg_lstsq",
+           "linalg_cholesky_sym", "linalg_eigh_sym", "linalg_eigvalsh_sym",
            "fold", "adaptive_max_pool2d", "max_unpool2d", "adaptive_max_pool1d",
            # data-dependent sizes and reductions ScatterElements lacks (mean, include_self)
            "scatter_reduce", "nonzero", "nonzero_static", "argwhere", "masked_select",

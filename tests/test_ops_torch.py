@@ -174,6 +174,22 @@ TORCH.update(
     hardtanh=lambda x, min_val=-1.0, max_val=1.0: TF.hardtanh(x, min_val, max_val),
     hardswish=TF.hardswish, silu=TF.silu, mish=TF.mish)
 
+# torch.linalg's inverses, solvers and factorisations (and through a symmetrising wrapper)
+def _sym_input(fn):
+    return lambda a, *args, **kw: fn((a + a.mT) / 2, *args, **kw)
+
+
+TORCH.update(
+    linalg_inv=torch.linalg.inv, linalg_solve=torch.linalg.solve,
+    linalg_det=torch.linalg.det, linalg_slogdet=torch.linalg.slogdet,
+    linalg_cholesky=torch.linalg.cholesky, linalg_qr=torch.linalg.qr,
+    linalg_qr_r=torch.linalg.qr, linalg_eigh=torch.linalg.eigh,
+    linalg_eigvalsh=torch.linalg.eigvalsh, linalg_pinv=torch.linalg.pinv,
+    linalg_lstsq=torch.linalg.lstsq,
+    linalg_cholesky_sym=_sym_input(torch.linalg.cholesky),
+    linalg_eigh_sym=_sym_input(torch.linalg.eigh),
+    linalg_eigvalsh_sym=_sym_input(torch.linalg.eigvalsh))
+
 # Samples torch rejects (duograph promotes, or accepts more index dtypes) or where duograph
 # deliberately differs (documented in the op's docstring).
 NOT_IN_TORCH = {

@@ -1418,6 +1418,14 @@ refused("no converter is written yet", "max_unpool2d", "adaptive_max_pool2d_indi
         "linear_recurrence", "masked_scatter", "masked_take")
 refused("a gradient op: no converter is written yet (export the forward graph)",
         "max_pool2d_backward", "max_pool2d_gather", "avg_pool2d_backward")
+refused("ONNX has no such op (nor LAPACK-exact composite of it)", "linalg_inv", "linalg_solve",
+        "linalg_slogdet", "linalg_cholesky", "linalg_qr", "linalg_qr_r", "linalg_eigh",
+        "linalg_pinv", "linalg_lstsq")
+
+
+@converter("linalg_det")
+def _linalg_det(ex, node, ins):
+    return [ex.op("Det", ins[0])]
 
 
 # -- the model ---------------------------------------------------------------------------------
