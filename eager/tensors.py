@@ -418,9 +418,9 @@ class Tensor(TensorMethods):
         tensor cannot be set to False (use ``detach()``); both raise RuntimeError."""
         if not self.is_leaf and not requires_grad:
             raise RuntimeError("requires_grad_(False) on a non-leaf tensor: use detach()")
-        if requires_grad and not dtypes.is_float(self.dtype):
-            raise RuntimeError(f"only floating-point tensors can require gradients, this one "
-                               f"is {self.dtype}")
+        if requires_grad and not dtypes.is_differentiable(self.dtype):
+            raise RuntimeError(f"only floating-point and complex tensors can require "
+                               f"gradients, this one is {self.dtype}")
         self.requires_grad = bool(requires_grad)
         return self
 

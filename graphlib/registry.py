@@ -46,6 +46,9 @@ keyword of its OpDef, never a set of op names kept elsewhere:
   nothing first: comparisons, logic; ``ops._common``'s helpers set it). Backends build their
   ufunc tables from it.
 - ``compare``: for comparisons, the operator as C and Python spell it (``"<"``, ``"=="``).
+- ``complex_ok``: the op takes complex64/complex128 operands (its kernel computes them and
+  its vjp follows PyTorch's convention: the conjugate Wirtinger derivative); every other op
+  refuses complex operands when a node is built, naming the op (``dispatch.infer_types``).
 - ``fills``: every element of the output is the ``fill_value`` attribute (``full``,
   ``full_like``): autodiff knows a zero cotangent by it.
 - ``promote``: its operands (``True``: all; a tuple: those indices) promote together as
@@ -90,7 +93,7 @@ class OpDef:
                  "view", "returns_input", "vjp_reads_output", "saves_no_data",
                  "inplace_pairs", "epilogue_host", "cheap", "external", "constant",
                  "static_region", "loop_invariant_from", "region_kernel", "attrs", "doc",
-                 "ufunc", "ufunc_mixed", "compare", "fills", "__weakref__")
+                 "ufunc", "ufunc_mixed", "compare", "fills", "complex_ok", "__weakref__")
 
     def __init__(self, name: str, infer: Callable, kernel: Callable,
                  vjp: Optional[Callable] = None, *, expr: Optional[str] = None,
@@ -105,7 +108,8 @@ class OpDef:
                  loop_invariant_from: Optional[Callable] = None,
                  region_kernel: Optional[Callable] = None, attrs=None, doc: str = "",
                  ufunc: Optional[str] = None, ufunc_mixed: bool = False,
-                 compare: Optional[str] = None, fills: bool = False):
+                 compare: Optional[str] = None, fills: bool = False,
+                 complex_ok: bool = False):
         self.name = name
         self.infer = infer
         self.kernel = kernel
@@ -138,6 +142,7 @@ class OpDef:
         self.ufunc_mixed = ufunc_mixed
         self.compare = compare          # a comparison's operator: "<", "==" ...
         self.fills = fills              # the output is attrs["fill_value"] everywhere
+        self.complex_ok = complex_ok    # takes complex operands (see the traits)
 
     def __call__(self, *inputs, **attrs):
         return _apply(self, inputs, attrs)

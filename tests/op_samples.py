@@ -175,7 +175,7 @@ def assert_matches(got, want, tol, what=""):
     got, want = np.asarray(got), np.asarray(want)
     assert got.dtype == want.dtype, f"{what}dtype {got.dtype}, expected {want.dtype}"
     assert got.shape == want.shape, f"{what}shape {got.shape}, expected {want.shape}"
-    if want.dtype.kind == "f":
+    if want.dtype.kind in "fc":
         rtol, atol = tol[want.dtype.name]
         np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, equal_nan=True,
                                    err_msg=what)
@@ -672,8 +672,8 @@ def _elementwise_binary() -> List[OpInfo]:
             Sample("bool_to_f32", (bools(3,),), {"dtype": "float"}),
             Sample("f32_to_f16_0d", (zero_d(1.25, F32),), {"dtype": F16})],
             lambda x, dtype: x.astype(dg.dtypes.as_dtype(dtype)), differentiable=True,
-            errors=[ErrorCase("complex", (rand(2),), {"dtype": "complex64"}, TypeError,
-                              "unsupported dtype 'complex64'")]),
+            errors=[ErrorCase("uint32", (rand(2),), {"dtype": "uint32"}, TypeError,
+                              "unsupported dtype 'uint32'")]),
     ]
 
 
@@ -3085,4 +3085,98 @@ def _linalg_symmetric() -> List[OpInfo]:
 
 
 OPS += _linalg_solvers() + _linalg_symmetric()
+BY_NAME = {op.name: op for op in OPS}
+
+
+# -- complex numbers (their gradients: tests/test_complex_torch.py) --------------------------
+def crand(*shape, dtype="complex128") -> np.ndarray:
+    return (rand(*shape) + 1j * rand(*shape)).astype(dtype)
+
+
+COMPLEX_TOL = dict(DEFAULT_TOL, complex64=(1e-5, 1e-6), complex128=(1e-10, 1e-12))
+
+
+def _complex_ops() -> List[OpInfo]:
+    def polar_ref(a, t):
+        return a * np.cos(t) + 1j * (a * np.sin(t))
+    return [
+        OpInfo("real", dg.real, [Sample("c128", (crand(2, 3),)),
+                                 Sample("c64", (crand(4, dtype="complex64"),)),
+                                 Sample("f64", (rand(3),))], np.real, tol=COMPLEX_TOL),
+        OpInfo("imag", dg.imag, [Sample("c128", (crand(2, 3),)),
+                                 Sample("c64", (crand(4, dtype="complex64"),))], np.imag,
+               tol=COMPLEX_TOL, errors=[
+                   ErrorCase("real", (rand(3),), {}, dg.DTypeError, "non-complex")]),
+        OpInfo("conj", dg.conj, [Sample("c128", (crand(2, 3),)), Sample("f64", (rand(3),))],
+               np.conj, tol=COMPLEX_TOL, differentiable=True),
+        OpInfo("angle", dg.angle, [Sample("c128", (crand(2, 3),)),
+                                   Sample("f64", (away(5),), fd=False)],
+               lambda x: np.angle(x) if x.dtype.kind == "c" else np.where(
+                   x < 0, np.pi, 0.0), tol=COMPLEX_TOL, differentiable=True),
+        OpInfo("complex", dg.complex, [Sample("f64", (rand(2, 3), rand(2, 3))),
+                                       Sample("f32_bcast", (rand(3, dtype=F32),
+                                                            rand(2, 1, dtype=F32)))],
+               lambda a, b: a + 1j * b, tol=COMPLEX_TOL, errors=[
+                   ErrorCase("int", (ints(2), ints(2)), {}, dg.DTypeError, "float32 or")]),
+        OpInfo("polar", dg.polar, [Sample("f64", (pos(3), rand(3)))], polar_ref,
+               tol=COMPLEX_TOL),
+        OpInfo("view_as_real", dg.view_as_real, [Sample("c128", (crand(2, 3),))],
+               lambda x: np.stack([x.real, x.imag], -1), tol=COMPLEX_TOL),
+        OpInfo("view_as_complex", dg.view_as_complex, [Sample("f64", (rand(3, 2),))],
+               lambda x: x[..., 0] + 1j * x[..., 1], tol=COMPLEX_TOL, differentiable=True,
+               errors=[ErrorCase("last", (rand(3, 3),), {}, dg.ShapeError, "size 2")]),
+    ]
+
+
+OPS += _complex_ops()
+BY_NAME = {op.name: op for op in OPS}
+
+
+def _fft_ops() -> List[OpInfo]:
+    """torch.fft through the table (values, dtypes, eager vs graph); their gradients against
+    PyTorch's: tests/test_fft_torch.py."""
+    from duograph import fft as FFT
+    xr, xc = rand(3, 6), crand(3, 6)
+
+    def np_fn(fn):
+        def ref(x, *args, **kwargs):
+            if "dim" in kwargs:
+                kwargs["axes"] = kwargs.pop("dim")
+            return fn(x, *args, **kwargs).astype(
+                np.result_type(x.dtype, np.complex64) if fn not in (np.fft.irfft, np.fft.irfft2,
+                                                                   np.fft.irfftn)
+                else (np.float32 if x.dtype == np.complex64 else np.float64))
+        return ref
+
+    def one_d(name, fn, samples):
+        return OpInfo(f"fft.{name}", getattr(FFT, name), samples, np_fn(fn), tol=COMPLEX_TOL)
+    return [
+        one_d("fft", np.fft.fft, [Sample("c128", (xc,)), Sample("f64", (xr,)),
+                                  Sample("n_dim_ortho", (xc, 8, 0, "ortho")),
+                                  Sample("c64", (crand(5, dtype="complex64"),))]),
+        one_d("ifft", np.fft.ifft, [Sample("c128", (xc,)), Sample("trim", (xc, 4, -1, "forward"))]),
+        one_d("rfft", np.fft.rfft, [Sample("f64", (xr,)), Sample("n", (xr, 9, 0, "ortho")),
+                                    Sample("f32", (rand(7, dtype=F32),))]),
+        one_d("irfft", np.fft.irfft, [Sample("c128", (xc,)), Sample("n", (xc, 7, -1, "ortho"))]),
+        one_d("fft2", np.fft.fft2, [Sample("c128", (xc,)), Sample("s", (xr, (4, 5)))]),
+        one_d("ifft2", np.fft.ifft2, [Sample("c128", (xc,))]),
+        one_d("fftn", np.fft.fftn, [Sample("c128", (crand(2, 3, 4),)),
+                                    Sample("dim", (xc,), {"dim": (1,), "norm": "forward"})]),
+        one_d("ifftn", np.fft.ifftn, [Sample("c128", (crand(2, 3, 4),))]),
+        one_d("rfft2", np.fft.rfft2, [Sample("f64", (xr,))]),
+        one_d("irfft2", np.fft.irfft2, [Sample("c128", (xc,))]),
+        one_d("rfftn", np.fft.rfftn, [Sample("f64", (rand(2, 3, 4),))]),
+        one_d("irfftn", np.fft.irfftn, [Sample("c128", (crand(2, 3, 4),))]),
+        OpInfo("fft.fftshift", FFT.fftshift, [Sample("c128", (xc,)), Sample("dim", (xr, 1))],
+               lambda x, dim=None: np.fft.fftshift(x, dim), tol=COMPLEX_TOL),
+        OpInfo("fft.ifftshift", FFT.ifftshift, [Sample("f64", (rand(5, 4),))],
+               lambda x, dim=None: np.fft.ifftshift(x, dim), tol=COMPLEX_TOL),
+        OpInfo("fft.fftfreq", FFT.fftfreq, [Sample("odd", (5,)), Sample("even_d", (6, 0.5))],
+               lambda n, d=1.0: np.fft.fftfreq(n, d).astype(F32)),
+        OpInfo("fft.rfftfreq", FFT.rfftfreq, [Sample("odd", (5,)), Sample("even_d", (6, 0.5))],
+               lambda n, d=1.0: np.fft.rfftfreq(n, d).astype(F32)),
+    ]
+
+
+OPS += _fft_ops()
 BY_NAME = {op.name: op for op in OPS}

@@ -23,6 +23,7 @@ TORCH_DTYPES = {
     "bool": torch.bool, "uint8": torch.uint8, "int8": torch.int8, "int16": torch.int16,
     "int32": torch.int32, "int64": torch.int64, "float16": torch.float16,
     "bfloat16": torch.bfloat16, "float32": torch.float32, "float64": torch.float64,
+    "complex64": torch.complex64, "complex128": torch.complex128,
 }
 
 
@@ -180,6 +181,14 @@ def _sym_input(fn):
 
 
 TORCH.update(
+    real=torch.real, imag=torch.imag, conj=lambda x: torch.conj(x).resolve_conj(),
+    angle=torch.angle, complex=torch.complex, polar=torch.polar,
+    view_as_real=lambda x: torch.view_as_real(x).clone(),
+    view_as_complex=lambda x: torch.view_as_complex(x.contiguous()))
+TORCH.update({f"fft.{name}": getattr(torch.fft, name) for name in (
+    "fft", "ifft", "rfft", "irfft", "fft2", "ifft2", "fftn", "ifftn", "rfft2", "irfft2",
+    "rfftn", "irfftn", "fftshift", "ifftshift", "fftfreq", "rfftfreq")})
+TORCH.update(
     linalg_inv=torch.linalg.inv, linalg_solve=torch.linalg.solve,
     linalg_det=torch.linalg.det, linalg_slogdet=torch.linalg.slogdet,
     linalg_cholesky=torch.linalg.cholesky, linalg_qr=torch.linalg.qr,
@@ -311,6 +320,9 @@ def test_result_type_matches_torch_with_zero_dim_tensors(shapes):
             want = torch.result_type(torch.zeros(sa, dtype=TORCH_DTYPES[a]),
                                      torch.zeros(sb, dtype=TORCH_DTYPES[b]))
             got = dg.dtypes.result_type(dg.TensorType(sa, a), dg.TensorType(sb, b))
+            if want == torch.complex32:      # duograph has no complex32: complex64 instead
+                assert got == "complex64", (a, sa, b, sb)
+                continue
             assert TORCH_DTYPES[got] == want, (a, sa, b, sb)
 
 
