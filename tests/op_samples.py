@@ -3084,7 +3084,34 @@ def _linalg_symmetric() -> List[OpInfo]:
     ]
 
 
-OPS += _linalg_solvers() + _linalg_symmetric()
+def _linalg_composites() -> List[OpInfo]:
+    from duograph import linalg as L
+
+    def multi_dot_ref(ts):
+        return np.linalg.multi_dot(ts)
+    return [
+        OpInfo("linalg_matrix_power", L.matrix_power, [
+            Sample("cube", (rand(2, 3, 3), 3)), Sample("zero", (rand(3, 3), 0)),
+            Sample("inverse_square", (_well_conditioned(3, 3), -2))],
+            lambda a, n: np.linalg.matrix_power(a, n), differentiable=True,
+            tol=dict(LOOSE_TOL)),
+        OpInfo("linalg_multi_dot", L.multi_dot, [
+            Sample("chain", ([rand(4, 6), rand(6, 2), rand(2, 5)],)),
+            Sample("vectors", ([rand(4), rand(4, 3), rand(3)],))],
+            multi_dot_ref, differentiable=True, tol=dict(LOOSE_TOL), errors=[
+                ErrorCase("one", ([rand(2, 2)],), {}, ValueError, "at least 2")]),
+        OpInfo("linalg_vecdot", L.vecdot, [
+            Sample("last", (rand(3, 4), rand(3, 4))), Sample("dim0", (rand(3, 4), rand(3, 1)),
+                                                          {"dim": 0})],
+            lambda x, y, dim=-1: np.sum(np.conj(x) * y, axis=dim), differentiable=True),
+        OpInfo("linalg_diagonal", L.diagonal, [
+            Sample("last", (rand(2, 3, 4),)), Sample("offset", (rand(2, 3, 4),), {"offset": 1})],
+            lambda a, offset=0, dim1=-2, dim2=-1: np.diagonal(a, offset, dim1, dim2),
+            differentiable=True),
+    ]
+
+
+OPS += _linalg_solvers() + _linalg_symmetric() + _linalg_composites()
 BY_NAME = {op.name: op for op in OPS}
 
 

@@ -194,7 +194,9 @@ TORCH.update(
     linalg_cholesky=torch.linalg.cholesky, linalg_qr=torch.linalg.qr,
     linalg_qr_r=torch.linalg.qr, linalg_eigh=torch.linalg.eigh,
     linalg_eigvalsh=torch.linalg.eigvalsh, linalg_pinv=torch.linalg.pinv,
-    linalg_lstsq=torch.linalg.lstsq,
+    linalg_lstsq=torch.linalg.lstsq, linalg_matrix_power=torch.linalg.matrix_power,
+    linalg_multi_dot=torch.linalg.multi_dot, linalg_vecdot=torch.linalg.vecdot,
+    linalg_diagonal=torch.linalg.diagonal,
     linalg_cholesky_sym=_sym_input(torch.linalg.cholesky),
     linalg_eigh_sym=_sym_input(torch.linalg.eigh),
     linalg_eigvalsh_sym=_sym_input(torch.linalg.eigvalsh))

@@ -21,6 +21,8 @@ from ..errors import DTypeError, LinAlgError, ShapeError, located
 from ..registry import OpDef, register
 from ..types import TensorType, broadcast_shapes
 from ._common import operand
+from .creation import constant
+from .elementwise import where
 from .linalg import matmul
 from .shape import squeeze, transpose, unsqueeze
 
@@ -396,3 +398,80 @@ def lstsq(A, B, rcond=None, *, driver=None):
     if vector:
         out = (squeeze(out[0], -1),) + tuple(out[1:])
     return lstsq_result(*out)
+
+
+# -- composites ---------------------------------------------------------------------------------
+def matrix_power(A, n: int):
+    """``A`` to the integer power ``n`` (batched square matrices), as
+    ``torch.linalg.matrix_power``: by repeated squaring; ``n = 0`` gives the identity and a
+    negative ``n`` the power of ``inv(A)``."""
+    A = operand(A, "linalg.matrix_power", "A")
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
+        raise TypeError(located(f"linalg.matrix_power: expected an int n, found "
+                                f"{type(n).__name__}"))
+    if A.ndim < 2 or A.shape[-1] != A.shape[-2]:
+        raise ShapeError(located(f"linalg.matrix_power: A must be batches of square matrices, "
+                                 f"found shape {list(A.shape)}"))
+    n = int(n)
+    if n == 0:
+        # the identity in A's shape, still depending on A (with a zero gradient, as PyTorch)
+        k = A.shape[-1]
+        return where(constant(np.ones((k, k), bool)), constant(np.eye(k), A.dtype), A)
+    base = inv(A) if n < 0 else A
+    n, result = abs(n), None
+    while n:
+        if n & 1:
+            result = base if result is None else matmul(result, base)
+        n >>= 1
+        if n:
+            base = matmul(base, base)
+    return result
+
+
+def multi_dot(tensors):
+    """The product of a list of matrices (the first may be a vector, and the last), as
+    ``torch.linalg.multi_dot``, multiplied in the order that costs the fewest
+    multiply-adds (the matrix-chain order, from the static shapes)."""
+    ts = [operand(t, "linalg.multi_dot", "tensors") for t in tensors]
+    if len(ts) < 2:
+        raise ValueError(located(f"linalg.multi_dot: expected at least 2 tensors but got "
+                                 f"{len(ts)}"))
+    first_vec, last_vec = ts[0].ndim == 1, ts[-1].ndim == 1
+    if first_vec:
+        ts[0] = unsqueeze(ts[0], 0)
+    if last_vec:
+        ts[-1] = unsqueeze(ts[-1], -1)
+    for i, t in enumerate(ts):
+        if t.ndim != 2:
+            raise ShapeError(located(f"linalg.multi_dot: tensor {i} must be 2-D (the first and "
+                                     f"last may be 1-D), found shape {list(t.shape)}"))
+    dims = [ts[0].shape[0]] + [t.shape[1] for t in ts]
+    count = len(ts)
+    cost = [[0] * count for _ in range(count)]
+    split = [[0] * count for _ in range(count)]
+    for length in range(1, count):
+        for i in range(count - length):
+            j = i + length
+            cost[i][j] = None
+            for k in range(i, j):
+                c = cost[i][k] + cost[k + 1][j] + dims[i] * dims[k + 1] * dims[j + 1]
+                if cost[i][j] is None or c < cost[i][j]:
+                    cost[i][j], split[i][j] = c, k
+    # the chain multiplied by the splits, with an explicit stack (no recursion)
+    results, stack = {}, [(0, count - 1, False)]
+    while stack:
+        i, j, ready = stack.pop()
+        if i == j:
+            results[(i, j)] = ts[i]
+        elif ready:
+            k = split[i][j]
+            results[(i, j)] = matmul(results.pop((i, k)), results.pop((k + 1, j)))
+        else:
+            k = split[i][j]
+            stack += [(i, j, True), (i, k, False), (k + 1, j, False)]
+    out = results[(0, count - 1)]
+    if first_vec:
+        out = squeeze(out, 0)
+    if last_vec:
+        out = squeeze(out, -1)
+    return out
