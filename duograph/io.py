@@ -7,7 +7,8 @@
 ``save`` stores nested containers (dicts, lists, tuples) whose leaves are dg tensors, numpy
 arrays and numpy scalars, ints, floats, bools, strings and None. Every array goes into a
 safetensors file (dtype and shape kept: bool, uint8, int8, int16, int32, int64, float16,
-bfloat16, float32, float64, and for numpy arrays also the other integer widths); everything
+bfloat16, float32, float64, complex64 (safetensors has no complex128: refused), and for numpy
+arrays also the other integer widths); everything
 else is described by JSON in the safetensors header's ``__metadata__``::
 
     {"format": "duograph.checkpoint", "version": "1", "tree": "<JSON of the nesting>"}
@@ -107,13 +108,14 @@ PathOrFile = Union[str, "os.PathLike[str]", BinaryIO]
 # numpy dtypes a numpy-array leaf may have (all of them safetensors dtypes); tensor leaves
 # are limited to duograph's own dtypes.
 _ARRAY_DTYPES = frozenset({"bool", "uint8", "uint16", "uint32", "uint64", "int8", "int16",
-                           "int32", "int64", "float16", "bfloat16", "float32", "float64"})
+                           "int32", "int64", "float16", "bfloat16", "float32", "float64",
+                           "complex64"})
 _ARRAY_TYPES = ("tensor", "ndarray", "numpy_scalar")
 # safetensors dtype codes <-> numpy dtype names (the little-endian layout is the format's).
 _SAFETENSORS_DTYPES = {"BOOL": "bool", "U8": "uint8", "I8": "int8", "U16": "uint16",
                        "I16": "int16", "U32": "uint32", "I32": "int32", "U64": "uint64",
                        "I64": "int64", "F16": "float16", "BF16": "bfloat16", "F32": "float32",
-                       "F64": "float64"}
+                       "F64": "float64", "C64": "complex64"}
 _DTYPE_CODES = {name: code for code, name in _SAFETENSORS_DTYPES.items()}
 # Arrays are hashed and written in pieces of at most this many bytes.
 _CHUNK_BYTES = 16 << 20

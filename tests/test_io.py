@@ -660,3 +660,14 @@ def test_bfloat16_tensors_and_arrays_round_trip(tmp_path):
     assert back["t"].dtype == "bfloat16" and back["a"].dtype == a.dtype
     np.testing.assert_array_equal(back["t"].float().numpy(), [0.5, -3.0, 7.25])
     np.testing.assert_array_equal(back["a"].view(np.uint16), a.view(np.uint16))
+
+
+def test_complex64_round_trips_and_complex128_is_refused(tmp_path):
+    path = tmp_path / "c.safetensors"
+    z = dg.tensor(np.array([1 + 2j, -3j], np.complex64))
+    dg.save({"z": z}, path)
+    back = dg.load(path)["z"]
+    assert back.dtype == "complex64"
+    np.testing.assert_array_equal(back.numpy(), z.numpy())
+    with pytest.raises(CheckpointError, match="dtype complex128"):
+        dg.save({"z": dg.tensor(np.array([1j]))}, path)
