@@ -3084,6 +3084,14 @@ def _linalg_symmetric() -> List[OpInfo]:
     ]
 
 
+def _solve_triangular_ref(a, b, upper, left=True, unitriangular=False):
+    n = a.shape[-1]
+    tri = np.triu(a, 1 if unitriangular else 0) if upper else np.tril(
+        a, -1 if unitriangular else 0)
+    tri = tri + np.eye(n) if unitriangular else tri
+    return _solve_ref(tri, b, left)
+
+
 def _linalg_composites() -> List[OpInfo]:
     from duograph import linalg as L
 
@@ -3108,6 +3116,23 @@ def _linalg_composites() -> List[OpInfo]:
             Sample("last", (rand(2, 3, 4),)), Sample("offset", (rand(2, 3, 4),), {"offset": 1})],
             lambda a, offset=0, dim1=-2, dim2=-1: np.diagonal(a, offset, dim1, dim2),
             differentiable=True),
+        OpInfo("linalg_solve_triangular", L.solve_triangular, [
+            Sample("upper", (_well_conditioned(2, 3, 3), rand(2, 3, 2)), {"upper": True}),
+            Sample("lower_right_unit", (_well_conditioned(3, 3), rand(2, 3)),
+                   {"upper": False, "left": False, "unitriangular": True})],
+            _solve_triangular_ref, differentiable=True, tol=dict(LOOSE_TOL)),
+        OpInfo("linalg_matrix_rank", L.matrix_rank, [
+            Sample("low_rank", (rand(4, 2) @ rand(2, 5),)), Sample("full", (rand(2, 3, 4),)),
+            Sample("hermitian", (_spd(3, 3),), {"hermitian": True})],
+            lambda a, hermitian=False: np.asarray(np.linalg.matrix_rank(a, hermitian=hermitian),
+                                                  np.int64)),
+        OpInfo("linalg_cond", L.cond, [
+            Sample("two", (_well_conditioned(2, 3, 3),)), Sample("fro", (_well_conditioned(3, 3),
+                                                                          "fro"))],
+            lambda a, p=None: np.asarray(np.linalg.cond(a, p)), differentiable=True,
+            tol=dict(LOOSE_TOL)),
+        OpInfo("linalg_cross", L.cross, [Sample("last", (rand(2, 3), rand(2, 3)))],
+               lambda a, b, dim=-1: np.cross(a, b, axis=dim), differentiable=True),
     ]
 
 

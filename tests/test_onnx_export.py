@@ -27,6 +27,7 @@ REFUSED = {"uniform", "rand", "normal", "randn", "bernoulli", "randint", "log1p"
            "linalg_inv", "linalg_solve", "linalg_slogdet", "linalg_cholesky", "linalg_qr",
            "linalg_qr_r", "linalg_eigh", "linalg_eigvalsh", "linalg_pinv", "linalg_lstsq",
            "linalg_cholesky_sym", "linalg_eigh_sym", "linalg_eigvalsh_sym",
+           "linalg_solve_triangular", "linalg_matrix_rank", "linalg_cond",
            # ONNX has no complex tensors
            "imag", "complex", "polar", "view_as_real", "view_as_complex",
            *(f"fft.{n}" for n in ("fft", "ifft", "rfft", "irfft", "fft2", "ifft2", "fftn",

@@ -196,7 +196,9 @@ TORCH.update(
     linalg_eigvalsh=torch.linalg.eigvalsh, linalg_pinv=torch.linalg.pinv,
     linalg_lstsq=torch.linalg.lstsq, linalg_matrix_power=torch.linalg.matrix_power,
     linalg_multi_dot=torch.linalg.multi_dot, linalg_vecdot=torch.linalg.vecdot,
-    linalg_diagonal=torch.linalg.diagonal,
+    linalg_diagonal=torch.linalg.diagonal, linalg_solve_triangular=torch.linalg.solve_triangular,
+    linalg_matrix_rank=torch.linalg.matrix_rank, linalg_cond=torch.linalg.cond,
+    linalg_cross=torch.linalg.cross,
     linalg_cholesky_sym=_sym_input(torch.linalg.cholesky),
     linalg_eigh_sym=_sym_input(torch.linalg.eigh),
     linalg_eigvalsh_sym=_sym_input(torch.linalg.eigvalsh))
@@ -216,6 +218,8 @@ NOT_IN_TORCH = {
     "unfold-i64": "torch's im2col has no integer kernel; duograph's unfold copies any dtype",
     "scatter-smaller": "torch has no gradient where src is larger than index",
     "scatter-add": "torch has no gradient for scatter(reduce=)",
+    "linalg_cond-fro": "torch's cond(p='fro') fails in backward (an in-place op on inv's "
+                       "output); finite differences check duograph's",
 }
 
 

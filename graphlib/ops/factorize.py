@@ -17,10 +17,16 @@ from ..registry import OpDef, register
 from ..types import TensorType
 from ._common import operand
 from .creation import constant, zeros
+from .elementwise import abs as abs_
+from .elementwise import cast, maximum
 from .layout import tril, triu
 from .linalg import matmul
 from .shape import cat, getitem, unsqueeze
-from .solve import check_matrix, mT, raise_first_failure, solve_op
+from .norms import matrix_norm, svdvals
+from .reduction import amax, amin
+from .reduction import sum as sum_
+from .solve import check_matrix, inv, mT, raise_first_failure, solve_op
+from .solve import _tolerance as tolerance
 
 qr_result = namedtuple("linalg_qr", ["Q", "R"])
 eigh_result = namedtuple("linalg_eigh", ["eigenvalues", "eigenvectors"])
@@ -234,3 +240,34 @@ def eigvalsh(A, UPLO: str = "L"):
         raise DTypeError(located(f"linalg.eigvalsh: Expected a floating point tensor "
                                  f"(float32 or float64) as input, found {A.dtype}"))
     return eigh_op(A, UPLO=_uplo(UPLO, "linalg.eigvalsh"))[0]
+
+
+def matrix_rank(A, *, atol=None, rtol=None, hermitian: bool = False, tol=None):
+    """The numerical rank (int64): the number of singular values (absolute eigenvalues when
+    ``hermitian``) above ``max(atol, rtol * s_max)``, as ``torch.linalg.matrix_rank``
+    (rtol's default as ``pinv``'s; ``tol`` is the older name of ``atol``)."""
+    A = operand(A, "linalg.matrix_rank", "A")
+    if tol is not None:
+        atol = tol if atol is None else atol
+    m, n = A.shape[-2], A.shape[-1]
+    s = abs_(eigvalsh(A)) if hermitian else svdvals(A)
+    atol = tolerance(atol, "linalg.matrix_rank", "atol")
+    rtol = tolerance(rtol, "linalg.matrix_rank", "rtol")
+    if rtol is None:
+        rtol = float(np.finfo(np.dtype(A.dtype)).eps * max(m, n)) if not atol else 0.0
+    smax = amax(s, -1, keepdim=True)
+    cut = maximum(smax * rtol, atol or 0.0)
+    return sum_(cast(s > cut, "int64"), -1)
+
+
+def cond(A, p=None):
+    """The condition number of ``A`` in the matrix norm ``p``, as ``torch.linalg.cond``:
+    ``p`` None or 2 the ratio of the largest to the smallest singular value (-2 its
+    inverse); other norms (``'fro'``, ``'nuc'``, ``inf``, ``-inf``, 1, -1)
+    ``norm(A, p) * norm(inv(A), p)`` of square ``A``."""
+    A = operand(A, "linalg.cond", "A")
+    if p is None or p in (2, -2):
+        s = svdvals(A)
+        big, small = amax(s, -1), amin(s, -1)
+        return small / big if p == -2 else big / small
+    return matrix_norm(A, p) * matrix_norm(inv(A), p)

@@ -475,3 +475,26 @@ def multi_dot(tensors):
     if last_vec:
         out = squeeze(out, -1)
     return out
+
+
+def solve_triangular(A, B, *, upper: bool, left: bool = True, unitriangular: bool = False):
+    """``X`` with ``A X = B`` (``left=False``: ``X A = B``) for triangular ``A``, as
+    ``torch.linalg.solve_triangular``: only the ``upper`` (or lower) triangle of ``A`` is
+    read, its diagonal taken as ones when ``unitriangular``. Computed by ``solve`` on that
+    triangle (LU rather than a triangular substitution: the same solution, and its
+    gradient, which is zero outside the triangle, as PyTorch's)."""
+    A = operand(A, "linalg.solve_triangular", "A")
+    B = operand(B, "linalg.solve_triangular", "B")
+    if A.ndim < 2 or B.ndim < 2:
+        raise ShapeError(located(f"linalg.solve_triangular: expected A and B to have at least "
+                                 f"2 dims, found shapes {list(A.shape)} and {list(B.shape)}"))
+    if A.shape[-1] != A.shape[-2] or not isinstance(A.shape[-1], int):
+        raise ShapeError(located(f"linalg.solve_triangular: A must be batches of square "
+                                 f"matrices with static sizes, found shape {list(A.shape)}"))
+    n = A.shape[-1]
+    keep = np.triu(np.ones((n, n), bool), 1 if unitriangular else 0) if upper else np.tril(
+        np.ones((n, n), bool), -1 if unitriangular else 0)
+    tri = where(constant(keep), A, constant(np.eye(n) if unitriangular else np.zeros((n, n)),
+                                            A.dtype))
+    return solve(tri, B, left=left)
+
