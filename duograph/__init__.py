@@ -45,6 +45,7 @@ graphlib.set_compiler(_compile_with_passes)
 
 float16, float32, float64 = "float16", "float32", "float64"
 bfloat16, int8, int16 = "bfloat16", "int8", "int16"
+complex64, complex128 = cfloat, cdouble = "complex64", "complex128"
 int32, int64, uint8 = "int32", "int64", "uint8"
 bool_ = "bool"
 
@@ -66,6 +67,7 @@ from .eager.legacy import (BFloat16Tensor, BoolTensor, ByteTensor, CharTensor,  
                            ShortTensor)
 from . import compat, utils  # noqa: E402  (dg.utils.data is duograph.data)
 from . import linalg  # noqa: E402
+from . import fft  # noqa: E402
 autograd.Variable = compat.Variable
 
 # The public names, explicitly: the op functions (graphlib.functional.__all__) and these.
@@ -88,7 +90,7 @@ __all__ = list(graphlib.functional.__all__) + [
     "compare", "Comparison", "models",
     # dtype names
     "float16", "float32", "float64", "int32", "int64", "uint8", "bool_", "bfloat16", "int8",
-    "int16", "short",
+    "int16", "short", "complex64", "complex128", "cfloat", "cdouble",
     # PyTorch's aliases
     "long", "int", "float", "double", "half", "bool", "device", "cuda", "utils",
     "inference_mode",
@@ -97,7 +99,7 @@ __all__ = list(graphlib.functional.__all__) + [
     "FloatTensor", "DoubleTensor", "HalfTensor", "BFloat16Tensor", "ByteTensor", "CharTensor",
     "ShortTensor", "IntTensor", "LongTensor", "BoolTensor",
     # torch.linalg's names
-    "linalg",
+    "linalg", "fft",
     # control flow (ops with regions)
     "cond", "scan", "while_loop", "fori_loop",
     # DLPack interop

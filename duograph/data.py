@@ -27,6 +27,9 @@ sample element                  batched as
 dg tensor / numpy array         stacked; dtype kept (float64 arrays stay float64).
                                 longdouble -> float64; uint16/32/64 are refused
                                 (never silently int64: convert them first)
+other array-like (a PyTorch     read through DLPack (bfloat16 too; a PyTorch tensor
+tensor, a JAX array...)         that requires grad: its detach()), else through
+                                ``__array__``; then stacked as above
 numpy scalar (``np.float32``)   1-d tensor of its dtype
 Python bool / int / float       1-d bool / int64 / **float32** tensor (PyTorch gives
                                 float64: duograph's default float is float32, as
@@ -65,7 +68,7 @@ from typing import (Any, Callable, Generic, Iterable, Iterator, List, Optional, 
 import numpy as np
 
 from .eager import Tensor
-from .eager.creation import _next_seed, manual_seed
+from .eager.creation import _next_seed, from_dlpack, manual_seed
 from .graphlib import dtypes
 from .graphlib.errors import DuographError, ShapeError
 
@@ -500,19 +503,42 @@ def _is_number(x) -> bool:
     return isinstance(x, (bool, int, float, np.bool_, np.number)) and not isinstance(x, complex)
 
 
+def _is_array_like(x) -> bool:
+    """A tensor or array of any library: DLPack or ``__array__`` (numbers, strings and
+    containers are not)."""
+    return isinstance(x, (Tensor, np.ndarray)) or (
+        not _is_number(x) and not isinstance(x, (str, bytes, cabc.Mapping, tuple, list))
+        and (hasattr(x, "__dlpack__") or hasattr(x, "__array__")))
+
+
+def _as_array(x) -> np.ndarray:
+    """An array-like sample as a numpy array on the CPU: through DLPack where the object
+    speaks it (sharing memory; bfloat16 too), else ``np.asarray``."""
+    if isinstance(x, (Tensor, np.ndarray)):
+        return np.asarray(x)
+    if hasattr(x, "__dlpack__") and hasattr(x, "__dlpack_device__"):
+        source = x.detach() if getattr(x, "requires_grad", False) and hasattr(
+            x, "detach") else x
+        try:
+            return np.asarray(from_dlpack(source).cpu())
+        except (BufferError, RuntimeError, TypeError):
+            pass                # a dtype DLPack cannot carry: __array__ may still work
+    return np.asarray(x)
+
+
 def numpy_collate(batch: Sequence[Any]) -> Any:
     """Batch a list of samples into numpy arrays (containers kept): the half of
     ``default_collate`` that runs in worker processes."""
     if len(batch) == 0:
         raise ValueError("default_collate: cannot collate an empty batch")
     elem = batch[0]
-    if isinstance(elem, (Tensor, np.ndarray)):
+    if _is_array_like(elem):
         arrays = []
         for x in batch:
-            if not isinstance(x, (Tensor, np.ndarray)):
+            if not _is_array_like(x):
                 raise TypeError("default_collate: a batch mixes arrays with "
                                 f"{type(x).__name__}; every sample must have the same structure")
-            arrays.append(np.asarray(x))
+            arrays.append(_as_array(x))
         shapes = {a.shape for a in arrays}
         if len(shapes) > 1:
             raise ShapeError("default_collate: cannot stack samples of different shapes "
@@ -555,8 +581,8 @@ def numpy_collate(batch: Sequence[Any]) -> Any:
 
 def numpy_convert(sample: Any) -> Any:
     """One sample with tensors as numpy arrays (containers walked, nothing stacked)."""
-    if isinstance(sample, (Tensor, np.ndarray)):
-        return _supported_array(np.asarray(sample), "default_convert")
+    if _is_array_like(sample):
+        return _supported_array(_as_array(sample), "default_convert")
     if isinstance(sample, cabc.Mapping):
         return {key: numpy_convert(value) for key, value in sample.items()}
     if _is_namedtuple(sample):

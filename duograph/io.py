@@ -6,9 +6,10 @@
 
 ``save`` stores nested containers (dicts, lists, tuples) whose leaves are dg tensors, numpy
 arrays and numpy scalars, ints, floats, bools, strings and None. Every array goes into a
-safetensors file (dtype and shape kept: bool, uint8, int32, int64, float16, float32, float64,
-and for numpy arrays also the other integer widths); everything else is described by JSON in
-the safetensors header's ``__metadata__``::
+safetensors file (dtype and shape kept: bool, uint8, int8, int16, int32, int64, float16,
+bfloat16, float32, float64, complex64 (safetensors has no complex128: refused), and for numpy
+arrays also the other integer widths); everything
+else is described by JSON in the safetensors header's ``__metadata__``::
 
     {"format": "duograph.checkpoint", "version": "1", "tree": "<JSON of the nesting>"}
 
@@ -35,6 +36,14 @@ refused at once, without blocking or reading), and a header longer than
 (``save`` refuses to write one), so a hostile file cannot make ``load`` hang or parse
 gigabytes of JSON; the sizes the header gives are checked against the file's before any
 tensor is read.
+
+Plain safetensors files. A file without duograph's metadata (``safetensors.torch.save_file``
+of a PyTorch ``state_dict``, ``safetensors.numpy.save_file``) loads as a dict from tensor name
+to dg tensor, in name order, as ``safetensors.torch.load_file`` gives it, so
+``model.load_state_dict(dg.load("model.safetensors"))`` works; its tensors of dtypes a dg
+tensor cannot hold (uint16/32/64) come back as numpy arrays, and dtypes safetensors has but
+duograph does not (float8, complex) are refused, naming the tensor. Such a file carries no
+checksums (nothing is verified beyond the header's consistency).
 
 Integrity. Since format version 2 the metadata also holds ``"checksums"`` (JSON: tensor name ->
 CRC-32 of its bytes, 8 hex digits) and ``"header_crc32"`` (the CRC-32 of the whole header,
@@ -99,12 +108,14 @@ PathOrFile = Union[str, "os.PathLike[str]", BinaryIO]
 # numpy dtypes a numpy-array leaf may have (all of them safetensors dtypes); tensor leaves
 # are limited to duograph's own dtypes.
 _ARRAY_DTYPES = frozenset({"bool", "uint8", "uint16", "uint32", "uint64", "int8", "int16",
-                           "int32", "int64", "float16", "float32", "float64"})
+                           "int32", "int64", "float16", "bfloat16", "float32", "float64",
+                           "complex64"})
 _ARRAY_TYPES = ("tensor", "ndarray", "numpy_scalar")
 # safetensors dtype codes <-> numpy dtype names (the little-endian layout is the format's).
 _SAFETENSORS_DTYPES = {"BOOL": "bool", "U8": "uint8", "I8": "int8", "U16": "uint16",
                        "I16": "int16", "U32": "uint32", "I32": "int32", "U64": "uint64",
-                       "I64": "int64", "F16": "float16", "F32": "float32", "F64": "float64"}
+                       "I64": "int64", "F16": "float16", "BF16": "bfloat16", "F32": "float32",
+                       "F64": "float64", "C64": "complex64"}
 _DTYPE_CODES = {name: code for code, name in _SAFETENSORS_DTYPES.items()}
 # Arrays are hashed and written in pieces of at most this many bytes.
 _CHUNK_BYTES = 16 << 20
@@ -357,7 +368,9 @@ def load(path: PathOrFile, device: Optional[str] = None, *, verify: bool = True,
     docstring); file objects, and files that cannot be mapped, are read.
 
     ``path`` may also be a binary file object. Raises ``CheckpointError`` (naming the file) if
-    it is corrupt, truncated, not a duograph checkpoint, or from a newer format version.
+    it is corrupt, truncated, not a safetensors file, or from a newer format version. A
+    plain safetensors file (one PyTorch's ``safetensors.torch.save_file`` wrote) loads as a
+    dict from tensor name to tensor (see the module docstring).
     """
     device = _load_device(device, map_location, "load")
     if hasattr(path, "read"):
@@ -477,9 +490,11 @@ def _read_layout(read: Callable[[int], bytes], where: str, size: Optional[int]) 
         raise CheckpointError(f"{where}: {state}: the header describes "
                               f"{8 + header_size + data_length} bytes but the file has {size}")
     if not isinstance(metadata, dict) or metadata.get("format") != FORMAT_NAME:
-        raise CheckpointError(f"{not_ours}: it is a safetensors file without duograph's "
-                              "metadata (read plain safetensors files with "
-                              "safetensors.numpy.load_file)")
+        if metadata is not None and not (isinstance(metadata, dict) and all(
+                isinstance(v, str) for v in metadata.values())):
+            raise CheckpointError(f"{where}: corrupt header: __metadata__ must map strings to "
+                                  "strings")
+        return _Layout(8 + header_size, entries, _plain_tree(entries), None)
     version = metadata.get("version")
     if (not isinstance(version, str) or not version.isascii() or not version.isdigit()
             or len(version) > 9 or int(version) < 1):
@@ -496,6 +511,16 @@ def _read_layout(read: Callable[[int], bytes], where: str, size: Optional[int]) 
     if int(version) >= 2 or "checksums" in metadata:
         checksums = _checksums(metadata, entries, where)
     return _Layout(8 + header_size, entries, tree, checksums)
+
+
+def _plain_tree(entries: List[_Entry]) -> dict:
+    """The tree of a plain safetensors file: a dict from tensor name to tensor, in name
+    order (numpy arrays for dtypes a dg tensor cannot hold)."""
+    def leaf(entry):
+        kind = "tensor" if entry.dtype.name in dtypes.DTYPE_NAMES else "ndarray"
+        return {"type": kind, "name": entry.name}
+    return {"type": "dict", "items": [[e.name, leaf(e)]
+                                      for e in sorted(entries, key=lambda e: e.name)]}
 
 
 def _entries(header: dict, where: str) -> List[_Entry]:

@@ -9,7 +9,7 @@ the executed nodes into a ``Graph``; ``compile()`` records, compiles and replays
 Modules, bottom to top; each imports only modules listed before it (no import circles,
 checked by tests/test_structure.py):
 - ``grad_mode``, ``decisions`` (decisions noted for compile's guards), ``device`` (devices,
-  the backend provider), ``pyrandom``;
+  the backend provider), ``pyrandom``, ``dlpack`` (bfloat16 through DLPack);
 - ``tensors``: the ``Tensor`` class, ``Parameter``, ``SeedTensor``;
 - ``tape``: ``EagerNode``;
 - ``dispatch``: ``eager_apply``, the plan cache, ``intercept`` (the one hook point for

@@ -387,7 +387,7 @@ _BOTH = (0, 1)
 _FIRST_ONLY = (True, False)
 _SECOND_ONLY = (False, True)
 _ALL_NEEDED = {1: (True,), 2: (True, True), 3: (True, True, True)}
-_FLOAT_NP = dtypes.FLOAT_NP
+_FLOAT_NP = dtypes.GRAD_NP   # floats and complex
 _ndarray = np.ndarray
 
 

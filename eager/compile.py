@@ -491,12 +491,12 @@ class CompiledFunction:
         wants_grad = grad_mode.is_grad_enabled() and any(
             t.requires_grad for t in input_tensors)
         diff_outs = [i for i, (o, t) in enumerate(zip(outs, out_leaves))
-                     if dtypes.is_float(o.dtype) and t.requires_grad]
+                     if dtypes.is_differentiable(o.dtype) and t.requires_grad]
         s.diff_outs = diff_outs
         saved: List = []
         if wants_grad and diff_outs:
             s.grad_inputs = [i for i, t in enumerate(input_tensors)
-                             if t.requires_grad and dtypes.is_float(t.dtype)]
+                             if t.requires_grad and dtypes.is_differentiable(t.dtype)]
             n_forward = len(g.nodes)
             with g:
                 cts = {}

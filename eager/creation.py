@@ -15,6 +15,7 @@ from ..graphlib import dtypes
 from ..graphlib import functional as F
 from ..graphlib.ops import creation as graph_creation
 from .device import _xp_for
+from .dlpack import bfloat16_from_dlpack
 from .dispatch import pop_default_device, push_default_device
 from .tensors import SeedTensor, Tensor, tensor_from_data
 
@@ -108,7 +109,9 @@ def as_tensor(data, dtype=None, device=None) -> Tensor:
 
     A tensor is returned as it is (or converted with ``to(dtype, device)`` when those are
     given); a CPU numpy array whose dtype already matches is wrapped without a copy, so
-    changes to one show in the other. Anything else is copied as by ``dg.tensor``.
+    changes to one show in the other; another DLPack producer (a PyTorch or JAX array,
+    bfloat16 included) is shared through DLPack (a PyTorch tensor that requires grad:
+    its ``detach()``). Anything else is copied as by ``dg.tensor``.
     """
     if isinstance(data, Tensor):
         return data.to(dtype=dtype, device=device) if (dtype or device) else data
@@ -116,6 +119,16 @@ def as_tensor(data, dtype=None, device=None) -> Tensor:
             dtype is None or dtypes.as_dtype(dtype) == data.dtype.name) and \
             data.dtype.name in dtypes.DTYPE_NAMES:
         return Tensor._wrap(data)
+    if hasattr(data, "__dlpack__") and hasattr(data, "__dlpack_device__") and not isinstance(
+            data, (np.ndarray, np.generic)):
+        try:
+            shared = from_dlpack(data)
+        except (BufferError, RuntimeError) as e:   # torch: a tensor that requires grad
+            if not hasattr(data, "detach"):
+                raise TypeError(f"as_tensor: cannot read {type(data).__name__} through DLPack "
+                                f"({e})") from None
+            shared = from_dlpack(data.detach())
+        return shared.to(dtype=dtype, device=device) if (dtype or device) else shared
     return tensor(data, dtype, device)
 
 
@@ -339,14 +352,19 @@ def from_dlpack(obj) -> Tensor:
     """A tensor sharing ``obj``'s memory (no copy) through DLPack: ``obj`` is any object with
     ``__dlpack__`` and ``__dlpack_device__`` (a torch or JAX array, a numpy or cupy array, a
     duograph tensor), on the CPU or a CUDA device, as ``torch.from_dlpack``. The tensor
-    needs no grad."""
+    needs no grad. bfloat16 works too (``eager.dlpack``: numpy alone refuses it)."""
     if not hasattr(obj, "__dlpack_device__") or not hasattr(obj, "__dlpack__"):
         raise TypeError(f"from_dlpack: expected an object with __dlpack__ and "
                         f"__dlpack_device__ (a torch, JAX, numpy or cupy array), found "
                         f"{type(obj).__name__}")
     kind = int(obj.__dlpack_device__()[0])
     if kind in (1, 3):                  # kDLCPU, kDLCUDAHost
-        arr = np.from_dlpack(obj)
+        try:
+            arr = np.from_dlpack(obj)
+        except (BufferError, RuntimeError, TypeError):
+            arr = bfloat16_from_dlpack(obj)     # numpy has no bfloat16 of its own
+            if arr is None:
+                raise
     elif kind in (2, 13):               # kDLCUDA, kDLCUDAManaged
         arr = _xp_for("cuda").from_dlpack(obj)
     else:

@@ -92,7 +92,7 @@ def _is_floating(t) -> bool:
 
 
 _scalar_cache: dict = {}
-_FLOAT_NP = dtypes.FLOAT_NP
+_FLOAT_NP = dtypes.GRAD_NP   # floats and complex
 
 
 def _scalar_key(value, dtype: str, device: str) -> tuple:

@@ -148,7 +148,7 @@ class Recorder:
         v = self._values.get(t)
         if v is None:
             v = self._values[t] = self._external(g, t)
-            if t.requires_grad and dtypes.is_float(t.dtype):
+            if t.requires_grad and dtypes.is_differentiable(t.dtype):
                 self._carries.add(v)
         return v
 
@@ -223,7 +223,7 @@ class Recorder:
                 made.append(o)
                 if o in self._snapshots:
                     self.eager_values[v] = self._snapshots.pop(o)
-                if carries and dtypes.is_float(o.dtype):
+                if carries and dtypes.is_differentiable(o.dtype):
                     self._carries.add(v)
             if node.op.view:
                 for o in outs:

@@ -22,6 +22,7 @@ from ..graphlib.methods import TensorMethods
 from ..graphlib.ops import creation as graph_creation
 from ..graphlib.source import user_source
 from ..graphlib.types import TensorType
+from .dlpack import dlpack_capsule
 from .decisions import note_decision, tracing
 from .device import _default_device, _device_of, _xp_for
 
@@ -335,11 +336,12 @@ class Tensor(TensorMethods):
         """The DLPack capsule of the data (no copy), as ``torch.from_dlpack``,
         ``np.from_dlpack``, ``cupy.from_dlpack`` and ``jax.dlpack`` read it; the arguments
         (``stream``, ``max_version``...) are passed to the array's own ``__dlpack__``.
+        bfloat16 is exported as DLPack's bfloat16 (``eager.dlpack``; numpy alone refuses it).
         Refused for a tensor that requires grad, as PyTorch does: use ``.detach()``."""
         if self.requires_grad:
             raise RuntimeError("__dlpack__: cannot export a tensor that requires grad; use "
                                f"tensor.detach()\n  in: {user_source()}")
-        return self.array.__dlpack__(*args, **kwargs)
+        return dlpack_capsule(self.array, *args, **kwargs)
 
     def __dlpack_device__(self):
         """(device type, device id) of the data, as DLPack defines them (1: CPU, 2: CUDA)."""
@@ -416,9 +418,9 @@ class Tensor(TensorMethods):
         tensor cannot be set to False (use ``detach()``); both raise RuntimeError."""
         if not self.is_leaf and not requires_grad:
             raise RuntimeError("requires_grad_(False) on a non-leaf tensor: use detach()")
-        if requires_grad and not dtypes.is_float(self.dtype):
-            raise RuntimeError(f"only floating-point tensors can require gradients, this one "
-                               f"is {self.dtype}")
+        if requires_grad and not dtypes.is_differentiable(self.dtype):
+            raise RuntimeError(f"only floating-point and complex tensors can require "
+                               f"gradients, this one is {self.dtype}")
         self.requires_grad = bool(requires_grad)
         return self
 

@@ -65,9 +65,9 @@ def _to_float(v):
 
 
 def _to_number(v):
-    if isinstance(v, (bool, int, float)):
+    if isinstance(v, (bool, int, float, complex)):
         return v
-    if isinstance(v, (np.bool_, np.integer, np.floating)):
+    if isinstance(v, (np.bool_, np.integer, np.floating, np.complexfloating)):
         return v.item()
     raise _Refused
 

@@ -70,7 +70,7 @@ def backward_pass(nodes: Sequence, seeds: Dict[object, object], wrt: Sequence = 
     if relevant is None:
         relevant = relevant_values(nodes, wrt)
     cts: Dict[object, object] = dict(seeds)
-    float_dtypes = dtypes.FLOAT_DTYPES
+    float_dtypes = dtypes.GRAD_DTYPES
     for node in reversed(nodes):
         n_out = node.n_outputs
         if n_out is None:
@@ -149,7 +149,7 @@ def grad(output, wrt, cotangent=None) -> List[Value]:
         if not isinstance(w, Value):
             raise TypeError(located(f"grad: wrt must hold symbolic Values, found "
                                     f"{type(w).__name__}"))
-        if not dtypes.is_float(w.dtype):
+        if not dtypes.is_differentiable(w.dtype):
             raise GraphError(located(f"grad: cannot differentiate with respect to a {w.dtype} "
                                      f"value {w!r}; only floating-point values have "
                                      "gradients"))

@@ -21,7 +21,7 @@ import numpy as np
 
 from . import autocast, dtypes, methods, registry
 from .collective_hooks import next_sequence
-from .errors import DTypeError, DuographError, GraphError, ShapeError
+from .errors import DTypeError, DuographError, GraphError, ShapeError, UnsupportedDTypeError
 from .ir import (ConstArray, Graph, Node, Value, _local, current_graph, install_service,
                  value_key)
 from .registry import get_op
@@ -32,7 +32,7 @@ _capture: Dict[type, Callable] = {}
 _default_handler: Optional[Callable] = None
 
 
-_NUMBER_TYPES = frozenset({bool, int, float})
+_NUMBER_TYPES = frozenset({bool, int, float, complex})
 
 
 class Scalar:
@@ -62,8 +62,8 @@ def set_default_handler(handler: Optional[Callable]) -> None:
 
 
 def _is_number(x) -> bool:
-    return isinstance(x, (bool, int, float, np.bool_, np.integer, np.floating)) and not (
-        isinstance(x, np.ndarray))
+    return isinstance(x, (bool, int, float, complex, np.bool_, np.integer, np.floating,
+                          np.complexfloating)) and not isinstance(x, np.ndarray)
 
 
 def operand_dtype(x) -> Optional[str]:
@@ -80,7 +80,7 @@ def operand_dtype(x) -> Optional[str]:
 
 def _is_py_number(x) -> bool:
     return type(x) in _NUMBER_TYPES or (
-        isinstance(x, (bool, int, float)) and not isinstance(x, np.generic))
+        isinstance(x, (bool, int, float, complex)) and not isinstance(x, np.generic))
 
 
 _weak_dtypes: Dict[tuple, str] = {}
@@ -283,8 +283,7 @@ def constant_value(graph: Graph, value, dtype: Optional[str] = None) -> Value:
         attrs = {"value": key[1], "dtype": dt}
     else:
         dt = dtype or dtypes.default_dtype_for(value)
-        py = bool(value) if dt == "bool" else (float(value) if dtypes.is_float(dt)
-                                               else int(value))
+        py = dtypes.python_scalar(value, dt)
         key = ("scalar", type(py), value_key(py), dt)     # 0.0 and -0.0 apart
         attrs = {"value": py, "dtype": dt}
     cached = graph._const_cache.get(key)
@@ -355,6 +354,12 @@ def infer_types(op, types, attrs, source=None):
     user's line (``source``, or the caller's found now): graph building and the eager
     dispatch report a bad operand the same way."""
     try:
+        if not op.complex_ok:
+            for t in types:
+                if t.dtype in dtypes.COMPLEX_DTYPES:
+                    raise UnsupportedDTypeError(
+                        f"{op.name}: complex tensors are not supported (found {t.dtype}); "
+                        f"take .real, .imag or .abs() first")
         return op.infer(types, attrs)
     except (DuographError, TypeError, ValueError) as e:
         cls = type(e) if isinstance(e, DuographError) else (

@@ -1,8 +1,17 @@
 """dtypes and the one place where type promotion is decided.
 
-duograph knows ten dtypes, named as numpy names them (PyTorch has the same ones):
+duograph knows twelve dtypes, named as numpy names them (PyTorch has the same ones):
 
-    bool, uint8, int8, int16, int32, int64, float16, bfloat16, float32, float64
+    bool, uint8, int8, int16, int32, int64, float16, bfloat16, float32, float64,
+    complex64, complex128
+
+Complex tensors run only the ops whose OpDef says ``complex_ok`` (arithmetic, matmul, sums,
+shapes, ``abs``/``angle``/``real``/``imag``/``conj``, the FFTs...); every other op refuses
+them with an UnsupportedDTypeError naming the op, as PyTorch refuses ``relu`` or ``<`` of
+complex tensors. Promotion: a complex dtype wins over every real kind, widened to
+complex128 by float64 (``float64 + complex64 -> complex128``); a Python complex scalar with
+a float tensor gives that float's complex (``f64 * 1j -> complex128``), with an integer or
+bool tensor complex64.
 
 (bfloat16 is numpy's through ``ml_dtypes``.) PyTorch's shell types uint16/uint32/uint64,
 which have almost no ops there, are refused with an error that says what to cast to; so is
@@ -47,10 +56,12 @@ import numpy as np
 from .errors import located
 
 DTYPE_NAMES = ("bool", "uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16",
-               "float32", "float64")
+               "float32", "float64", "complex64", "complex128")
 FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
 INT_DTYPES = ("uint8", "int8", "int16", "int32", "int64")
+COMPLEX_DTYPES = ("complex64", "complex128")
 NUMERIC_DTYPES = INT_DTYPES + FLOAT_DTYPES
+DEFAULT_COMPLEX = "complex64"
 
 DEFAULT_FLOAT = "float32"
 DEFAULT_INT = "int64"
@@ -58,12 +69,14 @@ DEFAULT_INT = "int64"
 SHORT_NAMES = {
     "bool": "b8", "uint8": "u8", "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64",
     "float16": "f16", "bfloat16": "bf16", "float32": "f32", "float64": "f64",
+    "complex64": "c64", "complex128": "c128",
 }
 
 # Rank inside a kind: used for "the wider one" (rule 2); equal ranks of different dtypes
 # (uint8/int8, float16/bfloat16) promote to _TIE.
 _RANK = {"bool": 0, "uint8": 1, "int8": 1, "int16": 2, "int32": 3, "int64": 4,
-         "float16": 5, "bfloat16": 5, "float32": 6, "float64": 7}
+         "float16": 5, "bfloat16": 5, "float32": 6, "float64": 7, "complex64": 8,
+         "complex128": 9}
 _TIE = {1: "int16", 5: "float32"}
 
 # PyTorch's shell dtypes (almost no ops there): refused, naming what to cast to
@@ -73,7 +86,8 @@ _ALIASES = {
     "float": "float32", "half": "float16", "double": "float64", "long": "int64",
     "int": "int64", "short": "int16", "f16": "float16", "f32": "float32", "f64": "float64",
     "bf16": "bfloat16", "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64",
-    "u8": "uint8", "b8": "bool",
+    "u8": "uint8", "b8": "bool", "cfloat": "complex64", "cdouble": "complex128",
+    "c64": "complex64", "c128": "complex128",
 }
 
 def as_dtype(dtype) -> str:
@@ -112,6 +126,14 @@ def _refused_message(name: str) -> str:
 # ask ``arr.dtype in FLOAT_NP`` (``is_float_array``) rather than ``arr.dtype.kind == "f"``
 FLOAT_NP = frozenset(np.dtype(n) for n in FLOAT_DTYPES)
 HALF_NP = frozenset(np.dtype(n) for n in ("float16", "bfloat16"))
+# the dtypes gradients flow through (floats and complex, as in PyTorch)
+GRAD_DTYPES = FLOAT_DTYPES + COMPLEX_DTYPES
+GRAD_NP = frozenset(np.dtype(n) for n in GRAD_DTYPES)
+
+
+def is_differentiable(dtype: str) -> bool:
+    """Whether tensors of ``dtype`` can require gradients (floats and complex)."""
+    return dtype in GRAD_DTYPES
 
 
 def is_float_array(arr) -> bool:
@@ -120,14 +142,36 @@ def is_float_array(arr) -> bool:
 
 
 def kind(dtype: str) -> str:
-    """'b' for bool, 'i' for integers (signed or not), 'f' for floats."""
+    """'b' for bool, 'i' for integers (signed or not), 'f' for floats, 'c' for complex."""
     if dtype == "bool":
         return "b"
-    return "f" if dtype in FLOAT_DTYPES else "i"
+    if dtype in FLOAT_DTYPES:
+        return "f"
+    return "c" if dtype in COMPLEX_DTYPES else "i"
+
+
+_KIND_ORDER = {"b": 0, "i": 1, "f": 2, "c": 3}
 
 
 def is_float(dtype: str) -> bool:
     return dtype in FLOAT_DTYPES
+
+
+def is_complex(dtype: str) -> bool:
+    return dtype in COMPLEX_DTYPES
+
+
+def complex_of(dtype: str) -> str:
+    """The complex dtype whose parts are ``dtype`` (float64 -> complex128; the other floats,
+    and anything else, complex64: duograph has no complex32)."""
+    if dtype in COMPLEX_DTYPES:
+        return dtype
+    return "complex128" if dtype == "float64" else DEFAULT_COMPLEX
+
+
+def real_of(dtype: str) -> str:
+    """The dtype of a complex dtype's parts (complex64 -> float32); others unchanged."""
+    return {"complex64": "float32", "complex128": "float64"}.get(dtype, dtype)
 
 
 def result_dtype(a: str, b: str) -> str:
@@ -135,6 +179,9 @@ def result_dtype(a: str, b: str) -> str:
     if a == b:
         return a
     ka, kb = kind(a), kind(b)
+    if "c" in (ka, kb) and ka != kb:     # complex with a real: the complex of the wider
+        c, other = (a, b) if ka == "c" else (b, a)
+        return "complex128" if other == "float64" else c
     if ka == kb:
         ra, rb = _RANK[a], _RANK[b]
         if ra == rb:
@@ -152,9 +199,11 @@ def _combine_categories(higher: Optional[str], lower: Optional[str]) -> Optional
     (or the higher category is bool)."""
     if higher is None:
         return lower
-    if lower is None or kind(higher) == "f":
+    if lower is not None and kind(lower) == "c" and kind(higher) == "f":
+        return complex_of(higher)           # f32 + c128[] -> complex64, as PyTorch
+    if lower is None or kind(higher) in "fc":
         return higher
-    if higher == "bool" or kind(lower) == "f":
+    if higher == "bool" or kind(lower) in "fc":
         return result_dtype(higher, lower)
     return higher
 
@@ -176,13 +225,15 @@ def result_type(*operands) -> str:
 
 
 def scalar_kind(value) -> str:
-    """Kind of a Python scalar: 'b', 'i' or 'f' (numpy scalars count by their dtype)."""
+    """Kind of a Python scalar: 'b', 'i', 'f' or 'c' (numpy scalars count by their dtype)."""
     if isinstance(value, (bool, np.bool_)):
         return "b"
     if isinstance(value, (int, np.integer)):
         return "i"
     if isinstance(value, (float, np.floating)):
         return "f"
+    if isinstance(value, (complex, np.complexfloating)):
+        return "c"
     raise TypeError(f"expected a Python number, found {type(value).__name__}")
 
 
@@ -190,15 +241,28 @@ def weak_result_dtype(tensor_dtype: str, value) -> str:
     """dtype of ``tensor <op> python_scalar`` under the weak-scalar rule."""
     sk = scalar_kind(value)
     tk = kind(tensor_dtype)
-    order = {"b": 0, "i": 1, "f": 2}
-    if order[sk] <= order[tk]:
+    if _KIND_ORDER[sk] <= _KIND_ORDER[tk]:
         return tensor_dtype
+    if sk == "c":
+        return complex_of(tensor_dtype)
     return DEFAULT_FLOAT if sk == "f" else DEFAULT_INT
+
+
+def python_scalar(value, dtype: str):
+    """``value`` as the Python number a constant of ``dtype`` holds: bool, int, float, or
+    complex (a real value stays a float for a complex dtype)."""
+    if dtype == "bool":
+        return bool(value)
+    if dtype in COMPLEX_DTYPES:
+        return complex(value) if isinstance(value, (complex, np.complexfloating)) else float(
+            value)
+    return float(value) if dtype in FLOAT_DTYPES else int(value)
 
 
 def default_dtype_for(value) -> str:
     """dtype a Python scalar gets on its own."""
-    return {"b": "bool", "i": DEFAULT_INT, "f": DEFAULT_FLOAT}[scalar_kind(value)]
+    return {"b": "bool", "i": DEFAULT_INT, "f": DEFAULT_FLOAT,
+            "c": DEFAULT_COMPLEX}[scalar_kind(value)]
 
 
 def infer_data_dtype(data) -> str:
@@ -210,6 +274,8 @@ def infer_data_dtype(data) -> str:
             raise TypeError(located(_refused_message(data.dtype.name)))
         if data.dtype.kind == "f":
             return "float64" if data.dtype.itemsize > 8 else DEFAULT_FLOAT
+        if data.dtype.kind == "c":
+            return "complex128"
         raise TypeError(located(f"unsupported array dtype {data.dtype}: expected one of "
                                 f"{', '.join(DTYPE_NAMES)}"))
     if isinstance(data, np.generic):
@@ -217,6 +283,8 @@ def infer_data_dtype(data) -> str:
     arr = np.asarray(data)
     if arr.dtype.kind == "f":
         return DEFAULT_FLOAT
+    if arr.dtype.kind == "c":
+        return DEFAULT_COMPLEX
     if arr.dtype.kind in "iu":
         return DEFAULT_INT
     if arr.dtype.kind == "b":

@@ -60,9 +60,18 @@ class KernelIndexError(KernelError, IndexError):
     for ``index_select`` and friends."""
 
 
+class LinAlgError(KernelError):
+    """A linear-algebra kernel met a matrix it cannot handle (singular for ``inv`` and
+    ``solve``, not positive-definite for ``cholesky``): a ``RuntimeError``, as PyTorch's
+    ``torch.linalg.LinAlgError`` is."""
+
+
 def kernel_error(message: str, cause: BaseException) -> KernelError:
     """The KernelError for a kernel that raised ``cause``: an index refused stays an
-    IndexError too, so code catching PyTorch's exception catches ours."""
+    IndexError too, and a LinAlgError stays one, so code catching PyTorch's exception
+    catches ours."""
+    if isinstance(cause, LinAlgError):
+        return LinAlgError(message)
     return (KernelIndexError if isinstance(cause, IndexError) else KernelError)(message)
 
 

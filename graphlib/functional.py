@@ -26,6 +26,9 @@ from .ops.elementwise import (acos, acosh, arccos, arccosh, arcsin, arcsinh,  # 
 from .ops.elementwise import (arctan2, atan2, floor_divide, fmod, hypot,  # noqa: F401
                               logical_xor, remainder)
 from .ops.linalg import matmul, mm  # noqa: F401
+from .ops.elementwise import conj  # noqa: F401
+from .ops.complexes import (angle, complex, imag, polar, real, view_as_complex,  # noqa: F401
+                            view_as_real)
 from .ops.layout import view_dtype as _view_dtype  # noqa: F401  (Tensor.view(dtype))
 from .ops.pointwise import (bitwise_left_shift, bitwise_right_shift, lerp,  # noqa: F401
                             nan_to_num, round, xlogy)
@@ -110,6 +113,8 @@ __all__ = ["adaptive_avg_pool2d", "avg_pool2d", "conv2d", "max_pool2d", "arange"
            "argwhere", "index_copy", "index_fill", "index_put", "masked_fill",
            "masked_scatter", "masked_select", "nonzero", "nonzero_static", "scatter",
            "scatter_reduce", "take", "take_along_dim"]
+__all__ += ["conj", "angle", "complex", "imag", "polar", "real", "view_as_complex",
+            "view_as_real"]
 __all__ += ["cumsum", "cumprod", "cummax", "cummin", "logcumsumexp", "sort", "argsort", "topk",
             "kthvalue", "median", "mode", "unique", "norm", "isclose", "allclose", "equal"]
 

@@ -943,6 +943,29 @@ class TensorMethods:
         """``torch.Tensor.argwhere``: ``nonzero()``."""
         return F.argwhere(self)
 
+    # -- complex numbers ----------------------------------------------------------------------
+    @property
+    def real(self):
+        """The real part (a copy; the tensor itself when it is real). See ``dg.real``."""
+        return F.real(self)
+
+    @property
+    def imag(self):
+        """The imaginary part of a complex tensor (a copy). See ``dg.imag``."""
+        return F.imag(self)
+
+    def conj(self):
+        """``conj() -> Tensor``: the complex conjugate (``self`` when real). See ``dg.conj``."""
+        return F.conj(self)
+
+    def angle(self):
+        """``angle() -> Tensor``: the argument of each element. See ``dg.angle``."""
+        return F.angle(self)
+
+    def is_complex(self) -> bool:
+        """Whether the dtype is complex64 or complex128."""
+        return self.dtype in ("complex64", "complex128")
+
 
 def _add_axis_aliases(cls):
     """``axis=``/``keepdims=`` wherever a method takes ``dim=``/``keepdim=`` (as PyTorch)."""

@@ -46,6 +46,9 @@ keyword of its OpDef, never a set of op names kept elsewhere:
   nothing first: comparisons, logic; ``ops._common``'s helpers set it). Backends build their
   ufunc tables from it.
 - ``compare``: for comparisons, the operator as C and Python spell it (``"<"``, ``"=="``).
+- ``complex_ok``: the op takes complex64/complex128 operands (its kernel computes them and
+  its vjp follows PyTorch's convention: the conjugate Wirtinger derivative); every other op
+  refuses complex operands when a node is built, naming the op (``dispatch.infer_types``).
 - ``fills``: every element of the output is the ``fill_value`` attribute (``full``,
   ``full_like``): autodiff knows a zero cotangent by it.
 - ``promote``: its operands (``True``: all; a tuple: those indices) promote together as
@@ -100,7 +103,7 @@ class OpDef:
                  "inplace_pairs", "epilogue_host", "cheap", "external", "constant",
                  "static_region", "loop_invariant_from", "region_kernel", "attrs", "doc",
                  "ufunc", "ufunc_mixed", "compare", "fills", "batch", "__weakref__",
-                 "autocast")
+                 "autocast", "complex_ok")
 
     def __init__(self, name: str, infer: Callable, kernel: Callable,
                  vjp: Optional[Callable] = None, *, expr: Optional[str] = None,
@@ -117,7 +120,8 @@ class OpDef:
                  ufunc: Optional[str] = None, ufunc_mixed: bool = False,
                  compare: Optional[str] = None, fills: bool = False,
                  batch: Optional[Callable] = None,
-                 autocast: Union[str, Callable, None] = None):
+                 autocast: Union[str, Callable, None] = None,
+                 complex_ok: bool = False):
         self.name = name
         self.infer = infer
         self.kernel = kernel
@@ -152,6 +156,7 @@ class OpDef:
         self.fills = fills              # the output is attrs["fill_value"] everywhere
         self.autocast = autocast        # the precision under autocast (see the traits)
         self.batch = batch              # vmap's rule (see the traits)
+        self.complex_ok = complex_ok    # takes complex operands (see the traits)
 
     def __call__(self, *inputs, **attrs):
         return _apply(self, inputs, attrs)

@@ -131,7 +131,9 @@ class _Arrays:
         if self.store is None:
             return dict(head, data=base64.b64encode(arr.tobytes()).decode("ascii"))
         key = f"t{next(self.count)}"
-        self.store[key] = arr
+        # safetensors has complex64 but no complex128: its float64 pairs, a last dim of 2
+        self.store[key] = arr.view(np.float64).reshape(arr.shape + (2,)) if (
+            arr.dtype == np.complex128) else arr
         return dict(head, ref=key)
 
     def decode(self, obj, where: str) -> np.ndarray:
@@ -158,6 +160,8 @@ class _Arrays:
         if self.store is None or not isinstance(ref, str) or ref not in self.store:
             raise GraphFormatError(f"{where}: array {ref!r} is missing from the file")
         arr = np.asarray(self.store[ref])
+        if dt == "complex128" and arr.dtype == np.float64 and list(arr.shape) == shape + [2]:
+            arr = np.ascontiguousarray(arr).view(np.complex128).reshape(shape)
         if dtypes.as_dtype(arr.dtype) != dt or list(arr.shape) != shape:
             raise GraphFormatError(f"{where}: tensor {ref!r} is {arr.dtype}{list(arr.shape)}, "
                                    f"the graph expects {dt}{shape}")
@@ -172,6 +176,8 @@ def _attr_to_json(v, arrays: _Arrays, depth: int):
         return int(v)
     if isinstance(v, float):
         return v if math.isfinite(v) else {"float": repr(v)}
+    if isinstance(v, (complex, np.complexfloating)):     # a complex constant's value
+        return {"complex": [repr(float(v.real)), repr(float(v.imag))]}
     if isinstance(v, tuple):
         return {"tuple": [_attr_to_json(x, arrays, depth) for x in v]}
     if isinstance(v, list):
@@ -204,6 +210,11 @@ def _attr_from_json(obj, arrays: _Arrays, where: str, depth: int):
             return float(val)
         if tag == "array":
             return ConstArray(arrays.decode(val, where))
+        if tag == "complex" and isinstance(val, list) and len(val) == 2:
+            try:
+                return complex(float(val[0]), float(val[1]))
+            except (TypeError, ValueError):
+                raise GraphFormatError(f"{where}: bad complex value {val!r:.80}") from None
         if tag == "dim":
             return _dim_from_json(val, where)
     if isinstance(obj, dict) and set(obj) == {"region", "graph"}:

@@ -76,6 +76,10 @@ class OpInfo:
     make_input: Optional[Callable] = None       # (rng, shape) -> operand, for binary ops
     random: bool = False             # seeded random op: ``check`` replaces the reference
     check: Optional[Callable] = None  # check(out, *args, **kwargs) for random ops
+    # False: no second-order finite differences (an op that reads one triangle of a
+    # symmetric input has a symmetric gradient, which perturbing single elements of the
+    # first-order graph does not see; a symmetrising wrapper's entry checks them instead)
+    second_order: bool = True
 
     @property
     def op_name(self) -> str:
@@ -171,7 +175,7 @@ def assert_matches(got, want, tol, what=""):
     got, want = np.asarray(got), np.asarray(want)
     assert got.dtype == want.dtype, f"{what}dtype {got.dtype}, expected {want.dtype}"
     assert got.shape == want.shape, f"{what}shape {got.shape}, expected {want.shape}"
-    if want.dtype.kind == "f":
+    if want.dtype.kind in "fc":
         rtol, atol = tol[want.dtype.name]
         np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, equal_nan=True,
                                    err_msg=what)
@@ -668,8 +672,8 @@ def _elementwise_binary() -> List[OpInfo]:
             Sample("bool_to_f32", (bools(3,),), {"dtype": "float"}),
             Sample("f32_to_f16_0d", (zero_d(1.25, F32),), {"dtype": F16})],
             lambda x, dtype: x.astype(dg.dtypes.as_dtype(dtype)), differentiable=True,
-            errors=[ErrorCase("complex", (rand(2),), {"dtype": "complex64"}, TypeError,
-                              "unsupported dtype 'complex64'")]),
+            errors=[ErrorCase("uint32", (rand(2),), {"dtype": "uint32"}, TypeError,
+                              "unsupported dtype 'uint32'")]),
     ]
 
 
@@ -2914,4 +2918,322 @@ def _collectives() -> List[OpInfo]:
 
 
 OPS += _collectives()
+BY_NAME = {op.name: op for op in OPS}
+
+
+# -- torch.linalg: inverses, solvers, determinants and factorisations ---------------------------
+def _well_conditioned(*shape, rng=None) -> np.ndarray:
+    """Square matrices ``I * n + noise``: far from singular (finite differences stay
+    accurate)."""
+    n = shape[-1]
+    return rand(*shape, rng=rng) + n * np.eye(n)
+
+
+def _spd(*shape) -> np.ndarray:
+    """Symmetric positive-definite matrices with well-separated eigenvalues."""
+    a = rand(*shape)
+    n = shape[-1]
+    return a @ np.swapaxes(a, -1, -2) + np.diag(np.arange(1.0, n + 1.0) * 1.5)
+
+
+def _sym(a):
+    """The symmetric matrix LAPACK reads from ``a``'s lower triangle, written so that finite
+    differences on a symmetric sample give the symmetric gradient PyTorch gives."""
+    return (a + np.swapaxes(a, -1, -2)) / 2
+
+
+def _solve_ref(a, b, left=True):
+    if not left:
+        return np.swapaxes(np.linalg.solve(np.swapaxes(a, -1, -2), np.swapaxes(b, -1, -2)),
+                           -1, -2)
+    if b.ndim == 1 or (b.ndim == a.ndim - 1 and b.shape == a.shape[:-1]):
+        return np.linalg.solve(a, b[..., None])[..., 0]
+    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    return np.linalg.solve(np.broadcast_to(a, batch + a.shape[-2:]),
+                           np.broadcast_to(b, batch + b.shape[-2:]))
+
+
+def _cholesky_ref(a, upper=False):
+    low = np.linalg.cholesky(_sym(a))
+    return np.swapaxes(low, -1, -2) if upper else low
+
+
+def _qr_ref(a, mode="reduced"):
+    if mode == "r":
+        return np.empty((0,), a.dtype), np.linalg.qr(a, mode="r")
+    return tuple(np.linalg.qr(a, mode=mode))
+
+
+def _pinv_ref(a, atol=None, rtol=None, hermitian=False, rcond=None):
+    rtol = rcond if rtol is None else rtol
+    if rtol is None:
+        rtol = np.finfo(a.dtype).eps * max(a.shape[-2:]) if not atol else 0.0
+    u, s, vh = np.linalg.svd(_sym(a) if hermitian else a, full_matrices=False)
+    cut = np.maximum(atol or 0.0, rtol * s.max(-1, keepdims=True))
+    sinv = np.where(s > cut, 1 / s, 0)
+    return np.swapaxes(vh, -1, -2) * sinv[..., None, :] @ np.swapaxes(u, -1, -2)
+
+
+def _lstsq_ref(a, b, rcond=None, driver=None):
+    driver = driver or "gelsy"
+    vector = b.ndim == 1
+    b2 = b[:, None] if vector else b
+    x, res, rank, sv = np.linalg.lstsq(a, b2, rcond)
+    m, n = a.shape
+    res = res if m > n and driver != "gelsy" else np.empty((0,), a.dtype)
+    return (x[:, 0] if vector else x, res,
+            np.asarray(rank, np.int64) if driver != "gels" else np.empty((0,), np.int64),
+            sv if driver in ("gelsd", "gelss") else np.empty((0,), a.dtype))
+
+
+def _linalg_solvers() -> List[OpInfo]:
+    from duograph import linalg as L
+    sq, bad = _well_conditioned(2, 3, 3), [
+        ErrorCase("not_square", (rand(2, 3),), {}, dg.ShapeError, "square matrices"),
+        ErrorCase("int", (ints(3, 3),), {}, dg.DTypeError, "floating point"),
+        ErrorCase("vector", (rand(3),), {}, dg.ShapeError, "at least 2 dimensions")]
+    spd = _spd(3, 3)
+    return [
+        OpInfo("linalg_inv", L.inv, [
+            Sample("mat", (_well_conditioned(3, 3),)), Sample("batch", (sq,)),
+            Sample("f32", (_well_conditioned(4, 4).astype(F32),))],
+            np.linalg.inv, differentiable=True, tol=dict(LOOSE_TOL), errors=bad),
+        OpInfo("linalg_solve", L.solve, [
+            Sample("mat", (_well_conditioned(3, 3), rand(3, 2))),
+            Sample("vector", (_well_conditioned(3, 3), rand(3))),
+            Sample("batch_vector", (sq, rand(2, 3))),
+            Sample("broadcast", (_well_conditioned(3, 3), rand(2, 3, 2))),
+            Sample("right", (sq, rand(2, 4, 3)), {"left": False})],
+            _solve_ref, differentiable=True, tol=dict(LOOSE_TOL), errors=[
+                ErrorCase("sizes", (_well_conditioned(3, 3), rand(4, 2)), {}, dg.ShapeError,
+                          "Incompatible shapes"),
+                ErrorCase("not_square", (rand(2, 3), rand(2, 2)), {}, dg.ShapeError,
+                          "square matrices")]),
+        OpInfo("linalg_det", L.det, [
+            Sample("mat", (_well_conditioned(3, 3),)), Sample("batch", (rand(2, 4, 4),)),
+            Sample("f32", (rand(3, 3, dtype=F32),))],
+            lambda a: np.asarray(np.linalg.det(a)), differentiable=True,
+            tol=dict(LOOSE_TOL), errors=bad),
+        OpInfo("linalg_slogdet", L.slogdet, [
+            Sample("mat", (rand(3, 3),)), Sample("batch", (rand(2, 4, 4),))],
+            lambda a: tuple(np.asarray(v) for v in np.linalg.slogdet(a)), differentiable=True,
+            tol=dict(LOOSE_TOL), errors=bad),
+        OpInfo("linalg_cholesky", L.cholesky, [
+            Sample("mat", (spd,)), Sample("batch", (_spd(2, 4, 4),)),
+            Sample("upper", (spd,), {"upper": True}),
+            Sample("f32", (spd.astype(F32),))],
+            _cholesky_ref, differentiable=True, tol=dict(LOOSE_TOL), second_order=False,
+            errors=bad),
+        OpInfo("linalg_qr", L.qr, [
+            Sample("tall", (rand(5, 3),)), Sample("square", (_well_conditioned(2, 3, 3),)),
+            Sample("wide", (rand(3, 5),)),
+            Sample("complete_wide", (rand(3, 4),), {"mode": "complete"})],
+            _qr_ref, differentiable=True, tol=dict(LOOSE_TOL), errors=[
+                ErrorCase("vector", (rand(3),), {}, dg.ShapeError, "at least 2 dimensions"),
+                ErrorCase("mode", (rand(3, 3),), {"mode": "full"}, ValueError,
+                          "unrecognized mode")]),
+        # mode='r' has no gradient (PyTorch refuses it too: tests/test_linalg_torch.py)
+        OpInfo("linalg_qr_r", L.qr, [Sample("r", (rand(4, 3),), {"mode": "r"})], _qr_ref),
+        OpInfo("linalg_eigh", L.eigh, [
+            Sample("mat", (spd,)), Sample("upper", (spd,), {"UPLO": "U"}),
+            Sample("batch", (_spd(2, 3, 3),))],
+            lambda a, UPLO="L": tuple(np.linalg.eigh(_sym(a), UPLO)), differentiable=True,
+            tol=dict(LOOSE_TOL), second_order=False, errors=bad + [
+                ErrorCase("uplo", (spd,), {"UPLO": "X"}, ValueError, "UPLO")]),
+        OpInfo("linalg_eigvalsh", L.eigvalsh, [
+            Sample("mat", (spd,)), Sample("batch", (_spd(2, 4, 4),))],
+            lambda a, UPLO="L": np.linalg.eigvalsh(_sym(a)), differentiable=True,
+            tol=dict(LOOSE_TOL), second_order=False, errors=bad),
+        OpInfo("linalg_pinv", L.pinv, [
+            Sample("tall", (rand(5, 3),)), Sample("wide", (rand(2, 3, 4),)),
+            Sample("hermitian", (spd,), {"hermitian": True}, fd=False),
+            Sample("rtol", (rand(4, 3),), {"rtol": 1e-3})],
+            _pinv_ref, differentiable=True, tol=dict(LOOSE_TOL), errors=[
+                ErrorCase("int", (ints(3, 3),), {}, dg.DTypeError, "floating point")]),
+        OpInfo("linalg_lstsq", L.lstsq, [
+            Sample("tall", (rand(5, 3), rand(5, 2))),
+            Sample("vector", (rand(5, 3), rand(5))),
+            # singular values have no gradient (as in PyTorch): fd would see one
+            Sample("gelsd", (rand(6, 3), rand(6, 2)), {"driver": "gelsd"}, fd=False),
+            Sample("wide_gels", (rand(3, 5), rand(3, 2)), {"driver": "gels"})],
+            _lstsq_ref, differentiable=True, tol=dict(LOOSE_TOL), errors=[
+                ErrorCase("rows", (rand(5, 3), rand(4, 2)), {}, dg.ShapeError, "should match"),
+                ErrorCase("driver", (rand(5, 3), rand(5, 2)), {"driver": "x"}, ValueError,
+                          "driver")]),
+    ]
+
+
+def sym_input(fn):
+    """``fn`` applied to the symmetric part of its first operand: its gradients (and
+    second-order ones) are those of a function of any matrix, which finite differences
+    check element by element."""
+    def run(a, *args, **kwargs):
+        return fn((a + dg.transpose(a, -1, -2)) * 0.5, *args, **kwargs)
+    run.__name__ = fn.__name__
+    return run
+
+
+def _linalg_symmetric() -> List[OpInfo]:
+    from duograph import linalg as L
+    return [
+        OpInfo("linalg_cholesky_sym", sym_input(L.cholesky), [
+            Sample("mat", (_spd(3, 3),)), Sample("upper", (_spd(2, 3, 3),), {"upper": True})],
+            _cholesky_ref, differentiable=True, tol=dict(LOOSE_TOL)),
+        OpInfo("linalg_eigh_sym", sym_input(L.eigh), [
+            Sample("mat", (_spd(3, 3),)), Sample("batch", (_spd(2, 3, 3),), {"UPLO": "U"})],
+            lambda a, UPLO="L": tuple(np.linalg.eigh(_sym(a), UPLO)), differentiable=True,
+            tol=dict(LOOSE_TOL)),
+        OpInfo("linalg_eigvalsh_sym", sym_input(L.eigvalsh), [Sample("mat", (_spd(4, 4),))],
+               lambda a: np.linalg.eigvalsh(_sym(a)), differentiable=True,
+               tol=dict(LOOSE_TOL)),
+    ]
+
+
+def _solve_triangular_ref(a, b, upper, left=True, unitriangular=False):
+    n = a.shape[-1]
+    tri = np.triu(a, 1 if unitriangular else 0) if upper else np.tril(
+        a, -1 if unitriangular else 0)
+    tri = tri + np.eye(n) if unitriangular else tri
+    return _solve_ref(tri, b, left)
+
+
+def _linalg_composites() -> List[OpInfo]:
+    from duograph import linalg as L
+
+    def multi_dot_ref(ts):
+        return np.linalg.multi_dot(ts)
+    return [
+        OpInfo("linalg_matrix_power", L.matrix_power, [
+            Sample("cube", (rand(2, 3, 3), 3)), Sample("zero", (rand(3, 3), 0)),
+            Sample("inverse_square", (_well_conditioned(3, 3), -2))],
+            lambda a, n: np.linalg.matrix_power(a, n), differentiable=True,
+            tol=dict(LOOSE_TOL)),
+        OpInfo("linalg_multi_dot", L.multi_dot, [
+            Sample("chain", ([rand(4, 6), rand(6, 2), rand(2, 5)],)),
+            Sample("vectors", ([rand(4), rand(4, 3), rand(3)],))],
+            multi_dot_ref, differentiable=True, tol=dict(LOOSE_TOL), errors=[
+                ErrorCase("one", ([rand(2, 2)],), {}, ValueError, "at least 2")]),
+        OpInfo("linalg_vecdot", L.vecdot, [
+            Sample("last", (rand(3, 4), rand(3, 4))), Sample("dim0", (rand(3, 4), rand(3, 1)),
+                                                          {"dim": 0})],
+            lambda x, y, dim=-1: np.sum(np.conj(x) * y, axis=dim), differentiable=True),
+        OpInfo("linalg_diagonal", L.diagonal, [
+            Sample("last", (rand(2, 3, 4),)), Sample("offset", (rand(2, 3, 4),), {"offset": 1})],
+            lambda a, offset=0, dim1=-2, dim2=-1: np.diagonal(a, offset, dim1, dim2),
+            differentiable=True),
+        OpInfo("linalg_solve_triangular", L.solve_triangular, [
+            Sample("upper", (_well_conditioned(2, 3, 3), rand(2, 3, 2)), {"upper": True}),
+            Sample("lower_right_unit", (_well_conditioned(3, 3), rand(2, 3)),
+                   {"upper": False, "left": False, "unitriangular": True})],
+            _solve_triangular_ref, differentiable=True, tol=dict(LOOSE_TOL)),
+        OpInfo("linalg_matrix_rank", L.matrix_rank, [
+            Sample("low_rank", (rand(4, 2) @ rand(2, 5),)), Sample("full", (rand(2, 3, 4),)),
+            Sample("hermitian", (_spd(3, 3),), {"hermitian": True})],
+            lambda a, hermitian=False: np.asarray(np.linalg.matrix_rank(a, hermitian=hermitian),
+                                                  np.int64)),
+        OpInfo("linalg_cond", L.cond, [
+            Sample("two", (_well_conditioned(2, 3, 3),)), Sample("fro", (_well_conditioned(3, 3),
+                                                                          "fro"))],
+            lambda a, p=None: np.asarray(np.linalg.cond(a, p)), differentiable=True,
+            tol=dict(LOOSE_TOL)),
+        OpInfo("linalg_cross", L.cross, [Sample("last", (rand(2, 3), rand(2, 3)))],
+               lambda a, b, dim=-1: np.cross(a, b, axis=dim), differentiable=True),
+    ]
+
+
+OPS += _linalg_solvers() + _linalg_symmetric() + _linalg_composites()
+BY_NAME = {op.name: op for op in OPS}
+
+
+# -- complex numbers (their gradients: tests/test_complex_torch.py) --------------------------
+def crand(*shape, dtype="complex128") -> np.ndarray:
+    return (rand(*shape) + 1j * rand(*shape)).astype(dtype)
+
+
+COMPLEX_TOL = dict(DEFAULT_TOL, complex64=(1e-5, 1e-6), complex128=(1e-10, 1e-12))
+
+
+def _complex_ops() -> List[OpInfo]:
+    def polar_ref(a, t):
+        return a * np.cos(t) + 1j * (a * np.sin(t))
+    return [
+        OpInfo("real", dg.real, [Sample("c128", (crand(2, 3),)),
+                                 Sample("c64", (crand(4, dtype="complex64"),)),
+                                 Sample("f64", (rand(3),))], np.real, tol=COMPLEX_TOL),
+        OpInfo("imag", dg.imag, [Sample("c128", (crand(2, 3),)),
+                                 Sample("c64", (crand(4, dtype="complex64"),))], np.imag,
+               tol=COMPLEX_TOL, errors=[
+                   ErrorCase("real", (rand(3),), {}, dg.DTypeError, "non-complex")]),
+        OpInfo("conj", dg.conj, [Sample("c128", (crand(2, 3),)), Sample("f64", (rand(3),))],
+               np.conj, tol=COMPLEX_TOL, differentiable=True),
+        OpInfo("angle", dg.angle, [Sample("c128", (crand(2, 3),)),
+                                   Sample("f64", (away(5),), fd=False)],
+               lambda x: np.angle(x) if x.dtype.kind == "c" else np.where(
+                   x < 0, np.pi, 0.0), tol=COMPLEX_TOL, differentiable=True),
+        OpInfo("complex", dg.complex, [Sample("f64", (rand(2, 3), rand(2, 3))),
+                                       Sample("f32_bcast", (rand(3, dtype=F32),
+                                                            rand(2, 1, dtype=F32)))],
+               lambda a, b: a + 1j * b, tol=COMPLEX_TOL, errors=[
+                   ErrorCase("int", (ints(2), ints(2)), {}, dg.DTypeError, "float32 or")]),
+        OpInfo("polar", dg.polar, [Sample("f64", (pos(3), rand(3)))], polar_ref,
+               tol=COMPLEX_TOL),
+        OpInfo("view_as_real", dg.view_as_real, [Sample("c128", (crand(2, 3),))],
+               lambda x: np.stack([x.real, x.imag], -1), tol=COMPLEX_TOL),
+        OpInfo("view_as_complex", dg.view_as_complex, [Sample("f64", (rand(3, 2),))],
+               lambda x: x[..., 0] + 1j * x[..., 1], tol=COMPLEX_TOL, differentiable=True,
+               errors=[ErrorCase("last", (rand(3, 3),), {}, dg.ShapeError, "size 2")]),
+    ]
+
+
+OPS += _complex_ops()
+BY_NAME = {op.name: op for op in OPS}
+
+
+def _fft_ops() -> List[OpInfo]:
+    """torch.fft through the table (values, dtypes, eager vs graph); their gradients against
+    PyTorch's: tests/test_fft_torch.py."""
+    from duograph import fft as FFT
+    xr, xc = rand(3, 6), crand(3, 6)
+
+    def np_fn(fn):
+        def ref(x, *args, **kwargs):
+            if "dim" in kwargs:
+                kwargs["axes"] = kwargs.pop("dim")
+            return fn(x, *args, **kwargs).astype(
+                np.result_type(x.dtype, np.complex64) if fn not in (np.fft.irfft, np.fft.irfft2,
+                                                                   np.fft.irfftn)
+                else (np.float32 if x.dtype == np.complex64 else np.float64))
+        return ref
+
+    def one_d(name, fn, samples):
+        return OpInfo(f"fft.{name}", getattr(FFT, name), samples, np_fn(fn), tol=COMPLEX_TOL)
+    return [
+        one_d("fft", np.fft.fft, [Sample("c128", (xc,)), Sample("f64", (xr,)),
+                                  Sample("n_dim_ortho", (xc, 8, 0, "ortho")),
+                                  Sample("c64", (crand(5, dtype="complex64"),))]),
+        one_d("ifft", np.fft.ifft, [Sample("c128", (xc,)), Sample("trim", (xc, 4, -1, "forward"))]),
+        one_d("rfft", np.fft.rfft, [Sample("f64", (xr,)), Sample("n", (xr, 9, 0, "ortho")),
+                                    Sample("f32", (rand(7, dtype=F32),))]),
+        one_d("irfft", np.fft.irfft, [Sample("c128", (xc,)), Sample("n", (xc, 7, -1, "ortho"))]),
+        one_d("fft2", np.fft.fft2, [Sample("c128", (xc,)), Sample("s", (xr, (4, 5)))]),
+        one_d("ifft2", np.fft.ifft2, [Sample("c128", (xc,))]),
+        one_d("fftn", np.fft.fftn, [Sample("c128", (crand(2, 3, 4),)),
+                                    Sample("dim", (xc,), {"dim": (1,), "norm": "forward"})]),
+        one_d("ifftn", np.fft.ifftn, [Sample("c128", (crand(2, 3, 4),))]),
+        one_d("rfft2", np.fft.rfft2, [Sample("f64", (xr,))]),
+        one_d("irfft2", np.fft.irfft2, [Sample("c128", (xc,))]),
+        one_d("rfftn", np.fft.rfftn, [Sample("f64", (rand(2, 3, 4),))]),
+        one_d("irfftn", np.fft.irfftn, [Sample("c128", (crand(2, 3, 4),))]),
+        OpInfo("fft.fftshift", FFT.fftshift, [Sample("c128", (xc,)), Sample("dim", (xr, 1))],
+               lambda x, dim=None: np.fft.fftshift(x, dim), tol=COMPLEX_TOL),
+        OpInfo("fft.ifftshift", FFT.ifftshift, [Sample("f64", (rand(5, 4),))],
+               lambda x, dim=None: np.fft.ifftshift(x, dim), tol=COMPLEX_TOL),
+        OpInfo("fft.fftfreq", FFT.fftfreq, [Sample("odd", (5,)), Sample("even_d", (6, 0.5))],
+               lambda n, d=1.0: np.fft.fftfreq(n, d).astype(F32)),
+        OpInfo("fft.rfftfreq", FFT.rfftfreq, [Sample("odd", (5,)), Sample("even_d", (6, 0.5))],
+               lambda n, d=1.0: np.fft.rfftfreq(n, d).astype(F32)),
+    ]
+
+
+OPS += _fft_ops()
 BY_NAME = {op.name: op for op in OPS}

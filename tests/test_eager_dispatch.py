@@ -221,7 +221,8 @@ def test_eager_modules_follow_the_documented_order():
     """eager/__init__.py lists eager's modules bottom to top; each imports only modules listed
     before it (imports inside functions count)."""
     from test_structure import draw
-    order = ["grad_mode", "decisions", "device", "pyrandom", "tensors", "tape", "dispatch",
+    order = ["grad_mode", "decisions", "device", "pyrandom", "dlpack", "tensors", "tape",
+             "dispatch",
              "inplace", "autograd", "creation", "legacy", "guards", "record", "compile"]
     graph = draw()[0]
     eager = sorted(m.split(".")[2] for m in graph if m.startswith("duograph.eager."))

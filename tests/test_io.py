@@ -198,9 +198,6 @@ def test_random_bytes_and_foreign_files_raise_checkpoint_error(tmp_path):
     with pytest.raises(CheckpointError, match="not valid JSON"):
         dg.load(path)
     plain = tmp_path / "plain.safetensors"
-    safetensors.numpy.save_file({"w": np.ones(2)}, str(plain))
-    with pytest.raises(CheckpointError, match="without duograph's metadata"):
-        dg.load(plain)
     newer = dict(_duograph_metadata({"type": "none"}), version="99")
     plain.write_bytes(_raw_safetensors({}, newer))
     with pytest.raises(CheckpointError, match="newer"):
@@ -642,3 +639,35 @@ def test_save_refuses_a_header_that_load_would_refuse(tmp_path, monkeypatch):
         dg.save({"ids": list(range(1000))}, tmp_path / "big.safetensors")
     assert not (tmp_path / "big.safetensors").exists()
     dg.save({"ids": np.arange(1000)}, tmp_path / "array.safetensors")   # the way out
+
+
+def test_plain_safetensors_files_load_as_a_dict_of_tensors(tmp_path):
+    plain = tmp_path / "plain.safetensors"
+    safetensors.numpy.save_file({"w": np.ones(2), "b": np.arange(3, dtype=np.int32)},
+                                str(plain), metadata={"format": "np"})
+    state = dg.load(plain)
+    assert list(state) == ["b", "w"]
+    assert state["w"].dtype == "float64" and state["b"].dtype == "int32"
+    np.testing.assert_array_equal(state["b"].numpy(), [0, 1, 2])
+
+
+def test_bfloat16_tensors_and_arrays_round_trip(tmp_path):
+    path = tmp_path / "bf16.safetensors"
+    t = dg.tensor([0.5, -3.0, 7.25]).to("bfloat16")
+    a = t.numpy().copy()
+    dg.save({"t": t, "a": a}, path)
+    back = dg.load(path)
+    assert back["t"].dtype == "bfloat16" and back["a"].dtype == a.dtype
+    np.testing.assert_array_equal(back["t"].float().numpy(), [0.5, -3.0, 7.25])
+    np.testing.assert_array_equal(back["a"].view(np.uint16), a.view(np.uint16))
+
+
+def test_complex64_round_trips_and_complex128_is_refused(tmp_path):
+    path = tmp_path / "c.safetensors"
+    z = dg.tensor(np.array([1 + 2j, -3j], np.complex64))
+    dg.save({"z": z}, path)
+    back = dg.load(path)["z"]
+    assert back.dtype == "complex64"
+    np.testing.assert_array_equal(back.numpy(), z.numpy())
+    with pytest.raises(CheckpointError, match="dtype complex128"):
+        dg.save({"z": dg.tensor(np.array([1j]))}, path)

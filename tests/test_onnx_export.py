@@ -24,6 +24,14 @@ REFUSED = {"uniform", "rand", "normal", "randn", "bernoulli", "randint", "log1p"
            "floor_divide", "atan2", "hypot", "bitwise_left_shift",
            "bitwise_right_shift",
            "cummax", "cummin", "logcumsumexp", "mode", "svd", "svdvals",
+           "linalg_inv", "linalg_solve", "linalg_slogdet", "linalg_cholesky", "linalg_qr",
+           "linalg_qr_r", "linalg_eigh", "linalg_eigvalsh", "linalg_pinv", "linalg_lstsq",
+           "linalg_cholesky_sym", "linalg_eigh_sym", "linalg_eigvalsh_sym",
+           "linalg_solve_triangular", "linalg_matrix_rank", "linalg_cond",
+           # ONNX has no complex tensors
+           "imag", "complex", "polar", "view_as_real", "view_as_complex",
+           *(f"fft.{n}" for n in ("fft", "ifft", "rfft", "irfft", "fft2", "ifft2", "fftn",
+                                  "ifftn", "rfft2", "irfft2", "rfftn", "irfftn")),
            "fold", "adaptive_max_pool2d", "max_unpool2d", "adaptive_max_pool1d",
            # data-dependent sizes and reductions ScatterElements lacks (mean, include_self)
            "scatter_reduce", "nonzero", "nonzero_static", "argwhere", "masked_select",
@@ -34,7 +42,9 @@ REFUSED = {"uniform", "rand", "normal", "randn", "bernoulli", "randint", "log1p"
 # samples refused where the op's other samples export: the SVD-based matrix norms, and
 # avg_pool with ceil_mode=True
 REFUSED_SAMPLES = {"matrix_norm-nuc", "matrix_norm-two", "norm-nuc",
-                   "avg_pool1d-all", "avg_pool1d-no_pad_count", "avg_pool3d-all"}
+                   "avg_pool1d-all", "avg_pool1d-no_pad_count", "avg_pool3d-all",
+                   "real-c128", "real-c64", "conj-c128", "angle-c128", "fft.fftshift-c128",
+                   "linalg_matrix_power-inverse_square"}
 
 
 def run_onnx(model, feeds, which=None):

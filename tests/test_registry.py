@@ -136,7 +136,7 @@ def test_view_traits_drive_the_planner_and_eager_versions():
 # -- what the vjp reads ----------------------------------------------------------------------------
 def _poison(array: np.ndarray, rng) -> np.ndarray:
     """Other data of the same shape and dtype."""
-    if array.dtype.kind == "f":
+    if array.dtype.kind in "fc":
         return rng.standard_normal(array.shape).astype(array.dtype) * 3 + 7
     if array.dtype.kind == "b":
         return ~array
@@ -146,7 +146,8 @@ def _poison(array: np.ndarray, rng) -> np.ndarray:
 def _eager_vjp(node, ins, outs, cts):
     """The op's vjp on eager tensors, as numpy arrays (None where no cotangent)."""
     tensors = lambda arrays: [dg.tensor(a) for a in arrays]   # noqa: E731
-    needs = [a.dtype.kind == "f" and i not in node.op.nondiff_inputs for i, a in enumerate(ins)]
+    needs = [a.dtype.kind in "fc" and i not in node.op.nondiff_inputs
+             for i, a in enumerate(ins)]
     got = node.op.vjp(tensors(cts), tensors(ins), tensors(outs), dict(node.attrs), needs)
     return [None if g is None else np.asarray(g.numpy()) for g, n in zip(got, needs)]
 
@@ -155,7 +156,7 @@ def _vjp_cases(name):
     """(node, input arrays, output arrays, cotangents) for the samples with a float output."""
     rng = np.random.default_rng(0)
     for s in samples_of(name):
-        if not any(dg.dtypes.is_float(o.dtype) for o in s.node.outputs):
+        if not any(dg.dtypes.is_differentiable(o.dtype) for o in s.node.outputs):
             continue
         outs = raw_kernel(s.node, s.arrays)
         outs = [np.asarray(o).astype(v.dtype) for o, v in
@@ -182,7 +183,7 @@ def test_saves_no_data_vjps_read_no_data(name):
         with dg.Graph(f"{name}_vjp"):
             ph = lambda arrays, p: [dg.placeholder(f"{p}{i}", a.shape, a.dtype.name)  # noqa
                                     for i, a in enumerate(arrays)]
-            needs = [a.dtype.kind == "f" for a in ins]
+            needs = [a.dtype.kind in "fc" for a in ins]
             op.vjp(ph(cts, "ct"), ph(ins, "in"), ph(outs, "out"), dict(node.attrs), needs)
         want = _eager_vjp(node, ins, outs, cts)
         got = _eager_vjp(node, [_poison(a, rng) for a in ins], [_poison(o, rng) for o in outs],

@@ -52,7 +52,8 @@ def onnx_dtype(dtype: str) -> int:
     tp = _onnx().TensorProto
     return {"bool": tp.BOOL, "uint8": tp.UINT8, "int8": tp.INT8, "int16": tp.INT16,
             "int32": tp.INT32, "int64": tp.INT64, "float16": tp.FLOAT16,
-            "bfloat16": tp.BFLOAT16, "float32": tp.FLOAT, "float64": tp.DOUBLE}[dtype]
+            "bfloat16": tp.BFLOAT16, "float32": tp.FLOAT, "float64": tp.DOUBLE,
+            "complex64": tp.COMPLEX64, "complex128": tp.COMPLEX128}[dtype]
 
 
 class _Unsupported(Exception):
@@ -227,6 +228,10 @@ class Exporter:
             if node.op in REFUSED:
                 raise OnnxExportError(f"onnx export: op {node.op.name!r} cannot be exported: "
                                       f"{REFUSED[node.op]}{where}")
+            if any(v.dtype in dtypes.COMPLEX_DTYPES for v in (*node.inputs, *node.outputs)):
+                raise OnnxExportError(f"onnx export: op {node.op.name!r} cannot be exported: "
+                                      f"it computes complex numbers, which onnxruntime has "
+                                      f"no kernels for{where}")
             if conv is None and node.op.ordered:
                 raise OnnxExportError(
                     f"onnx export: op {node.op.name!r} is a collective (communication "
@@ -311,6 +316,17 @@ refused("no converter is written yet", "max_unpool2d", "adaptive_max_pool2d_indi
         "linear_recurrence", "masked_scatter", "masked_take")
 refused("a gradient op: no converter is written yet (export the forward graph)",
         "max_pool2d_backward", "max_pool2d_gather", "avg_pool2d_backward")
+refused("ONNX has no complex tensors", "real", "imag", "conj", "angle", "complex")
+refused("no converter is written yet (ONNX's DFT keeps complex numbers as pairs of reals)",
+        "fft_c2c", "fft_r2c", "fft_c2r")
+refused("ONNX has no such op (nor LAPACK-exact composite of it)", "linalg_inv", "linalg_solve",
+        "linalg_slogdet", "linalg_cholesky", "linalg_qr", "linalg_qr_r", "linalg_eigh",
+        "linalg_pinv", "linalg_lstsq")
+
+
+@converter("linalg_det")
+def _linalg_det(ex, node, ins):
+    return [ex.op("Det", ins[0])]
 
 
 # -- the model ---------------------------------------------------------------------------------

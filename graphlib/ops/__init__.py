@@ -8,3 +8,5 @@ from . import conv, pool, control, resample, scan, sorting, norms  # noqa: F401
 from . import pointwise, layout, activations  # noqa: F401
 from . import index_ops, scatter, masking, indexing  # noqa: F401 (in order)
 from . import collectives  # noqa: F401
+from . import solve, factorize  # noqa: F401
+from . import complexes, fft  # noqa: F401 (in order)

@@ -43,7 +43,7 @@ def unary_infer(float_out: bool = False, out_dtype: Optional[str] = None,
         dt = t.dtype
         if out_dtype is not None:
             dt = out_dtype
-        elif float_out and not dtypes.is_float(dt):
+        elif float_out and not dtypes.is_differentiable(dt):
             dt = dtypes.DEFAULT_FLOAT
         return [TensorType(t.shape, dt)]
     return infer
@@ -54,13 +54,13 @@ def float_kernel(kernel: Callable) -> Callable:
     (and returns) the dtype inference gives, not numpy's float64."""
     def run(xp, *arrays, **attrs):
         for a in arrays:
-            if a.dtype not in dtypes.FLOAT_NP:
-                arrays = [a if a.dtype in dtypes.FLOAT_NP else a.astype(dtypes.DEFAULT_FLOAT)
+            if a.dtype not in dtypes.GRAD_NP:
+                arrays = [a if a.dtype in dtypes.GRAD_NP else a.astype(dtypes.DEFAULT_FLOAT)
                           for a in arrays]
                 break
         return kernel(xp, *arrays, **attrs)
-    run.direct = lambda in_dtypes: kernel if all(dtypes.is_float(d) for d in in_dtypes) \
-        else None
+    run.direct = lambda in_dtypes: kernel if all(dtypes.is_differentiable(d)
+                                                 for d in in_dtypes) else None
     return run
 
 
@@ -70,16 +70,16 @@ def promoting_kernel(kernel: Callable, float_out: bool = False) -> Callable:
     def run(xp, a, b, **attrs):
         if a.dtype != b.dtype:
             dt = dtypes.result_dtype(a.dtype.name, b.dtype.name)
-            if float_out and not dtypes.is_float(dt):
+            if float_out and not dtypes.is_differentiable(dt):
                 dt = dtypes.DEFAULT_FLOAT
             a, b = a.astype(dt, copy=False), b.astype(dt, copy=False)
-        elif float_out and a.dtype not in dtypes.FLOAT_NP:
+        elif float_out and a.dtype not in dtypes.GRAD_NP:
             a, b = a.astype(dtypes.DEFAULT_FLOAT), b.astype(dtypes.DEFAULT_FLOAT)
         return kernel(xp, a, b, **attrs)
 
     def direct(in_dtypes):
         a, b = in_dtypes
-        return kernel if a == b and (not float_out or dtypes.is_float(a)) else None
+        return kernel if a == b and (not float_out or dtypes.is_differentiable(a)) else None
     run.direct = direct
     return run
 
@@ -119,7 +119,7 @@ def binary_infer(name: str, out_dtype: Optional[str] = None, float_out: bool = F
             dt = out_dtype
         else:
             dt = dtypes.result_dtype(a.dtype, b.dtype)
-            if float_out and not dtypes.is_float(dt):
+            if float_out and not dtypes.is_differentiable(dt):
                 dt = dtypes.DEFAULT_FLOAT
         return [TensorType(shape, dt)]
     return infer

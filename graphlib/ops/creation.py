@@ -61,7 +61,7 @@ full_like_op = register(OpDef(
     "full_like", _like_infer,
     lambda xp, x, fill_value, dtype: xp.full(x.shape, fill_value, dtype=dtype or x.dtype),
     nondiff_inputs=(0,), cheap=True, fills=True,
-    attrs=Attrs(fill_value=Attr("number"), dtype=Attr("dtype", default=None))))
+    complex_ok=True, attrs=Attrs(fill_value=Attr("number"), dtype=Attr("dtype", default=None))))
 
 
 def _arange_size(start, end, step) -> int:
@@ -319,10 +319,10 @@ def constant(value, dtype=None):
     """A tensor holding ``value`` (a number, nested list or array)."""
     try:
         dt = dtypes.as_dtype(dtype) if dtype is not None else None
-        if isinstance(value, (bool, int, float)) and not isinstance(value, np.ndarray):
+        if isinstance(value, (bool, int, float, complex)) and not isinstance(value,
+                                                                             np.ndarray):
             dt = dt or dtypes.default_dtype_for(value)
-            py = bool(value) if dt == "bool" else (float(value) if dtypes.is_float(dt)
-                                                   else int(value))
+            py = dtypes.python_scalar(value, dt)
             return apply(constant_op, (), {"value": py, "dtype": dt})
         arr = np.asarray(value)
         dt = dt or dtypes.infer_data_dtype(value)
@@ -544,7 +544,7 @@ def _to_device_kernel(xp, x, device):
 to_device_op = register(OpDef(
     "to_device", _to_device_infer, _to_device_kernel,
     lambda cts, ins, outs, a, needs: [to_device(cts[0], getattr(ins[0], "device", "cpu"))],
-    attrs=Attrs(device=Attr(str, choices=("cpu", "cuda")))))
+    complex_ok=True, attrs=Attrs(device=Attr(str, choices=("cpu", "cuda")))))
 
 
 def to_device(x, device: str):

@@ -20,12 +20,50 @@ _GELU_C = math.sqrt(2.0 / math.pi)
 NUMERIC = dtypes.NUMERIC_DTYPES
 
 # -- unary -------------------------------------------------------------------------------------
+COMPLEX = dtypes.COMPLEX_DTYPES
+
+
+def _conj_kernel(xp, x):
+    return xp.conj(x)
+
+
+# the complex conjugate (PyTorch's convention makes it the gradient's companion: the vjp of
+# a holomorphic f is g * conj(f'(z))); conj() of a real tensor is the tensor itself
+conj_op = register(OpDef("conj", unary_infer(allowed=COMPLEX, name="conj"), _conj_kernel,
+                         lambda cts, ins, outs, attrs, needs: [conj(cts[0])],
+                         saves_no_data=True, complex_ok=True, attrs=Attrs(),
+                         doc="the complex conjugate of a complex tensor"))
+
+
+def conj(x):
+    """The complex conjugate, as ``torch.conj`` (a copy, not a lazy view): a real tensor is
+    returned as it is."""
+    return conj_op(x) if getattr(x, "dtype", None) in COMPLEX else x
+
+
+def _abs_infer(types, attrs):
+    (t,) = types
+    if t.dtype not in NUMERIC and t.dtype not in COMPLEX:
+        raise DTypeError(f"abs: expected a numeric tensor, found {t.dtype}")
+    return [TensorType(t.shape, dtypes.real_of(t.dtype))]
+
+
+def _abs_vjp(cts, ins, outs, attrs, needs):
+    # PyTorch's abs_backward: g * sgn(x), sgn(z) = z / |z| (0 at 0) for complex z
+    (g,), (x,), (y,) = cts, ins, outs
+    if x.dtype in COMPLEX:
+        return [g * where(y == 0, 0.0, x / where(y == 0, 1.0, y))]
+    return [g * sign(x)]
+
+
 neg_op = unary("neg", lambda xp, x: xp.negative(x), lambda g, x, y: -g, expr="(-{0})",
-               allowed=NUMERIC, saves_no_data=True, ufunc="negative")
-abs_op = unary("abs", lambda xp, x: xp.abs(x), lambda g, x, y: g * sign(x), expr="abs({0})",
-               allowed=NUMERIC, ufunc="absolute")
-exp_op = unary("exp", lambda xp, x: xp.exp(x), lambda g, x, y: g * y, expr="exp({0})",
-               float_out=True, vjp_reads_output=True, ufunc="exp")
+               allowed=NUMERIC + COMPLEX, saves_no_data=True, ufunc="negative",
+               complex_ok=True)
+abs_op = register(OpDef("abs", _abs_infer, lambda xp, x: xp.abs(x), _abs_vjp,
+                        expr="abs({0})", elementwise=True, ufunc="absolute", complex_ok=True,
+                        attrs=Attrs()))
+exp_op = unary("exp", lambda xp, x: xp.exp(x), lambda g, x, y: g * conj(y), expr="exp({0})",
+               float_out=True, vjp_reads_output=True, ufunc="exp", complex_ok=True)
 log_op = unary("log", lambda xp, x: xp.log(x), lambda g, x, y: g / x, expr="log({0})",
                float_out=True, ufunc="log")
 sqrt_op = unary("sqrt", lambda xp, x: xp.sqrt(x), lambda g, x, y: g * 0.5 / y,
@@ -280,25 +318,27 @@ def _same_dtype(node) -> bool:
 
 
 cast_op = register(OpDef("cast", _cast_infer,
-                         lambda xp, x, dtype: x.astype(dtype, copy=False),
+                         lambda xp, x, dtype: (x.real if x.dtype.kind == "c" and dtype not in
+                                               COMPLEX else x).astype(dtype, copy=False),
                          lambda cts, ins, outs, attrs, needs: [cts[0]],
                          expr="(({dtype}){0})", elementwise=True, saves_no_data=True,
                          returns_input=_same_dtype, cheap=True,
-                         attrs=Attrs(dtype=Attr("dtype"))))
+                         complex_ok=True, attrs=Attrs(dtype=Attr("dtype"))))
 
 # -- binary ------------------------------------------------------------------------------------
 add_op = binary("add", lambda xp, a, b: xp.add(a, b),
                 (lambda g, a, b, y: g, lambda g, a, b, y: g), expr="({0} + {1})",
-                saves_no_data=True, ufunc="add")
+                saves_no_data=True, ufunc="add", complex_ok=True)
 sub_op = binary("sub", lambda xp, a, b: xp.subtract(a, b),
                 (lambda g, a, b, y: g, lambda g, a, b, y: -g), expr="({0} - {1})",
-                bool_ok=False, saves_no_data=True, ufunc="subtract")
+                bool_ok=False, saves_no_data=True, ufunc="subtract", complex_ok=True)
 mul_op = binary("mul", lambda xp, a, b: xp.multiply(a, b),
-                (lambda g, a, b, y: g * b, lambda g, a, b, y: g * a), expr="({0} * {1})",
-                ufunc="multiply")
+                (lambda g, a, b, y: g * conj(b), lambda g, a, b, y: g * conj(a)),
+                expr="({0} * {1})", ufunc="multiply", complex_ok=True)
 div_op = binary("div", lambda xp, a, b: xp.true_divide(a, b),
-                (lambda g, a, b, y: g / b, lambda g, a, b, y: -g * y / b), expr="({0} / {1})",
-                float_out=True, vjp_reads_output=True, ufunc="true_divide")
+                (lambda g, a, b, y: g / conj(b), lambda g, a, b, y: -g * conj(y / b)),
+                expr="({0} / {1})", float_out=True, vjp_reads_output=True, ufunc="true_divide",
+                complex_ok=True)
 
 # The gradients of tanh and sigmoid as one op each (PyTorch's aten ``tanh_backward`` and
 # ``sigmoid_backward``): their vjp rules run one kernel instead of three ops, and the ops'
@@ -362,8 +402,10 @@ minimum_op = binary("minimum", lambda xp, a, b: xp.minimum(a, b),
                     ufunc="minimum")
 
 eq_op = binary("eq", lambda xp, a, b: xp.equal(a, b), out_dtype="bool", expr="({0} == {1})",
+               complex_ok=True,
                ufunc="equal", compare="==")
 ne_op = binary("ne", lambda xp, a, b: xp.not_equal(a, b), out_dtype="bool", expr="({0} != {1})",
+               complex_ok=True,
                ufunc="not_equal", compare="!=")
 lt_op = binary("lt", lambda xp, a, b: xp.less(a, b), out_dtype="bool", expr="({0} < {1})",
                ufunc="less", compare="<")
@@ -445,7 +487,7 @@ def _where_kernel(xp, c, a, b):
 where_op = register(OpDef("where", _where_infer, _where_kernel,
                           _where_vjp, expr="({0} ? {1} : {2})", elementwise=True,
                           promote=(1, 2), nondiff_inputs=(0,),
-                          attrs=Attrs()))
+                          complex_ok=True, attrs=Attrs()))
 
 
 # -- public functions --------------------------------------------------------------------------

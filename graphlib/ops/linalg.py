@@ -7,6 +7,7 @@ from ..errors import ShapeError, UnsupportedDTypeError, located
 from ..registry import OpDef, register
 from ..types import TensorType, broadcast_shapes, format_shape
 from ._common import operand, promoting_kernel
+from .elementwise import conj
 from .shape import reshape, sum_to, transpose, unsqueeze
 
 
@@ -36,7 +37,9 @@ def _matmul_infer(types, attrs):
 
 
 def _matmul_vjp(cts, ins, outs, attrs, needs):
+    # complex operands: PyTorch's convention, gA = g B^H, gB = A^H g
     (g,), (a, b) = cts, ins
+    a, b = conj(a), conj(b)
     if a.ndim == 1 and b.ndim == 1:   # a dot product: g is 0-d
         return [g * b if needs[0] else None, g * a if needs[1] else None]
     a2 = unsqueeze(a, 0) if a.ndim == 1 else a
@@ -62,7 +65,7 @@ def matmul_into(xp, a, b, out=None):
 
 
 matmul_op = register(OpDef("matmul", _matmul_infer, promoting_kernel(matmul_into),
-                           _matmul_vjp, promote=True, epilogue_host=True,
+                           _matmul_vjp, promote=True, epilogue_host=True, complex_ok=True,
                            autocast="lower", attrs=Attrs()))
 
 

@@ -32,7 +32,7 @@ def _reduce_infer(name, out_dtype=None, float_only=False):
         (t,) = types
         dims = attrs["dim"]
         _check_dims(name, t, dims)
-        if float_only and not dtypes.is_float(t.dtype):
+        if float_only and not dtypes.is_differentiable(t.dtype):
             raise DTypeError(f"{name}: expected a floating-point tensor, found {t.dtype}; "
                              f"cast it first (x.cast('float32'))")
         dt = out_dtype(t.dtype, attrs) if out_dtype else t.dtype
@@ -75,13 +75,14 @@ def _count(x, dims):
 def _sum_dtype(dt, attrs):
     if attrs.get("dtype"):
         return attrs["dtype"]
-    return dt if dtypes.is_float(dt) else "int64"
+    return dt if dtypes.is_differentiable(dt) else "int64"
 
 
 _NP_NAMES = {np.dtype(n): n for n in dtypes.DTYPE_NAMES}   # dtype.name takes microseconds
 
 
-_SAME_ACC = (np.dtype("float32"), np.dtype("float64"))   # summed in their own dtype
+_SAME_ACC = (np.dtype("float32"), np.dtype("float64"), np.dtype("complex64"),
+             np.dtype("complex128"))   # summed in their own dtype
 
 
 def _sum_kernel(xp, x, dim, keepdim, dtype=None):
@@ -99,6 +100,7 @@ sum_op = register(OpDef(
     lambda cts, ins, outs, a, needs: [
         expand_back(cts[0], ins[0], a["dim"], a["keepdim"])],
     saves_no_data=True, epilogue_host=True,
+    complex_ok=True,
     attrs=Attrs(dim=Attr("dims"), keepdim=Attr(bool), dtype=Attr("dtype", default=None))))
 
 
@@ -112,7 +114,7 @@ mean_op = register(OpDef(
     lambda cts, ins, outs, a, needs: [
         expand_back(cts[0], ins[0], a["dim"], a["keepdim"]) / _count(ins[0], a["dim"])],
     saves_no_data=True, epilogue_host=True,
-    attrs=Attrs(dim=Attr("dims"), keepdim=Attr(bool))))
+    complex_ok=True, attrs=Attrs(dim=Attr("dims"), keepdim=Attr(bool))))
 
 
 def _extreme_vjp(cts, ins, outs, a, needs):

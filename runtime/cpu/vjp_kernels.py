@@ -70,6 +70,8 @@ def table(kernels, autotune) -> dict:
         if type(g) is not _ndarray or type(a) is not _ndarray or type(b) is not _ndarray or (
                 a.dtype is not dt and a.dtype != dt) or (b.dtype is not dt and b.dtype != dt):
             return None
+        if dt.kind == "c":      # complex: the rule's g * conj(b)
+            return None
         k = mul_direct[dt]
         ra = rb = None
         if needs[0]:
