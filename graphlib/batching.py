@@ -546,3 +546,51 @@ def _einsum_rule(op, args, batched, attrs, size):
                   if c not in used)
     terms = [letter + term if b else term for term, b in zip(lhs.split(","), batched)]
     return op(*args, equation=",".join(terms) + "->" + letter + out)
+
+
+@rule_of("real", "imag", "conj", "angle", "linalg_inv", "linalg_det", "linalg_slogdet",
+         "linalg_cholesky", "linalg_eigh", "linalg_qr", "linalg_qr_r", "linalg_pinv", "svd")
+def _leading_batch_rule(op, args, batched, attrs, size):
+    """Ops of one operand that act per element or on its last two dims (the linalg
+    factorizations, which take any leading batch dims): the batch dim is one more."""
+    if len(args) != 1:
+        return NotImplemented
+    return op(*args, **attrs)
+
+
+@rule_of("complex")
+def _complex_rule(op, args, batched, attrs, size):
+    """``complex(real, imag)`` broadcasts its operands like an elementwise op."""
+    return elementwise_rule(op, args, batched, attrs, size)
+
+
+@rule_of("linalg_solve")
+def _solve_rule(op, args, batched, attrs, size):
+    """``solve(A, B)`` reads B as a vector or a matrix by its shape against A's (torch's
+    rule), and broadcasts their batch dims: a vector becomes a one-column matrix, the
+    operand with fewer batch dims gets size-1 dims behind the batch dim, and both carry the
+    batch. (``lstsq`` has no rule: the outputs a driver leaves empty are empty whatever the
+    batch, as in PyTorch, so it runs per example.)"""
+    (a, b), (ba, bb) = args, batched
+    sa = _shape(a)[1:] if ba else _shape(a)
+    sb = _shape(b)[1:] if bb else _shape(b)
+    vector = len(sb) == 1 or (len(sb) == len(sa) - 1 and sb == sa[:-1])
+    a, b = ensure_batched(a, ba, size), ensure_batched(b, bb, size)
+    if vector:
+        b = _op("reshape")(b, shape=_shape(b) + (1,))
+        sb = sb + (1,)
+    gap = (len(sa) - 2) - (len(sb) - 2)
+    if gap > 0:
+        b = pad_after_batch(b, gap)
+    elif gap < 0:
+        a = pad_after_batch(a, -gap)
+    out = op(a, b, **attrs)
+    return _op("reshape")(out, shape=_shape(out)[:-1]) if vector else out
+
+
+@rule_of("fft_c2c", "fft_r2c", "fft_c2r")
+def _fft_rule(op, args, batched, attrs, size):
+    """The DFTs over ``dims``: the same dims behind the batch dim."""
+    (x,) = args
+    rank = lrank(x, True)
+    return op(x, **dict(attrs, dims=tuple(_norm(int(d), rank) + 1 for d in attrs["dims"])))
