@@ -50,6 +50,7 @@ bool_ = "bool"
 
 __version__ = "0.1.0"
 from . import nn, optim  # noqa: E402
+from .nn.compiled import compile  # noqa: E402,F811  (a module compiles to a module)
 from . import data, io  # noqa: E402
 from . import distributed  # noqa: E402,F401  (imports no MPI until init_process_group)
 from . import onnx  # noqa: E402
