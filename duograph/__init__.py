@@ -32,7 +32,7 @@ from .runtime.backends import backend_for_device as _backend_for_device  # noqa:
 # eager dispatch gets its kernels from the runtime's backends through this documented hook
 # (eager never imports the runtime)
 _set_backend_provider(_backend_for_device)
-from .eager import autograd, compile  # noqa: F401
+from .eager import compile  # noqa: F401
 from .eager import (Tensor, arange, as_tensor, empty, empty_like, enable_grad, eye,  # noqa
                     from_numpy, full, full_like, is_grad_enabled, linspace, manual_seed,
                     no_grad, ones, ones_like, rand, rand_like, randint, randint_like, randn,
@@ -67,7 +67,7 @@ from .eager.legacy import (BFloat16Tensor, BoolTensor, ByteTensor, CharTensor,  
                            ShortTensor)
 from . import compat, utils  # noqa: E402  (dg.utils.data is duograph.data)
 from . import linalg  # noqa: E402
-autograd.Variable = compat.Variable
+from . import autograd  # noqa: E402  (the package: torch.autograd's names)
 
 # The public names, explicitly: the op functions (graphlib.functional.__all__) and these.
 __all__ = list(graphlib.functional.__all__) + [
