@@ -105,3 +105,9 @@ __all__ = list(graphlib.functional.__all__) + [
     "from_dlpack",
 ]
 __all__ = list(dict.fromkeys(__all__))
+
+# PyTorch's module-level in-place functions (dg.sqrt_, F.relu_...)
+import sys as _sys  # noqa: E402
+from . import inplace_functions as _inplace_functions  # noqa: E402
+_inplace_functions.install(_sys.modules[__name__], nn.functional)
+__all__ += list(_inplace_functions.FUNCTIONS) + list(_inplace_functions.MODULE_LEVEL_ACTIVATIONS)

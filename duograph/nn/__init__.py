@@ -38,3 +38,6 @@ from . import parallel  # noqa: E402,F401  (DistributedDataParallel)
 from .sync_batchnorm import SyncBatchNorm  # noqa: E402,F401  (uses duograph.distributed)
 
 __all__.append("SyncBatchNorm")
+from .param_containers import ParameterDict, ParameterList  # noqa: E402
+
+__all__ += ["ParameterList", "ParameterDict"]
