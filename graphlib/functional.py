@@ -47,6 +47,9 @@ from .ops.indexing import (argwhere, index_copy, index_fill, index_put,  # noqa:
                            where)
 
 from .ops.norms import norm  # noqa: F401
+from .ops.composites import (addmm, bmm, cdist, copysign, cosine_similarity,  # noqa: F401
+                             logaddexp, multinomial, nansum, normalize, randperm, rms_norm,
+                             searchsorted, std_mean)
 from .ops.scan import cummax, cummin, cumprod, cumsum, logcumsumexp  # noqa: F401
 from .ops.sorting import (allclose, argsort, equal, isclose, kthvalue, median,  # noqa: F401
                           mode, sort, topk, unique)
@@ -112,6 +115,9 @@ __all__ = ["adaptive_avg_pool2d", "avg_pool2d", "conv2d", "max_pool2d", "arange"
            "scatter_reduce", "take", "take_along_dim"]
 __all__ += ["cumsum", "cumprod", "cummax", "cummin", "logcumsumexp", "sort", "argsort", "topk",
             "kthvalue", "median", "mode", "unique", "norm", "isclose", "allclose", "equal"]
+# PyTorch's compositions (normalize is torch.nn.functional's only: dg.nn.functional has it)
+__all__ += ["addmm", "bmm", "cdist", "copysign", "cosine_similarity", "logaddexp",
+            "multinomial", "nansum", "randperm", "rms_norm", "searchsorted", "std_mean"]
 
 # PyTorch accepts numpy's spellings axis= and keepdims= wherever dim= and keepdim= are
 from .aliases import add_axis_aliases as _add_axis_aliases  # noqa: E402

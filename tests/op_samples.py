@@ -2910,3 +2910,184 @@ def _collectives() -> List[OpInfo]:
 
 OPS += _collectives()
 BY_NAME = {op.name: op for op in OPS}
+
+
+# -- PyTorch's compositions of existing ops (graphlib/ops/composites.py) ---------------------
+def _cdist_ref(a, b, p=2.0, compute_mode=None):
+    d = np.abs(a[..., :, None, :] - b[..., None, :, :])
+    if p == 0:
+        return (d != 0).sum(-1).astype(a.dtype)
+    if p == np.inf:
+        return d.max(-1)
+    return (d ** p).sum(-1) ** (1.0 / p)
+
+
+def _copysign_ref(a, b):
+    dt = np.result_type(a, b)
+    dt = dt if dt.kind == "f" else np.float32
+    return np.copysign(np.abs(a), b).astype(dt)
+
+
+def _logaddexp_ref(a, b):
+    return np.logaddexp(a, b)
+
+
+def _norm_ref(x, p=2.0, dim=1, eps=1e-12):
+    n = np.sum(np.abs(x) ** p, axis=dim, keepdims=True) ** (1.0 / p)
+    return x / np.maximum(n, eps)
+
+
+def _cos_ref(a, b, dim=1, eps=1e-8):
+    na = np.maximum(np.sqrt((a * a).sum(dim, keepdims=True)), eps)
+    nb = np.maximum(np.sqrt((b * b).sum(dim, keepdims=True)), eps)
+    return ((a / na) * (b / nb)).sum(dim)
+
+
+def _rms_ref(x, shape, weight=None, eps=None):
+    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    eps = np.finfo(x.dtype).eps if eps is None else eps
+    dims = tuple(range(x.ndim - len(shape), x.ndim))
+    out = x / np.sqrt(np.mean(x * x, axis=dims, keepdims=True) + eps)
+    return out if weight is None else out * weight
+
+
+def _searchsorted_ref(seq, vals, out_int32=False, right=False, side=None, sorter=None):
+    side = side or ("right" if right else "left")
+    if seq.ndim == 1:
+        out = np.searchsorted(seq, vals, side=side)
+    else:
+        out = np.stack([np.searchsorted(s, v, side=side) for s, v in
+                        zip(seq.reshape(-1, seq.shape[-1]), vals.reshape(-1, vals.shape[-1]))]
+                       ).reshape(vals.shape)
+    return out.astype(I32 if out_int32 else I64)
+
+
+def _addmm_ref(x, m1, m2, beta=1, alpha=1):
+    prod = alpha * (m1 @ m2)
+    return prod + (0 * np.where(np.isfinite(x), x, 0) if beta == 0 else beta * x)
+
+
+def _check_randperm(out, n, **kwargs):
+    assert sorted(out.tolist()) == list(range(n)), out
+
+
+def _check_multinomial(out, w, k, replacement=False, **kwargs):
+    rows = w.reshape(-1, w.shape[-1])
+    got = out.reshape(rows.shape[0], k)
+    assert out.dtype == np.int64
+    for r, row in zip(rows, got):
+        assert np.all(r[row] > 0), (r, row)          # never a zero-weight category
+        if not replacement:
+            assert len(set(row.tolist())) == k
+
+
+def _composites() -> List[OpInfo]:
+    nan_x = rand(2, 3)
+    nan_x[0, 1] = np.nan
+    inf_x = rand(2, 3)
+    inf_x[1, 0] = np.inf
+    seq = np.sort(rand(7))
+    return [
+        OpInfo("bmm", dg.bmm, [
+            Sample("f64", (rand(2, 3, 4), rand(2, 4, 2))),
+            Sample("f32", (rand(3, 2, 2, dtype=F32), rand(3, 2, 3, dtype=F32)))],
+            np.matmul, tol=dict(LOOSE_TOL), differentiable=True, errors=[
+                ErrorCase("2d", (rand(2, 3), rand(3, 2)), {}, dg.ShapeError, "3-D"),
+                ErrorCase("batch", (rand(2, 3, 4), rand(3, 4, 2)), {}, dg.ShapeError,
+                          "(b, n, m)"),
+                ErrorCase("dtypes", (rand(2, 3, 4), rand(2, 4, 2, dtype=F32)), {},
+                          dg.DTypeError, "one dtype")]),
+        OpInfo("addmm", dg.addmm, [
+            Sample("f64", (rand(2, 4), rand(2, 3), rand(3, 4))),
+            Sample("bcast_scaled", (rand(4), rand(2, 3), rand(3, 4)),
+                   {"beta": 0.5, "alpha": -2.0}),
+            Sample("beta0_inf", (inf_x, rand(2, 4), rand(4, 3)), {"beta": 0}, fd=False)],
+            _addmm_ref, tol=dict(LOOSE_TOL), differentiable=True, errors=[
+                ErrorCase("3d", (rand(2, 2), rand(1, 2, 3), rand(3, 2)), {}, dg.ShapeError,
+                          "2-D"),
+                ErrorCase("inner", (rand(2, 2), rand(2, 3), rand(2, 2)), {}, dg.ShapeError,
+                          "cannot be multiplied")]),
+        OpInfo("nansum", dg.nansum, [
+            Sample("all", (rand(2, 3),)), Sample("dim_nan", (nan_x,), {"dim": 1}, fd=False),
+            Sample("keepdim", (rand(2, 3),), {"dim": 0, "keepdim": True}),
+            Sample("i64", (ints(4),))],
+            lambda x, dim=None, keepdim=False, dtype=None: np.asarray(np.nansum(
+                x, axis=dim, keepdims=keepdim)), differentiable=True),
+        OpInfo("copysign", dg.copysign, [
+            Sample("f64", (away(2, 3), rand(2, 3))),
+            Sample("neg_zero", (away(3), np.array([-0.0, 0.0, -1.0]))),
+            Sample("bcast", (away(2, 3), away(3))),
+            Sample("i64", (ints(3), ints(3)))],
+            _copysign_ref, differentiable=True, grad_args=(0,)),
+        OpInfo("logaddexp", dg.logaddexp, [
+            Sample("f64", (rand(2, 3, low=-3, high=3), rand(2, 3, low=-3, high=3))),
+            Sample("extreme", (np.array([-np.inf, 800.0, -800.0]),
+                               np.array([-np.inf, 799.0, 1.0])), fd=False),
+            Sample("bcast_f32", (rand(2, 3, dtype=F32), rand(3, dtype=F32)))],
+            _logaddexp_ref, differentiable=True),
+        OpInfo("std_mean", dg.std_mean, [
+            Sample("all", (rand(3, 4),)), Sample("dim", (rand(3, 4),), {"dim": 1}),
+            Sample("corr0_keep", (rand(2, 3),), {"dim": 0, "correction": 0,
+                                                "keepdim": True})],
+            lambda x, dim=None, correction=1, keepdim=False: (
+                np.asarray(np.std(x, axis=dim, ddof=correction, keepdims=keepdim)),
+                np.asarray(np.mean(x, axis=dim, keepdims=keepdim))),
+            tol=dict(LOOSE_TOL), differentiable=True),
+        OpInfo("cdist", dg.cdist, [
+            Sample("p2", (rand(3, 2), rand(4, 2))),
+            Sample("p1_batched", (rand(2, 3, 2), rand(2, 2, 2)), {"p": 1.0}),
+            Sample("p3", (rand(3, 2), rand(2, 2)), {"p": 3.0}),
+            Sample("pinf", (distinct(3, 2), distinct(2, 2)), {"p": float("inf")}),
+            Sample("p0", (rand(3, 2), rand(2, 2)), {"p": 0.0})],
+            _cdist_ref, tol=dict(LOOSE_TOL), differentiable=True, errors=[
+                ErrorCase("cols", (rand(3, 2), rand(2, 3)), {}, dg.ShapeError,
+                          "same number of columns"),
+                ErrorCase("int", (ints(3, 2), ints(2, 2)), {}, dg.DTypeError,
+                          "floating-point")]),
+        OpInfo("cosine_similarity", dg.cosine_similarity, [
+            Sample("f64", (rand(3, 4), rand(3, 4))),
+            Sample("dim_last_bcast", (rand(2, 3), rand(3)), {"dim": -1}),
+            Sample("f32", (rand(2, 3, dtype=F32), rand(2, 3, dtype=F32)))],
+            _cos_ref, tol=dict(LOOSE_TOL), differentiable=True),
+        OpInfo("normalize", F.normalize, [
+            Sample("f64", (rand(3, 4),)),
+            Sample("p1_dim0", (rand(3, 4),), {"p": 1.0, "dim": 0}, fd=False),
+            Sample("f32", (rand(2, 3, dtype=F32),))],
+            _norm_ref, tol=dict(LOOSE_TOL), differentiable=True, errors=[
+                ErrorCase("int", (ints(3, 2),), {}, dg.DTypeError, "floating-point")]),
+        OpInfo("rms_norm", dg.rms_norm, [
+            Sample("f64", (rand(3, 4), (4,))),
+            Sample("weight_eps", (rand(2, 3, 4), [3, 4], rand(3, 4)), {"eps": 1e-3}),
+            Sample("f32", (rand(2, 5, dtype=F32), 5))],
+            _rms_ref, tol=dict(LOOSE_TOL), differentiable=True, errors=[
+                ErrorCase("shape", (rand(3, 4), (3,)), {}, dg.ShapeError, "expected input")]),
+        OpInfo("searchsorted", dg.searchsorted, [
+            Sample("left", (seq, rand(2, 3))),
+            Sample("right_ties", (np.array([1.0, 2.0, 2.0, 3.0]), np.array([2.0, 0.0, 5.0])),
+                   {"right": True}),
+            Sample("side_int32", (np.array([1, 3, 5]), ints(4)), {"side": "right",
+                                                                 "out_int32": True}),
+            Sample("batched", (np.sort(rand(2, 5), -1), rand(2, 3)))],
+            _searchsorted_ref, errors=[
+                ErrorCase("shape", (np.sort(rand(2, 5), -1), rand(3, 3)), {}, dg.ShapeError,
+                          "boundaries tensor"),
+                ErrorCase("side", (seq, rand(2)), {"side": "middle"}, ValueError, "side")]),
+        OpInfo("randperm", dg.randperm, [
+            Sample("n10", (10,), {"seed": seed()}), Sample("n1_i32", (1,),
+                                                          {"seed": seed(), "dtype": I32})],
+            None, random=True, check=_check_randperm, errors=[
+                ErrorCase("negative", (-1,), {"seed": seed()}, ValueError, "non-negative")]),
+        OpInfo("multinomial", dg.multinomial, [
+            Sample("no_repl", (np.array([0.0, 1.0, 3.0, 0.5]), 3), {"seed": seed()}),
+            Sample("repl_2d", (np.array([[0.0, 1.0, 3.0], [2.0, 0.0, 1.0]]), 5),
+                   {"replacement": True, "seed": seed()})],
+            None, random=True, check=_check_multinomial, errors=[
+                ErrorCase("too_many", (np.array([1.0, 2.0]), 3), {"seed": seed()}, ValueError,
+                          "without replacement"),
+                ErrorCase("3d", (rand(2, 2, 2), 1), {"seed": seed()}, dg.ShapeError,
+                          "1 or 2 dim")]),
+    ]
+
+
+OPS += _composites()
+BY_NAME = {op.name: op for op in OPS}

@@ -1,0 +1,300 @@
+"""PyTorch functions that PyTorch itself composes from other ops (``bmm``, ``addmm``,
+``cdist``, ``logaddexp``, ``copysign``, ``nansum``, ``std_mean``, ``searchsorted``...):
+written here with duograph's op functions, so their gradients, graph nodes, fusion and
+ONNX export come from the parts.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import dtypes
+from ..errors import DTypeError, ShapeError, composite, located
+from ._common import operand
+from .creation import uniform
+from .elementwise import abs, cast, exp, isfinite, isnan, log, maximum, sqrt, where
+from .linalg import matmul
+from .nn import stop_gradient
+from .indexing import take_along_dim
+from .norms import norm
+from .reduction import amax, mean, std, sum
+from .scan import cumsum
+from .shape import reshape, unsqueeze
+from .sorting import argsort
+
+
+_MACHINE_EPS = {"float16": 2.0 ** -10, "bfloat16": 2.0 ** -7, "float32": 2.0 ** -23,
+                "float64": 2.0 ** -52}
+
+
+def _float_dtype(*xs) -> str:
+    dt = xs[0].dtype
+    for x in xs[1:]:
+        dt = dtypes.result_dtype(dt, x.dtype)
+    return dt if dtypes.is_float(dt) else dtypes.DEFAULT_FLOAT
+
+
+@composite("bmm")
+def bmm(input, mat2):
+    """Batched matrix product of two 3-D tensors (b, n, m) @ (b, m, p) -> (b, n, p), as
+    ``torch.bmm``: no broadcasting, and both operands must have one dtype."""
+    a, b = operand(input, "bmm"), operand(mat2, "bmm", "mat2")
+    if a.ndim != 3 or b.ndim != 3:
+        raise ShapeError(located(f"bmm: expected two 3-D tensors, found shapes "
+                                 f"{list(a.shape)} and {list(b.shape)}"))
+    if a.shape[0] != b.shape[0] or a.shape[2] != b.shape[1]:
+        raise ShapeError(located(f"bmm: expected shapes (b, n, m) and (b, m, p), found "
+                                 f"{list(a.shape)} and {list(b.shape)}"))
+    if a.dtype != b.dtype:
+        raise DTypeError(located(f"bmm: expected both operands of one dtype, found "
+                                 f"{a.dtype} and {b.dtype}"))
+    return matmul(a, b)
+
+
+@composite("addmm")
+def addmm(input, mat1, mat2, *, beta=1, alpha=1):
+    """``beta * input + alpha * (mat1 @ mat2)`` for 2-D ``mat1`` (n, m) and ``mat2`` (m, p),
+    ``input`` broadcastable to (n, p), as ``torch.addmm``; with ``beta=0`` ``input`` is
+    ignored (NaN and inf in it do not propagate)."""
+    x = operand(input, "addmm")
+    m1, m2 = operand(mat1, "addmm", "mat1"), operand(mat2, "addmm", "mat2")
+    if m1.ndim != 2 or m2.ndim != 2:
+        raise ShapeError(located(f"addmm: expected 2-D mat1 and mat2, found shapes "
+                                 f"{list(m1.shape)} and {list(m2.shape)}"))
+    if m1.shape[1] != m2.shape[0]:
+        raise ShapeError(located(f"addmm: mat1 and mat2 shapes cannot be multiplied "
+                                 f"({m1.shape[0]}x{m1.shape[1]} and "
+                                 f"{m2.shape[0]}x{m2.shape[1]})"))
+    product = matmul(m1, m2)
+    if alpha != 1:
+        product = product * alpha
+    if beta == 0:
+        return product + where(isfinite(x), x, 0) * 0      # keeps the broadcast shape
+    return product + (x if beta == 1 else x * beta)
+
+
+@composite("nansum")
+def nansum(input, dim=None, keepdim: bool = False, *, dtype=None):
+    """Sum over ``dim`` treating NaN as zero, as ``torch.nansum`` (the gradient is 0 at the
+    NaNs)."""
+    x = operand(input, "nansum")
+    if dtypes.is_float(x.dtype):
+        x = where(isnan(x), 0, x)
+    return sum(x, dim, keepdim, dtype=dtype)
+
+
+@composite("copysign")
+def copysign(input, other):
+    """``|input|`` with the sign of ``other`` (``-0.0`` counts as negative), elementwise with
+    broadcasting, as ``torch.copysign``: integer operands give the default float dtype. The
+    gradient flows to ``input`` (0 where it is 0, as PyTorch's) and not to ``other``."""
+    a, b = operand(input, "copysign"), operand(other, "copysign", "other")
+    dt = _float_dtype(a, b)
+    a, b = cast(a, dt), cast(stop_gradient(b), dt)
+    negative = (1.0 / b) < 0           # true for -0.0 too (1 / -0.0 is -inf)
+    magnitude = abs(a)
+    return where(negative, -magnitude, magnitude)
+
+
+@composite("logaddexp")
+def logaddexp(input, other):
+    """``log(exp(input) + exp(other))`` computed without overflow, elementwise with
+    broadcasting, as ``torch.logaddexp`` (two -inf give -inf; the gradient is the softmax
+    of the pair)."""
+    a, b = operand(input, "logaddexp"), operand(other, "logaddexp", "other")
+    dt = _float_dtype(a, b)
+    a, b = cast(a, dt), cast(b, dt)
+    m = stop_gradient(maximum(a, b))
+    m = where(isfinite(m), m, 0.0)
+    return m + log(exp(a - m) + exp(b - m))
+
+
+@composite("std_mean")
+def std_mean(input, dim=None, *, correction=1, keepdim: bool = False, unbiased=None):
+    """``(std, mean)`` over ``dim``, as ``torch.std_mean`` (``correction`` as ``std``'s)."""
+    x = operand(input, "std_mean")
+    return (std(x, dim, correction=correction, keepdim=keepdim, unbiased=unbiased),
+            mean(x, dim, keepdim=keepdim))
+
+
+@composite("cdist")
+def cdist(x1, x2, p: float = 2.0, compute_mode=None):
+    """p-norm distances between the rows of ``x1`` (..., P, M) and ``x2`` (..., R, M):
+    (..., P, R), as ``torch.cdist`` (batch dims broadcast). The gradient at a zero distance
+    is 0, as PyTorch's. ``compute_mode`` is accepted; the distances are computed directly
+    (PyTorch's matrix-product shortcut for p=2 is less accurate)."""
+    a, b = operand(x1, "cdist", "x1"), operand(x2, "cdist", "x2")
+    if a.ndim < 2 or b.ndim < 2:
+        raise ShapeError(located(f"cdist: expected x1 and x2 with at least 2 dims, found "
+                                 f"shapes {list(a.shape)} and {list(b.shape)}"))
+    if a.shape[-1] != b.shape[-1]:
+        raise ShapeError(located(f"cdist: x1 and x2 must have the same number of columns, "
+                                 f"found {a.shape[-1]} and {b.shape[-1]}"))
+    if not (dtypes.is_float(a.dtype) and dtypes.is_float(b.dtype)):
+        raise DTypeError(located(f"cdist: expected floating-point inputs, found {a.dtype} "
+                                 f"and {b.dtype}"))
+    if p < 0:
+        raise ValueError(located(f"cdist: p must be >= 0, found {p}"))
+    diff = unsqueeze(a, -2) - unsqueeze(b, -3)          # (..., P, R, M)
+    if p == 0:
+        # a count: its gradient is 0, as PyTorch's (the zero term keeps the inputs attached)
+        return sum(cast(stop_gradient(diff) != 0, diff.dtype) + diff * 0, -1)
+    if p == float("inf"):
+        return amax(abs(diff), -1)
+    if p == 1:
+        return sum(abs(diff), -1)
+    if p == 2:
+        squared = sum(diff * diff, -1)
+        positive = squared > 0
+        return where(positive, sqrt(where(positive, squared, 1.0)), 0.0)
+    powered = sum(abs(diff) ** p, -1)
+    positive = powered > 0
+    return where(positive, where(positive, powered, 1.0) ** (1.0 / p), 0.0)
+
+
+@composite("cosine_similarity")
+def cosine_similarity(x1, x2, dim: int = 1, eps: float = 1e-8):
+    """Cosine of the angle between ``x1`` and ``x2`` along ``dim`` (they broadcast), each
+    norm clamped to at least ``eps``, as ``torch.nn.functional.cosine_similarity``."""
+    a, b = operand(x1, "cosine_similarity", "x1"), operand(x2, "cosine_similarity", "x2")
+    dt = _float_dtype(a, b)
+    a, b = cast(a, dt), cast(b, dt)
+    na = maximum(norm(a, 2, dim, keepdim=True), eps)
+    nb = maximum(norm(b, 2, dim, keepdim=True), eps)
+    return sum((a / na) * (b / nb), dim)
+
+
+@composite("normalize")
+def normalize(input, p: float = 2.0, dim: int = 1, eps: float = 1e-12):
+    """``input / max(||input||_p, eps)`` along ``dim``, as
+    ``torch.nn.functional.normalize``."""
+    x = operand(input, "normalize")
+    if not dtypes.is_float(x.dtype):
+        raise DTypeError(located(f"normalize: expected a floating-point input, found "
+                                 f"{x.dtype}"))
+    return x / maximum(norm(x, p, dim, keepdim=True), eps)
+
+
+@composite("rms_norm")
+def rms_norm(input, normalized_shape, weight=None, eps=None):
+    """``input / sqrt(mean(input**2) + eps) * weight`` over the last
+    ``len(normalized_shape)`` dims, as ``torch.nn.functional.rms_norm`` (``eps`` defaults to
+    the dtype's machine epsilon)."""
+    x = operand(input, "rms_norm")
+    shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(
+        normalized_shape)
+    if tuple(x.shape[x.ndim - len(shape):]) != shape or len(shape) > x.ndim:
+        raise ShapeError(located(f"rms_norm: expected input with shape [*, "
+                                 f"{', '.join(map(str, shape))}], found {list(x.shape)}"))
+    if not dtypes.is_float(x.dtype):
+        raise DTypeError(located(f"rms_norm: expected a floating-point input, found "
+                                 f"{x.dtype}"))
+    if eps is None:
+        eps = _MACHINE_EPS[x.dtype]
+    dims = tuple(range(x.ndim - len(shape), x.ndim))
+    out = x * (mean(x * x, dims, keepdim=True) + eps) ** -0.5
+    if weight is not None:
+        out = out * weight
+    return out
+
+
+@composite("searchsorted")
+def searchsorted(sorted_sequence, values, *, out_int32: bool = False, right: bool = False,
+                 side=None, sorter=None):
+    """Indices where ``values`` would be inserted into the innermost dim of
+    ``sorted_sequence`` to keep it sorted, as ``torch.searchsorted``: the first such place
+    (``right=False``/``side='left'``) or the last; a 1-D sequence serves values of any
+    shape, otherwise the leading dims must match. int64 (int32 with ``out_int32``); no
+    gradient."""
+    seq = operand(sorted_sequence, "searchsorted", "sorted_sequence")
+    vals = operand(values, "searchsorted", "values")
+    if side is not None:
+        if side not in ("left", "right"):
+            raise ValueError(located(f"searchsorted: side must be 'left' or 'right', found "
+                                     f"{side!r}"))
+        if right and side == "left":
+            raise ValueError(located("searchsorted: side and right can't be set to opposites"))
+        right = side == "right"
+    if sorter is not None:
+        seq = take_along_dim(seq, sorter, -1)
+    if seq.ndim == 0:
+        raise ShapeError(located("searchsorted: sorted_sequence must have at least 1 dim"))
+    if seq.ndim > 1 and tuple(seq.shape[:-1]) != tuple(vals.shape[:-1]):
+        raise ShapeError(located(
+            f"searchsorted: boundaries tensor should be 1 dimension or the first N-1 "
+            f"dimensions of boundaries tensor and input value tensor must match, but we got "
+            f"boundaries tensor {list(seq.shape)} and input value tensor {list(vals.shape)}"))
+    seq, vals = stop_gradient(seq), stop_gradient(vals)
+    if seq.ndim == 1:
+        flat = reshape(vals, -1, 1)
+        hit = (seq <= flat) if right else (seq < flat)             # (numel, M)
+        count = reshape(sum(cast(hit, "int64"), -1), *vals.shape)
+    else:
+        hit = (unsqueeze(seq, -2) <= unsqueeze(vals, -1)) if right else (
+            unsqueeze(seq, -2) < unsqueeze(vals, -1))              # (..., K, M)
+        count = sum(cast(hit, "int64"), -1)
+    return cast(count, "int32" if out_int32 else "int64")
+
+
+@composite("randperm")
+def randperm(n: int, *, seed=None, dtype="int64"):
+    """A uniformly random permutation of ``0 .. n-1``, as ``torch.randperm`` (the argsort of
+    ``n`` float64 uniform draws; ties have probability ~n**2 / 2**53)."""
+    if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < 0:
+        raise ValueError(located(f"randperm: n must be a non-negative int, found {n!r}"))
+    keys = uniform(int(n), seed=seed, dtype="float64", _name="randperm")
+    return cast(argsort(keys, stable=True), dtype)
+
+
+@composite("multinomial")
+def multinomial(input, num_samples: int, replacement: bool = False, *, seed=None):
+    """``num_samples`` indices drawn from the rows of ``input`` (1-D or 2-D non-negative
+    weights, not necessarily summing to 1), as ``torch.multinomial``: without replacement by
+    Gumbel top-k (the same distribution as drawing one at a time), with replacement by
+    inverting the cumulative distribution. int64; no gradient."""
+    w = operand(input, "multinomial")
+    if w.ndim not in (1, 2):
+        raise ShapeError(located(f"multinomial: prob_dist must be 1 or 2 dim, found shape "
+                                 f"{list(w.shape)}"))
+    if not dtypes.is_float(w.dtype):
+        raise DTypeError(located(f"multinomial: only floating-point dtypes are supported for "
+                                 f"input, found {w.dtype}"))
+    n_cat = w.shape[-1]
+    if not isinstance(num_samples, (int, np.integer)) or num_samples <= 0:
+        raise ValueError(located(f"multinomial: cannot sample n_sample <= 0 samples, found "
+                                 f"{num_samples!r}"))
+    if not replacement and isinstance(n_cat, int) and num_samples > n_cat:
+        raise ValueError(located(f"multinomial: cannot sample n_sample > prob_dist.size(-1) "
+                                 f"samples without replacement ({num_samples} > {n_cat})"))
+    values = getattr(w, "array", None)
+    if values is not None:                       # eager: PyTorch's checks of the values
+        arr = np.asarray(values, dtype=np.float64)
+        if not np.all(np.isfinite(arr)) or np.any(arr < 0):
+            raise ValueError(located("multinomial: probability tensor contains either inf, "
+                                     "nan or element < 0"))
+        if np.any(arr.reshape(-1, arr.shape[-1]).sum(-1) <= 0):
+            raise ValueError(located("multinomial: invalid multinomial distribution (sum of "
+                                     "probabilities <= 0)"))
+        if not replacement and np.any(
+                (arr.reshape(-1, arr.shape[-1]) > 0).sum(-1) < num_samples):
+            raise ValueError(located("multinomial: invalid multinomial distribution (with "
+                                     "replacement=False, not enough non-negative category "
+                                     "to sample)"))
+    w = cast(stop_gradient(w), "float64")
+    rows = w if w.ndim == 2 else reshape(w, 1, -1)
+    batch = rows.shape[0]
+    if replacement:
+        cdf = cumsum(rows, -1)
+        total = cdf[:, -1:]
+        u = uniform(batch, int(num_samples), seed=seed, dtype="float64",
+                    _name="multinomial") * total
+        below = unsqueeze(cdf, -2) <= unsqueeze(u, -1)               # (B, S, n)
+        idx = sum(cast(below, "int64"), -1)
+        idx = where(idx > n_cat - 1, n_cat - 1, idx)   # a draw of exactly the total
+    else:
+        u = uniform(batch, n_cat, seed=seed, dtype="float64", _name="multinomial")
+        gumbel = -log(-log(where(u > 0, u, 1e-300)))
+        keys = where(rows > 0, log(where(rows > 0, rows, 1.0)) + gumbel, float("-inf"))
+        order = argsort(keys, -1, descending=True, stable=True)
+        idx = order[:, :int(num_samples)]
+    return idx if w.ndim == 2 else reshape(idx, int(num_samples))
+
