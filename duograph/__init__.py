@@ -111,3 +111,10 @@ import sys as _sys  # noqa: E402
 from . import inplace_functions as _inplace_functions  # noqa: E402
 _inplace_functions.install(_sys.modules[__name__], nn.functional)
 __all__ += list(_inplace_functions.FUNCTIONS) + list(_inplace_functions.MODULE_LEVEL_ACTIVATIONS)
+
+# PyTorch's process settings, type tests and eager-only counting
+from .settings import (get_default_dtype, get_num_threads, is_floating_point,  # noqa: E402
+                       is_tensor, set_default_dtype, set_num_threads)
+from .counting import bincount  # noqa: E402
+__all__ += ["get_default_dtype", "set_default_dtype", "get_num_threads", "set_num_threads",
+            "is_tensor", "is_floating_point", "bincount"]

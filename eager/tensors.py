@@ -357,6 +357,10 @@ class Tensor(TensorMethods):
         """``half() -> Tensor``: ``self.to(dg.float16)``; ``self`` when already float16."""
         return self.to("float16")
 
+    def bfloat16(self) -> "Tensor":
+        """``bfloat16() -> Tensor``: ``self.to(dg.bfloat16)``; ``self`` when already bfloat16."""
+        return self.to("bfloat16")
+
     def long(self) -> "Tensor":
         """``long() -> Tensor``: ``self.to(dg.int64)``; ``self`` when already int64."""
         return self.to("int64")

@@ -41,3 +41,11 @@ __all__.append("SyncBatchNorm")
 from .param_containers import ParameterDict, ParameterList  # noqa: E402
 
 __all__ += ["ParameterList", "ParameterDict"]
+from .cells import GRUCell, LSTMCell, RNNCell, RNNCellBase  # noqa: E402
+from .simple_layers import (CosineSimilarity, Dropout1d, Dropout2d, Dropout3d,  # noqa: E402
+                            HuberLoss, PairwiseDistance, RMSNorm, SmoothL1Loss, Softplus)
+from .compiled import OptimizedModule  # noqa: E402,F401  (what dg.compile(module) returns)
+
+__all__ += ["RNNCellBase", "RNNCell", "LSTMCell", "GRUCell", "SmoothL1Loss", "HuberLoss",
+            "CosineSimilarity", "PairwiseDistance", "RMSNorm", "Dropout1d", "Dropout2d",
+            "Dropout3d", "Softplus"]

@@ -10,7 +10,7 @@ import numpy as np
 from .. import dtypes
 from ..errors import DTypeError, ShapeError, composite, located
 from ._common import operand
-from .creation import uniform
+from .creation import constant, uniform
 from .elementwise import abs, cast, exp, isfinite, isnan, log, maximum, sqrt, where
 from .linalg import matmul
 from .nn import stop_gradient
@@ -26,6 +26,13 @@ _MACHINE_EPS = {"float16": 2.0 ** -10, "bfloat16": 2.0 ** -7, "float32": 2.0 ** 
                 "float64": 2.0 ** -52}
 
 
+def _operand(x, op: str, what: str = "input"):
+    """``operand``, with a list or number made a tensor (a constant), so ``.dtype`` is a
+    duograph dtype name."""
+    x = operand(x, op, what)
+    return constant(x) if isinstance(x, np.ndarray) else x
+
+
 def _float_dtype(*xs) -> str:
     dt = xs[0].dtype
     for x in xs[1:]:
@@ -37,7 +44,7 @@ def _float_dtype(*xs) -> str:
 def bmm(input, mat2):
     """Batched matrix product of two 3-D tensors (b, n, m) @ (b, m, p) -> (b, n, p), as
     ``torch.bmm``: no broadcasting, and both operands must have one dtype."""
-    a, b = operand(input, "bmm"), operand(mat2, "bmm", "mat2")
+    a, b = _operand(input, "bmm"), _operand(mat2, "bmm", "mat2")
     if a.ndim != 3 or b.ndim != 3:
         raise ShapeError(located(f"bmm: expected two 3-D tensors, found shapes "
                                  f"{list(a.shape)} and {list(b.shape)}"))
@@ -55,8 +62,8 @@ def addmm(input, mat1, mat2, *, beta=1, alpha=1):
     """``beta * input + alpha * (mat1 @ mat2)`` for 2-D ``mat1`` (n, m) and ``mat2`` (m, p),
     ``input`` broadcastable to (n, p), as ``torch.addmm``; with ``beta=0`` ``input`` is
     ignored (NaN and inf in it do not propagate)."""
-    x = operand(input, "addmm")
-    m1, m2 = operand(mat1, "addmm", "mat1"), operand(mat2, "addmm", "mat2")
+    x = _operand(input, "addmm")
+    m1, m2 = _operand(mat1, "addmm", "mat1"), _operand(mat2, "addmm", "mat2")
     if m1.ndim != 2 or m2.ndim != 2:
         raise ShapeError(located(f"addmm: expected 2-D mat1 and mat2, found shapes "
                                  f"{list(m1.shape)} and {list(m2.shape)}"))
@@ -76,7 +83,7 @@ def addmm(input, mat1, mat2, *, beta=1, alpha=1):
 def nansum(input, dim=None, keepdim: bool = False, *, dtype=None):
     """Sum over ``dim`` treating NaN as zero, as ``torch.nansum`` (the gradient is 0 at the
     NaNs)."""
-    x = operand(input, "nansum")
+    x = _operand(input, "nansum")
     if dtypes.is_float(x.dtype):
         x = where(isnan(x), 0, x)
     return sum(x, dim, keepdim, dtype=dtype)
@@ -87,7 +94,7 @@ def copysign(input, other):
     """``|input|`` with the sign of ``other`` (``-0.0`` counts as negative), elementwise with
     broadcasting, as ``torch.copysign``: integer operands give the default float dtype. The
     gradient flows to ``input`` (0 where it is 0, as PyTorch's) and not to ``other``."""
-    a, b = operand(input, "copysign"), operand(other, "copysign", "other")
+    a, b = _operand(input, "copysign"), _operand(other, "copysign", "other")
     dt = _float_dtype(a, b)
     a, b = cast(a, dt), cast(stop_gradient(b), dt)
     negative = (1.0 / b) < 0           # true for -0.0 too (1 / -0.0 is -inf)
@@ -100,7 +107,7 @@ def logaddexp(input, other):
     """``log(exp(input) + exp(other))`` computed without overflow, elementwise with
     broadcasting, as ``torch.logaddexp`` (two -inf give -inf; the gradient is the softmax
     of the pair)."""
-    a, b = operand(input, "logaddexp"), operand(other, "logaddexp", "other")
+    a, b = _operand(input, "logaddexp"), _operand(other, "logaddexp", "other")
     dt = _float_dtype(a, b)
     a, b = cast(a, dt), cast(b, dt)
     m = stop_gradient(maximum(a, b))
@@ -111,7 +118,7 @@ def logaddexp(input, other):
 @composite("std_mean")
 def std_mean(input, dim=None, *, correction=1, keepdim: bool = False, unbiased=None):
     """``(std, mean)`` over ``dim``, as ``torch.std_mean`` (``correction`` as ``std``'s)."""
-    x = operand(input, "std_mean")
+    x = _operand(input, "std_mean")
     return (std(x, dim, correction=correction, keepdim=keepdim, unbiased=unbiased),
             mean(x, dim, keepdim=keepdim))
 
@@ -122,7 +129,7 @@ def cdist(x1, x2, p: float = 2.0, compute_mode=None):
     (..., P, R), as ``torch.cdist`` (batch dims broadcast). The gradient at a zero distance
     is 0, as PyTorch's. ``compute_mode`` is accepted; the distances are computed directly
     (PyTorch's matrix-product shortcut for p=2 is less accurate)."""
-    a, b = operand(x1, "cdist", "x1"), operand(x2, "cdist", "x2")
+    a, b = _operand(x1, "cdist", "x1"), _operand(x2, "cdist", "x2")
     if a.ndim < 2 or b.ndim < 2:
         raise ShapeError(located(f"cdist: expected x1 and x2 with at least 2 dims, found "
                                  f"shapes {list(a.shape)} and {list(b.shape)}"))
@@ -155,7 +162,7 @@ def cdist(x1, x2, p: float = 2.0, compute_mode=None):
 def cosine_similarity(x1, x2, dim: int = 1, eps: float = 1e-8):
     """Cosine of the angle between ``x1`` and ``x2`` along ``dim`` (they broadcast), each
     norm clamped to at least ``eps``, as ``torch.nn.functional.cosine_similarity``."""
-    a, b = operand(x1, "cosine_similarity", "x1"), operand(x2, "cosine_similarity", "x2")
+    a, b = _operand(x1, "cosine_similarity", "x1"), _operand(x2, "cosine_similarity", "x2")
     dt = _float_dtype(a, b)
     a, b = cast(a, dt), cast(b, dt)
     na = maximum(norm(a, 2, dim, keepdim=True), eps)
@@ -167,7 +174,7 @@ def cosine_similarity(x1, x2, dim: int = 1, eps: float = 1e-8):
 def normalize(input, p: float = 2.0, dim: int = 1, eps: float = 1e-12):
     """``input / max(||input||_p, eps)`` along ``dim``, as
     ``torch.nn.functional.normalize``."""
-    x = operand(input, "normalize")
+    x = _operand(input, "normalize")
     if not dtypes.is_float(x.dtype):
         raise DTypeError(located(f"normalize: expected a floating-point input, found "
                                  f"{x.dtype}"))
@@ -179,7 +186,7 @@ def rms_norm(input, normalized_shape, weight=None, eps=None):
     """``input / sqrt(mean(input**2) + eps) * weight`` over the last
     ``len(normalized_shape)`` dims, as ``torch.nn.functional.rms_norm`` (``eps`` defaults to
     the dtype's machine epsilon)."""
-    x = operand(input, "rms_norm")
+    x = _operand(input, "rms_norm")
     shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(
         normalized_shape)
     if tuple(x.shape[x.ndim - len(shape):]) != shape or len(shape) > x.ndim:
@@ -205,8 +212,8 @@ def searchsorted(sorted_sequence, values, *, out_int32: bool = False, right: boo
     (``right=False``/``side='left'``) or the last; a 1-D sequence serves values of any
     shape, otherwise the leading dims must match. int64 (int32 with ``out_int32``); no
     gradient."""
-    seq = operand(sorted_sequence, "searchsorted", "sorted_sequence")
-    vals = operand(values, "searchsorted", "values")
+    seq = _operand(sorted_sequence, "searchsorted", "sorted_sequence")
+    vals = _operand(values, "searchsorted", "values")
     if side is not None:
         if side not in ("left", "right"):
             raise ValueError(located(f"searchsorted: side must be 'left' or 'right', found "
@@ -251,7 +258,7 @@ def multinomial(input, num_samples: int, replacement: bool = False, *, seed=None
     weights, not necessarily summing to 1), as ``torch.multinomial``: without replacement by
     Gumbel top-k (the same distribution as drawing one at a time), with replacement by
     inverting the cumulative distribution. int64; no gradient."""
-    w = operand(input, "multinomial")
+    w = _operand(input, "multinomial")
     if w.ndim not in (1, 2):
         raise ShapeError(located(f"multinomial: prob_dist must be 1 or 2 dim, found shape "
                                  f"{list(w.shape)}"))

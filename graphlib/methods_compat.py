@@ -1,0 +1,109 @@
+"""PyTorch's small Tensor methods and method spellings (``is_floating_point``, ``stride``,
+``unfold``, ``divide``/``multiply``/``subtract``...), shared by Values and eager tensors
+like ``methods.TensorMethods``, which inherits them."""
+from __future__ import annotations
+
+import numpy as np
+
+from . import dtypes
+from .errors import ShapeError, located
+
+F = None            # the functional module, set by ``methods.set_functions``
+
+
+class PyTorchMethods:
+    """PyTorch's method spellings over the op functions."""
+
+    __slots__ = ()
+
+    def is_floating_point(self) -> bool:
+        """``is_floating_point() -> bool``: whether the dtype is a floating-point one
+        (float16, bfloat16, float32, float64), as ``torch.Tensor.is_floating_point``."""
+        return dtypes.is_float(self.dtype)
+
+    def is_complex(self) -> bool:
+        """``is_complex() -> bool``: whether the dtype is complex (never, for duograph's
+        dtypes)."""
+        return False
+
+    def stride(self, dim=None):
+        """``stride(dim=None)``: the strides (in elements) of the row-major layout every
+        duograph tensor presents (``is_contiguous()`` is always True), as a tuple, or the
+        stride of dim ``dim``; the symbolic dims of a Value give symbolic strides."""
+        shape = tuple(self.shape)
+        strides, step = [], 1
+        for size in reversed(shape):
+            strides.append(step)
+            step = step * size
+        strides = tuple(reversed(strides))
+        if dim is None:
+            return strides
+        if not -len(shape) <= dim < max(len(shape), 1):
+            raise IndexError(located(f"stride: dim {dim} is out of range for a "
+                                     f"{len(shape)}-D tensor"))
+        return strides[dim] if shape else 1
+
+    def unfold(self, dimension: int, size: int, step: int):
+        """``unfold(dimension, size, step)``: every window of ``size`` elements along
+        ``dimension``, ``step`` apart; ``dimension`` becomes the window count and a last dim
+        of ``size`` is added, as ``torch.Tensor.unfold`` (a gather here, with its gradient,
+        where PyTorch returns a view)."""
+        nd = max(self.ndim, 1)
+        if not -nd <= dimension < nd:
+            raise IndexError(located(f"unfold: dimension {dimension} is out of range for a "
+                                     f"{self.ndim}-D tensor"))
+        dim = dimension % nd
+        length = self.shape[dim] if self.ndim else 1
+        if step <= 0:
+            raise ShapeError(located(f"unfold: step is {step} but must be > 0"))
+        if size < 0 or size > length:
+            raise ShapeError(located(f"unfold: maximum size for tensor at dimension {dim} is "
+                                     f"{length} but size is {size}"))
+        x = self if self.ndim else F.reshape(self, 1)
+        count = (length - size) // step + 1
+        index = (np.arange(count)[:, None] * step + np.arange(size)[None, :]).reshape(-1)
+        picked = F.index_select(x, dim, F.constant(index.astype(np.int64)))
+        shape = list(x.shape)
+        shape[dim:dim + 1] = [count, size]
+        out = F.movedim(F.reshape(picked, *shape), dim + 1, -1)
+        return out if self.ndim else F.reshape(out, size)
+
+    def divide(self, other, *, rounding_mode=None):
+        """``divide(other, *, rounding_mode=None)``: ``div``'s alias, as PyTorch's."""
+        return F.div(self, other, rounding_mode=rounding_mode)
+
+    def true_divide(self, other):
+        """``true_divide(other)``: ``div(other)`` (true division), as PyTorch's."""
+        return F.div(self, other)
+
+    def multiply(self, other):
+        """``multiply(other)``: ``mul(other)``, as PyTorch's."""
+        return F.mul(self, other)
+
+    def subtract(self, other, *, alpha=1):
+        """``subtract(other, *, alpha=1)``: ``self - alpha * other``, as PyTorch's."""
+        return F.sub(self, other if alpha == 1 else other * alpha)
+
+    def nansum(self, dim=None, keepdim: bool = False, *, dtype=None):
+        """``nansum(dim=None, keepdim=False)``: ``dg.nansum(self, ...)``."""
+        return F.nansum(self, dim, keepdim, dtype=dtype)
+
+    def logaddexp(self, other):
+        """``logaddexp(other)``: ``dg.logaddexp(self, other)``."""
+        return F.logaddexp(self, other)
+
+    def copysign(self, other):
+        """``copysign(other)``: ``dg.copysign(self, other)``."""
+        return F.copysign(self, other)
+
+    def bmm(self, mat2):
+        """``bmm(mat2)``: ``dg.bmm(self, mat2)``."""
+        return F.bmm(self, mat2)
+
+    def addmm(self, mat1, mat2, *, beta=1, alpha=1):
+        """``addmm(mat1, mat2, *, beta=1, alpha=1)``: ``dg.addmm(self, mat1, mat2, ...)``."""
+        return F.addmm(self, mat1, mat2, beta=beta, alpha=alpha)
+
+    def multinomial(self, num_samples: int, replacement: bool = False, *, generator=None):
+        """``multinomial(num_samples, replacement=False)``: ``dg.multinomial(self, ...)``."""
+        return F.multinomial(self, num_samples, replacement)

@@ -1,0 +1,255 @@
+"""Issue 28's everyday names against PyTorch: layers, losses, cells, Tensor methods,
+process settings, and the external op suite's cases."""
+import numpy as np
+import pytest
+
+import duograph as dg
+
+torch = pytest.importorskip("torch")
+TF = torch.nn.functional
+F = dg.nn.functional
+
+
+def _t(a, grad=False):
+    return dg.tensor(a, requires_grad=grad), torch.tensor(a, requires_grad=grad)
+
+
+def _close(a, b, tol=1e-10):
+    a = a.detach().numpy() if hasattr(a, "detach") else np.asarray(a)
+    b = b.detach().numpy()
+    assert a.shape == b.shape and a.dtype == b.dtype, (a.shape, b.shape, a.dtype, b.dtype)
+    np.testing.assert_allclose(a, b, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("name, kwargs", [
+    ("smooth_l1_loss", {}), ("smooth_l1_loss", {"beta": 0.3, "reduction": "sum"}),
+    ("smooth_l1_loss", {"beta": 0.0}), ("huber_loss", {"delta": 0.4}),
+    ("huber_loss", {"reduction": "none"}), ("pairwise_distance", {}),
+    ("cosine_similarity", {"dim": 0})])
+def test_losses_and_distances_values_and_grads_match_torch(name, kwargs):
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((4, 3)), rng.standard_normal((4, 3))
+    (da, ta), (db, tb) = _t(a, True), _t(b, True)
+    out, want = getattr(F, name)(da, db, **kwargs), getattr(TF, name)(ta, tb, **kwargs)
+    _close(out, want)
+    out.sum().backward()
+    want.sum().backward()
+    _close(da.grad, ta.grad)
+    _close(db.grad, tb.grad)
+
+
+@pytest.mark.parametrize("cls, args", [
+    ("SmoothL1Loss", {"beta": 0.5}), ("HuberLoss", {"delta": 2.0}),
+    ("CosineSimilarity", {"dim": 1}), ("PairwiseDistance", {"p": 1.0})])
+def test_loss_and_distance_modules_match_torch(cls, args):
+    rng = np.random.default_rng(1)
+    a, b = rng.standard_normal((5, 3)), rng.standard_normal((5, 3))
+    _close(getattr(dg.nn, cls)(**args)(*_t(a)[:1], dg.tensor(b)),
+           getattr(torch.nn, cls)(**args)(torch.tensor(a), torch.tensor(b)))
+
+
+@pytest.mark.parametrize("cls", ["RNNCell", "LSTMCell", "GRUCell"])
+def test_cells_match_torch_batched_and_unbatched_with_grads(cls):
+    dg.manual_seed(0)
+    cell = getattr(dg.nn, cls)(3, 4).double()
+    ref = getattr(torch.nn, cls)(3, 4).double()
+    assert [n for n, _ in cell.named_parameters()] == [n for n, _ in ref.named_parameters()]
+    with torch.no_grad():
+        for p, q in zip(cell.parameters(), ref.parameters()):
+            q.copy_(torch.from_numpy(p.detach().numpy()))
+    rng = np.random.default_rng(2)
+    for shape in [(5, 3), (3,)]:
+        x = rng.standard_normal(shape)
+        h = rng.standard_normal(shape[:-1] + (4,))
+        hx_dg = (dg.tensor(h), dg.tensor(h * 0.5)) if cls == "LSTMCell" else dg.tensor(h)
+        hx_t = (torch.tensor(h), torch.tensor(h * 0.5)) if cls == "LSTMCell" else \
+            torch.tensor(h)
+        out, want = cell(dg.tensor(x), hx_dg), ref(torch.tensor(x), hx_t)
+        outs = out if isinstance(out, tuple) else (out,)
+        wants = want if isinstance(want, tuple) else (want,)
+        for o, w in zip(outs, wants):
+            _close(o, w)
+        sum(o.sum() for o in outs).backward()
+        sum(w.sum() for w in wants).backward()
+        for p, q in zip(cell.parameters(), ref.parameters()):
+            _close(p.grad, q.grad)
+        cell.zero_grad()
+        ref.zero_grad()
+    out = cell(dg.tensor(rng.standard_normal((2, 3))))    # zeros when hx is omitted
+    assert (out[0] if isinstance(out, tuple) else out).shape == (2, 4)
+    with pytest.raises(ValueError, match="1D or 2D"):
+        cell(dg.ones(1, 2, 3, dtype="float64"))
+
+
+def test_rmsnorm_module_and_function_match_torch():
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 3, 4)).astype(np.float32)
+    mod, ref = dg.nn.RMSNorm([3, 4]), torch.nn.RMSNorm([3, 4])
+    _close(mod(dg.tensor(x)), ref(torch.tensor(x)), 1e-6)
+    assert [n for n, _ in mod.named_parameters()] == ["weight"]
+    _close(F.rms_norm(dg.tensor(x), (4,), eps=1e-3), TF.rms_norm(torch.tensor(x), (4,),
+                                                                  eps=1e-3), 1e-6)
+
+
+def test_dropout2d_zeroes_whole_channels_and_scales():
+    dg.manual_seed(0)
+    layer = dg.nn.Dropout2d(0.5)
+    y = layer(dg.ones(64, 8, 3, 3)).numpy()
+    per_channel = y.reshape(64, 8, 9)
+    assert np.all((per_channel == 0).all(-1) | (per_channel == 2).all(-1))
+    assert 0.35 < (per_channel[..., 0] == 0).mean() < 0.65
+    layer.eval()
+    assert np.all(layer(dg.ones(2, 3, 2, 2)).numpy() == 1)
+    with pytest.raises(ValueError, match="between 0 and 1"):
+        dg.nn.Dropout2d(1.5)
+    with pytest.raises(ValueError):
+        torch.nn.Dropout2d(1.5)
+
+
+def test_softplus_module_matches_torch():
+    x = np.linspace(-30, 30, 13)
+    _close(dg.nn.Softplus(beta=2.0, threshold=5.0)(dg.tensor(x)),
+           torch.nn.Softplus(beta=2.0, threshold=5.0)(torch.tensor(x)))
+
+
+def test_tensor_methods_match_torch():
+    x = np.arange(24.0).reshape(2, 3, 4)
+    d, t = _t(x)
+    assert d.stride() == t.stride() and d.stride(1) == t.stride(1)
+    assert d.is_floating_point() and not dg.tensor([1]).is_floating_point()
+    assert dg.is_floating_point(d) and dg.is_tensor(d) and not dg.is_tensor(x)
+    assert d.bfloat16().dtype == "bfloat16"
+    for args in [(2, 2, 1), (1, 2, 1), (0, 1, 1), (-1, 3, 2)]:
+        _close(d.unfold(*args), t.unfold(*args))
+    with pytest.raises(RuntimeError):
+        d.unfold(2, 5, 1)
+    with pytest.raises(RuntimeError):
+        t.unfold(2, 5, 1)
+    g, tg = _t(x, True)
+    (g.unfold(2, 3, 1) ** 2).sum().backward()
+    (tg.unfold(2, 3, 1) ** 2).sum().backward()
+    _close(g.grad, tg.grad)
+    a, b = np.array([-7.5, 7.5, -3.0, 3.0]), np.array([2.0, -2.0, 2.0, 2.0])
+    for mode in ("trunc", "floor"):
+        _close(dg.tensor(a).div(dg.tensor(b), rounding_mode=mode),
+               torch.tensor(a).div(torch.tensor(b), rounding_mode=mode))
+        _close(dg.tensor(a).divide(dg.tensor(b), rounding_mode=mode),
+               torch.tensor(a).divide(torch.tensor(b), rounding_mode=mode))
+    i = dg.tensor([-7, 7])
+    i.div_(2, rounding_mode="trunc")
+    assert i.numpy().tolist() == [-3, 3]
+
+
+def test_bincount_matches_torch():
+    x = np.array([0, 1, 1, 3, 5, 1])
+    w = np.linspace(0, 1, 6).astype(np.float32)
+    for kwargs in [{}, {"minlength": 9}]:
+        _close(dg.bincount(dg.tensor(x), **kwargs), torch.bincount(torch.tensor(x), **kwargs))
+    _close(dg.bincount(dg.tensor(x), dg.tensor(w)), torch.bincount(torch.tensor(x),
+                                                                  torch.tensor(w)), 1e-6)
+    _close(dg.bincount(dg.tensor(x), dg.tensor(x)), torch.bincount(torch.tensor(x),
+                                                                  torch.tensor(x)))
+    for bad in ([-1, 2], [[1]]):
+        with pytest.raises(RuntimeError, match="non-negative"):
+            torch.bincount(torch.tensor(bad))
+        with pytest.raises(RuntimeError, match="non-negative"):
+            dg.bincount(dg.tensor(bad))
+
+
+def test_default_dtype_and_threads_as_torch():
+    assert dg.get_default_dtype() == "float32"
+    try:
+        dg.set_default_dtype(dg.float64)
+        assert dg.tensor([1.5]).dtype == "float64" and dg.randn(2).dtype == "float64"
+        assert dg.sqrt(dg.tensor([4])).dtype == "float64"
+    finally:
+        dg.set_default_dtype(dg.float32)
+    assert dg.tensor([1.5]).dtype == "float32" and dg.sqrt(dg.tensor([4])).dtype == "float32"
+    with pytest.raises(TypeError):
+        dg.set_default_dtype(dg.int64)
+    with pytest.raises(TypeError):
+        torch.set_default_dtype(torch.int64)
+    before = dg.get_num_threads()
+    assert before >= 1
+    dg.set_num_threads(1)
+    try:
+        assert dg.get_num_threads() == 1
+    finally:
+        dg.set_num_threads(before)
+    with pytest.raises(ValueError):
+        dg.set_num_threads(0)
+
+
+def test_sdpa_grouped_query_attention_matches_torch():
+    rng = np.random.default_rng(4)
+    q = rng.standard_normal((2, 4, 3, 8))
+    k, v = rng.standard_normal((2, 2, 5, 8)), rng.standard_normal((2, 2, 5, 8))
+    (dq, tq), (dk, tk), (dv, tv) = _t(q, True), _t(k, True), _t(v, True)
+    out = F.scaled_dot_product_attention(dq, dk, dv, enable_gqa=True)
+    want = TF.scaled_dot_product_attention(tq, tk, tv, enable_gqa=True)
+    _close(out, want, 1e-9)
+    out.sum().backward()
+    want.sum().backward()
+    _close(dk.grad, tk.grad, 1e-9)
+    bad = dg.tensor(rng.standard_normal((2, 3, 5, 8)))
+    with pytest.raises(RuntimeError, match="must divide"):
+        F.scaled_dot_product_attention(dq, bad, bad, enable_gqa=True)
+    with pytest.raises(RuntimeError, match="must divide"):
+        TF.scaled_dot_product_attention(tq, torch.tensor(bad.numpy()),
+                                        torch.tensor(bad.numpy()), enable_gqa=True)
+    # is_causal together with a mask: PyTorch 2.13's CPU kernels apply both; so does duograph
+    mask = rng.standard_normal((3, 5))
+    _close(F.scaled_dot_product_attention(dq, dk, dv, attn_mask=dg.tensor(mask),
+                                          is_causal=True, enable_gqa=True),
+           TF.scaled_dot_product_attention(tq, tk, tv, attn_mask=torch.tensor(mask),
+                                           is_causal=True, enable_gqa=True), 1e-9)
+
+
+def test_cross_entropy_with_class_probabilities_matches_torch():
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((4, 5))
+    p = rng.random((4, 5))
+    p /= p.sum(1, keepdims=True)
+    (dx, tx), (dp, tp) = _t(x, True), _t(p)
+    for kwargs in [{}, {"label_smoothing": 0.1}, {"reduction": "sum"}]:
+        _close(F.cross_entropy(dx, dp, **kwargs), TF.cross_entropy(tx, tp, **kwargs))
+
+
+@pytest.mark.parametrize("mode", ["reflect", "replicate", "circular"])
+def test_pad_with_negative_amounts_matches_torch(mode):
+    x = np.arange(2 * 3 * 5 * 6, dtype=np.float64).reshape(2, 3, 5, 6)
+    for pad in [(-1, 2, 1, -2), (2, -1, -1, 1)]:
+        _close(F.pad(dg.tensor(x), pad, mode=mode), TF.pad(torch.tensor(x), pad, mode=mode))
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "bicubic"])
+def test_interpolate_uint8_within_one_of_torch(mode):
+    u = np.random.default_rng(6).integers(0, 256, (2, 3, 7, 9)).astype(np.uint8)
+    for kwargs in [{"scale_factor": 2}, {"size": (5, 4)}, {"size": (13, 20),
+                                                           "align_corners": True}]:
+        got = F.interpolate(dg.tensor(u), mode=mode, **kwargs).numpy()
+        want = TF.interpolate(torch.tensor(u), mode=mode, **kwargs).numpy()
+        assert got.dtype == want.dtype == np.uint8 and got.shape == want.shape
+        assert np.abs(got.astype(int) - want).max() <= 1
+
+
+@pytest.mark.parametrize("padding, kind", [("bad", RuntimeError), (-1, RuntimeError),
+                                           ((1, 2, 3), RuntimeError), (1.5, TypeError)])
+def test_bad_conv_padding_raises_torchs_error_types(padding, kind):
+    x, w = np.ones((1, 1, 5, 5)), np.ones((1, 1, 3, 3))
+    with pytest.raises(kind):
+        TF.conv2d(torch.tensor(x), torch.tensor(w), padding=padding)
+    with pytest.raises(kind):
+        F.conv2d(dg.tensor(x), dg.tensor(w), padding=padding)
+
+
+def test_bad_pad_arguments_raise_torchs_error_types():
+    x = np.ones((2, 1, 5, 6))
+    for args, kind in [(((1,),), RuntimeError), (((1, 1), "foo"), NotImplementedError),
+                       (((6, 6), "reflect"), RuntimeError)]:
+        pad = args[0]
+        mode = args[1] if len(args) > 1 else "constant"
+        with pytest.raises(kind):
+            TF.pad(torch.tensor(x), pad, mode=mode)
+        with pytest.raises(kind):
+            F.pad(dg.tensor(x), pad, mode=mode)
