@@ -118,3 +118,58 @@ def test_bad_settings_are_refused_as_torch(name, kwargs):
         getattr(torch.optim, name)([torch.nn.Parameter(torch.ones(2))], **kwargs)
     with pytest.raises(ValueError):
         getattr(optim, name)([p], **kwargs)
+
+
+@pytest.mark.parametrize("kwargs", [dict(), dict(lr=0.5, max_iter=7, history_size=3),
+                                    dict(line_search_fn="strong_wolfe"),
+                                    dict(line_search_fn="strong_wolfe", history_size=2,
+                                         max_iter=10, tolerance_change=1e-12)])
+def test_lbfgs_matches_torch_step_by_step(kwargs):
+    ours, theirs = _models()
+    x, y = _data()
+    opt = optim.LBFGS(ours.parameters(), **kwargs)
+    ref = torch.optim.LBFGS(theirs.parameters(), **kwargs)
+    xt, yt = torch.tensor(x), torch.tensor(y)
+    xd, yd = dg.tensor(x), dg.tensor(y)
+
+    def closure():
+        opt.zero_grad()
+        loss = nn.functional.mse_loss(ours(xd), yd)
+        loss.backward()
+        return loss
+
+    def tclosure():
+        ref.zero_grad()
+        loss = torch.nn.functional.mse_loss(theirs(xt), yt)
+        loss.backward()
+        return loss
+
+    for step in range(3):
+        loss = opt.step(closure)
+        tloss = ref.step(tclosure)
+        assert loss.item() == pytest.approx(tloss.item(), rel=1e-8)
+        tp = dict(theirs.named_parameters())
+        for pname, p in ours.named_parameters():
+            np.testing.assert_allclose(_np(p), _np(tp[pname]), rtol=1e-7, atol=1e-10,
+                                       err_msg=f"{pname} after step {step}")
+        ours_state = opt.state_dict()["state"][0]
+        theirs_state = ref.state_dict()["state"][0]
+        assert ours_state["func_evals"] == theirs_state["func_evals"]
+        assert ours_state["n_iter"] == theirs_state["n_iter"]
+    final = nn.functional.mse_loss(ours(xd), yd).item()
+    assert final < nn.functional.mse_loss(_models()[0](xd), yd).item()
+
+
+def test_lbfgs_refuses_graph_mode_and_a_missing_closure():
+    ours, _ = _models()
+    opt = optim.LBFGS(ours.parameters())
+    with pytest.raises(RuntimeError, match="closure"):
+        opt.step()
+    g = dg.Graph("t")
+    with g:
+        xv = dg.placeholder("x", (2, 3), "float64")
+        loss = ours(xv).sum()
+        with pytest.raises(dg.GraphError, match="no graph form"):
+            opt.minimize(loss)
+    with pytest.raises(ValueError):
+        optim.LBFGS(ours.parameters(), line_search_fn="armijo")
