@@ -107,3 +107,81 @@ class PyTorchMethods:
     def multinomial(self, num_samples: int, replacement: bool = False, *, generator=None):
         """``multinomial(num_samples, replacement=False)``: ``dg.multinomial(self, ...)``."""
         return F.multinomial(self, num_samples, replacement)
+
+    def dot(self, other):
+        """``dot(other)``: ``dg.dot(self, other)``."""
+        return F.dot(self, other)
+
+    def mv(self, vec):
+        """``mv(vec)``: ``dg.mv(self, vec)``."""
+        return F.mv(self, vec)
+
+    def unbind(self, dim: int = 0):
+        """``unbind(dim=0)``: ``dg.unbind(self, dim)``."""
+        return F.unbind(self, dim)
+
+    def swapaxes(self, axis0: int, axis1: int):
+        """``swapaxes(axis0, axis1)``: ``dg.swapaxes``."""
+        return F.swapaxes(self, axis0, axis1)
+
+    swapdims = swapaxes
+
+    def diff(self, n: int = 1, dim: int = -1, prepend=None, append=None):
+        """``diff(n=1, dim=-1)``: ``dg.diff(self, ...)``."""
+        return F.diff(self, n, dim, prepend, append)
+
+    def count_nonzero(self, dim=None):
+        """``count_nonzero(dim=None)``: ``dg.count_nonzero(self, dim)``."""
+        return F.count_nonzero(self, dim)
+
+    def nanmean(self, dim=None, keepdim: bool = False, *, dtype=None):
+        """``nanmean(dim=None, keepdim=False)``: ``dg.nanmean(self, ...)``."""
+        return F.nanmean(self, dim, keepdim, dtype=dtype)
+
+    def clamp_min(self, min):
+        """``clamp_min(min)``: ``dg.clamp_min(self, min)``."""
+        return F.clamp_min(self, min)
+
+    def clamp_max(self, max):
+        """``clamp_max(max)``: ``dg.clamp_max(self, max)``."""
+        return F.clamp_max(self, max)
+
+    def addcmul(self, tensor1, tensor2, *, value=1):
+        """``addcmul(tensor1, tensor2, *, value=1)``: ``dg.addcmul(self, ...)``."""
+        return F.addcmul(self, tensor1, tensor2, value=value)
+
+    def addcdiv(self, tensor1, tensor2, *, value=1):
+        """``addcdiv(tensor1, tensor2, *, value=1)``: ``dg.addcdiv(self, ...)``."""
+        return F.addcdiv(self, tensor1, tensor2, value=value)
+
+    def rot90(self, k: int = 1, dims=(0, 1)):
+        """``rot90(k=1, dims=(0, 1))``: ``dg.rot90(self, ...)``."""
+        return F.rot90(self, k, dims)
+
+    def dist(self, other, p: float = 2.0):
+        """``dist(other, p=2)``: ``dg.dist(self, other, p)``."""
+        return F.dist(self, other, p)
+
+    def reshape_as(self, other):
+        """``reshape_as(other)``: ``self.reshape(other.shape)``."""
+        return F.reshape(self, *other.shape)
+
+    @property
+    def mT(self):  # noqa: N802 - PyTorch's name
+        """The last two dims swapped (a batch of matrices transposed), as ``Tensor.mT``."""
+        if self.ndim < 2:
+            raise ShapeError(located(f"tensor.mT is only supported on matrices or batches of "
+                                     f"matrices. Got {self.ndim}-D tensor."))
+        return F.transpose(self, -2, -1)
+
+    def sum_to_size(self, *size):
+        """``sum_to_size(*size)``: summed down to ``size`` (the shape it broadcasts from), as
+        ``torch.Tensor.sum_to_size``."""
+        if len(size) == 1 and isinstance(size[0], (tuple, list)):
+            size = tuple(size[0])
+        return F.sum_to(self, tuple(size))
+
+    def float_power(self, exponent):
+        """``float_power(exponent)``: ``self ** exponent`` in float64, as PyTorch's."""
+        return F.pow(F.cast(self, "float64"), F.cast(exponent, "float64")
+                     if hasattr(exponent, "dtype") else exponent)

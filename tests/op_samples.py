@@ -3091,3 +3091,109 @@ def _composites() -> List[OpInfo]:
 
 OPS += _composites()
 BY_NAME = {op.name: op for op in OPS}
+
+
+def _more_composites() -> List[OpInfo]:
+    nan_x = rand(2, 3)
+    nan_x[1, 1] = np.nan
+
+    def diff_ref(x, n=1, dim=-1, prepend=None, append=None):
+        return np.diff(x, n, axis=dim, prepend=prepend if prepend is not None else np._NoValue,
+                       append=append if append is not None else np._NoValue)
+
+    return [
+        OpInfo("any", dg.any, [
+            Sample("all", (ints(2, 3, low=0, high=2),)),
+            Sample("dim_keep", (bools(2, 3),), {"dim": 1, "keepdim": True}),
+            Sample("f64", (np.array([0.0, -0.0, 2.0]),), {"dim": 0})],
+            lambda x, dim=None, keepdim=False: np.asarray(np.any(x, axis=dim,
+                                                                 keepdims=keepdim))),
+        OpInfo("all", dg.all, [
+            Sample("all", (ints(2, 3, low=0, high=2),)),
+            Sample("dim", (rand(2, 3),), {"dim": 0})],
+            lambda x, dim=None, keepdim=False: np.asarray(np.all(x, axis=dim,
+                                                                 keepdims=keepdim))),
+        OpInfo("count_nonzero", dg.count_nonzero, [
+            Sample("all", (ints(3, 4, low=0, high=2),)), Sample("dim", (rand(2, 3),),
+                                                               {"dim": 1})],
+            lambda x, dim=None: np.asarray(np.count_nonzero(x, axis=dim)).astype(I64)),
+        OpInfo("dot", dg.dot, [Sample("f64", (rand(4), rand(4))),
+                               Sample("i64", (ints(3), ints(3)))],
+               np.dot, differentiable=True, errors=[
+                   ErrorCase("2d", (rand(2, 2), rand(2)), {}, dg.ShapeError, "1D tensors"),
+                   ErrorCase("dtype", (rand(2), rand(2, dtype=F32)), {}, dg.DTypeError,
+                             "same dtype")]),
+        OpInfo("mv", dg.mv, [Sample("f64", (rand(3, 4), rand(4)))], np.dot,
+               differentiable=True, errors=[
+                   ErrorCase("size", (rand(3, 4), rand(3)), {}, dg.ShapeError, "mismatch")]),
+        OpInfo("var_mean", dg.var_mean, [
+            Sample("all", (rand(3, 4),)), Sample("dim_corr0", (rand(3, 4),),
+                                                 {"dim": 0, "correction": 0})],
+            lambda x, dim=None, correction=1, keepdim=False: (
+                np.asarray(np.var(x, axis=dim, ddof=correction, keepdims=keepdim)),
+                np.asarray(np.mean(x, axis=dim, keepdims=keepdim))),
+            tol=dict(LOOSE_TOL), differentiable=True),
+        OpInfo("nanmean", dg.nanmean, [
+            Sample("all", (rand(2, 3),)), Sample("nan_dim", (nan_x,), {"dim": 1}, fd=False)],
+            lambda x, dim=None, keepdim=False, dtype=None: np.asarray(np.nanmean(
+                x, axis=dim, keepdims=keepdim)), differentiable=True, errors=[
+                ErrorCase("int", (ints(3),), {}, dg.DTypeError, "floating-point")]),
+        OpInfo("dist", dg.dist, [
+            Sample("p2", (rand(2, 3), rand(3))), Sample("p1", (rand(3), away(3)),
+                                                       {"p": 1.0}, fd=False)],
+            lambda a, b, p=2.0: np.asarray(np.sum(np.abs(a - b) ** p) ** (1 / p)),
+            tol=dict(LOOSE_TOL), differentiable=True),
+        OpInfo("addcmul", dg.addcmul, [
+            Sample("f64", (rand(2, 3), rand(2, 3), rand(3)), {"value": 0.5})],
+            lambda x, a, b, value=1: x + value * a * b, differentiable=True),
+        OpInfo("addcdiv", dg.addcdiv, [
+            Sample("f64", (rand(2, 3), rand(2, 3), pos(3)), {"value": -2.0})],
+            lambda x, a, b, value=1: x + value * a / b, differentiable=True, errors=[
+                ErrorCase("ints", (rand(2), ints(2), ints(2)), {}, dg.DTypeError,
+                          "integer division")]),
+        OpInfo("clamp_min", dg.clamp_min, [Sample("f64", (away(2, 3), 0.1))],
+               lambda x, m: np.maximum(x, m), differentiable=True),
+        OpInfo("clamp_max", dg.clamp_max, [Sample("f64", (away(2, 3), 0.1))],
+               lambda x, m: np.minimum(x, m), differentiable=True),
+        OpInfo("diff", dg.diff, [
+            Sample("last", (rand(3, 4),)), Sample("n2_dim0", (rand(4, 3),), {"n": 2, "dim": 0}),
+            Sample("prepend", (rand(3),), {"prepend": rand(2)}),
+            Sample("bool", (bools(5),))],
+            diff_ref, differentiable=True, errors=[
+                ErrorCase("0d", (rand(),), {}, dg.ShapeError, "one-dimensional")]),
+        OpInfo("vstack", dg.vstack, [Sample("mixed", ([rand(3), rand(2, 3)],))],
+               lambda ts: np.vstack(ts), differentiable=True),
+        OpInfo("hstack", dg.hstack, [Sample("1d", ([rand(3), rand(2)],)),
+                                     Sample("2d", ([rand(2, 3), rand(2, 1)],))],
+               lambda ts: np.hstack(ts), differentiable=True),
+        OpInfo("column_stack", dg.column_stack, [Sample("mixed", ([rand(3), rand(3, 2)],))],
+               lambda ts: np.column_stack(ts), differentiable=True),
+        OpInfo("dstack", dg.dstack, [Sample("mixed", ([rand(3), rand(1, 3)],)),
+                                     Sample("2d", ([rand(2, 3), rand(2, 3, 2)],))],
+               lambda ts: np.dstack(ts), differentiable=True),
+        OpInfo("swapaxes", dg.swapaxes, [Sample("f64", (rand(2, 3, 4), 0, 2))],
+               np.swapaxes, differentiable=True),
+        OpInfo("unbind", dg.unbind, [Sample("dim0", (rand(3, 2),)),
+                                     Sample("dim1", (rand(2, 3),), {"dim": 1})],
+               lambda x, dim=0: tuple(np.moveaxis(x, dim, 0)), differentiable=True),
+        OpInfo("rot90", dg.rot90, [
+            Sample("k1", (rand(2, 3),)), Sample("k3_dims", (rand(2, 3, 4),), {"k": 3,
+                                                                           "dims": (2, 0)}),
+            Sample("k2", (rand(3, 2),), {"k": -2})],
+            lambda x, k=1, dims=(0, 1): np.rot90(x, k, dims), differentiable=True, errors=[
+                ErrorCase("same_dims", (rand(2, 2),), {"dims": (0, 0)}, ValueError,
+                          "different")]),
+        OpInfo("logspace", dg.logspace, [Sample("base10", (0, 2, 5)),
+                                         Sample("base2_f64", (-1.0, 3.0, 4), {"base": 2.0,
+                                                                              "dtype": F64})],
+               lambda a, b, n, base=10.0, dtype=None: np.logspace(
+                   a, b, n, base=base).astype(dtype or F32)),
+        OpInfo("broadcast_tensors", dg.broadcast_tensors, [
+            Sample("two", (rand(3, 1), rand(4))), Sample("three", (rand(2, 1, 1), rand(3, 1),
+                                                                   rand(1)))],
+            lambda *ts: tuple(np.broadcast_arrays(*ts)), differentiable=True),
+    ]
+
+
+OPS += _more_composites()
+BY_NAME = {op.name: op for op in OPS}

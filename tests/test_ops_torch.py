@@ -402,3 +402,10 @@ TORCH.update(
     rms_norm=lambda x, shape, weight=None, eps=None: TF.rms_norm(
         x, (shape,) if isinstance(shape, int) else tuple(shape), weight, eps),
     searchsorted=torch.searchsorted)
+TORCH.update(
+    any=torch.any, all=torch.all, count_nonzero=torch.count_nonzero, dot=torch.dot,
+    mv=torch.mv, var_mean=torch.var_mean, nanmean=torch.nanmean, dist=torch.dist,
+    addcmul=torch.addcmul, addcdiv=torch.addcdiv, clamp_min=torch.clamp_min,
+    clamp_max=torch.clamp_max, diff=torch.diff, vstack=torch.vstack, hstack=torch.hstack,
+    column_stack=torch.column_stack, dstack=torch.dstack, swapaxes=torch.swapaxes,
+    unbind=torch.unbind, rot90=torch.rot90, broadcast_tensors=torch.broadcast_tensors)

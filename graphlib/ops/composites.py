@@ -9,16 +9,19 @@ import numpy as np
 
 from .. import dtypes
 from ..errors import DTypeError, ShapeError, composite, located
+from ..types import broadcast_shapes
 from ._common import operand
-from .creation import constant, uniform
-from .elementwise import abs, cast, exp, isfinite, isnan, log, maximum, sqrt, where
+from .creation import constant, linspace, uniform
+from .elementwise import (abs, cast, clamp, exp, isfinite, isnan, log, maximum, pow, sqrt,
+                          where)
+from .layout import flip, narrow
 from .linalg import matmul
 from .nn import stop_gradient
 from .indexing import take_along_dim
 from .norms import norm
-from .reduction import amax, mean, std, sum
+from .reduction import amax, mean, std, sum, var
 from .scan import cumsum
-from .shape import reshape, unsqueeze
+from .shape import cat, expand, reshape, squeeze, transpose, unsqueeze
 from .sorting import argsort
 
 
@@ -305,3 +308,235 @@ def multinomial(input, num_samples: int, replacement: bool = False, *, seed=None
         idx = order[:, :int(num_samples)]
     return idx if w.ndim == 2 else reshape(idx, int(num_samples))
 
+
+
+# -- more of torch's compositions (shapes, products, reductions) -------------------------------
+def _count(x, dim, keepdim):
+    return sum(cast(x != 0, "int64"), dim, keepdim)
+
+
+@composite("any")
+def any(input, dim=None, keepdim: bool = False):
+    """Whether any element is nonzero (over ``dim``), bool, as ``torch.any``."""
+    return _count(_operand(input, "any"), dim, keepdim) > 0
+
+
+@composite("all")
+def all(input, dim=None, keepdim: bool = False):
+    """Whether every element is nonzero (over ``dim``), bool, as ``torch.all``."""
+    x = _operand(input, "all")
+    return sum(cast(x == 0, "int64"), dim, keepdim) == 0
+
+
+@composite("count_nonzero")
+def count_nonzero(input, dim=None):
+    """The number of nonzero elements (over ``dim``), int64, as ``torch.count_nonzero``."""
+    return _count(_operand(input, "count_nonzero"), dim, False)
+
+
+@composite("dot")
+def dot(input, tensor):
+    """The inner product of two 1-D tensors of one dtype and length, as ``torch.dot``."""
+    a, b = _operand(input, "dot"), _operand(tensor, "dot", "tensor")
+    if a.ndim != 1 or b.ndim != 1:
+        raise ShapeError(located(f"dot: 1D tensors expected, but got {a.ndim}D and {b.ndim}D "
+                                 f"tensors"))
+    if a.shape[0] != b.shape[0]:
+        raise ShapeError(located(f"dot: inconsistent tensor size, expected tensor [{a.shape[0]}]"
+                                 f" and src [{b.shape[0]}] to have the same number of elements"))
+    if a.dtype != b.dtype:
+        raise DTypeError(located(f"dot: expected both vectors to have same dtype, but found "
+                                 f"{a.dtype} and {b.dtype}"))
+    return matmul(a, b)
+
+
+@composite("mv")
+def mv(input, vec):
+    """Matrix (n, m) times vector (m,), as ``torch.mv``."""
+    a, v = _operand(input, "mv"), _operand(vec, "mv", "vec")
+    if a.ndim != 2 or v.ndim != 1:
+        raise ShapeError(located(f"mv: expected a 2-D matrix and a 1-D vector, found shapes "
+                                 f"{list(a.shape)} and {list(v.shape)}"))
+    if a.shape[1] != v.shape[0]:
+        raise ShapeError(located(f"mv: size mismatch, got input ({a.shape[0]}x{a.shape[1]}), "
+                                 f"vec ({v.shape[0]})"))
+    return matmul(a, v)
+
+
+@composite("var_mean")
+def var_mean(input, dim=None, *, correction=1, keepdim: bool = False, unbiased=None):
+    """``(var, mean)`` over ``dim``, as ``torch.var_mean``."""
+    x = _operand(input, "var_mean")
+    return (var(x, dim, correction=correction, keepdim=keepdim, unbiased=unbiased),
+            mean(x, dim, keepdim=keepdim))
+
+
+@composite("nanmean")
+def nanmean(input, dim=None, keepdim: bool = False, *, dtype=None):
+    """The mean over ``dim`` of the elements that are not NaN, as ``torch.nanmean``
+    (floating-point inputs only)."""
+    x = _operand(input, "nanmean")
+    if not dtypes.is_float(x.dtype):
+        raise DTypeError(located(f"nanmean: expected a floating-point input, found {x.dtype}"))
+    keep = cast(isnan(x) == 0, x.dtype)
+    return sum(where(isnan(x), 0, x), dim, keepdim, dtype=dtype) / sum(keep, dim, keepdim)
+
+
+@composite("dist")
+def dist(input, other, p: float = 2.0):
+    """``norm(input - other, p)`` over every element (they broadcast), as ``torch.dist``."""
+    a, b = _operand(input, "dist"), _operand(other, "dist", "other")
+    return norm(a - b, p)
+
+
+@composite("addcmul")
+def addcmul(input, tensor1, tensor2, *, value=1):
+    """``input + value * tensor1 * tensor2`` (broadcast), as ``torch.addcmul``."""
+    x = _operand(input, "addcmul")
+    return x + _operand(tensor1, "addcmul", "tensor1") * _operand(
+        tensor2, "addcmul", "tensor2") * value
+
+
+@composite("addcdiv")
+def addcdiv(input, tensor1, tensor2, *, value=1):
+    """``input + value * tensor1 / tensor2`` (broadcast), as ``torch.addcdiv``; integer
+    ``tensor1`` and ``tensor2`` are refused, as PyTorch refuses them."""
+    t1, t2 = _operand(tensor1, "addcdiv", "tensor1"), _operand(tensor2, "addcdiv", "tensor2")
+    if not dtypes.is_float(t1.dtype) and not dtypes.is_float(t2.dtype):
+        raise DTypeError(located("addcdiv: integer division of tensors using addcdiv is no "
+                                 "longer supported; use a floating-point tensor1 or tensor2"))
+    return _operand(input, "addcdiv") + t1 / t2 * value
+
+
+@composite("clamp_min")
+def clamp_min(input, min):
+    """Elements below ``min`` raised to it, as ``torch.clamp_min``."""
+    return clamp(_operand(input, "clamp_min"), min, None)
+
+
+@composite("clamp_max")
+def clamp_max(input, max):
+    """Elements above ``max`` lowered to it, as ``torch.clamp_max``."""
+    return clamp(_operand(input, "clamp_max"), None, max)
+
+
+@composite("diff")
+def diff(input, n: int = 1, dim: int = -1, prepend=None, append=None):
+    """The ``n``-th forward difference along ``dim`` (``prepend``/``append`` joined first;
+    bools give ``!=``), as ``torch.diff``."""
+    x = _operand(input, "diff")
+    if x.ndim == 0:
+        raise ShapeError(located("diff: expected at least one-dimensional input"))
+    if n < 0:
+        raise ValueError(located(f"diff: order must be non-negative but got {n}"))
+    parts = [p for p in (prepend, x, append) if p is not None]
+    if len(parts) > 1:
+        x = cat([_operand(p, "diff") for p in parts], dim)
+    for _ in range(n):
+        size = x.shape[dim]
+        hi = narrow(x, dim, 1, size - 1)
+        lo = narrow(x, dim, 0, size - 1)
+        x = hi != lo if x.dtype == "bool" else hi - lo
+    return x
+
+
+def _at_least(x, rank: int):
+    while x.ndim < rank:
+        x = unsqueeze(x, 0) if x.ndim < 1 or rank == 2 else unsqueeze(x, -1)
+    return x
+
+
+@composite("vstack")
+def vstack(tensors):
+    """The tensors (1-D ones as rows) concatenated along dim 0, as ``torch.vstack``."""
+    return cat([_at_least(_operand(t, "vstack", "tensors"), 2) for t in tensors], 0)
+
+
+@composite("hstack")
+def hstack(tensors):
+    """The tensors concatenated along dim 1 (dim 0 for 1-D ones), as ``torch.hstack``."""
+    xs = [_operand(t, "hstack", "tensors") for t in tensors]
+    xs = [reshape(x, 1) if x.ndim == 0 else x for x in xs]
+    return cat(xs, 0 if xs[0].ndim == 1 else 1)
+
+
+@composite("column_stack")
+def column_stack(tensors):
+    """The tensors as columns (0-D and 1-D ones made (n, 1)) side by side, as
+    ``torch.column_stack``."""
+    xs = []
+    for t in tensors:
+        x = _operand(t, "column_stack", "tensors")
+        xs.append(reshape(x, -1, 1) if x.ndim <= 1 else x)
+    return cat(xs, 1)
+
+
+@composite("dstack")
+def dstack(tensors):
+    """The tensors concatenated along dim 2 (lower ranks made 3-D first: (n,) -> (1, n, 1),
+    (m, n) -> (m, n, 1)), as ``torch.dstack``."""
+    xs = []
+    for t in tensors:
+        x = _operand(t, "dstack", "tensors")
+        if x.ndim == 0:
+            x = reshape(x, 1, 1, 1)
+        elif x.ndim == 1:
+            x = reshape(x, 1, x.shape[0], 1)
+        elif x.ndim == 2:
+            x = unsqueeze(x, -1)
+        xs.append(x)
+    return cat(xs, 2)
+
+
+@composite("swapaxes")
+def swapaxes(input, axis0: int, axis1: int):
+    """Dims ``axis0`` and ``axis1`` swapped, as ``torch.swapaxes`` (``transpose``)."""
+    return transpose(_operand(input, "swapaxes"), axis0, axis1)
+
+
+@composite("unbind")
+def unbind(input, dim: int = 0):
+    """The slices along ``dim``, that dim removed, as a tuple, as ``torch.unbind``."""
+    x = _operand(input, "unbind")
+    size = x.shape[dim]
+    return tuple(squeeze(narrow(x, dim, i, 1), dim) for i in range(size))
+
+
+@composite("rot90")
+def rot90(input, k: int = 1, dims=(0, 1)):
+    """Rotated by 90 degrees ``k`` times in the plane of ``dims`` (from the first towards
+    the second), as ``torch.rot90``."""
+    x = _operand(input, "rot90")
+    if len(dims) != 2:
+        raise ValueError(located(f"rot90: expected total rotation dims == 2, but got dims = "
+                                 f"{len(dims)}"))
+    d0, d1 = dims
+    if x.ndim < 2:
+        raise ShapeError(located(f"rot90: expected total dims >= 2, but got total dims = "
+                                 f"{x.ndim}"))
+    if (d0 - d1) % x.ndim == 0:
+        raise ValueError(located(f"rot90: expected rotation dims to be different, but got "
+                                 f"dim0 = {d0} and dim1 = {d1}"))
+    k = k % 4
+    if k == 1:
+        return transpose(flip(x, [d1]), d0, d1)
+    if k == 2:
+        return flip(x, [d0, d1])
+    if k == 3:
+        return flip(transpose(x, d0, d1), [d1])
+    return x + 0 if dtypes.kind(x.dtype) != "b" else x
+
+
+@composite("logspace")
+def logspace(start, end, steps: int, base: float = 10.0, *, dtype=None):
+    """``base ** linspace(start, end, steps)``, as ``torch.logspace``."""
+    exponents = linspace(start, end, steps, dtype="float64")
+    return cast(pow(float(base), exponents), dtype or dtypes.DEFAULT_FLOAT)
+
+
+@composite("broadcast_tensors")
+def broadcast_tensors(*tensors):
+    """The tensors broadcast to their common shape, as ``torch.broadcast_tensors``."""
+    xs = [_operand(t, "broadcast_tensors", "tensors") for t in tensors]
+    shape = broadcast_shapes(*[tuple(x.shape) for x in xs])
+    return tuple(expand(x, *shape) for x in xs)
