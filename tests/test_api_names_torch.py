@@ -253,3 +253,82 @@ def test_bad_pad_arguments_raise_torchs_error_types():
             TF.pad(torch.tensor(x), pad, mode=mode)
         with pytest.raises(kind):
             F.pad(dg.tensor(x), pad, mode=mode)
+
+
+def _loss_inputs():
+    rng = np.random.default_rng(7)
+    a, b, c = (rng.standard_normal((5, 4)) for _ in range(3))
+    sign = np.where(rng.random(5) < 0.5, -1.0, 1.0)
+    return a, b, c, sign
+
+
+@pytest.mark.parametrize("case", [
+    ("margin_ranking_loss", lambda a, b, c, s: ((a[:, 0], b[:, 0], s), {"margin": 0.3})),
+    ("triplet_margin_loss", lambda a, b, c, s: ((a, b, c), {"margin": 0.5})),
+    ("triplet_margin_loss", lambda a, b, c, s: ((a, b, c), {"swap": True, "p": 1.0})),
+    ("cosine_embedding_loss", lambda a, b, c, s: ((a, b, s), {"margin": 0.2})),
+    ("hinge_embedding_loss", lambda a, b, c, s: ((a[:, 0], s), {"margin": 0.7})),
+    ("soft_margin_loss", lambda a, b, c, s: ((a[:, 0], s), {})),
+    ("poisson_nll_loss", lambda a, b, c, s: ((a, np.abs(b) * 3), {"full": True})),
+    ("poisson_nll_loss", lambda a, b, c, s: ((np.abs(a), np.abs(b)), {"log_input": False})),
+    ("gaussian_nll_loss", lambda a, b, c, s: ((a, b, np.abs(c) + 1e-7), {"full": True})),
+    ("hardshrink", lambda a, b, c, s: ((a, 0.4), {})),
+    ("softshrink", lambda a, b, c, s: ((a, 0.4), {})),
+    ("local_response_norm", lambda a, b, c, s: ((a.reshape(1, 5, 4), 3), {})),
+    ("channel_shuffle", lambda a, b, c, s: ((a.reshape(1, 4, 5), 2), {})),
+], ids=lambda c: c[0])
+def test_more_functional_losses_match_torch_with_grads(case):
+    name, make = case
+    args, kwargs = make(*_loss_inputs())
+    # the first operand requires grad (PyTorch refuses gradients for some targets)
+    ours = [dg.tensor(x, requires_grad=i == 0) if isinstance(x, np.ndarray) else x
+            for i, x in enumerate(args)]
+    theirs = [torch.tensor(x, requires_grad=i == 0) if isinstance(x, np.ndarray) else x
+              for i, x in enumerate(args)]
+    if name == "channel_shuffle":
+        want = torch.nn.ChannelShuffle(args[1])(theirs[0])
+    else:
+        want = getattr(TF, name)(*theirs, **kwargs)
+    out = getattr(F, name)(*ours, **kwargs)
+    _close(out, want)
+    (out * out).sum().backward()
+    (want * want).sum().backward()
+    for o, t in zip(ours, theirs):
+        if isinstance(o, dg.Tensor) and t.grad is not None:
+            _close(o.grad, t.grad, 1e-9)
+
+
+@pytest.mark.parametrize("cls, args, inputs", [
+    ("MarginRankingLoss", {"margin": 0.1}, 3), ("CosineEmbeddingLoss", {}, 3),
+    ("TripletMarginLoss", {"margin": 0.2}, 3), ("SoftMarginLoss", {}, 2),
+    ("HingeEmbeddingLoss", {}, 2), ("PoissonNLLLoss", {}, 2), ("Hardshrink", {}, 1),
+    ("Softshrink", {"lambd": 0.2}, 1)])
+def test_more_loss_modules_match_torch(cls, args, inputs):
+    a, b, c, s = _loss_inputs()
+    if cls in ("MarginRankingLoss",):
+        xs = (a[:, 0], b[:, 0], s)
+    elif cls == "CosineEmbeddingLoss":
+        xs = (a, b, s)
+    elif cls in ("SoftMarginLoss", "HingeEmbeddingLoss"):
+        xs = (a[:, 0], s)
+    else:
+        xs = (a, b, c)[:inputs]
+    _close(getattr(dg.nn, cls)(**args)(*[dg.tensor(x) for x in xs]),
+           getattr(torch.nn, cls)(**args)(*[torch.tensor(x) for x in xs]))
+
+
+def test_batchnorm3d_alpha_dropout_and_lrn_modules():
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((2, 3, 2, 2, 2)).astype(np.float32)
+    bn, tbn = dg.nn.BatchNorm3d(3), torch.nn.BatchNorm3d(3)
+    _close(bn(dg.tensor(x)), tbn(torch.tensor(x)), 1e-5)
+    _close(bn.running_var, tbn.running_var, 1e-6)
+    with pytest.raises(RuntimeError):
+        bn(dg.tensor(x[0]))
+    dg.manual_seed(0)
+    y = dg.nn.AlphaDropout(0.2)(dg.tensor(rng.standard_normal(200000)))
+    assert abs(float(y.mean().item())) < 0.02 and abs(float(y.std().item()) - 1) < 0.02
+    layer = dg.nn.AlphaDropout(0.2).eval()
+    assert np.array_equal(layer(dg.tensor(x)).numpy(), x)
+    _close(dg.nn.LocalResponseNorm(2)(dg.tensor(x)), torch.nn.LocalResponseNorm(2)(
+        torch.tensor(x)), 1e-6)

@@ -26,6 +26,10 @@ from ..graphlib.ops.conv import (adaptive_avg_pool1d, adaptive_max_pool1d,  # no
                                  adaptive_max_pool2d, max_pool2d_with_indices, max_unpool2d)
 from ..graphlib.ops.resample import fold, interpolate, unfold  # noqa: F401
 from ..graphlib.ops.composites import cosine_similarity, normalize, rms_norm  # noqa: F401
+from .ranking_losses import (channel_shuffle, cosine_embedding_loss,  # noqa: F401
+                             gaussian_nll_loss, hardshrink, hinge_embedding_loss,
+                             local_response_norm, margin_ranking_loss, poisson_nll_loss,
+                             soft_margin_loss, softshrink, triplet_margin_loss)
 
 
 def upsample(input, size=None, scale_factor=None, mode: str = "nearest",
@@ -310,6 +314,27 @@ def dropout2d(input, p: float = 0.5, training: bool = True, inplace: bool = Fals
     """Zero whole channels of an (N, C, H, W) or (C, H, W) input with probability ``p``,
     scaling the rest by 1/(1-p), as ``torch.nn.functional.dropout2d``."""
     return _feature_dropout("dropout2d", 2, input, p, training, seed)
+
+
+def alpha_dropout(input, p: float = 0.5, training: bool = False, inplace: bool = False,
+                  seed=None):
+    """Dropout that keeps a SELU network's mean and variance: dropped elements are set to
+    SELU's negative saturation and an affine map restores the moments, as
+    ``torch.nn.functional.alpha_dropout`` (identity unless ``training``)."""
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"alpha_dropout: dropout probability has to be between 0 and 1, but "
+                         f"got {p}")
+    if not training or p == 0.0:
+        return input
+    if p == 1.0:
+        return input * 0.0
+    if seed is None and _is_symbolic(input):
+        seed = input.graph.seed_state()
+    alpha_p = -_SELU_ALPHA * _SELU_SCALE
+    a = ((1 - p) * (1 + p * alpha_p ** 2)) ** -0.5
+    b = -a * alpha_p * p
+    keep = F.bernoulli(F.full_like(input, 1.0 - p), seed=seed)
+    return (input * keep + alpha_p * (1.0 - keep)) * a + b
 
 
 def dropout3d(input, p: float = 0.5, training: bool = True, inplace: bool = False, seed=None):

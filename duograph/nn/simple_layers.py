@@ -9,11 +9,14 @@ import numpy as np
 
 from ..eager.tensors import Parameter
 from . import functional as NF
-from .layers import _Loss
+from .layers import _BatchNorm, _Loss
 from .module import Module
 
 __all__ = ["SmoothL1Loss", "HuberLoss", "CosineSimilarity", "PairwiseDistance", "RMSNorm",
-           "Dropout1d", "Dropout2d", "Dropout3d", "Softplus"]
+           "Dropout1d", "Dropout2d", "Dropout3d", "Softplus", "BatchNorm3d", "AlphaDropout",
+           "MarginRankingLoss", "CosineEmbeddingLoss", "HingeEmbeddingLoss", "SoftMarginLoss",
+           "TripletMarginLoss", "PoissonNLLLoss", "GaussianNLLLoss", "Hardshrink",
+           "Softshrink", "LocalResponseNorm", "ChannelShuffle"]
 
 
 class SmoothL1Loss(_Loss):
@@ -143,3 +146,147 @@ class Softplus(Module):
 
     def extra_repr(self) -> str:
         return f"beta={self.beta}, threshold={self.threshold}"
+
+
+class BatchNorm3d(_BatchNorm):
+    """Batch normalisation over a 5-D (N, C, D, H, W) input, per channel, as
+    ``torch.nn.BatchNorm3d(num_features, eps=1e-5, momentum=0.1, affine=True,
+    track_running_stats=True)``; see ``BatchNorm2d``."""
+
+    _dims = (5,)
+    _what = "a 5-D input (N, C, D, H, W)"
+
+
+class AlphaDropout(_DropoutNd):
+    """Dropout for SELU networks (keeps mean and variance) in training; see
+    ``nn.functional.alpha_dropout``."""
+
+    def forward(self, x):
+        return NF.alpha_dropout(x, self.p, self.training)
+
+
+class _PairLoss(_Loss):
+    """A loss of (input1, input2, target) with a ``margin``."""
+
+    def __init__(self, margin: float = 0.0, size_average=None, reduce=None,
+                 reduction: str = "mean"):
+        super().__init__(size_average, reduce, reduction)
+        self.margin = margin
+
+
+class MarginRankingLoss(_PairLoss):
+    """``MarginRankingLoss(margin=0.0, reduction="mean")``: see
+    ``nn.functional.margin_ranking_loss``."""
+
+    def forward(self, input1, input2, target):
+        return NF.margin_ranking_loss(input1, input2, target, self.margin,
+                                      reduction=self.reduction)
+
+
+class CosineEmbeddingLoss(_PairLoss):
+    """``CosineEmbeddingLoss(margin=0.0, reduction="mean")``: see
+    ``nn.functional.cosine_embedding_loss``."""
+
+    def forward(self, input1, input2, target):
+        return NF.cosine_embedding_loss(input1, input2, target, self.margin,
+                                        reduction=self.reduction)
+
+
+class HingeEmbeddingLoss(_PairLoss):
+    """``HingeEmbeddingLoss(margin=1.0, reduction="mean")``: see
+    ``nn.functional.hinge_embedding_loss``."""
+
+    def __init__(self, margin: float = 1.0, size_average=None, reduce=None,
+                 reduction: str = "mean"):
+        super().__init__(margin, size_average, reduce, reduction)
+
+    def forward(self, input, target):
+        return NF.hinge_embedding_loss(input, target, self.margin, reduction=self.reduction)
+
+
+class SoftMarginLoss(_Loss):
+    """``SoftMarginLoss(reduction="mean")``: see ``nn.functional.soft_margin_loss``."""
+
+    def forward(self, input, target):
+        return NF.soft_margin_loss(input, target, reduction=self.reduction)
+
+
+class TripletMarginLoss(_Loss):
+    """``TripletMarginLoss(margin=1.0, p=2.0, eps=1e-6, swap=False, reduction="mean")``: see
+    ``nn.functional.triplet_margin_loss``."""
+
+    def __init__(self, margin: float = 1.0, p: float = 2.0, eps: float = 1e-6,
+                 swap: bool = False, size_average=None, reduce=None, reduction: str = "mean"):
+        super().__init__(size_average, reduce, reduction)
+        self.margin, self.p, self.eps, self.swap = margin, p, eps, swap
+
+    def forward(self, anchor, positive, negative):
+        return NF.triplet_margin_loss(anchor, positive, negative, self.margin, self.p,
+                                      self.eps, self.swap, reduction=self.reduction)
+
+
+class PoissonNLLLoss(_Loss):
+    """``PoissonNLLLoss(log_input=True, full=False, eps=1e-8, reduction="mean")``: see
+    ``nn.functional.poisson_nll_loss``."""
+
+    def __init__(self, log_input: bool = True, full: bool = False, size_average=None,
+                 eps: float = 1e-8, reduce=None, reduction: str = "mean"):
+        super().__init__(size_average, reduce, reduction)
+        self.log_input, self.full, self.eps = log_input, full, eps
+
+    def forward(self, log_input, target):
+        return NF.poisson_nll_loss(log_input, target, self.log_input, self.full,
+                                   eps=self.eps, reduction=self.reduction)
+
+
+class GaussianNLLLoss(_Loss):
+    """``GaussianNLLLoss(full=False, eps=1e-6, reduction="mean")``: see
+    ``nn.functional.gaussian_nll_loss``."""
+
+    def __init__(self, *, full: bool = False, eps: float = 1e-6, reduction: str = "mean"):
+        super().__init__(reduction=reduction)
+        self.full, self.eps = full, eps
+
+    def forward(self, input, target, var):
+        return NF.gaussian_nll_loss(input, target, var, self.full, self.eps, self.reduction)
+
+
+class Hardshrink(Module):
+    """``Hardshrink(lambd=0.5)``: see ``nn.functional.hardshrink``."""
+
+    def __init__(self, lambd: float = 0.5):
+        super().__init__()
+        self.lambd = lambd
+
+    def forward(self, x):
+        return NF.hardshrink(x, self.lambd)
+
+
+class Softshrink(Hardshrink):
+    """``Softshrink(lambd=0.5)``: see ``nn.functional.softshrink``."""
+
+    def forward(self, x):
+        return NF.softshrink(x, self.lambd)
+
+
+class LocalResponseNorm(Module):
+    """``LocalResponseNorm(size, alpha=1e-4, beta=0.75, k=1.0)``: see
+    ``nn.functional.local_response_norm``."""
+
+    def __init__(self, size: int, alpha: float = 1e-4, beta: float = 0.75, k: float = 1.0):
+        super().__init__()
+        self.size, self.alpha, self.beta, self.k = size, alpha, beta, k
+
+    def forward(self, x):
+        return NF.local_response_norm(x, self.size, self.alpha, self.beta, self.k)
+
+
+class ChannelShuffle(Module):
+    """``ChannelShuffle(groups)``: see ``nn.functional.channel_shuffle``."""
+
+    def __init__(self, groups: int):
+        super().__init__()
+        self.groups = groups
+
+    def forward(self, x):
+        return NF.channel_shuffle(x, self.groups)
