@@ -113,8 +113,10 @@ _inplace_functions.install(_sys.modules[__name__], nn.functional)
 __all__ += list(_inplace_functions.FUNCTIONS) + list(_inplace_functions.MODULE_LEVEL_ACTIVATIONS)
 
 # PyTorch's process settings, type tests and eager-only counting
-from .settings import (get_default_dtype, get_num_threads, is_floating_point,  # noqa: E402
-                       is_tensor, set_default_dtype, set_num_threads)
+from .settings import (get_default_dtype, get_num_threads, get_rng_state,  # noqa: E402
+                       is_floating_point, is_tensor, seed, set_default_dtype,
+                       set_num_threads, set_printoptions, set_rng_state)
 from .counting import bincount  # noqa: E402
 __all__ += ["get_default_dtype", "set_default_dtype", "get_num_threads", "set_num_threads",
-            "is_tensor", "is_floating_point", "bincount"]
+            "is_tensor", "is_floating_point", "bincount", "seed", "get_rng_state",
+            "set_rng_state", "set_printoptions"]

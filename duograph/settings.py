@@ -3,11 +3,16 @@
 ``is_floating_point``."""
 from __future__ import annotations
 
+import json
 import os
 import sys
 
+import numpy as np
+
 from .eager import dispatch as _dispatch
-from .eager.tensors import Tensor
+from .eager.creation import _generator
+from .eager.creation import manual_seed as _mseed
+from .eager.tensors import PRINT_OPTIONS, Tensor
 from .graphlib import dtypes
 from .graphlib.ir import Value
 
@@ -77,3 +82,64 @@ def is_floating_point(input) -> bool:
                         f"{type(input).__name__}")
     return dtypes.is_float(input.dtype)
 
+
+
+def seed() -> int:
+    """Seed the global generator from a fresh non-deterministic number and return that
+    number, as ``torch.seed``."""
+    value = int(np.random.SeedSequence().entropy % (2 ** 63))
+    _mseed(value)
+    return value
+
+
+
+def get_rng_state() -> Tensor:
+    """The global generator's state as a uint8 tensor (its numpy bit generator's state,
+    JSON-encoded), as ``torch.get_rng_state``; ``set_rng_state`` restores it."""
+    state = _generator().bit_generator.state
+    data = json.dumps(state, default=int).encode()
+    return Tensor._wrap(np.frombuffer(data, dtype=np.uint8).copy())
+
+
+def set_rng_state(new_state: Tensor) -> None:
+    """Restore the global generator from ``get_rng_state()``'s tensor, as
+    ``torch.set_rng_state``."""
+    if not isinstance(new_state, Tensor) or new_state.dtype != "uint8":
+        raise TypeError(f"set_rng_state: expected a uint8 tensor from get_rng_state(), found "
+                        f"{type(new_state).__name__}")
+    try:
+        state = json.loads(bytes(new_state.numpy().tobytes()).decode())
+    except ValueError as e:
+        raise ValueError(f"set_rng_state: not a state from get_rng_state() ({e})") from None
+    gen = _generator()
+    gen.bit_generator.state = state
+
+
+def set_printoptions(precision=None, threshold=None, edgeitems=None, linewidth=None,
+                     profile=None, sci_mode=None) -> None:
+    """How tensors print, as ``torch.set_printoptions``: digits after the point
+    (``precision``, default 4), the element count above which a tensor is summarised
+    (``threshold``, 1000) with ``edgeitems`` (3) at each end, the line width (``linewidth``,
+    75; PyTorch's is 80), a ``profile`` ('default', 'short' or 'full') setting
+    all of them, and ``sci_mode`` (True forces scientific notation, False forbids it, None
+    lets numpy choose)."""
+    options = PRINT_OPTIONS
+    if profile is not None:
+        presets = {"default": dict(precision=4, threshold=1000, edgeitems=3),
+                   "short": dict(precision=2, threshold=1000, edgeitems=2),
+                   "full": dict(precision=4, threshold=sys.maxsize, edgeitems=3)}
+        if profile not in presets:
+            raise ValueError(f"set_printoptions: profile must be 'default', 'short' or "
+                             f"'full', found {profile!r}")
+        options.update(presets[profile], max_line_width=75)
+    for key, value in (("precision", precision), ("threshold", threshold),
+                       ("edgeitems", edgeitems), ("max_line_width", linewidth)):
+        if value is not None:
+            options[key] = int(value)
+    if sci_mode is not None:
+        options["suppress_small"] = not sci_mode
+        options["floatmode"] = "maxprec"
+        if sci_mode:
+            options["formatter"] = {"float_kind": lambda v: f"{v:.{options['precision']}e}"}
+        else:
+            options.pop("formatter", None)

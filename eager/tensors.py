@@ -105,6 +105,10 @@ class TensorTypeOf(TensorType):
         return t.to(dtype=dt, device=device)
 
 
+# how tensors print (``dg.set_printoptions``): numpy's array2string options
+PRINT_OPTIONS = {"precision": 4, "threshold": 1000, "edgeitems": 3, "max_line_width": 75}
+
+
 class Tensor(TensorMethods):
     """An eager tensor: an array (numpy on "cpu", cupy on "cuda") plus autograd state."""
 
@@ -278,8 +282,7 @@ class Tensor(TensorMethods):
 
     def __repr__(self):
         arr = host_array(self)       # printing is not a decision: no guard (see compile)
-        body = np.array2string(arr, separator=", ", prefix="tensor(", threshold=1000,
-                               precision=4)
+        body = np.array2string(arr, separator=", ", prefix="tensor(", **PRINT_OPTIONS)
         extra = []
         if arr.dtype.name not in ("float32", "int64", "bool"):
             extra.append(f"dtype={arr.dtype.name}")

@@ -185,3 +185,39 @@ class PyTorchMethods:
         """``float_power(exponent)``: ``self ** exponent`` in float64, as PyTorch's."""
         return F.pow(F.cast(self, "float64"), F.cast(exponent, "float64")
                      if hasattr(exponent, "dtype") else exponent)
+
+    def new_empty(self, *size, dtype=None):
+        """``new_empty(*size, dtype=None)``: a tensor of ``size`` with this tensor's dtype
+        (unless ``dtype``); duograph fills it with zeros where PyTorch leaves it
+        uninitialised."""
+        if len(size) == 1 and isinstance(size[0], (tuple, list)):
+            size = tuple(size[0])
+        return F.zeros(*size, dtype=dtype or self.dtype)
+
+    def get_device(self) -> int:
+        """``get_device() -> int``: -1 on the CPU, else the CUDA device's index, as
+        PyTorch's."""
+        device = str(getattr(self, "device", "cpu"))
+        if device == "cpu":
+            return -1
+        return int(device.partition(":")[2] or 0)
+
+    def storage_offset(self) -> int:
+        """``storage_offset() -> int``: 0; every duograph tensor starts its own buffer (views
+        that share one are copies here)."""
+        return 0
+
+    def data_ptr(self) -> int:
+        """``data_ptr() -> int``: the address of the first element of the tensor's buffer
+        (eager tensors)."""
+        array = getattr(self, "array", None)
+        if array is None:
+            raise RuntimeError(located("data_ptr: a graph Value has no buffer"))
+        if hasattr(array, "__array_interface__"):
+            return int(array.__array_interface__["data"][0])
+        return int(array.data.ptr)       # cupy
+
+    def pin_memory(self):
+        """``pin_memory()``: ``self``; duograph copies host arrays to the GPU from pageable
+        memory (cupy), so there is nothing to pin."""
+        return self

@@ -332,3 +332,42 @@ def test_batchnorm3d_alpha_dropout_and_lrn_modules():
     assert np.array_equal(layer(dg.tensor(x)).numpy(), x)
     _close(dg.nn.LocalResponseNorm(2)(dg.tensor(x)), torch.nn.LocalResponseNorm(2)(
         torch.tensor(x)), 1e-6)
+
+
+def test_rng_state_seed_and_printoptions():
+    state = dg.get_rng_state()
+    assert state.dtype == "uint8" and isinstance(torch.get_rng_state(), torch.Tensor)
+    a = dg.randn(4)
+    dg.set_rng_state(state)
+    np.testing.assert_array_equal(dg.randn(4).numpy(), a.numpy())
+    with pytest.raises(TypeError):
+        dg.set_rng_state([1, 2])
+    s = dg.seed()
+    assert isinstance(s, int) and s >= 0
+    try:
+        dg.set_printoptions(precision=2)
+        assert repr(dg.tensor([1.23456])) == "tensor([1.23])"
+        dg.set_printoptions(sci_mode=True)
+        assert "e+00" in repr(dg.tensor([1.23456]))
+    finally:
+        dg.set_printoptions(profile="default", sci_mode=False)
+    assert repr(dg.tensor([1.23456])) == "tensor([1.2346])"
+    with pytest.raises(ValueError):
+        dg.set_printoptions(profile="long")
+
+
+def test_small_tensor_methods_as_torch():
+    d, t = _t(np.arange(6.0).reshape(2, 3))
+    assert d.get_device() == t.get_device() == -1
+    assert d.storage_offset() == t.storage_offset() == 0
+    assert d.data_ptr() == d.numpy().__array_interface__["data"][0]
+    assert d.pin_memory() is d
+    e = d.new_empty(4, 2)
+    assert e.shape == tuple(t.new_empty(4, 2).shape) and e.dtype == "float64"
+    _close(d.mT, t.mT)
+    _close(d.reshape_as(dg.ones(3, 2)), t.reshape_as(torch.ones(3, 2)))
+    _close(dg.ones(2, 3).sum_to_size(1, 3), torch.ones(2, 3).sum_to_size(1, 3))
+    _close(dg.tensor([2.0, 3.0], dtype="float32").float_power(2),
+           torch.tensor([2.0, 3.0]).float_power(2))
+    with pytest.raises(RuntimeError):
+        dg.ones(3).mT
