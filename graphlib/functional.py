@@ -54,6 +54,7 @@ from .ops.composites import (addcdiv, addcmul, all, any, broadcast_tensors,  # n
                              clamp_max, clamp_min, column_stack, count_nonzero, diff, dist,
                              dot, dstack, hstack, logspace, mv, nanmean, rot90, swapaxes,
                              unbind, var_mean, vstack)
+from .ops.sampling import affine_grid, grid_sample  # noqa: F401  (nn.functional's)
 from .ops.scan import cummax, cummin, cumprod, cumsum, logcumsumexp  # noqa: F401
 from .ops.sorting import (allclose, argsort, equal, isclose, kthvalue, median,  # noqa: F401
                           mode, sort, topk, unique)

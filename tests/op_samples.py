@@ -3197,3 +3197,78 @@ def _more_composites() -> List[OpInfo]:
 
 OPS += _more_composites()
 BY_NAME = {op.name: op for op in OPS}
+
+
+# -- grid_sample, affine_grid (graphlib/ops/sampling.py): numpy references ------------------
+def _grid_sample_ref(x, grid, mode="bilinear", padding_mode="zeros", align_corners=None):
+    n, c, h, w = x.shape
+    align = bool(align_corners)
+
+    def source(coord, size):
+        coord = (coord + 1) * (size - 1) / 2 if align else ((coord + 1) * size - 1) / 2
+        if padding_mode == "border":
+            coord = np.clip(coord, 0, size - 1)
+        elif padding_mode == "reflection":
+            lo, hi = (0, 2 * (size - 1)) if align else (-1, 2 * size - 1)
+            low, span = lo / 2, (hi - lo) / 2
+            d = np.abs(coord - low)
+            extra, flips = np.fmod(d, span), np.floor(d / span)
+            coord = np.where(flips % 2 == 0, extra + low, span - extra + low)
+            coord = np.clip(coord, 0, size - 1)
+        return coord
+
+    fx, fy = source(grid[..., 0], w), source(grid[..., 1], h)
+
+    def pick(ix, iy):
+        inside = (ix >= 0) & (ix <= w - 1) & (iy >= 0) & (iy <= h - 1)
+        ixc = np.clip(ix, 0, w - 1).astype(int)
+        iyc = np.clip(iy, 0, h - 1).astype(int)
+        out = np.stack([x[b][:, iyc[b], ixc[b]] for b in range(n)])
+        return np.where(inside[:, None], out, 0.0)
+    if mode == "nearest":
+        return pick(np.round(fx), np.round(fy))
+    x0, y0 = np.floor(fx), np.floor(fy)
+    wx, wy = fx - x0, fy - y0
+    return (pick(x0, y0) * ((1 - wx) * (1 - wy))[:, None] + pick(x0 + 1, y0)
+            * (wx * (1 - wy))[:, None] + pick(x0, y0 + 1) * ((1 - wx) * wy)[:, None]
+            + pick(x0 + 1, y0 + 1) * (wx * wy)[:, None])
+
+
+def _affine_grid_ref(theta, size, align_corners=None):
+    n, _, h, w = size
+
+    def axis(steps):
+        ramp = np.linspace(-1, 1, steps)
+        return ramp if align_corners else ramp * (steps - 1) / steps
+    xs, ys = np.meshgrid(axis(w), axis(h))
+    base = np.stack([xs, ys, np.ones_like(xs)], -1)
+    return np.einsum("hwk,njk->nhwj", base, theta)
+
+
+def _sampling() -> List[OpInfo]:
+    from duograph.graphlib.ops.sampling import affine_grid, grid_sample
+    image, grid = rand(2, 2, 4, 5), rand(2, 3, 4, 2, low=-1.2, high=1.2)
+    return [
+        OpInfo("grid_sample", grid_sample, [
+            Sample("bilinear", (image, grid)),
+            Sample("border_aligned", (image, grid), {"padding_mode": "border",
+                                                     "align_corners": True}),
+            Sample("reflection", (image, grid), {"padding_mode": "reflection"}),
+            Sample("nearest", (image, grid), {"mode": "nearest"}, fd=False),
+            Sample("f32", (rand(1, 1, 3, 3, dtype=F32), rand(1, 2, 2, 2, dtype=F32)))],
+            _grid_sample_ref, tol=dict(LOOSE_TOL), differentiable=True, errors=[
+                ErrorCase("mode", (image, grid), {"mode": "bicubic"}, NotImplementedError,
+                          "bicubic"),
+                ErrorCase("padding", (image, grid), {"padding_mode": "edge"}, ValueError,
+                          "padding_mode"),
+                ErrorCase("batch", (image, grid[:1]), {}, dg.ShapeError, "batch size")]),
+        OpInfo("affine_grid", affine_grid, [
+            Sample("default", (rand(2, 2, 3), (2, 3, 4, 5))),
+            Sample("aligned", (rand(1, 2, 3), (1, 1, 3, 2)), {"align_corners": True})],
+            _affine_grid_ref, differentiable=True, errors=[
+                ErrorCase("theta", (rand(2, 3, 3), (2, 3, 4, 5)), {}, dg.ShapeError, "Nx2x3")]),
+    ]
+
+
+OPS += _sampling()
+BY_NAME = {op.name: op for op in OPS}

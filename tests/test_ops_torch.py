@@ -409,3 +409,4 @@ TORCH.update(
     clamp_max=torch.clamp_max, diff=torch.diff, vstack=torch.vstack, hstack=torch.hstack,
     column_stack=torch.column_stack, dstack=torch.dstack, swapaxes=torch.swapaxes,
     unbind=torch.unbind, rot90=torch.rot90, broadcast_tensors=torch.broadcast_tensors)
+TORCH.update(grid_sample=TF.grid_sample, affine_grid=TF.affine_grid)

@@ -26,6 +26,7 @@ from ..graphlib.ops.conv import (adaptive_avg_pool1d, adaptive_max_pool1d,  # no
                                  adaptive_max_pool2d, max_pool2d_with_indices, max_unpool2d)
 from ..graphlib.ops.resample import fold, interpolate, unfold  # noqa: F401
 from ..graphlib.ops.composites import cosine_similarity, normalize, rms_norm  # noqa: F401
+from ..graphlib.ops.sampling import affine_grid, grid_sample  # noqa: F401
 from .ranking_losses import (channel_shuffle, cosine_embedding_loss,  # noqa: F401
                              gaussian_nll_loss, hardshrink, hinge_embedding_loss,
                              local_response_norm, margin_ranking_loss, poisson_nll_loss,
