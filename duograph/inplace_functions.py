@@ -66,6 +66,42 @@ ACTIVATIONS = {
 MODULE_LEVEL_ACTIVATIONS = ("selu_", "celu_", "threshold_")
 
 
+# Tensor methods whose in-place form PyTorch has and duograph derives here: the out-of-place
+# method's result (same shape; a comparison's bools become 1 and 0 of this tensor's dtype, as
+# PyTorch writes them) written into the tensor
+DERIVED_METHOD_NAMES = (
+    "eq_", "ne_", "gt_", "ge_", "lt_", "le_", "greater_", "greater_equal_", "less_",
+    "less_equal_", "not_equal_", "logical_and_", "logical_or_", "logical_xor_",
+    "logical_not_", "tril_", "triu_", "cumsum_", "cumprod_", "addcmul_", "addcdiv_",
+    "clamp_min_", "clamp_max_", "copysign_", "float_power_", "logaddexp_", "addmm_",
+    "lerp_", "sign_", "sgn_", "square_")
+
+
+def _derived_method(name: str) -> Callable:
+    base = name[:-1]
+
+    def method(self, *args, **kwargs):
+        return self._inplace(lambda s: getattr(s, base)(*args, **kwargs), name,
+                             *[a for a in args if isinstance(a, Tensor)])
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = (f"``{name}(...)``: ``{base}(...)`` written into this tensor (PyTorch's "
+                      f"in-place form; a comparison writes 1 and 0 in this tensor's dtype).")
+    return method
+
+
+def install_tensor_methods() -> None:
+    """The derived in-place methods and the comparison spellings (``greater``...) on
+    ``Tensor``, where it lacks them."""
+    spellings = {"greater": "gt", "greater_equal": "ge", "less": "lt", "less_equal": "le",
+                 "not_equal": "ne", "sgn": "sign"}
+    for alias, name in spellings.items():
+        if not hasattr(Tensor, alias) and hasattr(Tensor, name):
+            setattr(Tensor, alias, getattr(Tensor, name))
+    for name in DERIVED_METHOD_NAMES:
+        if not hasattr(Tensor, name) and hasattr(Tensor, name[:-1]):
+            setattr(Tensor, name, _derived_method(name))
+
+
 def install(package, functional) -> None:
     """Put the functions on ``duograph`` (``package``) and ``duograph.nn.functional``."""
     for name, fn in FUNCTIONS.items():
@@ -74,3 +110,4 @@ def install(package, functional) -> None:
         setattr(package, name, ACTIVATIONS[name])
     for name, fn in ACTIVATIONS.items():
         setattr(functional, name, fn)
+    install_tensor_methods()

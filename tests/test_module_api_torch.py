@@ -166,3 +166,19 @@ def test_full_backward_hook_with_inputs_that_need_no_grad_as_torch():
     handle.remove()
     with pytest.warns(UserWarning):
         lin(dg.tensor(data)).sum().backward()
+
+
+@pytest.mark.parametrize("name, args", [
+    ("gt_", ([0.0, 5.0, 1.0],)), ("le_", ([0.0, 5.0, 1.0],)), ("ne_", ([1.0, 5.0, 3.0],)),
+    ("logical_not_", ()), ("clamp_min_", (1.5,)), ("clamp_max_", (1.5,)),
+    ("cumsum_", (0,)), ("addcmul_", ([1.0, 2.0, 3.0], [0.5, 0.5, 0.5])),
+    ("addcdiv_", ([1.0, 2.0, 3.0], [2.0, 4.0, 8.0])), ("lerp_", ([3.0, 3.0, 3.0], 0.25)),
+    ("copysign_", ([-1.0, 1.0, -1.0],)), ("greater_equal_", ([2.0, 2.0, 2.0],))])
+def test_derived_inplace_methods_match_torch(name, args):
+    x, t = dg.tensor([1.0, 2.0, 3.0]), torch.tensor([1.0, 2.0, 3.0])
+    dargs = [dg.tensor(a) if isinstance(a, list) else a for a in args]
+    targs = [torch.tensor(a) if isinstance(a, list) else a for a in args]
+    assert getattr(x, name)(*dargs) is x
+    getattr(t, name)(*targs)
+    np.testing.assert_allclose(x.numpy(), t.numpy(), rtol=1e-6)
+    assert x.dtype == "float32"
