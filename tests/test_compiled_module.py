@@ -127,3 +127,13 @@ def test_compile_options_of_pytorch_are_accepted_and_others_refused():
     f = dg.compile(lambda t: t * 2)
     assert not isinstance(f, dg.nn.Module)
     assert float(f(dg.tensor(2.0)).item()) == 4.0
+
+
+def test_backward_hook_on_the_compiled_module_runs():
+    _, base, model = _pair()
+    model.eval()
+    seen = []
+    model.register_full_backward_hook(lambda m, gi, go: seen.append(go[0].shape))
+    x = dg.randn(3, 4, requires_grad=True)
+    model(x).sum().backward()
+    assert seen == [(3, 1)] and x.grad is not None

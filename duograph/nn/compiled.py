@@ -85,7 +85,8 @@ class OptimizedModule(Module):
         delattr(self._orig_mod, name)
 
     def __call__(self, *args, **kwargs):
-        if not self._forward_pre_hooks and not self._forward_hooks:
+        if not (self._forward_pre_hooks or self._forward_hooks or self._backward_hooks
+                or self._backward_pre_hooks):
             return self._compiled(*args, **kwargs)      # the common call: no wrapper hooks
         return super().__call__(*args, **kwargs)
 
