@@ -32,7 +32,7 @@ from .runtime.backends import backend_for_device as _backend_for_device  # noqa:
 # eager dispatch gets its kernels from the runtime's backends through this documented hook
 # (eager never imports the runtime)
 _set_backend_provider(_backend_for_device)
-from .eager import autograd, compile  # noqa: F401
+from .eager import compile  # noqa: F401
 from .eager import (Tensor, arange, as_tensor, empty, empty_like, enable_grad, eye,  # noqa
                     from_numpy, full, full_like, is_grad_enabled, linspace, manual_seed,
                     no_grad, ones, ones_like, rand, rand_like, randint, randint_like, randn,
@@ -51,6 +51,7 @@ bool_ = "bool"
 
 __version__ = "0.1.0"
 from . import nn, optim  # noqa: E402
+from .nn.compiled import compile  # noqa: E402,F811  (a module compiles to a module)
 from . import data, io  # noqa: E402
 from . import distributed  # noqa: E402,F401  (imports no MPI until init_process_group)
 from . import onnx  # noqa: E402
@@ -68,7 +69,7 @@ from .eager.legacy import (BFloat16Tensor, BoolTensor, ByteTensor, CharTensor,  
 from . import compat, utils  # noqa: E402  (dg.utils.data is duograph.data)
 from . import linalg  # noqa: E402
 from . import fft  # noqa: E402
-autograd.Variable = compat.Variable
+from . import autograd  # noqa: E402  (the package: torch.autograd's names)
 
 # The public names, explicitly: the op functions (graphlib.functional.__all__) and these.
 __all__ = list(graphlib.functional.__all__) + [
@@ -110,11 +111,22 @@ from .amp import autocast, get_autocast_dtype, is_autocast_enabled  # noqa: E402
 __all__ += ["amp", "autocast", "is_autocast_enabled", "get_autocast_dtype"]
 __all__ = list(dict.fromkeys(__all__))
 
-# duograph.func (torch.func), and torch.autograd.functional as dg.autograd.functional (until
-# duograph.autograd is a package of its own, its submodule is registered by name)
+# duograph.func (torch.func); torch.autograd.functional is duograph.autograd.functional
 from . import func  # noqa: E402
-autograd.functional = func.autograd_functional
-__import__("sys").modules.setdefault("duograph.autograd", autograd)
-__import__("sys").modules["duograph.autograd.functional"] = func.autograd_functional
+from .autograd import functional as _autograd_functional  # noqa: E402,F401
 __all__.append("func")
 from . import pictures  # noqa: E402,F401  (render() without Graphviz; view() in Netron)
+# PyTorch's module-level in-place functions (dg.sqrt_, F.relu_...)
+import sys as _sys  # noqa: E402
+from . import inplace_functions as _inplace_functions  # noqa: E402
+_inplace_functions.install(_sys.modules[__name__], nn.functional)
+__all__ += list(_inplace_functions.FUNCTIONS) + list(_inplace_functions.MODULE_LEVEL_ACTIVATIONS)
+
+# PyTorch's process settings, type tests and eager-only counting
+from .settings import (get_default_dtype, get_num_threads, get_rng_state,  # noqa: E402
+                       is_floating_point, is_tensor, seed, set_default_dtype,
+                       set_num_threads, set_printoptions, set_rng_state)
+from .counting import bincount  # noqa: E402
+__all__ += ["get_default_dtype", "set_default_dtype", "get_num_threads", "set_num_threads",
+            "is_tensor", "is_floating_point", "bincount", "seed", "get_rng_state",
+            "set_rng_state", "set_printoptions"]

@@ -66,13 +66,16 @@ cuda = _Cuda()
 
 
 def Variable(data, requires_grad=False, volatile=None):  # noqa: N802 - PyTorch's name
-    """The deprecated ``torch.autograd.Variable``: the tensor itself (``requires_grad``
-    set when asked), as PyTorch returns it."""
-    from .eager import Tensor, tensor
+    """The deprecated ``torch.autograd.Variable``: as PyTorch, a new tensor sharing ``data``'s
+    memory, cut from its history (a leaf) and requiring grad when asked; ``data`` must be a
+    tensor (anything else raises TypeError, as PyTorch)."""
+    from .eager import Tensor
     if volatile is not None:
         warnings.warn("volatile has no effect (as in PyTorch); use dg.no_grad()",
                       UserWarning, stacklevel=2)
-    t = data if isinstance(data, Tensor) else tensor(data)
+    if not isinstance(data, Tensor):
+        raise TypeError(f"Variable data has to be a tensor, but got {type(data).__name__}")
+    t = data.detach()
     if requires_grad:
         t.requires_grad_(True)
     return t

@@ -48,6 +48,14 @@ def _new_provider(cpu_backend) -> None:
 
 on_provider_change(_new_provider)
 
+
+def clear_caches() -> None:
+    """Forget every prepared plan and inferred type (``dg.set_default_dtype`` changes what
+    inference gives)."""
+    _plans.clear()
+    _infer_cache.clear()
+    _scalar_cache.clear()
+
 _infer_cache: dict = {}
 _INFER_CACHE_LIMIT = 8192
 

@@ -96,13 +96,16 @@ class TensorInPlace:
         that would need a wider dtype, e.g. float into an int tensor, raises)."""
         return self._inplace(lambda s: F.mul(s, other), "mul_", other)
 
-    def div_(self, other):
-        """``div_(other) -> Tensor``: ``self /= other`` (true division, so an integer tensor
-        raises); ``divide_`` and ``true_divide_`` are aliases. In place: the result is written
+    def div_(self, other, *, rounding_mode=None):
+        """``div_(other, *, rounding_mode=None) -> Tensor``: ``self /= other`` (true division,
+        so an integer tensor raises unless ``rounding_mode`` is "trunc" or "floor", which
+        round the quotient); ``divide_`` and ``true_divide_`` are aliases. In place: the
+        result is written
         into this tensor's buffer and the tensor is returned (autograd records it; a leaf that
         requires grad is refused while grad mode is on, and a result that would need a wider
         dtype, e.g. float into an int tensor, raises)."""
-        return self._inplace(lambda s: F.div(s, other), "div_", other)
+        return self._inplace(lambda s: F.div(s, other, rounding_mode=rounding_mode), "div_",
+                             other)
 
     def pow_(self, exponent):
         """``pow_(exponent) -> Tensor``: ``self **= exponent``. In place: the result is written

@@ -106,6 +106,10 @@ class TensorTypeOf(TensorType):
         return t.to(dtype=dt, device=device)
 
 
+# how tensors print (``dg.set_printoptions``): numpy's array2string options
+PRINT_OPTIONS = {"precision": 4, "threshold": 1000, "edgeitems": 3, "max_line_width": 75}
+
+
 class Tensor(TensorMethods):
     """An eager tensor: an array (numpy on "cpu", cupy on "cuda") plus autograd state."""
 
@@ -279,8 +283,7 @@ class Tensor(TensorMethods):
 
     def __repr__(self):
         arr = host_array(self)       # printing is not a decision: no guard (see compile)
-        body = np.array2string(arr, separator=", ", prefix="tensor(", threshold=1000,
-                               precision=4)
+        body = np.array2string(arr, separator=", ", prefix="tensor(", **PRINT_OPTIONS)
         extra = []
         if arr.dtype.name not in ("float32", "int64", "bool"):
             extra.append(f"dtype={arr.dtype.name}")
@@ -358,6 +361,10 @@ class Tensor(TensorMethods):
     def half(self) -> "Tensor":
         """``half() -> Tensor``: ``self.to(dg.float16)``; ``self`` when already float16."""
         return self.to("float16")
+
+    def bfloat16(self) -> "Tensor":
+        """``bfloat16() -> Tensor``: ``self.to(dg.bfloat16)``; ``self`` when already bfloat16."""
+        return self.to("bfloat16")
 
     def long(self) -> "Tensor":
         """``long() -> Tensor``: ``self.to(dg.int64)``; ``self`` when already int64."""

@@ -50,6 +50,14 @@ from .ops.indexing import (argwhere, index_copy, index_fill, index_put,  # noqa:
                            where)
 
 from .ops.norms import norm  # noqa: F401
+from .ops.composites import (addmm, bmm, cdist, copysign, cosine_similarity,  # noqa: F401
+                             logaddexp, multinomial, nansum, normalize, randperm, rms_norm,
+                             searchsorted, std_mean)
+from .ops.composites import (addcdiv, addcmul, all, any, broadcast_tensors,  # noqa: F401
+                             clamp_max, clamp_min, column_stack, count_nonzero, diff, dist,
+                             dot, dstack, hstack, logspace, mv, nanmean, rot90, swapaxes,
+                             unbind, var_mean, vstack)
+from .ops.sampling import affine_grid, grid_sample  # noqa: F401  (nn.functional's)
 from .ops.scan import cummax, cummin, cumprod, cumsum, logcumsumexp  # noqa: F401
 from .ops.sorting import (allclose, argsort, equal, isclose, kthvalue, median,  # noqa: F401
                           mode, sort, topk, unique)
@@ -117,6 +125,12 @@ __all__ += ["conj", "angle", "complex", "imag", "polar", "real", "view_as_comple
             "view_as_real"]
 __all__ += ["cumsum", "cumprod", "cummax", "cummin", "logcumsumexp", "sort", "argsort", "topk",
             "kthvalue", "median", "mode", "unique", "norm", "isclose", "allclose", "equal"]
+# PyTorch's compositions (normalize is torch.nn.functional's only: dg.nn.functional has it)
+__all__ += ["addmm", "bmm", "cdist", "copysign", "cosine_similarity", "logaddexp",
+            "multinomial", "nansum", "randperm", "rms_norm", "searchsorted", "std_mean",
+            "addcdiv", "addcmul", "all", "any", "broadcast_tensors", "clamp_max", "clamp_min",
+            "column_stack", "count_nonzero", "diff", "dist", "dot", "dstack", "hstack",
+            "logspace", "mv", "nanmean", "rot90", "swapaxes", "unbind", "var_mean", "vstack"]
 
 # PyTorch accepts numpy's spellings axis= and keepdims= wherever dim= and keepdim= are
 from .aliases import add_axis_aliases as _add_axis_aliases  # noqa: E402

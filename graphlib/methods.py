@@ -9,6 +9,8 @@ from . import dtypes
 from .aliases import accept_axis
 from .errors import ShapeError, located
 from .registry import REGISTRY as _REGISTRY
+from . import methods_compat
+from .methods_compat import PyTorchMethods
 
 # This module sits below ``ir`` (``Value`` inherits these methods), so it imports nothing
 # above it; the modules above fill these hooks when they are imported (issue 26's order):
@@ -21,6 +23,7 @@ def set_functions(module) -> None:
     """Installed by ``functional`` at import time: the op functions the methods call."""
     global F
     F = module
+    methods_compat.F = module
 
 
 def set_dispatch(handlers: dict, graph_stack) -> None:
@@ -53,7 +56,7 @@ def _is_dtype(x) -> bool:
     return True
 
 
-class TensorMethods:
+class TensorMethods(PyTorchMethods):
     __slots__ = ()
     __array_priority__ = 1000   # numpy defers `ndarray + tensor` to our __radd__
 
@@ -560,11 +563,11 @@ class TensorMethods:
         """``mul(other) -> Tensor``: ``self * other``, broadcast. See ``dg.mul``."""
         return F.mul(self, other)
 
-    def div(self, other):
-        """``div(other) -> Tensor``: true division ``self / other``, broadcast (integer operands
-        give the default float dtype). Unlike ``torch.Tensor.div`` the method takes no
-        ``rounding_mode``; use ``dg.div(a, b, rounding_mode=...)``. See ``dg.div``."""
-        return F.div(self, other)
+    def div(self, other, *, rounding_mode=None):
+        """``div(other, *, rounding_mode=None) -> Tensor``: true division ``self / other``,
+        broadcast (integer operands give the default float dtype); ``rounding_mode`` "trunc"
+        or "floor" rounds the quotient, as ``torch.Tensor.div``. See ``dg.div``."""
+        return F.div(self, other, rounding_mode=rounding_mode)
 
     def matmul(self, other):
         """``matmul(other) -> Tensor``: the matrix product ``self @ other`` (1-D operands are

@@ -3236,4 +3236,365 @@ def _fft_ops() -> List[OpInfo]:
 
 
 OPS += _fft_ops()
+
+
+# -- PyTorch's compositions of existing ops (graphlib/ops/composites.py) ---------------------
+def _cdist_ref(a, b, p=2.0, compute_mode=None):
+    d = np.abs(a[..., :, None, :] - b[..., None, :, :])
+    if p == 0:
+        return (d != 0).sum(-1).astype(a.dtype)
+    if p == np.inf:
+        return d.max(-1)
+    return (d ** p).sum(-1) ** (1.0 / p)
+
+
+def _copysign_ref(a, b):
+    dt = np.result_type(a, b)
+    dt = dt if dt.kind == "f" else np.float32
+    return np.copysign(np.abs(a), b).astype(dt)
+
+
+def _logaddexp_ref(a, b):
+    return np.logaddexp(a, b)
+
+
+def _norm_ref(x, p=2.0, dim=1, eps=1e-12):
+    n = np.sum(np.abs(x) ** p, axis=dim, keepdims=True) ** (1.0 / p)
+    return x / np.maximum(n, eps)
+
+
+def _cos_ref(a, b, dim=1, eps=1e-8):
+    na = np.maximum(np.sqrt((a * a).sum(dim, keepdims=True)), eps)
+    nb = np.maximum(np.sqrt((b * b).sum(dim, keepdims=True)), eps)
+    return ((a / na) * (b / nb)).sum(dim)
+
+
+def _rms_ref(x, shape, weight=None, eps=None):
+    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    eps = np.finfo(x.dtype).eps if eps is None else eps
+    dims = tuple(range(x.ndim - len(shape), x.ndim))
+    out = x / np.sqrt(np.mean(x * x, axis=dims, keepdims=True) + eps)
+    return out if weight is None else out * weight
+
+
+def _searchsorted_ref(seq, vals, out_int32=False, right=False, side=None, sorter=None):
+    side = side or ("right" if right else "left")
+    if seq.ndim == 1:
+        out = np.searchsorted(seq, vals, side=side)
+    else:
+        out = np.stack([np.searchsorted(s, v, side=side) for s, v in
+                        zip(seq.reshape(-1, seq.shape[-1]), vals.reshape(-1, vals.shape[-1]))]
+                       ).reshape(vals.shape)
+    return out.astype(I32 if out_int32 else I64)
+
+
+def _addmm_ref(x, m1, m2, beta=1, alpha=1):
+    prod = alpha * (m1 @ m2)
+    return prod + (0 * np.where(np.isfinite(x), x, 0) if beta == 0 else beta * x)
+
+
+def _check_randperm(out, n, **kwargs):
+    assert sorted(out.tolist()) == list(range(n)), out
+
+
+def _check_multinomial(out, w, k, replacement=False, **kwargs):
+    rows = w.reshape(-1, w.shape[-1])
+    got = out.reshape(rows.shape[0], k)
+    assert out.dtype == np.int64
+    for r, row in zip(rows, got):
+        assert np.all(r[row] > 0), (r, row)          # never a zero-weight category
+        if not replacement:
+            assert len(set(row.tolist())) == k
+
+
+def _composites() -> List[OpInfo]:
+    nan_x = rand(2, 3)
+    nan_x[0, 1] = np.nan
+    inf_x = rand(2, 3)
+    inf_x[1, 0] = np.inf
+    seq = np.sort(rand(7))
+    return [
+        OpInfo("bmm", dg.bmm, [
+            Sample("f64", (rand(2, 3, 4), rand(2, 4, 2))),
+            Sample("f32", (rand(3, 2, 2, dtype=F32), rand(3, 2, 3, dtype=F32)))],
+            np.matmul, tol=dict(LOOSE_TOL), differentiable=True, errors=[
+                ErrorCase("2d", (rand(2, 3), rand(3, 2)), {}, dg.ShapeError, "3-D"),
+                ErrorCase("batch", (rand(2, 3, 4), rand(3, 4, 2)), {}, dg.ShapeError,
+                          "(b, n, m)"),
+                ErrorCase("dtypes", (rand(2, 3, 4), rand(2, 4, 2, dtype=F32)), {},
+                          dg.DTypeError, "one dtype")]),
+        OpInfo("addmm", dg.addmm, [
+            Sample("f64", (rand(2, 4), rand(2, 3), rand(3, 4))),
+            Sample("bcast_scaled", (rand(4), rand(2, 3), rand(3, 4)),
+                   {"beta": 0.5, "alpha": -2.0}),
+            Sample("beta0_inf", (inf_x, rand(2, 4), rand(4, 3)), {"beta": 0}, fd=False)],
+            _addmm_ref, tol=dict(LOOSE_TOL), differentiable=True, errors=[
+                ErrorCase("3d", (rand(2, 2), rand(1, 2, 3), rand(3, 2)), {}, dg.ShapeError,
+                          "2-D"),
+                ErrorCase("inner", (rand(2, 2), rand(2, 3), rand(2, 2)), {}, dg.ShapeError,
+                          "cannot be multiplied")]),
+        OpInfo("nansum", dg.nansum, [
+            Sample("all", (rand(2, 3),)), Sample("dim_nan", (nan_x,), {"dim": 1}, fd=False),
+            Sample("keepdim", (rand(2, 3),), {"dim": 0, "keepdim": True}),
+            Sample("i64", (ints(4),))],
+            lambda x, dim=None, keepdim=False, dtype=None: np.asarray(np.nansum(
+                x, axis=dim, keepdims=keepdim)), differentiable=True),
+        OpInfo("copysign", dg.copysign, [
+            Sample("f64", (away(2, 3), rand(2, 3))),
+            Sample("neg_zero", (away(3), np.array([-0.0, 0.0, -1.0]))),
+            Sample("bcast", (away(2, 3), away(3))),
+            Sample("i64", (ints(3), ints(3)))],
+            _copysign_ref, differentiable=True, grad_args=(0,)),
+        OpInfo("logaddexp", dg.logaddexp, [
+            Sample("f64", (rand(2, 3, low=-3, high=3), rand(2, 3, low=-3, high=3))),
+            Sample("extreme", (np.array([-np.inf, 800.0, -800.0]),
+                               np.array([-np.inf, 799.0, 1.0])), fd=False),
+            Sample("bcast_f32", (rand(2, 3, dtype=F32), rand(3, dtype=F32)))],
+            _logaddexp_ref, differentiable=True),
+        OpInfo("std_mean", dg.std_mean, [
+            Sample("all", (rand(3, 4),)), Sample("dim", (rand(3, 4),), {"dim": 1}),
+            Sample("corr0_keep", (rand(2, 3),), {"dim": 0, "correction": 0,
+                                                "keepdim": True})],
+            lambda x, dim=None, correction=1, keepdim=False: (
+                np.asarray(np.std(x, axis=dim, ddof=correction, keepdims=keepdim)),
+                np.asarray(np.mean(x, axis=dim, keepdims=keepdim))),
+            tol=dict(LOOSE_TOL), differentiable=True),
+        OpInfo("cdist", dg.cdist, [
+            Sample("p2", (rand(3, 2), rand(4, 2))),
+            Sample("p1_batched", (rand(2, 3, 2), rand(2, 2, 2)), {"p": 1.0}),
+            Sample("p3", (rand(3, 2), rand(2, 2)), {"p": 3.0}),
+            Sample("pinf", (distinct(3, 2), distinct(2, 2)), {"p": float("inf")}),
+            Sample("p0", (rand(3, 2), rand(2, 2)), {"p": 0.0})],
+            _cdist_ref, tol=dict(LOOSE_TOL), differentiable=True, errors=[
+                ErrorCase("cols", (rand(3, 2), rand(2, 3)), {}, dg.ShapeError,
+                          "same number of columns"),
+                ErrorCase("int", (ints(3, 2), ints(2, 2)), {}, dg.DTypeError,
+                          "floating-point")]),
+        OpInfo("cosine_similarity", dg.cosine_similarity, [
+            Sample("f64", (rand(3, 4), rand(3, 4))),
+            Sample("dim_last_bcast", (rand(2, 3), rand(3)), {"dim": -1}),
+            Sample("f32", (rand(2, 3, dtype=F32), rand(2, 3, dtype=F32)))],
+            _cos_ref, tol=dict(LOOSE_TOL), differentiable=True),
+        OpInfo("normalize", F.normalize, [
+            Sample("f64", (rand(3, 4),)),
+            Sample("p1_dim0", (rand(3, 4),), {"p": 1.0, "dim": 0}, fd=False),
+            Sample("f32", (rand(2, 3, dtype=F32),))],
+            _norm_ref, tol=dict(LOOSE_TOL), differentiable=True, errors=[
+                ErrorCase("int", (ints(3, 2),), {}, dg.DTypeError, "floating-point")]),
+        OpInfo("rms_norm", dg.rms_norm, [
+            Sample("f64", (rand(3, 4), (4,))),
+            Sample("weight_eps", (rand(2, 3, 4), [3, 4], rand(3, 4)), {"eps": 1e-3}),
+            Sample("f32", (rand(2, 5, dtype=F32), 5))],
+            _rms_ref, tol=dict(LOOSE_TOL), differentiable=True, errors=[
+                ErrorCase("shape", (rand(3, 4), (3,)), {}, dg.ShapeError, "expected input")]),
+        OpInfo("searchsorted", dg.searchsorted, [
+            Sample("left", (seq, rand(2, 3))),
+            Sample("right_ties", (np.array([1.0, 2.0, 2.0, 3.0]), np.array([2.0, 0.0, 5.0])),
+                   {"right": True}),
+            Sample("side_int32", (np.array([1, 3, 5]), ints(4)), {"side": "right",
+                                                                 "out_int32": True}),
+            Sample("batched", (np.sort(rand(2, 5), -1), rand(2, 3)))],
+            _searchsorted_ref, errors=[
+                ErrorCase("shape", (np.sort(rand(2, 5), -1), rand(3, 3)), {}, dg.ShapeError,
+                          "boundaries tensor"),
+                ErrorCase("side", (seq, rand(2)), {"side": "middle"}, ValueError, "side")]),
+        OpInfo("randperm", dg.randperm, [
+            Sample("n10", (10,), {"seed": seed()}), Sample("n1_i32", (1,),
+                                                          {"seed": seed(), "dtype": I32})],
+            None, random=True, check=_check_randperm, errors=[
+                ErrorCase("negative", (-1,), {"seed": seed()}, ValueError, "non-negative")]),
+        OpInfo("multinomial", dg.multinomial, [
+            Sample("no_repl", (np.array([0.0, 1.0, 3.0, 0.5]), 3), {"seed": seed()}),
+            Sample("repl_2d", (np.array([[0.0, 1.0, 3.0], [2.0, 0.0, 1.0]]), 5),
+                   {"replacement": True, "seed": seed()})],
+            None, random=True, check=_check_multinomial, errors=[
+                ErrorCase("too_many", (np.array([1.0, 2.0]), 3), {"seed": seed()}, ValueError,
+                          "without replacement"),
+                ErrorCase("3d", (rand(2, 2, 2), 1), {"seed": seed()}, dg.ShapeError,
+                          "1 or 2 dim")]),
+    ]
+
+
+OPS += _composites()
+BY_NAME = {op.name: op for op in OPS}
+
+
+def _more_composites() -> List[OpInfo]:
+    nan_x = rand(2, 3)
+    nan_x[1, 1] = np.nan
+
+    def diff_ref(x, n=1, dim=-1, prepend=None, append=None):
+        return np.diff(x, n, axis=dim, prepend=prepend if prepend is not None else np._NoValue,
+                       append=append if append is not None else np._NoValue)
+
+    return [
+        OpInfo("any", dg.any, [
+            Sample("all", (ints(2, 3, low=0, high=2),)),
+            Sample("dim_keep", (bools(2, 3),), {"dim": 1, "keepdim": True}),
+            Sample("f64", (np.array([0.0, -0.0, 2.0]),), {"dim": 0})],
+            lambda x, dim=None, keepdim=False: np.asarray(np.any(x, axis=dim,
+                                                                 keepdims=keepdim))),
+        OpInfo("all", dg.all, [
+            Sample("all", (ints(2, 3, low=0, high=2),)),
+            Sample("dim", (rand(2, 3),), {"dim": 0})],
+            lambda x, dim=None, keepdim=False: np.asarray(np.all(x, axis=dim,
+                                                                 keepdims=keepdim))),
+        OpInfo("count_nonzero", dg.count_nonzero, [
+            Sample("all", (ints(3, 4, low=0, high=2),)), Sample("dim", (rand(2, 3),),
+                                                               {"dim": 1})],
+            lambda x, dim=None: np.asarray(np.count_nonzero(x, axis=dim)).astype(I64)),
+        OpInfo("dot", dg.dot, [Sample("f64", (rand(4), rand(4))),
+                               Sample("i64", (ints(3), ints(3)))],
+               np.dot, differentiable=True, errors=[
+                   ErrorCase("2d", (rand(2, 2), rand(2)), {}, dg.ShapeError, "1D tensors"),
+                   ErrorCase("dtype", (rand(2), rand(2, dtype=F32)), {}, dg.DTypeError,
+                             "same dtype")]),
+        OpInfo("mv", dg.mv, [Sample("f64", (rand(3, 4), rand(4)))], np.dot,
+               differentiable=True, errors=[
+                   ErrorCase("size", (rand(3, 4), rand(3)), {}, dg.ShapeError, "mismatch")]),
+        OpInfo("var_mean", dg.var_mean, [
+            Sample("all", (rand(3, 4),)), Sample("dim_corr0", (rand(3, 4),),
+                                                 {"dim": 0, "correction": 0})],
+            lambda x, dim=None, correction=1, keepdim=False: (
+                np.asarray(np.var(x, axis=dim, ddof=correction, keepdims=keepdim)),
+                np.asarray(np.mean(x, axis=dim, keepdims=keepdim))),
+            tol=dict(LOOSE_TOL), differentiable=True),
+        OpInfo("nanmean", dg.nanmean, [
+            Sample("all", (rand(2, 3),)), Sample("nan_dim", (nan_x,), {"dim": 1}, fd=False)],
+            lambda x, dim=None, keepdim=False, dtype=None: np.asarray(np.nanmean(
+                x, axis=dim, keepdims=keepdim)), differentiable=True, errors=[
+                ErrorCase("int", (ints(3),), {}, dg.DTypeError, "floating-point")]),
+        OpInfo("dist", dg.dist, [
+            Sample("p2", (rand(2, 3), rand(3))), Sample("p1", (rand(3), away(3)),
+                                                       {"p": 1.0}, fd=False)],
+            lambda a, b, p=2.0: np.asarray(np.sum(np.abs(a - b) ** p) ** (1 / p)),
+            tol=dict(LOOSE_TOL), differentiable=True),
+        OpInfo("addcmul", dg.addcmul, [
+            Sample("f64", (rand(2, 3), rand(2, 3), rand(3)), {"value": 0.5})],
+            lambda x, a, b, value=1: x + value * a * b, differentiable=True),
+        OpInfo("addcdiv", dg.addcdiv, [
+            Sample("f64", (rand(2, 3), rand(2, 3), pos(3)), {"value": -2.0})],
+            lambda x, a, b, value=1: x + value * a / b, differentiable=True, errors=[
+                ErrorCase("ints", (rand(2), ints(2), ints(2)), {}, dg.DTypeError,
+                          "integer division")]),
+        OpInfo("clamp_min", dg.clamp_min, [Sample("f64", (away(2, 3), 0.1))],
+               lambda x, m: np.maximum(x, m), differentiable=True),
+        OpInfo("clamp_max", dg.clamp_max, [Sample("f64", (away(2, 3), 0.1))],
+               lambda x, m: np.minimum(x, m), differentiable=True),
+        OpInfo("diff", dg.diff, [
+            Sample("last", (rand(3, 4),)), Sample("n2_dim0", (rand(4, 3),), {"n": 2, "dim": 0}),
+            Sample("prepend", (rand(3),), {"prepend": rand(2)}),
+            Sample("bool", (bools(5),))],
+            diff_ref, differentiable=True, errors=[
+                ErrorCase("0d", (rand(),), {}, dg.ShapeError, "one-dimensional")]),
+        OpInfo("vstack", dg.vstack, [Sample("mixed", ([rand(3), rand(2, 3)],))],
+               lambda ts: np.vstack(ts), differentiable=True),
+        OpInfo("hstack", dg.hstack, [Sample("1d", ([rand(3), rand(2)],)),
+                                     Sample("2d", ([rand(2, 3), rand(2, 1)],))],
+               lambda ts: np.hstack(ts), differentiable=True),
+        OpInfo("column_stack", dg.column_stack, [Sample("mixed", ([rand(3), rand(3, 2)],))],
+               lambda ts: np.column_stack(ts), differentiable=True),
+        OpInfo("dstack", dg.dstack, [Sample("mixed", ([rand(3), rand(1, 3)],)),
+                                     Sample("2d", ([rand(2, 3), rand(2, 3, 2)],))],
+               lambda ts: np.dstack(ts), differentiable=True),
+        OpInfo("swapaxes", dg.swapaxes, [Sample("f64", (rand(2, 3, 4), 0, 2))],
+               np.swapaxes, differentiable=True),
+        OpInfo("unbind", dg.unbind, [Sample("dim0", (rand(3, 2),)),
+                                     Sample("dim1", (rand(2, 3),), {"dim": 1})],
+               lambda x, dim=0: tuple(np.moveaxis(x, dim, 0)), differentiable=True),
+        OpInfo("rot90", dg.rot90, [
+            Sample("k1", (rand(2, 3),)), Sample("k3_dims", (rand(2, 3, 4),), {"k": 3,
+                                                                           "dims": (2, 0)}),
+            Sample("k2", (rand(3, 2),), {"k": -2})],
+            lambda x, k=1, dims=(0, 1): np.rot90(x, k, dims), differentiable=True, errors=[
+                ErrorCase("same_dims", (rand(2, 2),), {"dims": (0, 0)}, ValueError,
+                          "different")]),
+        OpInfo("logspace", dg.logspace, [Sample("base10", (0, 2, 5)),
+                                         Sample("base2_f64", (-1.0, 3.0, 4), {"base": 2.0,
+                                                                              "dtype": F64})],
+               lambda a, b, n, base=10.0, dtype=None: np.logspace(
+                   a, b, n, base=base).astype(dtype or F32)),
+        OpInfo("broadcast_tensors", dg.broadcast_tensors, [
+            Sample("two", (rand(3, 1), rand(4))), Sample("three", (rand(2, 1, 1), rand(3, 1),
+                                                                   rand(1)))],
+            lambda *ts: tuple(np.broadcast_arrays(*ts)), differentiable=True),
+    ]
+
+
+OPS += _more_composites()
+BY_NAME = {op.name: op for op in OPS}
+
+
+# -- grid_sample, affine_grid (graphlib/ops/sampling.py): numpy references ------------------
+def _grid_sample_ref(x, grid, mode="bilinear", padding_mode="zeros", align_corners=None):
+    n, c, h, w = x.shape
+    align = bool(align_corners)
+
+    def source(coord, size):
+        coord = (coord + 1) * (size - 1) / 2 if align else ((coord + 1) * size - 1) / 2
+        if padding_mode == "border":
+            coord = np.clip(coord, 0, size - 1)
+        elif padding_mode == "reflection":
+            lo, hi = (0, 2 * (size - 1)) if align else (-1, 2 * size - 1)
+            low, span = lo / 2, (hi - lo) / 2
+            d = np.abs(coord - low)
+            extra, flips = np.fmod(d, span), np.floor(d / span)
+            coord = np.where(flips % 2 == 0, extra + low, span - extra + low)
+            coord = np.clip(coord, 0, size - 1)
+        return coord
+
+    fx, fy = source(grid[..., 0], w), source(grid[..., 1], h)
+
+    def pick(ix, iy):
+        inside = (ix >= 0) & (ix <= w - 1) & (iy >= 0) & (iy <= h - 1)
+        ixc = np.clip(ix, 0, w - 1).astype(int)
+        iyc = np.clip(iy, 0, h - 1).astype(int)
+        out = np.stack([x[b][:, iyc[b], ixc[b]] for b in range(n)])
+        return np.where(inside[:, None], out, 0.0)
+    if mode == "nearest":
+        return pick(np.round(fx), np.round(fy))
+    x0, y0 = np.floor(fx), np.floor(fy)
+    wx, wy = fx - x0, fy - y0
+    return (pick(x0, y0) * ((1 - wx) * (1 - wy))[:, None] + pick(x0 + 1, y0)
+            * (wx * (1 - wy))[:, None] + pick(x0, y0 + 1) * ((1 - wx) * wy)[:, None]
+            + pick(x0 + 1, y0 + 1) * (wx * wy)[:, None])
+
+
+def _affine_grid_ref(theta, size, align_corners=None):
+    n, _, h, w = size
+
+    def axis(steps):
+        ramp = np.linspace(-1, 1, steps)
+        return ramp if align_corners else ramp * (steps - 1) / steps
+    xs, ys = np.meshgrid(axis(w), axis(h))
+    base = np.stack([xs, ys, np.ones_like(xs)], -1)
+    return np.einsum("hwk,njk->nhwj", base, theta)
+
+
+def _sampling() -> List[OpInfo]:
+    from duograph.graphlib.ops.sampling import affine_grid, grid_sample
+    image, grid = rand(2, 2, 4, 5), rand(2, 3, 4, 2, low=-1.2, high=1.2)
+    return [
+        OpInfo("grid_sample", grid_sample, [
+            Sample("bilinear", (image, grid)),
+            Sample("border_aligned", (image, grid), {"padding_mode": "border",
+                                                     "align_corners": True}),
+            Sample("reflection", (image, grid), {"padding_mode": "reflection"}),
+            Sample("nearest", (image, grid), {"mode": "nearest"}, fd=False),
+            Sample("f32", (rand(1, 1, 3, 3, dtype=F32), rand(1, 2, 2, 2, dtype=F32)))],
+            _grid_sample_ref, tol=dict(LOOSE_TOL), differentiable=True, errors=[
+                ErrorCase("mode", (image, grid), {"mode": "bicubic"}, NotImplementedError,
+                          "bicubic"),
+                ErrorCase("padding", (image, grid), {"padding_mode": "edge"}, ValueError,
+                          "padding_mode"),
+                ErrorCase("batch", (image, grid[:1]), {}, dg.ShapeError, "batch size")]),
+        OpInfo("affine_grid", affine_grid, [
+            Sample("default", (rand(2, 2, 3), (2, 3, 4, 5))),
+            Sample("aligned", (rand(1, 2, 3), (1, 1, 3, 2)), {"align_corners": True})],
+            _affine_grid_ref, differentiable=True, errors=[
+                ErrorCase("theta", (rand(2, 3, 3), (2, 3, 4, 5)), {}, dg.ShapeError, "Nx2x3")]),
+    ]
+
+
+OPS += _sampling()
 BY_NAME = {op.name: op for op in OPS}

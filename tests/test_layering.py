@@ -152,7 +152,7 @@ def test_engine_code_keys_ir_objects_by_themselves_not_by_id():
 GRAPHLIB_TIERS = (
     # foundations: dims and dtypes, errors, the OpDef registry, the tensor methods' surface
     {"config", "files", "xp", "source", "errors", "dtypes", "types", "aliases",
-     "collective_hooks", "kernels", "registry", "methods"},
+     "collective_hooks", "kernels", "registry", "methods", "methods_compat"},
     {"ir"},
     # free functions and builders over the IR
     {"attrs", "dispatch", "printer", "verify", "dot", "serialize", "rewrite", "transform",

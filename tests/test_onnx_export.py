@@ -20,7 +20,8 @@ from duograph.graphlib.ops.control import call  # noqa: E402
 from op_samples import OPS, as_tuple, assert_matches, build  # noqa: E402
 
 # ops duograph refuses to export, and why (checked: they raise, naming the op)
-REFUSED = {"uniform", "rand", "normal", "randn", "bernoulli", "randint", "log1p", "expm1",
+REFUSED = {"uniform", "rand", "normal", "randn", "bernoulli", "randint", "randperm",
+           "multinomial", "log1p", "expm1",
            "floor_divide", "atan2", "hypot", "bitwise_left_shift",
            "bitwise_right_shift",
            "cummax", "cummin", "logcumsumexp", "mode", "svd", "svdvals",

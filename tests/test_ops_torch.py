@@ -427,3 +427,20 @@ def test_inplace_with_a_zero_dim_operand_as_torch():
         torch.tensor([1], dtype=torch.int32).add_(torch.tensor(0.5, dtype=torch.float64))
     with pytest.raises(TypeError, match="can't be cast"):
         d.add_(dg.tensor(np.array(0.5)))
+
+# PyTorch's compositions (graphlib/ops/composites.py)
+TORCH.update(
+    bmm=torch.bmm, addmm=torch.addmm, nansum=torch.nansum, copysign=torch.copysign,
+    logaddexp=torch.logaddexp, std_mean=torch.std_mean, cdist=torch.cdist,
+    cosine_similarity=TF.cosine_similarity, normalize=TF.normalize,
+    rms_norm=lambda x, shape, weight=None, eps=None: TF.rms_norm(
+        x, (shape,) if isinstance(shape, int) else tuple(shape), weight, eps),
+    searchsorted=torch.searchsorted)
+TORCH.update(
+    any=torch.any, all=torch.all, count_nonzero=torch.count_nonzero, dot=torch.dot,
+    mv=torch.mv, var_mean=torch.var_mean, nanmean=torch.nanmean, dist=torch.dist,
+    addcmul=torch.addcmul, addcdiv=torch.addcdiv, clamp_min=torch.clamp_min,
+    clamp_max=torch.clamp_max, diff=torch.diff, vstack=torch.vstack, hstack=torch.hstack,
+    column_stack=torch.column_stack, dstack=torch.dstack, swapaxes=torch.swapaxes,
+    unbind=torch.unbind, rot90=torch.rot90, broadcast_tensors=torch.broadcast_tensors)
+TORCH.update(grid_sample=TF.grid_sample, affine_grid=TF.affine_grid)

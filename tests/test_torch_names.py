@@ -30,10 +30,10 @@ def test_utils_data_is_the_data_module():
     assert d is dg.data and dg.utils.data.DataLoader is dg.data.DataLoader
 
 
-def test_variable_is_the_tensor_and_inference_mode_is_no_grad():
+def test_variable_shares_the_tensor_and_inference_mode_is_no_grad():
     t = dg.tensor([1.0, 2.0])
     v = dg.autograd.Variable(t, requires_grad=True)
-    assert v is t and v.requires_grad
+    assert v is not t and v.requires_grad and not t.requires_grad   # as PyTorch
     with dg.inference_mode():
         assert not (v * 2).requires_grad
     with dg.inference_mode(False):

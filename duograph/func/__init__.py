@@ -14,7 +14,6 @@ from .graph_vmap import vmap_graph
 from .module_state import functional_call, stack_module_state
 from .transforms import grad, grad_and_value, hessian, jacfwd, jacrev, jvp, vjp
 from .vmap import vmap
-from . import autograd_functional  # noqa: E402,F401  (duograph.autograd.functional)
 
 __all__ = ["vmap", "grad", "grad_and_value", "vjp", "jvp", "jacrev", "jacfwd", "hessian",
            "functional_call", "stack_module_state", "vmap_graph"]

@@ -38,3 +38,21 @@ from . import parallel  # noqa: E402,F401  (DistributedDataParallel)
 from .sync_batchnorm import SyncBatchNorm  # noqa: E402,F401  (uses duograph.distributed)
 
 __all__.append("SyncBatchNorm")
+from .param_containers import ParameterDict, ParameterList  # noqa: E402
+
+__all__ += ["ParameterList", "ParameterDict"]
+from .cells import GRUCell, LSTMCell, RNNCell, RNNCellBase  # noqa: E402
+from .simple_layers import (CosineSimilarity, Dropout1d, Dropout2d, Dropout3d,  # noqa: E402
+                            HuberLoss, PairwiseDistance, RMSNorm, SmoothL1Loss, Softplus)
+from .simple_layers import (AlphaDropout, BatchNorm3d, ChannelShuffle,  # noqa: E402
+                            CosineEmbeddingLoss, GaussianNLLLoss, Hardshrink,
+                            HingeEmbeddingLoss, LocalResponseNorm, MarginRankingLoss,
+                            PoissonNLLLoss, SoftMarginLoss, Softshrink, TripletMarginLoss)
+from .compiled import OptimizedModule  # noqa: E402,F401  (what dg.compile(module) returns)
+
+__all__ += ["RNNCellBase", "RNNCell", "LSTMCell", "GRUCell", "SmoothL1Loss", "HuberLoss",
+            "CosineSimilarity", "PairwiseDistance", "RMSNorm", "Dropout1d", "Dropout2d",
+            "Dropout3d", "Softplus", "BatchNorm3d", "AlphaDropout", "MarginRankingLoss",
+            "CosineEmbeddingLoss", "HingeEmbeddingLoss", "SoftMarginLoss", "TripletMarginLoss",
+            "PoissonNLLLoss", "GaussianNLLLoss", "Hardshrink", "Softshrink",
+            "LocalResponseNorm", "ChannelShuffle"]

@@ -26,6 +26,12 @@ from ..graphlib.ops import activations as A
 from ..graphlib.ops.conv import (adaptive_avg_pool1d, adaptive_max_pool1d,  # noqa: F401
                                  adaptive_max_pool2d, max_pool2d_with_indices, max_unpool2d)
 from ..graphlib.ops.resample import fold, interpolate, unfold  # noqa: F401
+from ..graphlib.ops.composites import cosine_similarity, normalize, rms_norm  # noqa: F401
+from ..graphlib.ops.sampling import affine_grid, grid_sample  # noqa: F401
+from .ranking_losses import (channel_shuffle, cosine_embedding_loss,  # noqa: F401
+                             gaussian_nll_loss, hardshrink, hinge_embedding_loss,
+                             local_response_norm, margin_ranking_loss, poisson_nll_loss,
+                             soft_margin_loss, softshrink, triplet_margin_loss)
 
 
 def upsample(input, size=None, scale_factor=None, mode: str = "nearest",
@@ -250,6 +256,99 @@ def l1_loss(input, target, size_average=None, reduce=None, reduction: str = "mea
     return _reduce(F.abs(input - target), reduction, "l1_loss")
 
 
+def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction: str = "mean",
+                   beta: float = 1.0):
+    """0.5 * d**2 / beta where |d| < beta, else |d| - 0.5 * beta (d = input - target),
+    reduced, as ``torch.nn.functional.smooth_l1_loss`` (``beta=0`` is the L1 loss)."""
+    reduction = _legacy_reduction(size_average, reduce, reduction)
+    _check_same("smooth_l1_loss", input, target)
+    if beta < 0:
+        raise ValueError(f"smooth_l1_loss: beta must be >= 0, found {beta}{_where(input)}")
+    ad = F.abs(input - target)
+    if beta == 0:
+        return _reduce(ad, reduction, "smooth_l1_loss")
+    return _reduce(F.where(ad < beta, ad * ad * (0.5 / beta), ad - 0.5 * beta), reduction,
+                   "smooth_l1_loss")
+
+
+def huber_loss(input, target, reduction: str = "mean", delta: float = 1.0, weight=None):
+    """0.5 * d**2 where |d| < delta, else delta * (|d| - 0.5 * delta) (d = input - target),
+    optionally weighted elementwise, reduced, as ``torch.nn.functional.huber_loss``."""
+    _check_same("huber_loss", input, target)
+    if delta <= 0:
+        raise ValueError(f"huber_loss: delta must be > 0, found {delta}{_where(input)}")
+    ad = F.abs(input - target)
+    loss = F.where(ad < delta, 0.5 * ad * ad, delta * (ad - 0.5 * delta))
+    if weight is not None:
+        loss = loss * weight
+    return _reduce(loss, reduction, "huber_loss")
+
+
+def pairwise_distance(x1, x2, p: float = 2.0, eps: float = 1e-6, keepdim: bool = False):
+    """``||x1 - x2 + eps||_p`` over the last dim, as
+    ``torch.nn.functional.pairwise_distance``."""
+    return F.norm(x1 - x2 + eps, p, -1, keepdim=keepdim)
+
+
+def _feature_dropout(name: str, rank: int, input, p: float, training: bool, seed):
+    """Zero whole channels (every element of an (N, C, ...) input's channel) with probability
+    ``p``; the input has ``rank`` spatial dims after (N, C), or is unbatched (C, ...)."""
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"{name}: p must lie in [0, 1], found {p}")
+    if input.ndim not in (rank + 1, rank + 2):
+        raise ShapeError(f"{name}: expected a {rank + 1}-D (unbatched) or {rank + 2}-D "
+                         f"(batched) input, found shape {list(input.shape)}{_where(input)}")
+    if not training or p == 0.0:
+        return input
+    if p == 1.0:
+        return input * 0.0
+    if seed is None and _is_symbolic(input):
+        seed = input.graph.seed_state()
+    lead = input.ndim - rank
+    mask_shape = tuple(input.shape[:lead]) + (1,) * rank
+    keep = F.bernoulli(F.full(mask_shape, 1.0 - p, dtype=input.dtype), seed=seed)
+    return input * keep * (1.0 / (1.0 - p))
+
+
+def dropout1d(input, p: float = 0.5, training: bool = True, inplace: bool = False, seed=None):
+    """Zero whole channels of an (N, C, L) or (C, L) input with probability ``p``, scaling the
+    rest by 1/(1-p), as ``torch.nn.functional.dropout1d``."""
+    return _feature_dropout("dropout1d", 1, input, p, training, seed)
+
+
+def dropout2d(input, p: float = 0.5, training: bool = True, inplace: bool = False, seed=None):
+    """Zero whole channels of an (N, C, H, W) or (C, H, W) input with probability ``p``,
+    scaling the rest by 1/(1-p), as ``torch.nn.functional.dropout2d``."""
+    return _feature_dropout("dropout2d", 2, input, p, training, seed)
+
+
+def alpha_dropout(input, p: float = 0.5, training: bool = False, inplace: bool = False,
+                  seed=None):
+    """Dropout that keeps a SELU network's mean and variance: dropped elements are set to
+    SELU's negative saturation and an affine map restores the moments, as
+    ``torch.nn.functional.alpha_dropout`` (identity unless ``training``)."""
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"alpha_dropout: dropout probability has to be between 0 and 1, but "
+                         f"got {p}")
+    if not training or p == 0.0:
+        return input
+    if p == 1.0:
+        return input * 0.0
+    if seed is None and _is_symbolic(input):
+        seed = input.graph.seed_state()
+    alpha_p = -_SELU_ALPHA * _SELU_SCALE
+    a = ((1 - p) * (1 + p * alpha_p ** 2)) ** -0.5
+    b = -a * alpha_p * p
+    keep = F.bernoulli(F.full_like(input, 1.0 - p), seed=seed)
+    return (input * keep + alpha_p * (1.0 - keep)) * a + b
+
+
+def dropout3d(input, p: float = 0.5, training: bool = True, inplace: bool = False, seed=None):
+    """Zero whole channels of an (N, C, D, H, W) or (C, D, H, W) input with probability
+    ``p``, scaling the rest by 1/(1-p), as ``torch.nn.functional.dropout3d``."""
+    return _feature_dropout("dropout3d", 3, input, p, training, seed)
+
+
 def _class_last(x):
     """(N, C, d1, ...) -> (N*d1*..., C); (N, C) unchanged."""
     if x.ndim == 2:
@@ -411,17 +510,41 @@ def kl_div(input, target, size_average=None, reduce=None, reduction: str = "mean
 
 @autocast_function(LOWER)
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: float = 0.0,
-                                 is_causal: bool = False, scale: Optional[float] = None):
+                                 is_causal: bool = False, scale: Optional[float] = None,
+                                 enable_gqa: bool = False):
     """softmax(q k^T * scale + mask) v over the last two dims, as PyTorch's function.
 
     ``attn_mask`` follows ``torch.nn.functional.scaled_dot_product_attention``: a boolean mask
     is True where a query MAY attend to a key (False entries are masked out); a float mask is
     added to the scores. ``is_causal`` masks keys after each query (top-left aligned). A query
     row with every key masked gives zeros. (``nn.MultiheadAttention`` takes PyTorch's module
-    convention instead: there True means masked out.)
+    convention instead: there True means masked out.) ``is_causal`` together with an
+    ``attn_mask`` applies both, as PyTorch 2.13's CPU kernels do. ``enable_gqa`` (grouped-query
+    attention): key and value may have fewer heads (dim -3) than query, a divisor of its
+    count; each of their heads serves that many consecutive query heads.
     """
+    if enable_gqa:
+        key, value = _repeat_kv_heads(query, key, value)
     out, _ = _attention(query, key, value, attn_mask, dropout_p, is_causal, scale)
     return out
+
+
+def _repeat_kv_heads(q, k, v):
+    """Key and value with their heads repeated to query's count (grouped-query attention)."""
+    if q.ndim < 3 or k.ndim < 3 or v.ndim < 3:
+        raise ShapeError(f"scaled_dot_product_attention: enable_gqa needs query, key and value "
+                         f"with a heads dim (..., H, L, E), found {list(q.shape)}, "
+                         f"{list(k.shape)}, {list(v.shape)}{_where(q)}")
+    hq, hk, hv = q.shape[-3], k.shape[-3], v.shape[-3]
+    if hq % hk or hq % hv:
+        raise ShapeError(f"scaled_dot_product_attention: number of heads in key and value "
+                         f"must divide the number of heads in query, found query {hq}, key "
+                         f"{hk}, value {hv}{_where(q)}")
+    if hk != hq:
+        k = F.repeat_interleave(k, hq // hk, dim=-3)
+    if hv != hq:
+        v = F.repeat_interleave(v, hq // hv, dim=-3)
+    return k, v
 
 
 def _attention(q, k, v, attn_mask=None, dropout_p: float = 0.0, is_causal: bool = False,

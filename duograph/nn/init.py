@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from scipy import special
 
 from ..eager.creation import _generator
 from ..eager.tensors import Tensor
@@ -146,3 +147,66 @@ def kaiming_normal_(t: Tensor, a: float = 0.0, mode: str = "fan_in",
     """
     fan = _kaiming_fan(t, mode)
     return normal_(t, 0.0, calculate_gain(nonlinearity, a) / math.sqrt(fan))
+
+
+def orthogonal_(t: Tensor, gain: float = 1.0, generator=None) -> Tensor:
+    """Fill ``t`` (at least 2 dims; the trailing ones are flattened) with a (semi-)orthogonal
+    matrix times ``gain``, as ``torch.nn.init.orthogonal_``: the Q of the QR decomposition of
+    a standard normal matrix, its columns' signs made those of R's diagonal (so Q is
+    uniformly distributed). Writes ``t``'s data in place without recording a gradient and
+    returns ``t``; the draw uses the global generator (``dg.manual_seed``)."""
+    if t.ndim < 2:
+        raise ValueError("orthogonal_: only tensors with 2 or more dimensions are supported, "
+                         f"found shape {list(t.shape)}")
+    if t.numel() == 0:
+        return t
+    rows = t.shape[0]
+    cols = t.numel() // rows
+    flat = _generator().normal(0.0, 1.0, size=(rows, cols))
+    if rows < cols:
+        flat = flat.T
+    q, r = np.linalg.qr(flat)
+    q = q * np.sign(np.diag(r))
+    if rows < cols:
+        q = q.T
+    return _fill(t, (gain * q).reshape(t.shape))
+
+
+def trunc_normal_(t: Tensor, mean: float = 0.0, std: float = 1.0, a: float = -2.0,
+                  b: float = 2.0, generator=None) -> Tensor:
+    """Fill ``t`` with samples of N(mean, std**2) truncated to [a, b] (absolute bounds, as
+    ``torch.nn.init.trunc_normal_``), drawn by inverting the normal CDF. Writes ``t``'s data in
+    place without recording a gradient and returns ``t``."""
+    lo = special.ndtr((a - mean) / std)
+    hi = special.ndtr((b - mean) / std)
+    u = _generator().uniform(lo, hi, size=t.shape)
+    return _fill(t, np.clip(mean + std * special.ndtri(u), a, b))
+
+
+def eye_(t: Tensor) -> Tensor:
+    """Fill the 2-D ``t`` with the identity matrix (ones on the diagonal), as
+    ``torch.nn.init.eye_``. Writes ``t``'s data in place without recording a gradient and
+    returns ``t``."""
+    if t.ndim != 2:
+        raise ValueError(f"eye_: only 2-dimensional tensors are supported, found shape "
+                         f"{list(t.shape)}")
+    return _fill(t, np.eye(*t.shape))
+
+
+def dirac_(t: Tensor, groups: int = 1) -> Tensor:
+    """Fill the 3-, 4- or 5-D ``t`` with the Dirac delta (a convolution that keeps as many
+    input channels as it can, per group), as ``torch.nn.init.dirac_``. Writes ``t``'s data in
+    place without recording a gradient and returns ``t``."""
+    if t.ndim not in (3, 4, 5):
+        raise ValueError(f"dirac_: only tensors with 3, 4, or 5 dimensions are supported, "
+                         f"found shape {list(t.shape)}")
+    if t.shape[0] % groups != 0:
+        raise ValueError(f"dirac_: dim 0 ({t.shape[0]}) must be divisible by groups "
+                         f"({groups})")
+    out_per = t.shape[0] // groups
+    values = np.zeros(t.shape)
+    centre = tuple(s // 2 for s in t.shape[2:])
+    for g in range(groups):
+        for d in range(min(out_per, t.shape[1])):
+            values[(g * out_per + d, d) + centre] = 1.0
+    return _fill(t, values)

@@ -17,6 +17,7 @@ from ..eager.tensors import Parameter, Tensor
 from ..graphlib import dtypes
 from ..graphlib.errors import DTypeError, DuographError, ShapeError
 from ..graphlib.ir import Value, current_graph
+from .backward_hooks import call_with_backward_hooks
 
 
 class StateDictError(DuographError, KeyError):
@@ -49,6 +50,8 @@ class Module:
         object.__setattr__(self, "_modules", OrderedDict())
         object.__setattr__(self, "_forward_pre_hooks", OrderedDict())
         object.__setattr__(self, "_forward_hooks", OrderedDict())
+        object.__setattr__(self, "_backward_hooks", OrderedDict())
+        object.__setattr__(self, "_backward_pre_hooks", OrderedDict())
         object.__setattr__(self, "training", True)
 
     # -- registration through attribute assignment ------------------------------------------
@@ -380,6 +383,26 @@ class Module:
         self._forward_hooks[Module._hook_ids] = hook
         return _Handle(self._forward_hooks, Module._hook_ids)
 
+    def register_full_backward_hook(self, hook: Callable, prepend: bool = False) -> _Handle:
+        """``hook(module, grad_input, grad_output)`` runs when the gradients of this module's
+        tensor positional inputs are computed (eager mode); it may return a replacement
+        ``grad_input``. As PyTorch's (see ``nn.backward_hooks``)."""
+        return self._add_hook(self._backward_hooks, hook, prepend)
+
+    def register_full_backward_pre_hook(self, hook: Callable, prepend: bool = False) -> _Handle:
+        """``hook(module, grad_output)`` runs when the gradients of this module's outputs are
+        computed (eager mode), before those of its inputs; it may return a replacement
+        ``grad_output``. As PyTorch's."""
+        return self._add_hook(self._backward_pre_hooks, hook, prepend)
+
+    @staticmethod
+    def _add_hook(store: dict, hook: Callable, prepend: bool) -> _Handle:
+        Module._hook_ids += 1
+        store[Module._hook_ids] = hook
+        if prepend:
+            store.move_to_end(Module._hook_ids, last=False)
+        return _Handle(store, Module._hook_ids)
+
     def forward(self, *args, **kwargs):
         """The computation of this module, which every subclass defines. Call the module
         (``module(x)``), not ``forward``, so that hooks run and graph mode records the layer
@@ -399,6 +422,10 @@ class Module:
                 with graph:
                     _bind_names(self, graph)
                     out = self.forward(*args, **kwargs)
+            elif graph is None and (self._backward_hooks or self._backward_pre_hooks):
+                return call_with_backward_hooks(
+                    self, args, lambda a: self._run_forward_hooks(
+                        a, self.forward(*a, **kwargs)))
             else:
                 if graph is not None:
                     _bind_names(self, graph)
@@ -406,6 +433,9 @@ class Module:
         except (ShapeError, DTypeError, IndexError) as e:
             _name_layer(e, self)
             raise
+        return self._run_forward_hooks(args, out)
+
+    def _run_forward_hooks(self, args, out):
         for hook in list(self._forward_hooks.values()):
             new = hook(self, args, out)
             if new is not None:

@@ -2,4 +2,8 @@
 from . import lr_scheduler
 from .optimizer import SGD, Adagrad, Adam, AdamW, Optimizer, RMSprop
 
-__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "lr_scheduler"]
+from .adaptive import ASGD, Adadelta, Adamax, NAdam, RAdam, Rprop
+from .lbfgs import LBFGS
+
+__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "lr_scheduler",
+           "RAdam", "NAdam", "Adadelta", "Adamax", "Rprop", "ASGD", "LBFGS"]

@@ -434,9 +434,12 @@ class RMSprop(Optimizer):
     """RMSprop with optional momentum and centering (PyTorch's formulation)."""
 
     def __init__(self, params, lr: float = 1e-2, alpha: float = 0.99, eps: float = 1e-8,
-                 weight_decay: float = 0.0, momentum: float = 0.0, centered: bool = False):
+                 weight_decay: float = 0.0, momentum: float = 0.0, centered: bool = False,
+                 capturable: bool = False, foreach=None, maximize: bool = False,
+                 differentiable: bool = False):
         super().__init__(params, dict(lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay,
-                                      momentum=momentum, centered=centered))
+                                      momentum=momentum, centered=centered,
+                                      maximize=maximize))
 
     def _init_slots(self, p, group):
         state = super()._init_slots(p, group)
@@ -452,6 +455,8 @@ class RMSprop(Optimizer):
         """RMSprop's update (centered and with momentum when asked), as
         ``torch.optim.RMSprop``; see ``Optimizer.rule``."""
         a = group["alpha"]
+        if group.get("maximize"):
+            g = -g
         if group["weight_decay"]:
             g = g + group["weight_decay"] * p
         sq = state["square_avg"] * a + g * g * (1.0 - a)
@@ -474,10 +479,11 @@ class Adagrad(Optimizer):
 
     def __init__(self, params, lr: float = 1e-2, lr_decay: float = 0.0,
                  weight_decay: float = 0.0, initial_accumulator_value: float = 0.0,
-                 eps: float = 1e-10):
+                 eps: float = 1e-10, foreach=None, *, maximize: bool = False,
+                 differentiable: bool = False, fused=None):
         super().__init__(params, dict(lr=lr, lr_decay=lr_decay, weight_decay=weight_decay,
                                       initial_accumulator_value=initial_accumulator_value,
-                                      eps=eps))
+                                      eps=eps, maximize=maximize))
 
     def _init_slots(self, p, group):
         state = super()._init_slots(p, group)
@@ -488,6 +494,8 @@ class Adagrad(Optimizer):
     def rule(self, p, g, state, group, lr):
         """Adagrad's update with learning-rate decay, as ``torch.optim.Adagrad``; see
         ``Optimizer.rule``."""
+        if group.get("maximize"):
+            g = -g
         if group["weight_decay"]:
             g = g + group["weight_decay"] * p
         step = state["step"] + 1.0

@@ -115,6 +115,11 @@ def _pair(value, name: str, arg: str, minimum: int) -> Tuple[int, int]:
     elif isinstance(value, (tuple, list)) and len(value) == 2 and all(
             hasattr(v, "__index__") and not isinstance(v, bool) for v in value):
         pair = (int(value[0].__index__()), int(value[1].__index__()))
+    elif isinstance(value, (tuple, list)) and all(
+            hasattr(v, "__index__") and not isinstance(v, bool) for v in value):
+        # ints, but not one or two of them: a RuntimeError in PyTorch
+        raise ShapeError(located(f"{name}: expected {arg} as an int or a pair of ints, found "
+                                 f"{len(value)} values {list(value)}"))
     else:
         raise TypeError(located(f"{name}: expected {arg} as an int or a pair of ints, found "
                                 f"{value!r}"))

@@ -27,6 +27,8 @@ from ..types import TensorType, dim_product, format_shape
 from ._common import operand
 from .conv import (_embed, _pair, _spatial_out, _window, adaptive_avg_pool2d)
 from .creation import constant
+from .elementwise import cast, clamp
+from .pointwise import round
 from .shape import index_select, permute, reshape
 
 # -- interpolate -------------------------------------------------------------------------------
@@ -192,6 +194,23 @@ def interpolate(input, size=None, scale_factor=None, mode: str = "nearest",
         raise NotImplementedError(located(
             f"interpolate: got a {x.ndim}-D input, but mode {mode!r} needs a "
             f"{_RANK[mode]}-D input (N, C, ...): found {format_shape(x.shape)}"))
+    if x.dtype == "uint8" and mode in ("bilinear", "bicubic"):
+        # images: PyTorch resamples uint8 for these two modes, bicubic in two passes (width,
+        # then height) rounded to uint8 between them. Computed in float32 and rounded to
+        # nearest here; PyTorch's CPU kernel uses fixed-point weights, so a value may differ
+        # from its by 1.
+        def to_uint8(t):
+            return cast(clamp(round(t), 0, 255), "uint8")
+        sizes, _ = _interp_sizes(x, size, scale_factor, recompute_scale_factor, mode)
+        if mode == "bicubic" and size is None:
+            scale_factor = None      # the two passes take the sizes (PyTorch's scales kept)
+        if mode == "bicubic":
+            wide = to_uint8(interpolate(cast(x, "float32"), (x.shape[2], sizes[1]),
+                                        mode=mode, align_corners=align_corners))
+            return to_uint8(interpolate(cast(wide, "float32"), tuple(sizes), mode=mode,
+                                        align_corners=align_corners))
+        return to_uint8(interpolate(cast(x, "float32"), size, scale_factor, mode,
+                                    align_corners, recompute_scale_factor, antialias))
     if not dtypes.is_float(x.dtype) and mode != "nearest" and mode != "nearest-exact":
         raise DTypeError(located(f"interpolate: mode {mode!r} expects a floating-point input, "
                                  f"found {x.dtype}"))

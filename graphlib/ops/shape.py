@@ -773,6 +773,10 @@ def index_add(x, dim: int, index, src, *, alpha=1):
 _PAD_MODES = ("constant", "reflect", "replicate", "circular")
 
 
+class _PadModeError(ValueError, NotImplementedError):
+    """An unknown padding mode: a ValueError, and the NotImplementedError PyTorch raises."""
+
+
 def _pad_index(mode: str, size: int, lo: int, hi: int) -> np.ndarray:
     """Source index of each output position along one dim padded (or cropped, where
     negative) by ``lo``/``hi`` in a non-constant ``mode``, as PyTorch reads them."""
@@ -797,8 +801,8 @@ def pad(x, pad: Sequence[int], mode: str = "constant", value=None):
     copies."""
     x = operand(x, "pad")
     if mode not in _PAD_MODES:
-        raise ValueError(located(f"pad: expected mode to be one of {', '.join(_PAD_MODES)}, "
-                                 f"found {mode!r}"))
+        raise _PadModeError(located(f"pad: expected mode to be one of "
+                                    f"{', '.join(_PAD_MODES)}, found {mode!r}"))
     if isinstance(pad, (int, str)) or not isinstance(pad, Iterable) or not all(
             hasattr(p, "__index__") and not isinstance(p, bool) for p in pad):
         raise TypeError(located(f"pad: expected a sequence of ints, found {pad!r}"))

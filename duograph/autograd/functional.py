@@ -15,7 +15,7 @@ from __future__ import annotations
 from ..eager import grad_mode
 from ..eager.tensors import Tensor
 from ..graphlib.ops.creation import ones_like, zeros_like
-from .transforms import _VjpRun, jacfwd, jacrev, jvp as _func_jvp
+from ..func.transforms import _VjpRun, jacfwd, jacrev, jvp as _func_jvp
 
 
 def _as_tuple(x, arg_name: str, fn_name: str):
