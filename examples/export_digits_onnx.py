@@ -68,7 +68,8 @@ def run(epochs: int = 3, out: str = None, log=print) -> dict:
 
 
 def draw(graph, stem: str, log=print) -> str:
-    """``stem``.svg through Graphviz, or ``stem``.dot (and why) when it is not installed."""
+    """``stem``.svg (through Graphviz, or networkx and matplotlib without it), or ``stem``.dot
+    (and why) when neither can draw."""
     try:
         picture = graph.render(stem + ".svg")
     except dg.DuographError as e:                       # no Graphviz: the .dot source

@@ -3068,6 +3068,8 @@ def sym_input(fn):
     second-order ones) are those of a function of any matrix, which finite differences
     check element by element."""
     def run(a, *args, **kwargs):
+        if getattr(a, "ndim", 0) < 2:     # not a matrix: the op itself says what is wrong
+            return fn(a, *args, **kwargs)
         return fn((a + dg.transpose(a, -1, -2)) * 0.5, *args, **kwargs)
     run.__name__ = fn.__name__
     return run

@@ -571,6 +571,8 @@ def test_every_file_is_written_by_the_one_helper():
                         continue            # reading
                     if "atomic_write(" in code:
                         continue            # a writer given to the helper
+                    if call == ".savefig(" and ".savefig(buffer," in code:
+                        continue            # into memory; the bytes go through the helper
                     offenders.append(f"{path.relative_to(root)}:{lineno}: {line.strip()}")
     assert not offenders, "write through graphlib.files instead:\n" + "\n".join(offenders)
 

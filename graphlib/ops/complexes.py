@@ -124,6 +124,7 @@ def complex(real, imag):
 
 def polar(abs, angle):
     """``abs * (cos(angle) + i sin(angle))``, as ``torch.polar``."""
+    abs, angle = operand(abs, "polar", "abs"), operand(angle, "polar", "angle")
     return complex_op(abs * _cos(angle), abs * _sin(angle))
 
 
@@ -140,6 +141,9 @@ def view_as_complex(input):
     """A real tensor with a last dim of 2 (real, imag) as a complex tensor, as
     ``torch.view_as_complex`` (a copy here; float32 or float64)."""
     x = operand(input, "view_as_complex")
+    if x.dtype not in ("float32", "float64"):
+        raise DTypeError(located(f"view_as_complex: expected a float32 or float64 tensor, "
+                                 f"found {x.dtype}"))
     if x.ndim == 0 or x.shape[-1] != 2:
         raise ShapeError(located(f"view_as_complex: Tensor must have a last dimension of size "
                                  f"2, found shape {list(x.shape)}"))

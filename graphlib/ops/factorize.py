@@ -242,6 +242,7 @@ def eigvalsh(A, UPLO: str = "L"):
     return eigh_op(A, UPLO=_uplo(UPLO, "linalg.eigvalsh"))[0]
 
 
+@composite("linalg.matrix_rank")
 def matrix_rank(A, *, atol=None, rtol=None, hermitian: bool = False, tol=None):
     """The numerical rank (int64): the number of singular values (absolute eigenvalues when
     ``hermitian``) above ``max(atol, rtol * s_max)``, as ``torch.linalg.matrix_rank``
@@ -260,6 +261,7 @@ def matrix_rank(A, *, atol=None, rtol=None, hermitian: bool = False, tol=None):
     return sum_(cast(s > cut, "int64"), -1)
 
 
+@composite("linalg.cond")
 def cond(A, p=None):
     """The condition number of ``A`` in the matrix norm ``p``, as ``torch.linalg.cond``:
     ``p`` None or 2 the ratio of the largest to the smallest singular value (-2 its

@@ -162,12 +162,24 @@ def _scale(norm, n: int, forward: bool, name: str) -> float:
     return 1.0 / n if n else 1.0
 
 
+def _int_sequence(value, what: str, name: str) -> tuple:
+    """``value`` (an int or a sequence of ints) as a tuple, or a TypeError naming ``name``."""
+    items = (value,) if isinstance(value, (int, np.integer)) else value
+    if not isinstance(items, (tuple, list)) or any(
+            isinstance(v, bool) or not isinstance(v, (int, np.integer)) for v in items):
+        raise TypeError(located(f"{name}: expected {what} to be an int or a sequence of ints, "
+                                f"found {value!r}"))
+    return tuple(int(v) for v in items)
+
+
 def _dims_and_sizes(x, s, dim, name, default_all: bool, default_dims=None):
     """(dims, sizes): the transformed dims (normalised, in order) and the signal sizes
     (``s``, or the input's), with PyTorch's rules: ``s`` without ``dim`` takes the last
     ``len(s)`` dims."""
+    if s is not None:
+        s = _int_sequence(s, "n" if name in _ONE_D else "s", name)
     if dim is not None:
-        dims = (dim,) if isinstance(dim, int) else tuple(dim)
+        dims = _int_sequence(dim, "dim", name)
     elif s is not None:
         dims = tuple(range(x.ndim - len(s), x.ndim))
     elif default_dims is not None:
@@ -255,6 +267,9 @@ def _c2r(x, s, dim, norm, name, default_all=False, default_dims=None):
                       last_size=sizes[-1])
 
 
+_ONE_D = ("fft", "ifft", "rfft", "irfft")
+
+
 def _one(n):
     return None if n is None else (n,)
 
@@ -328,10 +343,20 @@ def irfftn(input, s: Optional[Sequence[int]] = None, dim=None, norm: Optional[st
     return _c2r(input, s, dim, norm, "irfftn", default_all=True)
 
 
+def _freq_args(n, d, name: str):
+    """``n`` (an int >= 0) and ``d`` (a real number), or a clear error naming ``name``."""
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
+        raise TypeError(located(f"{name}: expected n to be a non-negative int, found {n!r}"))
+    if isinstance(d, bool) or not isinstance(d, (int, float, np.integer, np.floating)):
+        raise TypeError(located(f"{name}: expected d to be a real number, found {d!r}"))
+    return int(n), float(d)
+
+
 def fftfreq(n: int, d: float = 1.0, *, dtype=None):
     """The sample frequencies of an ``n``-point DFT with sample spacing ``d``:
     ``[0, 1, ..., (n - 1) // 2, -(n // 2), ..., -1] / (d n)``, as ``torch.fft.fftfreq``
     (float32 by default)."""
+    n, d = _freq_args(n, d, "fftfreq")
     dtype = dtypes.as_dtype(dtype) if dtype is not None else dtypes.DEFAULT_FLOAT
     return constant(np.fft.fftfreq(n, d).astype(dtype))
 
@@ -339,6 +364,7 @@ def fftfreq(n: int, d: float = 1.0, *, dtype=None):
 def rfftfreq(n: int, d: float = 1.0, *, dtype=None):
     """The non-negative sample frequencies of an ``n``-point real DFT, ``[0, ..., n // 2] /
     (d n)``, as ``torch.fft.rfftfreq`` (float32 by default)."""
+    n, d = _freq_args(n, d, "rfftfreq")
     dtype = dtypes.as_dtype(dtype) if dtype is not None else dtypes.DEFAULT_FLOAT
     return constant(np.fft.rfftfreq(n, d).astype(dtype))
 
@@ -347,14 +373,14 @@ def fftshift(input, dim=None):
     """The zero frequency moved to the centre (a roll by ``n // 2`` along each of ``dim``,
     every dim by default), as ``torch.fft.fftshift``."""
     x = operand(input, "fftshift")
-    dims = tuple(range(x.ndim)) if dim is None else ((dim,) if isinstance(dim, int) else
-                                                    tuple(dim))
+    dims = tuple(range(x.ndim)) if dim is None else tuple(
+        normalize_dim(d, x.ndim, "fftshift") for d in _int_sequence(dim, "dim", "fftshift"))
     return roll(x, tuple(x.shape[d] // 2 for d in dims), dims)
 
 
 def ifftshift(input, dim=None):
     """The inverse of ``fftshift``, as ``torch.fft.ifftshift``."""
     x = operand(input, "ifftshift")
-    dims = tuple(range(x.ndim)) if dim is None else ((dim,) if isinstance(dim, int) else
-                                                    tuple(dim))
+    dims = tuple(range(x.ndim)) if dim is None else tuple(
+        normalize_dim(d, x.ndim, "ifftshift") for d in _int_sequence(dim, "dim", "ifftshift"))
     return roll(x, tuple(-(x.shape[d] // 2) for d in dims), dims)

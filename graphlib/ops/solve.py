@@ -17,7 +17,8 @@ import numpy as np
 
 from ..attrs import Attr, Attrs
 from ..autodiff import is_zero_cotangent
-from ..errors import DTypeError, LinAlgError, ShapeError, located
+from ..errors import (DTypeError, LinAlgError, ShapeError, UnsupportedDTypeError, composite,
+                      located)
 from ..registry import OpDef, register
 from ..types import TensorType, broadcast_shapes
 from ._common import operand
@@ -401,6 +402,7 @@ def lstsq(A, B, rcond=None, *, driver=None):
 
 
 # -- composites ---------------------------------------------------------------------------------
+@composite("linalg.matrix_power")
 def matrix_power(A, n: int):
     """``A`` to the integer power ``n`` (batched square matrices), as
     ``torch.linalg.matrix_power``: by repeated squaring; ``n = 0`` gives the identity and a
@@ -412,6 +414,9 @@ def matrix_power(A, n: int):
     if A.ndim < 2 or A.shape[-1] != A.shape[-2]:
         raise ShapeError(located(f"linalg.matrix_power: A must be batches of square matrices, "
                                  f"found shape {list(A.shape)}"))
+    if A.dtype == "bool":
+        raise UnsupportedDTypeError(located("linalg.matrix_power: bool matrices are not "
+                                            "supported (matmul has no bool kernel); cast first"))
     n = int(n)
     if n == 0:
         # the identity in A's shape, still depending on A (with a zero gradient, as PyTorch)
@@ -428,10 +433,14 @@ def matrix_power(A, n: int):
     return result
 
 
+@composite("linalg.multi_dot")
 def multi_dot(tensors):
     """The product of a list of matrices (the first may be a vector, and the last), as
     ``torch.linalg.multi_dot``, multiplied in the order that costs the fewest
     multiply-adds (the matrix-chain order, from the static shapes)."""
+    if not isinstance(tensors, (list, tuple)):
+        raise TypeError(located(f"linalg.multi_dot: expected a list or tuple of tensors, "
+                                f"found {type(tensors).__name__}"))
     ts = [operand(t, "linalg.multi_dot", "tensors") for t in tensors]
     if len(ts) < 2:
         raise ValueError(located(f"linalg.multi_dot: expected at least 2 tensors but got "
@@ -477,6 +486,7 @@ def multi_dot(tensors):
     return out
 
 
+@composite("linalg.solve_triangular")
 def solve_triangular(A, B, *, upper: bool, left: bool = True, unitriangular: bool = False):
     """``X`` with ``A X = B`` (``left=False``: ``X A = B``) for triangular ``A``, as
     ``torch.linalg.solve_triangular``: only the ``upper`` (or lower) triangle of ``A`` is
@@ -485,6 +495,13 @@ def solve_triangular(A, B, *, upper: bool, left: bool = True, unitriangular: boo
     gradient, which is zero outside the triangle, as PyTorch's)."""
     A = operand(A, "linalg.solve_triangular", "A")
     B = operand(B, "linalg.solve_triangular", "B")
+    for name, t in (("A", A), ("B", B)):
+        if t.dtype not in ("float32", "float64"):
+            raise DTypeError(located(f"linalg.solve_triangular: expected {name} to be a float32 "
+                                     f"or float64 tensor, found {t.dtype}"))
+    if A.dtype != B.dtype:
+        raise DTypeError(located(f"linalg.solve_triangular: expected A and B to have the same "
+                                 f"dtype, found {A.dtype} and {B.dtype}"))
     if A.ndim < 2 or B.ndim < 2:
         raise ShapeError(located(f"linalg.solve_triangular: expected A and B to have at least "
                                  f"2 dims, found shapes {list(A.shape)} and {list(B.shape)}"))
