@@ -45,7 +45,6 @@ else:
     from . import functional, methods  # noqa: F401
     # the graph services ir reaches through its hook table (print, verify, pictures, JSON)
     from . import dot, printer, serialize, verify  # noqa: F401
-    from . import batching  # noqa: F401  (the ops' vmap rules: their ``batch`` trait)
     from .autodiff import backward_pass, grad
     from .builder import assign, placeholder, variable
     from .dispatch import Scalar, apply, register_handler, set_default_handler

@@ -14,6 +14,7 @@ import numpy as np
 
 from .. import dtypes
 from ..attrs import Attrs
+from ..batching import elementwise_rule, leading_batch_rule
 from ..errors import DTypeError, ShapeError, located
 from ..registry import OpDef, register
 from ..types import TensorType, broadcast_shapes
@@ -43,10 +44,11 @@ def _imag_vjp(cts, ins, outs, attrs, needs):
 real_op = register(OpDef("real", _part_infer("real"), lambda xp, x: xp.real(x).copy(),
                          lambda cts, ins, outs, attrs, needs: [cts[0]],
                          saves_no_data=True, complex_ok=True, attrs=Attrs(),
-                         doc="the real part of a complex tensor"))
+                         doc="the real part of a complex tensor", batch=leading_batch_rule))
 imag_op = register(OpDef("imag", _part_infer("imag"), lambda xp, x: xp.imag(x).copy(),
                          _imag_vjp, saves_no_data=True, complex_ok=True,
-                         attrs=Attrs(), doc="the imaginary part of a complex tensor"))
+                         attrs=Attrs(), doc="the imaginary part of a complex tensor",
+                         batch=leading_batch_rule))
 
 
 def _angle_vjp(cts, ins, outs, attrs, needs):
@@ -61,7 +63,8 @@ def _angle_vjp(cts, ins, outs, attrs, needs):
 
 angle_op = register(OpDef("angle", _part_infer("angle"), lambda xp, x: xp.angle(x),
                           _angle_vjp, complex_ok=True, attrs=Attrs(),
-                          doc="the argument (phase) of a complex tensor, in (-pi, pi]"))
+                          doc="the argument (phase) of a complex tensor, in (-pi, pi]",
+                          batch=leading_batch_rule))
 
 
 def _complex_infer(types, attrs):
@@ -84,7 +87,7 @@ complex_op = register(OpDef(
     lambda cts, ins, outs, attrs, needs: [real_op(cts[0]) if needs[0] else None,
                                           imag_op(cts[0]) if needs[1] else None],
     saves_no_data=True, complex_ok=True, attrs=Attrs(),
-    doc="the complex tensor real + i imag"))
+    doc="the complex tensor real + i imag", batch=elementwise_rule))
 
 
 # -- public functions ---------------------------------------------------------------------------

@@ -22,8 +22,9 @@ from typing import Union
 
 from ..attrs import Attr, Attrs
 from ..autocast import LOWER, autocast_function
+from ..batching import ensure_batched, flatten_batch, lrank, shape_of
 from ..errors import ShapeError, composite, located
-from ..registry import OpDef, register
+from ..registry import OpDef, get_op, register
 from ..types import TensorType, format_shape
 from ._common import operand
 from ._window import (IntOrPair, _batched, _batched_nd, _check_float, _check_image, _conv_attrs,
@@ -151,12 +152,50 @@ def _conv2d_vjp(cts, ins, outs, a, needs):
     return grads
 
 
+def _channels_into_groups(x, size: int):
+    """(B, N, C, H, W) -> (N, B*C, H, W): the batch's channels side by side, so that a
+    convolution with ``B`` times the groups keeps each example's channels apart."""
+    b, n, c, h, w = shape_of(x)
+    x = get_op("permute")(x, dims=(1, 0, 2, 3, 4))
+    return get_op("reshape")(x, shape=(n, b * c, h, w))
+
+
+def _groups_into_batch(y, size: int):
+    """(N, B*C, H, W) -> (B, N, C, H, W), the inverse of ``_channels_into_groups``."""
+    n, bc, h, w = shape_of(y)
+    y = get_op("reshape")(y, shape=(n, size, bc // size, h, w))
+    return get_op("permute")(y, dims=(1, 0, 2, 3, 4))
+
+
+def _conv_rule(op, args, batched, attrs, size):
+    """conv2d: with only the images batched, the batch joins N; with batched weights each
+    example's channels become groups of one convolution (``groups * B``)."""
+    x, w = args[0], args[1]
+    bx, bw = batched[0], batched[1]
+    bias = args[2:]
+    if lrank(x, bx) != 4 or lrank(w, bw) != 4:
+        return NotImplemented
+    if not bw and not any(batched[2:]):
+        n = shape_of(x)[1]
+        out = op(flatten_batch(x, 1), w, *bias, **attrs)
+        return get_op("reshape")(out, shape=(size, n) + shape_of(out)[1:])
+    xs = _channels_into_groups(ensure_batched(x, bx, size), size)
+    w = ensure_batched(w, bw, size)
+    ws = get_op("reshape")(w, shape=(size * shape_of(w)[1],) + shape_of(w)[2:])
+    if bias:
+        b = ensure_batched(bias[0], batched[2], size)
+        bias = (get_op("reshape")(b, shape=(-1,)),)
+    out = op(xs, ws, *bias, **dict(attrs, groups=attrs["groups"] * size))
+    return _groups_into_batch(out, size)
+
+
 conv2d_op = register(OpDef("conv2d", _conv2d_infer, _conv2d_kernel, _conv2d_vjp,
                            doc="2-D cross-correlation over NCHW images (torch conv2d)",
                            autocast="lower",
                            epilogue_host=True,
                            attrs=Attrs(stride=Attr("dims", min=1), padding=Attr("dims", min=0),
-                                       dilation=Attr("dims", min=1), groups=Attr(int, min=1))))
+                                       dilation=Attr("dims", min=1), groups=Attr(int, min=1)),
+                                       batch=_conv_rule))
 
 
 def patch_cotangents(xp, g, w, groups: int, row: int):
@@ -201,12 +240,28 @@ def _conv2d_input_grad_vjp(cts, ins, outs, a, needs):
             conv2d_weight_grad_op(c, g, shape=tuple(w.shape), **conv) if needs[1] else None]
 
 
+def _conv_input_grad_rule(op, args, batched, attrs, size):
+    """The input gradient of conv2d per example (``shape`` is one example's input shape)."""
+    g, w = args
+    bg, bw = batched
+    if lrank(g, bg) != 4 or lrank(w, bw) != 4:
+        return NotImplemented
+    n, c, h, wd = attrs["shape"]
+    if not bw:
+        out = op(flatten_batch(g, 1), w, **dict(attrs, shape=(size * n, c, h, wd)))
+        return get_op("reshape")(out, shape=(size, n, c, h, wd))
+    gs = _channels_into_groups(ensure_batched(g, bg, size), size)
+    ws = get_op("reshape")(w, shape=(size * shape_of(w)[1],) + shape_of(w)[2:])
+    out = op(gs, ws, **dict(attrs, shape=(n, size * c, h, wd), groups=attrs["groups"] * size))
+    return _groups_into_batch(out, size)
+
+
 conv2d_input_grad_op = register(OpDef(
     "conv2d_input_grad", _grad_infer("conv2d_input_grad"), _conv2d_input_grad_kernel,
     _conv2d_input_grad_vjp, doc="gradient of conv2d for its input (a transposed conv)",
     attrs=Attrs(shape=Attr("shape"), stride=Attr("dims", min=1),
                 padding=Attr("dims", min=0), dilation=Attr("dims", min=1),
-                groups=Attr(int, min=1))))
+                groups=Attr(int, min=1)), batch=_conv_input_grad_rule))
 
 
 def _conv2d_weight_grad_kernel(xp, x, g, *, shape, stride, padding, dilation, groups):
@@ -230,12 +285,26 @@ def _conv2d_weight_grad_vjp(cts, ins, outs, a, needs):
             conv2d_op(x, c, **conv) if needs[1] else None]
 
 
+def _conv_weight_grad_rule(op, args, batched, attrs, size):
+    """Per-example weight gradients of conv2d: each example's channels are groups of one
+    weight-gradient convolution."""
+    x, g = args
+    if lrank(x, batched[0]) != 4 or lrank(g, batched[1]) != 4:
+        return NotImplemented
+    xs = _channels_into_groups(ensure_batched(x, batched[0], size), size)
+    gs = _channels_into_groups(ensure_batched(g, batched[1], size), size)
+    co, ci, kh, kw = attrs["shape"]
+    out = op(xs, gs, **dict(attrs, shape=(size * co, ci, kh, kw),
+                            groups=attrs["groups"] * size))
+    return get_op("reshape")(out, shape=(size, co, ci, kh, kw))
+
+
 conv2d_weight_grad_op = register(OpDef(
     "conv2d_weight_grad", _grad_infer("conv2d_weight_grad"), _conv2d_weight_grad_kernel,
     _conv2d_weight_grad_vjp, doc="gradient of conv2d for its weight",
     attrs=Attrs(shape=Attr("shape"), stride=Attr("dims", min=1),
                 padding=Attr("dims", min=0), dilation=Attr("dims", min=1),
-                groups=Attr(int, min=1))))
+                groups=Attr(int, min=1)), batch=_conv_weight_grad_rule))
 
 
 def conv2d(input, weight, bias=None, stride: IntOrPair = 1,

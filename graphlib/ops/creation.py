@@ -16,6 +16,7 @@ import numpy as np
 from .. import dtypes
 from .. import xp as xpu
 from ..attrs import Attr, Attrs, AttrValueError
+from ..batching import leading_batch_rule
 from ..dispatch import apply
 from ..errors import DTypeError, GraphError, ShapeError, UnsupportedDTypeError, located
 from ..ir import ConstArray, current_graph, install_service
@@ -61,7 +62,8 @@ full_like_op = register(OpDef(
     "full_like", _like_infer,
     lambda xp, x, fill_value, dtype: xp.full(x.shape, fill_value, dtype=dtype or x.dtype),
     nondiff_inputs=(0,), cheap=True, fills=True,
-    complex_ok=True, attrs=Attrs(fill_value=Attr("number"), dtype=Attr("dtype", default=None))))
+    complex_ok=True, attrs=Attrs(fill_value=Attr("number"), dtype=Attr("dtype", default=None)),
+    batch=leading_batch_rule))
 
 
 def _arange_size(start, end, step) -> int:

@@ -6,6 +6,7 @@ import math
 from .. import dtypes
 from .. import xp as xpu
 from ..attrs import Attr, Attrs
+from ..batching import leading_batch_rule
 from ..errors import DTypeError, located
 from ..registry import OpDef, register
 from ..types import TensorType, broadcast_shapes
@@ -32,7 +33,7 @@ def _conj_kernel(xp, x):
 conj_op = register(OpDef("conj", unary_infer(allowed=COMPLEX, name="conj"), _conj_kernel,
                          lambda cts, ins, outs, attrs, needs: [conj(cts[0])],
                          saves_no_data=True, complex_ok=True, attrs=Attrs(),
-                         doc="the complex conjugate of a complex tensor"))
+                         doc="the complex conjugate of a complex tensor", batch=leading_batch_rule))
 
 
 def conj(x):

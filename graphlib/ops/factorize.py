@@ -12,6 +12,7 @@ import numpy as np
 
 from ..attrs import Attr, Attrs
 from ..autodiff import is_zero_cotangent
+from ..batching import leading_batch_rule
 from ..errors import DTypeError, ShapeError, composite, located
 from ..registry import OpDef, register
 from ..types import TensorType
@@ -77,7 +78,7 @@ def _cholesky_vjp(cts, ins, outs, attrs, needs):
 cholesky_op = register(OpDef(
     "linalg_cholesky", _cholesky_infer, _cholesky_kernel, _cholesky_vjp,
     vjp_reads_output=True, doc="the Cholesky factor of symmetric positive-definite matrices",
-    attrs=Attrs(upper=Attr(bool, default=False))))
+    attrs=Attrs(upper=Attr(bool, default=False)), batch=leading_batch_rule))
 
 
 def cholesky(A, *, upper: bool = False):
@@ -114,7 +115,8 @@ def _qr_r_infer(types, attrs):
 # derivative needs Q)
 qr_r_op = register(OpDef(
     "linalg_qr_r", _qr_r_infer, lambda xp, a: xp.linalg.qr(a, mode="r"),
-    doc="the R factor of the QR decomposition (no gradient)", attrs=Attrs()))
+    doc="the R factor of the QR decomposition (no gradient)", attrs=Attrs(),
+    batch=leading_batch_rule))
 
 
 def _qr_tall_backward(gq, gr, q, r):
@@ -161,7 +163,8 @@ def _qr_vjp(cts, ins, outs, attrs, needs):
 qr_op = register(OpDef(
     "linalg_qr", _qr_infer, _qr_kernel, _qr_vjp, multi_output=True, vjp_reads_output=True,
     doc="the QR decomposition of matrices (reduced, complete or R only)",
-    attrs=Attrs(mode=Attr(str, default="reduced", choices=("reduced", "complete")))))
+    attrs=Attrs(mode=Attr(str, default="reduced", choices=("reduced", "complete"))),
+    batch=leading_batch_rule))
 
 
 def qr(A, mode: str = "reduced"):
@@ -212,7 +215,7 @@ def _eigh_vjp(cts, ins, outs, attrs, needs):
 eigh_op = register(OpDef(
     "linalg_eigh", _eigh_infer, _eigh_kernel, _eigh_vjp, multi_output=True,
     vjp_reads_output=True, doc="eigenvalues (ascending) and eigenvectors of symmetric matrices",
-    attrs=Attrs(UPLO=Attr(str, default="L", choices=("L", "U")))))
+    attrs=Attrs(UPLO=Attr(str, default="L", choices=("L", "U"))), batch=leading_batch_rule))
 
 
 def _uplo(UPLO, name):

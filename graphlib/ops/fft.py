@@ -25,6 +25,7 @@ import numpy as np
 
 from .. import dtypes
 from ..attrs import Attr, Attrs
+from ..batching import lrank, norm_dim
 from ..errors import DTypeError, ShapeError, located
 from ..registry import OpDef, register
 from ..types import TensorType, normalize_dim
@@ -61,13 +62,20 @@ def _c2c_kernel(xp, x, dims, forward, scale):
     return out.astype(x.dtype, copy=False)
 
 
+def _fft_rule(op, args, batched, attrs, size):
+    """The DFTs over ``dims``: the same dims behind the batch dim."""
+    (x,) = args
+    rank = lrank(x, True)
+    return op(x, **dict(attrs, dims=tuple(norm_dim(int(d), rank) + 1 for d in attrs["dims"])))
+
+
 fft_c2c_op = register(OpDef(
     "fft_c2c", _c2c_infer, _c2c_kernel,
     lambda cts, ins, outs, a, needs: [fft_c2c_op(cts[0], dims=a["dims"],
                                                  forward=not a["forward"], scale=a["scale"])],
     saves_no_data=True, complex_ok=True,
     doc="a scaled complex-to-complex DFT over dims (forward, or the unscaled inverse)",
-    attrs=Attrs(dims=Attr("dims"), forward=Attr(bool), scale=Attr(float))))
+    attrs=Attrs(dims=Attr("dims"), forward=Attr(bool), scale=Attr(float)), batch=_fft_rule))
 
 
 def _r2c_infer(types, attrs):
@@ -107,7 +115,7 @@ def _r2c_vjp(cts, ins, outs, a, needs):
 fft_r2c_op = register(OpDef(
     "fft_r2c", _r2c_infer, _r2c_kernel, _r2c_vjp, saves_no_data=True, complex_ok=True,
     doc="a scaled real-to-complex DFT over dims (onesided: the last dim halved)",
-    attrs=Attrs(dims=Attr("dims"), scale=Attr(float), onesided=Attr(bool))))
+    attrs=Attrs(dims=Attr("dims"), scale=Attr(float), onesided=Attr(bool)), batch=_fft_rule))
 
 
 def _c2r_infer(types, attrs):
@@ -146,7 +154,7 @@ def _c2r_vjp(cts, ins, outs, a, needs):
 fft_c2r_op = register(OpDef(
     "fft_c2r", _c2r_infer, _c2r_kernel, _c2r_vjp, saves_no_data=True, complex_ok=True,
     doc="a scaled inverse DFT of a onesided half-spectrum to a real signal over dims",
-    attrs=Attrs(dims=Attr("dims"), scale=Attr(float), last_size=Attr(int, min=1))))
+    attrs=Attrs(dims=Attr("dims"), scale=Attr(float), last_size=Attr(int, min=1)), batch=_fft_rule))
 
 
 # -- argument handling --------------------------------------------------------------------------

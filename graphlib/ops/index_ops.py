@@ -16,9 +16,10 @@ import numpy as np
 from .. import dtypes
 from .. import xp as xpu
 from ..attrs import Attr, Attrs
+from ..batching import ensure_batched, lrank, pad_after_batch, shape_of
 from ..errors import ShapeError
 from ..ir import Value, current_graph
-from ..registry import OpDef, register
+from ..registry import OpDef, get_op, register
 from ..types import TensorType, broadcast_shapes, format_shape
 from .creation import zeros
 from .shape import (IndexingError, zeros_like_for_grad)
@@ -115,10 +116,59 @@ def _index_vjp(cts, ins, outs, a, needs):
         idx)
 
 
+def _broadcast(*shapes):
+    n = max((len(s) for s in shapes), default=0)
+    out = []
+    for i in range(n):
+        dims = [s[len(s) - n + i] for s in shapes if len(s) - n + i >= 0]
+        big = [d for d in dims if d != 1]
+        out.append(big[0] if big else 1)
+    return tuple(out)
+
+
+def _advanced_plan(x, idx_args, idx_batched, dims, size):
+    """What ``x[..., i0, ..., i1, ...]`` per example needs as one advanced index over the
+    batch: the index tensors (a batch ``arange`` in front, each index with a batch dim),
+    their dims, and the permutation that puts the result in (batch, logical result) order."""
+    ranks = [lrank(t, b) for t, b in zip(idx_args, idx_batched)]
+    r = max(ranks)
+    idx = [get_op("reshape")(t, shape=(size,) + (1,) * (r - k) + shape_of(t)[1:]) if b else
+           get_op("reshape")(t, shape=(1,) * (1 + r - k) + shape_of(t))
+           for t, b, k in zip(idx_args, idx_batched, ranks)]
+    batch = get_op("arange")(start=0, end=size, step=1, dtype="int64")
+    batch = get_op("reshape")(batch, shape=(size,) + (1,) * r)
+    new_dims = (0,) + tuple(d + 1 for d in dims)
+    contiguous = all(dims[i] + 1 == dims[i + 1] for i in range(len(dims) - 1))
+    pre = dims[0] if contiguous else 0
+    # the kernel gives (B, *b, *x's dims before dims[0], *after): the dims before move
+    # behind b when the example's own result keeps them in front
+    b_rank = 1 + len(_broadcast(*[shape_of(t)[1:] if bb else shape_of(t) for t, bb in
+                                  zip(idx_args, idx_batched)]))
+    perm = None
+    if pre:
+        perm = (0,) + tuple(range(b_rank, b_rank + pre)) + tuple(range(1, b_rank))
+    return [batch] + idx, new_dims, perm, b_rank, pre
+
+
+def _index_rule(op, args, batched, attrs, size):
+    """Advanced indexing per example: the batch becomes one more indexed dim (an arange)."""
+    x, idx_args = args[0], args[1:]
+    if any(t.dtype == "bool" for t in idx_args):
+        return NotImplemented
+    x = ensure_batched(x, batched[0], size)
+    idx, dims, perm, _, _ = _advanced_plan(x, idx_args, batched[1:], attrs["dims"], size)
+    out = op(x, *idx, dims=dims)
+    if perm is not None:
+        rest = tuple(range(len(perm), len(shape_of(out))))
+        out = get_op("permute")(out, dims=perm + rest)
+    return out
+
+
 index_op = register(OpDef(
     "index", _index_infer, _index_kernel, _index_vjp, nondiff_inputs=_AFTER_0,
     attrs=Attrs(dims=Attr("dims", min=0)),
-    doc="x[..., i0, ..., i1, ...]: integer tensors at ``dims`` (PyTorch's advanced indexing)"))
+    doc="x[..., i0, ..., i1, ...]: integer tensors at ``dims`` (PyTorch's advanced indexing)",
+    batch=_index_rule))
 
 
 def _index_put_infer(types, attrs):
@@ -157,11 +207,42 @@ def _zero_at(g, idx, dims):
     return index_put_op(g, zeros(dtype=g.dtype), *idx, dims=dims, accumulate=False)
 
 
+def _index_put_rule(op, args, batched, attrs, size):
+    """``index_put`` per example: the values are laid out as ``_index_rule``'s kernel
+    result (batch, index dims, the dims before them, the rest) and put with a batch arange."""
+    x, v, idx_args = args[0], args[1], args[2:]
+    if any(t.dtype == "bool" for t in idx_args):
+        return NotImplemented
+    x = ensure_batched(x, batched[0], size)
+    dims = attrs["dims"]
+    idx, new_dims, perm, b_rank, pre = _advanced_plan(x, idx_args, batched[2:], dims, size)
+    logical = shape_of(x)[1:]
+    b = _broadcast(*[shape_of(t)[1:] if bb else shape_of(t) for t, bb in
+                     zip(idx_args, batched[2:])])
+    contiguous = pre > 0 or all(dims[i] + 1 == dims[i + 1] for i in range(len(dims) - 1))
+    if contiguous:
+        result = logical[:dims[0]] + b + logical[dims[-1] + 1:]
+    else:
+        result = b + tuple(s for i, s in enumerate(logical) if i not in dims)
+    v = ensure_batched(v, batched[1], size)
+    v = pad_after_batch(v, len(result) - lrank(v, True))
+    v = get_op("expand")(v, shape=(size,) + result)
+    if perm is not None:       # the inverse of _index_rule's permutation
+        n = len(shape_of(v))
+        inverse = [0] * n
+        full = perm + tuple(range(len(perm), n))
+        for i, p in enumerate(full):
+            inverse[p] = i
+        v = get_op("permute")(v, dims=tuple(inverse))
+    return op(x, v, *idx, dims=new_dims, accumulate=attrs.get("accumulate", False))
+
+
 index_put_op = register(OpDef(
     "index_put", _index_put_infer, _index_put_kernel, _index_put_vjp,
     nondiff_inputs=_AFTER_1,
     attrs=Attrs(dims=Attr("dims", min=0), accumulate=Attr(bool, default=False)),
-    doc="x with x[..., i0, ..., i1, ...] = values (or += values when ``accumulate``)"))
+    doc="x with x[..., i0, ..., i1, ...] = values (or += values when ``accumulate``)",
+    batch=_index_put_rule))
 
 
 def _scalar_as(x, value):

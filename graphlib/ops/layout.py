@@ -67,11 +67,15 @@ def _concrete(t, name: str, what: str) -> np.ndarray:
 
 
 # -- flip --------------------------------------------------------------------------------------
+def _flip_rule(op, args, batched, attrs, size):
+    return op(args[0], dims=tuple(d + 1 for d in attrs["dims"]))
+
+
 flip_op = register(OpDef(
     "flip", lambda types, attrs: [types[0]],
     lambda xp, x, dims: xp.flip(x, axis=dims).copy() if dims else x.copy(),
     lambda cts, ins, outs, a, needs: [flip_op(cts[0], dims=a["dims"])],
-    saves_no_data=True, attrs=Attrs(dims=Attr("dims", min=0))))
+    saves_no_data=True, attrs=Attrs(dims=Attr("dims", min=0)), batch=_flip_rule))
 
 
 def flip(input, dims):
@@ -609,8 +613,22 @@ def _einsum_vjp(cts, ins, outs, attrs, needs):
     return grads
 
 
+def _einsum_rule(op, args, batched, attrs, size):
+    """A new subscript letter for the batch, in front of each batched operand and the
+    output."""
+    eq = attrs["equation"].replace(" ", "")
+    if "..." in eq or "->" not in eq:
+        return NotImplemented
+    lhs, out = eq.split("->")
+    used = set(eq)
+    letter = next(c for c in "zyxwvutsrqponmlkjihgfedcbaZYXWVUTSRQPONMLKJIHGFEDCBA"
+                  if c not in used)
+    terms = [letter + term if b else term for term, b in zip(lhs.split(","), batched)]
+    return op(*args, equation=",".join(terms) + "->" + letter + out)
+
+
 einsum_op = register(OpDef("einsum", _einsum_infer, _einsum_kernel, _einsum_vjp,
-                           autocast="lower", attrs=Attrs(equation=Attr(str))))
+                           autocast="lower", attrs=Attrs(equation=Attr(str)), batch=_einsum_rule))
 
 
 def einsum(equation: str, *operands):

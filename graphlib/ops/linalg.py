@@ -3,8 +3,9 @@ from __future__ import annotations
 
 from .. import dtypes
 from ..attrs import Attrs
+from ..batching import lrank, pad_after_batch, shape_of
 from ..errors import ShapeError, UnsupportedDTypeError, located
-from ..registry import OpDef, register
+from ..registry import OpDef, get_op, register
 from ..types import TensorType, broadcast_shapes, format_shape
 from ._common import operand, promoting_kernel
 from .elementwise import conj
@@ -64,9 +65,49 @@ def matmul_into(xp, a, b, out=None):
     return xp.matmul(a, b) if out is None else xp.matmul(a, b, out=out)
 
 
+def _matmul_rule(op, args, batched, attrs, size):
+    """numpy's matmul over a batch: a 1-D operand becomes a row or column of a batched matrix
+    product, and the lower-rank operand gets size-1 dims behind the batch dim so that batch
+    dims line up."""
+    (a, b), (ba, bb) = args, batched
+    ra, rb = lrank(a, ba), lrank(b, bb)
+    reshape = get_op("reshape")
+    squeeze_last = squeeze_row = False
+    if ba and ra == 1:
+        if not bb and rb <= 2:
+            return op(a, b)                             # [B,k] @ [k] or [k,n]
+        a = reshape(a, shape=(size,) + (1,) * max(rb - 2, 0) + (1, shape_of(a)[1]))
+        ra, squeeze_row = 2 + max(rb - 2, 0), True
+    if bb and rb == 1:
+        b = reshape(b, shape=(size,) + (1,) * max(ra - 2, 0) + (shape_of(b)[1], 1))
+        rb, squeeze_last = 2 + max(ra - 2, 0), True
+    if ba and bb:
+        a, b = pad_after_batch(a, rb - ra), pad_after_batch(b, ra - rb)
+    elif ba:
+        a = pad_after_batch(a, rb - ra)
+    elif bb:
+        b = pad_after_batch(b, ra - rb)
+    sa, sb = shape_of(a), shape_of(b)
+    if len(sa) >= 2 and len(sb) >= 2 and sa[-1] == 1 and sa[-1] == sb[-2] and (
+            a.dtype == b.dtype):
+        out = get_op("mul")(a, b)      # a contraction over one element: batched outer products
+    else:
+        out = op(a, b)
+    if squeeze_row or squeeze_last:
+        s = shape_of(out)
+        if squeeze_row and squeeze_last:
+            s = s[:-2]
+        elif squeeze_row:
+            s = s[:-2] + s[-1:]
+        else:
+            s = s[:-1]
+        out = reshape(out, shape=s)
+    return out
+
+
 matmul_op = register(OpDef("matmul", _matmul_infer, promoting_kernel(matmul_into),
                            _matmul_vjp, promote=True, epilogue_host=True, complex_ok=True,
-                           autocast="lower", attrs=Attrs()))
+                           autocast="lower", attrs=Attrs(), batch=_matmul_rule))
 
 
 def matmul(a, b):

@@ -8,8 +8,10 @@ import numpy as np
 from .. import dtypes
 from ..attrs import Attr, Attrs, AttrValueError
 from ..autodiff import composite_vjp, is_zero_cotangent
+from ..dispatch import Scalar
+from ..batching import ensure_batched, flatten_batch, leading_batch_rule, shape_of
 from ..errors import DTypeError, ShapeError, located
-from ..registry import OpDef, register
+from ..registry import OpDef, get_op, register
 from ..types import TensorType, normalize_dim
 from ._common import operand
 from .elementwise import cast, exp, maximum, ne, rsqrt, where
@@ -93,7 +95,7 @@ def _one_hot_kernel(xp, x, num_classes):
 
 
 one_hot_op = register(OpDef("one_hot", _one_hot_infer, _one_hot_kernel,
-                            attrs=Attrs(num_classes=Attr(int, min=0))))
+                            attrs=Attrs(num_classes=Attr(int, min=0)), batch=leading_batch_rule))
 
 
 def softmax(x, dim: int):
@@ -259,13 +261,37 @@ def _sce_vjp(cts, ins, outs, a, needs):
     return [softmax_cross_entropy_backward_op(g, x, t, **a), None]
 
 
+def _sce_rule(op, args, batched, attrs, size):
+    """Cross-entropy of (N, C) logits per example: the examples' rows become one (B*N, C)
+    problem with reduction none, then each example's rows are reduced as PyTorch does (a
+    mean over the rows whose target is not ``ignore_index``)."""
+    x, t = args
+    bx, bt = batched
+    n = shape_of(x)[1] if bx else shape_of(x)[0]
+    x = flatten_batch(ensure_batched(x, bx, size), 1)
+    t = flatten_batch(ensure_batched(t, bt, size), 1)
+    reduction = attrs["reduction"]
+    loss = op(x, t, ignore_index=attrs["ignore_index"], reduction="none")
+    loss = get_op("reshape")(loss, shape=(size, n))
+    if reduction == "none":
+        return loss
+    total = get_op("sum")(loss, dim=(1,), keepdim=False)
+    if reduction == "sum":
+        return total
+    valid = get_op("ne")(get_op("reshape")(t, shape=(size, n)),
+                         Scalar(attrs["ignore_index"], t.dtype))
+    count = get_op("sum")(get_op("cast")(valid, dtype=x.dtype), dim=(1,), keepdim=False)
+    count = get_op("maximum")(count, Scalar(1.0, x.dtype))
+    return get_op("div")(total, count)
+
+
 softmax_cross_entropy_op = register(OpDef(
     "softmax_cross_entropy", _sce_infer, _sce_kernel, _sce_vjp, nondiff_inputs=(1,),
     autocast="fp32",
     doc="cross-entropy of logits (N, C) against class indices (N,), PyTorch's "
         "ignore_index and reduction; one kernel forward, one backward",
     attrs=Attrs(ignore_index=Attr(int),
-                reduction=Attr(str, choices=("mean", "sum", "none")))))
+                reduction=Attr(str, choices=("mean", "sum", "none"))), batch=_sce_rule))
 
 
 def _sce_backward_infer(types, attrs):
@@ -312,12 +338,35 @@ def _sce_backward_vjp(cts, ins, outs, a, needs):
     return grads
 
 
+def _sce_backward_rule(op, args, batched, attrs, size):
+    """The cross-entropy gradient per example: the cotangent of each example's reduced loss
+    is spread over its rows (divided by its own count of valid rows for a mean)."""
+    g, x, t = args
+    bg, bx, bt = batched
+    n = shape_of(x)[1] if bx else shape_of(x)[0]
+    xs = flatten_batch(ensure_batched(x, bx, size), 1)
+    ts = flatten_batch(ensure_batched(t, bt, size), 1)
+    reduction = attrs["reduction"]
+    g = ensure_batched(g, bg, size)
+    if reduction != "none":
+        g = get_op("reshape")(g, shape=(size, 1))
+        if reduction == "mean":
+            valid = get_op("ne")(get_op("reshape")(ts, shape=(size, n)),
+                              Scalar(attrs["ignore_index"], ts.dtype))
+            count = get_op("sum")(get_op("cast")(valid, dtype=x.dtype), dim=(1,), keepdim=True)
+            g = get_op("div")(g, get_op("maximum")(count, Scalar(1.0, x.dtype)))
+        g = get_op("expand")(g, shape=(size, n))
+    g = get_op("reshape")(g, shape=(-1,))
+    out = op(g, xs, ts, ignore_index=attrs["ignore_index"], reduction="none")
+    return get_op("reshape")(out, shape=(size, n) + shape_of(out)[1:])
+
+
 softmax_cross_entropy_backward_op = register(OpDef(
     "softmax_cross_entropy_backward", _sce_backward_infer, _sce_backward_kernel,
     _sce_backward_vjp, nondiff_inputs=(2,),
     doc="d softmax_cross_entropy / d logits: (softmax - one_hot) scaled per row",
     attrs=Attrs(ignore_index=Attr(int),
-                reduction=Attr(str, choices=("mean", "sum", "none")))))
+                reduction=Attr(str, choices=("mean", "sum", "none"))), batch=_sce_backward_rule))
 
 
 def softmax_cross_entropy(logits, target, ignore_index: int = -100, reduction: str = "mean"):

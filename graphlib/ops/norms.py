@@ -13,6 +13,7 @@ import numpy as np
 from .. import dtypes
 from ..attrs import Attr, Attrs
 from ..autodiff import is_zero_cotangent
+from ..batching import leading_batch_rule
 from ..errors import DTypeError, ShapeError, composite, located
 from ..registry import OpDef, register
 from ..types import TensorType, normalize_dim, reduction_dims
@@ -131,7 +132,7 @@ svd_op = register(OpDef(
     "svd", _svd_infer, _svd_kernel, _svd_vjp, multi_output=True, vjp_reads_output=True,
     doc="the reduced singular value decomposition (U, S, Vh) of the last two dims",
     autocast="fp32",
-    attrs=Attrs()))
+    attrs=Attrs(), batch=leading_batch_rule))
 
 
 # -- public functions --------------------------------------------------------------------------

@@ -23,8 +23,9 @@ import numpy as np
 
 from .. import dtypes
 from ..attrs import Attr, Attrs
+from ..batching import ensure_batched, flatten_batch, lrank, shape_of
 from ..errors import DTypeError, ShapeError, composite, located
-from ..registry import OpDef, register
+from ..registry import OpDef, get_op, register
 from ..types import TensorType, format_shape
 from ._common import operand
 from ._window import (IntOrPair, _batched, _batched_nd, _check_float, _check_image, _conv_attrs,
@@ -140,11 +141,28 @@ _AVG_POOL_ATTRS = dict(kernel_size=Attr("dims", min=1), stride=Attr("dims", min=
                        padding=Attr("dims", min=0), ceil_mode=Attr(bool),
                        count_include_pad=Attr(bool), dilation=Attr("dims", default=(1, 1), min=1))
 
+def _images_rule(op, args, batched, attrs, size):
+    """NCHW image ops (pooling and its gradients): each example's N images join the batch's
+    into one N of ``size * N`` images (an unbatched operand is broadcast first); a ``shape``
+    attribute (the input's, for gradients) grows the same way."""
+    if any(lrank(x, b) != 4 for x, b in zip(args, batched)):
+        return NotImplemented
+    n = shape_of(args[0])[1] if batched[0] else shape_of(args[0])[0]
+    flat = [flatten_batch(ensure_batched(x, b, size), 1) for x, b in zip(args, batched)]
+    if "shape" in attrs:
+        shape = tuple(attrs["shape"])
+        attrs = dict(attrs, shape=(size * shape[0],) + shape[1:])
+    out = op(*flat, **attrs)
+    outs = out if isinstance(out, (tuple, list)) else (out,)
+    outs = tuple(get_op("reshape")(o, shape=(size, n) + shape_of(o)[1:]) for o in outs)
+    return outs if isinstance(out, (tuple, list)) else outs[0]
+
+
 max_pool2d_op = register(OpDef(
     "max_pool2d", _max_pool2d_infer, _max_pool2d_kernel,
     lambda cts, ins, outs, a, needs: [max_pool2d_backward_op(cts[0], ins[0], **a)],
     doc="max over sliding windows (torch max_pool2d)",
-    attrs=Attrs(**_POOL_ATTRS)))
+    attrs=Attrs(**_POOL_ATTRS), batch=_images_rule))
 
 
 def _max_pool2d_backward_infer(types, attrs):
@@ -174,7 +192,7 @@ max_pool2d_backward_op = register(OpDef(
     "max_pool2d_backward", _max_pool2d_backward_infer, _max_pool2d_backward_kernel,
     lambda cts, ins, outs, a, needs: [max_pool2d_gather_op(cts[0], ins[1], **a), None],
     nondiff_inputs=(1,), doc="routes each window's cotangent to its argmax in x",
-    attrs=Attrs(**_POOL_ATTRS)))
+    attrs=Attrs(**_POOL_ATTRS), batch=_images_rule))
 
 
 def _max_pool2d_gather_infer(types, attrs):
@@ -200,7 +218,7 @@ max_pool2d_gather_op = register(OpDef(
     "max_pool2d_gather", _max_pool2d_gather_infer, _max_pool2d_gather_kernel,
     lambda cts, ins, outs, a, needs: [max_pool2d_backward_op(cts[0], ins[1], **a), None],
     nondiff_inputs=(1,), doc="picks c at each window's argmax in x (adjoint of the backward)",
-    attrs=Attrs(**_POOL_ATTRS)))
+    attrs=Attrs(**_POOL_ATTRS), batch=_images_rule))
 
 
 def _avg_divisor(xp, size: int, kernel: int, stride: int, pad: int, out: int,
@@ -243,7 +261,7 @@ avg_pool2d_op = register(OpDef(
     lambda cts, ins, outs, a, needs: [
         avg_pool2d_backward_op(cts[0], shape=tuple(ins[0].shape), **a)],
     doc="mean over sliding windows (torch avg_pool2d)",
-    attrs=Attrs(**_AVG_POOL_ATTRS)))
+    attrs=Attrs(**_AVG_POOL_ATTRS), batch=_images_rule))
 
 
 def _avg_pool2d_backward_kernel(xp, g, shape, kernel_size, stride, padding, ceil_mode,
@@ -265,7 +283,7 @@ avg_pool2d_backward_op = register(OpDef(
     "avg_pool2d_backward", _grad_infer("avg_pool2d_backward"), _avg_pool2d_backward_kernel,
     lambda cts, ins, outs, a, needs: [avg_pool2d_op(cts[0], **_conv_attrs(a))],
     doc="gradient of avg_pool2d (spreads each window's cotangent evenly over it)",
-    attrs=Attrs(shape=Attr("shape"), **_AVG_POOL_ATTRS)))
+    attrs=Attrs(shape=Attr("shape"), **_AVG_POOL_ATTRS), batch=_images_rule))
 
 
 def _adaptive_infer(types, attrs):
@@ -296,7 +314,7 @@ adaptive_avg_pool2d_op = register(OpDef(
     lambda cts, ins, outs, a, needs: [
         adaptive_avg_pool2d_backward_op(cts[0], shape=tuple(ins[0].shape), **a)],
     doc="mean over output_size windows that cover the input (torch adaptive_avg_pool2d)",
-    attrs=Attrs(output_size=Attr("dims", min=1))))
+    attrs=Attrs(output_size=Attr("dims", min=1)), batch=_images_rule))
 
 
 def _adaptive_backward_kernel(xp, g, shape, output_size):
@@ -324,7 +342,7 @@ adaptive_avg_pool2d_backward_op = register(OpDef(
     lambda cts, ins, outs, a, needs: [
         adaptive_avg_pool2d_op(cts[0], output_size=a["output_size"])],
     doc="gradient of adaptive_avg_pool2d",
-    attrs=Attrs(shape=Attr("shape"), output_size=Attr("dims", min=1))))
+    attrs=Attrs(shape=Attr("shape"), output_size=Attr("dims", min=1)), batch=_images_rule))
 
 
 def _pool_args(name, kernel_size, stride, padding):
@@ -407,7 +425,7 @@ def _max_pool2d_indices_kernel(xp, x, kernel_size, stride, padding, dilation, ce
 max_pool2d_indices_op = register(OpDef(
     "max_pool2d_indices", _max_pool2d_indices_infer, _max_pool2d_indices_kernel,
     doc="flat (H*W) index in x of each max_pool2d window's winner (return_indices=True)",
-    attrs=Attrs(**_POOL_ATTRS)))
+    attrs=Attrs(**_POOL_ATTRS), batch=_images_rule))
 
 
 def _max_unpool2d_infer(types, attrs):
@@ -481,7 +499,7 @@ def _adaptive_max_kernel(xp, x, output_size):
 adaptive_max_pool2d_indices_op = register(OpDef(
     "adaptive_max_pool2d_indices", _adaptive_max_infer, _adaptive_max_kernel,
     doc="flat (H*W) index of each adaptive_max_pool2d window's maximum",
-    attrs=Attrs(output_size=Attr("dims", min=1))))
+    attrs=Attrs(output_size=Attr("dims", min=1)), batch=_images_rule))
 
 
 def _gather_flat(x, idx):

@@ -7,8 +7,9 @@ import numpy as np
 
 from .. import dtypes
 from ..attrs import Attr, Attrs
+from ..batching import index_example
 from ..errors import DimError, DTypeError, located
-from ..registry import OpDef, register
+from ..registry import OpDef, get_op, register
 from ..types import TensorType, normalize_dim, normalize_dims, reduction_dims
 from .elementwise import cast, exp, isnan, logical_and, where
 from .shape import expand, gather, reshape, squeeze
@@ -306,8 +307,15 @@ def _numel_kernel(xp, x, dim, dtype):
     return xp.asarray(n, dtype=dtype)
 
 
+def _numel_rule(op, args, batched, attrs, size):
+    """The count is the same for every example: counted on one, broadcast to the batch."""
+    (x,) = args
+    out = op(index_example(x, 0), **attrs)
+    return get_op("expand")(out, shape=(size,))
+
+
 numel_op = register(OpDef("numel", _numel_infer, _numel_kernel, nondiff_inputs=(0,),
-                          attrs=Attrs(dim=Attr("dims"), dtype=Attr("dtype"))))
+                          attrs=Attrs(dim=Attr("dims"), dtype=Attr("dtype")), batch=_numel_rule))
 
 
 # -- public functions --------------------------------------------------------------------------

@@ -12,9 +12,11 @@ import numpy as np
 from .. import dtypes
 from .. import xp as xpu
 from ..attrs import Attr, Attrs, AttrValueError
+from ..batching import (ensure_batched, leading_batch_rule, lrank, norm_dim, pad_after_batch,
+                        shape_of)
 from ..errors import DTypeError, IndexBoundsError, ShapeError, located
 from ..ir import Value, current_graph
-from ..registry import OpDef, register
+from ..registry import OpDef, get_op, register
 from ..types import (TensorType, as_shape, dim_add, dim_product, dim_quotient, dim_slice,
                      dims_equal, format_shape, normalize_dim)
 from ._common import operand
@@ -53,11 +55,15 @@ def _reshape_infer(types, attrs):
     return [TensorType(_resolve_reshape(t.shape, attrs["shape"]), t.dtype)]
 
 
+def _reshape_rule(op, args, batched, attrs, size):
+    return op(args[0], shape=(size,) + tuple(attrs["shape"]))
+
+
 reshape_op = register(OpDef(
     "reshape", _reshape_infer, lambda xp, x, shape: x.reshape(shape),
     lambda cts, ins, outs, a, needs: [reshape(cts[0], ins[0].shape)],
     view=True, saves_no_data=True,
-    complex_ok=True, attrs=Attrs(shape=Attr("shape"))))
+    complex_ok=True, attrs=Attrs(shape=Attr("shape")), batch=_reshape_rule))
 
 # -- permute -----------------------------------------------------------------------------------
 
@@ -78,10 +84,15 @@ def _permute_vjp(cts, ins, outs, a, needs):
     return [permute(cts[0], *inverse)]
 
 
+def _permute_rule(op, args, batched, attrs, size):
+    return op(args[0], dims=(0,) + tuple(d + 1 for d in attrs["dims"]))
+
+
 permute_op = register(OpDef("permute", _permute_infer,
                             lambda xp, x, dims: xp.transpose(x, dims), _permute_vjp,
                             view=True, saves_no_data=True,
-                            complex_ok=True, attrs=Attrs(dims=Attr("dims", min=0))))
+                            complex_ok=True, attrs=Attrs(dims=Attr("dims", min=0)),
+                            batch=_permute_rule))
 
 # -- expand and sum_to (its adjoint) -----------------------------------------------------------
 
@@ -113,11 +124,18 @@ def _expand_kernel(xp, x, shape):
     return xp.broadcast_to(x, full)
 
 
+def _expand_rule(op, args, batched, attrs, size):
+    (x,) = args
+    shape = tuple(attrs["shape"])
+    x = pad_after_batch(x, len(shape) - lrank(x, True))
+    return op(x, shape=(size,) + shape)
+
+
 expand_op = register(OpDef(
     "expand", _expand_infer, _expand_kernel,
     lambda cts, ins, outs, a, needs: [sum_to(cts[0], ins[0].shape)],
     view=True, saves_no_data=True,
-    complex_ok=True, attrs=Attrs(shape=Attr("shape"))))
+    complex_ok=True, attrs=Attrs(shape=Attr("shape")), batch=_expand_rule))
 
 
 def _sum_to_axes(src_shape, shape):
@@ -152,11 +170,28 @@ def _sum_to_kernel(xp, x, shape):
     return out.reshape(shape) if lead else out
 
 
+def _sum_to_rule(op, args, batched, attrs, size):
+    """``sum_to(shape)`` per example: the leading example dims summed away, then the dims
+    ``shape`` has as 1 summed with keepdim."""
+    (x,) = args
+    target = tuple(attrs["shape"])
+    logical = shape_of(x)[1:]
+    lead = len(logical) - len(target)
+    if lead > 0:
+        x = get_op("sum")(x, dim=tuple(range(1, lead + 1)), keepdim=False)
+        logical = logical[lead:]
+    dims = tuple(i + 1 for i, (have, want) in enumerate(zip(logical, target))
+                 if want == 1 and have != 1)
+    if dims:
+        x = get_op("sum")(x, dim=dims, keepdim=True)
+    return x
+
+
 sum_to_op = register(OpDef(
     "sum_to", _sum_to_infer, _sum_to_kernel,
     lambda cts, ins, outs, a, needs: [expand(cts[0], *ins[0].shape)],
     saves_no_data=True,
-    complex_ok=True, attrs=Attrs(shape=Attr("shape"))))
+    complex_ok=True, attrs=Attrs(shape=Attr("shape")), batch=_sum_to_rule))
 
 # -- cat and split -----------------------------------------------------------------------------
 
@@ -308,11 +343,18 @@ def _getitem_infer(types, attrs):
     return [TensorType(shape, t.dtype)]
 
 
+def _getitem_rule(op, args, batched, attrs, size):
+    """Basic indexing per example: a full slice for the batch dim in front."""
+    index = attrs["index"]
+    index = index if isinstance(index, tuple) else (index,)
+    return op(args[0], index=(("s", None, None, None),) + index)
+
+
 getitem_op = register(OpDef(
     "getitem", _getitem_infer, lambda xp, x, index: x[_python_index(index)],
     lambda cts, ins, outs, a, needs: [getitem_grad_op(cts[0], ins[0], index=a["index"])],
     view=True, saves_no_data=True,
-    complex_ok=True, attrs=Attrs(index=Attr("any"))))
+    complex_ok=True, attrs=Attrs(index=Attr("any")), batch=_getitem_rule))
 
 
 def _getitem_grad_infer(types, attrs):
@@ -326,11 +368,20 @@ def _getitem_grad_kernel(xp, g, x, index):
     return out
 
 
+def _getitem_grad_rule(op, args, batched, attrs, size):
+    """The cotangent of basic indexing per example: ``x`` gives only its shape, so an
+    unbatched one is broadcast (a view) and the index gets the batch's full slice."""
+    g, x = (ensure_batched(a, b, size) for a, b in zip(args, batched))
+    index = attrs["index"]
+    index = index if isinstance(index, tuple) else (index,)
+    return op(g, x, index=(("s", None, None, None),) + index)
+
+
 getitem_grad_op = register(OpDef(
     "getitem_grad", _getitem_grad_infer, _getitem_grad_kernel,
     lambda cts, ins, outs, a, needs: [getitem(cts[0], _python_index(a["index"])), None],
     nondiff_inputs=(1,), saves_no_data=True,
-    complex_ok=True, attrs=Attrs(index=Attr("any"))))
+    complex_ok=True, attrs=Attrs(index=Attr("any")), batch=_getitem_grad_rule))
 
 # -- gather / scatter_add / index_select / index_add -------------------------------------------
 
@@ -435,6 +486,15 @@ def _index_select_infer(types, attrs):
     return [TensorType(x.shape[:dim] + idx.shape + x.shape[dim + 1:], x.dtype)]
 
 
+def _index_select_rule(op, args, batched, attrs, size):
+    x, idx = args
+    if batched[1]:      # x[..., idx, ...] with an index per example: advanced indexing
+        index = get_op("index")
+        dims = (norm_dim(attrs["dim"], lrank(x, batched[0])),)
+        return index.batch(index, (x, idx), batched, {"dims": dims}, size)
+    return op(x, idx, dim=norm_dim(attrs["dim"], lrank(x, True)) + 1)
+
+
 index_select_op = register(OpDef(
     "index_select", _index_select_infer,
     lambda xp, x, index, dim: xp.take(
@@ -442,7 +502,7 @@ index_select_op = register(OpDef(
     lambda cts, ins, outs, a, needs: [
         index_add(zeros_like_for_grad(ins[0], cts[0]), a["dim"], ins[1], cts[0]), None],
     nondiff_inputs=(1,),
-    attrs=Attrs(dim=Attr(int))))
+    attrs=Attrs(dim=Attr(int)), batch=_index_select_rule))
 
 
 def _index_add_infer(types, attrs):
@@ -465,12 +525,21 @@ def _index_add_kernel(xp, x, index, src, dim):
     return out
 
 
+def _index_add_rule(op, args, batched, attrs, size):
+    x, idx, src = args
+    if batched[1]:
+        return NotImplemented
+    rank = lrank(x, batched[0])
+    return op(ensure_batched(x, batched[0], size), idx, ensure_batched(src, batched[2], size),
+              dim=norm_dim(attrs["dim"], rank) + 1)
+
+
 index_add_op = register(OpDef(
     "index_add", _index_add_infer, _index_add_kernel,
     lambda cts, ins, outs, a, needs: [
         cts[0], None, index_select(cts[0], a["dim"], ins[1]) if needs[2] else None],
     nondiff_inputs=(1,),
-    attrs=Attrs(dim=Attr(int))))
+    attrs=Attrs(dim=Attr(int)), batch=_index_add_rule))
 
 # -- pad ---------------------------------------------------------------------------------------
 
@@ -511,7 +580,7 @@ pad_op = register(OpDef(
     lambda xp, x, pad, value: xp.pad(x, _pad_width(x.ndim, pad), mode="constant",
                                      constant_values=value),
     _pad_vjp, saves_no_data=True,
-    complex_ok=True, attrs=Attrs(pad=Attr("dims"), value=Attr("number"))))
+    complex_ok=True, attrs=Attrs(pad=Attr("dims"), value=Attr("number")), batch=leading_batch_rule))
 
 # -- public functions --------------------------------------------------------------------------
 builtin_sum = sum

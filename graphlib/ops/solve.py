@@ -17,9 +17,10 @@ import numpy as np
 
 from ..attrs import Attr, Attrs
 from ..autodiff import is_zero_cotangent
+from ..batching import ensure_batched, leading_batch_rule, pad_after_batch, shape_of
 from ..errors import (DTypeError, LinAlgError, ShapeError, UnsupportedDTypeError, composite,
                       located)
-from ..registry import OpDef, register
+from ..registry import OpDef, get_op, register
 from ..types import TensorType, broadcast_shapes
 from ._common import operand
 from .creation import constant
@@ -94,7 +95,8 @@ def _inv_vjp(cts, ins, outs, attrs, needs):
 
 inv_op = register(OpDef(
     "linalg_inv", _square_infer("linalg.inv", lambda t, a: [t]), _inv_kernel, _inv_vjp,
-    vjp_reads_output=True, doc="the inverse of square matrices", attrs=Attrs()))
+    vjp_reads_output=True, doc="the inverse of square matrices", attrs=Attrs(),
+    batch=leading_batch_rule))
 
 
 def inv(A):
@@ -140,9 +142,32 @@ def _solve_vjp(cts, ins, outs, attrs, needs):
     return [ga, gb if needs[1] else None]
 
 
+def _solve_rule(op, args, batched, attrs, size):
+    """``solve(A, B)`` reads B as a vector or a matrix by its shape against A's (torch's
+    rule), and broadcasts their batch dims: a vector becomes a one-column matrix, the
+    operand with fewer batch dims gets size-1 dims behind the batch dim, and both carry the
+    batch. (``lstsq`` has no rule: the outputs a driver leaves empty are empty whatever the
+    batch, as in PyTorch, so it runs per example.)"""
+    (a, b), (ba, bb) = args, batched
+    sa = shape_of(a)[1:] if ba else shape_of(a)
+    sb = shape_of(b)[1:] if bb else shape_of(b)
+    vector = len(sb) == 1 or (len(sb) == len(sa) - 1 and sb == sa[:-1])
+    a, b = ensure_batched(a, ba, size), ensure_batched(b, bb, size)
+    if vector:
+        b = get_op("reshape")(b, shape=shape_of(b) + (1,))
+        sb = sb + (1,)
+    gap = (len(sa) - 2) - (len(sb) - 2)
+    if gap > 0:
+        b = pad_after_batch(b, gap)
+    elif gap < 0:
+        a = pad_after_batch(a, -gap)
+    out = op(a, b, **attrs)
+    return get_op("reshape")(out, shape=shape_of(out)[:-1]) if vector else out
+
+
 solve_op = register(OpDef(
     "linalg_solve", _solve_infer, _solve_kernel, _solve_vjp, vjp_reads_output=True,
-    doc="X with A X = B for square A (batched, broadcasting)", attrs=Attrs()))
+    doc="X with A X = B for square A (batched, broadcasting)", attrs=Attrs(), batch=_solve_rule))
 
 
 def solve(A, B, *, left: bool = True):
@@ -182,7 +207,8 @@ def _det_vjp(cts, ins, outs, attrs, needs):
 
 det_op = register(OpDef(
     "linalg_det", _square_infer("linalg.det", _batch_type), _det_kernel, _det_vjp,
-    vjp_reads_output=True, doc="the determinant of square matrices", attrs=Attrs()))
+    vjp_reads_output=True, doc="the determinant of square matrices", attrs=Attrs(),
+    batch=leading_batch_rule))
 
 
 def det(A):
@@ -206,7 +232,8 @@ def _slogdet_vjp(cts, ins, outs, attrs, needs):
 slogdet_op = register(OpDef(
     "linalg_slogdet", _square_infer("linalg.slogdet", lambda t, a: _batch_type(t, a) * 2),
     _slogdet_kernel, _slogdet_vjp, multi_output=True,
-    doc="the sign and log of the absolute value of the determinant", attrs=Attrs()))
+    doc="the sign and log of the absolute value of the determinant", attrs=Attrs(),
+    batch=leading_batch_rule))
 
 
 def slogdet(A):
@@ -272,7 +299,7 @@ pinv_op = register(OpDef(
     "linalg_pinv", _pinv_infer, _pinv_kernel, _pinv_vjp, vjp_reads_output=True,
     doc="the Moore-Penrose pseudo-inverse (through the SVD, or eigh when hermitian)",
     attrs=Attrs(atol=Attr(float, default=None), rtol=Attr(float, default=None),
-                hermitian=Attr(bool, default=False))))
+                hermitian=Attr(bool, default=False)), batch=leading_batch_rule))
 
 
 def _tolerance(value, name, what):
