@@ -169,3 +169,70 @@ def leading_batch_rule(op, args, batched, attrs, size):
     if len(args) != 1:
         return NotImplemented
     return op(*args, **attrs)
+
+
+def move_batch(x, to: int):
+    """``x`` (batch at dim 0) with the batch moved to dim ``to`` (and back: ``to`` 0 of an
+    ``x`` whose batch is at dim 1 is ``move_batch(x, 1)`` again, a swap of the two dims)."""
+    rank = len(shape_of(x))
+    if to == 0 or rank < 2:
+        return x
+    dims = list(range(1, to + 1)) + [0] + list(range(to + 1, rank))
+    return _op("permute")(x, dims=tuple(dims))
+
+
+# -- regions: the bodies of control-flow ops (scan, cond, while_loop) --------------------------
+
+_fallback_hook: Optional[Callable] = None
+
+
+def set_fallback_hook(hook: Optional[Callable]) -> None:
+    """Installed by vmap (``duograph.func``): ``hook(op)`` is told of each op that a batched
+    region ran per example, as vmap's own dispatch is (its one-time warning and count)."""
+    global _fallback_hook
+    _fallback_hook = hook
+
+
+def region_has_random(region) -> bool:
+    """Whether ``region`` (or a region nested in it) holds a random op: their batching
+    needs vmap's randomness mode, which a region rule does not know."""
+    todo = [region]
+    while todo:
+        for node in todo.pop().graph.nodes:
+            if node.op.random:
+                return True
+            todo.extend(node.regions)
+    return False
+
+
+def batch_region(region, args, batched, size) -> tuple:
+    """``region`` (a per-example body) applied to ``args`` whose ``batched`` ones carry the
+    batch at dim 0: its nodes replayed with their ops' rules (JAX's ``batch_jaxpr``).
+    Returns ``(results, results_batched)``; a result that does not depend on a batched
+    input stays unbatched."""
+    env = {v: (a, b) for v, a, b in zip(region.graph.inputs, args, batched)}
+    for node in region.graph.nodes:
+        ins = [env[x] for x in node.inputs]
+        vals = [v for v, _ in ins]
+        flags = tuple(b for _, b in ins)
+        if True not in flags:
+            out, flag = node.op(*vals, **node.attrs), False
+        else:
+            out, fell_back = apply_rule(node.op, vals, flags, dict(node.attrs), size)
+            if fell_back and _fallback_hook is not None:
+                _fallback_hook(node.op)
+            flag = True
+        outs = out if isinstance(out, (tuple, list)) else (out,)
+        env.update((o, (r, flag)) for o, r in zip(node.outputs, outs))
+    got = [env[o] for o in region.graph.outputs]
+    return [v for v, _ in got], [b for _, b in got]
+
+
+def region_batched(region, batched) -> list:
+    """Which results of ``region`` depend on its ``batched`` inputs (what ``batch_region``
+    would return as ``results_batched``), found without running it."""
+    flags = dict(zip(region.graph.inputs, batched))
+    for node in region.graph.nodes:
+        b = any(flags.get(x, False) for x in node.inputs)
+        flags.update((o, b) for o in node.outputs)
+    return [flags.get(o, False) for o in region.graph.outputs]

@@ -338,6 +338,9 @@ def _warn_fallback(op) -> None:
                       "is slow", RuntimeWarning, stacklevel=4)
 
 
+batching.set_fallback_hook(lambda op: _warn_fallback(op))   # ops a batched region loops
+
+
 def _random(entry: Level, op, inputs, batched, attrs, proceed):
     mode = entry.randomness
     if mode == "error":

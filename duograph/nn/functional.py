@@ -21,6 +21,7 @@ from ..graphlib.functional import (avg_pool1d, avg_pool3d, conv1d, conv3d,  # no
                                     conv_transpose1d, conv_transpose2d, conv_transpose3d,
                                     max_pool1d, max_pool3d, pad, pixel_shuffle,
                                     pixel_unshuffle)
+from ..func.batched import BatchedTensor
 from ..graphlib.ir import Value
 from ..graphlib.ops import activations as A
 from ..graphlib.ops.conv import (adaptive_avg_pool1d, adaptive_max_pool1d,  # noqa: F401
@@ -152,6 +153,7 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None,
             raise ShapeError(f"batch_norm: expected more than 1 value per channel when "
                              f"training, found input of shape {list(input.shape)}"
                              f"{_where(input)}")
+        _refuse_unbatched_running_stats(input, running_mean, running_var)
         if momentum is None and running_mean is not None and num_batches_tracked is None:
             raise ValueError("batch_norm: momentum=None (a cumulative average) needs "
                              "num_batches_tracked")
@@ -194,6 +196,21 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None,
     if bias is not None:
         out = out + F.reshape(bias, *bshape)
     return out
+
+
+def _refuse_unbatched_running_stats(input, running_mean, running_var) -> None:
+    """torch.func's refusal: training-mode batch norm inside vmap would update running
+    statistics shared by every example with each example's own statistics."""
+    if type(input) is not BatchedTensor:
+        return
+    for stat in (running_mean, running_var):
+        if stat is not None and not (type(stat) is BatchedTensor and stat.level == input.level):
+            raise RuntimeError(
+                "Batch norm got a batched tensor as input while the running_mean or "
+                "running_var, which will be updated in place, were not batched.\nIf you are "
+                "using a module and do not need eval mode, please set `track_running_stats` "
+                "to be False. (duograph.func.vmap: per-example statistics cannot update "
+                "statistics shared by the batch)")
 
 
 def _assign(target, new) -> None:

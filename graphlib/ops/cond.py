@@ -10,11 +10,15 @@ import numpy as np
 from .. import dtypes
 from ..attrs import Attr, Attrs
 from ..autodiff import is_zero_cotangent
+from ..batching import batch_region, ensure_batched, region_has_random
+from ..dispatch import Scalar
 from ..errors import ShapeError, located
 from ..ir import Region
 from ..registry import OpDef, register
 from .call import _reference, give_results
 from .creation import zeros_like
+from .elementwise import ne, where
+from .shape import reshape
 from .tracing import (_apply_with, _check_same, _eager_call, _eager_leaves, _internal, _join,
                       _leaf_operand, _region_vjp, _run_user, _take_compute, _trace, _type_of,
                       eager_support, tree_flatten, tree_unflatten)
@@ -79,12 +83,41 @@ def _cond_static_region(node, consts):
     return region, list(node.inputs[1:])
 
 
+def _cond_rule(op, args, batched, attrs, size):
+    """cond over a batch: with one predicate for the batch, one cond whose branches are
+    replayed with their ops' rules; with a predicate per example, both branches run on the
+    whole batch and each example's results are selected by its predicate (JAX's rule: both
+    branches' work is done, as ``torch.where`` would)."""
+    tb, fb = attrs["true_branch"], attrs["false_branch"]
+    if region_has_random(tb) or region_has_random(fb):
+        return NotImplemented
+    _take_compute()         # the user's per-example eager branch does not run: the regions do
+    pred, ops, flags = args[0], list(args[1:]), list(batched[1:])
+
+    def branch(region):
+        def run(*xs):
+            outs, got = batch_region(region, list(xs), flags, size)
+            return tuple(ensure_batched(o, b, size) for o, b in zip(outs, got))
+        return run
+    if not batched[0]:
+        return tuple(cond(pred, branch(tb), branch(fb), *ops))
+    t, f = branch(tb)(*ops), branch(fb)(*ops)
+    if pred.dtype != "bool":
+        pred = ne(pred, Scalar(0, pred.dtype))
+    out = []
+    for a, b in zip(t, f):
+        p = reshape(pred, (size,) + (1,) * (len(a.shape) - 1))
+        out.append(where(p, a, b))
+    return tuple(out)
+
+
 cond_op = register(OpDef("cond", _cond_infer, _reference(_cond_region_kernel), _cond_vjp,
                          multi_output=True, region_kernel=_cond_region_kernel,
                          nondiff_inputs=(0,), static_region=_cond_static_region,
                          doc="run one of two regions on the operands, chosen by a scalar "
                              "predicate",
-                         attrs=Attrs(true_branch=Attr("region"), false_branch=Attr("region"))))
+                         attrs=Attrs(true_branch=Attr("region"), false_branch=Attr("region")),
+                         batch=_cond_rule))
 
 
 def _is_python_bool(x) -> bool:

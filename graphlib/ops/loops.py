@@ -11,14 +11,17 @@ import numpy as np
 from .. import dtypes
 from ..attrs import Attr, Attrs
 from ..autodiff import is_zero_cotangent
+from ..batching import (batch_region, ensure_batched, move_batch, region_batched,
+                        region_has_random)
 from ..errors import GraphError, ShapeError, located
 from ..ir import Region, Value
 from ..registry import OpDef, register
 from ..types import RUNTIME_DIM, TensorType
 from .call import _reference, give_results, replay
 from .creation import zeros_like
-from .elementwise import cast
-from .shape import cat, index_select, reshape
+from .elementwise import cast, where
+from .reduction import sum as reduce_sum
+from .shape import cat, getitem, index_select, reshape
 from .tracing import (_apply_with, _count_leaves, _describe_tree, _eager_call, _eager_leaves,
                       _fn_name, _internal, _join, _leaf_operand, _region_vjp, _run_user,
                       _take_compute, _trace, _type_of, eager_support, tree_flatten, tree_unflatten)
@@ -320,6 +323,43 @@ def _scan_vjp(cts, ins, outs, attrs, needs):
     return res
 
 
+def _scan_rule(op, args, batched, attrs, size):
+    """scan over a batch: one scan whose carries all carry the batch (at dim 0) and whose
+    batched xs are read time-major (the batch at dim 1 of the stacked xs, so each step
+    slices a batched x); the body is replayed with its ops' rules (``batch_region``). The
+    ys come back batch-major; a saving scan returns its saved carries as extra ys (every
+    step's, then the checkpoint rows when it checkpoints)."""
+    nc, ny_body = attrs["n_carry"], len(attrs["body"].graph.outputs) - attrs["n_carry"]
+    region = attrs["body"]
+    if region_has_random(region):
+        return NotImplemented
+    _take_compute()         # the user's per-example eager step does not run: the body does
+    carry0, xs, caps = _scan_split(args, attrs)
+    _, xb, capb = _scan_split(batched, attrs)
+    carry0 = [ensure_batched(c, b, size) for c, b in zip(carry0, batched[:nc])]
+    xs = [move_batch(x, 1) if b else x for x, b in zip(xs, xb)]
+    flags = [True] * nc + list(xb) + list(capb)
+    save = bool(attrs.get("save"))
+
+    def batched_step(c, x):
+        outs, got = batch_region(region, list(c) + list(x) + caps, flags, size)
+        outs = [ensure_batched(o, b, size) for o, b in zip(outs, got)]
+        return outs[:nc], outs[nc:] + (list(c) if save else [])
+    length = attrs["length"]
+    final, ys = scan(batched_step, carry0, xs,
+                     length=None if length == DYNAMIC_LENGTH else length,
+                     reverse=attrs["reverse"], checkpoint=attrs.get("checkpoint", False))
+    ys = [move_batch(y, 1) for y in ys]
+    saved = ys[ny_body:]
+    ys = ys[:ny_body]
+    if save and _checkpointed(length, attrs["reverse"], attrs.get("checkpoint", False)):
+        rows, stride = _saved_rows(length, False, True)
+        saved = [getitem(cat([s, reshape(f, (size, 1) + tuple(f.shape[1:]))], 1),
+                         (slice(None), slice(0, (rows - 1) * stride + 1, stride)))
+                 for s, f in zip(saved, final)]
+    return tuple(list(final) + list(ys) + list(saved))
+
+
 scan_op = register(OpDef("scan", _scan_infer, _reference(_scan_region_kernel), _scan_vjp,
                          multi_output=True, region_kernel=_scan_region_kernel,
                          vjp_reads_output=True,      # the saved carries
@@ -331,7 +371,8 @@ scan_op = register(OpDef("scan", _scan_infer, _reference(_scan_region_kernel), _
                                      n_carry=Attr(int, min=0), n_xs=Attr(int, min=0),
                                      reverse=Attr(bool, default=False),
                                      checkpoint=Attr(bool, default=False),
-                                     save=Attr(bool, default=False))))
+                                     save=Attr(bool, default=False)),
+                         batch=_scan_rule))
 
 
 def scan(fn: Callable, init, xs=None, length=None, reverse: bool = False,
@@ -612,6 +653,66 @@ def _while_vjp_replayed(cts, ins, attrs, needs):
     return _while_vjp(list(cts[:attrs["n_carry"]]), ins, list(outs), saving, needs)
 
 
+def _while_rule(op, args, batched, attrs, size):
+    """while_loop over a batch. The carries that become batched (a fixed point over the
+    body) carry the batch. A predicate the same for every example keeps one loop; a
+    predicate per example runs while any example's holds, each trip keeping the carries of
+    the examples whose predicate is false (JAX's rule), which a saving loop cannot do (its
+    trip count is per example): that one runs per example."""
+    n, cond_r, body_r = attrs["n_carry"], attrs["cond"], attrs["body"]
+    if region_has_random(cond_r) or region_has_random(body_r):
+        return NotImplemented
+    flags, capf = list(batched[:n]), list(batched[n:])
+    while True:
+        grown = [a or b for a, b in zip(flags, region_batched(body_r, flags + capf))]
+        if grown == flags:
+            break
+        flags = grown
+    per_example = region_batched(cond_r, flags + capf)[0]
+    save = bool(attrs.get("save"))
+    if per_example:
+        if save:
+            return NotImplemented
+        flags = [True] * n
+    _take_compute()         # the user's per-example eager loop does not run: the regions do
+    carry = [ensure_batched(c, b, size) if f else c
+             for c, b, f in zip(args[:n], batched[:n], flags)]
+    caps = list(args[n:])
+
+    def predicate(c):
+        return batch_region(cond_r, list(c) + caps, flags + capf, size)[0][0]
+
+    def step(c):
+        outs, got = batch_region(body_r, list(c) + caps, flags + capf, size)
+        outs = [ensure_batched(o, b, size) if f else o for o, b, f in zip(outs, got, flags)]
+        if not per_example:
+            return outs
+        p = predicate(c)
+        if p.dtype != "bool":
+            p = p != 0
+        return [where(reshape(p, (size,) + (1,) * (len(o.shape) - 1)), o, old)
+                for o, old in zip(outs, c)]
+
+    def test(c):
+        p = predicate(c)
+        return p if not per_example else reduce_sum(cast(p != 0, "int64"), 0) > 0
+    types = [_type_of(x, "while_loop") for x in carry]
+    cb = _trace(test, types, lambda phs: (list(phs),), "while_loop")
+    bb = _trace(step, types, lambda phs: (list(phs),), "while_loop")
+    outer = _join([cb, bb], n)
+    new_attrs = {"cond": Region(cb.graph), "body": Region(bb.graph), "n_carry": n}
+    for key in ("max_iterations", "save"):
+        if attrs.get(key) is not None:
+            new_attrs[key] = attrs[key]
+    res = list(op(*carry, *outer, **new_attrs))
+    out = [ensure_batched(c, f, size) for c, f in zip(res[:n], flags)]
+    if save:
+        out.append(ensure_batched(res[n], False, size))
+        out += [move_batch(r, 1) if f else ensure_batched(r, False, size)
+                for r, f in zip(res[n + 1:], flags)]
+    return tuple(out)
+
+
 while_op = register(OpDef("while_loop", _while_infer, _reference(_while_region_kernel),
                           _while_vjp, multi_output=True, region_kernel=_while_region_kernel,
                           vjp_reads_output=True,     # saved trips, carries
@@ -620,7 +721,8 @@ while_op = register(OpDef("while_loop", _while_infer, _reference(_while_region_k
                           attrs=Attrs(cond=Attr("region"), body=Attr("region"),
                                       n_carry=Attr(int, min=0),
                                       max_iterations=Attr(int, default=None, min=0),
-                                      save=Attr(bool, default=False))))
+                                      save=Attr(bool, default=False)),
+                          batch=_while_rule))
 
 
 def while_loop(cond_fn: Callable, body_fn: Callable, init, max_iterations=None):

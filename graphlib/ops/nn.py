@@ -9,7 +9,7 @@ from .. import dtypes
 from ..attrs import Attr, Attrs, AttrValueError
 from ..autodiff import composite_vjp, is_zero_cotangent
 from ..dispatch import Scalar
-from ..batching import ensure_batched, flatten_batch, leading_batch_rule, shape_of
+from ..batching import ensure_batched, flatten_batch, leading_batch_rule, lrank, shape_of
 from ..errors import DTypeError, ShapeError, located
 from ..registry import OpDef, get_op, register
 from ..types import TensorType, normalize_dim
@@ -484,11 +484,44 @@ def _bn_vjp(cts, ins, outs, a, needs):
     return [dx if needs[0] else None, dw if needs[1] else None, db if needs[2] else None]
 
 
+def _bn_fold(x, size):
+    """(B, N, C, ...) -> (N, B*C, ...): each example's channels become channels of one
+    batch norm, so each keeps its own statistics (over its N and spatial dims)."""
+    sh = shape_of(x)
+    x = get_op("permute")(x, dims=(1, 0) + tuple(range(2, len(sh))))
+    return reshape(x, sh[1], size * sh[2], *sh[3:])
+
+
+def _bn_unfold(y, size):
+    """(N, B*C, ...) -> (B, N, C, ...), the inverse of ``_bn_fold``."""
+    sh = shape_of(y)
+    y = reshape(y, sh[0], size, sh[1] // size, *sh[2:])
+    return get_op("permute")(y, dims=(1, 0) + tuple(range(2, len(sh) + 1)))
+
+
+def _bn_channels(v, b, size):
+    """A (C,) vector per example as the (B*C,) vector of the folded batch norm."""
+    return reshape(ensure_batched(v, b, size), -1)
+
+
+def _bn_rule(op, args, batched, attrs, size):
+    """Training-mode batch norm per example (torch.func's semantics): each example's
+    statistics over its own N and spatial dims, its own weight and bias when batched."""
+    x, w, b = args
+    if lrank(x, batched[0]) < 2:
+        return NotImplemented
+    x = ensure_batched(x, batched[0], size)
+    y, mean, var = op(_bn_fold(x, size), _bn_channels(w, batched[1], size),
+                      _bn_channels(b, batched[2], size), **attrs)
+    c = shape_of(x)[2]
+    return _bn_unfold(y, size), reshape(mean, size, c), reshape(var, size, c)
+
+
 batch_norm_train_op = register(OpDef(
     "batch_norm_train", _bn_infer, _bn_kernel, _bn_vjp, multi_output=True,
     vjp_reads_output=True,
     doc="batch normalisation with batch statistics: (y, mean, biased variance)",
-    attrs=Attrs(eps=Attr(float, min=0))))
+    attrs=Attrs(eps=Attr(float, min=0)), batch=_bn_rule))
 
 
 def _bn_backward_infer(types, attrs):
@@ -554,10 +587,23 @@ def _bn_backward_vjp(cts, ins, outs, a, needs):
     return composite_vjp(lambda *xs: _bn_backward_formula(*xs, a["eps"]), cts, ins, needs)
 
 
+def _bn_backward_rule(op, args, batched, attrs, size):
+    """The batch-norm gradient per example, on ``_bn_rule``'s folded layout."""
+    dy, x, w, mean, var = args
+    if lrank(x, batched[1]) < 2:
+        return NotImplemented
+    dy, x = (ensure_batched(a, f, size) for a, f in zip((dy, x), batched[:2]))
+    dx, dw, db = op(_bn_fold(dy, size), _bn_fold(x, size),
+                    *[_bn_channels(v, f, size) for v, f in zip((w, mean, var), batched[2:])],
+                    **attrs)
+    c = shape_of(x)[2]
+    return _bn_unfold(dx, size), reshape(dw, size, c), reshape(db, size, c)
+
+
 batch_norm_train_backward_op = register(OpDef(
     "batch_norm_train_backward", _bn_backward_infer, _bn_backward_kernel, _bn_backward_vjp,
     multi_output=True, doc="(dx, dweight, dbias) of batch_norm_train",
-    attrs=Attrs(eps=Attr(float, min=0))))
+    attrs=Attrs(eps=Attr(float, min=0)), batch=_bn_backward_rule))
 
 
 def batch_norm_train(x, weight, bias, eps: float = 1e-5):
