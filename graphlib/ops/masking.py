@@ -15,8 +15,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..attrs import Attr, Attrs
+from ..batching import ensure_batched, shape_of
+from ..dispatch import Scalar
 from ..errors import DTypeError, ShapeError, composite, located
-from ..registry import OpDef, register
+from ..registry import OpDef, get_op, register
 from ..types import TensorType, broadcast_shapes, format_shape
 from ._common import operand
 from .elementwise import cast, where_op
@@ -64,13 +66,39 @@ def _masked_take_kernel(xp, x, mask, shape):
     return out.reshape(shape)
 
 
+def _ranks(mask, size):
+    """(mask as (B, M) rows, each element's rank among its row's selected ones (-1 before the
+    first))."""
+    rows = reshape(mask, size, -1)
+    return rows, get_op("cumsum")(cast(rows, "int64"), dim=1) - Scalar(1, "int64")
+
+
+def _masked_take_rule(op, args, batched, attrs, size):
+    """masked_take per example: each selected element goes to its rank's place in its
+    example's row (a scatter-add into zeros; the ranks past the size go to a spare column
+    that is cut off), so rows keep their own counts and zero padding."""
+    x, mask = (ensure_batched(a, b, size) for a, b in zip(args, batched))
+    shape = tuple(attrs["shape"])
+    if x.dtype == "bool" or not all(isinstance(d, int) for d in shape):
+        return NotImplemented
+    k = int(np.prod(shape, dtype=np.int64))
+    rows, rank = _ranks(mask, size)
+    keep = get_op("logical_and")(rows, rank < k)
+    idx = where_op(keep, rank, Scalar(k, "int64"))
+    vals = where_op(keep, reshape(x, size, -1), Scalar(0, x.dtype))
+    zeros = get_op("full")(shape=(size, k + 1), fill_value=0, dtype=x.dtype)
+    out = get_op("scatter_add")(zeros, idx, vals, dim=1)
+    return reshape(getitem_op(out, index=(("s", None, None, None), ("s", 0, k, None))),
+                   size, *shape)
+
+
 masked_take_op = register(OpDef(
     "masked_take", _masked_take_infer, _masked_take_kernel,
     lambda cts, ins, outs, a, needs: [
         masked_scatter_op(zeros_like_for_grad(ins[0], cts[0]), ins[1], cts[0], strict=False),
         None],
     nondiff_inputs=(1,),
-    attrs=Attrs(shape=Attr("shape")),
+    attrs=Attrs(shape=Attr("shape")), batch=_masked_take_rule,
     doc="the first prod(shape) elements of x where mask holds (row-major), zero-padded"))
 
 
@@ -107,10 +135,27 @@ def _masked_scatter_vjp(cts, ins, outs, a, needs):
             masked_take_op(g, mask, shape=tuple(src.shape)) if needs[2] else None]
 
 
+def _masked_scatter_rule(op, args, batched, attrs, size):
+    """masked_scatter per example: the place of each selected element reads its example's
+    source at the element's rank (a gather). A strict one whose source may be too short
+    (fewer elements than the mask) runs per example, which raises as it must."""
+    x, mask = (ensure_batched(a, b, size) for a, b in zip(args[:2], batched[:2]))
+    src = ensure_batched(args[2], batched[2], size)
+    m = int(np.prod(shape_of(mask)[1:], dtype=np.int64))
+    n = int(np.prod(shape_of(src)[1:], dtype=np.int64))
+    if n == 0 or (attrs.get("strict", True) and n < m):
+        return NotImplemented
+    rows, rank = _ranks(mask, size)
+    keep = get_op("logical_and")(rows, rank < n)
+    at = get_op("minimum")(get_op("maximum")(rank, Scalar(0, "int64")), Scalar(n - 1, "int64"))
+    picked = get_op("gather")(reshape(src, size, -1), at, dim=1)
+    return reshape(where_op(keep, picked, reshape(x, size, -1)), *shape_of(x))
+
+
 masked_scatter_op = register(OpDef(
     "masked_scatter", _masked_scatter_infer, _masked_scatter_kernel, _masked_scatter_vjp,
     nondiff_inputs=(1,),
-    attrs=Attrs(strict=Attr(bool, default=True)),
+    attrs=Attrs(strict=Attr(bool, default=True)), batch=_masked_scatter_rule,
     doc="x with the places where mask holds filled by source's elements in order "
         "(``strict=False``: only as many places as source has elements)"))
 

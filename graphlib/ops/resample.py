@@ -21,6 +21,7 @@ import numpy as np
 
 from .. import dtypes
 from ..attrs import Attr, Attrs
+from ..batching import flatten_batch, shape_of
 from ..errors import DTypeError, ShapeError, composite, located
 from ..registry import OpDef, register
 from ..types import TensorType, dim_product, format_shape
@@ -328,12 +329,21 @@ def _unfold_kernel(xp, x, kernel_size, dilation, padding, stride):
 _FOLD_ATTRS = dict(kernel_size=Attr("dims", min=1), dilation=Attr("dims", min=1),
                    padding=Attr("dims", min=0), stride=Attr("dims", min=1))
 
+def _per_image_rule(op, args, batched, attrs, size):
+    """unfold and fold per example: each example's N images join the batch's into one N
+    of ``size * N`` (the ops treat images independently)."""
+    (x,) = args
+    n = shape_of(x)[1]
+    out = op(flatten_batch(x, 1), **attrs)
+    return reshape(out, size, n, *shape_of(out)[1:])
+
+
 unfold_op = register(OpDef(
     "unfold", _unfold_infer, _unfold_kernel,
     lambda cts, ins, outs, a, needs: [fold_op(cts[0], output_size=tuple(ins[0].shape[2:]),
                                               **a)],
     doc="sliding blocks of an image as columns (torch.nn.functional.unfold, im2col)",
-    attrs=Attrs(**_FOLD_ATTRS)))
+    attrs=Attrs(**_FOLD_ATTRS), batch=_per_image_rule))
 
 
 def _fold_infer(types, attrs):
@@ -376,7 +386,7 @@ fold_op = register(OpDef(
     lambda cts, ins, outs, a, needs: [unfold_op(cts[0], **{k: v for k, v in a.items()
                                                           if k != "output_size"})],
     doc="columns summed back into an image (torch.nn.functional.fold, col2im)",
-    attrs=Attrs(output_size=Attr("dims", min=1), **_FOLD_ATTRS)))
+    attrs=Attrs(output_size=Attr("dims", min=1), **_FOLD_ATTRS), batch=_per_image_rule))
 
 
 def _fold_args(name, kernel_size, dilation, padding, stride):
