@@ -88,10 +88,11 @@ def _cond_rule(op, args, batched, attrs, size):
     replayed with their ops' rules; with a predicate per example, both branches run on the
     whole batch and each example's results are selected by its predicate (JAX's rule: both
     branches' work is done, as ``torch.where`` would)."""
+    _take_compute()     # the user's eager function of this call reads batched values: the
+                        # regions run instead, batched or (fallback) per example
     tb, fb = attrs["true_branch"], attrs["false_branch"]
     if region_has_random(tb) or region_has_random(fb):
         return NotImplemented
-    _take_compute()         # the user's per-example eager branch does not run: the regions do
     pred, ops, flags = args[0], list(args[1:]), list(batched[1:])
 
     def branch(region):

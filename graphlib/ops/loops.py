@@ -15,11 +15,12 @@ from ..batching import (batch_region, ensure_batched, move_batch, region_batched
                         region_has_random)
 from ..errors import GraphError, ShapeError, located
 from ..ir import Region, Value
-from ..registry import OpDef, register
+from ..dispatch import Scalar
+from ..registry import OpDef, get_op, register
 from ..types import RUNTIME_DIM, TensorType
 from .call import _reference, give_results, replay
 from .creation import zeros_like
-from .elementwise import cast, where
+from .elementwise import cast, maximum, where
 from .reduction import sum as reduce_sum
 from .shape import cat, getitem, index_select, reshape
 from .tracing import (_apply_with, _count_leaves, _describe_tree, _eager_call, _eager_leaves,
@@ -329,11 +330,12 @@ def _scan_rule(op, args, batched, attrs, size):
     slices a batched x); the body is replayed with its ops' rules (``batch_region``). The
     ys come back batch-major; a saving scan returns its saved carries as extra ys (every
     step's, then the checkpoint rows when it checkpoints)."""
+    _take_compute()     # the user's eager function of this call reads batched values: the
+                        # regions run instead, batched or (fallback) per example
     nc, ny_body = attrs["n_carry"], len(attrs["body"].graph.outputs) - attrs["n_carry"]
     region = attrs["body"]
     if region_has_random(region):
         return NotImplemented
-    _take_compute()         # the user's per-example eager step does not run: the body does
     carry0, xs, caps = _scan_split(args, attrs)
     _, xb, capb = _scan_split(batched, attrs)
     carry0 = [ensure_batched(c, b, size) for c, b in zip(carry0, batched[:nc])]
@@ -610,6 +612,9 @@ def _while_vjp(cts, ins, outs, attrs, needs):
     nf, nw = len(fc), len(want_c)
 
     def row(a, j):
+        # (j >= 0 inside the loop; under vmap a finished example's j is -1 while others
+        # run, and its row is read and then dropped)
+        j = maximum(j, Scalar(0, "int64"))
         return reshape(index_select(a, 0, reshape(j, (1,))), tuple(a.shape[1:]))
 
     # the reverse loop: trip j = trips-1 ... 0 reads the carry that entered it (saved[j]),
@@ -657,8 +662,12 @@ def _while_rule(op, args, batched, attrs, size):
     """while_loop over a batch. The carries that become batched (a fixed point over the
     body) carry the batch. A predicate the same for every example keeps one loop; a
     predicate per example runs while any example's holds, each trip keeping the carries of
-    the examples whose predicate is false (JAX's rule), which a saving loop cannot do (its
-    trip count is per example): that one runs per example."""
+    the examples whose predicate is false (JAX's rule). A saving loop (bounded, for its
+    gradient) with a predicate per example also counts each example's trips: its saved rows
+    are the batched loop's (an example's first T rows are the carries entering its T trips,
+    the rows after them are never read)."""
+    _take_compute()     # the user's eager function of this call reads batched values: the
+                        # regions run instead, batched or (fallback) per example
     n, cond_r, body_r = attrs["n_carry"], attrs["cond"], attrs["body"]
     if region_has_random(cond_r) or region_has_random(body_r):
         return NotImplemented
@@ -671,45 +680,46 @@ def _while_rule(op, args, batched, attrs, size):
     per_example = region_batched(cond_r, flags + capf)[0]
     save = bool(attrs.get("save"))
     if per_example:
-        if save:
-            return NotImplemented
         flags = [True] * n
-    _take_compute()         # the user's per-example eager loop does not run: the regions do
     carry = [ensure_batched(c, b, size) if f else c
              for c, b, f in zip(args[:n], batched[:n], flags)]
     caps = list(args[n:])
+    counting = per_example and save
+    if counting:                # each example's trip count, as one more carry
+        carry.append(get_op("full")(shape=(size,), fill_value=0, dtype="int64"))
 
     def predicate(c):
-        return batch_region(cond_r, list(c) + caps, flags + capf, size)[0][0]
+        p = batch_region(cond_r, list(c[:n]) + caps, flags + capf, size)[0][0]
+        return p if not per_example or p.dtype == "bool" else p != 0
 
     def step(c):
-        outs, got = batch_region(body_r, list(c) + caps, flags + capf, size)
+        outs, got = batch_region(body_r, list(c[:n]) + caps, flags + capf, size)
         outs = [ensure_batched(o, b, size) if f else o for o, b, f in zip(outs, got, flags)]
         if not per_example:
             return outs
         p = predicate(c)
-        if p.dtype != "bool":
-            p = p != 0
-        return [where(reshape(p, (size,) + (1,) * (len(o.shape) - 1)), o, old)
-                for o, old in zip(outs, c)]
+        outs = [where(reshape(p, (size,) + (1,) * (len(o.shape) - 1)), o, old)
+                for o, old in zip(outs, c[:n])]
+        return outs + ([c[n] + cast(p, "int64")] if counting else [])
 
     def test(c):
         p = predicate(c)
-        return p if not per_example else reduce_sum(cast(p != 0, "int64"), 0) > 0
+        return p if not per_example else reduce_sum(cast(p, "int64"), 0) > 0
     types = [_type_of(x, "while_loop") for x in carry]
     cb = _trace(test, types, lambda phs: (list(phs),), "while_loop")
     bb = _trace(step, types, lambda phs: (list(phs),), "while_loop")
-    outer = _join([cb, bb], n)
-    new_attrs = {"cond": Region(cb.graph), "body": Region(bb.graph), "n_carry": n}
+    outer = _join([cb, bb], len(carry))
+    new_attrs = {"cond": Region(cb.graph), "body": Region(bb.graph), "n_carry": len(carry)}
     for key in ("max_iterations", "save"):
         if attrs.get(key) is not None:
             new_attrs[key] = attrs[key]
     res = list(op(*carry, *outer, **new_attrs))
     out = [ensure_batched(c, f, size) for c, f in zip(res[:n], flags)]
     if save:
-        out.append(ensure_batched(res[n], False, size))
+        k = len(carry)
+        out.append(res[n] if counting else ensure_batched(res[k], False, size))
         out += [move_batch(r, 1) if f else ensure_batched(r, False, size)
-                for r, f in zip(res[n + 1:], flags)]
+                for r, f in zip(res[k + 1:k + 1 + n], flags)]
     return tuple(out)
 
 
