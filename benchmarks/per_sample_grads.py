@@ -1,13 +1,17 @@
-"""Per-sample gradients of an MLP: duograph.func.vmap(grad(loss)) against a Python loop of
-duograph.func.grad and against torch.func.vmap(grad(loss)), timed side by side.
+"""Per-sample gradients of an MLP or an LSTM: duograph.func.vmap(grad(loss)) against a Python
+loop of duograph.func.grad and against torch.func.vmap(grad(loss)), timed side by side.
 
-The model is Linear(IN, H) - Tanh - Linear(H, C) with cross-entropy on one example at a time
-(``functional_call`` with the parameters as a dict), float32. Each round times the three
+The MLP is Linear(IN, H) - Tanh - Linear(H, C) with cross-entropy on one example at a time
+(``functional_call`` with the parameters as a dict), float32. ``--model lstm`` is
+LSTM(IN, H, batch_first) over ``--seq`` steps, then Linear(H, C) on the last step (vmap runs
+the LSTM's scan batched); torch.func.vmap refuses nn.LSTM (its fused kernel writes into an
+unbatched buffer), so that model has no PyTorch contender. Each round times the three
 contenders once each, in turn (the order rotates between rounds), so a load change on the
 machine reaches all of them alike; the figures are the best and the median over the rounds
 and the ratios of the medians. The gradients of the three agree (checked before timing).
 
     python benchmarks/per_sample_grads.py [--batch 64] [--rounds 7] [--threads 1] [--quick]
+    python benchmarks/per_sample_grads.py --model lstm [--batch 32] [--seq 16]
 """
 from __future__ import annotations
 
@@ -21,8 +25,25 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 
+def _LastStep(nn, args):
+    """LSTM(IN, H, batch_first) then Linear(H, C) on the last step (duograph's or torch's
+    ``nn``)."""
+    class LastStep(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.rnn = nn.LSTM(args.inputs, args.hidden, batch_first=True)
+            self.head = nn.Linear(args.hidden, args.classes)
+
+        def forward(self, x):
+            out, _ = self.rnn(x)
+            return self.head(out[:, -1])
+    return LastStep()
+
+
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", choices=("mlp", "lstm"), default="mlp")
+    parser.add_argument("--seq", type=int, default=16, help="time steps (--model lstm)")
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--inputs", type=int, default=128)
     parser.add_argument("--hidden", type=int, default=256)
@@ -33,7 +54,7 @@ def main(argv=None) -> dict:
     parser.add_argument("--json", help="write the figures to this file")
     args = parser.parse_args(argv)
     if args.quick:
-        args.batch, args.inputs, args.hidden, args.rounds = 8, 16, 32, 2
+        args.batch, args.inputs, args.hidden, args.rounds, args.seq = 8, 16, 32, 2, 4
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(var, str(args.threads))
 
@@ -44,10 +65,15 @@ def main(argv=None) -> dict:
     from duograph import func
 
     rng = np.random.default_rng(0)
-    x = rng.standard_normal((args.batch, args.inputs)).astype(np.float32)
+    lstm = args.model == "lstm"
+    shape = (args.batch, args.seq, args.inputs) if lstm else (args.batch, args.inputs)
+    x = rng.standard_normal(shape).astype(np.float32)
     y = rng.integers(0, args.classes, args.batch)
-    model = dg.nn.Sequential(dg.nn.Linear(args.inputs, args.hidden), dg.nn.Tanh(),
-                             dg.nn.Linear(args.hidden, args.classes))
+    if lstm:
+        model = _LastStep(dg.nn, args)
+    else:
+        model = dg.nn.Sequential(dg.nn.Linear(args.inputs, args.hidden), dg.nn.Tanh(),
+                                 dg.nn.Linear(args.hidden, args.classes))
     params = {k: v.detach() for k, v in model.named_parameters()}
 
     def loss(p, xi, yi):
@@ -73,7 +99,7 @@ def main(argv=None) -> dict:
         import torch
     except ModuleNotFoundError:
         torch = None
-    if torch is not None:
+    if torch is not None and not lstm:
         torch.set_num_threads(args.threads)
         tmodel = torch.nn.Sequential(torch.nn.Linear(args.inputs, args.hidden),
                                      torch.nn.Tanh(),
@@ -111,8 +137,10 @@ def main(argv=None) -> dict:
         med = float(np.median(times[name]))
         summary[name] = {"best_ms": 1e3 * min(times[name]), "median_ms": 1e3 * med,
                          "vs_duograph_vmap": med / base}
-    print(f"per-sample gradients: batch {args.batch}, MLP {args.inputs}-{args.hidden}-"
-          f"{args.classes} float32, {args.rounds} rounds, {args.threads} thread(s), "
+    what = (f"LSTM {args.inputs}-{args.hidden} x {args.seq} steps + Linear {args.classes}"
+            if lstm else f"MLP {args.inputs}-{args.hidden}-{args.classes}")
+    print(f"per-sample gradients: batch {args.batch}, {what} "
+          f"float32, {args.rounds} rounds, {args.threads} thread(s), "
           f"load {os.getloadavg()[0]:.2f}; gradients agree: {correct}")
     print(f"{'contender':<18}{'best ms':>10}{'median ms':>11}{'median / vmap':>15}")
     for name, s in summary.items():

@@ -23,6 +23,7 @@ import numpy as np
 from .. import dtypes
 from ..attrs import Attr, Attrs
 from ..autodiff import composite_vjp
+from ..batching import batch_region, ensure_batched, region_has_random
 from ..errors import GraphError, ShapeError
 from ..ir import Graph, Region
 from ..registry import OpDef, register
@@ -131,10 +132,19 @@ def _vjp(cts, ins, outs, attrs, needs):
     return composite_vjp(lambda *xs: replay(attrs["body"], xs), cts, ins, needs)
 
 
+def _call_rule(op, args, batched, attrs, size):
+    """call over a batch: its body replayed with its ops' rules."""
+    body = attrs["body"]
+    if region_has_random(body):
+        return NotImplemented
+    outs, got = batch_region(body, list(args), list(batched), size)
+    return tuple(ensure_batched(o, b, size) for o, b in zip(outs, got))
+
+
 call_op = register(OpDef("call", _infer, _reference(_call_region_kernel), _vjp,
                          multi_output=True, region_kernel=_call_region_kernel,
                          doc="apply a sub-graph (a region) to the operands",
-                         attrs=Attrs(body=Attr("region"))))
+                         attrs=Attrs(body=Attr("region")), batch=_call_rule))
 
 
 def trace_region(fn: Callable, types: Sequence[TensorType], name: str = "region") -> Region:

@@ -31,6 +31,7 @@ import numpy as _np
 
 from .. import dtypes
 from ..attrs import Attr, Attrs
+from ..batching import leading_batch_rule, lrank, move_batch
 from ..collective_hooks import (REDUCE_OPS, group_size, next_sequence, register_async_pair,
                                 run_collective, start_collective, wait_collective)
 from ..errors import DTypeError, ShapeError, located
@@ -171,27 +172,40 @@ _COMMON = dict(group=Attr(int, default=0, min=0), world=Attr(int, default=1, min
 _OP = Attr(str, default="sum", choices=REDUCE_OPS)
 _SRC = Attr(int, default=0, min=0)
 
+def _along_dim0_rule(op, args, batched, attrs, size):
+    """all_gather and reduce_scatter per example work along each example's dim 0: the
+    batch moves behind it (one collective carries every example), then back in front."""
+    (x,) = args
+    if lrank(x, True) == 0:
+        return NotImplemented
+    return move_batch(op(move_batch(x, 1), **attrs), 1)
+
+
 all_reduce_op = register(OpDef(
     "all_reduce", _same_infer("all_reduce", True), _kernel("all_reduce"), _all_reduce_vjp,
     ordered=True, saves_no_data=True,
     attrs=Attrs(op=_OP, bucket=Attr(int, default=0, min=-1), **_COMMON),
-    doc="Reduce over every rank of the group; every rank gets the result."))
+    doc="Reduce over every rank of the group; every rank gets the result.",
+    batch=leading_batch_rule))
 all_gather_op = register(OpDef(
     "all_gather", _gather_infer, _kernel("all_gather"), _all_gather_vjp,
     ordered=True, saves_no_data=True, attrs=Attrs(**_COMMON),
-    doc="Concatenate every rank's tensor along dim 0, in rank order."))
+    doc="Concatenate every rank's tensor along dim 0, in rank order.",
+    batch=_along_dim0_rule))
 reduce_scatter_op = register(OpDef(
     "reduce_scatter", _scatter_infer, _kernel("reduce_scatter"), _reduce_scatter_vjp,
     ordered=True, saves_no_data=True, attrs=Attrs(op=_OP, **_COMMON),
-    doc="Reduce over the ranks, then rank r keeps block r of dim 0."))
+    doc="Reduce over the ranks, then rank r keeps block r of dim 0.",
+    batch=_along_dim0_rule))
 broadcast_op = register(OpDef(
     "broadcast", _same_infer("broadcast", False), _kernel("broadcast"), _broadcast_vjp,
     ordered=True, saves_no_data=True, attrs=Attrs(src=_SRC, **_COMMON),
-    doc="Every rank gets rank src's tensor."))
+    doc="Every rank gets rank src's tensor.", batch=leading_batch_rule))
 reduce_op = register(OpDef(
     "reduce", _same_infer("reduce", True), _kernel("reduce"), _reduce_vjp,
     ordered=True, saves_no_data=True, attrs=Attrs(op=_OP, src=_SRC, **_COMMON),
-    doc="Rank src gets the reduction over the ranks; the others get zeros."))
+    doc="Rank src gets the reduction over the ranks; the others get zeros.",
+    batch=leading_batch_rule))
 all_reduce_start_op = register(OpDef(
     "all_reduce_start", _start_infer, _start_kernel, None, ordered=True,
     attrs=Attrs(op=_OP, **_COMMON),

@@ -546,7 +546,8 @@ def _to_device_kernel(xp, x, device):
 to_device_op = register(OpDef(
     "to_device", _to_device_infer, _to_device_kernel,
     lambda cts, ins, outs, a, needs: [to_device(cts[0], getattr(ins[0], "device", "cpu"))],
-    complex_ok=True, attrs=Attrs(device=Attr(str, choices=("cpu", "cuda")))))
+    complex_ok=True, attrs=Attrs(device=Attr(str, choices=("cpu", "cuda"))),
+    batch=leading_batch_rule))
 
 
 def to_device(x, device: str):

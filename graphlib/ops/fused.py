@@ -26,6 +26,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from ..attrs import Attr, Attrs
+from ..batching import batch_region, ensure_batched, region_has_random
 from ..ir import Graph, Node, Region, Value
 from ..kernels import run_kernel
 from ..printer import format_attrs
@@ -195,10 +196,19 @@ register_region_kind("fused", FusedBody)
 
 # vjp=None on purpose: fusion runs after autodiff, so no gradient flows through fused nodes.
 # The body declares which outputs may overwrite which inputs (FusedBody.inplace_pairs).
+def _fused_rule(op, args, batched, attrs, size):
+    """A fused node over a batch: its body replayed with its ops' rules."""
+    body = attrs["sub"]
+    if region_has_random(body):
+        return NotImplemented
+    outs, got = batch_region(body, list(args), list(batched), size)
+    return tuple(ensure_batched(o, b, size) for o, b in zip(outs, got))
+
+
 fused_op = register(OpDef("fused", _fused_infer, _fused_kernel, None, multi_output=True,
                           inplace_pairs=lambda node: node.attrs["sub"].inplace_pairs(),
                           doc="a fused sub-graph of elementwise ops run as one kernel",
-                          attrs=Attrs(sub=Attr("region"))))
+                          attrs=Attrs(sub=Attr("region")), batch=_fused_rule))
 
 
 def make_fused_node(inputs: Sequence, body: FusedBody, like: Node, graph: Graph) -> Node:

@@ -15,6 +15,7 @@ import numpy as np
 
 from .. import dtypes
 from ..attrs import Attr, Attrs
+from ..batching import lrank
 from ..errors import DTypeError, IndexBoundsError, ShapeError, located
 from ..ir import Value
 from ..registry import OpDef, register
@@ -679,8 +680,17 @@ def _view_dtype_kernel(xp, x, dtype):
     return xp.ascontiguousarray(x).view(np.dtype(dtype)).copy()
 
 
+def _view_dtype_rule(op, args, batched, attrs, size):
+    """Viewing bytes acts on the last dim only; a 0-d example of another element size has
+    none (the per-example run raises as it must)."""
+    (x,) = args
+    if lrank(x, True) == 0 and dtypes.itemsize(x.dtype) != dtypes.itemsize(attrs["dtype"]):
+        return NotImplemented
+    return op(x, **attrs)
+
+
 view_dtype_op = register(OpDef("view_dtype", _view_dtype_infer, _view_dtype_kernel,
-                               attrs=Attrs(dtype=Attr("dtype"))))
+                               attrs=Attrs(dtype=Attr("dtype")), batch=_view_dtype_rule))
 
 
 def view_dtype(input, dtype):

@@ -348,9 +348,10 @@ def _scan_rule(op, args, batched, attrs, size):
         outs = [ensure_batched(o, b, size) for o, b in zip(outs, got)]
         return outs[:nc], outs[nc:] + (list(c) if save else [])
     length = attrs["length"]
-    final, ys = scan(batched_step, carry0, xs,
-                     length=None if length == DYNAMIC_LENGTH else length,
-                     reverse=attrs["reverse"], checkpoint=attrs.get("checkpoint", False))
+    with _internal():       # eagerly: the traced batched body runs, not batched_step
+        final, ys = scan(batched_step, carry0, xs,
+                         length=None if length == DYNAMIC_LENGTH else length,
+                         reverse=attrs["reverse"], checkpoint=attrs.get("checkpoint", False))
     ys = [move_batch(y, 1) for y in ys]
     saved = ys[ny_body:]
     ys = ys[:ny_body]

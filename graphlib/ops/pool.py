@@ -465,7 +465,7 @@ max_unpool2d_op = register(OpDef(
     "max_unpool2d", _max_unpool2d_infer, _max_unpool2d_kernel, _max_unpool2d_vjp,
     autocast="fp32",
     nondiff_inputs=(1,), doc="x placed at its flat (H*W) indices in a zero image",
-    attrs=Attrs(output_size=Attr("dims", min=1))))
+    attrs=Attrs(output_size=Attr("dims", min=1)), batch=_images_rule))
 
 
 def _adaptive_max_infer(types, attrs):

@@ -527,9 +527,11 @@ def _index_add_kernel(xp, x, index, src, dim):
 
 def _index_add_rule(op, args, batched, attrs, size):
     x, idx, src = args
-    if batched[1]:
-        return NotImplemented
     rank = lrank(x, batched[0])
+    if batched[1]:      # an index per example: x[..., idx, ...] += src, an index_put
+        put = get_op("index_put")
+        return put.batch(put, (x, src, idx), (batched[0], batched[2], True),
+                         {"dims": (norm_dim(attrs["dim"], rank),), "accumulate": True}, size)
     return op(ensure_batched(x, batched[0], size), idx, ensure_batched(src, batched[2], size),
               dim=norm_dim(attrs["dim"], rank) + 1)
 
