@@ -196,3 +196,16 @@ def test_masked_select_with_a_size_and_its_gradient_per_example():
     with _Batched():
         got = func.vmap(grad)(x, m)
     _check(got, _each(grad, x, m, n=4))
+
+
+def test_nested_vmap_of_a_scan():
+    h = dg.tensor(_rng.standard_normal((2, 4, 3)))
+    xs = dg.tensor(_rng.standard_normal((2, 4, 5, 3)))
+    f = lambda a, b: _rnn(a, b, W)[0]       # noqa: E731
+    with _Batched():
+        got = func.vmap(func.vmap(f))(h, xs)
+    want = np.stack([_each(f, h[i], xs[i], n=4) for i in range(2)])
+    _check(got, want)
+    with _Batched():
+        got = func.vmap(func.vmap(f), in_dims=(0, None))(h, xs[0])
+    _check(got, np.stack([_each(f, h[i], xs[0], n=4) for i in range(2)]))
