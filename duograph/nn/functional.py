@@ -21,7 +21,7 @@ from ..graphlib.functional import (avg_pool1d, avg_pool3d, conv1d, conv3d,  # no
                                     conv_transpose1d, conv_transpose2d, conv_transpose3d,
                                     max_pool1d, max_pool3d, pad, pixel_shuffle,
                                     pixel_unshuffle)
-from ..func.batched import BatchedTensor
+from ..func.batched import BatchedTensor as _BatchedTensor
 from ..graphlib.ir import Value
 from ..graphlib.ops import activations as A
 from ..graphlib.ops.conv import (adaptive_avg_pool1d, adaptive_max_pool1d,  # noqa: F401
@@ -201,10 +201,10 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None,
 def _refuse_unbatched_running_stats(input, running_mean, running_var) -> None:
     """torch.func's refusal: training-mode batch norm inside vmap would update running
     statistics shared by every example with each example's own statistics."""
-    if type(input) is not BatchedTensor:
+    if type(input) is not _BatchedTensor:
         return
     for stat in (running_mean, running_var):
-        if stat is not None and not (type(stat) is BatchedTensor and stat.level == input.level):
+        if stat is not None and not (type(stat) is _BatchedTensor and stat.level == input.level):
             raise RuntimeError(
                 "Batch norm got a batched tensor as input while the running_mean or "
                 "running_var, which will be updated in place, were not batched.\nIf you are "
