@@ -54,7 +54,7 @@ from ..backend import FusedCompiler
 from .fused_chunks import DirectPlan, _direct
 from .fused_expr import c_to_python
 from .fused_layout import PLANS, Layout, _region_shapes
-from .fused_numba import NUMBA_MIN_PLANNED
+from .fused_numba import NUMBA_MIN_PLANNED, small_kernel
 from .fused_special import _bind_gemm_update, _bind_masked, _bind_swapped, _spare_homes
 from .fused_strategy import _layout, _numba_first, _plan
 from .options import options
@@ -136,13 +136,33 @@ def bind(body, in_shapes: Sequence[tuple]):
             return True
         return planned
     plan = DirectPlan(lay, shapes, consts, full)
+    if strategy != "auto":
+        def runner(arrays, outs) -> bool:
+            if options.fused_strategy != strategy:
+                return False
+            plan(arrays, outs)
+            return True
+        return runner
+    # numpy's straight-line plan first; on its ``numba_small_after``-th call (a region that
+    # runs again and again) one compiled numba call instead, when the region has that form
+    state = [0, None]      # calls counted (-1: decided), the compiled call
 
-    def runner(arrays, outs) -> bool:
+    def tiered(arrays, outs) -> bool:
         if options.fused_strategy != strategy:
             return False
+        fast = state[1]
+        if fast is not None and options.numba and fast(arrays, outs):
+            return True
         plan(arrays, outs)
+        if state[0] >= 0:
+            after = options.numba_small_after
+            state[0] += 1
+            if after and state[0] >= after:
+                state[0] = -1
+                state[1] = small_kernel(lay, arrays, shapes, consts, full)
         return True
-    return runner
+    tiered.state = state
+    return tiered
 
 
 def _bind_prologue(body, lay: Layout, in_shapes: Sequence[tuple], strategy: str):
