@@ -20,6 +20,12 @@ step (``reshape``, ``permute``...) keeps whatever its kernel returns (a view or 
 New state values the plan writes in place get the state's own buffer as their output. In
 steady state nothing is allocated per op, except by kernels without an ``out=`` form.
 
+A prepared call (``Executable.prepare``, and ``run`` on static shapes) of a program without
+state whose steps are all bare ufuncs or prepared runners runs one generated function
+(``fast_call``): the same checks, lock, floating-point state, output reuse and copies,
+written out straight for that program, so a call on tiny work costs little above its
+kernels.
+
 A compiled loop body (``regions.py``) runs its program with ``run_steps`` after binding its
 results to the buffers the loop hands it (the next carry, a row of the stacked ys).
 

@@ -165,9 +165,12 @@ def test_small_kernel_declines_a_strided_feed():
         np.testing.assert_array_equal(exe(x=x)[0], ref)
 
 
-def test_bad_option_value_is_named():
+def test_bad_option_value_is_named_and_environment_seeds_it():
+    from duograph.graphlib.config import Config
     with pytest.raises(ValueError, match="int >= 0"):
         dg.config.cpu.numba_small_after = -1
+    assert Config(environ={"DUOGRAPH_NUMBA_SMALL": "5"}).cpu.numba_small_after == 5
+    assert Config(environ={}).numba_small_after == 1000
 
 
 # -- the generated prepared call ---------------------------------------------------------------
@@ -249,3 +252,17 @@ def test_compiled_repeat_call_results_are_fresh_tensors():
     assert not np.shares_memory(a.numpy(), x.numpy())
     a.numpy()[...] = 7.0                  # writing a result changes nothing else
     np.testing.assert_allclose(fast(x).numpy(), np.tanh(x.numpy() * 2.0), rtol=1e-6)
+
+
+def test_region_of_few_ops_never_tiers_up():
+    """Below NUMBA_SMALL_MIN_OPS ops a region stays on numpy's plan (too little to save)."""
+    g = dg.Graph("short")
+    with g:
+        x = dg.placeholder("x", (16,))
+        g.outputs = [dg.tanh(x * 2.0)]
+    assert len(g.nodes) < fused_numba.NUMBA_SMALL_MIN_OPS
+    with dg.config.override(numba_small_after=1):
+        exe = g.compile(passes="O2")
+        for _ in range(3):
+            np.testing.assert_array_equal(exe(x=_x())[0], np.tanh(_x() * np.float32(2.0)))
+    assert not hasattr(_tiered(exe), "state")

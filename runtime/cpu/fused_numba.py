@@ -32,6 +32,11 @@ NUMBA_MIN_ELEMENTS = 1 << 16
 # over 128 x 256: 3.4 us as one loop, 23-26 us as numpy's add and maximum, whose NaN-aware
 # loop is the slow one), which repays a compilation within a training run.
 NUMBA_MIN_PLANNED = 1 << 13
+# A small region (below NUMBA_MIN_PLANNED) of a planned program tiers up to one compiled
+# call (``small_kernel``) only from this many ops: each ufunc call it replaces costs ~0.4 us
+# on 16 floats, so fewer ops save too little to repay a compilation (0.5-1 s; ~0.1 s from
+# the disk cache) on a plausible number of calls.
+NUMBA_SMALL_MIN_OPS = 4
 # numba kernels run on one thread by default: with parallel=True, numba's OpenMP threads
 # and OpenBLAS's threads spin-wait on each other's cores after every call, which measured
 # a 12x slower MLP training step on 2 cores. ``config.numba_parallel = True`` turns it on.

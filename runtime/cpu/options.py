@@ -18,9 +18,10 @@ cpu.numba              DUOGRAPH_NUMBA             True      use numba kernels wh
                                                             norm); False: numpy kernels only
 cpu.numba_parallel     DUOGRAPH_NUMBA_PARALLEL    False     generated numba loops use prange
                                                             threads
-cpu.numba_small_after  DUOGRAPH_NUMBA_SMALL      100       a small fused region of a planned
-                                                            (O2) program runs as one compiled
-                                                            numba call from its N-th call on
+cpu.numba_small_after  DUOGRAPH_NUMBA_SMALL      1000      a small fused region (4 ops or more)
+                                                            of a planned (O2) program runs as
+                                                            one compiled numba call from its
+                                                            N-th call on
                                                             (numpy's ufuncs before; 1: from the
                                                             first call; 0: never). See
                                                             ``fused.bind``
@@ -68,7 +69,7 @@ register_options(NAME, (
            "use numba kernels where numba is installed"),
     Option("numba_parallel", as_bool, False, "DUOGRAPH_NUMBA_PARALLEL",
            "generated numba loops run prange threads"),
-    Option("numba_small_after", non_negative_int, 100, "DUOGRAPH_NUMBA_SMALL",
+    Option("numba_small_after", non_negative_int, 1000, "DUOGRAPH_NUMBA_SMALL",
            "a small planned fused region runs as one numba call from its N-th call on "
            "(1: the first; 0: never)"),
     Option("cblas", as_bool, True, "DUOGRAPH_CBLAS",
