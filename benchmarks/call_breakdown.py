@@ -3,7 +3,8 @@ layer of an O2 executable call and of a ``dg.compile(passes="O2")`` call timed o
 inner to outer (a layer's time includes the layers inside it), best of interleaved rounds,
 after the warm-up that takes the fused region past its tier-up to one numba call.
 
-    python benchmarks/call_breakdown.py [--rounds 7] [--number 20000] [--jax-site DIR]
+    python benchmarks/call_breakdown.py [--rounds 7] [--number 20000] [--timer wall|cpu]
+        [--jax-site DIR]
 
 Layers of ``exe(x=x)``: the numba kernel alone; the small kernel's call (argument
 handling); the fused step's bound runner (strategy check, tier state); the generated
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 import timeit
 
 import numpy as np
@@ -28,6 +30,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import duograph as dg  # noqa: E402
 
 SCALE, SHIFT = 0.5, 1.0
+# "cpu": the process's CPU time, which on a shared machine leaves out the time the cores
+# were given to other processes
+TIMERS = {"wall": time.perf_counter, "cpu": time.process_time}
 
 
 def chain(x, tanh):
@@ -89,6 +94,7 @@ def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--number", type=int, default=20000)
+    p.add_argument("--timer", choices=sorted(TIMERS), default="wall")
     p.add_argument("--jax-site", help="site-packages directory holding JAX, appended to "
                    "sys.path after duograph is imported")
     a = p.parse_args(argv)
@@ -99,9 +105,11 @@ def main(argv=None) -> None:
     load0 = os.getloadavg()[0]
     for _ in range(a.rounds):
         for k, fn in cands.items():
-            best[k] = min(best[k], timeit.timeit(fn, number=a.number) / a.number)
+            best[k] = min(best[k], timeit.timeit(fn, number=a.number, timer=TIMERS[a.timer])
+                          / a.number)
     print(f"duograph from {os.path.dirname(os.path.abspath(dg.__file__))}; best of {a.rounds} "
-          f"interleaved rounds x {a.number} calls; threads: whatever the environment sets; "
+          f"interleaved rounds x {a.number} calls, {a.timer} time; threads: as the environment "
+          "sets them; "
           f"load average {load0:.2f} at start, {os.getloadavg()[0]:.2f} at end")
     for k, t in best.items():
         print(f"  {t * 1e6:8.2f} us  {k}")

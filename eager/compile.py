@@ -301,7 +301,8 @@ class CompiledFunction:
                     with self._lock:
                         if self._last is last and self._eager_only is None and (
                                 last.check is None or last.check() == -1):
-                            result, failed = self._replay(last, args)
+                            result, failed = (self._replay(last, args) if last.externals
+                                              else self._replay_checked(last, args))
                             if failed is None:
                                 return result
         objects: list = []
