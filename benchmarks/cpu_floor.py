@@ -10,7 +10,8 @@ Rows (each against its anchor, ratio = duograph / anchor, best of the rounds):
 - ``gelu``: the GELU-tanh chain (9 elementwise ops) over 4M float32 at O2 (one fused
   kernel) against JAX jit and PyTorch's ``gelu(approximate="tanh")``;
 - ``chain``: a 20-op elementwise chain on 16 floats, one call: O2 executable and
-  ``dg.compile`` against JAX jit (and PyTorch eager);
+  ``dg.compile(passes="O2")`` against JAX jit (and PyTorch eager), plus ``dg.compile`` with
+  its default pipeline (O0: 20 interpreted kernels), each after 1,100 warm-up calls;
 - ``imported``: the models of ``imported_models.py`` (ResNet, MobileNetV3-small shapes),
   O0 and O2 against onnxruntime;
 - ``transformer``: training step of one TransformerEncoderLayer (d_model 128, 4 heads,
@@ -30,12 +31,26 @@ than it saves). The CPU model, the thread settings and the load average are
 printed with the table.
 
     python benchmarks/cpu_floor.py [--threads 1] [--rounds 7] [--rows cnn mlp ...]
-        [--quick] [--json out.json]
+        [--quick] [--json out.json] [--jax-site DIR]
 """
 from __future__ import annotations
 
 import os
 import sys
+
+
+def _jax_site_from_argv(argv):
+    """``--jax-site DIR``: a site-packages directory holding JAX, appended to ``sys.path``
+    after duograph is imported. (Putting another virtual environment's site-packages on
+    PYTHONPATH instead puts it first: when that environment has its own editable install of
+    duograph, its finder module, of the same name, shadows this checkout's, and the run
+    measures the other checkout's code. The report prints which duograph ran.)"""
+    for i, a in enumerate(argv):
+        if a == "--jax-site" and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith("--jax-site="):
+            return a.split("=", 1)[1]
+    return None
 
 
 def _threads_from_argv(argv) -> int:
@@ -75,6 +90,10 @@ sys.path.insert(0, HERE)
 import importlib.util  # noqa: E402
 
 import duograph as dg  # noqa: E402
+
+JAX_SITE = _jax_site_from_argv(sys.argv[1:]) if __name__ == "__main__" else None
+if JAX_SITE:
+    sys.path.append(JAX_SITE)
 
 
 def _bench(name: str):
@@ -287,6 +306,7 @@ def gelu_row(rounds: int, size: int = 1 << 22) -> dict:
 
 
 SCALE, SHIFT = 0.5, 1.0
+WARM_CALLS = 1100    # past dg.config.cpu.numba_small_after (1000)
 
 
 def _chain20(x, tanh):
@@ -303,9 +323,13 @@ def chain_row(rounds: int) -> dict:
         xv = dg.placeholder("x", (16,))
         out = _chain20(xv, dg.tanh)
     exe = g.compile(outputs=[out], passes="O2")
-    compiled = dg.compile(lambda t: _chain20(t, lambda v: v.tanh()))
+    # dg.compile with the O2 pipeline (the issue's row; what executable_overhead.py times)
+    # and with its default pipeline, O0: 20 interpreted kernels instead of one fused one
+    compiled = dg.compile(lambda t: _chain20(t, lambda v: v.tanh()), passes="O2")
+    compiled_o0 = dg.compile(lambda t: _chain20(t, lambda v: v.tanh()))
     xt = dg.tensor(x)
-    cands = {"O2": lambda: exe(x=x), "dg.compile": lambda: compiled(xt)}
+    cands = {"O2": lambda: exe(x=x), "dg.compile O2": lambda: compiled(xt),
+             "dg.compile O0 (default)": lambda: compiled_o0(xt)}
     if jax is not None:
         import jax.numpy as jnp
         jitted = jax.jit(lambda v: _chain20(v, jnp.tanh))
@@ -314,6 +338,9 @@ def chain_row(rounds: int) -> dict:
     if torch is not None:
         xtt = torch.from_numpy(x)
         cands["torch"] = lambda: _chain20(xtt, torch.tanh)
+    for fn in cands.values():     # steady state: past the small-kernel tier-up
+        for _ in range(WARM_CALLS):  # (``dg.config.cpu.numba_small_after`` calls) and JAX's jit
+            fn()
     return {"seconds": measure(cands, rounds, 0.02), "flops": None,
             "anchor": "jax" if jax is not None else "torch"}
 
@@ -350,6 +377,7 @@ def report(rows: Dict[str, dict], rate: float, info: dict) -> str:
     lines = [f"CPU: {info['cpu']} ({info['cpus']} CPUs, process may run on {pinned}); "
              f"threads: {info['threads']} (OMP/OPENBLAS/MKL_NUM_THREADS, torch.set_num_threads, "
              f"onnxruntime intra-op{', XLA single-thread flags' if info['threads'] == 1 else ''})",
+             f"duograph from {os.path.dirname(os.path.abspath(dg.__file__))}",
              f"numpy {np.__version__}, torch {info['torch']}, jax {info['jax']}; GEMM rate "
              f"{rate / 1e9:.1f} GFLOP/s (float32 512^3); best of {info['rounds']} alternating "
              f"rounds; load average {info['load_start']:.2f} at start, "
@@ -382,6 +410,8 @@ def main(argv=None) -> None:
     p.add_argument("--quick", action="store_true",
                    help="3 rounds, imported models at 112x112 and batch 1 only")
     p.add_argument("--json", help="also write the figures to this file")
+    p.add_argument("--jax-site", help="site-packages directory holding JAX, appended to "
+                   "sys.path after duograph is imported (not PYTHONPATH: see the docstring)")
     a = p.parse_args(argv)
     if a.quick:
         a.rounds, a.image_size = min(a.rounds, 3), 112

@@ -21,7 +21,11 @@ Every contender is timed in interleaved rounds (A B C ... A B C ...), best of th
 the load average is printed with the figures.
 
     python benchmarks/executable_overhead.py [--ops 100] [--rounds 25] [--number 400]
-        [--timer wall|cpu] [--json out.json]
+        [--timer wall|cpu] [--json out.json] [--jax-site DIR]
+
+``--jax-site DIR`` appends a site-packages directory holding JAX to ``sys.path`` after
+duograph is imported (another environment's site-packages on PYTHONPATH would come first,
+and its editable install of duograph would shadow this checkout's).
 
 For one thread each, as the issue's figures: ``OPENBLAS_NUM_THREADS=1`` and
 ``XLA_FLAGS="--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"``.
@@ -235,7 +239,11 @@ def main(argv=None) -> None:
     p.add_argument("--number", type=int, default=400, help="calls per round (x10 for one op)")
     p.add_argument("--timer", choices=sorted(TIMERS), default="wall")
     p.add_argument("--json", help="also write the figures (seconds) to this file")
+    p.add_argument("--jax-site", help="site-packages directory holding JAX (see above)")
     a = p.parse_args(argv)
+    if a.jax_site:
+        sys.path.append(a.jax_site)
+    print(f"duograph from {os.path.dirname(os.path.abspath(dg.__file__))}")
     r = run(a.ops, a.rounds, a.number, a.timer)
     print(report(r))
     if a.json:

@@ -71,7 +71,7 @@ from .guards import (_TENSOR_PROPERTIES, Change, DecisionTracer, Guard, GuardBui
 from .pyrandom import RandomWatch, reachable_objects
 from .record import Recorder
 from .tape import EagerNode
-from .tensors import Tensor
+from .tensors import Tensor, _wrap
 
 _LEAF = object()
 _log = logging.getLogger("duograph.compile")
@@ -216,6 +216,8 @@ class Specialization:
         self.saved_sources: List[tuple] = []  # for each backward input: ("fwd", i) / ("ct", i)
         self.grad_inputs: List[int] = []      # positions (in args + externals) with gradients
         self.op: Optional[OpDef] = None
+        self.plain = None                     # the outputs-only replay (``_plain_call``)
+        self.hot = None                       # its tensor signature, for the quick call
         self.calls = 0
 
     def describe(self) -> str:
@@ -282,6 +284,27 @@ class CompiledFunction:
 
     # -- calling -------------------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
+        last = self._last
+        if last is not None and last.hot is not None and not kwargs:
+            # the call before ran ``last``, whose replay only makes outputs: the same
+            # tensor signature (as the cache key reads it), then its guards, then its replay
+            hot = last.hot
+            if len(args) == len(hot) and grad_mode.is_grad_enabled() is last.key[0]:
+                for t, (shape, dt, kind, grad) in zip(args, hot):
+                    if not isinstance(t, Tensor):
+                        break
+                    a = t.array
+                    if type(a) is not kind or a.shape != shape or a.dtype != dt \
+                            or t.requires_grad is not grad:
+                        break
+                else:
+                    with self._lock:
+                        if self._last is last and self._eager_only is None and (
+                                last.check is None or last.check() == -1):
+                            result, failed = (self._replay(last, args) if last.externals
+                                              else self._replay_checked(last, args))
+                            if failed is None:
+                                return result
         objects: list = []
         spec = None
         if not kwargs:            # the common call, tensors only: its key form, cached
@@ -445,6 +468,9 @@ class CompiledFunction:
             self._cache[oldest].pop()
             if not self._cache[oldest]:
                 del self._cache[oldest]
+        if s.plain is not None and spec is _TENSOR_ARGS.get(len(leaves)) and \
+                len(leaves) == len(args) and not kwargs:
+            s.hot = key[2]          # the tensor signature ``__call__``'s first path checks
         s.calls = 1
         self._last = s
         return result
@@ -530,6 +556,7 @@ class CompiledFunction:
         s.forward = _on_device(g.compile(outputs=outs + dec_values + saved + updates,
                                          passes=self.passes, device=device), device)
         s.n_saved = len(saved)
+        s.plain = _plain_call(s)
 
     def _make_op(self, s: Specialization) -> OpDef:
         def vjp(cts, ins, outs, attrs, needs):
@@ -576,6 +603,16 @@ class CompiledFunction:
 
     def _replay_checked(self, s: Specialization, leaves):
         """Replay ``s`` once its external tensors are known to match their signature."""
+        plain = s.plain
+        if plain is not None:
+            # nothing but outputs to make (no decision, seed, write-back or gradient): the
+            # executable's prepared call on the arrays, its results wrapped
+            res = plain([t.array for t in leaves])
+            if res is not None:
+                s.calls += 1
+                if s.out_spec is _LEAF:
+                    return _wrap(res[0]), None
+                return _unflatten(s.out_spec, iter([_wrap(a) for a in res])), None
         feeds = {name: t.array for name, t in zip(s.input_names, leaves)}
         for name in s.seed_names:
             feeds[name] = np.asarray(draw_seed(), dtype=np.int64)
@@ -620,6 +657,21 @@ class CompiledFunction:
         s.calls += 1
         result = _unflatten(s.out_spec, iter(tensors))
         return result, None
+
+
+def _plain_call(s: Specialization):
+    """``call(arrays) -> outputs or None`` for a specialisation whose replay only makes its
+    outputs: no decision to check, no seed to draw, nothing written back (arguments or
+    bound state), no backward, every output a tensor of the result, and a planned forward
+    of static shapes on numpy (its ``PreparedCall``: None where the arrays are not of the
+    placeholders' exact types; the caller then takes the general replay). None otherwise."""
+    exe = s.forward
+    if (s.decisions or s.seed_names or s.arg_updates or s.updated_holders or s.op is not None
+            or s.n_saved or exe is None or not exe.planned or exe.symbols or exe.xp is not np
+            or exe.keep_on_device or sorted(s.input_names) != sorted(exe.feed_names)
+            or len(exe.outputs) != s.n_out):
+        return None
+    return exe.prepare(s.input_names).call
 
 
 def _device_of_leaves(tensors) -> str:

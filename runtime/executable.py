@@ -44,7 +44,7 @@ from ..graphlib.types import RUNTIME_DIM, dim_symbols, format_shape, solve_dim
 from . import fperr
 from .backend import Backend
 from .backends import get_backend
-from .planned import Program, resolve_attrs
+from .planned import Program, fast_call, resolve_attrs
 from .regions import RegionRunner
 
 # Planned programs (one arena each) kept per executable, most recently used first.
@@ -395,7 +395,7 @@ class Executable:
             except KeyError:
                 arrays = None
             if arrays is not None:
-                outs = prepared(arrays)
+                outs = prepared.call(arrays)
                 if outs is not None:
                     return outs
         elif prepared is None and self.planned and not self.symbols and self.xp is np:
@@ -808,6 +808,10 @@ class PreparedCall:
         self.seen = [None] * len(self.state)     # the state arrays checked at the last call
         with exe.run_lock:
             self.program = exe.steps.last_program = exe.steps.program(exe, {})
+        # a program without state whose steps are all prepared: one generated function
+        # (``call``: that function where there is one, else this object's ``__call__``)
+        fast = fast_call(exe, self.program, self.feeds)
+        self.call = fast if fast is not None else self.__call__
 
     def __call__(self, arrays: Sequence) -> Optional[list]:
         exe = self.exe

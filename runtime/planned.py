@@ -20,6 +20,12 @@ step (``reshape``, ``permute``...) keeps whatever its kernel returns (a view or 
 New state values the plan writes in place get the state's own buffer as their output. In
 steady state nothing is allocated per op, except by kernels without an ``out=`` form.
 
+A prepared call (``Executable.prepare``, and ``run`` on static shapes) of a program without
+state whose steps are all bare ufuncs or prepared runners runs one generated function
+(``fast_call``): the same checks, lock, floating-point state, output reuse and copies,
+written out straight for that program, so a call on tiny work costs little above its
+kernels.
+
 A compiled loop body (``regions.py``) runs its program with ``run_steps`` after binding its
 results to the buffers the loop hands it (the next carry, a row of the stacked ys).
 
@@ -44,6 +50,7 @@ from ..graphlib.collective_hooks import async_role, progress
 from ..graphlib.errors import KernelError
 from ..graphlib.kernels import run_kernel
 from ..graphlib.types import eval_dim
+from . import fperr
 
 ARENA, VIEW, PREPARED, DIRECT = 0, 1, 2, 3
 
@@ -330,3 +337,120 @@ def _address(arr) -> int:
     if isinstance(arr, np.ndarray):
         return arr.ctypes.data
     return int(arr.data.ptr)
+
+
+def fast_call(exe, prog: Program, feeds: Sequence[tuple]):
+    """``call(arrays) -> outputs or None``: one generated function for a prepared call of
+    ``prog`` (``PreparedCall``) when it is simple enough, else None. Simple: numpy, no
+    state read or written, no collective to poll, every step a bare ufunc into its buffer
+    (DIRECT) or a prepared runner (PREPARED, one output). The function is the same run as
+    ``PreparedCall`` + ``Planned.execute`` + ``Program.run`` + ``run_steps``, written out
+    straight for this program (as ``fused_chunks.DirectPlan`` writes out a region): feeds
+    checked by exact type, dtype and shape (None, having run nothing, otherwise), the run
+    lock held, floating-point warnings off, arena buffers bound as constants, returned
+    arrays reused only when nobody else holds them (``_unheld``), outputs that view the
+    arena or a feed copied. ``feeds``: ``PreparedCall.feeds``, (position, slot, dtype,
+    shape) per feed the program reads.
+    """
+    if exe.xp is not np or prog.poll is not None or exe.live_state_slots or prog.writebacks \
+            or prog.bumps or prog.state_outputs or not prog.steps:
+        return None
+    if prog.returned is None:
+        return None
+    glob: Dict[str, object] = {"ndarray": np.ndarray, "empty": np.empty, "getrefcount":
+                               sys.getrefcount, "REFS": _REFS, "returned": prog.returned,
+                               "exe": exe, "prog": prog, "steps": exe.steps,
+                               "lock": exe.run_lock, "fperr_ignore": fperr.ignore,
+                               "fperr_restore": fperr.restore, "decline": _declined}
+    name: Dict[int, str] = {}
+    lines = ["def call(arrays):"]
+    for i, s, dt, shape in feeds:
+        glob[f"D{s}"], glob[f"S{s}"] = dt, shape
+        name[s] = f"a{s}"
+        lines += [f"    a{s} = arrays[{i}]",
+                  f"    if type(a{s}) is not ndarray or a{s}.dtype != D{s} or "
+                  f"a{s}.shape != S{s}:",
+                  "        return None"]
+    fresh = dict(prog.fresh)
+    body = []
+    for k, step in enumerate(prog.steps):
+        mode, node, kernel, out_kernel, get, outs, attrs, multi, types = step
+        if mode not in (DIRECT, PREPARED) or len(outs) != 1 or (multi and mode == DIRECT):
+            return None
+        slots = [exe.slot_of[x] for x in node.inputs]
+        args = []
+        for s in slots:
+            if s not in name:           # an arena buffer or a constant: fixed for prog
+                if prog.env[s] is None:
+                    return None
+                glob[f"E{s}"] = prog.env[s]
+                name[s] = f"E{s}"
+            args.append(name[s])
+        (o,) = outs
+        if o not in name:
+            if o in fresh:
+                name[o] = f"b{o}"
+            elif prog.env[o] is not None:
+                glob[f"E{o}"] = prog.env[o]
+                name[o] = f"E{o}"
+            else:
+                return None
+        glob[f"K{k}"] = out_kernel
+        body.append(f"            k = {k}")
+        if mode == DIRECT:
+            body.append(f"            K{k}({', '.join(args)}, out={name[o]})")
+        else:
+            glob[f"R{k}"] = out_kernel[0]
+            tup = f"({', '.join(args)},)"
+            body.append(f"            if not R{k}({tup}, ({name[o]},)):")
+            body.append(f"                decline(exe, steps_[{k}], {tup}, ({name[o]},))")
+    out_names = []
+    for s, copy in zip(exe.output_slots, prog.copy_outputs):
+        if s not in name:
+            return None
+        out_names.append(f"{name[s]}.copy()" if copy or name[s] in out_names else name[s])
+    glob["steps_"] = prog.steps
+    lines.append("    with lock:")
+    for s in fresh:
+        glob[f"F{s}"] = fresh[s]
+        lines += [f"        b{s} = returned.get({s})",
+                  f"        if b{s} is None or getrefcount(b{s}) != REFS:",
+                  f"            b{s} = empty(*F{s})"]
+    lines += ["        token = fperr_ignore()", "        k = -1", "        try:",
+              "            pass"]
+    lines += body
+    lines += ["        except Exception as e:",
+              "            if k < 0:",
+              "                raise",
+              "            step = steps_[k]",
+              "            raise exe._kernel_error_for(step[1], step[4](_env(step, locals())),"
+              " e) from e",
+              "        finally:",
+              "            fperr_restore(token)"]
+    for s in fresh:
+        lines.append(f"        returned[{s}] = b{s}")
+    lines.append("        steps.last_program = prog")
+    lines.append(f"        return [{', '.join(out_names)}]")
+    glob["_env"] = lambda step, scope: _scope_env(step, scope, name, glob, len(prog.env))
+    source = "\n".join(lines) + "\n"
+    exec(compile(source, f"<prepared call {exe.graph.name}>", "exec"), glob)
+    call = glob["call"]
+    call.source = source
+    return call
+
+
+def _scope_env(step, scope: dict, name: Dict[int, str], glob: dict, n: int) -> list:
+    """The slot list a failed step's getter reads, rebuilt from the generated function's
+    locals (for the error message only)."""
+    env: List = [None] * n
+    for s, var in name.items():
+        env[s] = scope.get(var, glob.get(var))
+    return env
+
+
+def _declined(exe, step, args: tuple, buffers: tuple) -> None:
+    """A PREPARED step whose runner declined (its strategy changed): the op's ``out=``
+    form, else its kernel and one copy, as ``run_steps`` does."""
+    _, node, kernel, (_, generic), _, _, attrs, multi, _ = step
+    if not generic(np, *args, out=buffers if multi else buffers[0], **attrs):
+        _copy_results(np, node, kernel(np, *args, **attrs), buffers, multi)

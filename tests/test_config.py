@@ -32,7 +32,7 @@ def test_backend_options_live_in_the_backends_section_with_documented_short_name
     from duograph.runtime.cpu.options import options
     assert options is dg.config.cpu
     cpu = {"fused_strategy", "fused_threads", "numba", "numba_parallel", "cblas", "cache_dir",
-           "matmul_swap", "conv_algorithm"}
+           "matmul_swap", "conv_algorithm", "numba_small_after"}
     assert set(SECTIONS["cpu"]) == cpu and all(ALIASES[n] == ("cpu", n) for n in cpu)
     assert not cpu & {n for n in OPTIONS if "." not in n}     # none declared by graphlib
     cfg = Config(environ={"DUOGRAPH_NUMBA": "0"})

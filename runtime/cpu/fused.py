@@ -22,6 +22,20 @@ whole with the backend's kernel for it) and its elementwise *region*. The region
   transcendental ops stay on numpy. Python float literals are cast to the compute dtype, so
   float32 code never promotes to float64.
 
+- ``small`` (a planned program's ``direct`` region, strategy ``auto``): the straight-line
+  numpy plan for the first ``dg.config.cpu.numba_small_after`` calls (1000; seeded by
+  ``DUOGRAPH_NUMBA_SMALL``), then, for a region of ``NUMBA_SMALL_MIN_OPS`` ops or more
+  (fewer save about a microsecond a call), one compiled numba call for the whole region
+  (``fused_numba.small_kernel``: a 20-op chain on 16 floats is ~1 us of kernel instead of
+  20 ufunc calls). A region that runs once never pays numba's import or compilation (the
+  first call of a small graph stays in tens of milliseconds); one that runs again and again
+  pays it once (its source and machine code are cached on disk, so a later process loads
+  them). Compiled without fast-math flags: ops numpy computes exactly keep numpy's bits;
+  transcendental ops (float32 tanh by the rational approximation below) may differ from
+  numpy's in the last bits from that call on, deterministically (the same call count gives
+  the same bits in every process). ``numba_small_after = 1`` compiles at the first call,
+  ``0`` never; without numba the numpy plan stays.
+
 ``dg.config.fused_strategy`` (seeded by ``DUOGRAPH_FUSED``) forces one: ``auto``,
 ``numpy``, ``numba`` or ``ops`` (op by op, the reference). Every op a region or prologue
 calls as a whole runs the CPU backend's kernel for it (``tables.KERNELS``), so a fused body
@@ -54,7 +68,7 @@ from ..backend import FusedCompiler
 from .fused_chunks import DirectPlan, _direct
 from .fused_expr import c_to_python
 from .fused_layout import PLANS, Layout, _region_shapes
-from .fused_numba import NUMBA_MIN_PLANNED
+from .fused_numba import NUMBA_MIN_PLANNED, NUMBA_SMALL_MIN_OPS, small_kernel
 from .fused_special import _bind_gemm_update, _bind_masked, _bind_swapped, _spare_homes
 from .fused_strategy import _layout, _numba_first, _plan
 from .options import options
@@ -136,13 +150,33 @@ def bind(body, in_shapes: Sequence[tuple]):
             return True
         return planned
     plan = DirectPlan(lay, shapes, consts, full)
+    if strategy != "auto" or len(lay.region) < NUMBA_SMALL_MIN_OPS:
+        def runner(arrays, outs) -> bool:
+            if options.fused_strategy != strategy:
+                return False
+            plan(arrays, outs)
+            return True
+        return runner
+    # numpy's straight-line plan first; on its ``numba_small_after``-th call (a region that
+    # runs again and again) one compiled numba call instead, when the region has that form
+    state = [0, None]      # calls counted (-1: decided), the compiled call
 
-    def runner(arrays, outs) -> bool:
+    def tiered(arrays, outs) -> bool:
         if options.fused_strategy != strategy:
             return False
+        fast = state[1]
+        if fast is not None and options.numba and fast(arrays, outs):
+            return True
         plan(arrays, outs)
+        if state[0] >= 0:
+            after = options.numba_small_after
+            state[0] += 1
+            if after and state[0] >= after:
+                state[0] = -1
+                state[1] = small_kernel(lay, arrays, shapes, consts, full)
         return True
-    return runner
+    tiered.state = state
+    return tiered
 
 
 def _bind_prologue(body, lay: Layout, in_shapes: Sequence[tuple], strategy: str):

@@ -32,6 +32,11 @@ NUMBA_MIN_ELEMENTS = 1 << 16
 # over 128 x 256: 3.4 us as one loop, 23-26 us as numpy's add and maximum, whose NaN-aware
 # loop is the slow one), which repays a compilation within a training run.
 NUMBA_MIN_PLANNED = 1 << 13
+# A small region (below NUMBA_MIN_PLANNED) of a planned program tiers up to one compiled
+# call (``small_kernel``) only from this many ops: each ufunc call it replaces costs ~0.4 us
+# on 16 floats, so fewer ops save too little to repay a compilation (0.5-1 s; ~0.1 s from
+# the disk cache) on a plausible number of calls.
+NUMBA_SMALL_MIN_OPS = 4
 # numba kernels run on one thread by default: with parallel=True, numba's OpenMP threads
 # and OpenBLAS's threads spin-wait on each other's cores after every call, which measured
 # a 12x slower MLP training step on 2 cores. ``config.numba_parallel = True`` turns it on.
@@ -39,7 +44,7 @@ NUMBA_MIN_PLANNED = 1 << 13
 # float reassociation allows): the float32 GELU-tanh chain measured 3.4 -> 2.2 ms on 4M
 # elements. No other fast-math flag: NaN and infinity semantics stay IEEE's, and the others
 # (arcp, reassoc, nsz, afn) measured no faster here.
-NUMBA_FASTMATH = {"contract"}
+NUMBA_FASTMATH = frozenset({"contract"})
 
 
 # Ops whose numba form measured faster than numpy's chunks (benchmarks/fusion.py); float32
@@ -185,8 +190,8 @@ class NumbaPlan:
 
     @classmethod
     def build(cls, lay: Layout, ins, shapes, consts, full: tuple, forced: bool,
-              min_elements: Optional[int] = None,
-              transposed: bool = False) -> "Optional[NumbaPlan]":
+              min_elements: Optional[int] = None, transposed: bool = False,
+              fastmath: frozenset = NUMBA_FASTMATH) -> "Optional[NumbaPlan]":
         """A plan when numba is installed, every op translates, the region computes in one
         float dtype (float32/float64, with bools), every input is the whole iteration space,
         a trailing-dims slice of it (a bias) or one element; in ``auto`` mode also only
@@ -234,13 +239,13 @@ class NumbaPlan:
             suffix = {1}
         cols = math.prod(full[-suffix.pop():]) if suffix else 1
         rows = n // cols
-        plain = cls._source(lay, prep, consts, dt, bool(cols > 1), ())
+        plain = cls._source(lay, prep, consts, dt, bool(cols > 1), (), fastmath)
         if plain is None:
             return None
 
         def source(alias: tuple) -> str:
-            return cls._source(lay, prep, consts, dt, bool(cols > 1), alias) if alias \
-                else plain
+            return cls._source(lay, prep, consts, dt, bool(cols > 1), alias, fastmath) \
+                if alias else plain
 
         def fallback():
             return ChunkPlan(lay, ins, shapes, consts, full)
@@ -250,7 +255,7 @@ class NumbaPlan:
 
     @staticmethod
     def _source(lay: Layout, prep, consts, dt: str, rows_mode: bool,
-                alias: tuple) -> Optional[str]:
+                alias: tuple, fastmath: frozenset = NUMBA_FASTMATH) -> Optional[str]:
         """The kernel's source. ``alias`` lists (output, input) pairs where the output is
         that (full) input's own buffer: the kernel then stores into the input instead of
         taking the output as a separate argument. With two arguments over the same memory,
@@ -302,7 +307,7 @@ class NumbaPlan:
                   for k, v in enumerate(lay.region_outputs)]
         helpers = _HELPERS.replace("TANH", "_tanh_f32" if dt == "float32" else "np.tanh")
         src = ["import math", "", "import numpy as np", "from numba import njit, prange", "",
-               f"F = np.{dt}", f"FASTMATH = {NUMBA_FASTMATH!r}", helpers, "",
+               f"F = np.{dt}", f"FASTMATH = {set(fastmath) or False!r}", helpers, "",
                f'@njit(parallel={options.numba_parallel}, cache=True, error_model="numpy", '
                f'fastmath=FASTMATH)',
                f"def kernel(rows, cols, {', '.join(ins + outs)}):"]
@@ -376,3 +381,64 @@ class NumbaPlan:
             return self.fallback(ins, out)
         _copy_back(outs, work)
         return outs
+
+
+def small_kernel(lay: Layout, ins: Sequence[np.ndarray], shapes, consts,
+                 full: tuple) -> Optional[Callable]:
+    """One compiled call for a small region (the planned runtime's hot straight-line
+    regions, see ``fused.bind``): ``call(arrays, outs) -> bool`` runs the whole region as
+    one ``@njit`` loop over the flat arrays (every input the whole iteration space or one
+    element, every output the whole space), returning False, having written nothing, for
+    arrays of another layout than the compiled one (a strided feed: the caller then runs
+    numpy's plan). None where the region has no such form (an op without ``expr``, mixed
+    float dtypes, a broadcast input) or numba is missing or fails (warned once).
+
+    Compiled without fast-math flags: the ops numpy computes exactly (``+ - * /``, min, max,
+    comparisons, casts) give numpy's bits; transcendental ops (float32 tanh, sigmoid and
+    tanh-GELU by the rational approximation above, at most 6 ulp; the others by libm) may
+    differ from numpy's SIMD loops in the last bits. Its source is cached on disk like every
+    generated kernel, so later processes load it instead of compiling (``load_kernel``).
+    """
+    if not numba_available():
+        return None
+    plan = NumbaPlan.build(lay, ins, shapes, consts, full, forced=True,
+                           fastmath=frozenset())
+    if plan is None or plan.cols != 1 or any(p not in ("full", "scalar") for p in plan.prep):
+        return None
+    try:
+        # the argument types in the source too: the dispatcher (shared by equal sources) is
+        # closed to other types below
+        types_ = ", ".join(f"{a.dtype}{'' if p == 'scalar' else '[:]'}"
+                           for a, p in zip(ins, plan.prep))
+        fn = load_kernel(plan.make_source(()) + f"# small kernel over ({types_})\n")
+        rows = plan.rows
+        flat = [None if p == "scalar" else (tuple(a.shape) != (rows,))
+                for a, p in zip(ins, plan.prep)]
+        out_flat = len(full) != 1
+        args = [a.reshape(-1)[0] if f is None else a.reshape(-1) if f else a
+                for a, f in zip(ins, flat)]
+        outs = [np.empty(rows, d) for d in plan.out_dtypes]
+        fn(rows, 1, *args, *outs)          # compiles (or loads from the disk cache) now
+        fn.disable_compile()     # one layout: C-contiguous 1-D arrays (else TypeError)
+    except Exception as e:  # noqa: BLE001 - numpy's plan stays, with a warning
+        warnings.warn(f"duograph: numba could not compile a small fused kernel ({e}); its "
+                      "region stays on numpy", RuntimeWarning, stacklevel=2)
+        return None
+    if all(f is False for f in flat) and not out_flat:
+        def call(arrays, outs) -> bool:      # 1-D arrays as they are: no views made
+            try:
+                fn(rows, 1, *arrays, *outs)
+            except TypeError:                # a layout numba was not compiled for
+                return False
+            return True
+        return call
+
+    def call_flat(arrays, outs) -> bool:
+        args = [a.reshape(-1)[0] if f is None else a.reshape(-1) if f else a
+                for a, f in zip(arrays, flat)]
+        try:
+            fn(rows, 1, *args, *([o.reshape(-1) for o in outs] if out_flat else outs))
+        except TypeError:
+            return False
+        return True
+    return call_flat
