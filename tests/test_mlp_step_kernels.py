@@ -108,6 +108,51 @@ def test_where_bits_negative_zero_branch_keeps_its_sign(dtype):
     assert out.tobytes() == np.where(c, a, b).tobytes()
 
 
+@pytest.mark.parametrize("case", ["same", "bcast_cond", "bcast_a", "scalar_b", "mixed",
+                                  "strided", "float_cond"])
+def test_where_kernel_gives_the_reference_bytes(case):
+    """The CPU backend's ``where`` kernel (bit masks where they apply, numpy's where
+    otherwise) returns the reference kernel's dtype, shape and bytes."""
+    from duograph.graphlib.ops.elementwise import where_op
+    from duograph.runtime.cpu.backend import cpu_backend
+    a = np.tile(_specials(np.float32), 3).reshape(3, 9)
+    b = np.full((3, 9), -0.0, np.float32)
+    c = np.arange(27).reshape(3, 9) % 3 != 1
+    if case == "bcast_cond":
+        c = c[:1]
+    elif case == "bcast_a":
+        a = a[:1]
+    elif case == "scalar_b":
+        b = np.zeros((), np.float32)
+    elif case == "mixed":
+        b = b.astype(np.float64)
+    elif case == "strided":
+        a, b, c = a.T, b.T, c.T
+    elif case == "float_cond":
+        c = c.astype(np.float32)
+    fast = cpu_backend.kernels[where_op](np, c, a, b)
+    want = where_op.kernel(np, c, a, b)
+    assert cpu_backend.kernels[where_op] is not where_op.kernel
+    assert fast.dtype == want.dtype and fast.shape == want.shape
+    assert fast.tobytes() == want.tobytes()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("numba", [True, False])
+def test_relu_backward_passes_nan_and_blocks_at_zero(dtype, numba):
+    """The ReLU backward (the CPU vjp kernel for relu's rule, with numba's one pass and
+    without): g where y != 0, +0 elsewhere, so a NaN cotangent passes where the input was
+    positive (PyTorch's threshold_backward), and the bytes are the rule's."""
+    values = np.array([1.0, -1.0, 0.0, 2.0, -0.0, 3.0, np.inf, np.nan], dtype)
+    gs = np.array([np.nan, np.nan, 5.0, -0.0, 7.0, 2.0, -np.inf, 1.0], dtype)
+    with dg.config.override(numba=numba):
+        x = dg.tensor(np.tile(values, (3, 1)), requires_grad=True)
+        x.relu().backward(dg.tensor(np.tile(gs, (3, 1))))
+    want = np.array([np.nan, 0.0, 0.0, -0.0, 0.0, 2.0, -np.inf, 1.0], dtype)
+    assert x.grad.dtype == np.dtype(dtype).name
+    assert x.grad.numpy().tobytes() == np.tile(want, (3, 1)).tobytes()
+
+
 def _mlp_reference_steps(state, xs, ys, lr):
     """Plain float64 numpy SGD steps of the MLP, the losses."""
     W = [state[f"{i}.weight"].astype(np.float64) for i in (0, 2, 4)]

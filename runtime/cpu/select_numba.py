@@ -1,0 +1,21 @@
+"""numba loops for selections that numpy spells in two passes (imported only where numba is
+installed; ``numba_support.numba_module("select_numba")``).
+
+``nonzero_select(g, y, out)``: ``out = g where y != 0 else +0`` on the bits, in one pass: a
+ReLU's backward rule ``where(y != 0, g, 0.0)`` with its comparison and selection fused. ``g``
+and ``out`` are unsigned-integer views of the float arrays (the bits are moved, never
+computed: NaNs, infinities and signed zeros pass as they are), ``y`` is the float array; all
+three C-contiguous and 1-D. Measured on (64, 16, 28, 28) float32, one thread: 0.17 ms,
+against 0.9 ms for the comparison and the masked multiply of ``select.where_bits`` and
+7.3 ms for ``np.where``.
+"""
+from __future__ import annotations
+
+from numba import njit
+
+
+@njit(cache=True, nogil=True)
+def nonzero_select(g, y, out):
+    for i in range(g.size):
+        # g ^ g: a zero of g's integer type (a literal 0 would unify uint64 with int64)
+        out[i] = g[i] if y[i] != 0 else g[i] ^ g[i]
