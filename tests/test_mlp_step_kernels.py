@@ -9,6 +9,7 @@ import duograph as dg
 from duograph import nn
 from duograph.runtime.cpu import cblas
 from duograph.runtime.cpu import fused_special, numba_support
+from duograph.runtime.cpu import select
 from duograph.runtime.cpu.select import where_bits
 
 needs_cblas = pytest.mark.skipif(not cblas.available(), reason="numpy's OpenBLAS not found")
@@ -145,12 +146,25 @@ def test_relu_backward_passes_nan_and_blocks_at_zero(dtype, numba):
     positive (PyTorch's threshold_backward), and the bytes are the rule's."""
     values = np.array([1.0, -1.0, 0.0, 2.0, -0.0, 3.0, np.inf, np.nan], dtype)
     gs = np.array([np.nan, np.nan, 5.0, -0.0, 7.0, 2.0, -np.inf, 1.0], dtype)
-    with dg.config.override(numba=numba):
-        x = dg.tensor(np.tile(values, (3, 1)), requires_grad=True)
-        x.relu().backward(dg.tensor(np.tile(gs, (3, 1))))
     want = np.array([np.nan, 0.0, 0.0, -0.0, 0.0, 2.0, -np.inf, 1.0], dtype)
-    assert x.grad.dtype == np.dtype(dtype).name
-    assert x.grad.numpy().tobytes() == np.tile(want, (3, 1)).tobytes()
+    for rows in (3, select.NUMBA_MIN_ELEMENTS // 8):      # numpy's kernels, then numba's
+        with dg.config.override(numba=numba):
+            x = dg.tensor(np.tile(values, (rows, 1)), requires_grad=True)
+            x.relu().backward(dg.tensor(np.tile(gs, (rows, 1))))
+        assert x.grad.dtype == np.dtype(dtype).name
+        assert x.grad.numpy().tobytes() == np.tile(want, (rows, 1)).tobytes()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("numba", [True, False])
+def test_relu_forward_gives_maximums_bytes(dtype, numba):
+    """The CPU relu kernel (numba's one pass on large float arrays) gives the bytes of
+    ``np.maximum(x, 0)``: NaNs with their payload and sign, +0 for -0.0, infinities."""
+    values = np.array([np.nan, -np.nan, -0.0, 0.0, np.inf, -np.inf, 1.5, -2.0], dtype)
+    x = np.tile(values, (select.NUMBA_MIN_ELEMENTS // 8, 1))
+    with dg.config.override(numba=numba):
+        y = dg.tensor(x).relu().numpy()
+    assert y.dtype == x.dtype and y.tobytes() == np.maximum(x, 0).tobytes()
 
 
 def _mlp_reference_steps(state, xs, ys, lr):

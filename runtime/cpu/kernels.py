@@ -597,5 +597,5 @@ def table() -> dict:
         reduction.sum_op: sum_, reduction.mean_op: mean, shape_ops.sum_to_op: sum_to,
         linalg.matmul_op: matmul, nn.softmax_cross_entropy_op: softmax_cross_entropy,
         nn.softmax_cross_entropy_backward_op: softmax_cross_entropy_backward,
-        elementwise.where_op: select.where,
+        elementwise.where_op: select.where, elementwise.relu_op: select.relu,
     }

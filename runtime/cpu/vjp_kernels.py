@@ -25,8 +25,7 @@ from ...graphlib.ops.elementwise import (mul_op, ne_op, neg_op, relu_op, sigmoid
 from ...graphlib.ops.linalg import matmul_op
 from ...graphlib.ops.reduction import _reduced_shape, sum_op
 from ...graphlib.ops.shape import permute_op
-from .numba_support import numba_module
-from .select import UINT_OF_SIZE
+from .select import UINT_OF_SIZE, numba_loops
 
 _ndarray = np.ndarray
 _T2 = (1, 0)
@@ -116,23 +115,21 @@ def table(kernels, autotune) -> dict:
     zeros: dict = {}        # dtype -> its 0-d zero (the rule's ``0`` and ``0.0``)
 
     def relu_vjp(g, ins, outs, attrs, needs):
-        """relu's rule ``where(y != 0, g, 0.0)`` on the arrays: one numba pass over float32
-        and float64 (``select_numba``: the same bits, the comparison and the selection
-        fused), else the rule's two kernels (the comparison, then the backend's bit-mask
+        """relu's rule ``where(y != 0, g, 0.0)`` on the arrays: one numba pass over large
+        float32 and float64 arrays (``select_numba``: the same bits, the comparison and the
+        selection fused), else the rule's two kernels (the comparison, then the backend's bit-mask
         ``where``) with no tensor and no plan between them."""
         y = outs[0]
         if type(g) is not _ndarray or type(y) is not _ndarray or g.dtype.kind != "f" \
                 or (y.dtype is not g.dtype and y.dtype != g.dtype):
             return None
-        if g.flags.c_contiguous and y.flags.c_contiguous and g.shape == y.shape \
-                and g.dtype in _MATMUL_NP:
-            nb = numba_module("select_numba")
-            if nb is not None:
-                out = np.empty(g.shape, g.dtype)
-                bits = UINT_OF_SIZE[g.dtype.itemsize]
-                nb.nonzero_select(g.reshape(-1).view(bits), y.reshape(-1),
-                                  out.reshape(-1).view(bits))
-                return (out,)
+        nb = numba_loops(g, y)
+        if nb is not None:
+            out = np.empty(g.shape, g.dtype)
+            bits = UINT_OF_SIZE[g.dtype.itemsize]
+            nb.nonzero_select(g.reshape(-1).view(bits), y.reshape(-1),
+                              out.reshape(-1).view(bits))
+            return (out,)
         zero = zeros.get(g.dtype)
         if zero is None:
             zero = zeros[g.dtype] = np.zeros((), g.dtype)
