@@ -305,3 +305,22 @@ def test_swapped_linear_epilogue_gives_the_unswapped_bits(monkeypatch, batch):
         np.testing.assert_allclose(a, r, rtol=1e-5)
     for k in won:
         assert won[k].tobytes() == woff[k].tobytes(), k
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_sigmoid_out_kernel_gives_the_reference_bytes(dtype):
+    """The planned sigmoid (``out=`` form; -|x| as one copysign) gives the reference
+    kernel's bytes, written apart and over its input, NaNs and signed zeros included."""
+    from duograph.graphlib.ops.elementwise import sigmoid_op
+    from duograph.runtime.cpu.out_kernels import table
+    rng = np.random.default_rng(0)
+    x = np.concatenate([rng.standard_normal(512) * 30, _specials(dtype),
+                        [1e-45, -1e-45, 88.7, -88.7, 1e30, -1e30]]).astype(dtype)
+    out_form = table()[sigmoid_op]
+    want = sigmoid_op.kernel(np, x).tobytes()
+    out = np.empty_like(x)
+    assert out_form(np, x, out) is not False
+    assert out.tobytes() == want
+    inplace = x.copy()
+    assert out_form(np, inplace, inplace) is not False
+    assert inplace.tobytes() == want
