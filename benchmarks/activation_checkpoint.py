@@ -20,7 +20,6 @@ equal (dropout masks included: the RNG state is restored for the recomputation).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -28,7 +27,8 @@ import tracemalloc
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _common  # noqa: E402  (puts the repository root on sys.path)
 import duograph as dg  # noqa: E402
 from duograph import nn  # noqa: E402
 from duograph.utils.checkpoint import checkpoint  # noqa: E402
@@ -108,9 +108,9 @@ def main(argv=None) -> dict:
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     rng = np.random.default_rng(0)
-    print(f"settings: {vars(args)}, load {os.getloadavg()[0]:.1f}, OPENBLAS_NUM_THREADS="
-          f"{os.environ.get('OPENBLAS_NUM_THREADS', 'default')}")
-    result = {"settings": vars(args), "load": os.getloadavg()}
+    print(f"settings: {vars(args)}, load {_common.load()[0]:.1f}, OPENBLAS_NUM_THREADS="
+          f"{_common.blas_threads()}")
+    result = {"settings": vars(args), "load": _common.load()}
     x = dg.tensor(rng.standard_normal((args.batch, args.hidden)).astype(np.float32),
                   requires_grad=True)
     result["mlp"] = _compare(f"MLP {args.mlp_layers}x{args.hidden}, batch {args.batch}",
@@ -120,9 +120,7 @@ def main(argv=None) -> dict:
     result["transformer"] = _compare(
         f"transformer {args.blocks} layers, d_model 256, batch 8, seq {args.seq}",
         _transformer(args.blocks), x, args.rounds)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=1)
+    _common.write_json(args.json, result)
     return result
 
 

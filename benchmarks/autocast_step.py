@@ -16,17 +16,16 @@ Run with ``OPENBLAS_NUM_THREADS=1`` for one BLAS thread, as PyTorch's ``--torch-
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
-import time
 from typing import Callable, Dict
 
 import ml_dtypes
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _common  # noqa: E402  (puts the repository root on sys.path)
 import duograph as dg  # noqa: E402
 from duograph import nn  # noqa: E402
 
@@ -83,16 +82,9 @@ def _torch_step(torch, weights, x, y, low: bool) -> Callable:
 
 
 def _time(fns: Dict[str, Callable], rounds: int, number: int) -> Dict[str, dict]:
-    """Alternating rounds: each round times every function once (``number`` calls)."""
-    for fn in fns.values():
-        fn()                                    # warm: plans, caches
-    samples = {k: [] for k in fns}
-    for _ in range(rounds):
-        for name, fn in fns.items():
-            start = time.perf_counter()
-            for _ in range(number):
-                fn()
-            samples[name].append((time.perf_counter() - start) / number)
+    """Alternating rounds: each round times every function once (``number`` calls), after
+    one warm-up call each (plans, caches)."""
+    samples = _common.alternate(fns, rounds, number=number)
     return {k: {"best_ms": min(v) * 1e3, "median_ms": statistics.median(v) * 1e3}
             for k, v in samples.items()}
 
@@ -133,8 +125,8 @@ def main(argv=None) -> dict:
         products["f16_numpy"] = lambda: ah @ bh          # no BLAS: minutes at large sizes
     mm = _time(products, args.rounds, args.number)
 
-    result = {"settings": vars(args), "load": os.getloadavg(),
-              "openblas_threads": os.environ.get("OPENBLAS_NUM_THREADS", "default"),
+    result = {"settings": vars(args), "load": _common.load(),
+              "openblas_threads": _common.blas_threads(),
               "step": step, "matmul": mm}
     print(f"settings: batch {args.batch}, MLP 784-{n}-{n}-10, {args.rounds} rounds x "
           f"{args.number} steps, torch threads {args.torch_threads}, OPENBLAS_NUM_THREADS="
@@ -148,9 +140,7 @@ def main(argv=None) -> dict:
     print(f"matmul ({args.batch}x{n} @ {n}x{n}) best / median ms:")
     for k, v in mm.items():
         print(f"  {k:10s} {v['best_ms']:9.2f} {v['median_ms']:9.2f}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=1)
+    _common.write_json(args.json, result)
     return result
 
 

@@ -25,14 +25,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sys
-import time
 from typing import Callable, Dict, List, NamedTuple
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _common  # noqa: E402  (puts the repository root on sys.path)
 import duograph as dg  # noqa: E402
 from duograph import nn  # noqa: E402
 from duograph.graphlib.ops import conv as conv_ops  # noqa: E402
@@ -80,27 +79,12 @@ def alternate(cands: Dict[str, Callable], rounds: int) -> Dict[str, float]:
     """Best seconds per call of each candidate, the candidates interleaved round by round;
     each round calls a candidate enough times for ~1 ms of work (short rounds: on a loaded
     machine the best of many short rounds is the figure least disturbed by other work)."""
-    number = {}
-    for name, fn in cands.items():
-        fn()
-        t0 = time.perf_counter()
-        fn()
-        number[name] = max(1, min(200, int(1e-3 / max(time.perf_counter() - t0, 1e-7))))
-    best = {name: float("inf") for name in cands}
-    for _ in range(rounds):
-        for name, fn in cands.items():
-            t0 = time.perf_counter()
-            for _ in range(number[name]):
-                fn()
-            best[name] = min(best[name], (time.perf_counter() - t0) / number[name])
-    return best
+    return _common.best(_common.alternate(cands, rounds, min_round_s=1e-3, max_number=200))
 
 
 def gemm_rate(rounds: int) -> float:
     """FLOP/s of a 512x512x512 float32 matmul through numpy's BLAS (best of rounds)."""
-    a = np.random.default_rng(0).standard_normal((512, 512)).astype(np.float32)
-    seconds = alternate({"gemm": lambda: a @ a}, rounds)["gemm"]
-    return 2 * 512 ** 3 / seconds
+    return _common.gemm_rate(rounds, min_round_s=1e-3)
 
 
 # -- per-shape convolution kernels -------------------------------------------------------------
@@ -232,19 +216,8 @@ def step_candidates(batch: int, rng, torch) -> Dict[str, Callable]:
 
 # -- report ------------------------------------------------------------------------------------
 def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    name = line.split(":", 1)[1].strip()
-                    flags = next((ln for ln in open("/proc/cpuinfo") if ln.startswith("flags")),
-                                 "")
-                    isa = "AVX-512" if " avx512f" in flags else (
-                        "AVX2" if " avx2" in flags else "no AVX2")
-                    return f"{name} ({isa}, {os.cpu_count()} cpus)"
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
+    """The CPU model, its widest vector extension and the CPU count."""
+    return f"{_common.cpu_model()} ({_common.cpu_isa()}, {os.cpu_count()} cpus)"
 
 
 def main(argv: List[str] = None) -> dict:

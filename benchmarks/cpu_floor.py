@@ -30,8 +30,12 @@ threads; ``--pin`` also pins the process to N CPUs (on a shared machine that can
 than it saves). The CPU model, the thread settings and the load average are
 printed with the table.
 
+``--timer cpu`` times with the process's CPU time instead of the wall clock (on a shared
+machine it leaves out the time the cores were given to other processes; meant for
+``--threads 1``).
+
     python benchmarks/cpu_floor.py [--threads 1] [--rounds 7] [--rows cnn mlp ...]
-        [--quick] [--json out.json] [--jax-site DIR]
+        [--quick] [--timer wall|cpu] [--json out.json] [--jax-site DIR]
 """
 from __future__ import annotations
 
@@ -78,17 +82,16 @@ if __name__ == "__main__":
 import argparse  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
-import platform  # noqa: E402
 import time  # noqa: E402
 from typing import Callable, Dict, Optional  # noqa: E402
 
 import numpy as np  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 import importlib.util  # noqa: E402
 
+import _common  # noqa: E402  (puts the repository root on sys.path)
 import duograph as dg  # noqa: E402
 
 JAX_SITE = _jax_site_from_argv(sys.argv[1:]) if __name__ == "__main__" else None
@@ -126,34 +129,19 @@ jax = _optional("jax")
 
 
 # -- timing ---------------------------------------------------------------------------------
+TIMER = {"clock": time.perf_counter}      # --timer (``_common.TIMERS``)
+
+
 def measure(cands: Dict[str, Callable], rounds: int, min_round_s: float = 0.05) -> dict:
     """Best seconds per call of each contender, rounds alternating; each round calls a
     contender enough times for ``min_round_s`` of work."""
-    number = {}
-    for name, fn in cands.items():
-        fn()
-        t0 = time.perf_counter()
-        fn()
-        once = time.perf_counter() - t0
-        number[name] = max(1, min(2000, math.ceil(min_round_s / max(once, 1e-7))))
-    best = {k: float("inf") for k in cands}
-    for _ in range(rounds):
-        for name, fn in cands.items():
-            k = number[name]
-            t0 = time.perf_counter()
-            for _ in range(k):
-                fn()
-            best[name] = min(best[name], (time.perf_counter() - t0) / k)
-    return best
+    return _common.best(_common.alternate(cands, rounds, min_round_s=min_round_s,
+                                          timer=TIMER["clock"]))
 
 
 def gemm_rate(rounds: int) -> float:
     """numpy's float32 GEMM rate (FLOP/s), 512x512x512, best of the rounds."""
-    rng = np.random.default_rng(0)
-    a, b = (rng.standard_normal((512, 512)).astype(F32) for _ in range(2))
-    out = np.empty((512, 512), F32)
-    t = measure({"gemm": lambda: np.matmul(a, b, out=out)}, rounds)["gemm"]
-    return 2 * 512 ** 3 / t
+    return _common.gemm_rate(rounds, timer=TIMER["clock"])
 
 
 def torch_flops(fn: Callable) -> Optional[int]:
@@ -355,15 +343,7 @@ def imported_rows(rounds: int, size: int, batches) -> Dict[str, dict]:
 
 
 # -- report ----------------------------------------------------------------------------------
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+cpu_model = _common.cpu_model
 
 
 def _fmt(seconds: float) -> str:
@@ -380,7 +360,8 @@ def report(rows: Dict[str, dict], rate: float, info: dict) -> str:
              f"duograph from {os.path.dirname(os.path.abspath(dg.__file__))}",
              f"numpy {np.__version__}, torch {info['torch']}, jax {info['jax']}; GEMM rate "
              f"{rate / 1e9:.1f} GFLOP/s (float32 512^3); best of {info['rounds']} alternating "
-             f"rounds; load average {info['load_start']:.2f} at start, "
+             f"rounds{' (process CPU time)' if info.get('timer') == 'cpu' else ''}; "
+             f"load average {info['load_start']:.2f} at start, "
              f"{info['load_end']:.2f} at end", "",
              "| work | duograph | anchor | ratio | floor |", "|---|---|---|---|---|"]
     for name, r in rows.items():
@@ -412,13 +393,17 @@ def main(argv=None) -> None:
     p.add_argument("--json", help="also write the figures to this file")
     p.add_argument("--jax-site", help="site-packages directory holding JAX, appended to "
                    "sys.path after duograph is imported (not PYTHONPATH: see the docstring)")
+    p.add_argument("--timer", choices=sorted(_common.TIMERS), default="wall",
+                   help="wall clock, or this process's CPU time (leaves out time the cores "
+                        "gave to other processes; for --threads 1)")
     a = p.parse_args(argv)
+    TIMER["clock"] = _common.TIMERS[a.timer]
     if a.quick:
         a.rounds, a.image_size = min(a.rounds, 3), 112
     if torch is not None:
         torch.set_num_threads(a.threads)
     info = {"cpu": cpu_model(), "cpus": os.cpu_count(), "threads": a.threads,
-            "rounds": a.rounds, "load_start": os.getloadavg()[0],
+            "rounds": a.rounds, "timer": a.timer, "load_start": os.getloadavg()[0],
             "torch": getattr(torch, "__version__", "not installed"),
             "jax": getattr(jax, "__version__", "not installed (JAX columns skipped)")}
     rate = gemm_rate(a.rounds)

@@ -300,6 +300,7 @@ _ARRAY_RULE_CASES = [
     ("linear_wide", lambda x, w: (x @ w.T * 0.1).tanh(), [(32, 96), (48, 96)]),
     ("permute", lambda a, b: a.permute(1, 0) * b - a.T @ (b.T @ b), [(3, 4), (4, 3)]),
     ("weight_twice", lambda x, w: (x @ w.T) @ w, [(6, 5), (4, 5)]),
+    ("relu", lambda a, b: (a * b).relu() * a - (b - 0.5).relu(), [(4, 6), (4, 6)]),
 ]
 
 

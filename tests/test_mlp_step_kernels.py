@@ -9,6 +9,7 @@ import duograph as dg
 from duograph import nn
 from duograph.runtime.cpu import cblas
 from duograph.runtime.cpu import fused_special, numba_support
+from duograph.runtime.cpu import select
 from duograph.runtime.cpu.select import where_bits
 
 needs_cblas = pytest.mark.skipif(not cblas.available(), reason="numpy's OpenBLAS not found")
@@ -106,6 +107,64 @@ def test_where_bits_negative_zero_branch_keeps_its_sign(dtype):
     out = np.empty_like(a)
     assert where_bits(np, c, a, b, out)
     assert out.tobytes() == np.where(c, a, b).tobytes()
+
+
+@pytest.mark.parametrize("case", ["same", "bcast_cond", "bcast_a", "scalar_b", "mixed",
+                                  "strided", "float_cond"])
+def test_where_kernel_gives_the_reference_bytes(case):
+    """The CPU backend's ``where`` kernel (bit masks where they apply, numpy's where
+    otherwise) returns the reference kernel's dtype, shape and bytes."""
+    from duograph.graphlib.ops.elementwise import where_op
+    from duograph.runtime.cpu.backend import cpu_backend
+    a = np.tile(_specials(np.float32), 3).reshape(3, 9)
+    b = np.full((3, 9), -0.0, np.float32)
+    c = np.arange(27).reshape(3, 9) % 3 != 1
+    if case == "bcast_cond":
+        c = c[:1]
+    elif case == "bcast_a":
+        a = a[:1]
+    elif case == "scalar_b":
+        b = np.zeros((), np.float32)
+    elif case == "mixed":
+        b = b.astype(np.float64)
+    elif case == "strided":
+        a, b, c = a.T, b.T, c.T
+    elif case == "float_cond":
+        c = c.astype(np.float32)
+    fast = cpu_backend.kernels[where_op](np, c, a, b)
+    want = where_op.kernel(np, c, a, b)
+    assert cpu_backend.kernels[where_op] is not where_op.kernel
+    assert fast.dtype == want.dtype and fast.shape == want.shape
+    assert fast.tobytes() == want.tobytes()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("numba", [True, False])
+def test_relu_backward_passes_nan_and_blocks_at_zero(dtype, numba):
+    """The ReLU backward (the CPU vjp kernel for relu's rule, with numba's one pass and
+    without): g where y != 0, +0 elsewhere, so a NaN cotangent passes where the input was
+    positive (PyTorch's threshold_backward), and the bytes are the rule's."""
+    values = np.array([1.0, -1.0, 0.0, 2.0, -0.0, 3.0, np.inf, np.nan], dtype)
+    gs = np.array([np.nan, np.nan, 5.0, -0.0, 7.0, 2.0, -np.inf, 1.0], dtype)
+    want = np.array([np.nan, 0.0, 0.0, -0.0, 0.0, 2.0, -np.inf, 1.0], dtype)
+    for rows in (3, select.NUMBA_MIN_ELEMENTS // 8):      # numpy's kernels, then numba's
+        with dg.config.override(numba=numba):
+            x = dg.tensor(np.tile(values, (rows, 1)), requires_grad=True)
+            x.relu().backward(dg.tensor(np.tile(gs, (rows, 1))))
+        assert x.grad.dtype == np.dtype(dtype).name
+        assert x.grad.numpy().tobytes() == np.tile(want, (rows, 1)).tobytes()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("numba", [True, False])
+def test_relu_forward_gives_maximums_bytes(dtype, numba):
+    """The CPU relu kernel (numba's one pass on large float arrays) gives the bytes of
+    ``np.maximum(x, 0)``: NaNs with their payload and sign, +0 for -0.0, infinities."""
+    values = np.array([np.nan, -np.nan, -0.0, 0.0, np.inf, -np.inf, 1.5, -2.0], dtype)
+    x = np.tile(values, (select.NUMBA_MIN_ELEMENTS // 8, 1))
+    with dg.config.override(numba=numba):
+        y = dg.tensor(x).relu().numpy()
+    assert y.dtype == x.dtype and y.tobytes() == np.maximum(x, 0).tobytes()
 
 
 def _mlp_reference_steps(state, xs, ys, lr):
@@ -246,3 +305,22 @@ def test_swapped_linear_epilogue_gives_the_unswapped_bits(monkeypatch, batch):
         np.testing.assert_allclose(a, r, rtol=1e-5)
     for k in won:
         assert won[k].tobytes() == woff[k].tobytes(), k
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_sigmoid_out_kernel_gives_the_reference_bytes(dtype):
+    """The planned sigmoid (``out=`` form; -|x| as one copysign) gives the reference
+    kernel's bytes, written apart and over its input, NaNs and signed zeros included."""
+    from duograph.graphlib.ops.elementwise import sigmoid_op
+    from duograph.runtime.cpu.out_kernels import table
+    rng = np.random.default_rng(0)
+    x = np.concatenate([rng.standard_normal(512) * 30, _specials(dtype),
+                        [1e-45, -1e-45, 88.7, -88.7, 1e30, -1e30]]).astype(dtype)
+    out_form = table()[sigmoid_op]
+    want = sigmoid_op.kernel(np, x).tobytes()
+    out = np.empty_like(x)
+    assert out_form(np, x, out) is not False
+    assert out.tobytes() == want
+    inplace = x.copy()
+    assert out_form(np, inplace, inplace) is not False
+    assert inplace.tobytes() == want

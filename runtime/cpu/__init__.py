@@ -20,7 +20,8 @@ Everything CPU-specific lives here, beside the ops rather than inside them:
 - ``numba_support.py``: whether numba serves (``config.cpu.numba``, installed), and the
   hand-written numba modules imported once.
 - ``cblas.py`` (gemm through numpy's own BLAS), ``blas_reduce.py`` (sums as matrix-vector
-  products), ``select.py`` (bit-mask ``where``), ``conv_numba.py`` (pooling, im2col),
+  products), ``select.py`` (bit-mask ``where``), ``select_numba.py`` (the ReLU backward's
+  selection in one pass), ``conv_numba.py`` (pooling, im2col),
   ``conv_direct.py`` (direct convolutions for one input channel per group: depthwise, the
   first layer) and ``norm_numba.py`` (hand-written numba loops, imported only where numba is
   installed). Which conv2d algorithm runs is decided in ``autotune.py``

@@ -25,11 +25,12 @@ import threading
 
 import numpy as np
 
-from ...graphlib.ops import conv, linalg, nn, reduction
+from ...graphlib.ops import conv, elementwise, linalg, nn, reduction
 from ...graphlib.ops import shape as shape_ops
 from ...graphlib.ops._common import promoting_kernel
 from . import autotune, blas_reduce
 from .numba_support import numba_module
+from . import select
 from .select import UINT_OF_SIZE
 
 # -- numba loops for conv2d and pooling --------------------------------------------------------
@@ -596,4 +597,5 @@ def table() -> dict:
         reduction.sum_op: sum_, reduction.mean_op: mean, shape_ops.sum_to_op: sum_to,
         linalg.matmul_op: matmul, nn.softmax_cross_entropy_op: softmax_cross_entropy,
         nn.softmax_cross_entropy_backward_op: softmax_cross_entropy_backward,
+        elementwise.where_op: select.where, elementwise.relu_op: select.relu,
     }

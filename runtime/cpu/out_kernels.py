@@ -79,8 +79,8 @@ def _sigmoid_out(xp, x, out):
     if x.dtype != out.dtype or x.dtype.kind != "f":
         return False
     positive = xp.greater_equal(x, 0)      # before ``out`` (which may be ``x``) is written
-    xp.abs(x, out=out)
-    xp.negative(out, out=out)
+    # -|x| in one pass: copysign(x, -1) sets the sign bit, as abs then negative do (NaNs too)
+    xp.copysign(x, out.dtype.type(-1), out=out)
     xp.exp(out, out=out)
     numerator = xp.where(positive, out.dtype.type(1), out)
     xp.add(out, 1, out=out)

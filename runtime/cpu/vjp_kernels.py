@@ -19,11 +19,13 @@ from __future__ import annotations
 import numpy as np
 
 from ...graphlib.kernels import direct_kernel
-from ...graphlib.ops.elementwise import (mul_op, neg_op, sigmoid_backward_op, sigmoid_op,
-                                         sub_op, tanh_backward_op, tanh_op)
+from ...graphlib.ops.elementwise import (mul_op, ne_op, neg_op, relu_op, sigmoid_backward_op,
+                                         sigmoid_op, sub_op, tanh_backward_op, tanh_op,
+                                         where_op)
 from ...graphlib.ops.linalg import matmul_op
 from ...graphlib.ops.reduction import _reduced_shape, sum_op
 from ...graphlib.ops.shape import permute_op
+from .select import UINT_OF_SIZE, numba_loops
 
 _ndarray = np.ndarray
 _T2 = (1, 0)
@@ -110,6 +112,30 @@ def table(kernels, autotune) -> dict:
             return (r if type(r) is _ndarray else np.asarray(r),)
         return vjp
 
+    zeros: dict = {}        # dtype -> its 0-d zero (the rule's ``0`` and ``0.0``)
+
+    def relu_vjp(g, ins, outs, attrs, needs):
+        """relu's rule ``where(y != 0, g, 0.0)`` on the arrays: one numba pass over large
+        float32 and float64 arrays (``select_numba``: the same bits, the comparison and the
+        selection fused), else the rule's two kernels (the comparison, then the backend's bit-mask
+        ``where``) with no tensor and no plan between them."""
+        y = outs[0]
+        if type(g) is not _ndarray or type(y) is not _ndarray or g.dtype.kind != "f" \
+                or (y.dtype is not g.dtype and y.dtype != g.dtype):
+            return None
+        nb = numba_loops(g, y)
+        if nb is not None:
+            out = np.empty(g.shape, g.dtype)
+            bits = UINT_OF_SIZE[g.dtype.itemsize]
+            nb.nonzero_select(g.reshape(-1).view(bits), y.reshape(-1),
+                              out.reshape(-1).view(bits))
+            return (out,)
+        zero = zeros.get(g.dtype)
+        if zero is None:
+            zero = zeros[g.dtype] = np.zeros((), g.dtype)
+        mask = _as_array(kernels[ne_op](np, y, zero))
+        return (_as_array(kernels[where_op](np, mask, g, zero)),)
+
     def permute_vjp(g, ins, outs, attrs, needs):
         """The cotangent permuted back: a view, as the rule's ``permute``."""
         if type(g) is not _ndarray or type(ins[0]) is not _ndarray:
@@ -148,7 +174,7 @@ def table(kernels, autotune) -> dict:
     return {mul_op: mul_vjp, sub_op: sub_vjp, neg_op: neg_vjp, sum_op: sum_vjp,
             tanh_op: backward_op_vjp(tanh_backward_op),
             sigmoid_op: backward_op_vjp(sigmoid_backward_op),
-            matmul_op: matmul_vjp, permute_op: permute_vjp}
+            matmul_op: matmul_vjp, permute_op: permute_vjp, relu_op: relu_vjp}
 
 
 def sum_vjp(g, ins, outs, attrs, needs):
