@@ -30,7 +30,7 @@ from typing import List, Optional
 import numpy as np
 
 from ...distributed import ddp_state
-from ...distributed.process_group import DistributedError, get_default_group
+from ...distributed.process_group import DistributedError, get_default_group, wait_request
 from ..module import Module
 
 
@@ -201,7 +201,7 @@ class DistributedDataParallel(Module):
         from ...eager.tensors import Tensor
         for b in self._buckets:
             if b.work is not None:
-                b.work.Wait()
+                wait_request(b.work)
             b.work = None
             buf = b.buffer
             for k, (p, off) in enumerate(zip(b.params, b.offsets)):
