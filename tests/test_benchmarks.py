@@ -194,6 +194,23 @@ def test_distributed_benchmark_runs_on_one_and_two_ranks(tmp_path):
     assert "all_reduce_wait" in nodes and "conv2d_weight_grad" in nodes
 
 
+def test_distributed_pair_benchmark_runs(tmp_path):
+    """benchmarks/distributed_pair.py: solo, pair without DDP and pair with DDP (both waits)
+    in one 2-rank job, with their efficiencies (tiny sizes)."""
+    pytest.importorskip("mpi4py")
+    from duograph.cli import find_mpiexec
+    if find_mpiexec() is None:
+        pytest.skip("needs mpiexec")
+    out = tmp_path / "pair.json"
+    proc = run_benchmark("distributed_pair.py", "--model", "mlp", "--per-rank", "4",
+                         "--rounds", "1", "--steps", "1", "--json", str(out), timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    figs = json.loads(out.read_text())["figures"]
+    assert set(figs) == {"solo", "pair no-DDP", "pair DDP spin", "pair DDP sleep"}
+    assert all(f["best"] > 0 and f["cpu"] >= 0 for f in figs.values())
+    assert all(len(figs[k]["efficiency"]) == 2 for k in figs if k != "solo")
+
+
 def test_autocast_step_benchmark_runs(tmp_path):
     out = tmp_path / "autocast.json"
     proc = run_benchmark("autocast_step.py", "--batch", "16", "--hidden", "32", "--rounds", "1",
