@@ -30,6 +30,14 @@ ddp_bucket_cap_mb      DUOGRAPH_DDP_BUCKET_CAP_MB 25        megabytes of gradien
                                                             carries in graph-mode DDP (the
                                                             ``ddp_buckets`` pass; PyTorch's
                                                             ``bucket_cap_mb``)
+collective_wait        DUOGRAPH_COLLECTIVE_WAIT   spin      how a rank waits for a non-blocking
+                                                            collective (graph-mode DDP, eager
+                                                            DDP, ``Work.wait``): spin (MPI's
+                                                            Wait, which busy-polls its core) or
+                                                            sleep (MPI tests, sleeping 50 us
+                                                            between them after 100 us: the core
+                                                            goes to other processes, such as a
+                                                            lagging rank on a shared machine)
 =====================  =========================  ========  =====================================
 
 A backend registers its own options under its name (``register_options``): the CPU
@@ -120,6 +128,8 @@ OPTIONS: Dict[str, Option] = {o.name: o for o in (
            "log the reason of every recompile of a dg.compile'd function"),
     Option("ddp_bucket_cap_mb", positive_number, 25.0, "DUOGRAPH_DDP_BUCKET_CAP_MB",
            "megabytes of gradients one graph-mode DDP all-reduce carries"),
+    Option("collective_wait", choice("spin", "sleep"), "spin", "DUOGRAPH_COLLECTIVE_WAIT",
+           "how a rank waits for a non-blocking collective: spin (MPI's Wait) or sleep"),
 )}
 # a backend's own options, registered by the backend (``register_options``): section name ->
 # {option name -> Option}; OPTIONS holds them too, under "section.name"

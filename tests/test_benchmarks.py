@@ -178,12 +178,37 @@ def test_distributed_benchmark_runs_on_one_and_two_ranks(tmp_path):
         pytest.skip("needs mpiexec")
     out = tmp_path / "dist.json"
     proc = run_benchmark("distributed.py", "--per-rank", "4", "--rounds", "1", "--steps", "1",
-                         "--json", str(out), timeout=300)
+                         "--profile", "--json", str(out), timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     r = json.loads(out.read_text())
     assert set(r["results"]) == {"1", "2"}
     assert "cnn dg DDP efficiency" in r["goals"] and "allreduce dg/mpi4py" in r["goals"]
+    # the no-communication ceiling, and the DDP efficiencies measured against it
+    assert "cnn dg graph DDP efficiency / ceiling" in r["goals"]
+    assert "cnn dg graph DDP sleep-wait" in r["results"]["2"]
     assert all(v > 0 for v in r["results"]["2"].values())
+    assert all(v >= 0 for v in r["cpu"]["2"].values()) and "cnn dg graph DDP" in r["cpu"]["2"]
+    # per node of the CNN graph-DDP step: one table on the 1-rank job, one per rank on 2
+    assert [len(r["profile"][k]) for k in ("1", "2")] == [1, 2]
+    nodes = [row[0].split("[")[0] for row in r["profile"]["2"][1]]
+    assert "all_reduce_wait" in nodes and "conv2d_weight_grad" in nodes
+
+
+def test_distributed_pair_benchmark_runs(tmp_path):
+    """benchmarks/distributed_pair.py: solo, pair without DDP and pair with DDP (both waits)
+    in one 2-rank job, with their efficiencies (tiny sizes)."""
+    pytest.importorskip("mpi4py")
+    from duograph.cli import find_mpiexec
+    if find_mpiexec() is None:
+        pytest.skip("needs mpiexec")
+    out = tmp_path / "pair.json"
+    proc = run_benchmark("distributed_pair.py", "--model", "mlp", "--per-rank", "4",
+                         "--rounds", "1", "--steps", "1", "--json", str(out), timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    figs = json.loads(out.read_text())["figures"]
+    assert set(figs) == {"solo", "pair no-DDP", "pair DDP spin", "pair DDP sleep"}
+    assert all(f["best"] > 0 and f["cpu"] >= 0 for f in figs.values())
+    assert all(len(figs[k]["efficiency"]) == 2 for k in figs if k != "solo")
 
 
 def test_autocast_step_benchmark_runs(tmp_path):

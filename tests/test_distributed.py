@@ -64,6 +64,9 @@ def loss_of(model, kind, x, y, rank, step):
 DDP_SCRIPT = MODEL + """
 kind, steps, path = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 mode = sys.argv[4] if len(sys.argv) > 4 else "eager"
+if mode.endswith("-sleep"):          # waits that test and nap instead of MPI's busy Wait
+    dg.config.collective_wait = "sleep"
+    mode = mode[:-len("-sleep")]
 dist.init_process_group("mpi")
 rank, size = dist.get_rank(), dist.get_world_size()
 model = make(kind)
@@ -121,9 +124,11 @@ def _reference(kind: str, steps: int, n_parts: int) -> dict:
 
 @pytest.mark.parametrize("kind, ranks, mode", [
     ("mlp", 2, "eager"), ("mlp", 3, "eager"), ("branch", 2, "eager"), ("cnn", 2, "eager"),
-    ("mlp", 2, "graph"), ("cnn", 2, "graph")])
+    ("mlp", 2, "graph"), ("cnn", 2, "graph"), ("mlp", 2, "eager-sleep"),
+    ("mlp", 3, "graph-sleep")])
 def test_ddp_trains_as_one_process(tmp_path, kind, ranks, mode):
-    """Eager DDP, and the same wrapper in a training-step graph at O2 (``opt.minimize``)."""
+    """Eager DDP, and the same wrapper in a training-step graph at O2 (``opt.minimize``);
+    "-sleep": with ``collective_wait="sleep"`` (waits that test and nap)."""
     out = tmp_path / "w.npz"
     res = run_ranks(ranks, DDP_SCRIPT, tmp_path, args=(kind, 3, out, mode))
     assert res.returncode == 0, res.stderr[-3000:]
@@ -134,6 +139,46 @@ def test_ddp_trains_as_one_process(tmp_path, kind, ranks, mode):
         want = {k: v for k, v in want.items() if "running" not in k and "num_batches" not in k}
     for k, w in want.items():
         np.testing.assert_allclose(got[k], w, rtol=1e-12, atol=1e-12, err_msg=k)
+
+
+class _Request:
+    """An MPI request stand-in: done after ``tests`` calls of ``Test``."""
+
+    def __init__(self, tests: int):
+        self.left, self.tests, self.waits = tests, 0, 0
+
+    def Test(self) -> bool:
+        self.tests += 1
+        self.left -= 1
+        return self.left <= 0
+
+    def Wait(self) -> None:
+        self.waits += 1
+        self.left = 0
+
+
+def test_wait_request_spins_in_mpi_or_tests_and_naps():
+    """``collective_wait``: "spin" hands the request to MPI's Wait; "sleep" never calls Wait,
+    it tests until done, napping between tests once the spin period is over."""
+    from duograph.distributed.process_group import _NAP_S, _SPIN_S, wait_request
+    spun = _Request(5)
+    with dg.config.override(collective_wait="spin"):
+        wait_request(spun)
+    assert (spun.waits, spun.tests) == (1, 0)
+    napped = _Request(4)
+    t0 = time.perf_counter()
+    with dg.config.override(collective_wait="sleep"):
+        wait_request(napped)
+    assert (napped.waits, napped.tests) == (0, 4)
+    slow = _Request(10**9)
+    slow.Test = lambda: time.perf_counter() - t1 > 0.02      # done after 20 ms
+    t1 = time.perf_counter()
+    with dg.config.override(collective_wait="sleep"):
+        wait_request(slow)
+    assert time.perf_counter() - t0 < 5 and slow.waits == 0
+    assert _SPIN_S < 1e-3 and _NAP_S < 1e-3
+    with pytest.raises(ValueError, match="spin, sleep"):
+        dg.config.collective_wait = "poll"
 
 
 def test_no_sync_accumulates_then_averages(tmp_path):

@@ -16,7 +16,7 @@ from typing import Callable, List, Optional
 
 import numpy as np
 
-from .process_group import DistributedError, ProcessGroup, _group
+from .process_group import DistributedError, ProcessGroup, _group, wait_request
 
 
 class ReduceOp(enum.Enum):
@@ -63,7 +63,7 @@ class Work:
 
     def wait(self, timeout=None) -> bool:
         if not self._done:
-            self._request.Wait()
+            wait_request(self._request)
             self._complete()
         return True
 

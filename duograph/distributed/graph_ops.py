@@ -14,7 +14,7 @@ import numpy as np
 
 from ..graphlib import collective_hooks
 from .collectives import _MPI_OPS, _WIDEN, ReduceOp
-from .process_group import ProcessGroup, _state
+from .process_group import ProcessGroup, _state, wait_request
 
 _groups: Dict[int, ProcessGroup] = {}
 _ids: Dict[int, int] = {}          # id(group) -> its group id
@@ -120,7 +120,7 @@ class _Request:
     def wait(self) -> None:
         if self.request is not None:
             if not self.done:
-                self.request.Wait()
+                wait_request(self.request)
             self.request = None
             if self.op == "avg":
                 np.divide(self.work, self.size, out=self.work, casting="unsafe")

@@ -21,6 +21,8 @@ import time
 import warnings
 from typing import List, Optional, Sequence
 
+from ..graphlib.config import config
+
 INSTALL = "pip install 'duograph[distributed]' (mpi4py and mpich)"
 
 
@@ -227,3 +229,27 @@ def new_group(ranks: Optional[Sequence[int]] = None, timeout=None, backend=None,
 
 def get_process_group_ranks(group: ProcessGroup) -> List[int]:
     return list(group.ranks)
+
+
+# the sleeping wait (``dg.config.collective_wait = "sleep"``): tests for this long first (a
+# collective that is about to finish costs no sleep), then sleeps this long between tests
+_SPIN_S = 100e-6
+_NAP_S = 50e-6
+
+
+def wait_request(request) -> None:
+    """Complete an MPI request as ``dg.config.collective_wait`` says: "spin" calls MPI's
+    ``Wait`` (MPICH busy-polls the core until the peers arrive); "sleep" tests it, and after
+    ``_SPIN_S`` sleeps ``_NAP_S`` between tests, so a rank that waits for a lagging peer
+    leaves the core to other processes (the peer itself, on a machine with fewer free cores
+    than ranks) at up to one nap of extra latency."""
+    if config.collective_wait != "sleep":
+        request.Wait()
+        return
+    test = request.Test
+    if test():
+        return
+    start = time.perf_counter()
+    while not test():
+        if time.perf_counter() - start > _SPIN_S:
+            time.sleep(_NAP_S)
