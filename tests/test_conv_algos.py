@@ -57,6 +57,10 @@ GEOMETRIES = [
     Geometry("depthwise_stride2", (2, 4, 9, 8), (4, 1, 3, 3), stride=(2, 2),
              padding=(1, 1, 1, 1), groups=4),
     Geometry("depthwise_stride_rows", (1, 2, 7, 9), (2, 1, 2, 3), stride=(2, 1), groups=2),
+    Geometry("depthwise_large_planes", (1, 3, 18, 17), (3, 1, 3, 3), padding=(1, 1, 1, 1),
+             groups=3),                            # over 256 output pixels: plane by plane
+    Geometry("depthwise_channel_blocks", (1, 70, 5, 4), (140, 1, 3, 3), stride=(2, 1),
+             padding=(1, 1, 1, 1), groups=70),     # more than one block of 64 channels
     Geometry("depthwise_same_uneven", (1, 3, 5, 6), (3, 1, 4, 4), padding=(1, 2, 1, 2),
              groups=3),
     Geometry("one_channel", (3, 1, 9, 8), (4, 1, 3, 3)),
