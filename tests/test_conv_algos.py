@@ -315,3 +315,41 @@ def test_patch_scratch_is_reused_and_never_leaks_into_results():
         assert np.array_equal(first[name], kept[name]), name
         assert not np.array_equal(first[name], second[name]), name
         assert not np.may_share_memory(first[name], scratch), name
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_im2col_row_copies_equal_the_offset_table_bit_for_bit(seed):
+    """``im2col_images`` copies row by row where its offset table would be large
+    (``ROWS_MIN_TABLE``); both forms give the same patches for any geometry (padding on
+    every side, stride, dilation, windows past the input)."""
+    nb = numba_module("conv_numba")
+    rng = np.random.default_rng(seed)
+    for _ in range(15):
+        kh, kw = (int(v) for v in rng.integers(1, 6, size=2))
+        sh, sw, dh, dw = (int(v) for v in rng.integers(1, 4, size=4))
+        pt, pb, pl, pr = (int(v) for v in rng.integers(0, 4, size=4))
+        h, w = int(rng.integers(1, 20)), int(rng.integers(1, 40))
+        ho = (h + pt + pb - dh * (kh - 1) - 1) // sh + 1
+        wo = (w + pl + pr - dw * (kw - 1) - 1) // sw + 1
+        if ho < 1 or wo < 1:
+            continue
+        x = rng.standard_normal(2 * 3 * h * w).astype(np.float32)
+        table = np.full(2 * 3 * kh * kw * ho * wo, np.nan, np.float32)
+        rows = table.copy()
+        geometry = (2, 3, h, w, ho, wo, kh, kw, sh, sw, pt, pl, dh, dw)
+        nb.im2col_images(x, table, *geometry)         # small: the table form
+        nb._im2col_rows(x, rows, *geometry)
+        assert np.array_equal(table, rows), geometry
+
+
+def test_large_patch_matrices_take_the_row_copies_and_match_the_reference():
+    """A 7x7 stem over a 150x150 image has a table over ``ROWS_MIN_TABLE``: conv2d then
+    copies rows, and still matches the numpy reference kernel."""
+    nb = numba_module("conv_numba")
+    geo = Geometry("stem", (1, 2, 150, 150), (4, 2, 7, 7), stride=(2, 2), padding=(3, 3, 3, 3))
+    assert 49 * 75 * 75 > nb.ROWS_MIN_TABLE
+    x, w, _ = _operands(geo, "float64")
+    with dg.config.override(conv_algorithm="gemm"):
+        got = cpu_kernels.conv2d(np, x, w, **geo.attrs())
+    np.testing.assert_allclose(got, conv._conv2d_kernel(np, x, w, **geo.attrs()), rtol=1e-12,
+                               atol=1e-12)
