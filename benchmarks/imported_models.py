@@ -12,16 +12,21 @@ for the real ones):
 Each is exported with ``torch.onnx.export`` (opset 17), imported with ``duograph.onnx.load``
 and run at O0 and O2; onnxruntime runs the same file with one intra-op and one inter-op
 thread. Rounds alternate (O0, O2, ort, O0, ...); best of the rounds. The outputs are checked
-against onnxruntime's first.
+against onnxruntime's first. ``--timer cpu`` times each call in this process's CPU time
+(``time.process_time``) instead of wall time: on a loaded machine, time spent waiting for a
+core then does not count (every contender runs on one thread, so the two agree when the
+machine is quiet). ``--json`` writes the rows (what ``before_after.py`` reads).
 
     OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/imported_models.py \\
-        [--size 224] [--batch 1 8] [--rounds 3] [--models resnet mobilenet]
+        [--size 224] [--batch 1 8] [--rounds 3] [--models resnet mobilenet] \\
+        [--timer wall|cpu] [--json out.json]
 
 Needs torch (to export), onnx and onnxruntime; prints what it skips when one is missing.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import tempfile
@@ -166,22 +171,26 @@ def _runner(exe, x):
     return lambda: exe(x=x)[0]
 
 
-def best_times(cands: Dict[str, Callable], rounds: int) -> Dict[str, float]:
-    """Best wall seconds per call of each contender, rounds alternating (after one warm call
-    each)."""
+TIMERS = {"wall": time.perf_counter, "cpu": time.process_time}
+
+
+def best_times(cands: Dict[str, Callable], rounds: int,
+               clock: Callable[[], float] = time.perf_counter) -> Dict[str, float]:
+    """Best seconds per call of each contender on ``clock``, rounds alternating (after one
+    warm call each)."""
     for fn in cands.values():
         fn()
     best = {k: float("inf") for k in cands}
     for _ in range(rounds):
         for name, fn in cands.items():
-            t0 = time.perf_counter()
+            t0 = clock()
             fn()
-            best[name] = min(best[name], time.perf_counter() - t0)
+            best[name] = min(best[name], clock() - t0)
     return best
 
 
 def run(models: List[str], batches: List[int], size: int, rounds: int,
-        threads: int = 1) -> List[dict]:
+        threads: int = 1, timer: str = "wall") -> List[dict]:
     """One row per (model, batch): best seconds of O0, O2 and onnxruntime, the largest
     difference from onnxruntime's output, and the forward FLOPs."""
     rows = []
@@ -195,7 +204,7 @@ def run(models: List[str], batches: List[int], size: int, rounds: int,
                 cands = contenders(path, x, threads)
                 want = cands["onnxruntime"]()
                 err = max(float(np.max(np.abs(cands[lv]() - want))) for lv in ("O0", "O2"))
-                t = best_times(cands, rounds)
+                t = best_times(cands, rounds, TIMERS[timer])
                 rows.append({"model": name, "batch": batch, "size": size, "flops": flops,
                              "max_abs_diff": err, "seconds": t})
     return rows
@@ -217,6 +226,8 @@ def main(argv=None) -> None:
     p.add_argument("--batch", type=int, nargs="+", default=[1, 8])
     p.add_argument("--size", type=int, default=224)
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--timer", choices=sorted(TIMERS), default="wall")
+    p.add_argument("--json", default=None, help="write the rows to this file")
     a = p.parse_args(argv)
     gone = missing()
     if gone:
@@ -226,15 +237,21 @@ def main(argv=None) -> None:
     torch.set_num_threads(1)
     load = os.getloadavg()[0]
     print(f"imported models, {a.size}x{a.size}, best of {a.rounds} alternating rounds, "
-          f"one thread each (OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS')}); "
-          f"load average {load:.2f}")
+          f"one thread each (OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS')}), "
+          f"{a.timer} time; load average {load:.2f}")
     print(f"{'model':10s}{'batch':>6s}{'O0 ms':>10s}{'O2 ms':>10s}{'ort ms':>10s}"
           f"{'O2/O0':>8s}{'O2/ort':>8s}{'maxdiff':>10s}")
-    for r in run(a.models, a.batch, a.size, a.rounds):
+    rows = run(a.models, a.batch, a.size, a.rounds, timer=a.timer)
+    for r in rows:
         t = r["seconds"]
         print(f"{r['model']:10s}{r['batch']:6d}{t['O0'] * 1e3:10.1f}{t['O2'] * 1e3:10.1f}"
               f"{t['onnxruntime'] * 1e3:10.1f}{t['O2'] / t['O0']:8.2f}"
               f"{t['O2'] / t['onnxruntime']:8.2f}{r['max_abs_diff']:10.1e}")
+    print(f"load average at the end {os.getloadavg()[0]:.2f}")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({f"{r['model']}_b{r['batch']}": {"best": r["seconds"]} for r in rows}, f,
+                      indent=1)
 
 
 if __name__ == "__main__":

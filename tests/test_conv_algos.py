@@ -57,6 +57,10 @@ GEOMETRIES = [
     Geometry("depthwise_stride2", (2, 4, 9, 8), (4, 1, 3, 3), stride=(2, 2),
              padding=(1, 1, 1, 1), groups=4),
     Geometry("depthwise_stride_rows", (1, 2, 7, 9), (2, 1, 2, 3), stride=(2, 1), groups=2),
+    Geometry("depthwise_large_planes", (1, 3, 18, 17), (3, 1, 3, 3), padding=(1, 1, 1, 1),
+             groups=3),                            # over 256 output pixels: plane by plane
+    Geometry("depthwise_channel_blocks", (1, 70, 5, 4), (140, 1, 3, 3), stride=(2, 1),
+             padding=(1, 1, 1, 1), groups=70),     # more than one block of 64 channels
     Geometry("depthwise_same_uneven", (1, 3, 5, 6), (3, 1, 4, 4), padding=(1, 2, 1, 2),
              groups=3),
     Geometry("one_channel", (3, 1, 9, 8), (4, 1, 3, 3)),
@@ -70,8 +74,17 @@ GEOMETRIES = [
              padding=(2, 2, 1, 1), dilation=(2, 2)),
     Geometry("7x7_stride2", (1, 3, 16, 15), (4, 3, 7, 7), stride=(2, 2),
              padding=(3, 3, 3, 3)),
+    Geometry("3x3_winograd_rule", (2, 32, 14, 13), (32, 32, 3, 3), padding=(1, 1, 1, 1)),
+    Geometry("3x3_uneven_padding", (1, 3, 7, 6), (5, 3, 3, 3), padding=(0, 2, 1, 0)),
+    Geometry("3x3_wide_padding", (2, 2, 5, 4), (3, 2, 3, 3), padding=(3, 1, 0, 2)),
 ]
-ALGORITHMS = ["direct", "gemm", "benchmark", "auto"]
+ALGORITHMS = ["direct", "gemm", "winograd", "benchmark", "auto"]
+# Winograd F(4x4, 3x3) adds the transforms' rounding, and it spreads over each 4x4 tile
+# (an output whose taps all read padding is no longer exactly 0), so its bound is normwise:
+# WINOGRAD_GROWTH times the direct sum's bound at the largest |operands| convolution of the
+# result (the transform coefficients reach 8 in A^T, 5 in B^T; the worst error measured
+# over these geometries, float32 and float64, is 0.3 of the bound without the growth).
+WINOGRAD_GROWTH = 4
 
 
 def _operands(geo: Geometry, dtype, seed=0):
@@ -120,8 +133,21 @@ def test_every_algorithm_matches_the_reference(geo: Geometry, algorithm: str, dt
     for name, value in ours.items():
         assert value.dtype == np.dtype(dtype) and value.shape == exact[name].shape, name
         bound = 2 * terms[name] * eps * scale[name] + np.finfo(dtype).tiny
+        if _runs_winograd(geo, name, algorithm):
+            bound = WINOGRAD_GROWTH * bound.max()
         err = np.abs(value.astype(np.float64) - exact[name])
         assert np.all(err <= bound), (name, float(err.max()), float(bound.max()))
+
+
+def _runs_winograd(geo: Geometry, kind: str, algorithm: str) -> bool:
+    """Whether pass ``kind`` of ``geo`` may run the Winograd transforms under ``algorithm``."""
+    shape = geo.x if kind == "forward" else geo.x
+    applies = autotune.winograd_applies(kind, geo.w, geo.groups, geo.stride, geo.padding,
+                                        geo.dilation)
+    if algorithm in ("winograd", "benchmark"):
+        return applies
+    return autotune.conv_rule(kind, shape, geo.w, geo.groups, geo.stride, geo.padding,
+                              geo.dilation) == "winograd"
 
 
 def _count_direct_calls(monkeypatch):
@@ -173,7 +199,7 @@ def test_benchmark_mode_times_once_per_shape_and_keeps_its_choice(monkeypatch):
         first = _ours(geo, x, w, g)
         again = _ours(geo, x, w, g)
     assert len(timed) == 3                   # forward, input and weight gradient, once each
-    assert set(autotune._conv_choice.values()) <= {"direct", "gemm"}
+    assert set(autotune._conv_choice.values()) <= {"direct", "gemm", "winograd"}
     for name in first:                       # the same choice: the same bits
         assert np.array_equal(first[name], again[name]), name
     # where only GEMM applies nothing is timed
@@ -181,6 +207,30 @@ def test_benchmark_mode_times_once_per_shape_and_keeps_its_choice(monkeypatch):
     with dg.config.override(conv_algorithm="benchmark"):
         _ours(geo, *_operands(geo, "float32"))
     assert len(timed) == 3
+
+
+def test_the_rule_runs_winograd_only_within_its_limits(monkeypatch):
+    """``auto`` picks Winograd for the forward and input gradient of a 3x3 stride-1 conv with
+    enough channels and tiles, never for its weight gradient, thin or grouped convs, or
+    weights over the limit."""
+    calls = []
+    real = cpu_kernels.conv_winograd.forward_into
+    monkeypatch.setattr(cpu_kernels.conv_winograd, "forward_into",
+                        lambda *a, **k: calls.append(a[1].shape) or real(*a, **k))
+    by_id = {geo.id: geo for geo in GEOMETRIES}
+    _ours(by_id["3x3_winograd_rule"], *_operands(by_id["3x3_winograd_rule"], "float32"))
+    assert calls == [(32, 32, 3, 3), (32, 32, 3, 3)]         # forward, input gradient
+    calls.clear()
+    for name in ("3x3_uneven_padding", "3x3_groups", "depthwise"):
+        _ours(by_id[name], *_operands(by_id[name], "float32"))
+    assert calls == []
+    big = (autotune.WINOGRAD_MAX_WEIGHTS // 32 + 1, 32, 3, 3)
+    assert autotune.conv_rule("forward", (8, 32, 56, 56), big, 1, (1, 1),
+                              (1, 1, 1, 1), (1, 1)) == "gemm"
+    assert autotune.conv_rule("forward", (1, 64, 8, 8), (64, 64, 3, 3), 1, (1, 1),
+                              (1, 1, 1, 1), (1, 1)) == "gemm"            # 4 tiles
+    assert autotune.conv_rule("forward", (1, 64, 56, 56), (64, 64, 3, 3), 1, (1, 1),
+                              (1, 1, 1, 1), (1, 1)) == "winograd"
 
 
 def test_direct_loops_are_deterministic_and_write_every_element():
@@ -265,3 +315,41 @@ def test_patch_scratch_is_reused_and_never_leaks_into_results():
         assert np.array_equal(first[name], kept[name]), name
         assert not np.array_equal(first[name], second[name]), name
         assert not np.may_share_memory(first[name], scratch), name
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_im2col_row_copies_equal_the_offset_table_bit_for_bit(seed):
+    """``im2col_images`` copies row by row where its offset table would be large
+    (``ROWS_MIN_TABLE``); both forms give the same patches for any geometry (padding on
+    every side, stride, dilation, windows past the input)."""
+    nb = numba_module("conv_numba")
+    rng = np.random.default_rng(seed)
+    for _ in range(15):
+        kh, kw = (int(v) for v in rng.integers(1, 6, size=2))
+        sh, sw, dh, dw = (int(v) for v in rng.integers(1, 4, size=4))
+        pt, pb, pl, pr = (int(v) for v in rng.integers(0, 4, size=4))
+        h, w = int(rng.integers(1, 20)), int(rng.integers(1, 40))
+        ho = (h + pt + pb - dh * (kh - 1) - 1) // sh + 1
+        wo = (w + pl + pr - dw * (kw - 1) - 1) // sw + 1
+        if ho < 1 or wo < 1:
+            continue
+        x = rng.standard_normal(2 * 3 * h * w).astype(np.float32)
+        table = np.full(2 * 3 * kh * kw * ho * wo, np.nan, np.float32)
+        rows = table.copy()
+        geometry = (2, 3, h, w, ho, wo, kh, kw, sh, sw, pt, pl, dh, dw)
+        nb.im2col_images(x, table, *geometry)         # small: the table form
+        nb._im2col_rows(x, rows, *geometry)
+        assert np.array_equal(table, rows), geometry
+
+
+def test_large_patch_matrices_take_the_row_copies_and_match_the_reference():
+    """A 7x7 stem over a 150x150 image has a table over ``ROWS_MIN_TABLE``: conv2d then
+    copies rows, and still matches the numpy reference kernel."""
+    nb = numba_module("conv_numba")
+    geo = Geometry("stem", (1, 2, 150, 150), (4, 2, 7, 7), stride=(2, 2), padding=(3, 3, 3, 3))
+    assert 49 * 75 * 75 > nb.ROWS_MIN_TABLE
+    x, w, _ = _operands(geo, "float64")
+    with dg.config.override(conv_algorithm="gemm"):
+        got = cpu_kernels.conv2d(np, x, w, **geo.attrs())
+    np.testing.assert_allclose(got, conv._conv2d_kernel(np, x, w, **geo.attrs()), rtol=1e-12,
+                               atol=1e-12)

@@ -24,7 +24,8 @@ Everything CPU-specific lives here, beside the ops rather than inside them:
   selection in one pass), ``conv_numba.py`` (pooling, im2col),
   ``conv_direct.py`` (direct convolutions for one input channel per group: depthwise, the
   first layer) and ``norm_numba.py`` (hand-written numba loops, imported only where numba is
-  installed). Which conv2d algorithm runs is decided in ``autotune.py``
+  installed); ``conv_winograd.py`` (Winograd F(4x4, 3x3) for 3x3 stride-1 convs, numpy and
+  BLAS). Which conv2d algorithm runs is decided in ``autotune.py``
   (``config.conv_algorithm``).
 
 The switches these read (``fused_strategy``, ``numba``, ``cblas``, ``matmul_swap``...) are

@@ -132,32 +132,73 @@ def use_swap(a, b) -> bool:
 # conv2d, its input gradient and its weight gradient each run one of (``conv_algorithms``):
 # - "gemm": im2col patches (numba copies) and BLAS products (kernels.py), any shape;
 # - "direct": numba loops over zero-bordered planes (conv_direct.py), where each group has
-#   one input channel (the first layer of a 1-channel image model, depthwise convolutions).
-# The two differ in the last bits (sums in other orders). ``config.conv_algorithm``:
+#   one input channel (the first layer of a 1-channel image model, depthwise convolutions);
+# - "winograd": Winograd F(4x4, 3x3) transforms and 36 BLAS products (conv_winograd.py), for
+#   the forward and the input gradient of a 3x3, stride-1, undilated, ungrouped conv (the
+#   input gradient is then the forward of the flipped kernel over the cotangent, padded by
+#   2 - padding, so where every padding is at most 2).
+# They differ in the last bits (sums in other orders; Winograd's transforms in a few more:
+# tests/test_conv_algos.py bounds each). ``config.conv_algorithm``:
 # - "auto" (the default): the fixed rule ``conv_rule`` below, from the shapes alone, so a
 #   result never depends on the clock (two processes give the same bits);
 # - "benchmark": each applicable algorithm timed once per (pass, shapes, geometry, dtype) on
 #   the first operands (best of 3, interleaved), the fastest kept, as cuDNN's benchmark mode
 #   does: an opt-in, since two processes may then differ in the last bits;
-# - "direct" / "gemm": that algorithm wherever it applies (tests force each in turn), the
-#   rule elsewhere.
+# - "direct" / "gemm" / "winograd": that algorithm wherever it applies (tests force each in
+#   turn), the rule elsewhere.
 _conv_choice: Dict[tuple, str] = {}
 
+# Winograd's rule: both channel counts at least WINOGRAD_MIN_CHANNELS (thin products run far
+# below BLAS speed, and the issue-24 CNN's 16-channel layers stay on GEMM), their product at
+# most WINOGRAD_MAX_WEIGHTS (the weight is transformed at every call, 4x its size: (1, 512,
+# 7, 7) by 512 measured 10 ms against GEMM's 6), and at least WINOGRAD_MIN_TILES 4x4 output
+# tiles over the batch. Measured on one thread, loaded 2-core AMD EPYC, CPU time, best of 3,
+# Winograd against GEMM: (1, 64, 56, 56) by 64: 3.9-4.4 ms against 5.5-7.3; (1, 128, 28, 28)
+# by 128: 2.7-4.2 against 4.8-5.3; (8, 256, 14, 14) by 256: 26-31 against 36-37; (1, 256,
+# 14, 14) by 256 (16 tiles): 8.7 against 4.9, (8, 512, 7, 7) by 512: 54 against 45 (left to
+# GEMM by the rule).
+WINOGRAD_MIN_CHANNELS = 32
+WINOGRAD_MAX_WEIGHTS = 256 * 256
+WINOGRAD_MIN_TILES = 32
 
-def conv_algorithms(w_shape, groups: int) -> tuple:
-    """The algorithms that compute a conv2d (or a gradient) with weight ``w_shape``."""
-    return ("direct", "gemm") if w_shape[1] == 1 else ("gemm",)
+
+def winograd_applies(kind: str, w_shape, groups: int, stride, padding, dilation) -> bool:
+    """Whether the Winograd transforms compute this conv2d pass (see above)."""
+    if kind == "weight_grad" or groups != 1 or tuple(w_shape[2:]) != (3, 3):
+        return False
+    if tuple(stride) != (1, 1) or tuple(dilation) != (1, 1):
+        return False
+    return kind == "forward" or max(padding) <= 2
 
 
-def conv_rule(kind: str, x_shape, w_shape, groups: int) -> str:
+def conv_algorithms(kind: str, w_shape, groups: int, stride=(1, 1), padding=(0, 0, 0, 0),
+                    dilation=(1, 1)) -> tuple:
+    """The algorithms that compute conv2d pass ``kind`` with weight ``w_shape``."""
+    found = ("direct", "gemm") if w_shape[1] == 1 else ("gemm",)
+    if winograd_applies(kind, w_shape, groups, stride, padding, dilation):
+        found += ("winograd",)
+    return found
+
+
+def conv_rule(kind: str, x_shape, w_shape, groups: int, stride=(1, 1), padding=(0, 0, 0, 0),
+              dilation=(1, 1)) -> str:
     """The default choice. Direct loops for depthwise and other one-channel groups (im2col
     copies kh*kw patches there to multiply each by a one-row matrix: GEMM measured 8-16x
     slower than these loops on (8, 96, 56, 56) depthwise 3x3, the loops within 0.95-1.25x
     of PyTorch); for a single input channel (groups = 1, the first layer of the issue-24
     CNN, (64, 1, 28, 28) -> 16) the direct weight gradient (1.5 ms against GEMM's 2.0)
     but GEMM's forward and input gradient (1.3 and 1.5 ms against 1.9 and 1.8). Measured
-    on one thread, alternating rounds, on a loaded 2-core AMD EPYC (AVX2)."""
+    on one thread, alternating rounds, on a loaded 2-core AMD EPYC (AVX2). Winograd where
+    it applies within the limits above (``x_shape``: the pass's input, or for the input
+    gradient the input it computes the gradient of)."""
     if w_shape[1] != 1:
+        if (winograd_applies(kind, w_shape, groups, stride, padding, dilation)
+                and min(w_shape[0], w_shape[1]) >= WINOGRAD_MIN_CHANNELS
+                and w_shape[0] * w_shape[1] <= WINOGRAD_MAX_WEIGHTS):
+            h = x_shape[2] + padding[0] + padding[1] - 2
+            w = x_shape[3] + padding[2] + padding[3] - 2
+            if x_shape[0] * -(-h // 4) * -(-w // 4) >= WINOGRAD_MIN_TILES:
+                return "winograd"
         return "gemm"
     return "direct" if groups > 1 or kind == "weight_grad" else "gemm"
 
@@ -166,19 +207,23 @@ def conv_algorithm(kind: str, key: tuple, x_shape, w_shape, groups: int,
                    runners: Callable[[], Dict[str, Callable[[], object]]]) -> str:
     """The algorithm for conv2d pass ``kind`` ("forward", "input_grad", "weight_grad") of
     these shapes, as ``config.conv_algorithm`` asks; ``key`` holds the rest of the geometry
-    and the dtype; ``runners()`` gives a zero-argument callable per applicable algorithm
-    (called only to time them)."""
+    (stride, padding, dilation) and the dtype; ``runners()`` gives a zero-argument callable
+    per applicable algorithm (called only to time them)."""
     mode = options.conv_algorithm
-    applicable = conv_algorithms(w_shape, groups)
+    geometry = key[:3]
+    applicable = conv_algorithms(kind, w_shape, groups, *geometry)
     if mode in applicable:
         return mode
     if mode != "benchmark" or len(applicable) == 1:
-        return conv_rule(kind, x_shape, w_shape, groups)
+        return conv_rule(kind, x_shape, w_shape, groups, *geometry)
     full = (kind, tuple(x_shape), tuple(w_shape), groups) + key
     choice = _conv_choice.get(full)
     if choice is None:
         run = runners()
-        choice = "direct" if runs_faster(run["direct"], run["gemm"], 3, 1.0) else "gemm"
+        choice = "gemm"                 # each other algorithm against the fastest so far
+        for other in applicable:
+            if other != "gemm" and runs_faster(run[other], run[choice], 3, 1.0):
+                choice = other
         if len(_conv_choice) > 1024:
             _conv_choice.clear()
         _conv_choice[full] = choice

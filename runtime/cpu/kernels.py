@@ -6,8 +6,10 @@ reference kernel, so the two never drift apart; tests check that both give the s
 (``dg.config.override(numba=False)`` runs the reference where numba would), except conv2d's
 direct loops, which sum in another order (tests/test_conv_algos.py bounds the difference).
 
-- conv2d and its gradients: direct numba loops (``conv_direct``) or patch copies (im2col,
-  col2im, numba loops in ``conv_numba``) and BLAS, as ``autotune.conv_algorithm`` picks;
+- conv2d and its gradients: direct numba loops (``conv_direct``), patch copies (im2col,
+  col2im, numba loops in ``conv_numba``) and BLAS, or Winograd transforms and BLAS
+  (``conv_winograd``: forward and input gradient of 3x3 stride-1 convs), as
+  ``autotune.conv_algorithm`` picks;
   the forward and the input gradient per image, as batched matmuls on NCHW arrays as they
   are (no transposing copies); ``*_into`` forms write into the planned runtime's buffers.
 - max pooling, its backward and gather: numba loops; without numba, the backward of
@@ -28,7 +30,7 @@ import numpy as np
 from ...graphlib.ops import conv, elementwise, linalg, nn, reduction
 from ...graphlib.ops import shape as shape_ops
 from ...graphlib.ops._common import promoting_kernel
-from . import autotune, blas_reduce
+from . import autotune, blas_reduce, conv_winograd
 from .numba_support import numba_module
 from . import select
 from .select import UINT_OF_SIZE
@@ -149,10 +151,14 @@ def conv2d_into(nb, x, w, b, stride, padding, dilation, groups, out) -> None:
         return {"direct": lambda: _conv2d_direct_into(nb, x, w, stride, padding, dilation,
                                                       scratch),
                 "gemm": lambda: _conv2d_gemm_into(nb, x, w, stride, padding, dilation,
-                                                  groups, scratch)}
-    if _algorithm("forward", x.shape, w, stride, padding, dilation, groups, out.dtype,
-                  runners) == "direct":
+                                                  groups, scratch),
+                "winograd": lambda: _conv2d_winograd_into(x, w, padding, scratch)}
+    algorithm = _algorithm("forward", x.shape, w, stride, padding, dilation, groups,
+                           out.dtype, runners)
+    if algorithm == "direct":
         _conv2d_direct_into(nb, x, w, stride, padding, dilation, out)
+    elif algorithm == "winograd":
+        _conv2d_winograd_into(x, w, padding, out)
     else:
         _conv2d_gemm_into(nb, x, w, stride, padding, dilation, groups, out)
     if b is not None:
@@ -167,6 +173,10 @@ def _conv2d_direct_into(nb, x, w, stride, padding, dilation, out) -> None:
                         _flat(w.astype(out.dtype, copy=False)), out.reshape(-1),
                         *_direct_geometry(x.shape, w.shape, stride, padding, dilation,
                                           out.shape[2:]))
+
+
+def _conv2d_winograd_into(x, w, padding, out) -> None:
+    conv_winograd.forward_into(x.astype(out.dtype, copy=False), w, padding, out)
 
 
 def _conv2d_gemm_into(nb, x, w, stride, padding, dilation, groups, out) -> None:
@@ -222,10 +232,14 @@ def conv2d_input_grad_into(nb, g, w, stride, padding, dilation, groups, gx) -> N
         return {"direct": lambda: _input_grad_direct_into(nb, g, w, stride, padding,
                                                           dilation, scratch),
                 "gemm": lambda: _input_grad_gemm_into(nb, g, w, stride, padding, dilation,
-                                                      groups, scratch)}
-    if _algorithm("input_grad", gx.shape, w, stride, padding, dilation, groups, gx.dtype,
-                  runners) == "direct":
+                                                      groups, scratch),
+                "winograd": lambda: _input_grad_winograd_into(g, w, padding, scratch)}
+    algorithm = _algorithm("input_grad", gx.shape, w, stride, padding, dilation, groups,
+                           gx.dtype, runners)
+    if algorithm == "direct":
         _input_grad_direct_into(nb, g, w, stride, padding, dilation, gx)
+    elif algorithm == "winograd":
+        _input_grad_winograd_into(g, w, padding, gx)
     else:
         _input_grad_gemm_into(nb, g, w, stride, padding, dilation, groups, gx)
 
@@ -235,6 +249,14 @@ def _input_grad_direct_into(nb, g, w, stride, padding, dilation, gx) -> None:
                            _flat(w.astype(gx.dtype, copy=False)), gx.reshape(-1),
                            *_direct_geometry(gx.shape, w.shape, stride, padding, dilation,
                                              g.shape[2:]))
+
+
+def _input_grad_winograd_into(g, w, padding, gx) -> None:
+    """The input gradient of a 3x3 stride-1 conv is the forward conv of the cotangent by the
+    kernel flipped in space with its channel axes swapped, padded by 2 - padding."""
+    flipped = w[:, :, ::-1, ::-1].swapaxes(0, 1).astype(gx.dtype, copy=False)
+    conv_winograd.forward_into(g.astype(gx.dtype, copy=False), flipped,
+                               tuple(2 - p for p in padding), gx)
 
 
 def _input_grad_gemm_into(nb, g, w, stride, padding, dilation, groups, gx) -> None:

@@ -39,8 +39,9 @@ cpu.conv_algorithm     DUOGRAPH_CONV_ALGORITHM    auto      conv2d and its gradi
                                                             fixed rule per shape, see
                                                             ``autotune.py``), benchmark (timed
                                                             once per shape: two processes may
-                                                            differ in the last bits), direct
-                                                            or gemm (forced where it applies)
+                                                            differ in the last bits), direct,
+                                                            gemm or winograd (forced where it
+                                                            applies)
 =====================  =========================  ========  =====================================
 """
 from __future__ import annotations
@@ -80,9 +81,11 @@ register_options(NAME, (
            "exact", "DUOGRAPH_MATMUL_SWAP",
            "small-batch x @ W.T as (W @ x.T).T: exact (where faster and bit-identical), "
            "off, on, auto (timed: not reproducible)"),
-    Option("conv_algorithm", choice("auto", "benchmark", "direct", "gemm"), "auto",
+    Option("conv_algorithm", choice("auto", "benchmark", "direct", "gemm", "winograd"),
+           "auto",
            "DUOGRAPH_CONV_ALGORITHM",
-           "conv2d kernels: auto (fixed rule), benchmark (timed per shape), direct, gemm"),
+           "conv2d kernels: auto (fixed rule), benchmark (timed per shape), direct, gemm, "
+           "winograd"),
 ))
 
 # the section of the process-wide config (the same object for the life of the process)
