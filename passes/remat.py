@@ -315,9 +315,12 @@ def rematerialize(graph: Graph, budget_bytes: int, shapes: Optional[Mapping[str,
         score = _score(live, alignment)
         if best is None or score[0] < best[0]:
             best = (score[0], len(undos))
-        _, arena, _ = assign_offsets(live.buffers(alignment), score[0], search_steps=50)
-        if arena <= budget_bytes or len(undos) == max_rewrites:
+        if len(undos) == max_rewrites:
             break
+        if budget_bytes > 0:        # (no arena fits a budget of 0: no need to lay one out)
+            _, arena, _ = assign_offsets(live.buffers(alignment), score[0], search_steps=50)
+            if arena <= budget_bytes:
+                break
         step = live.profile(alignment).index(score[0])
         found = _candidates(graph, live, step, alignment, fusable_only)
         for _, _, value, late, chain in found[:max_tries]:

@@ -176,3 +176,37 @@ def test_compile_recomputes_the_region_in_the_backward_executable(dropout, passe
     # copies read (at most all of them)
     kept_per_block = ACTIVATION_BYTES * (2 if dropout else 1)
     assert saved[False] - saved[True] >= LAYERS * kept_per_block - weights, saved
+
+
+def _transformer_step(marked: bool):
+    dg.manual_seed(0)
+    blocks = [nn.TransformerEncoderLayer(32, 4, 64, dropout=0.1, batch_first=True)
+              for _ in range(2)]
+    params = [p for b in blocks for p in b.parameters()]
+    with dg.Graph("step") as g:
+        x = dg.placeholder("x", (4, 32, 32))
+        h = x
+        for b in blocks:
+            h = checkpoint(b, h, use_reentrant=False) if marked else b(h)
+        grads = dg.grad(dg.sum(h * h), [g.bind_state(p) for p in params])
+    g.outputs = list(grads)
+    return g
+
+
+@pytest.mark.slow
+def test_o2_policy_on_an_unmarked_transformer_never_adds_memory_or_kernels():
+    feeds = {"x": np.random.default_rng(0).standard_normal((4, 32, 32)).astype(np.float32)}
+    without = _transformer_step(False).compile(passes=NO_REMAT)
+    plain = _transformer_step(False).compile(passes="O2")
+    marked = _transformer_step(True).compile(passes="O2")
+    ref = without.run(feeds)
+    for exe in (plain, marked):
+        _assert_same(ref, exe.run(feeds), exact=False)      # dropout masks included
+    assert plain.kernel_count == without.kernel_count
+    assert plain.memory_plan.lower_bound_bytes <= without.memory_plan.lower_bound_bytes
+    # the checkpointed layers keep neither their attention probabilities nor their
+    # feed-forward activations for backward: at least one layer's (batch 4, 4 heads,
+    # 32x32 probabilities, 32x64 feed-forward hidden values) fewer at the peak
+    one_layer = 4 * (4 * 32 * 32 + 32 * 64) * 4
+    drop = plain.memory_plan.lower_bound_bytes - marked.memory_plan.lower_bound_bytes
+    assert drop >= one_layer, (drop, one_layer)
