@@ -120,10 +120,14 @@ def recompute_checkpointed(graph: Graph) -> PassResult:
         inside = set(nodes)
         late: Dict[Value, List[Node]] = {}
         for n in nodes:
+            if n.op.constant:           # prepared once, outside the arena (CSE may share it)
+                continue
             for v in n.outputs:
                 if v in kept or _region_output(v, outputs):
                     continue
-                readers = [u for u in v.uses if u not in inside]
+                # readers outside: in no checkpointed region (another region's nodes are
+                # forward ones: they read the value itself)
+                readers = [u for u in v.uses if u not in inside and region_of(u) is None]
                 if readers:
                     late[v] = readers
         if not late:
@@ -137,7 +141,8 @@ def recompute_checkpointed(graph: Graph) -> PassResult:
                 continue
             need.add(node)
             for x in node.inputs:
-                if x.node in inside and x not in kept and not _region_output(x, outputs):
+                if x.node in inside and x not in kept and not x.node.op.constant and \
+                        not _region_output(x, outputs):
                     stack.append(x)
         if max(pos[n] for n in need) >= at or any(n.regions for n in need):
             continue
