@@ -57,9 +57,10 @@ def in_float32(kernel: Callable) -> Callable:
             return kernel(xp, *arrays, **attrs)
         wide = [a.astype(_F32) if a is not None and a.dtype == half else a for a in arrays]
         res = kernel(xp, *wide, **attrs)
-        if isinstance(res, tuple):
-            return tuple(r.astype(half) if r.dtype == _F32 else r for r in res)
-        return res.astype(half) if res.dtype == _F32 else res
+        with np.errstate(over="ignore"):     # (too large for the half dtype: inf, silently)
+            if isinstance(res, tuple):
+                return tuple(r.astype(half) if r.dtype == _F32 else r for r in res)
+            return res.astype(half) if res.dtype == _F32 else res
 
     def direct(in_dtypes):
         if any(np.dtype(d) in HALF_NP for d in in_dtypes):
@@ -109,19 +110,8 @@ def elementwise_in_float32(kernel: Callable) -> Callable:
         flat = [a.reshape(-1) if isinstance(a, np.ndarray) and a.ndim else a for a in arrays]
         size = flat[next(i for i, a in enumerate(flat) if isinstance(a, np.ndarray)
                          and a.ndim)].shape[0]
-        out = None
-        for start in range(0, size, CHUNK):
-            stop = min(start + CHUNK, size)
-            part = [a[start:stop].astype(_F32) if isinstance(a, np.ndarray) and a.ndim and
-                    a.dtype == half else a[start:stop] if isinstance(a, np.ndarray) and a.ndim
-                    else a for a in flat]
-            res = np.asarray(kernel(xp, *part, **attrs))
-            if out is None:
-                if res.shape != (stop - start,):
-                    return whole(xp, *arrays, **attrs)      # not elementwise after all
-                out = np.empty(size, half if res.dtype == _F32 else res.dtype)
-            out[start:stop] = res          # float32 -> half: rounded to nearest-even
-        return out.reshape(shape)
+        with np.errstate(over="ignore"):     # (too large for the half dtype: inf, silently)
+            return _chunks(kernel, xp, flat, attrs, half, size, shape, whole, arrays)
 
     def direct(in_dtypes):
         if any(np.dtype(d) in HALF_NP for d in in_dtypes):
@@ -132,3 +122,20 @@ def elementwise_in_float32(kernel: Callable) -> Callable:
     run.__name__ = getattr(kernel, "__name__", "kernel") + "_in_float32"
     run.__doc__ = kernel.__doc__
     return run
+
+
+def _chunks(kernel, xp, flat, attrs, half, size, shape, whole, arrays):
+    """``kernel`` over ``flat`` (the operands as 1-d arrays or numbers) ``CHUNK`` elements at
+    a time, half operands upcast per chunk, float32 results rounded into a half output."""
+    out = None
+    for start in range(0, size, CHUNK):
+        stop = min(start + CHUNK, size)
+        part = [(a[start:stop].astype(_F32) if a.dtype == half else a[start:stop])
+                if isinstance(a, np.ndarray) and a.ndim else a for a in flat]
+        res = np.asarray(kernel(xp, *part, **attrs))
+        if out is None:
+            if res.shape != (stop - start,):
+                return whole(xp, *arrays, **attrs)      # not elementwise after all
+            out = np.empty(size, half if res.dtype == _F32 else res.dtype)
+        out[start:stop] = res          # float32 -> half: rounded to nearest-even
+    return out.reshape(shape)
