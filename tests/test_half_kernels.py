@@ -1,6 +1,7 @@
 """Half-precision elementwise ops and reductions on the CPU compute in float32 and round
-once (``runtime/cpu/half.py``): results equal the float32 computation rounded to the half
-dtype, bit for bit, in cache-sized chunks and on broadcast or strided operands alike."""
+once (``runtime/cpu/half.py``): results equal the float32 computation rounded to
+the half dtype, bit for bit, in cache-sized chunks (bfloat16), whole arrays (float16) and on
+broadcast or strided operands alike; reductions accumulate in float32."""
 import ml_dtypes
 import numpy as np
 import pytest

@@ -13,7 +13,11 @@ std, logsumexp, amax/amin...) do the same (``elementwise_in_float32``, ``in_floa
 ml_dtypes' bfloat16 loops convert every element through float32 one call at a time (tanh
 measured ~9x slower than float32's), and numpy's float16 transcendental loops call the
 float32 function per element. Elementwise operands of one shape are converted, computed and
-rounded back in chunks of ``CHUNK`` elements, so the float32 copies stay in cache. Each result
+rounded back in chunks of ``CHUNK`` elements, so the float32 copies stay in cache (bfloat16;
+float16 converts whole arrays: numpy's float16 <-> float32 casts measured slower in chunks.
+numpy's own float16 add is about twice as fast as the three conversions, but a composite
+kernel (sigmoid, gelu...) on float16 would round after every ufunc, 2 ulps from PyTorch's
+single rounding, so float16 goes through float32 too). Each result
 is the float32 result rounded once to nearest-even: what PyTorch's CPU kernels for these
 dtypes compute (bit for bit
 where PyTorch applies the same float32 operation (+, -, *, /, comparisons...) and rounds;
@@ -30,6 +34,7 @@ from ...graphlib.kernels import direct_kernel
 HALF_NP = frozenset(np.dtype(n) for n in ("bfloat16", "float16"))
 _WIDE = frozenset(np.dtype(n) for n in ("float32", "float64"))
 _F32 = np.dtype("float32")
+_BF16 = np.dtype("bfloat16")
 
 
 def _half_of(arrays):
@@ -104,7 +109,7 @@ def elementwise_in_float32(kernel: Callable) -> Callable:
         half = _half_of(arrays)
         if half is None or xp is not np:
             return kernel(xp, *arrays, **attrs)
-        shape = _chunkable(arrays, half)
+        shape = _chunkable(arrays, half) if half == _BF16 else ()
         if not shape:
             return whole(xp, *arrays, **attrs)
         flat = [a.reshape(-1) if isinstance(a, np.ndarray) and a.ndim else a for a in arrays]
