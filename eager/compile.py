@@ -540,6 +540,8 @@ class CompiledFunction:
                 # a gradient that is an input as it is (y = x: dx = ct) gets a node of its own
                 grads = [gv if gv in made else reshape_op(gv, shape=tuple(gv.shape))
                          for gv in grads]
+            for hook in rec.on_backward:     # e.g. checkpointed regions made again
+                hook(g)
             bwd_nodes = g.nodes[n_forward:]
             bg, boundary, mapping = extract(bwd_nodes, f"{g.name}_backward")
             bg.outputs = [mapping[gv] for gv in grads]

@@ -66,6 +66,12 @@ class Recorder:
         # modified in place and that are neither state nor bound (bind=True only)
         self.input_updates: List[tuple] = []
         self.decision_values: List[Value] = []   # see _note_use
+        # hooks a higher layer registers (duograph.utils.checkpoint marks its regions):
+        # on_build(rec) runs when the graph is built; on_backward(graph) when compile has
+        # appended the backward nodes to it, before splitting it into forward and backward
+        self.on_build: List = []
+        self.on_backward: List = []
+        self._built: Dict[int, Node] = {}    # index of an "op" entry -> the node built for it
 
     # called by eager_apply for every op executed while the block is open
     def _add(self, node, outs, raw_inputs) -> None:
@@ -171,7 +177,7 @@ class Recorder:
         made: List[Tensor] = []
         views: Dict[Tensor, tuple] = {}   # view tensor -> (op name, base tensor)
         written: Dict[Value, tuple] = {}  # outside Value -> (Value, Tensor) written in place
-        for entry in self._entries:
+        for index, entry in enumerate(self._entries):
             if entry[0] == "use":
                 self.decision_values.append(self._lookup(g, entry[1]))
                 continue
@@ -215,6 +221,7 @@ class Recorder:
             new.outputs = tuple(Value(TensorType(o.shape, o.dtype), new, i, g)
                                 for i, o in enumerate(outs))
             g.append(new)
+            self._built[index] = new
             carries = grad_on and op.vjp is not None and any(
                 v in self._carries for i, v in enumerate(in_vals)
                 if i not in op.nondiff_inputs)
@@ -243,6 +250,20 @@ class Recorder:
         g.outputs = [values[o] for o in made if values[o] not in consumed
                      and values[o].node is not None]
         self._graph = g
+        for hook in self.on_build:
+            hook(self)
+
+    def position(self) -> int:
+        """Where the recording is now (an index of what it noted), for ``built_nodes``."""
+        return len(self._entries)
+
+    def built_nodes(self, start: int, end: int) -> List[Node]:
+        """The graph's nodes built for the ops recorded between two ``position()``s."""
+        return [self._built[i] for i in range(start, end) if i in self._built]
+
+    def value_if_any(self, t: Tensor) -> Optional[Value]:
+        """The Value of ``rec.graph`` standing for ``t``, or None."""
+        return self._values.get(t)
 
     def carries_gradient(self, v: Value) -> bool:
         """Whether a gradient can flow through ``v`` (as it could through its tensor)."""

@@ -11,7 +11,9 @@ kernels, planned bytes, time). The passes, one file each:
 - ``loops.py``: loop-invariant code motion out of loop bodies (ops declaring
   ``loop_invariant_from``);
 - ``schedule.py``: memory-aware scheduling (another topological order with a lower peak);
-- ``remat.py``: rematerialisation under a memory budget (opt-in, not in O2);
+- ``remat.py``: rematerialisation: in O2 (``remat``), checkpointed regions made again for
+  backward and cheap elementwise values recomputed inside the kernels that read them late
+  where the planned peak drops; with a memory budget (``rematerialize``), opt-in;
 - ``memory.py``: liveness, the greedy-by-size arena planner and its verifier. The planner is
   not a graph rewrite: ``duograph.compile`` hands it to the runtime, which plans once per
   input shape signature (``exe.memory_plan``);
@@ -29,7 +31,7 @@ from .manager import (PASSES, PIPELINES, PassManager, Pipeline, kernel_count, op
                       register_pass)
 from .loops import loop_invariant_code_motion
 from .memory import MemoryPlan, MemoryPlanError, plan_memory, verify_plan
-from .remat import rematerialize
+from .remat import recompute_checkpointed, rematerialize
 from .result import PassResult
 from .schedule import memory_aware_schedule
 
@@ -38,4 +40,4 @@ __all__ = ["PassManager", "PassResult", "Pipeline", "pipeline_plans", "PASSES", 
            "kernel_count", "dead_code_elimination", "common_subexpression_elimination",
            "constant_folding", "algebraic_simplification", "fuse_elementwise", "fused_nodes",
            "memory_aware_schedule", "rematerialize", "plan_memory", "verify_plan",
-           "MemoryPlan", "MemoryPlanError", "loop_invariant_code_motion"]
+           "MemoryPlan", "MemoryPlanError", "loop_invariant_code_motion", "recompute_checkpointed"]

@@ -28,6 +28,7 @@ from .cleanup import (algebraic_simplification, common_subexpression_elimination
 from .fusion import fuse_elementwise
 from .loops import loop_invariant_code_motion
 from .memory import peak_live_bytes
+from .remat import remat_o2
 from .result import PassResult
 from .schedule import memory_aware_schedule
 
@@ -43,6 +44,7 @@ PASSES: Dict[str, PassFn] = {
     "licm": loop_invariant_code_motion,
     "ddp_buckets": bucket_all_reduces,
     "casts": remove_redundant_casts,
+    "remat": remat_o2,
 }
 
 class Pipeline:
@@ -69,12 +71,14 @@ class Pipeline:
 # The pipelines, in order. O2 grows with fusion and memory planning. CSE runs again after
 # licm: nodes hoisted out of several loop bodies (one weight's transpose per body) are equal.
 # casts drops what autocast left redundant (after CSE merged repeated casts of one value).
-# ddp_buckets groups data-parallel gradient all-reduces (a no-op without them).
+# ddp_buckets groups data-parallel gradient all-reduces (a no-op without them). remat makes
+# checkpointed regions' values again for backward (and cheap ones inside the kernels that read
+# them late), after the last CSE (which would merge the copies back) and before fusion.
 PIPELINES: Dict[str, Pipeline] = {
     "O0": Pipeline([]),
     "O1": Pipeline(["dce", "fold", "simplify", "cse", "casts", "licm", "cse", "dce"]),
     "O2": Pipeline(["dce", "fold", "simplify", "cse", "casts", "licm", "cse", "simplify", "dce",
-                    "ddp_buckets", "fuse", "schedule"],
+                    "ddp_buckets", "remat", "fuse", "schedule"],
                    plan=True),
 }
 

@@ -196,7 +196,6 @@ def analyse(graph: Graph, nodes: Optional[Sequence[Node]] = None,
     outs = list(graph.outputs if outputs is None else outputs)
     shapes = dict(shapes or {})
     live = Liveness(order, len(order), outputs=outs)
-    names = printed_names(graph)
     for i, node in enumerate(order):
         for x in node.inputs:
             live.last[x] = i
@@ -209,7 +208,11 @@ def analyse(graph: Graph, nodes: Optional[Sequence[Node]] = None,
                 live.dynamic.add(key)           # its kernel allocates it, each run
                 live.sizes[key] = 0
                 continue
-            live.sizes[key] = value_nbytes(o, shapes, names.get(key, ""), default_dim)
+            try:
+                live.sizes[key] = value_nbytes(o, shapes, "", default_dim)
+            except MemoryPlanError:         # named as print(graph) names it (costly: only now)
+                value_nbytes(o, shapes, printed_names(graph).get(key, ""), default_dim)
+                raise
             if view:
                 live.views[key] = node.inputs[0]
             elif node.op.external:

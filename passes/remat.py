@@ -1,18 +1,33 @@
-"""Rematerialisation: recompute cheap values near their late uses instead of keeping them.
+"""Rematerialisation: recompute values near their late uses instead of keeping them.
 
-Opt-in, with a budget: ``rematerialize(graph, budget_bytes)``. Training steps keep forward
-activations alive until the backward pass reads them; when one of them is cheap to make
-again (an elementwise or shape op whose inputs are alive anyway), recomputing it right before
-its late uses frees its bytes across the peak. Ops are pure (random ones too, given their
-seed and stream), so a recomputed value equals the one it replaces.
+Two rewrites, both in the O2 pipeline as the ``remat`` pass (``remat_o2``):
 
-Not in the O2 pipeline (it needs a budget); add it to a pass list as a function:
+- **Checkpointed regions** (``recompute_checkpointed``): the nodes that
+  ``duograph.utils.checkpoint.checkpoint`` built in a graph (graph mode, ``record()``,
+  ``dg.compile``) are a region with inputs and outputs; every value made inside it that a node
+  outside it reads (the backward part of a training step) is made again, by a copy of the
+  region's nodes it comes from, right before the first such reader. The region's interior
+  values then die inside the forward; what stays alive for backward is the region's inputs
+  and outputs, as ``torch.utils.checkpoint`` keeps. Random ops are copied with their seed
+  input and stream, so a recomputed dropout draws the same mask.
+- **Cheap values, unmarked graphs** (``rematerialize(..., fusable_only=True)``): a value an
+  elementwise op makes from values alive anyway at its late readers, all of which are
+  elementwise too (fusion folds the copy into them: no extra pass over memory), is made again
+  there when that lowers the planned peak. It never raises the peak, and the work it adds is
+  one elementwise expression inside a kernel that runs anyway.
+
+``rematerialize(graph, budget_bytes)`` is also usable alone, with a budget, recomputing any
+cheap op (and checkpointed chains) until the arena fits:
 
     exe = graph.compile(passes=["dce", "cse", lambda g: rematerialize(g, 64 << 20)])
+
+Ops are pure (random ones too, given their seed and stream), so a recomputed value equals
+the one it replaces.
 """
 from __future__ import annotations
 
-from typing import Dict, List, Mapping, Optional, Tuple
+import itertools
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..graphlib.ir import Graph, Node, Value
 from ..graphlib.rewrite import make_node
@@ -21,28 +36,148 @@ from .result import PassResult
 from .schedule import ESTIMATE_DIM
 
 
-# Nodes built inside ``duograph.utils.checkpoint.checkpoint`` in graph mode, by uid (uids are
-# unique in the process; a rewritten or cloned node carries its originals' uids in its
-# provenance): the user asked for them to be recomputed rather than kept, whatever they cost.
-CHECKPOINTED: set = set()
+# Nodes built inside ``duograph.utils.checkpoint.checkpoint`` while a graph is built, by uid
+# (uids are unique in the process; a rewritten node carries its originals' uids in its
+# provenance) -> the number of their region: the user asked for them to be recomputed
+# rather than kept, whatever they cost. ``_REGION_OUTPUTS``: per region, the (uid, output
+# index) of the values the checkpointed function returned (None: not known). ``_RECOMPUTED``:
+# the uids of the copies ``recompute_checkpointed`` made (they belong to no region).
+CHECKPOINTED: Dict[int, int] = {}
+_REGION_OUTPUTS: Dict[int, Optional[frozenset]] = {}
+_RECOMPUTED: set = set()
+_region_numbers = itertools.count(1)
 
 
-def mark_checkpointed(nodes) -> None:
-    """Let ``rematerialize`` recompute ``nodes`` (a checkpointed region) like cheap ones."""
-    CHECKPOINTED.update(n.uid for n in nodes)
+def mark_checkpointed(nodes: Sequence[Node], outputs: Optional[Sequence[Value]] = None) -> int:
+    """Make ``nodes`` a checkpointed region whose results are ``outputs`` (the Values the
+    checkpointed function returned): ``recompute_checkpointed`` makes its other values again
+    for their readers outside it, and ``rematerialize`` may recompute its nodes like cheap
+    ones. Returns the region's number."""
+    region = next(_region_numbers)
+    for n in nodes:
+        CHECKPOINTED[n.uid] = region
+    _REGION_OUTPUTS[region] = None if outputs is None else frozenset(
+        (v.node.uid, v.index) for v in outputs if isinstance(v, Value) and v.node is not None)
+    return region
+
+
+def region_of(node: Node) -> Optional[int]:
+    """The checkpointed region ``node`` belongs to (itself or all the nodes it stands for),
+    or None."""
+    if not CHECKPOINTED:
+        return None
+    region = CHECKPOINTED.get(node.uid)
+    if region is not None:
+        return region
+    provenance = node.provenance or ()
+    if any(u in _RECOMPUTED for u in provenance):
+        return None           # a copy made for backward (or a node standing for one)
+    found = {CHECKPOINTED.get(u) for u in provenance}
+    return found.pop() if len(found) == 1 else None
 
 
 def _checkpointed(node: Node) -> bool:
-    if not CHECKPOINTED:
-        return False
-    return node.uid in CHECKPOINTED or any(u in CHECKPOINTED for u in node.provenance or ())
+    return region_of(node) is not None
 
 
-def _cheap(node: Node) -> bool:
+def _region_output(v: Value, outputs: frozenset) -> bool:
+    node = v.node
+    return any((u, v.index) in outputs for u in (node.uid,) + tuple(node.provenance or ()))
+
+
+def recompute_checkpointed(graph: Graph) -> PassResult:
+    """Make each checkpointed region's interior values again for their readers outside the
+    region (``mark_checkpointed``), so only the region's inputs and outputs stay alive.
+
+    Before (``%a`` kept from the forward to the backward):
+        ``%a = tanh(%h0)  # region``; ``%h1 = matmul(%a, %w)  # region, its output``; ...;
+        ``%gw = matmul(transpose(%a), %g)``
+    After (``%a`` dies in the forward; the backward makes ``%a2`` from the region's input):
+        ``%a = tanh(%h0)``; ``%h1 = matmul(%a, %w)``; ...; ``%a2 = tanh(%h0)``;
+        ``%gw = matmul(transpose(%a2), %g)``
+
+    The copies go right before the first outside reader of any of the region's values,
+    as PyTorch recomputes a whole checkpointed function when backward first needs it. A
+    region whose outputs are unknown, whose outside readers come before its end, or that
+    holds nodes with sub-graphs, is left as it is.
+    """
+    order = graph.nodes
+    members: Dict[int, List[Node]] = {}
+    for n in order:
+        region = region_of(n)
+        if region is not None:
+            members.setdefault(region, []).append(n)
+    if not members:
+        return PassResult(graph, False, [])
+    pos = {n: i for i, n in enumerate(order)}
+    kept = set(graph.outputs) | {new for _, new in graph.updates.values()}
+    inserts: Dict[int, List[Node]] = {}
+    regions = made_values = 0
+    for region, nodes in members.items():
+        outputs = _REGION_OUTPUTS.get(region)
+        if outputs is None:
+            continue
+        inside = set(nodes)
+        late: Dict[Value, List[Node]] = {}
+        for n in nodes:
+            if n.op.constant:           # prepared once, outside the arena (CSE may share it)
+                continue
+            for v in n.outputs:
+                if v in kept or _region_output(v, outputs):
+                    continue
+                # readers outside: in no checkpointed region (another region's nodes are
+                # forward ones: they read the value itself)
+                readers = [u for u in v.uses if u not in inside and region_of(u) is None]
+                if readers:
+                    late[v] = readers
+        if not late:
+            continue
+        at = min(pos[u] for readers in late.values() for u in readers)
+        need: set = set()
+        stack = list(late)
+        while stack:
+            node = stack.pop().node
+            if node in need:
+                continue
+            need.add(node)
+            for x in node.inputs:
+                if x.node in inside and x not in kept and not x.node.op.constant and \
+                        not _region_output(x, outputs):
+                    stack.append(x)
+        if max(pos[n] for n in need) >= at or any(n.regions for n in need):
+            continue
+        made: Dict[Value, Value] = {}
+        clones = inserts.setdefault(at, [])
+        for n in sorted(need, key=pos.__getitem__):
+            twin = make_node(n.op, [made.get(x, x) for x in n.inputs], dict(n.attrs), n, graph)
+            twin.provenance = tuple(twin.provenance) + (twin.uid,)
+            _RECOMPUTED.add(twin.uid)
+            made.update(zip(n.outputs, twin.outputs))
+            clones.append(twin)
+        for reader in {u: None for readers in late.values() for u in readers}:
+            reader.inputs = tuple(made[x] if x in late else x for x in reader.inputs)
+        regions += 1
+        made_values += len(late)
+    if not inserts:
+        return PassResult(graph, False, [])
+    nodes: List[Node] = []
+    for i, n in enumerate(order):
+        nodes.extend(inserts.get(i, ()))
+        nodes.append(n)
+    graph.nodes = nodes
+    return PassResult(graph, True, [f"recomputed {made_values} values of {regions} "
+                                    f"checkpointed regions"])
+
+
+def _cheap(node: Node, fusable_only: bool = False) -> bool:
     """Elementwise (not random), a fill or a cast (the op's ``cheap`` trait): about as cheap as
-    reading the value; or inside a checkpointed region (``mark_checkpointed``)."""
-    return len(node.outputs) == 1 and not node.op.random and (
-        node.op.cheap or _checkpointed(node))
+    reading the value; or inside a checkpointed region (``mark_checkpointed``). With
+    ``fusable_only``: an elementwise op outside any checkpointed region."""
+    if len(node.outputs) != 1 or node.op.random:
+        return False
+    if fusable_only:
+        return node.op.elementwise and not _checkpointed(node)
+    return node.op.cheap or _checkpointed(node)
 
 
 def _score(live: Liveness, alignment: int) -> Tuple[int, int]:
@@ -52,10 +187,12 @@ def _score(live: Liveness, alignment: int) -> Tuple[int, int]:
     return peak, profile.count(peak)
 
 
-def _candidates(graph: Graph, live: Liveness, step: int, alignment: int
-                ) -> List[Tuple[int, int, Value, List[int]]]:
+def _candidates(graph: Graph, live: Liveness, step: int, alignment: int,
+                fusable_only: bool = False) -> List[Tuple[int, int, Value, List[int]]]:
     """Values idle across ``step`` that one cheap node could make again after it:
-    (size, gap, value, positions of the late readers), largest first."""
+    (size, gap, value, positions of the late readers), largest first. ``fusable_only``:
+    elementwise values whose late readers are all elementwise and whose inputs are alive
+    there (no chain)."""
     order = live.order
     readers: Dict[Value, List[int]] = {}          # buffer source -> positions reading it
     for i, node in enumerate(order):
@@ -68,15 +205,17 @@ def _candidates(graph: Graph, live: Liveness, step: int, alignment: int
         if key not in live.buffer or key in pinned or not first < step < live.keep[key]:
             continue
         value = key
-        if not _cheap(value.node):
+        if not _cheap(value.node, fusable_only):
             continue
         uses = readers.get(key, [])
         late = [i for i in uses if i > step]
         if not late or step in uses:
             continue
+        if fusable_only and not all(order[i].op.elementwise for i in late):
+            continue
         at = late[0]
         chain = _chain(value, live, at, fed)
-        if chain is not None:
+        if chain is not None and not (fusable_only and chain):
             before = max([i for i in uses if i < step], default=first)
             found.append((align(live.sizes[key], alignment), at - before, value, late, chain))
     found.sort(key=lambda c: (-c[0], -c[1]))
@@ -155,7 +294,8 @@ def _recompute(graph: Graph, live: Liveness, value: Value, late: List[int],
 
 
 def rematerialize(graph: Graph, budget_bytes: int, shapes: Optional[Mapping[str, int]] = None,
-                  alignment: int = 64, max_rewrites: int = 64) -> PassResult:
+                  alignment: int = 64, max_rewrites: int = 64, fusable_only: bool = False,
+                  max_tries: Optional[int] = None) -> PassResult:
     """Recompute cheap long-lived values before their late uses until the planned arena fits
     ``budget_bytes`` or no recomputation lowers the peak.
 
@@ -170,7 +310,8 @@ def rematerialize(graph: Graph, budget_bytes: int, shapes: Optional[Mapping[str,
     constants, or still alive at the late use, and keeps
     the first recomputation that lowers (peak, number of steps at the peak). At the end the
     rewrites made after the peak last went down are undone. Unbound symbolic dims count as
-    ``ESTIMATE_DIM`` unless ``shapes`` binds them.
+    ``ESTIMATE_DIM`` unless ``shapes`` binds them. ``fusable_only`` keeps to the O2 policy
+    (see the module docstring); ``max_tries`` bounds the candidates tried per round.
     """
     undos: list = []                 # the rewrites kept so far, in order
     best: Optional[Tuple[int, int]] = None     # (lowest peak, rewrites kept when reached)
@@ -179,11 +320,15 @@ def rematerialize(graph: Graph, budget_bytes: int, shapes: Optional[Mapping[str,
         score = _score(live, alignment)
         if best is None or score[0] < best[0]:
             best = (score[0], len(undos))
-        _, arena, _ = assign_offsets(live.buffers(alignment), score[0], search_steps=50)
-        if arena <= budget_bytes or len(undos) == max_rewrites:
+        if len(undos) == max_rewrites:
             break
+        if budget_bytes > 0:        # (no arena fits a budget of 0: no need to lay one out)
+            _, arena, _ = assign_offsets(live.buffers(alignment), score[0], search_steps=50)
+            if arena <= budget_bytes:
+                break
         step = live.profile(alignment).index(score[0])
-        for _, _, value, late, chain in _candidates(graph, live, step, alignment):
+        found = _candidates(graph, live, step, alignment, fusable_only)
+        for _, _, value, late, chain in found[:max_tries]:
             undo = _recompute(graph, live, value, late, chain)
             if _score(analyse(graph, shapes=shapes, default_dim=ESTIMATE_DIM),
                       alignment) < score:
@@ -197,3 +342,14 @@ def rematerialize(graph: Graph, budget_bytes: int, shapes: Optional[Mapping[str,
         undos.pop()()
     return PassResult(graph, bool(undos),
                       [f"recomputed {len(undos)} values"] if undos else [])
+
+
+def remat_o2(graph: Graph) -> PassResult:
+    """The O2 ``remat`` pass: every checkpointed region's interior values made again for
+    backward (``recompute_checkpointed``), then cheap elementwise values recomputed inside the
+    elementwise kernels that read them late, where that lowers the planned peak
+    (``rematerialize(..., fusable_only=True)``): never a higher peak, never an extra kernel."""
+    first = recompute_checkpointed(graph)
+    second = rematerialize(graph, 0, fusable_only=True, max_rewrites=16, max_tries=8)
+    return PassResult(graph, first.changed or second.changed,
+                      list(first.notes) + list(second.notes))

@@ -346,7 +346,7 @@ def test_every_pass_has_a_readable_diff_with_source_lines_and_merges_keep_proven
     exe = g.compile(outputs=[y], passes="O2")
     report = exe.pass_report
     assert report.names() == ["dce", "fold", "simplify", "cse", "casts", "licm", "cse#2",
-                              "simplify#2", "dce#2", "ddp_buckets", "fuse", "schedule"]
+                              "simplify#2", "dce#2", "ddp_buckets", "remat", "fuse", "schedule"]
     changed = []
     for name in report.names():
         diff = report.diff(name)

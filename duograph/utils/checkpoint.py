@@ -6,11 +6,19 @@ in the state the forward saw, so dropout draws the same masks, and in the same a
 state) and takes the gradients from the recomputed piece. Eagerly it is one tape node whose
 inputs are ``fn``'s tensor arguments and every outside tensor that requires grad it read
 (weights included: a dispatch interceptor notes them during the forward, so no hidden
-state escapes the gradient). Inside ``record()`` and ``dg.compile`` the function runs as
-it is (a checkpoint node has no IR form; the recorded ops are what gets compiled). In a
-graph being built (graph mode, ``dg.compile``), the
-nodes ``fn`` adds are marked for recomputation (``passes.remat.mark_checkpointed``): the
-``rematerialize`` pass may recompute them, whatever their cost, near their late uses.
+state escapes the gradient).
+
+While a graph is being built (graph mode on Values, ``record()``, ``dg.compile``) the
+function runs once, as it is, and the nodes it adds become a checkpointed region whose
+outputs are what it returns (``passes.remat.mark_checkpointed``). The O2 ``remat`` pass
+(``passes.remat.recompute_checkpointed``) then makes every value of the region that the
+backward part of the graph reads again, from the region's inputs, right before backward
+first needs it: the interior values die in the forward, as PyTorch keeps only the inputs.
+Random ops inside the region are copied with their seed, so dropout draws the same mask.
+Under ``dg.compile`` the copies go into the backward executable (before the forward and
+backward are split), so the forward saves the region's inputs, not its interior; under
+``record()`` and graph mode they are made when the graph runs through O2 (``passes="O2"``,
+or ``passes.remat.recompute_checkpointed`` in a pass list).
 
 Differences from PyTorch: ``use_reentrant=True`` works with ``dg.autograd.grad`` too (the
 recomputation is one node's gradient rule, not a nested backward); ``context_fn``,
@@ -31,7 +39,7 @@ from ..graphlib import autocast as _ac
 from ..graphlib.ir import Value, _local as _graph_local
 from ..graphlib.registry import OpDef
 from ..graphlib.types import TensorType
-from ..passes.remat import mark_checkpointed
+from ..passes.remat import mark_checkpointed, recompute_checkpointed
 
 __all__ = ["checkpoint", "checkpoint_sequential"]
 
@@ -163,7 +171,29 @@ def _graph_checkpoint(function: Callable, args: tuple, kwargs: dict):
         a.graph for a in args if isinstance(a, Value))
     before = set(graph.nodes)
     out = function(*args, **kwargs)
-    mark_checkpointed([n for n in graph.nodes if n not in before])
+    outs = out if isinstance(out, (tuple, list)) else (out,)
+    mark_checkpointed([n for n in graph.nodes if n not in before],
+                      [o for o in outs if isinstance(o, Value)])
+    return out
+
+
+def _recorded_checkpoint(function: Callable, args: tuple, kwargs: dict, recorders: list):
+    """Run ``function`` eagerly under ``record()``/``dg.compile``; when the graph is built,
+    mark the nodes it recorded as a checkpointed region, and when compile appends the
+    backward, make the region's values again there."""
+    starts = [rec.position() for rec in recorders]
+    out = function(*args, **kwargs)
+    outs = _as_outputs(out, "checkpoint")
+    for rec, start in zip(recorders, starts):
+        end = rec.position()
+
+        def mark(rec, start=start, end=end):
+            values = [rec.value_if_any(o) for o in outs]
+            mark_checkpointed(rec.built_nodes(start, end),
+                              None if any(v is None for v in values) else values)
+        rec.on_build.append(mark)
+        if recompute_checkpointed not in rec.on_backward:
+            rec.on_backward.append(recompute_checkpointed)
     return out
 
 
@@ -190,10 +220,11 @@ def checkpoint(function: Callable, *args, use_reentrant: bool = None,
                         f"{type(function).__name__}")
     if _graph_local.graphs or any(isinstance(a, Value) for a in args):
         return _graph_checkpoint(function, args, kwargs)
-    if _own_recorders():
+    recorders = _own_recorders()
+    if recorders:
         # record() / dg.compile capture the ops themselves (a checkpoint node has no IR form):
-        # the recorded graph holds the plain function, with its usual gradients
-        return function(*args, **kwargs)
+        # the recorded nodes become a region the remat pass makes again for backward
+        return _recorded_checkpoint(function, args, kwargs, recorders)
     return _eager_checkpoint(function, args, kwargs, preserve_rng_state, use_reentrant)
 
 
