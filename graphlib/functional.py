@@ -138,3 +138,10 @@ _add_axis_aliases(globals(), __all__)
 
 
 methods.set_functions(sys.modules[__name__])    # the tensor methods call these functions
+
+# PyTorch's special and number-theoretic functions (graphlib/ops/special.py)
+from .ops.special import (deg2rad, digamma, erfc, erfinv, fmax, fmin, gcd, heaviside,  # noqa
+                          i0, isneginf, isposinf, lcm, ldexp, lgamma, logaddexp2, logit,
+                          nextafter, polygamma, rad2deg, signbit, sinc)
+from .ops import special as _special  # noqa: E402
+__all__ += list(_special.__all__)

@@ -3600,3 +3600,116 @@ def _sampling() -> List[OpInfo]:
 
 OPS += _sampling()
 BY_NAME = {op.name: op for op in OPS}
+
+
+# -- special and number-theoretic functions (graphlib/ops/special.py) -------------------------
+def _f32_if_int(fn):
+    """``fn`` computed in float64, given in the input's float dtype or float32 for integers
+    (PyTorch's promotion)."""
+    def ref(x, *args, **kwargs):
+        dt = x.dtype if x.dtype.kind == "f" else np.dtype(F32)
+        return np.asarray(fn(x.astype(F64), *args, **kwargs)).astype(dt)
+    return ref
+
+
+def _logit_ref(x, eps=None):
+    if eps is not None:
+        x = np.clip(x, eps, 1 - eps)
+    return np.log(x / (1 - x))
+
+
+def _special() -> List[OpInfo]:
+    def unary_op(name, fn, ref, make, errors=(), **kw):
+        return OpInfo(name, fn, [
+            Sample("f64", (make(2, 3),)), Sample("f64_0d", (make(),)),
+            Sample("f32", (make(4, dtype=F32),)),
+            Sample("i64_to_f32", (ints(2, 2, low=1, high=4),), dtype=F32)],
+            _f32_if_int(ref), tol=dict(LOOSE_TOL), errors=list(errors), **kw)
+    special_nan = np.array([0.0, -1.0, 0.5, np.nan, np.inf])
+    return [
+        unary_op("erfc", dg.erfc, special.erfc, _wide, differentiable=True),
+        OpInfo("erfinv", dg.erfinv, [
+            Sample("f64", (rand(2, 3, low=-0.9, high=0.9),)),
+            Sample("edges", (np.array([-1.0, 1.0, 0.0, 2.0]),), fd=False),
+            Sample("f32", (rand(4, dtype=F32, low=-0.9, high=0.9),))],
+            _f32_if_int(special.erfinv), tol=dict(LOOSE_TOL), differentiable=True),
+        unary_op("lgamma", dg.lgamma, special.gammaln, pos, differentiable=True),
+        unary_op("digamma", dg.digamma, special.psi, pos, differentiable=True),
+        OpInfo("polygamma", dg.polygamma, [
+            Sample("n1", (1, pos(2, 3))), Sample("n0", (0, pos(3))),
+            Sample("n3_f32", (3, pos(4, dtype=F32))),
+            Sample("int", (2, ints(2, low=1, high=4)), dtype=F32)],
+            lambda n, x: _f32_if_int(lambda v: special.polygamma(n, v))(x),
+            tol=dict(LOOSE_TOL), differentiable=True, errors=[
+                ErrorCase("negative", (-1, pos(3)), {}, RuntimeError, "n >= 0"),
+                ErrorCase("float_n", (1.5, pos(3)), {}, TypeError, "int")]),
+        unary_op("i0", dg.i0, special.i0, _wide, differentiable=True),
+        OpInfo("sinc", dg.sinc, [
+            Sample("f64", (_wide(2, 3),)),
+            Sample("at_zero", (np.array([0.0, 0.5, -1.5]),), fd=False),
+            Sample("f32", (_wide(4, dtype=F32),)),
+            Sample("int", (ints(3),), dtype=F32)],
+            _f32_if_int(np.sinc), tol=dict(LOOSE_TOL), differentiable=True),
+        OpInfo("logit", dg.logit, [
+            Sample("f64", (rand(2, 3, low=0.05, high=0.95),)),
+            Sample("eps", (rand(6, low=0.0, high=1.0),), {"eps": 0.25}, fd=False),
+            Sample("f32", (rand(4, low=0.1, high=0.9, dtype=F32),))],
+            _f32_if_int(_logit_ref), tol=dict(LOOSE_TOL), differentiable=True, errors=[
+                ErrorCase("eps", (rand(3),), {"eps": "x"}, TypeError, "eps")]),
+        unary_op("deg2rad", dg.deg2rad, np.deg2rad, _wide, differentiable=True),
+        unary_op("rad2deg", dg.rad2deg, np.rad2deg, _wide, differentiable=True),
+        OpInfo("signbit", dg.signbit, [
+            Sample("f64", (np.array([-0.0, 0.0, -1.5, 2.0, -np.inf]),)),
+            Sample("i64", (ints(2, 3),))], np.signbit),
+        OpInfo("isposinf", dg.isposinf, [Sample("f64", (special_nan,)),
+                                         Sample("i64", (ints(3),))], np.isposinf),
+        OpInfo("isneginf", dg.isneginf, [Sample("f64", (-special_nan,)),
+                                         Sample("i64", (ints(3),))], np.isneginf),
+        OpInfo("heaviside", dg.heaviside, [
+            Sample("f64", (np.array([-1.0, 0.0, 2.0, 0.0]), np.array([0.5, 0.25, 0.5, 3.0]))),
+            Sample("bcast_i64", (ints(2, 3), np.array([7])))],
+            lambda a, b: np.where(a == 0, b, a > 0).astype(a.dtype), errors=[
+                ErrorCase("dtypes", (rand(3), ints(3)), {}, dg.DTypeError, "one dtype")]),
+        OpInfo("fmax", dg.fmax, [
+            Sample("f64", (distinct(2, 3), distinct(2, 3))),
+            Sample("nan", (np.array([np.nan, 1.0, np.nan]), np.array([2.0, np.nan, np.nan])),
+                   fd=False),
+            Sample("tie", (np.array([1.0, 2.0]), np.array([1.0, 3.0])), fd=False),
+            Sample("i64", (ints(3), ints(3)))], np.fmax, differentiable=True),
+        OpInfo("fmin", dg.fmin, [
+            Sample("f64", (distinct(2, 3), distinct(2, 3))),
+            Sample("nan", (np.array([np.nan, 1.0, np.nan]), np.array([2.0, np.nan, np.nan])),
+                   fd=False),
+            Sample("tie", (np.array([1.0, 2.0]), np.array([1.0, 0.0])), fd=False),
+            Sample("i64", (ints(3), ints(3)))], np.fmin, differentiable=True),
+        OpInfo("gcd", dg.gcd, [Sample("i64", (ints(2, 3, low=-12, high=13), ints(3))),
+                               Sample("i32", (ints(4, dtype=I32), ints(4, dtype=I32)))],
+               np.gcd, errors=[ErrorCase("float", (rand(3), rand(3)), {},
+                                         dg.UnsupportedDTypeError, "float64")]),
+        OpInfo("lcm", dg.lcm, [Sample("i64", (ints(2, 3, low=-12, high=13), ints(3)))],
+               np.lcm, errors=[ErrorCase("float", (rand(3), rand(3)), {},
+                                         dg.UnsupportedDTypeError, "float64")]),
+        OpInfo("nextafter", dg.nextafter, [
+            Sample("f64", (rand(2, 3), rand(3))),
+            Sample("f32", (rand(4, dtype=F32), np.array([np.inf], dtype=F32)))],
+            np.nextafter, errors=[
+                ErrorCase("dtypes", (rand(3), rand(3, dtype=F32)), {}, dg.DTypeError,
+                          "one dtype")]),
+        OpInfo("ldexp", dg.ldexp, [
+            Sample("f64", (rand(2, 3), ints(3, low=0, high=4))),
+            Sample("f64_negative_exponents", (rand(2, 3), ints(3, low=-3, high=0))),
+            Sample("ints", (ints(3), ints(3, low=0, high=4)), dtype=F32),
+            Sample("f32", (rand(3, dtype=F32), ints(3, low=-2, high=3)))],
+            lambda a, b: a * np.exp2(b.astype(F32)), differentiable=True, grad_args=(0,)),
+        OpInfo("logaddexp2", dg.logaddexp2, [
+            Sample("f64", (_wide(2, 3), _wide(2, 3))),
+            Sample("extreme", (np.array([-np.inf, 800.0, -800.0]),
+                               np.array([-np.inf, 799.0, 1.0])), fd=False),
+            Sample("bcast_f32", (rand(2, 3, dtype=F32), rand(3, dtype=F32)))],
+            np.logaddexp2, differentiable=True, errors=[
+                ErrorCase("int", (ints(3), ints(3)), {}, dg.DTypeError, "floating-point")]),
+    ]
+
+
+OPS += _special()
+BY_NAME = {op.name: op for op in OPS}

@@ -203,9 +203,17 @@ TORCH.update(
     linalg_eigh_sym=_sym_input(torch.linalg.eigh),
     linalg_eigvalsh_sym=_sym_input(torch.linalg.eigvalsh))
 
+# issue 28's names: torch's function of the same name
+TORCH.update({name: getattr(torch, name) for name in (
+    "erfc", "erfinv", "lgamma", "digamma", "polygamma", "i0", "sinc", "logit", "deg2rad",
+    "rad2deg", "signbit", "isposinf", "isneginf", "heaviside", "fmax", "fmin", "gcd", "lcm",
+    "nextafter", "ldexp", "logaddexp2")})
+
 # Samples torch rejects (duograph promotes, or accepts more index dtypes) or where duograph
 # deliberately differs (documented in the op's docstring).
 NOT_IN_TORCH = {
+    "ldexp-f64_negative_exponents": "torch's ldexp gradient computes 2 ** other in integers "
+                                    "(0 for a negative int exponent); duograph's is 2 ** other",
     "logsigmoid-i64_to_f32": "torch has no integer logsigmoid; duograph gives float32",
     "one_hot-i32_0d": "torch.one_hot needs int64 indices",
     "matmul-i32_f32": "torch.matmul needs operands of one dtype",
