@@ -78,10 +78,11 @@ DERIVED_METHOD_NAMES = (
 # (issue 28's special functions)
 DERIVED_METHOD_NAMES += (
     "erfc_", "erfinv_", "lgamma_", "digamma_", "polygamma_", "i0_", "sinc_", "logit_",
-    "deg2rad_", "rad2deg_", "heaviside_", "gcd_", "lcm_", "nextafter_", "ldexp_", "absolute_")
+    "deg2rad_", "rad2deg_", "heaviside_", "gcd_", "lcm_", "nextafter_", "ldexp_", "absolute_",
+    "addmv_", "addr_", "addbmm_", "baddbmm_")
 # torch's module-level forms of derived in-place methods (dg.erfc_(x) is x.erfc_())
 DERIVED_FUNCTION_NAMES = ("erfc_", "i0_", "sinc_", "logit_", "deg2rad_", "rad2deg_", "gcd_",
-                          "lcm_", "ldexp_")
+                          "lcm_", "ldexp_", "addmv_")
 
 
 def _derived_method(name: str) -> Callable:

@@ -111,3 +111,81 @@ class NamesMethods:
     def negative(self):
         """``negative() -> Tensor``: ``neg()``'s alias, as PyTorch's."""
         return F.neg(self)
+
+    def kron(self, other):
+        """``kron(other) -> Tensor``: ``dg.kron(self, other)``."""
+        return F.kron(self, other)
+
+    def inner(self, other):
+        """``inner(other) -> Tensor``: ``dg.inner(self, other)``."""
+        return F.inner(self, other)
+
+    def vdot(self, other):
+        """``vdot(other) -> Tensor``: ``dg.vdot(self, other)``."""
+        return F.vdot(self, other)
+
+    def addmv(self, mat, vec, *, beta=1, alpha=1):
+        """``addmv(mat, vec, *, beta=1, alpha=1) -> Tensor``: ``dg.addmv(self, ...)``."""
+        return F.addmv(self, mat, vec, beta=beta, alpha=alpha)
+
+    def addr(self, vec1, vec2, *, beta=1, alpha=1):
+        """``addr(vec1, vec2, *, beta=1, alpha=1) -> Tensor``: ``dg.addr(self, ...)``."""
+        return F.addr(self, vec1, vec2, beta=beta, alpha=alpha)
+
+    def addbmm(self, batch1, batch2, *, beta=1, alpha=1):
+        """``addbmm(batch1, batch2, *, beta=1, alpha=1) -> Tensor``: ``dg.addbmm(self,
+        ...)``."""
+        return F.addbmm(self, batch1, batch2, beta=beta, alpha=alpha)
+
+    def diag_embed(self, offset: int = 0, dim1: int = -2, dim2: int = -1):
+        """``diag_embed(offset=0, dim1=-2, dim2=-1) -> Tensor``: ``dg.diag_embed(self,
+        ...)``."""
+        return F.diag_embed(self, offset, dim1, dim2)
+
+    def diagflat(self, offset: int = 0):
+        """``diagflat(offset=0) -> Tensor``: ``dg.diagflat(self, offset)``."""
+        return F.diagflat(self, offset)
+
+    def hsplit(self, indices_or_sections):
+        """``hsplit(indices_or_sections)``: ``dg.hsplit(self, ...)``."""
+        return F.hsplit(self, indices_or_sections)
+
+    def vsplit(self, indices_or_sections):
+        """``vsplit(indices_or_sections)``: ``dg.vsplit(self, ...)``."""
+        return F.vsplit(self, indices_or_sections)
+
+    def dsplit(self, indices_or_sections):
+        """``dsplit(indices_or_sections)``: ``dg.dsplit(self, ...)``."""
+        return F.dsplit(self, indices_or_sections)
+
+    def select(self, dim: int, index: int):
+        """``select(dim, index) -> Tensor``: ``dg.select(self, dim, index)``."""
+        return F.select(self, dim, index)
+
+    def aminmax(self, *, dim=None, keepdim: bool = False):
+        """``aminmax(*, dim=None, keepdim=False) -> (min, max)``: ``dg.aminmax(self, ...)``."""
+        return F.aminmax(self, dim=dim, keepdim=keepdim)
+
+    def msort(self):
+        """``msort() -> Tensor``: ``dg.msort(self)`` (sorted along dim 0)."""
+        return F.msort(self)
+
+    def ravel(self):
+        """``ravel() -> Tensor``: ``dg.ravel(self)`` (flattened to 1-D)."""
+        return F.ravel(self)
+
+    def broadcast_to(self, size):
+        """``broadcast_to(size) -> Tensor``: ``dg.broadcast_to(self, size)``."""
+        return F.broadcast_to(self, tuple(size))
+
+    def char(self):
+        """``char() -> Tensor``: this tensor as int8, as ``torch.Tensor.char``."""
+        return F.cast(self, "int8")
+
+    def cfloat(self):
+        """``cfloat() -> Tensor``: this tensor as complex64, as ``torch.Tensor.cfloat``."""
+        return F.cast(self, "complex64")
+
+    def cdouble(self):
+        """``cdouble() -> Tensor``: this tensor as complex128, as ``torch.Tensor.cdouble``."""
+        return F.cast(self, "complex128")

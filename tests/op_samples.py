@@ -3713,3 +3713,171 @@ def _special() -> List[OpInfo]:
 
 OPS += _special()
 BY_NAME = {op.name: op for op in OPS}
+
+
+# -- products and array functions (graphlib/ops/products.py) ----------------------------------
+def _tensordot_ref(a, b, dims=2):
+    return np.tensordot(a, b, dims if isinstance(dims, int) else tuple(map(list, dims)))
+
+
+def _diag_embed_ref(x, offset=0, dim1=-2, dim2=-1):
+    n = x.shape[-1] + abs(offset)
+    out = np.zeros(x.shape[:-1] + (n, n), dtype=x.dtype)
+    i = np.arange(x.shape[-1])
+    rows, cols = (i, i + offset) if offset >= 0 else (i - offset, i)
+    out[..., rows, cols] = x
+    return np.moveaxis(out, (-2, -1), (dim1, dim2))
+
+
+def _block_diag_ref(*ts):
+    ts = [np.atleast_2d(t) for t in ts]
+    dt = np.result_type(*ts)
+    out = np.zeros((sum(t.shape[0] for t in ts), sum(t.shape[1] for t in ts)), dtype=dt)
+    r = c = 0
+    for t in ts:
+        out[r:r + t.shape[0], c:c + t.shape[1]] = t
+        r, c = r + t.shape[0], c + t.shape[1]
+    return out
+
+
+def _atleast_3d_ref(*ts):
+    out = []
+    for t in ts:
+        if t.ndim == 0:
+            t = t.reshape(1, 1, 1)
+        elif t.ndim == 1:
+            t = t.reshape(1, -1, 1)
+        elif t.ndim == 2:
+            t = t[..., None]
+        out.append(t)
+    return tuple(out) if len(out) != 1 else out[0]
+
+
+def _products() -> List[OpInfo]:
+    return [
+        OpInfo("kron", dg.kron, [Sample("2d", (rand(2, 3), rand(2, 2))),
+                                 Sample("ranks", (rand(3), rand(2, 2))),
+                                 Sample("i64", (ints(2, 2), ints(2)))],
+               np.kron, differentiable=True),
+        OpInfo("inner", dg.inner, [Sample("2d", (rand(2, 3), rand(4, 3))),
+                                   Sample("1d", (rand(3), rand(3))),
+                                   Sample("scalar", (rand(2, 2), rand()))],
+               np.inner, differentiable=True, errors=[
+                   ErrorCase("last", (rand(2, 3), rand(3, 2)), {}, dg.ShapeError, "last dims")]),
+        OpInfo("tensordot", dg.tensordot, [
+            Sample("int", (rand(2, 3, 4), rand(3, 4, 2))),
+            Sample("lists", (rand(2, 3, 4), rand(4, 2, 3)), {"dims": ([1, 2], [2, 0])}),
+            Sample("zero", (rand(2), rand(3)), {"dims": 0})],
+            _tensordot_ref, tol=dict(LOOSE_TOL), differentiable=True, errors=[
+                ErrorCase("size", (rand(2, 3), rand(2, 3)), {"dims": 1}, dg.ShapeError,
+                          "contracted")]),
+        OpInfo("vdot", dg.vdot, [Sample("f64", (rand(4), rand(4))),
+                                 Sample("c128", (crand(3), crand(3)))],
+               np.vdot, tol=dict(COMPLEX_TOL), differentiable=True, errors=[
+                   ErrorCase("2d", (rand(2, 2), rand(2)), {}, dg.ShapeError, "1D"),
+                   ErrorCase("dtype", (rand(2), rand(2, dtype=F32)), {}, dg.DTypeError,
+                             "same dtype")]),
+        OpInfo("addmv", dg.addmv, [
+            Sample("f64", (rand(3), rand(3, 4), rand(4))),
+            Sample("scaled", (rand(1), rand(2, 3), rand(3)), {"beta": 0.5, "alpha": 2.0})],
+            lambda x, m, v, beta=1, alpha=1: beta * x + alpha * (m @ v), differentiable=True,
+            errors=[ErrorCase("size", (rand(3), rand(3, 4), rand(3)), {}, dg.ShapeError,
+                              "size mismatch")]),
+        OpInfo("addr", dg.addr, [
+            Sample("f64", (rand(3, 2), rand(3), rand(2))),
+            Sample("scaled", (rand(2), rand(3), rand(2)), {"beta": -1.0, "alpha": 0.5})],
+            lambda x, a, b, beta=1, alpha=1: beta * x + alpha * np.outer(a, b),
+            differentiable=True, errors=[
+                ErrorCase("2d", (rand(3, 2), rand(3, 1), rand(2)), {}, dg.ShapeError, "1-D")]),
+        OpInfo("addbmm", dg.addbmm, [
+            Sample("f64", (rand(2, 3), rand(4, 2, 5), rand(4, 5, 3))),
+            Sample("scaled", (rand(3), rand(2, 2, 2), rand(2, 2, 3)), {"beta": 2.0,
+                                                                       "alpha": -1.0})],
+            lambda x, a, b, beta=1, alpha=1: beta * x + alpha * (a @ b).sum(0),
+            tol=dict(LOOSE_TOL), differentiable=True, errors=[
+                ErrorCase("2d", (rand(2, 3), rand(2, 5), rand(5, 3)), {}, dg.ShapeError,
+                          "3-D")]),
+        OpInfo("baddbmm", dg.baddbmm, [
+            Sample("f64", (rand(4, 2, 3), rand(4, 2, 5), rand(4, 5, 3))),
+            Sample("beta0", (rand(2, 3), rand(4, 2, 5), rand(4, 5, 3)), {"beta": 0})],
+            lambda x, a, b, beta=1, alpha=1: (beta * x if beta else 0) + alpha * (a @ b),
+            tol=dict(LOOSE_TOL), differentiable=True, errors=[
+                ErrorCase("batch", (rand(2, 3), rand(4, 2, 5), rand(3, 5, 3)), {},
+                          dg.ShapeError, "(b, n, m)")]),
+        OpInfo("block_diag", dg.block_diag, [
+            Sample("mixed", (rand(2, 3), rand(), rand(2))),
+            Sample("i64", (ints(2, 2), ints(1, 3)))],
+            _block_diag_ref, differentiable=True, errors=[
+                ErrorCase("3d", (rand(2, 2, 2),), {}, dg.ShapeError, "2 or fewer")]),
+        OpInfo("cartesian_prod", dg.cartesian_prod, [
+            Sample("two", (rand(2), rand(3))), Sample("three_i64", (ints(2), ints(2), ints(3)))],
+            lambda *ts: np.stack([g.reshape(-1) for g in np.meshgrid(*ts, indexing="ij")], 1),
+            differentiable=True, errors=[
+                ErrorCase("2d", (rand(2, 2), rand(2)), {}, dg.ShapeError, "1D")]),
+        OpInfo("diag_embed", dg.diag_embed, [
+            Sample("default", (rand(2, 3),)),
+            Sample("offset_dims", (rand(2, 3),), {"offset": -1, "dim1": 0, "dim2": 2}),
+            Sample("offset_pos_i64", (ints(3),), {"offset": 2})],
+            _diag_embed_ref, differentiable=True, errors=[
+                ErrorCase("same", (rand(2, 3),), {"dim1": 1, "dim2": 1}, RuntimeError,
+                          "identical")]),
+        OpInfo("diagflat", dg.diagflat, [Sample("2d", (rand(2, 2),)),
+                                         Sample("offset", (rand(3),), {"offset": -1})],
+               lambda x, offset=0: np.diagflat(x, offset), differentiable=True),
+        OpInfo("tril_indices", dg.tril_indices, [
+            Sample("square", (3, 3)), Sample("offset", (3, 4, 1), {"dtype": I32}),
+            Sample("neg", (4, 3, -1))],
+            lambda r, c, offset=0, dtype=I64: np.stack(np.tril_indices(r, offset, c)).astype(
+                dtype).reshape(2, -1), errors=[
+                ErrorCase("neg", (-1, 3), {}, RuntimeError, "non-negative")]),
+        OpInfo("triu_indices", dg.triu_indices, [
+            Sample("square", (3, 3)), Sample("offset", (3, 4, 1))],
+            lambda r, c, offset=0, dtype=I64: np.stack(np.triu_indices(r, offset, c)).astype(
+                dtype).reshape(2, -1), errors=[
+                ErrorCase("dtype", (3, 3), {"dtype": F32}, dg.DTypeError, "int32 or int64")]),
+        OpInfo("vander", dg.vander, [
+            Sample("default", (rand(3),)), Sample("n_incr", (rand(3),), {"N": 4,
+                                                                      "increasing": True}),
+            Sample("i64", (ints(3),), {"N": 2})],
+            lambda x, N=None, increasing=False: np.vander(x, N, increasing),
+            differentiable=True, errors=[
+                ErrorCase("2d", (rand(2, 2),), {}, dg.ShapeError, "one-dimensional")]),
+        OpInfo("atleast_1d", dg.atleast_1d, [Sample("0d", (rand(),)), Sample("2d", (rand(2, 2),)),
+                                             Sample("many", (rand(), rand(3)))],
+               lambda *ts: np.atleast_1d(*ts) if len(ts) == 1 else tuple(np.atleast_1d(*ts)),
+               differentiable=True),
+        OpInfo("atleast_2d", dg.atleast_2d, [Sample("1d", (rand(3),)),
+                                             Sample("many", (rand(), rand(2, 2)))],
+               lambda *ts: np.atleast_2d(*ts) if len(ts) == 1 else tuple(np.atleast_2d(*ts)),
+               differentiable=True),
+        OpInfo("atleast_3d", dg.atleast_3d, [Sample("1d", (rand(3),)),
+                                             Sample("many", (rand(), rand(2, 2)))],
+               _atleast_3d_ref, differentiable=True),
+        OpInfo("hsplit", dg.hsplit, [Sample("int", (rand(3, 4), 2)),
+                                     Sample("list_1d", (rand(5), [1, 3]))],
+               lambda x, s: tuple(np.hsplit(x, s)), differentiable=True, errors=[
+                   ErrorCase("uneven", (rand(3, 4), 3), {}, RuntimeError, "divisible")]),
+        OpInfo("vsplit", dg.vsplit, [Sample("int", (rand(4, 3), 2))],
+               lambda x, s: tuple(np.vsplit(x, s)), differentiable=True, errors=[
+                   ErrorCase("1d", (rand(4), 2), {}, RuntimeError, "at least 2")]),
+        OpInfo("dsplit", dg.dsplit, [Sample("list", (rand(2, 2, 4), [1]))],
+               lambda x, s: tuple(np.dsplit(x, s)), differentiable=True),
+        OpInfo("select", dg.select, [Sample("dim1", (rand(2, 3), 1, -1)),
+                                     Sample("dim0", (rand(3, 2, 2), 0, 1))],
+               lambda x, d, i: np.take(x, i, axis=d), differentiable=True, errors=[
+                   ErrorCase("range", (rand(2, 3), 1, 3), {}, IndexError, "out of range")]),
+        OpInfo("aminmax", dg.aminmax, [Sample("all", (distinct(2, 3),)),
+                                       Sample("dim", (distinct(2, 3),), {"dim": 1,
+                                                                         "keepdim": True})],
+               lambda x, dim=None, keepdim=False: (np.asarray(np.amin(x, dim, keepdims=keepdim)),
+                                                   np.asarray(np.amax(x, dim, keepdims=keepdim))),
+               differentiable=True),
+        OpInfo("msort", dg.msort, [Sample("f64", (distinct(3, 2),)), Sample("i64", (ints(4),))],
+               lambda x: np.sort(x, 0), differentiable=True),
+        OpInfo("ravel", dg.ravel, [Sample("f64", (rand(2, 3),))], np.ravel,
+               differentiable=True),
+    ]
+
+
+OPS += _products()
+BY_NAME = {op.name: op for op in OPS}

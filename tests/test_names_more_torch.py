@@ -73,3 +73,36 @@ def test_inplace_forms_refuse_leaves_that_require_grad():
         d.erfc_()
     with pytest.raises(TypeError, match="erfc_"):
         dg.erfc_(X)
+
+
+@pytest.mark.parametrize("name, data, args, kwargs", [
+    ("kron", X, (P[:1],), {}), ("inner", X, (P,), {}), ("vdot", X[0], (P[0],), {}),
+    ("addmv", X[:, 0], (P, X[0]), {"beta": 0.5}), ("addr", X, (X[:, 0], P[0]), {"alpha": 2}),
+    ("addbmm", X, (np.ones((2, 2, 2)), np.ones((2, 2, 3))), {}),
+    ("diag_embed", X, (1,), {}), ("diagflat", X, (), {}), ("hsplit", X, (3,), {}),
+    ("vsplit", X, (2,), {}), ("select", X, (1, -1), {}), ("msort", X, (), {}),
+    ("ravel", X, (), {}), ("broadcast_to", X[0], ((2, 3),), {}), ("char", I1, (), {}),
+    ("cdouble", X, (), {}), ("cfloat", X, (), {})])
+def test_product_methods_match_torch(name, data, args, kwargs):
+    def conv(a, lib):
+        return lib.tensor(a) if isinstance(a, np.ndarray) else a
+    got = getattr(dg.tensor(data), name)(*[conv(a, dg) for a in args], **kwargs)
+    want = getattr(torch.tensor(data), name)(*[conv(a, torch) for a in args], **kwargs)
+    for g, w in zip(got if isinstance(got, tuple) else (got,),
+                    want if isinstance(want, tuple) else (want,)):
+        _close(g, w)
+
+
+def test_aminmax_and_inplace_products_match_torch():
+    d, t = dg.tensor(X), torch.tensor(X)
+    for dim in (None, 0):
+        got, want = d.aminmax(dim=dim), t.aminmax(dim=dim)
+        _close(got.min, want.min)
+        _close(got.max, want.max)
+    d, t = dg.tensor(X[:, 0].copy()), torch.tensor(X[:, 0].copy())
+    d.addmv_(dg.tensor(P), dg.tensor(X[0]), alpha=2)
+    t.addmv_(torch.tensor(P), torch.tensor(X[0]), alpha=2)
+    _close(d, t)
+    d2 = dg.tensor(X[:, 0].copy())
+    dg.addmv_(d2, dg.tensor(P), dg.tensor(X[0]), alpha=2)
+    _close(d2, t)

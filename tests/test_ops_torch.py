@@ -209,6 +209,18 @@ TORCH.update({name: getattr(torch, name) for name in (
     "rad2deg", "signbit", "isposinf", "isneginf", "heaviside", "fmax", "fmin", "gcd", "lcm",
     "nextafter", "ldexp", "logaddexp2")})
 
+TORCH.update({name: getattr(torch, name) for name in (
+    "kron", "inner", "tensordot", "vdot", "addmv", "addr", "addbmm", "baddbmm", "block_diag",
+    "cartesian_prod", "diag_embed", "diagflat", "vander", "atleast_1d", "atleast_2d",
+    "atleast_3d", "hsplit", "vsplit", "dsplit", "select", "aminmax", "msort", "ravel")})
+TORCH.update(tril_indices=lambda r, c, offset=0, dtype="int64": torch.tril_indices(
+    r, c, offset, dtype=TORCH_DTYPES[dtype]), triu_indices=lambda r, c, offset=0,
+    dtype="int64": torch.triu_indices(r, c, offset, dtype=TORCH_DTYPES[dtype]))
+# torch.vander's backward fails in torch 2.13 (an in-place op on a saved view); its values
+# equal torch.linalg.vander's, reversed unless increasing, whose backward works
+TORCH.update(vander=lambda x, N=None, increasing=False: (
+    torch.linalg.vander(x, N=N) if increasing else torch.linalg.vander(x, N=N).flip(-1)))
+
 # Samples torch rejects (duograph promotes, or accepts more index dtypes) or where duograph
 # deliberately differs (documented in the op's docstring).
 NOT_IN_TORCH = {
