@@ -189,3 +189,24 @@ class NamesMethods:
     def cdouble(self):
         """``cdouble() -> Tensor``: this tensor as complex128, as ``torch.Tensor.cdouble``."""
         return F.cast(self, "complex128")
+
+    def is_conj(self) -> bool:
+        """``is_conj() -> bool``: False (duograph's ``conj`` is a new tensor, never a view with
+        PyTorch's conjugate bit)."""
+        return False
+
+    def is_neg(self) -> bool:
+        """``is_neg() -> bool``: False (no tensor carries PyTorch's lazy negation bit)."""
+        return False
+
+    def resolve_conj(self):
+        """``resolve_conj() -> Tensor``: ``self`` (no lazy conjugation to materialise)."""
+        return self
+
+    def resolve_neg(self):
+        """``resolve_neg() -> Tensor``: ``self`` (no lazy negation to materialise)."""
+        return self
+
+    def is_same_size(self, other) -> bool:
+        """``is_same_size(other) -> bool``: whether the shapes are equal."""
+        return tuple(self.shape) == tuple(other.shape)

@@ -3881,3 +3881,77 @@ def _products() -> List[OpInfo]:
 
 OPS += _products()
 BY_NAME = {op.name: op for op in OPS}
+
+
+# -- more of torch.linalg and torch's top-level linear-algebra names --------------------------
+def _householder_ref(a, tau):
+    m, n = a.shape
+    q = np.eye(m)
+    for i in range(tau.shape[0]):
+        v = np.zeros(m)
+        v[i] = 1.0
+        v[i + 1:] = a[i + 1:, i]
+        q = q @ (np.eye(m) - tau[i] * np.outer(v, v))
+    return q[:, :n]
+
+
+def _chol_factor(upper=False):
+    s = _spd(3, 3)
+    low = np.linalg.cholesky(s)
+    return low.T.copy() if upper else low
+
+
+def _cholesky_solve_ref(b, f, upper=False):
+    a = f.T @ f if upper else f @ f.T
+    return np.linalg.solve(a, b)
+
+
+def _linalg_more() -> List[OpInfo]:
+    return [
+        OpInfo("linalg_householder_product", dg.linalg.householder_product, [
+            Sample("tall", (rand(4, 3), rand(2))), Sample("square", (rand(3, 3), rand(3)))],
+            _householder_ref, tol=dict(LOOSE_TOL), differentiable=True, errors=[
+                ErrorCase("k", (rand(3, 2), rand(3)), {}, RuntimeError, "m >= n >= k")]),
+        OpInfo("linalg_tensorinv", dg.linalg.tensorinv, [
+            Sample("ind2", (_well_conditioned(6, 6).reshape(2, 3, 6),)),
+            Sample("ind1", (_well_conditioned(4, 4).reshape(4, 2, 2),), {"ind": 1})],
+            lambda a, ind=2: np.linalg.tensorinv(a, ind), tol=dict(LOOSE_TOL),
+            differentiable=True, errors=[
+                ErrorCase("shape", (rand(2, 3, 4),), {}, RuntimeError, "prod")]),
+        OpInfo("linalg_tensorsolve", dg.linalg.tensorsolve, [
+            Sample("3d", (_well_conditioned(6, 6).reshape(2, 3, 6), rand(2, 3)))],
+            np.linalg.tensorsolve, tol=dict(LOOSE_TOL), differentiable=True, errors=[
+                ErrorCase("shape", (rand(2, 3, 6), rand(3, 2)), {}, RuntimeError,
+                          "A.shape[:B.ndim]")]),
+        OpInfo("linalg_vander", dg.linalg.vander, [
+            Sample("batched", (rand(2, 3),)), Sample("n4", (rand(3),), {"N": 4})],
+            lambda x, N=None: np.stack([np.vander(r, N, True) for r in x.reshape(
+                -1, x.shape[-1])]).reshape(x.shape + (N or x.shape[-1],)),
+            differentiable=True, errors=[
+                ErrorCase("n1", (rand(3),), {"N": 1}, RuntimeError, "greater than 1")]),
+        OpInfo("logdet", dg.logdet, [Sample("spd", (_spd(3, 3),)),
+                                     Sample("batch", (_spd(2, 3, 3),))],
+               lambda a: np.linalg.slogdet(a)[1], tol=dict(LOOSE_TOL), differentiable=True),
+        OpInfo("cholesky_solve", dg.cholesky_solve, [
+            Sample("lower", (rand(3, 2), _chol_factor())),
+            Sample("upper", (rand(3, 2), _chol_factor(True), True))],
+            _cholesky_solve_ref, tol=dict(LOOSE_TOL), differentiable=True, grad_args=(0,),
+            errors=[ErrorCase("1d", (rand(3), _chol_factor()), {}, RuntimeError, "2 dims")]),
+        OpInfo("cholesky_inverse", dg.cholesky_inverse, [
+            Sample("lower", (_chol_factor(),)), Sample("upper", (_chol_factor(True), True))],
+            lambda f, upper=False: np.linalg.inv(f.T @ f if upper else f @ f.T),
+            tol=dict(LOOSE_TOL), errors=[
+                ErrorCase("square", (rand(3, 2),), {}, RuntimeError, "square")]),
+        OpInfo("pinverse", dg.pinverse, [Sample("wide", (_well_conditioned(3, 3)[:2],))],
+               np.linalg.pinv, tol=dict(LOOSE_TOL), differentiable=True),
+        OpInfo("svd_legacy", dg.svd, [
+            Sample("no_uv", (rand(4, 3),), {"compute_uv": False})],
+            lambda a, some=True, compute_uv=True: (
+                np.zeros((4, 4)), np.linalg.svd(a, compute_uv=False), np.zeros((3, 3))),
+            tol=dict(LOOSE_TOL), errors=[
+                ErrorCase("some", (rand(3, 3),), {"some": "x"}, TypeError, "bool")]),
+    ]
+
+
+OPS += _linalg_more()
+BY_NAME = {op.name: op for op in OPS}

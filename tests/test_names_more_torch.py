@@ -106,3 +106,83 @@ def test_aminmax_and_inplace_products_match_torch():
     d2 = dg.tensor(X[:, 0].copy())
     dg.addmv_(d2, dg.tensor(P), dg.tensor(X[0]), alpha=2)
     _close(d2, t)
+
+
+def test_linear_algebra_methods_match_torch():
+    rng = np.random.default_rng(3)
+    a = rng.normal(size=(3, 3)) + 3 * np.eye(3)
+    spd = a @ a.T
+    low = np.linalg.cholesky(spd)
+    b = rng.normal(size=(3, 2))
+    d, t = dg.tensor(a), torch.tensor(a)
+    for name, args in [("det", ()), ("logdet", ()), ("inverse", ()), ("pinverse", ()),
+                       ("matrix_power", (3,))]:
+        _close(getattr(d, name)(*args), getattr(t, name)(*args), 1e-9)
+        _close(getattr(dg, name)(d, *args), getattr(torch, name)(t, *args), 1e-9)
+    for got, want in zip(d.slogdet(), t.slogdet()):
+        _close(got, want, 1e-9)
+    _close(dg.tensor(spd).cholesky(), torch.tensor(spd).cholesky(), 1e-9)
+    _close(dg.tensor(b).cholesky_solve(dg.tensor(low)),
+           torch.tensor(b).cholesky_solve(torch.tensor(low)), 1e-9)
+    _close(dg.tensor(low).cholesky_inverse(), torch.tensor(low).cholesky_inverse(), 1e-9)
+    q, r = d.qr()
+    _close(q @ r, t, 1e-9)
+    u, s, v = d.svd()
+    _close(s, t.svd().S, 1e-9)
+    _close((u * s) @ v.mT, t, 1e-9)
+    tau = np.array([1.1, 0.4])
+    _close(d.orgqr(dg.tensor(tau)), t.orgqr(torch.tensor(tau)), 1e-9)
+
+
+def test_cholesky_solve_gradients_match_torch():
+    rng = np.random.default_rng(4)
+    a = rng.normal(size=(3, 3)) + 3 * np.eye(3)
+    low = np.linalg.cholesky(a @ a.T)
+    b = rng.normal(size=(3, 2))
+    db, dl = dg.tensor(b, requires_grad=True), dg.tensor(low, requires_grad=True)
+    tb, tl = torch.tensor(b, requires_grad=True), torch.tensor(low, requires_grad=True)
+    (dg.cholesky_solve(db, dl) ** 2).sum().backward()
+    (torch.cholesky_solve(tb, tl) ** 2).sum().backward()
+    _close(db.grad, tb.grad, 1e-9)
+    _close(dl.grad, torch.tril(tl.grad), 1e-9)
+
+
+def test_type_questions_match_torch():
+    for data in ([1.5], [0], [[2]], [1, 2], []):
+        d, t = dg.tensor(data), torch.tensor(data)
+        for name in ("is_complex", "is_conj", "is_neg"):
+            assert getattr(dg, name)(d) == getattr(torch, name)(t)
+            assert getattr(d, name)() == getattr(t, name)()
+        assert dg.is_same_size(d, d) and d.is_same_size(d)
+        assert dg.resolve_conj(d) is d and d.resolve_neg() is d
+        if len(data) == 1:
+            assert dg.is_nonzero(d) == torch.is_nonzero(t)
+        else:
+            with pytest.raises(RuntimeError):
+                torch.is_nonzero(t)
+            with pytest.raises(RuntimeError, match="is_nonzero"):
+                dg.is_nonzero(d)
+    with pytest.raises(TypeError, match="is_complex"):
+        dg.is_complex([1.0])
+    _close(dg.sub(dg.tensor([3.0, 1.0]), dg.tensor([1.0, 2.0]), alpha=2),
+           torch.sub(torch.tensor([3.0, 1.0]), torch.tensor([1.0, 2.0]), alpha=2))
+    _close(dg.add(dg.tensor([3, 1]), dg.tensor([1, 2]), alpha=3),
+           torch.add(torch.tensor([3, 1]), torch.tensor([1, 2]), alpha=3))
+    assert np.isnan(dg.nan) and dg.inf == torch.inf and dg.pi == torch.pi and dg.e == torch.e
+
+
+def test_doc_examples_port_compares_values_not_spellings():
+    import importlib.util
+    import pathlib
+    path = pathlib.Path(__file__).parent.parent / "benchmarks" / "doc_examples_port.py"
+    spec = importlib.util.spec_from_file_location("doc_examples_port", path)
+    port = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(port)
+    examples = port._examples(torch.heaviside.__doc__)
+    assert examples
+    want = [port._plain(v) for v in port._run_isolated(examples, torch)]
+    got = [port._plain(v) for v in port._run_isolated(examples, dg)]
+    assert all(port._same(w, g) for w, g in zip(want, got))
+    assert not port._same(port._plain(torch.tensor([1.0])), port._plain(dg.tensor([1.5])))
+    assert not port._same(port._plain(torch.tensor([1.0])), port._plain(dg.tensor([1])))
+    assert port._same(port._plain(torch.float64), port._plain(dg.float64))

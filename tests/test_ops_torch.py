@@ -221,6 +221,13 @@ TORCH.update(tril_indices=lambda r, c, offset=0, dtype="int64": torch.tril_indic
 TORCH.update(vander=lambda x, N=None, increasing=False: (
     torch.linalg.vander(x, N=N) if increasing else torch.linalg.vander(x, N=N).flip(-1)))
 
+TORCH.update(
+    linalg_householder_product=torch.linalg.householder_product,
+    linalg_tensorinv=torch.linalg.tensorinv, linalg_tensorsolve=torch.linalg.tensorsolve,
+    linalg_vander=torch.linalg.vander, logdet=torch.logdet,
+    cholesky_solve=torch.cholesky_solve, cholesky_inverse=torch.cholesky_inverse,
+    pinverse=torch.pinverse, svd_legacy=torch.svd)
+
 # Samples torch rejects (duograph promotes, or accepts more index dtypes) or where duograph
 # deliberately differs (documented in the op's docstring).
 NOT_IN_TORCH = {
