@@ -130,3 +130,15 @@ from .counting import bincount  # noqa: E402
 __all__ += ["get_default_dtype", "set_default_dtype", "get_num_threads", "set_num_threads",
             "is_tensor", "is_floating_point", "bincount", "seed", "get_rng_state",
             "set_rng_state", "set_printoptions"]
+# torch's top-level linear-algebra names (torch.det, torch.cholesky_solve, torch.svd...)
+from . import linalg_names as _linalg_names  # noqa: E402
+_linalg_names.install(_sys.modules[__name__])
+__all__ += list(_linalg_names.FUNCTIONS)
+# torch's float constants (torch.nan, torch.inf, torch.pi, torch.e)
+import math as _math  # noqa: E402
+nan, inf, pi, e = _math.nan, _math.inf, _math.pi, _math.e
+__all__ += ["nan", "inf", "pi", "e"]
+from .settings import (is_complex, is_conj, is_neg, is_nonzero, is_same_size,  # noqa: E402
+                       resolve_conj, resolve_neg)
+__all__ += ["is_complex", "is_conj", "is_neg", "is_nonzero", "is_same_size", "resolve_conj",
+            "resolve_neg"]

@@ -75,6 +75,14 @@ DERIVED_METHOD_NAMES = (
     "logical_not_", "tril_", "triu_", "cumsum_", "cumprod_", "addcmul_", "addcdiv_",
     "clamp_min_", "clamp_max_", "copysign_", "float_power_", "logaddexp_", "addmm_",
     "lerp_", "sign_", "sgn_", "square_")
+# (issue 28's special functions)
+DERIVED_METHOD_NAMES += (
+    "erfc_", "erfinv_", "lgamma_", "digamma_", "polygamma_", "i0_", "sinc_", "logit_",
+    "deg2rad_", "rad2deg_", "heaviside_", "gcd_", "lcm_", "nextafter_", "ldexp_", "absolute_",
+    "addmv_", "addr_", "addbmm_", "baddbmm_")
+# torch's module-level forms of derived in-place methods (dg.erfc_(x) is x.erfc_())
+DERIVED_FUNCTION_NAMES = ("erfc_", "i0_", "sinc_", "logit_", "deg2rad_", "rad2deg_", "gcd_",
+                          "lcm_", "ldexp_", "addmv_")
 
 
 def _derived_method(name: str) -> Callable:
@@ -111,3 +119,6 @@ def install(package, functional) -> None:
     for name, fn in ACTIVATIONS.items():
         setattr(functional, name, fn)
     install_tensor_methods()
+    for name in DERIVED_FUNCTION_NAMES:
+        FUNCTIONS[name] = _from_method(name)
+        setattr(package, name, FUNCTIONS[name])

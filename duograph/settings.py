@@ -143,3 +143,58 @@ def set_printoptions(precision=None, threshold=None, edgeitems=None, linewidth=N
             options["formatter"] = {"float_kind": lambda v: f"{v:.{options['precision']}e}"}
         else:
             options.pop("formatter", None)
+
+
+def _tensor_argument(name: str, input):
+    if not is_tensor(input):
+        raise TypeError(f"{name}(): argument 'input' must be Tensor, not "
+                        f"{type(input).__name__}")
+    return input
+
+
+def is_complex(input) -> bool:
+    """Whether ``input``'s dtype is complex64 or complex128, as ``torch.is_complex``."""
+    return dtypes.is_complex(_tensor_argument("is_complex", input).dtype)
+
+
+def is_nonzero(input) -> bool:
+    """Whether the single element of ``input`` is nonzero, as ``torch.is_nonzero``: a tensor
+    of no or several elements raises RuntimeError."""
+    x = _tensor_argument("is_nonzero", input)
+    n = int(np.prod(x.shape, dtype=np.int64))
+    if n == 0:
+        raise RuntimeError("is_nonzero: Boolean value of Tensor with no values is ambiguous")
+    if n > 1:
+        raise RuntimeError("is_nonzero: Boolean value of Tensor with more than one value is "
+                           "ambiguous")
+    return bool(np.asarray(x.numpy()).reshape(()) != 0)
+
+
+def is_same_size(input, other) -> bool:
+    """Whether two tensors have the same shape, as ``torch.is_same_size``."""
+    return tuple(_tensor_argument("is_same_size", input).shape) == tuple(
+        _tensor_argument("is_same_size", other).shape)
+
+
+def is_conj(input) -> bool:
+    """False: duograph's ``conj`` gives a new tensor, never a lazily conjugated view, so no
+    tensor carries PyTorch's conjugate bit (``torch.is_conj``)."""
+    _tensor_argument("is_conj", input)
+    return False
+
+
+def is_neg(input) -> bool:
+    """False: no duograph tensor carries PyTorch's lazy negation bit (``torch.is_neg``)."""
+    _tensor_argument("is_neg", input)
+    return False
+
+
+def resolve_conj(input):
+    """``input`` itself: there is no lazy conjugation to materialise
+    (``torch.resolve_conj``)."""
+    return _tensor_argument("resolve_conj", input)
+
+
+def resolve_neg(input):
+    """``input`` itself: there is no lazy negation to materialise (``torch.resolve_neg``)."""
+    return _tensor_argument("resolve_neg", input)

@@ -138,3 +138,18 @@ _add_axis_aliases(globals(), __all__)
 
 
 methods.set_functions(sys.modules[__name__])    # the tensor methods call these functions
+
+# PyTorch's special and number-theoretic functions (graphlib/ops/special.py)
+from .ops.special import (deg2rad, digamma, erfc, erfinv, fmax, fmin, gcd, heaviside,  # noqa
+                          i0, isneginf, isposinf, lcm, ldexp, lgamma, logaddexp2, logit,
+                          nextafter, polygamma, rad2deg, signbit, sinc)
+from .ops import special as _special  # noqa: E402
+__all__ += list(_special.__all__)
+# PyTorch's products and array functions composed of other ops (graphlib/ops/products.py)
+from .ops.products import (addbmm, addmv, addr, aminmax, atleast_1d, atleast_2d,  # noqa
+                           atleast_3d, baddbmm, block_diag, cartesian_prod, diag_embed,
+                           diagflat, dsplit, hsplit, inner, kron, msort, ravel, select,
+                           tensordot, tril_indices, triu_indices, vander, vdot, vsplit)
+from .ops import products as _products  # noqa: E402
+__all__ += list(_products.__all__)
+_add_axis_aliases(globals(), ["aminmax", "select"])

@@ -9,7 +9,7 @@ from . import dtypes
 from .aliases import accept_axis
 from .errors import ShapeError, located
 from .registry import REGISTRY as _REGISTRY
-from . import methods_compat
+from . import methods_compat, methods_names
 from .methods_compat import PyTorchMethods
 
 # This module sits below ``ir`` (``Value`` inherits these methods), so it imports nothing
@@ -24,6 +24,7 @@ def set_functions(module) -> None:
     global F
     F = module
     methods_compat.F = module
+    methods_names.F = module
 
 
 def set_dispatch(handlers: dict, graph_stack) -> None:

@@ -7,11 +7,12 @@ import numpy as np
 
 from . import dtypes
 from .errors import ShapeError, located
+from .methods_names import NamesMethods
 
 F = None            # the functional module, set by ``methods.set_functions``
 
 
-class PyTorchMethods:
+class PyTorchMethods(NamesMethods):
     """PyTorch's method spellings over the op functions."""
 
     __slots__ = ()

@@ -24,6 +24,9 @@ class ArrayModuleExtras:
     # ufunc_at(name, target, index, values) -> bool: the module's own unbuffered
     # ``name.at`` where it has a right one (False: use ``getattr(xp, name).at``)
     ufunc_at: Optional[Callable] = None
+    # special(name) -> the module's ``scipy.special`` function of that name (erfc, gammaln,
+    # psi, polygamma, i0, i1...), for the special-function ops
+    special: Optional[Callable] = None
 
 
 _EXTRAS: Dict[str, ArrayModuleExtras] = {}
@@ -53,8 +56,9 @@ def extras(xp) -> ArrayModuleExtras:
 
 def _numpy_extras() -> ArrayModuleExtras:
     # scipy is heavy to import: loaded when numpy's extras are first asked for
-    from scipy.special import erf as _erf
-    return ArrayModuleExtras(erf=_erf, add_at=np.add.at, asarray=_host)
+    import scipy.special as _special
+    return ArrayModuleExtras(erf=_special.erf, add_at=np.add.at, asarray=_host,
+                             special=lambda name: getattr(_special, name))
 
 
 def _host(x):
@@ -67,6 +71,15 @@ register_array_module("numpy", _numpy_extras, device="cpu")
 def erf(xp, x):
     """Elementwise error function."""
     return extras(xp).erf(x)
+
+
+def special(xp, name: str) -> Callable:
+    """The array module's ``scipy.special`` function ``name`` (``gammaln``, ``psi``...)."""
+    found = extras(xp).special
+    if found is None:
+        raise RuntimeError(f"the array module {xp.__name__!r} registered no special "
+                           f"functions: {name} is not available on it")
+    return found(name)
 
 
 def add_at(xp, target, index, values) -> None:

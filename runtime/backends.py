@@ -52,9 +52,10 @@ def _cupy_extras() -> xpu.ArrayModuleExtras:
     # cupy is optional (the gpu extra): imported only when a cupy array first needs these
     import cupy
     import cupyx
-    from cupyx.scipy.special import erf
-    return xpu.ArrayModuleExtras(erf=erf, add_at=cupyx.scatter_add, asarray=cupy.asarray,
-                                 ufunc_at=_cupy_ufunc_at)
+    import cupyx.scipy.special as special
+    return xpu.ArrayModuleExtras(erf=special.erf, add_at=cupyx.scatter_add,
+                                 asarray=cupy.asarray, ufunc_at=_cupy_ufunc_at,
+                                 special=lambda name: getattr(special, name))
 
 
 def _cupy_ufunc_at(name: str, target, index, values) -> bool:

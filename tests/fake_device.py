@@ -116,8 +116,11 @@ def _extras():
 
     def add_at(target, index, values):
         np.add.at(target, index, values)
+    import scipy.special
     return xpu.ArrayModuleExtras(erf=_wrap_callable(erf), add_at=add_at,
-                                 asarray=FakeXP.asarray)
+                                 asarray=FakeXP.asarray,
+                                 special=lambda name: _wrap_callable(getattr(scipy.special,
+                                                                             name)))
 
 
 @contextlib.contextmanager

@@ -3600,3 +3600,358 @@ def _sampling() -> List[OpInfo]:
 
 OPS += _sampling()
 BY_NAME = {op.name: op for op in OPS}
+
+
+# -- special and number-theoretic functions (graphlib/ops/special.py) -------------------------
+def _f32_if_int(fn):
+    """``fn`` computed in float64, given in the input's float dtype or float32 for integers
+    (PyTorch's promotion)."""
+    def ref(x, *args, **kwargs):
+        dt = x.dtype if x.dtype.kind == "f" else np.dtype(F32)
+        return np.asarray(fn(x.astype(F64), *args, **kwargs)).astype(dt)
+    return ref
+
+
+def _logit_ref(x, eps=None):
+    if eps is not None:
+        x = np.clip(x, eps, 1 - eps)
+    return np.log(x / (1 - x))
+
+
+def _special() -> List[OpInfo]:
+    def unary_op(name, fn, ref, make, errors=(), **kw):
+        return OpInfo(name, fn, [
+            Sample("f64", (make(2, 3),)), Sample("f64_0d", (make(),)),
+            Sample("f32", (make(4, dtype=F32),)),
+            Sample("i64_to_f32", (ints(2, 2, low=1, high=4),), dtype=F32)],
+            _f32_if_int(ref), tol=dict(LOOSE_TOL), errors=list(errors), **kw)
+    special_nan = np.array([0.0, -1.0, 0.5, np.nan, np.inf])
+    return [
+        unary_op("erfc", dg.erfc, special.erfc, _wide, differentiable=True),
+        OpInfo("erfinv", dg.erfinv, [
+            Sample("f64", (rand(2, 3, low=-0.9, high=0.9),)),
+            Sample("edges", (np.array([-1.0, 1.0, 0.0, 2.0]),), fd=False),
+            Sample("f32", (rand(4, dtype=F32, low=-0.9, high=0.9),))],
+            _f32_if_int(special.erfinv), tol=dict(LOOSE_TOL), differentiable=True),
+        unary_op("lgamma", dg.lgamma, special.gammaln, pos, differentiable=True),
+        unary_op("digamma", dg.digamma, special.psi, pos, differentiable=True),
+        OpInfo("polygamma", dg.polygamma, [
+            Sample("n1", (1, pos(2, 3))), Sample("n0", (0, pos(3))),
+            Sample("n3_f32", (3, pos(4, dtype=F32))),
+            Sample("int", (2, ints(2, low=1, high=4)), dtype=F32)],
+            lambda n, x: _f32_if_int(lambda v: special.polygamma(n, v))(x),
+            tol=dict(LOOSE_TOL), differentiable=True, errors=[
+                ErrorCase("negative", (-1, pos(3)), {}, RuntimeError, "n >= 0"),
+                ErrorCase("float_n", (1.5, pos(3)), {}, TypeError, "int")]),
+        unary_op("i0", dg.i0, special.i0, _wide, differentiable=True),
+        OpInfo("sinc", dg.sinc, [
+            Sample("f64", (_wide(2, 3),)),
+            Sample("at_zero", (np.array([0.0, 0.5, -1.5]),), fd=False),
+            Sample("f32", (_wide(4, dtype=F32),)),
+            Sample("int", (ints(3),), dtype=F32)],
+            _f32_if_int(np.sinc), tol=dict(LOOSE_TOL), differentiable=True),
+        OpInfo("logit", dg.logit, [
+            Sample("f64", (rand(2, 3, low=0.05, high=0.95),)),
+            Sample("eps", (rand(6, low=0.0, high=1.0),), {"eps": 0.25}, fd=False),
+            Sample("f32", (rand(4, low=0.1, high=0.9, dtype=F32),))],
+            _f32_if_int(_logit_ref), tol=dict(LOOSE_TOL), differentiable=True, errors=[
+                ErrorCase("eps", (rand(3),), {"eps": "x"}, TypeError, "eps")]),
+        unary_op("deg2rad", dg.deg2rad, np.deg2rad, _wide, differentiable=True),
+        unary_op("rad2deg", dg.rad2deg, np.rad2deg, _wide, differentiable=True),
+        OpInfo("signbit", dg.signbit, [
+            Sample("f64", (np.array([-0.0, 0.0, -1.5, 2.0, -np.inf]),)),
+            Sample("i64", (ints(2, 3),))], np.signbit),
+        OpInfo("isposinf", dg.isposinf, [Sample("f64", (special_nan,)),
+                                         Sample("i64", (ints(3),))], np.isposinf),
+        OpInfo("isneginf", dg.isneginf, [Sample("f64", (-special_nan,)),
+                                         Sample("i64", (ints(3),))], np.isneginf),
+        OpInfo("heaviside", dg.heaviside, [
+            Sample("f64", (np.array([-1.0, 0.0, 2.0, 0.0]), np.array([0.5, 0.25, 0.5, 3.0]))),
+            Sample("bcast_i64", (ints(2, 3), np.array([7])))],
+            lambda a, b: np.where(a == 0, b, a > 0).astype(a.dtype), errors=[
+                ErrorCase("dtypes", (rand(3), ints(3)), {}, dg.DTypeError, "one dtype")]),
+        OpInfo("fmax", dg.fmax, [
+            Sample("f64", (distinct(2, 3), distinct(2, 3))),
+            Sample("nan", (np.array([np.nan, 1.0, np.nan]), np.array([2.0, np.nan, np.nan])),
+                   fd=False),
+            Sample("tie", (np.array([1.0, 2.0]), np.array([1.0, 3.0])), fd=False),
+            Sample("i64", (ints(3), ints(3)))], np.fmax, differentiable=True),
+        OpInfo("fmin", dg.fmin, [
+            Sample("f64", (distinct(2, 3), distinct(2, 3))),
+            Sample("nan", (np.array([np.nan, 1.0, np.nan]), np.array([2.0, np.nan, np.nan])),
+                   fd=False),
+            Sample("tie", (np.array([1.0, 2.0]), np.array([1.0, 0.0])), fd=False),
+            Sample("i64", (ints(3), ints(3)))], np.fmin, differentiable=True),
+        OpInfo("gcd", dg.gcd, [Sample("i64", (ints(2, 3, low=-12, high=13), ints(3))),
+                               Sample("i32", (ints(4, dtype=I32), ints(4, dtype=I32)))],
+               np.gcd, errors=[ErrorCase("float", (rand(3), rand(3)), {},
+                                         dg.UnsupportedDTypeError, "float64")]),
+        OpInfo("lcm", dg.lcm, [Sample("i64", (ints(2, 3, low=-12, high=13), ints(3)))],
+               np.lcm, errors=[ErrorCase("float", (rand(3), rand(3)), {},
+                                         dg.UnsupportedDTypeError, "float64")]),
+        OpInfo("nextafter", dg.nextafter, [
+            Sample("f64", (rand(2, 3), rand(3))),
+            Sample("f32", (rand(4, dtype=F32), np.array([np.inf], dtype=F32)))],
+            np.nextafter, errors=[
+                ErrorCase("dtypes", (rand(3), rand(3, dtype=F32)), {}, dg.DTypeError,
+                          "one dtype")]),
+        OpInfo("ldexp", dg.ldexp, [
+            Sample("f64", (rand(2, 3), ints(3, low=0, high=4))),
+            Sample("f64_negative_exponents", (rand(2, 3), ints(3, low=-3, high=0))),
+            Sample("ints", (ints(3), ints(3, low=0, high=4)), dtype=F32),
+            Sample("f32", (rand(3, dtype=F32), ints(3, low=-2, high=3)))],
+            lambda a, b: a * np.exp2(b.astype(F32)), differentiable=True, grad_args=(0,)),
+        OpInfo("logaddexp2", dg.logaddexp2, [
+            Sample("f64", (_wide(2, 3), _wide(2, 3))),
+            Sample("extreme", (np.array([-np.inf, 800.0, -800.0]),
+                               np.array([-np.inf, 799.0, 1.0])), fd=False),
+            Sample("bcast_f32", (rand(2, 3, dtype=F32), rand(3, dtype=F32)))],
+            np.logaddexp2, differentiable=True, errors=[
+                ErrorCase("int", (ints(3), ints(3)), {}, dg.DTypeError, "floating-point")]),
+    ]
+
+
+OPS += _special()
+BY_NAME = {op.name: op for op in OPS}
+
+
+# -- products and array functions (graphlib/ops/products.py) ----------------------------------
+def _tensordot_ref(a, b, dims=2):
+    return np.tensordot(a, b, dims if isinstance(dims, int) else tuple(map(list, dims)))
+
+
+def _diag_embed_ref(x, offset=0, dim1=-2, dim2=-1):
+    n = x.shape[-1] + abs(offset)
+    out = np.zeros(x.shape[:-1] + (n, n), dtype=x.dtype)
+    i = np.arange(x.shape[-1])
+    rows, cols = (i, i + offset) if offset >= 0 else (i - offset, i)
+    out[..., rows, cols] = x
+    return np.moveaxis(out, (-2, -1), (dim1, dim2))
+
+
+def _block_diag_ref(*ts):
+    ts = [np.atleast_2d(t) for t in ts]
+    dt = np.result_type(*ts)
+    out = np.zeros((sum(t.shape[0] for t in ts), sum(t.shape[1] for t in ts)), dtype=dt)
+    r = c = 0
+    for t in ts:
+        out[r:r + t.shape[0], c:c + t.shape[1]] = t
+        r, c = r + t.shape[0], c + t.shape[1]
+    return out
+
+
+def _atleast_3d_ref(*ts):
+    out = []
+    for t in ts:
+        if t.ndim == 0:
+            t = t.reshape(1, 1, 1)
+        elif t.ndim == 1:
+            t = t.reshape(1, -1, 1)
+        elif t.ndim == 2:
+            t = t[..., None]
+        out.append(t)
+    return tuple(out) if len(out) != 1 else out[0]
+
+
+def _products() -> List[OpInfo]:
+    return [
+        OpInfo("kron", dg.kron, [Sample("2d", (rand(2, 3), rand(2, 2))),
+                                 Sample("ranks", (rand(3), rand(2, 2))),
+                                 Sample("i64", (ints(2, 2), ints(2)))],
+               np.kron, differentiable=True),
+        OpInfo("inner", dg.inner, [Sample("2d", (rand(2, 3), rand(4, 3))),
+                                   Sample("1d", (rand(3), rand(3))),
+                                   Sample("scalar", (rand(2, 2), rand()))],
+               np.inner, differentiable=True, errors=[
+                   ErrorCase("last", (rand(2, 3), rand(3, 2)), {}, dg.ShapeError, "last dims")]),
+        OpInfo("tensordot", dg.tensordot, [
+            Sample("int", (rand(2, 3, 4), rand(3, 4, 2))),
+            Sample("lists", (rand(2, 3, 4), rand(4, 2, 3)), {"dims": ([1, 2], [2, 0])}),
+            Sample("zero", (rand(2), rand(3)), {"dims": 0})],
+            _tensordot_ref, tol=dict(LOOSE_TOL), differentiable=True, errors=[
+                ErrorCase("size", (rand(2, 3), rand(2, 3)), {"dims": 1}, dg.ShapeError,
+                          "contracted")]),
+        OpInfo("vdot", dg.vdot, [Sample("f64", (rand(4), rand(4))),
+                                 Sample("c128", (crand(3), crand(3)))],
+               np.vdot, tol=dict(COMPLEX_TOL), differentiable=True, errors=[
+                   ErrorCase("2d", (rand(2, 2), rand(2)), {}, dg.ShapeError, "1D"),
+                   ErrorCase("dtype", (rand(2), rand(2, dtype=F32)), {}, dg.DTypeError,
+                             "same dtype")]),
+        OpInfo("addmv", dg.addmv, [
+            Sample("f64", (rand(3), rand(3, 4), rand(4))),
+            Sample("scaled", (rand(1), rand(2, 3), rand(3)), {"beta": 0.5, "alpha": 2.0})],
+            lambda x, m, v, beta=1, alpha=1: beta * x + alpha * (m @ v), differentiable=True,
+            errors=[ErrorCase("size", (rand(3), rand(3, 4), rand(3)), {}, dg.ShapeError,
+                              "size mismatch")]),
+        OpInfo("addr", dg.addr, [
+            Sample("f64", (rand(3, 2), rand(3), rand(2))),
+            Sample("scaled", (rand(2), rand(3), rand(2)), {"beta": -1.0, "alpha": 0.5})],
+            lambda x, a, b, beta=1, alpha=1: beta * x + alpha * np.outer(a, b),
+            differentiable=True, errors=[
+                ErrorCase("2d", (rand(3, 2), rand(3, 1), rand(2)), {}, dg.ShapeError, "1-D")]),
+        OpInfo("addbmm", dg.addbmm, [
+            Sample("f64", (rand(2, 3), rand(4, 2, 5), rand(4, 5, 3))),
+            Sample("scaled", (rand(3), rand(2, 2, 2), rand(2, 2, 3)), {"beta": 2.0,
+                                                                       "alpha": -1.0})],
+            lambda x, a, b, beta=1, alpha=1: beta * x + alpha * (a @ b).sum(0),
+            tol=dict(LOOSE_TOL), differentiable=True, errors=[
+                ErrorCase("2d", (rand(2, 3), rand(2, 5), rand(5, 3)), {}, dg.ShapeError,
+                          "3-D")]),
+        OpInfo("baddbmm", dg.baddbmm, [
+            Sample("f64", (rand(4, 2, 3), rand(4, 2, 5), rand(4, 5, 3))),
+            Sample("beta0", (rand(2, 3), rand(4, 2, 5), rand(4, 5, 3)), {"beta": 0})],
+            lambda x, a, b, beta=1, alpha=1: (beta * x if beta else 0) + alpha * (a @ b),
+            tol=dict(LOOSE_TOL), differentiable=True, errors=[
+                ErrorCase("batch", (rand(2, 3), rand(4, 2, 5), rand(3, 5, 3)), {},
+                          dg.ShapeError, "(b, n, m)")]),
+        OpInfo("block_diag", dg.block_diag, [
+            Sample("mixed", (rand(2, 3), rand(), rand(2))),
+            Sample("i64", (ints(2, 2), ints(1, 3)))],
+            _block_diag_ref, differentiable=True, errors=[
+                ErrorCase("3d", (rand(2, 2, 2),), {}, dg.ShapeError, "2 or fewer")]),
+        OpInfo("cartesian_prod", dg.cartesian_prod, [
+            Sample("two", (rand(2), rand(3))), Sample("three_i64", (ints(2), ints(2), ints(3)))],
+            lambda *ts: np.stack([g.reshape(-1) for g in np.meshgrid(*ts, indexing="ij")], 1),
+            differentiable=True, errors=[
+                ErrorCase("2d", (rand(2, 2), rand(2)), {}, dg.ShapeError, "1D")]),
+        OpInfo("diag_embed", dg.diag_embed, [
+            Sample("default", (rand(2, 3),)),
+            Sample("offset_dims", (rand(2, 3),), {"offset": -1, "dim1": 0, "dim2": 2}),
+            Sample("offset_pos_i64", (ints(3),), {"offset": 2})],
+            _diag_embed_ref, differentiable=True, errors=[
+                ErrorCase("same", (rand(2, 3),), {"dim1": 1, "dim2": 1}, RuntimeError,
+                          "identical")]),
+        OpInfo("diagflat", dg.diagflat, [Sample("2d", (rand(2, 2),)),
+                                         Sample("offset", (rand(3),), {"offset": -1})],
+               lambda x, offset=0: np.diagflat(x, offset), differentiable=True),
+        OpInfo("tril_indices", dg.tril_indices, [
+            Sample("square", (3, 3)), Sample("offset", (3, 4, 1), {"dtype": I32}),
+            Sample("neg", (4, 3, -1))],
+            lambda r, c, offset=0, dtype=I64: np.stack(np.tril_indices(r, offset, c)).astype(
+                dtype).reshape(2, -1), errors=[
+                ErrorCase("neg", (-1, 3), {}, RuntimeError, "non-negative")]),
+        OpInfo("triu_indices", dg.triu_indices, [
+            Sample("square", (3, 3)), Sample("offset", (3, 4, 1))],
+            lambda r, c, offset=0, dtype=I64: np.stack(np.triu_indices(r, offset, c)).astype(
+                dtype).reshape(2, -1), errors=[
+                ErrorCase("dtype", (3, 3), {"dtype": F32}, dg.DTypeError, "int32 or int64")]),
+        OpInfo("vander", dg.vander, [
+            Sample("default", (rand(3),)), Sample("n_incr", (rand(3),), {"N": 4,
+                                                                      "increasing": True}),
+            Sample("i64", (ints(3),), {"N": 2})],
+            lambda x, N=None, increasing=False: np.vander(x, N, increasing),
+            differentiable=True, errors=[
+                ErrorCase("2d", (rand(2, 2),), {}, dg.ShapeError, "one-dimensional")]),
+        OpInfo("atleast_1d", dg.atleast_1d, [Sample("0d", (rand(),)), Sample("2d", (rand(2, 2),)),
+                                             Sample("many", (rand(), rand(3)))],
+               lambda *ts: np.atleast_1d(*ts) if len(ts) == 1 else tuple(np.atleast_1d(*ts)),
+               differentiable=True),
+        OpInfo("atleast_2d", dg.atleast_2d, [Sample("1d", (rand(3),)),
+                                             Sample("many", (rand(), rand(2, 2)))],
+               lambda *ts: np.atleast_2d(*ts) if len(ts) == 1 else tuple(np.atleast_2d(*ts)),
+               differentiable=True),
+        OpInfo("atleast_3d", dg.atleast_3d, [Sample("1d", (rand(3),)),
+                                             Sample("many", (rand(), rand(2, 2)))],
+               _atleast_3d_ref, differentiable=True),
+        OpInfo("hsplit", dg.hsplit, [Sample("int", (rand(3, 4), 2)),
+                                     Sample("list_1d", (rand(5), [1, 3]))],
+               lambda x, s: tuple(np.hsplit(x, s)), differentiable=True, errors=[
+                   ErrorCase("uneven", (rand(3, 4), 3), {}, RuntimeError, "divisible")]),
+        OpInfo("vsplit", dg.vsplit, [Sample("int", (rand(4, 3), 2))],
+               lambda x, s: tuple(np.vsplit(x, s)), differentiable=True, errors=[
+                   ErrorCase("1d", (rand(4), 2), {}, RuntimeError, "at least 2")]),
+        OpInfo("dsplit", dg.dsplit, [Sample("list", (rand(2, 2, 4), [1]))],
+               lambda x, s: tuple(np.dsplit(x, s)), differentiable=True),
+        OpInfo("select", dg.select, [Sample("dim1", (rand(2, 3), 1, -1)),
+                                     Sample("dim0", (rand(3, 2, 2), 0, 1))],
+               lambda x, d, i: np.take(x, i, axis=d), differentiable=True, errors=[
+                   ErrorCase("range", (rand(2, 3), 1, 3), {}, IndexError, "out of range")]),
+        OpInfo("aminmax", dg.aminmax, [Sample("all", (distinct(2, 3),)),
+                                       Sample("dim", (distinct(2, 3),), {"dim": 1,
+                                                                         "keepdim": True})],
+               lambda x, dim=None, keepdim=False: (np.asarray(np.amin(x, dim, keepdims=keepdim)),
+                                                   np.asarray(np.amax(x, dim, keepdims=keepdim))),
+               differentiable=True),
+        OpInfo("msort", dg.msort, [Sample("f64", (distinct(3, 2),)), Sample("i64", (ints(4),))],
+               lambda x: np.sort(x, 0), differentiable=True),
+        OpInfo("ravel", dg.ravel, [Sample("f64", (rand(2, 3),))], np.ravel,
+               differentiable=True),
+    ]
+
+
+OPS += _products()
+BY_NAME = {op.name: op for op in OPS}
+
+
+# -- more of torch.linalg and torch's top-level linear-algebra names --------------------------
+def _householder_ref(a, tau):
+    m, n = a.shape
+    q = np.eye(m)
+    for i in range(tau.shape[0]):
+        v = np.zeros(m)
+        v[i] = 1.0
+        v[i + 1:] = a[i + 1:, i]
+        q = q @ (np.eye(m) - tau[i] * np.outer(v, v))
+    return q[:, :n]
+
+
+def _chol_factor(upper=False):
+    s = _spd(3, 3)
+    low = np.linalg.cholesky(s)
+    return low.T.copy() if upper else low
+
+
+def _cholesky_solve_ref(b, f, upper=False):
+    a = f.T @ f if upper else f @ f.T
+    return np.linalg.solve(a, b)
+
+
+def _linalg_more() -> List[OpInfo]:
+    return [
+        OpInfo("linalg_householder_product", dg.linalg.householder_product, [
+            Sample("tall", (rand(4, 3), rand(2))), Sample("square", (rand(3, 3), rand(3)))],
+            _householder_ref, tol=dict(LOOSE_TOL), differentiable=True, errors=[
+                ErrorCase("k", (rand(3, 2), rand(3)), {}, RuntimeError, "m >= n >= k")]),
+        OpInfo("linalg_tensorinv", dg.linalg.tensorinv, [
+            Sample("ind2", (_well_conditioned(6, 6).reshape(2, 3, 6),)),
+            Sample("ind1", (_well_conditioned(4, 4).reshape(4, 2, 2),), {"ind": 1})],
+            lambda a, ind=2: np.linalg.tensorinv(a, ind), tol=dict(LOOSE_TOL),
+            differentiable=True, errors=[
+                ErrorCase("shape", (rand(2, 3, 4),), {}, RuntimeError, "prod")]),
+        OpInfo("linalg_tensorsolve", dg.linalg.tensorsolve, [
+            Sample("3d", (_well_conditioned(6, 6).reshape(2, 3, 6), rand(2, 3)))],
+            np.linalg.tensorsolve, tol=dict(LOOSE_TOL), differentiable=True, errors=[
+                ErrorCase("shape", (rand(2, 3, 6), rand(3, 2)), {}, RuntimeError,
+                          "A.shape[:B.ndim]")]),
+        OpInfo("linalg_vander", dg.linalg.vander, [
+            Sample("batched", (rand(2, 3),)), Sample("n4", (rand(3),), {"N": 4})],
+            lambda x, N=None: np.stack([np.vander(r, N, True) for r in x.reshape(
+                -1, x.shape[-1])]).reshape(x.shape + (N or x.shape[-1],)),
+            differentiable=True, errors=[
+                ErrorCase("n1", (rand(3),), {"N": 1}, RuntimeError, "greater than 1")]),
+        OpInfo("logdet", dg.logdet, [Sample("spd", (_spd(3, 3),)),
+                                     Sample("batch", (_spd(2, 3, 3),))],
+               lambda a: np.linalg.slogdet(a)[1], tol=dict(LOOSE_TOL), differentiable=True),
+        OpInfo("cholesky_solve", dg.cholesky_solve, [
+            Sample("lower", (rand(3, 2), _chol_factor())),
+            Sample("upper", (rand(3, 2), _chol_factor(True), True))],
+            _cholesky_solve_ref, tol=dict(LOOSE_TOL), differentiable=True, grad_args=(0,),
+            errors=[ErrorCase("1d", (rand(3), _chol_factor()), {}, RuntimeError, "2 dims")]),
+        OpInfo("cholesky_inverse", dg.cholesky_inverse, [
+            Sample("lower", (_chol_factor(),)), Sample("upper", (_chol_factor(True), True))],
+            lambda f, upper=False: np.linalg.inv(f.T @ f if upper else f @ f.T),
+            tol=dict(LOOSE_TOL), errors=[
+                ErrorCase("square", (rand(3, 2),), {}, RuntimeError, "square")]),
+        OpInfo("pinverse", dg.pinverse, [Sample("wide", (_well_conditioned(3, 3)[:2],))],
+               np.linalg.pinv, tol=dict(LOOSE_TOL), differentiable=True),
+        OpInfo("svd_legacy", dg.svd, [
+            Sample("no_uv", (rand(4, 3),), {"compute_uv": False})],
+            lambda a, some=True, compute_uv=True: (
+                np.zeros((4, 4)), np.linalg.svd(a, compute_uv=False), np.zeros((3, 3))),
+            tol=dict(LOOSE_TOL), errors=[
+                ErrorCase("some", (rand(3, 3),), {"some": "x"}, TypeError, "bool")]),
+    ]
+
+
+OPS += _linalg_more()
+BY_NAME = {op.name: op for op in OPS}

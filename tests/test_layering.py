@@ -152,7 +152,8 @@ def test_engine_code_keys_ir_objects_by_themselves_not_by_id():
 GRAPHLIB_TIERS = (
     # foundations: dims and dtypes, errors, the OpDef registry, the tensor methods' surface
     {"config", "files", "xp", "source", "errors", "dtypes", "types", "aliases",
-     "collective_hooks", "kernels", "registry", "methods", "methods_compat"},
+     "collective_hooks", "kernels", "registry", "methods", "methods_compat",
+     "methods_names"},
     {"ir"},
     # free functions and builders over the IR
     {"attrs", "dispatch", "printer", "verify", "dot", "serialize", "rewrite", "transform",

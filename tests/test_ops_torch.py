@@ -203,9 +203,36 @@ TORCH.update(
     linalg_eigh_sym=_sym_input(torch.linalg.eigh),
     linalg_eigvalsh_sym=_sym_input(torch.linalg.eigvalsh))
 
+# issue 28's names: torch's function of the same name
+TORCH.update({name: getattr(torch, name) for name in (
+    "erfc", "erfinv", "lgamma", "digamma", "polygamma", "i0", "sinc", "logit", "deg2rad",
+    "rad2deg", "signbit", "isposinf", "isneginf", "heaviside", "fmax", "fmin", "gcd", "lcm",
+    "nextafter", "ldexp", "logaddexp2")})
+
+TORCH.update({name: getattr(torch, name) for name in (
+    "kron", "inner", "tensordot", "vdot", "addmv", "addr", "addbmm", "baddbmm", "block_diag",
+    "cartesian_prod", "diag_embed", "diagflat", "vander", "atleast_1d", "atleast_2d",
+    "atleast_3d", "hsplit", "vsplit", "dsplit", "select", "aminmax", "msort", "ravel")})
+TORCH.update(tril_indices=lambda r, c, offset=0, dtype="int64": torch.tril_indices(
+    r, c, offset, dtype=TORCH_DTYPES[dtype]), triu_indices=lambda r, c, offset=0,
+    dtype="int64": torch.triu_indices(r, c, offset, dtype=TORCH_DTYPES[dtype]))
+# torch.vander's backward fails in torch 2.13 (an in-place op on a saved view); its values
+# equal torch.linalg.vander's, reversed unless increasing, whose backward works
+TORCH.update(vander=lambda x, N=None, increasing=False: (
+    torch.linalg.vander(x, N=N) if increasing else torch.linalg.vander(x, N=N).flip(-1)))
+
+TORCH.update(
+    linalg_householder_product=torch.linalg.householder_product,
+    linalg_tensorinv=torch.linalg.tensorinv, linalg_tensorsolve=torch.linalg.tensorsolve,
+    linalg_vander=torch.linalg.vander, logdet=torch.logdet,
+    cholesky_solve=torch.cholesky_solve, cholesky_inverse=torch.cholesky_inverse,
+    pinverse=torch.pinverse, svd_legacy=torch.svd)
+
 # Samples torch rejects (duograph promotes, or accepts more index dtypes) or where duograph
 # deliberately differs (documented in the op's docstring).
 NOT_IN_TORCH = {
+    "ldexp-f64_negative_exponents": "torch's ldexp gradient computes 2 ** other in integers "
+                                    "(0 for a negative int exponent); duograph's is 2 ** other",
     "logsigmoid-i64_to_f32": "torch has no integer logsigmoid; duograph gives float32",
     "one_hot-i32_0d": "torch.one_hot needs int64 indices",
     "matmul-i32_f32": "torch.matmul needs operands of one dtype",

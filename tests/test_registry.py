@@ -37,6 +37,15 @@ NO_EXPR_YET = {
                           "shifts out of range needs the operand's bit width",
     "bitwise_right_shift": "the expression language has no shifts, and PyTorch's rule for "
                            "shifts out of range needs the operand's bit width",
+    **{name: "a scipy.special function (xp.special): the expression language has none"
+       for name in ("erfc", "erfinv", "lgamma", "digamma", "polygamma", "i0", "i1")},
+    "fmax": "the expression language's max propagates NaN; fmax ignores it",
+    "fmin": "the expression language's min propagates NaN; fmin ignores it",
+    "gcd": "the expression language has no loops (Euclid's algorithm)",
+    "lcm": "the expression language has no loops (Euclid's algorithm)",
+    "nextafter": "the expression language has no bit-level float functions",
+    "signbit": "the expression language has no bit-level float functions (-0.0, NaN's sign)",
+    "heaviside": "its value at 0 is the second operand's, cast to the first's dtype",
 }
 # Tables of strings that happen to be op names but name something else (allowed): (a file,
 # or a folder ending in "/", and the table's name).

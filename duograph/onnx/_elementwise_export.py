@@ -47,6 +47,13 @@ for _name, _op_type in (("tan", "Tan"), ("asin", "Asin"), ("acos", "Acos"), ("at
     CONVERTERS[get_op(_name)] = _unary_float(_op_type)
 # log2, log10, exp2 through natural log / exp (within an ulp)
 refused("ONNX has no form of it that keeps its accuracy near 0", "log1p", "expm1")
+refused("ONNX has no such special function", "erfc", "erfinv", "lgamma", "digamma",
+        "polygamma", "i0", "i1")
+refused("ONNX's Max and Min propagate NaN, which fmax and fmin ignore", "fmax", "fmin")
+refused("ONNX has no integer gcd or lcm", "gcd", "lcm")
+refused("ONNX has no bit-level float functions", "nextafter", "signbit")
+refused("not written yet: Where over Equal and Greater (no gradient, rarely exported)",
+        "heaviside")
 CONVERTERS[get_op("log2")] = _unary_numeric(
     lambda ex, x, dt: ex.op("Div", ex.op("Log", x), ex.const(math.log(2.0), dt)),
     ("float32", "float64"))

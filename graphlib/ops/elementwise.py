@@ -653,13 +653,19 @@ def cast(x, dtype):
     return cast_op(x, dtype=dtype)
 
 
-def add(a, b):
-    """a + b, broadcast (Python numbers are weak scalars)."""
+def add(a, b, *, alpha=1):
+    """a + b, broadcast (Python numbers are weak scalars); ``alpha`` scales ``b`` first
+    (``a + alpha * b``), as ``torch.add``."""
+    if alpha != 1:
+        b = mul_op(b, alpha)
     return add_op(a, b)
 
 
-def sub(a, b):
-    """a - b, broadcast (two bool tensors are refused, as in PyTorch)."""
+def sub(a, b, *, alpha=1):
+    """a - b, broadcast (two bool tensors are refused, as in PyTorch); ``alpha`` scales
+    ``b`` first (``a - alpha * b``), as ``torch.sub``."""
+    if alpha != 1:
+        b = mul_op(b, alpha)
     return sub_op(a, b)
 
 

@@ -14,7 +14,7 @@ from typing import Callable, Dict, Optional
 import numpy as np
 
 from ...graphlib.ops import activations, conv, creation, elementwise, linalg, nn, pointwise
-from ...graphlib.ops import reduction, shape
+from ...graphlib.ops import reduction, shape, special
 from ...graphlib.registry import REGISTRY, OpDef
 from . import blas_reduce as _blas_reduce
 from .kernels import _conv_numba, _pool_numba, bn_backward, bn_forward, sce_backward_into
@@ -310,6 +310,10 @@ for _op in (elementwise.floor_op, elementwise.ceil_op, elementwise.trunc_op):
     NO_OUT_FORM[_op] = "integers pass through as a copy (the ufunc would give floats)"
 NO_OUT_FORM[elementwise.erf_op] = "erf is no numpy ufunc (graphlib's xp.erf)"
 NO_OUT_FORM[nn.stop_gradient_op] = "its kernel returns its input: nothing to compute"
+for _op in (special.erfc_op, special.erfinv_op, special.lgamma_op, special.digamma_op,
+            special.polygamma_op, special.i0_op, special.i1_op):
+    NO_OUT_FORM[_op] = "a scipy.special function (xp.special), cast to the input's dtype"
+NO_OUT_FORM[special.heaviside_op] = "several array operations: a where, then a cast"
 
 
 def table() -> dict:
