@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..graphlib import dtypes
 from ..graphlib import functional as F
 from ..graphlib.ops import activations as A
 from ._import import Ctx, handler, np_dtype_of, refuse
@@ -359,13 +360,27 @@ def _clip_tensors(x, lo, hi):
 
 
 # -- casts ---------------------------------------------------------------------------------------
+# float8 casts that overflow to NaN/inf with saturate=0 (ml_dtypes' rounding); duograph's
+# cast to float8_e4m3fn saturates, as PyTorch's does: beyond 464 (448 rounds to even up to
+# it) ONNX's saturate=0 gives NaN
+_E4M3FN_NAN_ABOVE = 464.0
+
+
 def _cast_to(ctx, x, dt):
+    """ONNX's Cast: float8 targets saturate (``saturate=1``, the default: out-of-range
+    values and infinities clip to the largest finite value) or overflow as the format does
+    (``saturate=0``); everything else converts as numpy does."""
     if dt == x.dtype:
         return x
-    if x.dtype in FLOATS and dt in ("uint8", "int32", "int64"):
-        # out-of-range and NaN values convert differently everywhere: refuse them at run
-        # time? numpy truncates like C; ONNX's reference does the same for in-range values
-        return F.cast(x, dt)
+    if dt in dtypes.STORAGE_FLOAT_DTYPES and x.dtype in FLOATS:
+        if dt == "float8_e8m0fnu":
+            refuse(f"casts to float8_e8m0fnu (round_mode {ctx.attr('round_mode', 'up')!r} "
+                   "is not implemented)")
+        if ctx.attr("saturate", 1):
+            top = dtypes.STORAGE_MAX[dt]
+            x = F.clamp(x, -top, top)
+        elif dt == "float8_e4m3fn":
+            x = F.where(F.abs(x) > _E4M3FN_NAN_ABOVE, ctx.const(np.nan, x.dtype), x)
     return F.cast(x, dt)
 
 
@@ -429,10 +444,12 @@ def _bit_shift(ctx):
     dt = x.dtype
     if dt not in INTS:
         refuse(f"dtype {dt} (BitShift takes integer tensors)")
-    width = _BITS[dt]
     left = ctx.attr("direction") == "LEFT"
     if ctx.attr("direction") not in ("LEFT", "RIGHT"):
         refuse(f"direction {ctx.attr('direction')!r}")
+    if dt in dtypes.WIDE_UNSIGNED:          # logical shifts; by the width or more: 0
+        return (F.bitwise_left_shift if left else F.bitwise_right_shift)(x, s)
+    width = _BITS[dt]
     x64, s64 = cast(x, "int64"), cast(s, "int64")
     zero = ctx.const(0, "int64")
     valid = F.logical_and(F.ge(s64, zero), F.lt(s64, ctx.const(min(width, 63), "int64")))
@@ -455,7 +472,8 @@ def _bit_shift(ctx):
 
 # -- quantization: integers from floats by a scale and a zero point (rounding half to even) --
 _QRANGE = {"uint8": (0, 255), "int8": (-128, 127), "int16": (-32768, 32767),
-           "int32": (-2 ** 31, 2 ** 31 - 1)}
+           "int32": (-2 ** 31, 2 ** 31 - 1), "uint16": (0, 65535), "int4": (-8, 7),
+           "uint4": (0, 15), "int2": (-2, 1), "uint2": (0, 3)}
 
 
 def _along(ctx, param, x_shape, axis: int, block: int, what: str):
@@ -498,12 +516,21 @@ def _quantize_linear(ctx):
         out = np_dtype_of(ctx.attr("output_dtype"))
     else:
         out = "uint8"
+    axis, block = ctx.attr("axis", 1), ctx.attr("block_size", 0)
+    if out in dtypes.STORAGE_FLOAT_DTYPES and out != "float8_e8m0fnu":
+        # float targets: x / scale + zero_point, cast as Cast casts (saturate attribute)
+        scale = _along(ctx, F.cast(ctx.x(1), "float32"), ctx.shape(0), axis, block,
+                       "y_scale")
+        q = F.cast(x, "float32") / scale
+        if ctx.has(2):
+            q = q + _along(ctx, F.cast(ctx.x(2), "float32"), ctx.shape(0), axis, block,
+                           "y_zero_point")
+        return _cast_to(ctx, q, out)
     if out not in _QRANGE or out == "int32":
         refuse(f"quantization to {out}")
     if not ctx.attr("saturate", 1):
         refuse("saturate=0")
     lo, hi = _QRANGE[out]
-    axis, block = ctx.attr("axis", 1), ctx.attr("block_size", 0)
     scale = _along(ctx, F.cast(ctx.x(1), "float32"), ctx.shape(0), axis, block, "y_scale")
     q = _rint(ctx, F.cast(x, "float32") / scale)
     if ctx.has(2):
@@ -516,7 +543,7 @@ def _quantize_linear(ctx):
 def _dequantize_linear(ctx):
     """y = (x - zero_point) * scale, in the scale's dtype (or ``output_dtype``)."""
     x = ctx.x(0)
-    if x.dtype not in _QRANGE:
+    if x.dtype not in _QRANGE and x.dtype not in dtypes.STORAGE_FLOAT_DTYPES:
         refuse(f"dequantization of {x.dtype}")
     scale_dt = ctx.dtype(1)
     out = np_dtype_of(ctx.attr("output_dtype")) if ctx.attr("output_dtype", 0) else scale_dt
