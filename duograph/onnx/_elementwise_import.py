@@ -394,6 +394,17 @@ def _cast_like(ctx):
     return _cast_to(ctx, ctx.x(0), ctx.dtype(1))
 
 
+@handler("BitCast")
+def _bit_cast(ctx):
+    """The same bits read as ``to`` (of the same element size), as ``Tensor.view(dtype)``."""
+    x, dt = ctx.x(0), np_dtype_of(ctx.attr("to"))
+    sub_byte = ("int4", "uint4", "int2", "uint2", "float4_e2m1fn")   # numpy keeps a byte
+    if dtypes.itemsize(x.dtype) != dtypes.itemsize(dt) or x.dtype in sub_byte or (
+            dt in sub_byte):
+        refuse(f"a bit cast from {x.dtype} to {dt} (ONNX's BitCast keeps the element size)")
+    return x if dt == x.dtype else F._view_dtype(x, dt)
+
+
 # == more handlers, composed from the same op functions ==========================================
 _BITS = {"uint8": 8, "int8": 8, "int16": 16, "int32": 32, "int64": 64}
 

@@ -658,11 +658,12 @@ def _view_dtype_infer(types, attrs):
 
 
 def _view_dtype_kernel(xp, x, dtype):
-    return xp.ascontiguousarray(x).view(np.dtype(dtype)).copy()
+    # a C-ordered copy (ascontiguousarray would make a 0-d array 1-d)
+    return xp.array(x, order="C", copy=True).view(np.dtype(dtype))
 
 
 view_dtype_op = register(OpDef("view_dtype", _view_dtype_infer, _view_dtype_kernel,
-                               attrs=Attrs(dtype=Attr("dtype"))))
+                               storage_ok=True, attrs=Attrs(dtype=Attr("dtype"))))
 
 
 def view_dtype(input, dtype):
