@@ -219,6 +219,8 @@ def _div(ctx):
         return F.div(a, b)
     if dt == "bool":
         refuse("Div of bool")
+    if dt in dtypes.WIDE_UNSIGNED:      # toward zero is floor; exact where int64 is not
+        return F.floor_divide(a, b)
     return cast(_trunc_div(ctx, a, b), dt)
 
 
@@ -243,6 +245,8 @@ def _mod(ctx):
         return F.fmod(a, b) if fmod else F.remainder(a, b)
     if a.dtype == "bool":
         refuse(f"Mod of {a.dtype}")
+    if a.dtype in dtypes.WIDE_UNSIGNED:     # fmod and mod agree without signs
+        return F.remainder(a, b)
     a64, b64 = cast(a, "int64"), cast(b, "int64")
     r = a64 - _trunc_div(ctx, a64, b64) * b64
     if not fmod:                 # the sign of the divisor, as Python's %

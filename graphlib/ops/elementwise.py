@@ -320,7 +320,7 @@ def _same_dtype(node) -> bool:
 def _cast_kernel(xp, x, dtype):
     if x.dtype.kind == "c" and dtype not in COMPLEX:
         x = x.real
-    if dtype == "float8_e4m3fn" and x.dtype.kind == "f":
+    if dtype == "float8_e4m3fn" and dtypes.is_float_array(x):
         # PyTorch's .to(float8_e4m3fn) saturates: +-inf and out-of-range values become
         # +-448 (ml_dtypes would give NaN); NaN stays NaN
         x = xp.clip(x, -448.0, 448.0)
