@@ -574,6 +574,44 @@ def _dequantize_linear(ctx):
     return F.cast(F.cast(v, scale_dt) * scale, out)
 
 
+@handler("MatMulInteger")
+def _matmul_integer(ctx):
+    """(A - a_zero_point) @ (B - b_zero_point) in int32, zero points broadcast as numpy."""
+    return _integer_matmul(ctx, 0, 2, 1, 3)
+
+
+def _integer_matmul(ctx, a: int, a_zp: int, b: int, b_zp: int):
+    ops = []
+    for x, zp in ((a, a_zp), (b, b_zp)):
+        if ctx.dtype(x) not in ("uint8", "int8"):
+            refuse(f"integer matmul of {ctx.dtype(x)} (ONNX takes uint8 and int8)")
+        v = F.cast(ctx.x(x), "int32")
+        if ctx.has(zp):
+            v = v - F.cast(ctx.x(zp), "int32")
+        ops.append(v)
+    return F.matmul(*ops)
+
+
+@handler("QLinearMatMul")
+def _qlinear_matmul(ctx):
+    """The int32 product of the zero-point-shifted operands, rescaled by
+    a_scale * b_scale / y_scale (computed in the scales' dtype, as the ONNX reference does),
+    rounded half to even, shifted by y_zero_point and saturated to its type."""
+    c = _integer_matmul(ctx, 0, 2, 3, 5)
+    out = ctx.dtype(7) if ctx.has(7) else ctx.dtype(0)
+    if out not in ("uint8", "int8"):
+        refuse(f"QLinearMatMul to {out}")
+    scales = [ctx.x(i) for i in (1, 4, 6)]
+    if len({s.dtype for s in scales}) > 1 or scales[0].dtype not in FLOATS:
+        refuse(f"scales of dtypes {[s.dtype for s in scales]}")
+    m = F.cast(scales[0] * scales[1] / scales[2], "float64")
+    d = F.cast(c, "float64") * m
+    if ctx.has(7):
+        d = d + F.cast(ctx.x(7), "float64")
+    lo, hi = _QRANGE[out]
+    return F.cast(F.clamp(_rint(ctx, d), float(lo), float(hi)), out)
+
+
 @handler("DynamicQuantizeLinear")
 def _dynamic_quantize_linear(ctx):
     """uint8 with the scale and zero point that map [min(x, 0), max(x, 0)] onto 0..255."""
