@@ -48,6 +48,10 @@ bfloat16, int8, int16 = "bfloat16", "int8", "int16"
 complex64, complex128 = cfloat, cdouble = "complex64", "complex128"
 int32, int64, uint8 = "int32", "int64", "uint8"
 bool_ = "bool"
+uint16, uint32, uint64 = "uint16", "uint32", "uint64"
+float8_e4m3fn, float8_e5m2, float8_e8m0fnu = "float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu"
+float8_e4m3fnuz, float8_e5m2fnuz = "float8_e4m3fnuz", "float8_e5m2fnuz"
+int4, uint4, int2, uint2 = "int4", "uint4", "int2", "uint2"
 
 __version__ = "0.1.0"
 from . import nn, optim  # noqa: E402
@@ -91,7 +95,9 @@ __all__ = list(graphlib.functional.__all__) + [
     "compare", "Comparison", "models",
     # dtype names
     "float16", "float32", "float64", "int32", "int64", "uint8", "bool_", "bfloat16", "int8",
-    "int16", "short", "complex64", "complex128", "cfloat", "cdouble",
+    "int16", "short", "complex64", "complex128", "cfloat", "cdouble", "uint16", "uint32",
+    "uint64", "float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu", "float8_e4m3fnuz",
+    "float8_e5m2fnuz", "int4", "uint4", "int2", "uint2",
     # PyTorch's aliases
     "long", "int", "float", "double", "half", "bool", "device", "cuda", "utils",
     "inference_mode",

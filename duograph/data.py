@@ -25,8 +25,8 @@ not float64, and tuples stay tuples, where PyTorch makes them lists):
 sample element                  batched as
 ==============================  ==================================================
 dg tensor / numpy array         stacked; dtype kept (float64 arrays stay float64).
-                                longdouble -> float64; uint16/32/64 are refused
-                                (never silently int64: convert them first)
+                                longdouble -> float64; other dtypes duograph
+                                lacks are refused (never silently int64)
 other array-like (a PyTorch     read through DLPack (bfloat16 too; a PyTorch tensor
 tensor, a JAX array...)         that requires grad: its detach()), else through
                                 ``__array__``; then stacked as above

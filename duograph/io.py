@@ -6,9 +6,10 @@
 
 ``save`` stores nested containers (dicts, lists, tuples) whose leaves are dg tensors, numpy
 arrays and numpy scalars, ints, floats, bools, strings and None. Every array goes into a
-safetensors file (dtype and shape kept: bool, uint8, int8, int16, int32, int64, float16,
-bfloat16, float32, float64, complex64 (safetensors has no complex128: refused), and for numpy
-arrays also the other integer widths); everything
+safetensors file (dtype and shape kept: bool, uint8, uint16, uint32, uint64, int8, int16,
+int32, int64, float16, bfloat16, float32, float64, complex64, float8_e4m3fn, float8_e5m2,
+float8_e8m0fnu (as PyTorch's safetensors writes them: F8_E4M3, F8_E5M2, F8_E8M0);
+safetensors has no complex128, fnuz float8, int4 or float4 code: those are refused); everything
 else is described by JSON in the safetensors header's ``__metadata__``::
 
     {"format": "duograph.checkpoint", "version": "1", "tree": "<JSON of the nesting>"}
@@ -40,9 +41,8 @@ tensor is read.
 Plain safetensors files. A file without duograph's metadata (``safetensors.torch.save_file``
 of a PyTorch ``state_dict``, ``safetensors.numpy.save_file``) loads as a dict from tensor name
 to dg tensor, in name order, as ``safetensors.torch.load_file`` gives it, so
-``model.load_state_dict(dg.load("model.safetensors"))`` works; its tensors of dtypes a dg
-tensor cannot hold (uint16/32/64) come back as numpy arrays, and dtypes safetensors has but
-duograph does not (float8, complex) are refused, naming the tensor. Such a file carries no
+``model.load_state_dict(dg.load("model.safetensors"))`` works; dtypes safetensors has but
+duograph does not (float4, float6) are refused, naming the tensor. Such a file carries no
 checksums (nothing is verified beyond the header's consistency).
 
 Integrity. Since format version 2 the metadata also holds ``"checksums"`` (JSON: tensor name ->
@@ -109,13 +109,14 @@ PathOrFile = Union[str, "os.PathLike[str]", BinaryIO]
 # are limited to duograph's own dtypes.
 _ARRAY_DTYPES = frozenset({"bool", "uint8", "uint16", "uint32", "uint64", "int8", "int16",
                            "int32", "int64", "float16", "bfloat16", "float32", "float64",
-                           "complex64"})
+                           "complex64", "float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu"})
 _ARRAY_TYPES = ("tensor", "ndarray", "numpy_scalar")
 # safetensors dtype codes <-> numpy dtype names (the little-endian layout is the format's).
 _SAFETENSORS_DTYPES = {"BOOL": "bool", "U8": "uint8", "I8": "int8", "U16": "uint16",
                        "I16": "int16", "U32": "uint32", "I32": "int32", "U64": "uint64",
                        "I64": "int64", "F16": "float16", "BF16": "bfloat16", "F32": "float32",
-                       "F64": "float64", "C64": "complex64"}
+                       "F64": "float64", "C64": "complex64", "F8_E4M3": "float8_e4m3fn",
+                       "F8_E5M2": "float8_e5m2", "F8_E8M0": "float8_e8m0fnu"}
 _DTYPE_CODES = {name: code for code, name in _SAFETENSORS_DTYPES.items()}
 # Arrays are hashed and written in pieces of at most this many bytes.
 _CHUNK_BYTES = 16 << 20

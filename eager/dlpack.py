@@ -1,4 +1,9 @@
-"""bfloat16 through DLPack, which numpy cannot do by itself.
+"""bfloat16 and float8 through DLPack, which numpy cannot do by itself.
+
+(The float8 dtypes go the same way as bfloat16 below, through their bytes seen as uint8 and
+DLPack's codes ``kDLFloat8_e4m3fn`` 10, ``e4m3fnuz`` 11, ``e5m2`` 12, ``e5m2fnuz`` 13,
+``e8m0fnu`` 14, as PyTorch writes them. int4 and float4 are refused: numpy keeps one per
+byte where DLPack packs them.)
 
 numpy has no bfloat16 of its own (duograph's is ``ml_dtypes.bfloat16``, a numpy "V" kind
 dtype), so ``np.from_dlpack`` refuses a PyTorch or JAX bfloat16 array ("Unsupported dtype in
@@ -19,6 +24,14 @@ import ml_dtypes
 import numpy as np
 
 K_DL_UINT, K_DL_BFLOAT = 1, 4
+# ml_dtypes' types numpy cannot exchange: (DLPack code, bits, the uint of their size)
+_RETAGGED = {np.dtype(ml_dtypes.bfloat16): (K_DL_BFLOAT, 16, np.uint16),
+             np.dtype(ml_dtypes.float8_e4m3fn): (10, 8, np.uint8),
+             np.dtype(ml_dtypes.float8_e4m3fnuz): (11, 8, np.uint8),
+             np.dtype(ml_dtypes.float8_e5m2): (12, 8, np.uint8),
+             np.dtype(ml_dtypes.float8_e5m2fnuz): (13, 8, np.uint8),
+             np.dtype(ml_dtypes.float8_e8m0fnu): (14, 8, np.uint8)}
+_BY_CODE = {(code, bits): dt for dt, (code, bits, _) in _RETAGGED.items()}
 # DLTensor: void *data; DLDevice device (2 x int32); int32 ndim; DLDataType dtype
 # (uint8 code, uint8 bits, uint16 lanes): the dtype sits 20 bytes in
 _DTYPE_OFFSET = 20
@@ -42,13 +55,14 @@ def _dtype_field(capsule):
             ctypes.c_uint16.from_address(address + 2))
 
 
-def _retag(capsule, old_code: int, new_code: int) -> bool:
-    """Rewrite a 16-bit, one-lane ``old_code`` dtype as ``new_code``; whether it was one."""
+def _retag(capsule, old_code: int, new_code: int, width: int = 16) -> bool:
+    """Rewrite a ``width``-bit, one-lane ``old_code`` dtype as ``new_code``; whether it was
+    one."""
     field = _dtype_field(capsule)
     if field is None:
         return False
     code, bits, lanes = field
-    if (code.value, bits.value, lanes.value) != (old_code, 16, 1):
+    if (code.value, bits.value, lanes.value) != (old_code, width, 1):
         return False
     code.value = new_code
     return True
@@ -71,20 +85,23 @@ class _Retagged:
 
 
 def bfloat16_from_dlpack(obj, from_dlpack=np.from_dlpack):
-    """``obj``'s data as an ``ml_dtypes.bfloat16`` array (sharing memory) when ``obj`` is a
-    bfloat16 DLPack producer; None when it is not bfloat16."""
+    """``obj``'s data as an ``ml_dtypes`` array (sharing memory) when ``obj`` is a bfloat16
+    or float8 DLPack producer; None when it is neither."""
     capsule = obj.__dlpack__()
-    if not _retag(capsule, K_DL_BFLOAT, K_DL_UINT):
+    field = _dtype_field(capsule)
+    dt = None if field is None else _BY_CODE.get((field[0].value, field[1].value))
+    if dt is None or not _retag(capsule, _RETAGGED[dt][0], K_DL_UINT, _RETAGGED[dt][1]):
         return None
-    return from_dlpack(_Retagged(capsule, obj.__dlpack_device__())).view(ml_dtypes.bfloat16)
+    return from_dlpack(_Retagged(capsule, obj.__dlpack_device__())).view(dt)
 
 
 def dlpack_capsule(array, *args, **kwargs):
-    """``array.__dlpack__(...)``, bfloat16 arrays included (tagged ``kDLBfloat``, which
-    PyTorch and JAX read as their bfloat16)."""
-    if array.dtype != ml_dtypes.bfloat16:
+    """``array.__dlpack__(...)``, bfloat16 and float8 arrays included (tagged ``kDLBfloat``
+    or ``kDLFloat8_*``, which PyTorch reads as its bfloat16 and float8 types)."""
+    if array.dtype not in _RETAGGED:
         return array.__dlpack__(*args, **kwargs)
-    capsule = array.view(np.uint16).__dlpack__(*args, **kwargs)
-    if not _retag(capsule, K_DL_UINT, K_DL_BFLOAT):   # pragma: no cover - a numpy change
-        raise BufferError("__dlpack__: could not tag the bfloat16 data for DLPack")
+    code, bits, uint = _RETAGGED[array.dtype]
+    capsule = array.view(uint).__dlpack__(*args, **kwargs)
+    if not _retag(capsule, K_DL_UINT, code, bits):   # pragma: no cover - a numpy change
+        raise BufferError(f"__dlpack__: could not tag the {array.dtype} data for DLPack")
     return capsule

@@ -360,6 +360,13 @@ def infer_types(op, types, attrs, source=None):
                     raise UnsupportedDTypeError(
                         f"{op.name}: complex tensors are not supported (found {t.dtype}); "
                         f"take .real, .imag or .abs() first")
+        if not op.storage_ok:
+            for t in types:
+                if t.dtype in dtypes.STORAGE_DTYPES:
+                    raise UnsupportedDTypeError(
+                        f"{op.name}: {t.dtype} tensors hold data only (casts, shape and "
+                        f"indexing ops), as in PyTorch; cast to a compute dtype first "
+                        f"(.float())")
         return op.infer(types, attrs)
     except (DuographError, TypeError, ValueError) as e:
         cls = type(e) if isinstance(e, DuographError) else (

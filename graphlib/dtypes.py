@@ -13,9 +13,30 @@ complex128 by float64 (``float64 + complex64 -> complex128``); a Python complex 
 a float tensor gives that float's complex (``f64 * 1j -> complex128``), with an integer or
 bool tensor complex64.
 
-(bfloat16 is numpy's through ``ml_dtypes``.) PyTorch's shell types uint16/uint32/uint64,
-which have almost no ops there, are refused with an error that says what to cast to; so is
-any other array dtype: nothing silently becomes int64.
+(bfloat16 is numpy's through ``ml_dtypes``.)
+
+**uint16, uint32, uint64** are real integer dtypes. PyTorch 2.13 has them with few kernels
+(``*``, ``&``, ``==``, ``/``, casts, shapes, sums; no ``+``, ``<``, ``max``...) and refuses to
+promote them with any other integer, bool or complex dtype ("Promotion for uint16, uint32, uint64
+types is not supported"): duograph refuses the same promotions (a DTypeError naming the two
+dtypes; with a float the float wins, as in PyTorch) but computes every integer op on them
+with numpy's unsigned semantics (``+``/``-``/``*`` wrap, ``//`` and ``%`` floor, ``<<``/``>>``
+logical), which ONNX models need. That is a deliberate difference: where PyTorch raises
+NotImplementedError for a missing kernel, duograph computes. Sums and products give int64,
+as PyTorch's do.
+
+**Storage dtypes** (``STORAGE_DTYPES``), numpy's through ``ml_dtypes``: PyTorch's
+float8_e4m3fn, float8_e5m2, float8_e4m3fnuz, float8_e5m2fnuz, float8_e8m0fnu, int4, uint4,
+int2, uint2, and float4_e2m1fn (PyTorch has only the packed float4_e2m1fn_x2). They hold
+data: casts to and from them, creation, shape and indexing ops (the ops whose OpDef says
+``storage_ok``); every other op refuses them, naming itself, and they promote with no other
+dtype, as PyTorch refuses ("Promotion for Float8 Types is not supported"). PyTorch's CPU
+also multiplies float8 tensors and takes their ``abs``/``==``/``mm``; duograph asks for a cast
+to a compute dtype first. Casts round to nearest even; like PyTorch's ``.to()``, a cast to
+float8_e4m3fn saturates (out-of-range values and infinities become +-448) and the other
+float8 casts do not (overflow gives inf for e5m2, NaN for the fnuz types).
+
+Any other array dtype is refused: nothing silently becomes int64.
 
 Defaults: a Python ``float`` (or a list of them) becomes ``float32``; a Python ``int`` becomes
 ``int64``; a Python ``bool`` becomes ``bool``.
@@ -53,12 +74,20 @@ from typing import Optional
 import ml_dtypes  # noqa: F401  (registers numpy's bfloat16)
 import numpy as np
 
-from .errors import located
+from .errors import DTypeError, located
 
+# the dtypes that hold data only (module docstring): float8, float4, int4, int2
+STORAGE_FLOAT_DTYPES = ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz",
+                        "float8_e8m0fnu", "float4_e2m1fn")
+STORAGE_DTYPES = STORAGE_FLOAT_DTYPES + ("int4", "uint4", "int2", "uint2")
+# PyTorch's unsigned types that promote with no other integer (module docstring)
+WIDE_UNSIGNED = ("uint16", "uint32", "uint64")
 DTYPE_NAMES = ("bool", "uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16",
-               "float32", "float64", "complex64", "complex128")
+               "float32", "float64", "complex64", "complex128") + WIDE_UNSIGNED + STORAGE_DTYPES
+# the dtypes ops compute in (PyTorch's promotion table covers them all but the last three)
+COMPUTE_DTYPES = tuple(d for d in DTYPE_NAMES if d not in STORAGE_DTYPES)
 FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
-INT_DTYPES = ("uint8", "int8", "int16", "int32", "int64")
+INT_DTYPES = ("uint8", "int8", "int16", "int32", "int64") + WIDE_UNSIGNED
 COMPLEX_DTYPES = ("complex64", "complex128")
 NUMERIC_DTYPES = INT_DTYPES + FLOAT_DTYPES
 DEFAULT_COMPLEX = "complex64"
@@ -69,25 +98,29 @@ DEFAULT_INT = "int64"
 SHORT_NAMES = {
     "bool": "b8", "uint8": "u8", "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64",
     "float16": "f16", "bfloat16": "bf16", "float32": "f32", "float64": "f64",
-    "complex64": "c64", "complex128": "c128",
+    "complex64": "c64", "complex128": "c128", "uint16": "u16", "uint32": "u32", "uint64": "u64",
+    "float8_e4m3fn": "f8e4m3fn", "float8_e5m2": "f8e5m2", "float8_e4m3fnuz": "f8e4m3fnuz",
+    "float8_e5m2fnuz": "f8e5m2fnuz", "float8_e8m0fnu": "f8e8m0fnu", "float4_e2m1fn": "f4e2m1fn",
+    "int4": "i4", "uint4": "u4", "int2": "i2", "uint2": "u2",
 }
 
 # Rank inside a kind: used for "the wider one" (rule 2); equal ranks of different dtypes
 # (uint8/int8, float16/bfloat16) promote to _TIE.
 _RANK = {"bool": 0, "uint8": 1, "int8": 1, "int16": 2, "int32": 3, "int64": 4,
          "float16": 5, "bfloat16": 5, "float32": 6, "float64": 7, "complex64": 8,
-         "complex128": 9}
+         "complex128": 9, "uint16": 2, "uint32": 3, "uint64": 4}
 _TIE = {1: "int16", 5: "float32"}
 
-# PyTorch's shell dtypes (almost no ops there): refused, naming what to cast to
-_REFUSED = {"uint16": "int32", "uint32": "int64", "uint64": "int64"}
+# largest finite value of each float8/float4 storage dtype (saturating casts clip to it)
+STORAGE_MAX = {n: float(ml_dtypes.finfo(getattr(ml_dtypes, n)).max)
+               for n in STORAGE_FLOAT_DTYPES}
 
 _ALIASES = {
     "float": "float32", "half": "float16", "double": "float64", "long": "int64",
     "int": "int64", "short": "int16", "f16": "float16", "f32": "float32", "f64": "float64",
     "bf16": "bfloat16", "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64",
     "u8": "uint8", "b8": "bool", "cfloat": "complex64", "cdouble": "complex128",
-    "c64": "complex64", "c128": "complex128",
+    "c64": "complex64", "c128": "complex128", "u16": "uint16", "u32": "uint32", "u64": "uint64",
 }
 
 def as_dtype(dtype) -> str:
@@ -110,16 +143,22 @@ def as_dtype(dtype) -> str:
         if name in DTYPE_NAMES:
             return name
         dtype = name or dtype
-    if isinstance(dtype, str) and dtype in _REFUSED:
-        raise TypeError(located(_refused_message(dtype)))
     raise TypeError(located(f"unsupported dtype {dtype!r}: expected one of "
                             f"{', '.join(DTYPE_NAMES)}"))
 
 
-def _refused_message(name: str) -> str:
-    return (f"unsupported dtype {name!r}: PyTorch's {name} has almost no ops and duograph does "
-            f"not support it; convert first (e.g. array.astype('{_REFUSED[name]}')). "
-            f"Supported: {', '.join(DTYPE_NAMES)}")
+def _promotion_refused(a: str, b: str) -> str:
+    """PyTorch's refusal to promote its shell and storage dtypes, in its words."""
+    group = "Float8 Types" if a.startswith("float8") or b.startswith("float8") else (
+        "uint16, uint32, uint64 types" if a in WIDE_UNSIGNED or b in WIDE_UNSIGNED else
+        "sub-byte and float4 types")
+    return (f"Promotion for {group} is not supported, attempted to promote {a} and {b}; "
+            f"cast one of them first")
+
+
+def is_storage(dtype: str) -> bool:
+    """Whether ``dtype`` holds data only (float8, float4, int4, int2: module docstring)."""
+    return dtype in STORAGE_DTYPES
 
 
 # numpy dtype objects of the float dtypes: bfloat16's numpy kind is "V", not "f", so kernels
@@ -145,7 +184,7 @@ def kind(dtype: str) -> str:
     """'b' for bool, 'i' for integers (signed or not), 'f' for floats, 'c' for complex."""
     if dtype == "bool":
         return "b"
-    if dtype in FLOAT_DTYPES:
+    if dtype in FLOAT_DTYPES or dtype in STORAGE_FLOAT_DTYPES:
         return "f"
     return "c" if dtype in COMPLEX_DTYPES else "i"
 
@@ -179,6 +218,9 @@ def result_dtype(a: str, b: str) -> str:
     if a == b:
         return a
     ka, kb = kind(a), kind(b)
+    if a in STORAGE_DTYPES or b in STORAGE_DTYPES or (
+            (a in WIDE_UNSIGNED or b in WIDE_UNSIGNED) and "f" not in (ka, kb)):
+        raise DTypeError(located(_promotion_refused(a, b)))
     if "c" in (ka, kb) and ka != kb:     # complex with a real: the complex of the wider
         c, other = (a, b) if ka == "c" else (b, a)
         return "complex128" if other == "float64" else c
@@ -199,6 +241,11 @@ def _combine_categories(higher: Optional[str], lower: Optional[str]) -> Optional
     (or the higher category is bool)."""
     if higher is None:
         return lower
+    if lower is not None and kind(lower) == "c" and higher in WIDE_UNSIGNED:
+        return lower                        # u16 + c128[] -> complex128, as PyTorch
+    if lower is not None and higher in STORAGE_DTYPES:     # f8 + c64[] refused, as PyTorch
+        return result_dtype(higher, lower) if _KIND_ORDER[kind(lower)] > _KIND_ORDER[
+            kind(higher)] else higher
     if lower is not None and kind(lower) == "c" and kind(higher) == "f":
         return complex_of(higher)           # f32 + c128[] -> complex64, as PyTorch
     if lower is None or kind(higher) in "fc":
@@ -270,8 +317,6 @@ def infer_data_dtype(data) -> str:
     if isinstance(data, np.ndarray):
         if data.dtype.name in DTYPE_NAMES:
             return data.dtype.name
-        if data.dtype.name in _REFUSED:     # never silently another integer type
-            raise TypeError(located(_refused_message(data.dtype.name)))
         if data.dtype.kind == "f":
             return "float64" if data.dtype.itemsize > 8 else DEFAULT_FLOAT
         if data.dtype.kind == "c":

@@ -49,6 +49,9 @@ keyword of its OpDef, never a set of op names kept elsewhere:
 - ``complex_ok``: the op takes complex64/complex128 operands (its kernel computes them and
   its vjp follows PyTorch's convention: the conjugate Wirtinger derivative); every other op
   refuses complex operands when a node is built, naming the op (``dispatch.infer_types``).
+- ``storage_ok``: the op takes operands of the storage dtypes (float8, float4, int4, int2:
+  ``dtypes.STORAGE_DTYPES``): it only moves, selects or converts their data (casts, shape
+  and indexing ops); every other op refuses them when a node is built, naming the op.
 - ``fills``: every element of the output is the ``fill_value`` attribute (``full``,
   ``full_like``): autodiff knows a zero cotangent by it.
 - ``promote``: its operands (``True``: all; a tuple: those indices) promote together as
@@ -103,7 +106,7 @@ class OpDef:
                  "inplace_pairs", "epilogue_host", "cheap", "external", "constant",
                  "static_region", "loop_invariant_from", "region_kernel", "attrs", "doc",
                  "ufunc", "ufunc_mixed", "compare", "fills", "batch", "__weakref__",
-                 "autocast", "complex_ok")
+                 "autocast", "complex_ok", "storage_ok")
 
     def __init__(self, name: str, infer: Callable, kernel: Callable,
                  vjp: Optional[Callable] = None, *, expr: Optional[str] = None,
@@ -121,7 +124,7 @@ class OpDef:
                  compare: Optional[str] = None, fills: bool = False,
                  batch: Optional[Callable] = None,
                  autocast: Union[str, Callable, None] = None,
-                 complex_ok: bool = False):
+                 complex_ok: bool = False, storage_ok: bool = False):
         self.name = name
         self.infer = infer
         self.kernel = kernel
@@ -157,6 +160,7 @@ class OpDef:
         self.autocast = autocast        # the precision under autocast (see the traits)
         self.batch = batch              # vmap's rule (see the traits)
         self.complex_ok = complex_ok    # takes complex operands (see the traits)
+        self.storage_ok = storage_ok    # takes float8/int4... operands (see the traits)
 
     def __call__(self, *inputs, **attrs):
         return _apply(self, inputs, attrs)

@@ -34,7 +34,28 @@ def test_plain_file_with_bfloat16_and_odd_dtypes(tmp_path):
     state = dg.load(path)
     assert state["w"].dtype == "bfloat16" and state["i"].dtype == "int32"
     np.testing.assert_array_equal(state["w"].float().numpy(), [1.5, -2.25])
-    assert isinstance(state["u"], np.ndarray) and state["u"].dtype == np.uint16
+    assert state["u"].dtype == "uint16"          # a real dtype now, as in PyTorch
+
+
+def test_uint_and_float8_checkpoints_round_trip_with_pytorch(tmp_path):
+    path = tmp_path / "f8.safetensors"
+    x = torch.tensor([1.0, -3.5, 448.0, 0.015625])
+    tensors = {"a": x.to(torch.float8_e4m3fn), "b": x.to(torch.float8_e5m2),
+               "u": torch.tensor([1, 70000], dtype=torch.uint32),
+               "v": torch.tensor([2 ** 63 + 5], dtype=torch.uint64)}
+    safetensors_torch.save_file(tensors, str(path))
+    state = dg.load(path)
+    for name, t in tensors.items():
+        assert state[name].dtype == str(t.dtype).replace("torch.", "")
+        np.testing.assert_array_equal(state[name].cast("float64").numpy()
+                                      if name in "ab" else state[name].numpy(),
+                                      t.double().numpy() if name in "ab" else t.numpy())
+    out = tmp_path / "back.safetensors"
+    dg.save(state, out)
+    back = safetensors_torch.load_file(str(out))
+    for name, t in tensors.items():
+        assert back[name].dtype == t.dtype and back[name].view(torch.uint8).equal(
+            t.view(torch.uint8))
 
 
 def test_bfloat16_checkpoint_round_trip_reads_in_pytorch(tmp_path):

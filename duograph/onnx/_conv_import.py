@@ -12,6 +12,7 @@ import numpy as np
 
 from ..graphlib import functional as F
 from ..graphlib.types import dim_product, dim_quotient
+from ..graphlib.ops.conv import conv2d_input_grad_op, conv2d_op
 from ._import import HANDLERS, _onnx, check_size, handler, refuse, static_shape
 from ._import_helpers import FLOATS, _axis, _counting, _float_only, _take, cast, static_shape_of
 
@@ -45,10 +46,37 @@ def _conv(ctx):
     strides = list(ctx.attr("strides", [1, 1]))
     dil = list(ctx.attr("dilations", [1, 1]))
     pt, pb, pl, pr = _pads_2d(ctx, kernel, strides, dil, x.shape[2:])
-    from ..graphlib.ops.conv import conv2d_op
     ins = [x, w] + ([ctx.x(2)] if ctx.has(2) else [])
     return conv2d_op(*ins, stride=tuple(strides), padding=(pt, pb, pl, pr),
                      dilation=tuple(dil), groups=ctx.attr("group", 1))
+
+
+@handler("ConvInteger")
+def _conv_integer(ctx):
+    """(x - x_zero_point) conv (w - w_zero_point) in int32, computed in float64 (exact: every
+    product and partial sum of 8-bit values is an integer far below 2**53), padded with
+    zeros after the shift, as the ONNX reference pads."""
+    x, w = ctx.x(0), ctx.x(1)
+    if x.ndim != 4:
+        refuse(f"{x.ndim - 2}-D convolution (duograph has 2-D)")
+    shifted = []
+    for v, zp in ((x, 2), (w, 3)):
+        if v.dtype not in ("uint8", "int8"):
+            refuse(f"ConvInteger of {v.dtype} (ONNX takes uint8 and int8)")
+        f = F.cast(v, "float64")
+        if ctx.has(zp):
+            if ctx.x(zp).ndim and zp == 2:
+                refuse("a per-channel x_zero_point")
+            f = f - F.cast(ctx.x(zp), "float64") if ctx.x(zp).ndim == 0 or zp == 2 else \
+                f - F.reshape(F.cast(ctx.x(zp), "float64"), (-1, 1, 1, 1))
+        shifted.append(f)
+    kernel = static_shape(ctx, 1)[2:]
+    strides = list(ctx.attr("strides", [1, 1]))
+    dil = list(ctx.attr("dilations", [1, 1]))
+    pt, pb, pl, pr = _pads_2d(ctx, kernel, strides, dil, x.shape[2:])
+    y = conv2d_op(*shifted, stride=tuple(strides), padding=(pt, pb, pl, pr),
+                  dilation=tuple(dil), groups=ctx.attr("group", 1))
+    return F.cast(y, "int32")
 
 
 def _pool_common(ctx):
@@ -411,7 +439,6 @@ def _conv_transpose(ctx):
     if any(op >= s for op, s in zip(out_pad, strides)):
         refuse(f"output_padding {out_pad} not below the strides {strides}")
     shape = (n, cg * groups, full[0] - pt - pb, full[1] - pl - pr)
-    from ..graphlib.ops.conv import conv2d_input_grad_op
     y = conv2d_input_grad_op(x, w, shape=shape, stride=tuple(strides),
                              padding=(pt, pb, pl, pr), dilation=tuple(dil), groups=groups)
     if ctx.has(2):
@@ -438,7 +465,6 @@ def _lp_pool(ctx):
     dil = list(ctx.attr("dilations", [1, 1]))
     p = ctx.attr("p", 2)
     pt, pb, pl, pr = _pads_2d(ctx, kernel, strides, dil, x.shape[2:])
-    from ..graphlib.ops.conv import conv2d_op
     check_size((c, 1) + tuple(kernel), np.float64, "the window kernel")
     ones = ctx.const(np.ones((c, 1) + tuple(kernel)), x.dtype)
     powered = F.pow(F.abs(x), ctx.const(p, x.dtype))
@@ -453,7 +479,6 @@ handler("LpPool")(_lift_1d(HANDLERS["LpPool"], False))
 def _window_mean(ctx, x, kernel, strides, dil, pads, include_pad):
     """Average pooling with any pads and dilations: window sums as a depthwise conv2d with a
     kernel of ones, over the count of (real, or with include_pad all) places."""
-    from ..graphlib.ops.conv import conv2d_op
     c = static_shape(ctx)[1]
     check_size((c, 1) + tuple(kernel), np.float64, "the window kernel")
     ones = ctx.const(np.ones((c, 1) + tuple(kernel)), x.dtype)
@@ -562,7 +587,6 @@ def _depthwise_sum(ctx, x, kernel, strides, dil):
     check_size((c, 1) + tuple(kernel), np.float64, "the window kernel")
     ones = ctx.const(np.ones((c, 1) + tuple(kernel)), x.dtype)
     if len(kernel) == 2:
-        from ..graphlib.ops.conv import conv2d_op
         return conv2d_op(x, ones, stride=tuple(strides), padding=(0, 0, 0, 0),
                          dilation=tuple(dil), groups=c)
     return F.conv3d(x, ones, None, tuple(strides), 0, tuple(dil), c)

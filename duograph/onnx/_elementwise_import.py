@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..graphlib import dtypes
 from ..graphlib import functional as F
 from ..graphlib.ops import activations as A
 from ._import import Ctx, handler, np_dtype_of, refuse
@@ -218,6 +219,8 @@ def _div(ctx):
         return F.div(a, b)
     if dt == "bool":
         refuse("Div of bool")
+    if dt in dtypes.WIDE_UNSIGNED:      # toward zero is floor; exact where int64 is not
+        return F.floor_divide(a, b)
     return cast(_trunc_div(ctx, a, b), dt)
 
 
@@ -242,6 +245,8 @@ def _mod(ctx):
         return F.fmod(a, b) if fmod else F.remainder(a, b)
     if a.dtype == "bool":
         refuse(f"Mod of {a.dtype}")
+    if a.dtype in dtypes.WIDE_UNSIGNED:     # fmod and mod agree without signs
+        return F.remainder(a, b)
     a64, b64 = cast(a, "int64"), cast(b, "int64")
     r = a64 - _trunc_div(ctx, a64, b64) * b64
     if not fmod:                 # the sign of the divisor, as Python's %
@@ -359,13 +364,27 @@ def _clip_tensors(x, lo, hi):
 
 
 # -- casts ---------------------------------------------------------------------------------------
+# float8 casts that overflow to NaN/inf with saturate=0 (ml_dtypes' rounding); duograph's
+# cast to float8_e4m3fn saturates, as PyTorch's does: beyond 464 (448 rounds to even up to
+# it) ONNX's saturate=0 gives NaN
+_E4M3FN_NAN_ABOVE = 464.0
+
+
 def _cast_to(ctx, x, dt):
+    """ONNX's Cast: float8 targets saturate (``saturate=1``, the default: out-of-range
+    values and infinities clip to the largest finite value) or overflow as the format does
+    (``saturate=0``); everything else converts as numpy does."""
     if dt == x.dtype:
         return x
-    if x.dtype in FLOATS and dt in ("uint8", "int32", "int64"):
-        # out-of-range and NaN values convert differently everywhere: refuse them at run
-        # time? numpy truncates like C; ONNX's reference does the same for in-range values
-        return F.cast(x, dt)
+    if dt in dtypes.STORAGE_FLOAT_DTYPES and x.dtype in FLOATS:
+        if dt == "float8_e8m0fnu":
+            refuse(f"casts to float8_e8m0fnu (round_mode {ctx.attr('round_mode', 'up')!r} "
+                   "is not implemented)")
+        if ctx.attr("saturate", 1):
+            top = dtypes.STORAGE_MAX[dt]
+            x = F.clamp(x, -top, top)
+        elif dt == "float8_e4m3fn":
+            x = F.where(F.abs(x) > _E4M3FN_NAN_ABOVE, ctx.const(np.nan, x.dtype), x)
     return F.cast(x, dt)
 
 
@@ -377,6 +396,17 @@ def _cast(ctx):
 @handler("CastLike")
 def _cast_like(ctx):
     return _cast_to(ctx, ctx.x(0), ctx.dtype(1))
+
+
+@handler("BitCast")
+def _bit_cast(ctx):
+    """The same bits read as ``to`` (of the same element size), as ``Tensor.view(dtype)``."""
+    x, dt = ctx.x(0), np_dtype_of(ctx.attr("to"))
+    sub_byte = ("int4", "uint4", "int2", "uint2", "float4_e2m1fn")   # numpy keeps a byte
+    if dtypes.itemsize(x.dtype) != dtypes.itemsize(dt) or x.dtype in sub_byte or (
+            dt in sub_byte):
+        refuse(f"a bit cast from {x.dtype} to {dt} (ONNX's BitCast keeps the element size)")
+    return x if dt == x.dtype else F._view_dtype(x, dt)
 
 
 # == more handlers, composed from the same op functions ==========================================
@@ -429,10 +459,12 @@ def _bit_shift(ctx):
     dt = x.dtype
     if dt not in INTS:
         refuse(f"dtype {dt} (BitShift takes integer tensors)")
-    width = _BITS[dt]
     left = ctx.attr("direction") == "LEFT"
     if ctx.attr("direction") not in ("LEFT", "RIGHT"):
         refuse(f"direction {ctx.attr('direction')!r}")
+    if dt in dtypes.WIDE_UNSIGNED:          # logical shifts; by the width or more: 0
+        return (F.bitwise_left_shift if left else F.bitwise_right_shift)(x, s)
+    width = _BITS[dt]
     x64, s64 = cast(x, "int64"), cast(s, "int64")
     zero = ctx.const(0, "int64")
     valid = F.logical_and(F.ge(s64, zero), F.lt(s64, ctx.const(min(width, 63), "int64")))
@@ -455,7 +487,8 @@ def _bit_shift(ctx):
 
 # -- quantization: integers from floats by a scale and a zero point (rounding half to even) --
 _QRANGE = {"uint8": (0, 255), "int8": (-128, 127), "int16": (-32768, 32767),
-           "int32": (-2 ** 31, 2 ** 31 - 1)}
+           "int32": (-2 ** 31, 2 ** 31 - 1), "uint16": (0, 65535), "int4": (-8, 7),
+           "uint4": (0, 15), "int2": (-2, 1), "uint2": (0, 3)}
 
 
 def _along(ctx, param, x_shape, axis: int, block: int, what: str):
@@ -498,12 +531,21 @@ def _quantize_linear(ctx):
         out = np_dtype_of(ctx.attr("output_dtype"))
     else:
         out = "uint8"
+    axis, block = ctx.attr("axis", 1), ctx.attr("block_size", 0)
+    if out in dtypes.STORAGE_FLOAT_DTYPES and out != "float8_e8m0fnu":
+        # float targets: x / scale + zero_point, cast as Cast casts (saturate attribute)
+        scale = _along(ctx, F.cast(ctx.x(1), "float32"), ctx.shape(0), axis, block,
+                       "y_scale")
+        q = F.cast(x, "float32") / scale
+        if ctx.has(2):
+            q = q + _along(ctx, F.cast(ctx.x(2), "float32"), ctx.shape(0), axis, block,
+                           "y_zero_point")
+        return _cast_to(ctx, q, out)
     if out not in _QRANGE or out == "int32":
         refuse(f"quantization to {out}")
     if not ctx.attr("saturate", 1):
         refuse("saturate=0")
     lo, hi = _QRANGE[out]
-    axis, block = ctx.attr("axis", 1), ctx.attr("block_size", 0)
     scale = _along(ctx, F.cast(ctx.x(1), "float32"), ctx.shape(0), axis, block, "y_scale")
     q = _rint(ctx, F.cast(x, "float32") / scale)
     if ctx.has(2):
@@ -516,7 +558,7 @@ def _quantize_linear(ctx):
 def _dequantize_linear(ctx):
     """y = (x - zero_point) * scale, in the scale's dtype (or ``output_dtype``)."""
     x = ctx.x(0)
-    if x.dtype not in _QRANGE:
+    if x.dtype not in _QRANGE and x.dtype not in dtypes.STORAGE_FLOAT_DTYPES:
         refuse(f"dequantization of {x.dtype}")
     scale_dt = ctx.dtype(1)
     out = np_dtype_of(ctx.attr("output_dtype")) if ctx.attr("output_dtype", 0) else scale_dt
@@ -530,6 +572,44 @@ def _dequantize_linear(ctx):
                        "x_zero_point")
     scale = _along(ctx, ctx.x(1), ctx.shape(0), axis, block, "x_scale")
     return F.cast(F.cast(v, scale_dt) * scale, out)
+
+
+@handler("MatMulInteger")
+def _matmul_integer(ctx):
+    """(A - a_zero_point) @ (B - b_zero_point) in int32, zero points broadcast as numpy."""
+    return _integer_matmul(ctx, 0, 2, 1, 3)
+
+
+def _integer_matmul(ctx, a: int, a_zp: int, b: int, b_zp: int):
+    ops = []
+    for x, zp in ((a, a_zp), (b, b_zp)):
+        if ctx.dtype(x) not in ("uint8", "int8"):
+            refuse(f"integer matmul of {ctx.dtype(x)} (ONNX takes uint8 and int8)")
+        v = F.cast(ctx.x(x), "int32")
+        if ctx.has(zp):
+            v = v - F.cast(ctx.x(zp), "int32")
+        ops.append(v)
+    return F.matmul(*ops)
+
+
+@handler("QLinearMatMul")
+def _qlinear_matmul(ctx):
+    """The int32 product of the zero-point-shifted operands, rescaled by
+    a_scale * b_scale / y_scale (computed in the scales' dtype, as the ONNX reference does),
+    rounded half to even, shifted by y_zero_point and saturated to its type."""
+    c = _integer_matmul(ctx, 0, 2, 3, 5)
+    out = ctx.dtype(7) if ctx.has(7) else ctx.dtype(0)
+    if out not in ("uint8", "int8"):
+        refuse(f"QLinearMatMul to {out}")
+    scales = [ctx.x(i) for i in (1, 4, 6)]
+    if len({s.dtype for s in scales}) > 1 or scales[0].dtype not in FLOATS:
+        refuse(f"scales of dtypes {[s.dtype for s in scales]}")
+    m = F.cast(scales[0] * scales[1] / scales[2], "float64")
+    d = F.cast(c, "float64") * m
+    if ctx.has(7):
+        d = d + F.cast(ctx.x(7), "float64")
+    lo, hi = _QRANGE[out]
+    return F.cast(F.clamp(_rint(ctx, d), float(lo), float(hi)), out)
 
 
 @handler("DynamicQuantizeLinear")

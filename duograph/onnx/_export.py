@@ -53,7 +53,12 @@ def onnx_dtype(dtype: str) -> int:
     return {"bool": tp.BOOL, "uint8": tp.UINT8, "int8": tp.INT8, "int16": tp.INT16,
             "int32": tp.INT32, "int64": tp.INT64, "float16": tp.FLOAT16,
             "bfloat16": tp.BFLOAT16, "float32": tp.FLOAT, "float64": tp.DOUBLE,
-            "complex64": tp.COMPLEX64, "complex128": tp.COMPLEX128}[dtype]
+            "complex64": tp.COMPLEX64, "complex128": tp.COMPLEX128, "uint16": tp.UINT16,
+            "uint32": tp.UINT32, "uint64": tp.UINT64, "float8_e4m3fn": tp.FLOAT8E4M3FN,
+            "float8_e5m2": tp.FLOAT8E5M2, "float8_e4m3fnuz": tp.FLOAT8E4M3FNUZ,
+            "float8_e5m2fnuz": tp.FLOAT8E5M2FNUZ, "int4": tp.INT4, "uint4": tp.UINT4,
+            "float8_e8m0fnu": tp.FLOAT8E8M0, "float4_e2m1fn": tp.FLOAT4E2M1, "int2": tp.INT2,
+            "uint2": tp.UINT2}[dtype]
 
 
 class _Unsupported(Exception):

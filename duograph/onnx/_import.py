@@ -73,14 +73,32 @@ def _onnx():
 def np_dtype_of(elem_type: int) -> str:
     """The duograph dtype of an ONNX element type; refused when duograph has none."""
     tp = _onnx().TensorProto
-    table = {tp.BOOL: "bool", tp.UINT8: "uint8", tp.INT8: "int8", tp.INT16: "int16",
-             tp.INT32: "int32", tp.INT64: "int64", tp.FLOAT16: "float16",
-             tp.BFLOAT16: "bfloat16", tp.FLOAT: "float32", tp.DOUBLE: "float64"}
+    table = _elem_table()
     if elem_type not in table:
         name = tp.DataType.Name(elem_type) if elem_type in tp.DataType.values() else elem_type
-        refuse(f"element type {name} (duograph has bool, uint8, int8, int16, int32, int64, "
-               f"float16, bfloat16, float32, float64)")
+        refuse(f"element type {name} (duograph has {', '.join(sorted(set(table.values())))})")
     return table[elem_type]
+
+
+def _elem_table() -> dict:
+    """ONNX element type -> duograph dtype, for every type duograph has."""
+    tp = _onnx().TensorProto
+    table = {tp.BOOL: "bool", tp.UINT8: "uint8", tp.INT8: "int8", tp.INT16: "int16",
+             tp.INT32: "int32", tp.INT64: "int64", tp.FLOAT16: "float16",
+             tp.BFLOAT16: "bfloat16", tp.FLOAT: "float32", tp.DOUBLE: "float64",
+             tp.UINT16: "uint16", tp.UINT32: "uint32", tp.UINT64: "uint64",
+             tp.FLOAT8E4M3FN: "float8_e4m3fn", tp.FLOAT8E5M2: "float8_e5m2",
+             tp.FLOAT8E4M3FNUZ: "float8_e4m3fnuz", tp.FLOAT8E5M2FNUZ: "float8_e5m2fnuz",
+             tp.INT4: "int4", tp.UINT4: "uint4"}
+    for onnx_name, name in (("FLOAT8E8M0", "float8_e8m0fnu"), ("FLOAT4E2M1", "float4_e2m1fn"),
+                            ("INT2", "int2"), ("UINT2", "uint2")):
+        if hasattr(tp, onnx_name):          # newer onnx releases
+            table[getattr(tp, onnx_name)] = name
+    return table
+
+
+# bits per element of the packed element types (their raw data holds 2 or 4 per byte)
+_PACKED_BITS = {"int4": 4, "uint4": 4, "float4_e2m1fn": 4, "int2": 2, "uint2": 2}
 
 
 def tensor_array(tensor, what: str) -> np.ndarray:
@@ -103,10 +121,14 @@ def tensor_array(tensor, what: str) -> np.ndarray:
     count = math.prod(dims)
     if tensor.HasField("raw_data"):
         itemsize = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
-        found, need, unit = len(tensor.raw_data), count * itemsize, "bytes"
+        need = count * itemsize
+        if dt in _PACKED_BITS:
+            need = -(-count * _PACKED_BITS[dt] // 8)
+        found, unit = len(tensor.raw_data), "bytes"
     else:
         field = onnx.helper.tensor_dtype_to_field(tensor.data_type)
-        found, need, unit = len(getattr(tensor, field)), count, f"values in {field}"
+        need = -(-count * _PACKED_BITS[dt] // 8) if dt in _PACKED_BITS else count
+        found, unit = len(getattr(tensor, field)), f"values in {field}"
     if found != need:
         raise OnnxImportError(f"onnx import: {what} of dims {dims} and type "
                               f"{onnx.TensorProto.DataType.Name(tensor.data_type)} needs "

@@ -8,7 +8,7 @@ from ._import import Ctx, refuse
 
 
 FLOATS = ("float16", "bfloat16", "float32", "float64")
-INTS = ("uint8", "int8", "int16", "int32", "int64")
+INTS = ("uint8", "int8", "int16", "int32", "int64", "uint16", "uint32", "uint64")
 
 
 def cast(x, dt: str):
@@ -35,7 +35,7 @@ def _same_dtype(fn):
 
 
 NUMERIC = ("uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16", "float32",
-           "float64")
+           "float64", "uint16", "uint32", "uint64")
 SIGNED = ("int8", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64")
 
 

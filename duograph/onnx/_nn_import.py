@@ -12,6 +12,7 @@ import math
 import numpy as np
 
 from ..graphlib import functional as F
+from ..graphlib.ops.solve import det
 from ._import import check_size, handler, np_dtype_of, refuse, static_shape
 from ._import_helpers import (FLOATS, _axis, _check_same, _float_only, _floor, _take, cast,
                               static_shape_of)
@@ -38,6 +39,12 @@ def _matmul(ctx):
     if ctx.dtype(0) not in ("int32", "int64", "float16", "bfloat16", "float32", "float64"):
         refuse(f"MatMul of {ctx.dtype(0)}")
     return F.matmul(ctx.x(0), ctx.x(1))
+
+
+@handler("Det")
+def _det(ctx):
+    _float_only(ctx)
+    return det(ctx.x(0))
 
 
 @handler("Gemm")

@@ -62,7 +62,8 @@ full_like_op = register(OpDef(
     "full_like", _like_infer,
     lambda xp, x, fill_value, dtype: xp.full(x.shape, fill_value, dtype=dtype or x.dtype),
     nondiff_inputs=(0,), cheap=True, fills=True,
-    complex_ok=True, attrs=Attrs(fill_value=Attr("number"), dtype=Attr("dtype", default=None)),
+    complex_ok=True, storage_ok=True,
+    attrs=Attrs(fill_value=Attr("number"), dtype=Attr("dtype", default=None)),
     batch=leading_batch_rule))
 
 
@@ -546,7 +547,7 @@ def _to_device_kernel(xp, x, device):
 to_device_op = register(OpDef(
     "to_device", _to_device_infer, _to_device_kernel,
     lambda cts, ins, outs, a, needs: [to_device(cts[0], getattr(ins[0], "device", "cpu"))],
-    complex_ok=True, attrs=Attrs(device=Attr(str, choices=("cpu", "cuda"))),
+    complex_ok=True, storage_ok=True, attrs=Attrs(device=Attr(str, choices=("cpu", "cuda"))),
     batch=leading_batch_rule))
 
 

@@ -318,13 +318,21 @@ def _same_dtype(node) -> bool:
     return node.inputs[0].dtype == node.outputs[0].dtype
 
 
-cast_op = register(OpDef("cast", _cast_infer,
-                         lambda xp, x, dtype: (x.real if x.dtype.kind == "c" and dtype not in
-                                               COMPLEX else x).astype(dtype, copy=False),
+def _cast_kernel(xp, x, dtype):
+    if x.dtype.kind == "c" and dtype not in COMPLEX:
+        x = x.real
+    if dtype == "float8_e4m3fn" and dtypes.is_float_array(x):
+        # PyTorch's .to(float8_e4m3fn) saturates: +-inf and out-of-range values become
+        # +-448 (ml_dtypes would give NaN); NaN stays NaN
+        x = xp.clip(x, -448.0, 448.0)
+    return x.astype(dtype, copy=False)
+
+
+cast_op = register(OpDef("cast", _cast_infer, _cast_kernel,
                          lambda cts, ins, outs, attrs, needs: [cts[0]],
                          expr="(({dtype}){0})", elementwise=True, saves_no_data=True,
-                         returns_input=_same_dtype, cheap=True,
-                         complex_ok=True, attrs=Attrs(dtype=Attr("dtype"))))
+                         returns_input=_same_dtype, cheap=True, complex_ok=True,
+                         storage_ok=True, attrs=Attrs(dtype=Attr("dtype"))))
 
 # -- binary ------------------------------------------------------------------------------------
 add_op = binary("add", lambda xp, a, b: xp.add(a, b),

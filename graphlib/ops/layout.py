@@ -677,7 +677,8 @@ def _view_dtype_infer(types, attrs):
 
 
 def _view_dtype_kernel(xp, x, dtype):
-    return xp.ascontiguousarray(x).view(np.dtype(dtype)).copy()
+    # a C-ordered copy (ascontiguousarray would make a 0-d array 1-d)
+    return xp.array(x, order="C", copy=True).view(np.dtype(dtype))
 
 
 def _view_dtype_rule(op, args, batched, attrs, size):
@@ -690,7 +691,8 @@ def _view_dtype_rule(op, args, batched, attrs, size):
 
 
 view_dtype_op = register(OpDef("view_dtype", _view_dtype_infer, _view_dtype_kernel,
-                               attrs=Attrs(dtype=Attr("dtype")), batch=_view_dtype_rule))
+                               storage_ok=True, attrs=Attrs(dtype=Attr("dtype")),
+                               batch=_view_dtype_rule))
 
 
 def view_dtype(input, dtype):

@@ -191,7 +191,7 @@ def xlogy(input, other):
 
 # -- shifts ----------------------------------------------------------------------------------------
 _UNSIGNED = {"int8": "uint8", "int16": "uint16", "int32": "uint32", "int64": "uint64",
-             "uint8": "uint8"}
+             "uint8": "uint8", "uint16": "uint16", "uint32": "uint32", "uint64": "uint64"}
 
 
 def _shift_infer(name):
@@ -229,7 +229,7 @@ def _rshift_kernel(xp, a, b):
     # signed types, 0 for uint8)
     a, s, ok, bits = _shift_prepare(xp, a, b)
     shifted = xp.right_shift(a, s.astype(a.dtype))
-    if a.dtype == np.uint8:
+    if a.dtype.kind == "u":
         fill = xp.zeros_like(shifted)
     else:
         fill = xp.right_shift(a, a.dtype.type(bits - 1))

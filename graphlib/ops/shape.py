@@ -63,7 +63,7 @@ reshape_op = register(OpDef(
     "reshape", _reshape_infer, lambda xp, x, shape: x.reshape(shape),
     lambda cts, ins, outs, a, needs: [reshape(cts[0], ins[0].shape)],
     view=True, saves_no_data=True,
-    complex_ok=True, attrs=Attrs(shape=Attr("shape")), batch=_reshape_rule))
+    complex_ok=True, storage_ok=True, attrs=Attrs(shape=Attr("shape")), batch=_reshape_rule))
 
 # -- permute -----------------------------------------------------------------------------------
 
@@ -91,7 +91,7 @@ def _permute_rule(op, args, batched, attrs, size):
 permute_op = register(OpDef("permute", _permute_infer,
                             lambda xp, x, dims: xp.transpose(x, dims), _permute_vjp,
                             view=True, saves_no_data=True,
-                            complex_ok=True, attrs=Attrs(dims=Attr("dims", min=0)),
+                            complex_ok=True, storage_ok=True, attrs=Attrs(dims=Attr("dims", min=0)),
                             batch=_permute_rule))
 
 # -- expand and sum_to (its adjoint) -----------------------------------------------------------
@@ -135,7 +135,7 @@ expand_op = register(OpDef(
     "expand", _expand_infer, _expand_kernel,
     lambda cts, ins, outs, a, needs: [sum_to(cts[0], ins[0].shape)],
     view=True, saves_no_data=True,
-    complex_ok=True, attrs=Attrs(shape=Attr("shape")), batch=_expand_rule))
+    complex_ok=True, storage_ok=True, attrs=Attrs(shape=Attr("shape")), batch=_expand_rule))
 
 
 def _sum_to_axes(src_shape, shape):
@@ -191,7 +191,7 @@ sum_to_op = register(OpDef(
     "sum_to", _sum_to_infer, _sum_to_kernel,
     lambda cts, ins, outs, a, needs: [expand(cts[0], *ins[0].shape)],
     saves_no_data=True,
-    complex_ok=True, attrs=Attrs(shape=Attr("shape")), batch=_sum_to_rule))
+    complex_ok=True, storage_ok=True, attrs=Attrs(shape=Attr("shape")), batch=_sum_to_rule))
 
 # -- cat and split -----------------------------------------------------------------------------
 
@@ -223,7 +223,7 @@ def _cat_vjp(cts, ins, outs, a, needs):
 cat_op = register(OpDef("cat", _cat_infer,
                         lambda xp, *xs, dim: xp.concatenate(xs, axis=dim), _cat_vjp,
                         saves_no_data=True, autocast="promote",
-                        complex_ok=True, attrs=Attrs(dim=Attr(int))))
+                        complex_ok=True, storage_ok=True, attrs=Attrs(dim=Attr(int))))
 
 
 def _split_infer(types, attrs):
@@ -252,7 +252,8 @@ def _split_vjp(cts, ins, outs, a, needs):
 
 split_op = register(OpDef("split", _split_infer, _split_kernel, _split_vjp, multi_output=True,
                           view=True, saves_no_data=True,
-                          complex_ok=True, attrs=Attrs(dim=Attr(int), sizes=Attr("shape"))))
+                          complex_ok=True, storage_ok=True,
+                          attrs=Attrs(dim=Attr(int), sizes=Attr("shape"))))
 
 # -- basic indexing ----------------------------------------------------------------------------
 
@@ -354,7 +355,7 @@ getitem_op = register(OpDef(
     "getitem", _getitem_infer, lambda xp, x, index: x[_python_index(index)],
     lambda cts, ins, outs, a, needs: [getitem_grad_op(cts[0], ins[0], index=a["index"])],
     view=True, saves_no_data=True,
-    complex_ok=True, attrs=Attrs(index=Attr("any")), batch=_getitem_rule))
+    complex_ok=True, storage_ok=True, attrs=Attrs(index=Attr("any")), batch=_getitem_rule))
 
 
 def _getitem_grad_infer(types, attrs):
@@ -381,7 +382,7 @@ getitem_grad_op = register(OpDef(
     "getitem_grad", _getitem_grad_infer, _getitem_grad_kernel,
     lambda cts, ins, outs, a, needs: [getitem(cts[0], _python_index(a["index"])), None],
     nondiff_inputs=(1,), saves_no_data=True,
-    complex_ok=True, attrs=Attrs(index=Attr("any")), batch=_getitem_grad_rule))
+    complex_ok=True, storage_ok=True, attrs=Attrs(index=Attr("any")), batch=_getitem_grad_rule))
 
 # -- gather / scatter_add / index_select / index_add -------------------------------------------
 
@@ -582,7 +583,8 @@ pad_op = register(OpDef(
     lambda xp, x, pad, value: xp.pad(x, _pad_width(x.ndim, pad), mode="constant",
                                      constant_values=value),
     _pad_vjp, saves_no_data=True,
-    complex_ok=True, attrs=Attrs(pad=Attr("dims"), value=Attr("number")), batch=leading_batch_rule))
+    complex_ok=True, storage_ok=True, attrs=Attrs(pad=Attr("dims"), value=Attr("number")),
+    batch=leading_batch_rule))
 
 # -- public functions --------------------------------------------------------------------------
 builtin_sum = sum
