@@ -21,8 +21,10 @@ import contextlib
 import doctest
 import io
 import json
+import os
 import re
 import sys
+import tempfile
 import warnings
 
 import numpy as np
@@ -175,7 +177,14 @@ def main(argv=None) -> None:
         import torch
     except ImportError:
         raise SystemExit("doc_examples_port: PyTorch is the reference; install it to run")
-    result = measure(torch)
+    # examples save files (torch.save(x, "tensor.pt")...): run them in a scratch folder
+    here = os.getcwd()
+    with tempfile.TemporaryDirectory(prefix="doc-examples-") as scratch:
+        os.chdir(scratch)
+        try:
+            result = measure(torch)
+        finally:
+            os.chdir(here)
     c = result["counts"]
     print(f"duograph {dg.__version__}, PyTorch {torch.__version__}: docstrings of the torch "
           f"names duograph has")
