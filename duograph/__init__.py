@@ -132,7 +132,9 @@ __all__ += list(_inplace_functions.FUNCTIONS) + list(_inplace_functions.MODULE_L
 from .settings import (get_default_dtype, get_num_threads, get_rng_state,  # noqa: E402
                        is_floating_point, is_tensor, seed, set_default_dtype,
                        set_num_threads, set_printoptions, set_rng_state)
+from .settings import finfo, iinfo  # noqa: E402
 from .counting import bincount  # noqa: E402
+__all__ += ["finfo", "iinfo"]
 __all__ += ["get_default_dtype", "set_default_dtype", "get_num_threads", "set_num_threads",
             "is_tensor", "is_floating_point", "bincount", "seed", "get_rng_state",
             "set_rng_state", "set_printoptions"]

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 
@@ -35,6 +36,9 @@ def set_default_dtype(d) -> None:
                         f"default type, found {name}")
     if name != dtypes.DEFAULT_FLOAT:
         dtypes.DEFAULT_FLOAT = name
+        # PyTorch's default complex dtype follows: complex128 under float64, else complex64
+        # (PyTorch's complex32 for float16 has no counterpart here)
+        dtypes.DEFAULT_COMPLEX = "complex128" if name == "float64" else "complex64"
         _dispatch.clear_caches()       # prepared plans hold inferred (default) dtypes
 
 
@@ -198,3 +202,55 @@ def resolve_conj(input):
 def resolve_neg(input):
     """``input`` itself: there is no lazy negation to materialise (``torch.resolve_neg``)."""
     return _tensor_argument("resolve_neg", input)
+
+
+class _NumInfo:
+    """The fields of ``finfo``/``iinfo``, printed as PyTorch prints them."""
+
+    _fields: tuple = ()
+
+    def __repr__(self) -> str:
+        kind = type(self).__name__
+        shown = ", ".join(f"{k}={getattr(self, k):.6g}" if isinstance(getattr(self, k), float)
+                          else f"{k}={getattr(self, k)}" for k in self._fields)
+        return f"{kind}({shown}, dtype={self.dtype})"
+
+
+class finfo(_NumInfo):
+    """Machine limits of a floating-point dtype (default: the default dtype), as
+    ``torch.finfo``: ``bits``, ``eps``, ``max``, ``min``, ``tiny``, ``smallest_normal``,
+    ``resolution`` and ``dtype``. A complex dtype reports its real part's type."""
+
+    _fields = ("resolution", "min", "max", "eps", "smallest_normal", "tiny")
+
+    def __init__(self, type=None):
+        name = dtypes.DEFAULT_FLOAT if type is None else dtypes.as_dtype(type)
+        name = {"complex64": "float32", "complex128": "float64"}.get(name, name)
+        if dtypes.kind(name) != "f":
+            raise TypeError("finfo() requires a floating point input type, found "
+                            f"{name}. Use iinfo to handle it")
+        import ml_dtypes                  # numpy's finfo lacks bfloat16 and the float8s
+        info = ml_dtypes.finfo(np.dtype(name))
+        self.bits, self.dtype = int(info.bits), name
+        self.eps, self.max, self.min = float(info.eps), float(info.max), float(info.min)
+        self.tiny = self.smallest_normal = float(info.smallest_normal)
+        # PyTorch's resolution: 10 ** -(the decimal digits eps resolves), a power of ten
+        self.resolution = 10.0 ** -int(math.floor(-math.log10(self.eps)))
+
+
+class iinfo(_NumInfo):
+    """Limits of an integer dtype, as ``torch.iinfo``: ``bits``, ``min``, ``max``, ``dtype``."""
+
+    _fields = ("min", "max")
+
+    def __init__(self, type):
+        name = dtypes.as_dtype(type)
+        if name == "bool":
+            raise TypeError("bool is not supported by iinfo")
+        if dtypes.kind(name) != "i":
+            raise TypeError(f"iinfo() requires an integer input type, found {name}. Use "
+                            "finfo to handle it")
+        import ml_dtypes                  # int4/int2 are ml_dtypes' types
+        info = ml_dtypes.iinfo(np.dtype(name))
+        self.bits, self.min, self.max, self.dtype = int(info.bits), int(info.min), \
+            int(info.max), name

@@ -162,8 +162,14 @@ def test_default_dtype_and_threads_as_torch():
         dg.set_default_dtype(dg.float64)
         assert dg.tensor([1.5]).dtype == "float64" and dg.randn(2).dtype == "float64"
         assert dg.sqrt(dg.tensor([4])).dtype == "float64"
+        torch.set_default_dtype(torch.float64)
+        # the default complex dtype follows, as PyTorch's
+        assert dg.tensor([1 + 2j]).dtype == str(torch.tensor([1 + 2j]).dtype)[6:] == "complex128"
+        assert (dg.tensor([1.0]) * 1j).dtype == "complex128"
     finally:
         dg.set_default_dtype(dg.float32)
+        torch.set_default_dtype(torch.float32)
+    assert dg.tensor([1 + 2j]).dtype == "complex64"
     assert dg.tensor([1.5]).dtype == "float32" and dg.sqrt(dg.tensor([4])).dtype == "float32"
     with pytest.raises(TypeError):
         dg.set_default_dtype(dg.int64)
@@ -371,3 +377,24 @@ def test_small_tensor_methods_as_torch():
            torch.tensor([2.0, 3.0]).float_power(2))
     with pytest.raises(RuntimeError):
         dg.ones(3).mT
+
+
+def test_finfo_and_iinfo_as_torch():
+    for name in ("float16", "bfloat16", "float32", "float64", "complex64", "complex128",
+                 "float8_e4m3fn", "float8_e5m2"):
+        ours, theirs = dg.finfo(getattr(dg, name)), torch.finfo(getattr(torch, name))
+        for field in ("bits", "eps", "max", "min", "tiny", "smallest_normal", "resolution"):
+            assert getattr(ours, field) == getattr(theirs, field), (name, field)
+        assert ours.dtype == theirs.dtype
+    assert dg.finfo().dtype == "float32" and dg.finfo().eps == torch.finfo().eps
+    for name in ("int8", "uint8", "int16", "int32", "int64", "uint16", "uint32", "uint64"):
+        ours, theirs = dg.iinfo(getattr(dg, name)), torch.iinfo(getattr(torch, name))
+        assert (ours.bits, ours.min, ours.max) == (theirs.bits, theirs.min, theirs.max), name
+    assert repr(dg.iinfo(dg.int8)) == repr(torch.iinfo(torch.int8)).replace("torch.", "")
+    for call, bad in ((dg.finfo, dg.int32), (dg.iinfo, dg.float32), (dg.iinfo, "bool")):
+        with pytest.raises(TypeError):
+            call(bad)
+    for call, bad in ((torch.finfo, torch.int32), (torch.iinfo, torch.float32),
+                      (torch.iinfo, torch.bool)):
+        with pytest.raises(TypeError):
+            call(bad)
