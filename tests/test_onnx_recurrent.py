@@ -190,3 +190,37 @@ def test_sequence_lens_out_of_range_is_refused():
     del model.graph.input[1]
     with pytest.raises(dg.onnx.OnnxImportError, match=r"sequence_lens must be in 0..5"):
         dg.onnx.load(model)
+
+
+def _symbolic_t(model, layout):
+    """``model`` with X's time dim (and the outputs') made the symbolic dim ``T``."""
+    dims = model.graph.input[0].type.tensor_type.shape.dim
+    dims[1 if layout else 0].ClearField("dim_value")
+    dims[1 if layout else 0].dim_param = "T"
+    return model
+
+
+@pytest.mark.parametrize("op", sorted(GATES))
+@pytest.mark.parametrize("dirs, layout", [(1, 0), (2, 0), (2, 1)])
+def test_sequence_lens_over_a_symbolic_sequence_length(op, dirs, layout):
+    """sequence_lens fed at run time over a symbolic T: one import serves every length."""
+    got_model = dg.onnx.load(_symbolic_t(_model(op, dirs, {}, layout, seq=True), layout))
+    run = got_model.compile()
+    twin = _symbolic_t(_model(op, dirs, {}, 0, seq=True), 0)
+    sess = ort.InferenceSession(twin.SerializeToString())
+    rng = np.random.default_rng(3)
+    for steps, lens in ((5, [5, 3]), (8, [2, 8]), (3, [1, 3])):
+        x = rng.standard_normal((steps, N, IN)).astype(np.float32)
+        h0 = rng.standard_normal((dirs, N, HS)).astype(np.float32)
+        feeds = {"X": x, "L": np.array(lens, np.int32), "H0": h0}
+        if op == "LSTM":
+            feeds["C0"] = rng.standard_normal((dirs, N, HS)).astype(np.float32)
+        want = sess.run(None, feeds)
+        if layout:
+            feeds = {k: v if k == "L" else np.swapaxes(v, 0, 1) for k, v in feeds.items()}
+            want = [np.transpose(want[0], (2, 0, 1, 3))] + [np.swapaxes(w, 0, 1)
+                                                            for w in want[1:]]
+        got = run(**feeds)
+        for a, b in zip(got, want):
+            assert a.shape == b.shape
+            np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)

@@ -170,10 +170,13 @@ def _valid_mask(ctx: Ctx, steps, batch):
             if np.all(lens == steps):
                 return None
             return ctx.const((np.arange(steps)[:, None] < lens[None, :])[..., None], "bool")
-    if not isinstance(steps, int):
-        refuse(f"sequence_lens over the symbolic sequence length {steps}")
     lens = F.cast(ctx.x(4), "int64")
-    t = ctx.const(np.arange(steps, dtype=np.int64), "int64")
+    if isinstance(steps, int):
+        t = ctx.const(np.arange(steps, dtype=np.int64), "int64")
+    else:   # a symbolic T: the step index counted along X's own time axis (0, 1, ... T-1)
+        ones = F.cast(F.ones_like(ctx.x(0)[:, 0, 0] if not ctx.attr("layout", 0)
+                                  else ctx.x(0)[0, :, 0]), "int64")
+        t = F.cumsum(ones, 0) - 1
     return F.unsqueeze(F.lt(F.unsqueeze(t, 1), F.unsqueeze(lens, 0)), 2)
 
 
