@@ -191,6 +191,36 @@ class TensorInPlace:
             return out
         return self._inplace(moved, "copy_", src)
 
+    def resize_(self, *sizes, memory_format=None):
+        """``resize_(*sizes) -> Tensor``: this tensor given the shape ``sizes`` in place, as
+        PyTorch's: its first elements (row-major) are kept; elements a larger size adds are
+        zeros (PyTorch leaves them uninitialised). A tensor that requires grad is refused,
+        as in PyTorch. ``memory_format`` is accepted; tensors here are contiguous."""
+        if len(sizes) == 1 and isinstance(sizes[0], (tuple, list)):
+            sizes = tuple(sizes[0])
+        if not all(isinstance(n, (int, np.integer)) and not isinstance(n, bool) and n >= 0
+                   for n in sizes):
+            raise TypeError(f"resize_: expected non-negative int sizes, found {sizes!r}\n"
+                            f"  in: {user_source()}")
+        if self.requires_grad:
+            raise RuntimeError("cannot resize variables that require grad\n"
+                               f"  in: {user_source()}")
+        shape = tuple(int(n) for n in sizes)
+        count = int(np.prod(shape, dtype=np.int64))
+        flat = self.array.reshape(-1)
+        if count == flat.shape[0]:
+            self.data = flat.reshape(shape)
+        else:
+            fresh = _xp_for(self.device).zeros(count, dtype=flat.dtype)
+            keep = min(count, flat.shape[0])
+            fresh[:keep] = flat[:keep]
+            self.data = fresh.reshape(shape)
+        return self
+
+    def resize_as_(self, other, memory_format=None):
+        """``resize_as_(other) -> Tensor``: ``resize_(other.shape)``."""
+        return self.resize_(tuple(other.shape))
+
     # more in-place forms: the out-of-place op, written back (see _inplace) ----------------
     def _inplace_op(self, name: str, fn, *args, **kwargs) -> "Tensor":
         others = args + tuple(kwargs.values())

@@ -186,3 +186,29 @@ def test_doc_examples_port_compares_values_not_spellings():
     assert not port._same(port._plain(torch.tensor([1.0])), port._plain(dg.tensor([1.5])))
     assert not port._same(port._plain(torch.tensor([1.0])), port._plain(dg.tensor([1])))
     assert port._same(port._plain(torch.float64), port._plain(dg.float64))
+
+
+def test_resize_and_masked_scatter_broadcast_as_torch():
+    for sizes, start in (((2, 3), 6), ((6,), 4), ((2,), 5), (((3, 2),), 6)):
+        ours = dg.arange(1.0, start + 1.0).resize_(*sizes)
+        theirs = torch.arange(1.0, start + 1.0).resize_(*sizes)
+        assert tuple(ours.shape) == tuple(theirs.shape)
+        keep = min(start, theirs.numel())         # PyTorch leaves the rest uninitialised
+        np.testing.assert_array_equal(ours.numpy().reshape(-1)[:keep],
+                                      theirs.numpy().reshape(-1)[:keep])
+    assert tuple(dg.arange(6).resize_as_(dg.zeros(3, 2)).shape) == (3, 2)
+    with pytest.raises(RuntimeError, match="require grad"):
+        dg.ones(3, requires_grad=True).resize_(2)
+    with pytest.raises(RuntimeError, match="require grad"):
+        torch.ones(3, requires_grad=True).resize_(2)
+    mask = [[0, 0, 0, 1, 1], [1, 1, 0, 1, 1]]
+    src = [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9]]
+    ours = dg.tensor([0] * 5).masked_scatter(dg.tensor(mask, dtype=dg.bool), dg.tensor(src))
+    theirs = torch.tensor([0] * 5).masked_scatter(torch.tensor(mask, dtype=torch.bool),
+                                                  torch.tensor(src))
+    np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
+    with pytest.raises(RuntimeError):
+        dg.tensor([0] * 5).masked_scatter_(dg.tensor(mask, dtype=dg.bool), dg.tensor(src))
+    with pytest.raises(RuntimeError):
+        torch.tensor([0] * 5).masked_scatter_(torch.tensor(mask, dtype=torch.bool),
+                                              torch.tensor(src))

@@ -290,10 +290,10 @@ def _fill_value(x, value, name):
 @composite("masked_scatter")
 def masked_scatter(input, mask, source):
     """``input`` with the places where ``mask`` holds filled, in row-major order, by the
-    elements of ``source`` (torch.masked_scatter; mask broadcasts to input)."""
+    elements of ``source`` (torch.masked_scatter: input and mask broadcast together; the
+    in-place ``masked_scatter_`` keeps input's shape)."""
     x = operand(input, "masked_scatter")
     mask = _bool_mask(mask, "masked_scatter")
     source = operand(source, "masked_scatter", "source")
-    if tuple(mask.shape) != tuple(x.shape):
-        mask = expand(mask, *x.shape)
+    x, mask = _broadcast_pair(x, mask, "masked_scatter")
     return masked_scatter_op(x, mask, source)
