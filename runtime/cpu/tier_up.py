@@ -5,9 +5,16 @@ disk) never run on the caller's path. A job publishes its result itself, by one 
 store the caller reads (never a half-built kernel); a job that raises leaves its region on
 numpy's plan, with one warning.
 
-The thread takes the GIL while numba works in Python, so a caller's call made meanwhile may
-wait up to the interpreter's switch interval (``sys.getswitchinterval()``, 5 ms) for it, which
-bounds the latency such a call sees instead of the whole compilation. At interpreter exit
+The thread shares the GIL with the caller. While a job runs the interpreter's switch
+interval is lowered to ``SWITCH_INTERVAL`` (restored after), so a caller in a tight loop
+does not starve it (numba's import releases and retakes the GIL thousands of times, and
+each retake would otherwise wait out the caller's 5 ms slice). A caller's call can still
+wait for a step that holds the GIL in C (loading llvmlite's library, LLVM's passes): that,
+not the whole compilation, bounds the latency a call sees (measured up to ~0.1 s on a
+loaded 2-core machine, against 0.7-2.2 s for the synchronous switch; call_breakdown.py
+``--latency``). With the caller busy the kernel arrives later than an idle one would see
+it (the two share one core's worth of GIL).
+At interpreter exit
 the queue takes no new job and a compilation in flight is abandoned with its daemon thread
 (Python stops such a thread before tearing modules down): no wait, no traceback.
 """
@@ -15,6 +22,7 @@ from __future__ import annotations
 
 import atexit
 import queue
+import sys
 import threading
 import warnings
 from typing import Callable, Optional
@@ -27,6 +35,8 @@ _jobs: "queue.SimpleQueue[Callable[[], None]]" = queue.SimpleQueue()
 _thread: Optional[threading.Thread] = None
 _pending = 0            # jobs submitted and not yet finished
 _closing = False        # set at interpreter exit: no new jobs
+# the interpreter's switch interval while a job runs (module doc)
+SWITCH_INTERVAL = 2e-4
 
 
 def submit(job: Callable[[], None]) -> bool:
@@ -60,12 +70,15 @@ def _work() -> None:
     global _pending
     while True:
         job = _jobs.get()
+        interval = sys.getswitchinterval()
         try:
+            sys.setswitchinterval(min(interval, SWITCH_INTERVAL))
             job()
         except Exception as e:  # noqa: BLE001 - the region stays on numpy, said once
             warnings.warn(f"duograph: a background kernel compilation failed ({e!r}); its "
                           "region stays on numpy", RuntimeWarning, stacklevel=1)
         finally:
+            sys.setswitchinterval(interval)
             with _idle:
                 _pending -= 1
                 if _pending == 0:
