@@ -5,6 +5,13 @@ after the warm-up that takes the fused region past its tier-up to one numba call
 
     python benchmarks/call_breakdown.py [--rounds 7] [--number 20000] [--timer wall|cpu]
         [--jax-site DIR]
+    python benchmarks/call_breakdown.py --latency 5000 [--cache-dir DIR]
+
+``--latency N``: instead, N calls of the O2 executable from a fresh one, each timed on its
+own: median, 99th percentile and max per-call latency, the slowest call's index, and the
+call from which the fused region ran its numba kernel (the tier-up). Run it in a fresh
+process with an empty ``--cache-dir`` (the default: a new temporary directory) for the cold
+cache, then again with the same directory for the warm one.
 
 Layers of ``exe(x=x)``: the numba kernel alone; the small kernel's call (argument
 handling); the fused step's bound runner (strategy check, tier state); the generated
@@ -21,6 +28,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 import time
 import timeit
 
@@ -53,6 +61,9 @@ def layers() -> dict:
     for _ in range(1100):     # past dg.config.cpu.numba_small_after
         exe(x=x)
         compiled(xt)
+    _drain()                  # the small kernel compiled in the background is in place
+    exe(x=x)
+    compiled(xt)
     prog = exe._prepared.program
     (step,) = prog.steps
     runner = step[3][0]
@@ -90,6 +101,46 @@ def layers() -> dict:
     return cands
 
 
+def _drain() -> None:
+    try:
+        from duograph.runtime.cpu import tier_up
+    except ImportError:       # a duograph that compiles small kernels on the caller's path
+        return
+    tier_up.drain(600)
+
+
+def latency(n: int) -> None:
+    """Per-call latency of ``n`` calls of a fresh O2 executable of the chain (module doc)."""
+    x = np.random.default_rng(0).standard_normal(16).astype(np.float32)
+    g = dg.Graph("chain20")
+    with g:
+        g.outputs = [chain(dg.placeholder("x", (16,)), dg.tanh)]
+    exe = g.compile(passes="O2")
+    clock = time.perf_counter
+    times = np.empty(n)
+    switched = None
+    load0 = os.getloadavg()[0]
+    for i in range(n):
+        t0 = clock()
+        exe(x=x)
+        times[i] = clock() - t0
+        if switched is None:
+            (step,) = exe._prepared.program.steps
+            if getattr(step[3][0], "state", [None, None])[1] is not None:
+                switched = i + 1
+    us = times * 1e6
+    print(f"duograph from {os.path.dirname(os.path.abspath(dg.__file__))}; {n} calls of "
+          f"exe(x=x), the 20-op chain on 16 float32, each timed (perf_counter); cache "
+          f"{dg.config.cache_dir}; numba_small_after {dg.config.cpu.numba_small_after}; "
+          f"load average {load0:.2f} at start, {os.getloadavg()[0]:.2f} at end")
+    print(f"  median {np.median(us):.1f} us  p99 {np.percentile(us, 99):.1f} us  "
+          f"max {us.max():.1f} us (call {int(us.argmax()) + 1})  first {us[0]:.1f} us  "
+          f"sum {us.sum() / 1e6:.3f} s  numba kernel from call "
+          f"{switched if switched is not None else 'never'}")
+    print(f"  median of calls 2-100 {np.median(us[1:100]):.1f} us, "
+          f"of the last 1000 {np.median(us[-1000:]):.1f} us")
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=7)
@@ -97,7 +148,15 @@ def main(argv=None) -> None:
     p.add_argument("--timer", choices=sorted(TIMERS), default="wall")
     p.add_argument("--jax-site", help="site-packages directory holding JAX, appended to "
                    "sys.path after duograph is imported")
+    p.add_argument("--latency", type=int, metavar="N",
+                   help="time N calls one by one instead (median, max, the tier-up call)")
+    p.add_argument("--cache-dir", help="generated-kernel cache for --latency (default: a new "
+                   "empty temporary directory, a cold cache)")
     a = p.parse_args(argv)
+    if a.latency:
+        dg.config.cache_dir = a.cache_dir or tempfile.mkdtemp(prefix="duograph-cold-")
+        latency(a.latency)
+        return
     if a.jax_site:
         sys.path.append(a.jax_site)
     cands = layers()

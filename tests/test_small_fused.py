@@ -4,13 +4,18 @@ generated function (``planned.fast_call``), and a repeated ``dg.compile`` call r
 last specialisation through the executable's prepared call. Each checked for its numbers
 against the unfused reference, its cache, its fallbacks and its guards."""
 import gc
+import os
+import subprocess
+import sys
+import threading
+import time
 
 import numpy as np
 import pytest
 
 import duograph as dg
 from duograph.graphlib.errors import FeedError
-from duograph.runtime.cpu import fused_numba, numba_support
+from duograph.runtime.cpu import fused_numba, numba_support, tier_up
 
 HAVE_NUMBA = numba_support.numba_available()
 needs_numba = pytest.mark.skipif(not HAVE_NUMBA, reason="numba is not installed")
@@ -51,6 +56,7 @@ def _defaults(tmp_path):
     with dg.config.override(fused_strategy="auto", numba_small_after=100,
                             cache_dir=str(tmp_path / "cache")):
         yield
+        assert tier_up.drain(120), "a background compilation did not finish"
 
 
 @needs_numba
@@ -64,8 +70,10 @@ def test_small_region_tiers_up_on_the_nth_call():
         assert runner.state[1] is None           # numpy's plan so far: O0's bits
         for got in first:
             np.testing.assert_array_equal(got, ref)
-        exe(x=x)                                 # the third call compiles
-        assert runner.state == [-1, runner.state[1]] and runner.state[1] is not None
+        exe(x=x)                                 # the third call queues the compilation
+        assert runner.state[0] == -1
+        assert tier_up.drain(120)
+        assert runner.state[1] is not None
         got = exe(x=x)[0]
     # the rational tanh: a few float32 ulp from numpy's
     np.testing.assert_allclose(got, ref, rtol=2e-6, atol=2e-7)
@@ -170,7 +178,7 @@ def test_bad_option_value_is_named_and_environment_seeds_it():
     with pytest.raises(ValueError, match="int >= 0"):
         dg.config.cpu.numba_small_after = -1
     assert Config(environ={"DUOGRAPH_NUMBA_SMALL": "5"}).cpu.numba_small_after == 5
-    assert Config(environ={}).numba_small_after == 1000
+    assert Config(environ={}).numba_small_after == 16
 
 
 # -- the generated prepared call ---------------------------------------------------------------
@@ -266,3 +274,136 @@ def test_region_of_few_ops_never_tiers_up():
         for _ in range(3):
             np.testing.assert_array_equal(exe(x=_x())[0], np.tanh(_x() * np.float32(2.0)))
     assert not hasattr(_tiered(exe), "state")
+
+
+# -- the switch off the caller's path ------------------------------------------------------------
+def _calls_until_switch(exe, x, limit_s=120.0):
+    """Call ``exe`` until its region runs the compiled kernel: (results, per-call seconds,
+    seconds from the call that queued the compilation to the first call after the switch)."""
+    results, times = [], []
+    runner = None
+    queued = None
+    deadline = time.perf_counter() + limit_s
+    while runner is None or results[-1][1] is None or results[-1][1] == "switching":
+        before = None if runner is None else runner.state[1]
+        t0 = time.perf_counter()
+        out = exe(x=x)[0]
+        t1 = time.perf_counter()
+        runner = _tiered(exe)
+        times.append(t1 - t0)
+        if (before is None) != (runner.state[1] is None):
+            before = "switching"               # the kernel arrived during this call
+        results.append((out, before))
+        if queued is None and runner.state[0] == -1:
+            queued = t0
+        assert t1 < deadline, "the compiled kernel never arrived"
+    return results, times, t1 - queued
+
+
+@needs_numba
+def test_switch_does_not_block_the_caller(monkeypatch):
+    """The call that reaches ``numba_small_after`` queues the compilation and returns; numpy's
+    plan serves every call until the kernel is ready. A compilation on the caller's path
+    would make one call as long as the whole wait (measured here, not assumed)."""
+    monkeypatch.setattr(fused_numba, "_kernels", {})      # as in a fresh process: compiles
+    x = _x()
+    ref = chain_graph(exact=True).compile(passes="O0")(x=x)[0]
+    with dg.config.override(numba_small_after=2):
+        exe = chain_graph(exact=True).compile(passes="O2")
+        results, times, waited = _calls_until_switch(exe, x)
+    assert len(times) > 3, "the kernel arrived with no call in between: it blocked"
+    assert max(times) < waited / 2, (max(times), waited)
+    for out, _ in results:                     # + * max: numpy's bits before and after
+        np.testing.assert_array_equal(out, ref)
+    assert results[-1][1] is not None and results[0][1] is None
+
+
+@needs_numba
+def test_tanh_before_and_after_the_switch_within_the_documented_bound():
+    x = _x()
+    ref = chain_graph().compile(passes="O0")(x=x)[0]
+    with dg.config.override(numba_small_after=2):
+        exe = chain_graph().compile(passes="O2")
+        results, _, _ = _calls_until_switch(exe, x)
+    before = [out for out, fast in results if fast is None]
+    after = [out for out, fast in results if fast is not None and fast != "switching"]
+    assert before and after
+    for out in before:
+        np.testing.assert_array_equal(out, ref)
+    for out in after:               # the rational tanh: 6 ulp an op, through five of them
+        np.testing.assert_allclose(out, ref, rtol=2e-6, atol=2e-7)
+
+
+@needs_numba
+def test_two_threads_call_through_the_switch(monkeypatch):
+    monkeypatch.setattr(fused_numba, "_kernels", {})
+    x = _x()
+    ref = chain_graph(exact=True).compile(passes="O0")(x=x)[0]
+    with dg.config.override(numba_small_after=2):
+        exe = chain_graph(exact=True).compile(passes="O2")
+        exe(x=x)
+        runner = _tiered(exe)
+        bad, seen = [], [set(), set()]
+
+        def loop(k):
+            deadline = time.perf_counter() + 120
+            while time.perf_counter() < deadline:
+                fast = runner.state[1]
+                out = exe(x=x)[0]
+                seen[k].add(fast is not None)
+                if not np.array_equal(out, ref):
+                    bad.append(out)
+                if fast is not None and len(seen[k]) == 2:
+                    break
+        threads = [threading.Thread(target=loop, args=(k,)) for k in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert not bad, bad[:3]
+    assert seen == [{False, True}, {False, True}]
+
+
+@needs_numba
+def test_exit_with_a_compilation_in_flight(tmp_path):
+    """The interpreter exits at once with the compile thread busy: no wait, no traceback."""
+    code = (
+        "import numpy as np, duograph as dg\n"
+        "from duograph.runtime.cpu import tier_up\n"
+        "from tests.test_small_fused import chain_graph\n"
+        "exe = chain_graph().compile(passes='O2')\n"
+        "x = np.ones(16, np.float32)\n"
+        "for _ in range(3):\n"
+        "    exe(x=x)\n"
+        "assert tier_up.pending() == 1, tier_up.pending()\n"
+        "print('exiting')\n")
+    env = dict(os.environ, DUOGRAPH_NUMBA_SMALL="2", DUOGRAPH_CACHE_DIR=str(tmp_path / "c"))
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    t0 = time.perf_counter()
+    done = subprocess.run([sys.executable, "-c", code], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=120)
+    took = time.perf_counter() - t0
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "exiting"
+    assert "Traceback" not in done.stderr and "Exception" not in done.stderr, done.stderr
+    assert not list((tmp_path / "c").rglob("*.nbi")), f"the exit waited ({took:.1f} s)"
+
+
+def test_failed_background_compilation_leaves_numpy_with_one_warning(monkeypatch):
+    from duograph.runtime.cpu import fused
+
+    def broken(*args):
+        raise RuntimeError("no kernel today")
+    monkeypatch.setattr(fused, "small_kernel", broken)
+    x = _x()
+    ref = chain_graph().compile(passes="O0")(x=x)[0]
+    with dg.config.override(numba_small_after=2):
+        exe = chain_graph().compile(passes="O2")
+        with pytest.warns(RuntimeWarning, match="no kernel today") as got:
+            for _ in range(3):
+                exe(x=x)
+            assert tier_up.drain(60)
+        for _ in range(3):
+            np.testing.assert_array_equal(exe(x=x)[0], ref)
+    assert len(got) == 1
+    assert _tiered(exe).state == [-1, None]

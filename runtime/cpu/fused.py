@@ -23,18 +23,22 @@ whole with the backend's kernel for it) and its elementwise *region*. The region
   float32 code never promotes to float64.
 
 - ``small`` (a planned program's ``direct`` region, strategy ``auto``): the straight-line
-  numpy plan for the first ``dg.config.cpu.numba_small_after`` calls (1000; seeded by
-  ``DUOGRAPH_NUMBA_SMALL``), then, for a region of ``NUMBA_SMALL_MIN_OPS`` ops or more
-  (fewer save about a microsecond a call), one compiled numba call for the whole region
+  numpy plan, and, for a region of ``NUMBA_SMALL_MIN_OPS`` ops or more (fewer save about a
+  microsecond a call), one compiled numba call for the whole region
   (``fused_numba.small_kernel``: a 20-op chain on 16 floats is ~1 us of kernel instead of
-  20 ufunc calls). A region that runs once never pays numba's import or compilation (the
-  first call of a small graph stays in tens of milliseconds); one that runs again and again
-  pays it once (its source and machine code are cached on disk, so a later process loads
-  them). Compiled without fast-math flags: ops numpy computes exactly keep numpy's bits;
-  transcendental ops (float32 tanh by the rational approximation below) may differ from
-  numpy's in the last bits from that call on, deterministically (the same call count gives
-  the same bits in every process). ``numba_small_after = 1`` compiles at the first call,
-  ``0`` never; without numba the numpy plan stays.
+  20 ufunc calls) once it is ready. At the region's ``dg.config.cpu.numba_small_after``-th
+  call (16; seeded by ``DUOGRAPH_NUMBA_SMALL``) the kernel is queued on the compile thread
+  (``tier_up``: numba's import and the compilation, seconds with an empty cache, never run
+  on the caller's path); numpy's plan serves every call until the kernel is published by one
+  store, and a failed compilation leaves the region on numpy (warned once). A region that
+  runs fewer times never pays numba's import (the first call of a small graph stays in tens
+  of milliseconds); the kernel's source and machine code are cached on disk, so a later
+  process loads them (on the same thread). Compiled without fast-math flags: ops numpy
+  computes exactly keep numpy's bits; transcendental ops (float32 tanh by the rational
+  approximation below, at most 6 ulp) may differ from numpy's in the last bits from the
+  switch on, which, being timed by the compile thread, is not a fixed call.
+  ``numba_small_after = 1`` compiles synchronously at the first call (deterministic bits
+  from the first call, for tests), ``0`` never; without numba the numpy plan stays.
 
 ``dg.config.fused_strategy`` (seeded by ``DUOGRAPH_FUSED``) forces one: ``auto``,
 ``numpy``, ``numba`` or ``ops`` (op by op, the reference). Every op a region or prologue
@@ -71,6 +75,7 @@ from .fused_layout import PLANS, Layout, _region_shapes
 from .fused_numba import NUMBA_MIN_PLANNED, NUMBA_SMALL_MIN_OPS, small_kernel
 from .fused_special import _bind_gemm_update, _bind_masked, _bind_swapped, _spare_homes
 from .fused_strategy import _layout, _numba_first, _plan
+from . import tier_up
 from .options import options
 from .tables import KERNELS, OUT_KERNELS
 
@@ -157,8 +162,10 @@ def bind(body, in_shapes: Sequence[tuple]):
             plan(arrays, outs)
             return True
         return runner
-    # numpy's straight-line plan first; on its ``numba_small_after``-th call (a region that
-    # runs again and again) one compiled numba call instead, when the region has that form
+    # numpy's straight-line plan first; from its ``numba_small_after``-th call (a region that
+    # runs again and again) one compiled numba call instead, when the region has that form:
+    # compiled on the compile thread (``tier_up``) while numpy's plan goes on serving, then
+    # swapped in by one store of ``state[1]``; ``numba_small_after = 1`` compiles here, now
     state = [0, None]      # calls counted (-1: decided), the compiled call
 
     def tiered(arrays, outs) -> bool:
@@ -173,10 +180,25 @@ def bind(body, in_shapes: Sequence[tuple]):
             state[0] += 1
             if after and state[0] >= after:
                 state[0] = -1
-                state[1] = small_kernel(lay, arrays, shapes, consts, full)
+                if after == 1:
+                    state[1] = small_kernel(lay, arrays, shapes, consts, full)
+                else:
+                    _compile_later(state, lay, arrays, shapes, consts, full)
         return True
     tiered.state = state
     return tiered
+
+
+def _compile_later(state: list, lay: Layout, arrays: Sequence, shapes, consts,
+                   full: tuple) -> None:
+    """Queue ``small_kernel`` of a tiered runner's region on the compile thread, over copies
+    of this call's arrays (the caller goes on writing its own); the finished kernel (or None:
+    the region stays on numpy) is published by the single store ``state[1] = fast``."""
+    sample = [np.array(a, copy=True) for a in arrays]
+
+    def job() -> None:
+        state[1] = small_kernel(lay, sample, shapes, consts, full)
+    tier_up.submit(job)
 
 
 def _bind_prologue(body, lay: Layout, in_shapes: Sequence[tuple], strategy: str):

@@ -18,13 +18,15 @@ cpu.numba              DUOGRAPH_NUMBA             True      use numba kernels wh
                                                             norm); False: numpy kernels only
 cpu.numba_parallel     DUOGRAPH_NUMBA_PARALLEL    False     generated numba loops use prange
                                                             threads
-cpu.numba_small_after  DUOGRAPH_NUMBA_SMALL      1000      a small fused region (4 ops or more)
-                                                            of a planned (O2) program runs as
-                                                            one compiled numba call from its
-                                                            N-th call on
-                                                            (numpy's ufuncs before; 1: from the
-                                                            first call; 0: never). See
-                                                            ``fused.bind``
+cpu.numba_small_after  DUOGRAPH_NUMBA_SMALL      16        a small fused region (4 ops or more)
+                                                            of a planned (O2) program: at its
+                                                            N-th call a numba kernel for it is
+                                                            compiled on a background thread
+                                                            while numpy's ufuncs go on serving;
+                                                            calls switch to it once it is
+                                                            ready. 1: compiled synchronously at
+                                                            the first call (deterministic, for
+                                                            tests); 0: never. See ``fused.bind``
 cpu.cblas              DUOGRAPH_CBLAS             True      call numpy's BLAS gemm in place
                                                             through ctypes (fused SGD updates)
 cpu.cache_dir          DUOGRAPH_CACHE_DIR         None      where generated kernels are cached
@@ -70,9 +72,10 @@ register_options(NAME, (
            "use numba kernels where numba is installed"),
     Option("numba_parallel", as_bool, False, "DUOGRAPH_NUMBA_PARALLEL",
            "generated numba loops run prange threads"),
-    Option("numba_small_after", non_negative_int, 1000, "DUOGRAPH_NUMBA_SMALL",
-           "a small planned fused region runs as one numba call from its N-th call on "
-           "(1: the first; 0: never)"),
+    Option("numba_small_after", non_negative_int, 16, "DUOGRAPH_NUMBA_SMALL",
+           "a small planned fused region compiles one numba call in the background from "
+           "its N-th call on, numpy serving until it is ready (1: synchronously at the "
+           "first call; 0: never)"),
     Option("cblas", as_bool, True, "DUOGRAPH_CBLAS",
            "call numpy's BLAS gemm in place through ctypes"),
     Option("cache_dir", path_or_none, None, "DUOGRAPH_CACHE_DIR",
