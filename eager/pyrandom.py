@@ -120,9 +120,20 @@ class RandomWatch:
                 and _from_library(frame):
             called = f"{frame.f_globals.get('__name__')}.{frame.f_code.co_name}"
             frame = frame.f_back
-        if frame is None or is_duograph_file(frame.f_code.co_filename):
+        if frame is None or is_duograph_file(frame.f_code.co_filename) or _importing(frame):
             return
         self.found = f"{called} at {frame.f_code.co_filename}:{frame.f_lineno}"
+
+
+def _importing(frame) -> bool:
+    """Whether ``frame`` runs inside a module import (a library imported lazily while the
+    function records, e.g. sympy seeding its own ``random.Random`` at import): such a draw
+    happens once per process, not once per call, so a replay loses nothing."""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def reachable_objects(builder) -> List[Tuple[object, str, object]]:

@@ -31,7 +31,7 @@ from ..graphlib.dispatch import Scalar, constant_value
 from ..graphlib.errors import GraphError
 from ..graphlib.ir import Graph, Node, Value
 from ..graphlib.registry import REGISTRY
-from ..graphlib.types import TensorType
+from ..graphlib.types import TensorType, has_runtime_dim
 from . import grad_mode
 from . import tensors as tensor_mod
 from .tensors import SeedTensor, Tensor, host_array
@@ -218,8 +218,14 @@ class Recorder:
                         v = self._stop_gradient(g, v, node.source)   # ran under no_grad
                 in_vals.append(v)
             new = Node(node.op, in_vals, dict(node.attrs), (), node.source)
-            new.outputs = tuple(Value(TensorType(o.shape, o.dtype), new, i, g)
-                                for i, o in enumerate(outs))
+            out_types = [TensorType(o.shape, o.dtype) for o in outs]
+            if op.region_kernel is not None:
+                # a loop's saved rows are as many as the trips it makes: the recorded run's
+                # count is one case, not the graph's type (RUNTIME_DIM, as in graph mode)
+                inferred = op.infer([v.type for v in in_vals], new.attrs)
+                out_types = [t if has_runtime_dim(t.shape) else o
+                             for o, t in zip(out_types, inferred)]
+            new.outputs = tuple(Value(t, new, i, g) for i, t in enumerate(out_types))
             g.append(new)
             self._built[index] = new
             carries = grad_on and op.vjp is not None and any(

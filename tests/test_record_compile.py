@@ -628,3 +628,34 @@ def test_control_flow_in_another_thread_keeps_this_threads_recording():
     assert [n.op.name for n in rec.graph.nodes if not n.op.constant] == ["mul"]
     exe = rec.graph.compile(outputs=[rec.value(y)])
     np.testing.assert_array_equal(exe(**rec.feeds())[0], [5.0, 5.0])
+
+
+def test_a_library_imported_while_recording_may_seed_its_own_random(tmp_path, monkeypatch):
+    """A module imported for the first time inside the compiled function (a library that
+    seeds a ``random.Random`` at import, as sympy does) draws once per process, not once
+    per call: the function is still compiled, without the eager-fallback warning."""
+    import sys
+    import warnings
+    (tmp_path / "seeds_at_import.py").write_text(
+        "import random\n_rng = random.Random()\nSCALE = 2.0\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sys.modules.pop("seeds_at_import", None)
+
+    def f(x):
+        import seeds_at_import
+        return x * seeds_at_import.SCALE
+
+    fn = dg.compile(f)
+    x = dg.tensor(np.arange(3.0))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for _ in range(3):
+            np.testing.assert_array_equal(fn(x).numpy(), np.arange(3.0) * 2)
+    assert fn._eager_only is None and "seeds_at_import" in sys.modules
+
+    def g(x):
+        import random
+        return x * random.Random().random()          # a draw on every call: still refused
+
+    with pytest.warns(RuntimeWarning, match="draws random numbers outside"):
+        dg.compile(g)(x)
