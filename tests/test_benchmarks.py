@@ -132,8 +132,9 @@ def test_executable_overhead_benchmark_runs(tmp_path):
         "compile_mlp", "compile_mlp_exe"))
     assert abs(r["compile_mlp_ratio"] - r["compile_mlp"] / r["compile_mlp_exe"]) < 1e-9
     assert "overhead per kernel" in proc.stdout
-    names = [t["name"] for t in r["targets"]]       # the issue's three targets, each printed
-    assert len(names) == 5 and all(f"{n}:" in proc.stdout for n in names)
+    names = [t["name"] for t in r["targets"]]       # the issues' targets, each printed
+    want = 7 if "jax_chain" in r else 5             # two against JAX where JAX is installed
+    assert len(names) == want and all(f"{n}:" in proc.stdout for n in names)
 
 
 def test_lstm_scan_benchmark_runs_and_its_losses_agree():
