@@ -24,6 +24,7 @@ import duograph as dg
 from duograph.graphlib.ops import conv
 from duograph.runtime.cpu import autotune
 from duograph.runtime.cpu import kernels as cpu_kernels
+from duograph.runtime.cpu import scratch as cpu_scratch
 from duograph.runtime.cpu.numba_support import numba_available, numba_module
 
 pytestmark = pytest.mark.skipif(not numba_available(), reason="the algorithms need numba")
@@ -308,9 +309,10 @@ def test_patch_scratch_is_reused_and_never_leaks_into_results():
     with dg.config.override(conv_algorithm="gemm"):
         first = _ours(geo, *first_ops)
         kept = {name: value.copy() for name, value in first.items()}
-        scratch = cpu_kernels._scratch.buffers[np.dtype("float32")]
+        key = ("patches", np.dtype("float32"))
+        scratch = cpu_scratch._scratch.buffers[key]
         second = _ours(geo, *_operands(geo, "float32", seed=2))
-        assert cpu_kernels._scratch.buffers[np.dtype("float32")] is scratch
+        assert cpu_scratch._scratch.buffers[key] is scratch
     for name in first:
         assert np.array_equal(first[name], kept[name]), name
         assert not np.array_equal(first[name], second[name]), name

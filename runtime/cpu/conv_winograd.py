@@ -24,10 +24,11 @@ its geometries, float32 and float64, is 0.3x that bound before the factor of 4. 
 """
 from __future__ import annotations
 
-import threading
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
+
+from .scratch import workspace
 
 _BT = np.array([[4, 0, -5, 0, 1, 0],
                 [0, -4, -4, 1, 1, 0],
@@ -53,25 +54,12 @@ _MATRICES = {np.dtype(t): tuple(m.astype(t) for m in (_BT, _G, _AT))
 # in per-thread grow-only scratch buffers, one per stage: fresh multi-megabyte arrays per call
 # are fresh pages from the OS each time, which measured slower than the whole conv's products
 # ((1, 64, 56, 56) by 64: the input transform 3.0 ms with fresh arrays, 0.7 with reused ones).
-_SCRATCH_MAX_BYTES = 256 << 20
-_scratch = threading.local()
+_SCRATCH_LIMIT = 256 << 20
 
 
 def _buffer(stage: str, shape, dtype) -> np.ndarray:
-    """An uninitialised C-contiguous array of ``shape``: this thread's buffer for ``stage``
-    and ``dtype`` (valid until the next call; never returned to a caller)."""
-    size = 1
-    for d in shape:
-        size *= int(d)
-    if size * dtype.itemsize > _SCRATCH_MAX_BYTES:
-        return np.empty(shape, dtype=dtype)
-    buffers = getattr(_scratch, "buffers", None)
-    if buffers is None:
-        buffers = _scratch.buffers = {}
-    buf = buffers.get((stage, dtype))
-    if buf is None or buf.size < size:
-        buf = buffers[(stage, dtype)] = np.empty(size, dtype=dtype)
-    return buf[:size].reshape(shape)
+    """This thread's scratch array for ``stage`` (``scratch.workspace``)."""
+    return workspace(shape, dtype, "winograd-" + stage, _SCRATCH_LIMIT)
 
 
 def applies(w_shape, stride, dilation, groups) -> bool:

@@ -23,7 +23,6 @@ direct loops, which sum in another order (tests/test_conv_algos.py bounds the di
 """
 from __future__ import annotations
 
-import threading
 
 import numpy as np
 
@@ -33,6 +32,7 @@ from ...graphlib.ops._common import promoting_kernel
 from . import autotune, blas_reduce, conv_winograd
 from .numba_support import numba_module
 from . import select
+from .scratch import workspace
 from .select import UINT_OF_SIZE
 
 # -- numba loops for conv2d and pooling --------------------------------------------------------
@@ -63,33 +63,10 @@ def _conv_numba(*arrays):
     return _pool_numba(*arrays)
 
 
-# -- scratch memory for patch matrices --------------------------------------------------------
-# im2col's patches (and the input gradient's patch cotangents) live only inside one kernel
-# call. A fresh multi-megabyte array per call is fresh pages from the OS each time (the
-# allocator returns large blocks): on the issue-24 CNN's second layer (4.4 MB of patch
-# cotangents) the page faults cost more than the product itself (input gradient 7.7 ->
-# ~3.5 ms). So each thread keeps one grow-only scratch buffer per dtype, up to
-# ``_SCRATCH_MAX_BYTES``; larger patch matrices are allocated per call.
-_SCRATCH_MAX_BYTES = 64 << 20
-_scratch = threading.local()
-
-
+# -- scratch memory for patch matrices (scratch.py): im2col's patches and the input
+# gradient's patch cotangents live only inside one kernel call
 def _workspace(shape, dtype):
-    """An uninitialised C-contiguous array of ``shape``: a view of this thread's scratch
-    buffer for ``dtype`` (valid until the next call; never returned to a caller)."""
-    dtype = np.dtype(dtype)
-    size = 1
-    for d in shape:
-        size *= int(d)
-    if size * dtype.itemsize > _SCRATCH_MAX_BYTES:
-        return np.empty(shape, dtype=dtype)
-    buffers = getattr(_scratch, "buffers", None)
-    if buffers is None:
-        buffers = _scratch.buffers = {}
-    buf = buffers.get(dtype)
-    if buf is None or buf.size < size:
-        buf = buffers[dtype] = np.empty(size, dtype=dtype)
-    return buf[:size].reshape(shape)
+    return workspace(shape, dtype, "patches")
 
 
 def _flat(a):
