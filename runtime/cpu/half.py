@@ -67,6 +67,15 @@ def in_float32(kernel: Callable) -> Callable:
                 return tuple(r.astype(half) if r.dtype == _F32 else r for r in res)
             return res.astype(half) if res.dtype == _F32 else res
 
+    return _wrapped(run, kernel)
+
+
+CHUNK = 1 << 14       # elements per float32 chunk: three 64 KiB buffers fit in L2
+
+
+def _wrapped(run: Callable, kernel: Callable) -> Callable:
+    """``run`` named and documented as ``kernel``; its ``direct`` form (a kernel for fixed
+    input dtypes) is ``kernel``'s where no operand is half, and none otherwise."""
     def direct(in_dtypes):
         if any(np.dtype(d) in HALF_NP for d in in_dtypes):
             return None
@@ -76,9 +85,6 @@ def in_float32(kernel: Callable) -> Callable:
     run.__name__ = getattr(kernel, "__name__", "kernel") + "_in_float32"
     run.__doc__ = kernel.__doc__
     return run
-
-
-CHUNK = 1 << 14       # elements per float32 chunk: three 64 KiB buffers fit in L2
 
 
 def _chunkable(arrays: Sequence, half) -> tuple:
@@ -118,15 +124,7 @@ def elementwise_in_float32(kernel: Callable) -> Callable:
         with np.errstate(over="ignore"):     # (too large for the half dtype: inf, silently)
             return _chunks(kernel, xp, flat, attrs, half, size, shape, whole, arrays)
 
-    def direct(in_dtypes):
-        if any(np.dtype(d) in HALF_NP for d in in_dtypes):
-            return None
-        return direct_kernel(kernel, in_dtypes)
-
-    run.direct = direct
-    run.__name__ = getattr(kernel, "__name__", "kernel") + "_in_float32"
-    run.__doc__ = kernel.__doc__
-    return run
+    return _wrapped(run, kernel)
 
 
 def _chunks(kernel, xp, flat, attrs, half, size, shape, whole, arrays):
