@@ -88,6 +88,62 @@ def _sigmoid_out(xp, x, out):
     return True
 
 
+def _tanh_backward_out(xp, g, y, out):
+    # the kernel's ``g * (1 - y * y)``, each step a ufunc into ``out`` (the same roundings in
+    # the same order) instead of two full-size temporaries; ``g`` is read last, so where
+    # ``out`` shares its bytes (the planner wrote the gradient over the cotangent), in
+    # chunks through a small temporary
+    if not (g.dtype == y.dtype == out.dtype) or out.dtype not in _F32_64:
+        return False
+    if not xp.may_share_memory(out, g):
+        xp.multiply(y, y, out=out)
+        xp.subtract(1, out, out=out)
+        xp.multiply(g, out, out=out)
+        return True
+    if not _same_flat(xp, out, g, y):
+        return False
+    o, gf, yf = out.reshape(-1), g.reshape(-1), y.reshape(-1)
+    tmp = xp.empty(min(o.size, _CHUNK), o.dtype)
+    for i in range(0, o.size, _CHUNK):
+        j = min(i + _CHUNK, o.size)
+        t = tmp[:j - i]
+        xp.multiply(yf[i:j], yf[i:j], out=t)
+        xp.subtract(1, t, out=t)
+        xp.multiply(gf[i:j], t, out=o[i:j])
+    return True
+
+
+def _same_flat(xp, out, *arrays) -> bool:
+    """Whether ``out`` and ``arrays`` are C-contiguous arrays of one shape, each either
+    ``out``'s own bytes or apart from them (so a chunk of each lines up with ``out``'s)."""
+    if not out.flags.c_contiguous:
+        return False
+    start = out.__array_interface__["data"][0]
+    for a in arrays:
+        if a.shape != out.shape or not a.flags.c_contiguous:
+            return False
+        if a.__array_interface__["data"][0] != start and xp.may_share_memory(a, out):
+            return False
+    return True
+
+
+_CHUNK = 16384
+
+
+def _sigmoid_backward_out(xp, g, y, out):
+    # the kernel's ``g * y * (1 - y)``: ``1 - y`` into ``out``, then ``(g * y) * out`` (one
+    # temporary instead of three); ``g`` and ``y`` are read after ``out`` is written
+    if not (g.dtype == y.dtype == out.dtype) or out.dtype not in _F32_64 \
+            or xp.may_share_memory(out, g) or xp.may_share_memory(out, y):
+        return False
+    xp.subtract(1, y, out=out)
+    xp.multiply(xp.multiply(g, y), out, out=out)
+    return True
+
+
+_F32_64 = (np.dtype(np.float32), np.dtype(np.float64))
+
+
 def _matmul_out(xp, a, b, out):
     if a.dtype != out.dtype or b.dtype != out.dtype or a.ndim < 2 or b.ndim < 2 or \
             a.dtype in HALF_NP:     # (half dtypes: the plain kernel computes in float32)
@@ -298,8 +354,8 @@ def _max_pool2d_backward_out(xp, g, x, *, out, kernel_size, stride, padding, dil
 NO_OUT_FORM: Dict[OpDef, str] = {}
 for _op in (elementwise.rsqrt_op, elementwise.leaky_relu_op, elementwise.gelu_op,
             elementwise.softplus_op, elementwise.sign_op, elementwise.frac_op,
-            elementwise.clamp_op, elementwise.tanh_backward_op, elementwise.sigmoid_backward_op,
-            elementwise.logsigmoid_op, pointwise.round_op, pointwise.nan_to_num_op,
+            elementwise.clamp_op, elementwise.logsigmoid_op, pointwise.round_op,
+            pointwise.nan_to_num_op,
             pointwise.lerp_op, pointwise.xlogy_op, activations.elu_op, activations.hardtanh_op,
             activations.hardsigmoid_op, activations.hardswish_op, activations.silu_op,
             activations.mish_op):
@@ -325,6 +381,8 @@ def table() -> dict:
     forms[elementwise.square_op] = _square_out
     forms[elementwise.relu_op] = _relu_out
     forms[elementwise.sigmoid_op] = _sigmoid_out
+    forms[elementwise.tanh_backward_op] = _tanh_backward_out
+    forms[elementwise.sigmoid_backward_op] = _sigmoid_backward_out
     forms[elementwise.pow_scalar_op] = _pow_scalar_out
     forms[elementwise.where_op] = _where_out
     forms[elementwise.cast_op] = _cast_out
