@@ -15,6 +15,7 @@ import numpy as np
 
 from ...graphlib.ops import activations, conv, creation, elementwise, linalg, nn, pointwise
 from ...graphlib.ops import reduction, shape, special
+from ...graphlib import xp as _xp
 from ...graphlib.registry import REGISTRY, OpDef
 from . import blas_reduce as _blas_reduce
 from .kernels import _conv_numba, _pool_numba, bn_backward, bn_forward, sce_backward_into
@@ -128,6 +129,33 @@ def _same_flat(xp, out, *arrays) -> bool:
 
 
 _CHUNK = 16384
+
+
+def _cat_out(xp, *xs, out, dim):
+    # the kernel's concatenate, written into ``out`` (no operand of another dtype, none
+    # sharing ``out``'s bytes)
+    if any(x.dtype != out.dtype or xp.may_share_memory(x, out) for x in xs):
+        return False
+    xp.concatenate(xs, axis=dim, out=out)
+    return True
+
+
+def _bernoulli_out(xp, p, seed, *, out, stream):
+    # the kernel's ``(rng.random(p.shape) < p).astype(p.dtype)`` in chunks: the generator
+    # gives its doubles in order whatever the sizes asked, so the same draws meet the same
+    # probabilities, without the float64 and bool arrays of the whole shape
+    if xp is not np or p.dtype != out.dtype or out.dtype not in _F32_64 \
+            or not _same_flat(xp, out, p):
+        return False
+    gen = _xp.rng(xp, seed, stream)
+    o, pf = out.reshape(-1), p.reshape(-1)
+    mask = np.empty(min(o.size, _CHUNK), bool)
+    for i in range(0, o.size, _CHUNK):
+        j = min(i + _CHUNK, o.size)
+        m = mask[:j - i]
+        np.less(gen.random(j - i), pf[i:j], out=m)
+        np.copyto(o[i:j], m, casting="unsafe")
+    return True
 
 
 def _sigmoid_backward_out(xp, g, y, out):
@@ -382,6 +410,8 @@ def table() -> dict:
     forms[elementwise.relu_op] = _relu_out
     forms[elementwise.sigmoid_op] = _sigmoid_out
     forms[elementwise.tanh_backward_op] = _tanh_backward_out
+    forms[shape.cat_op] = _cat_out
+    forms[creation.bernoulli_op] = _bernoulli_out
     forms[elementwise.sigmoid_backward_op] = _sigmoid_backward_out
     forms[elementwise.pow_scalar_op] = _pow_scalar_out
     forms[elementwise.where_op] = _where_out
