@@ -149,11 +149,13 @@ def _bernoulli_out(xp, p, seed, *, out, stream):
         return False
     gen = _xp.rng(xp, seed, stream)
     o, pf = out.reshape(-1), p.reshape(-1)
-    mask = np.empty(min(o.size, _CHUNK), bool)
+    n = min(o.size, _CHUNK)
+    draws, mask = np.empty(n), np.empty(n, bool)
     for i in range(0, o.size, _CHUNK):
         j = min(i + _CHUNK, o.size)
-        m = mask[:j - i]
-        np.less(gen.random(j - i), pf[i:j], out=m)
+        u, m = draws[:j - i], mask[:j - i]
+        gen.random(out=u)
+        np.less(u, pf[i:j], out=m)
         np.copyto(o[i:j], m, casting="unsafe")
     return True
 
