@@ -93,7 +93,7 @@ def _bind_swapped(body, lay: Layout, step, sources, region_out, strategy: str, g
     by a transposed ``W`` slower than the swapped form at small batches (784 -> 256,
     float32, 128 rows: 602 -> 563 us with a bias + ReLU epilogue), and the epilogue pass
     does the transposition for free. Chosen per shape at the first call, and only where
-    both products give the same bits (``autotune.same_bits``), the whole body gave the
+    both products give the same bits (``autotune.swap_is_exact``), the whole body gave the
     same bits both ways on those operands, and the swapped run was faster; otherwise, and
     for operands of other layouts, ``general`` runs. None for other bodies."""
     _, _, ins, attrs, _ = step
@@ -130,7 +130,7 @@ def _bind_swapped(body, lay: Layout, step, sources, region_out, strategy: str, g
     def choose(arrays, outs) -> bool:
         a, b = arrays[ia], arrays[ib]
         if any(np.may_share_memory(o, x) for o in outs for x in arrays) \
-                or not autotune.same_bits(a, b):
+                or not autotune.swap_is_exact(a, b):
             return False              # (an output over an input: the body runs once only)
         if not general(arrays, outs):
             return False
