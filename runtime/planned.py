@@ -52,7 +52,7 @@ from ..graphlib.kernels import run_kernel
 from ..graphlib.types import eval_dim
 from . import fperr
 
-ARENA, VIEW, PREPARED, DIRECT = 0, 1, 2, 3
+ARENA, VIEW, PREPARED, DIRECT, FREE = 0, 1, 2, 3, 4
 
 
 def resolve_attrs(node, attrs: dict, shapes: Dict[str, int]) -> dict:
@@ -143,7 +143,7 @@ class Program:
                               ([np.dtype(o.dtype) for o in node.outputs],
                                [_concrete(o.shape, shapes) for o in node.outputs])))
         self.env = env
-        self.steps = steps
+        self.steps = _with_frees(exe, steps)
         # MPI moves a started collective on only inside MPI: poke it between kernels
         self.poll = progress if any(async_role(n.op) == "start" for n in exe.nodes) else None
         # where every step is a bare ufunc into its buffer (an optimizer's update, a chain
@@ -240,6 +240,9 @@ class Program:
                         if out_kernel is None or not out_kernel(xp, *args, out=buf, **attrs):
                             res = kernel(xp, *args, **attrs)
                             _copy_results(xp, node, res, (buf,), False)
+                elif mode == FREE:          # view steps' results past their last reader
+                    for s in outs:
+                        env[s] = None
                 else:
                     memo = out_kernel
                     if memo is not None and memo[0] is args[0]:   # the same array: same view
@@ -258,6 +261,43 @@ class Program:
             if node is None:
                 raise
             raise exe._kernel_error_for(node, args or (), e) from e
+
+
+def _NOTHING(env) -> tuple:
+    return ()
+
+
+def _with_frees(exe, steps: list) -> list:
+    """``steps`` with a ``FREE`` step after the last reader of each view step's result that
+    nothing reads after the steps (no output, no state to write back): a "view" step's
+    kernel may return a copy (``reshape`` of a permuted array), which the plan gives no
+    bytes; dropping the run's reference once it is read for the last time frees it there
+    instead of at the end of the run (a view of a planned buffer costs nothing to drop)."""
+    kept = set(exe.output_slots) | {s for _, s in exe.update_slots}
+    made = {}                       # view result slot -> index of its step
+    last = {}                       # slot -> index of the last step reading it
+    for k, st in enumerate(steps):
+        if st[0] == VIEW:
+            for s in st[5]:
+                if s not in kept:
+                    made[s] = k
+    if not made:
+        return steps
+    for k, st in enumerate(steps):
+        for x in st[1].inputs:
+            s = exe.slot_of[x]
+            if s in made:
+                last[s] = k
+    after: Dict[int, List[int]] = {}
+    for s, k in made.items():
+        after.setdefault(last.get(s, k), []).append(s)
+    out = []
+    for k, st in enumerate(steps):
+        out.append(st)
+        if k in after:
+            out.append((FREE, st[1], None, None, _NOTHING, tuple(sorted(after[k])), None,
+                        False, None))
+    return out
 
 
 def _unheld(returned: dict, s: int):

@@ -82,9 +82,11 @@ def _measure_swap(a, b) -> bool:
 
 def _probe_like(rng, x):
     """Random numbers of ``x``'s shape, dtype and layout (C-ordered or transposed)."""
+    # (float32 drawn as float32: no float64 array of the operand's size on the way)
+    dt = x.dtype if x.dtype in (np.float32, np.float64) else np.float64
     if x.ndim == 2 and not x.flags.c_contiguous and x.flags.f_contiguous:
-        return rng.standard_normal(x.shape[::-1]).astype(x.dtype).T
-    return rng.standard_normal(x.shape).astype(x.dtype)
+        return rng.standard_normal(x.shape[::-1], dtype=dt).astype(x.dtype, copy=False).T
+    return rng.standard_normal(x.shape, dtype=dt).astype(x.dtype, copy=False)
 
 
 def same_bits(a, b) -> bool:

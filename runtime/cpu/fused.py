@@ -78,6 +78,7 @@ from .fused_strategy import _layout, _numba_first, _plan
 from . import tier_up
 from .options import options
 from .tables import KERNELS, OUT_KERNELS
+from .workspace import Scratch
 
 __all__ = ["CPUFusedCompiler", "bind", "c_to_python", "run"]
 _plans_of = PLANS.get               # body -> its plans, or None (bound once)
@@ -214,6 +215,7 @@ def _bind_prologue(body, lay: Layout, in_shapes: Sequence[tuple], strategy: str)
     plans = PLANS(body)
     steps = []          # (kernel, out_kernel, input indices, attrs, home k or scratch array)
     made: Dict[Value, tuple] = {}
+    temps = []          # (shape, dtype) of the prologue values without a home
     for node in lay.prologue:
         if len(node.outputs) != 1 or any(x not in index for x in node.inputs):
             return None
@@ -222,7 +224,11 @@ def _bind_prologue(body, lay: Layout, in_shapes: Sequence[tuple], strategy: str)
             return None
         p = node.outputs[0]
         home = homes.get(p)
-        target = home if home is not None else np.empty(t.shape, t.dtype)
+        if home is not None:
+            target = home
+        else:               # a temporary of this call: a slot of the thread's scratch
+            target = ("scratch", len(temps))
+            temps.append((t.shape, t.dtype))
         steps.append((KERNELS[node.op], OUT_KERNELS.get(node.op),
                       tuple(index[x] for x in node.inputs), dict(node.attrs), target))
         made[p] = (len(steps) - 1, t.shape)
@@ -252,6 +258,7 @@ def _bind_prologue(body, lay: Layout, in_shapes: Sequence[tuple], strategy: str)
     copies = [(k, made[o][0]) for k, o in enumerate(lay.outputs)
               if o in made and homes.get(o) != k]
     spares = _spare_homes(body, homes)
+    scratch = Scratch(temps) if temps else None
     if len(steps) == 1 and spares.get(0) is not None:
         masked = _bind_masked(body, lay, steps[0], made[lay.prologue[0].outputs[0]][1],
                               spares[0], in_shapes, strategy)
@@ -262,6 +269,7 @@ def _bind_prologue(body, lay: Layout, in_shapes: Sequence[tuple], strategy: str)
         if options.fused_strategy != strategy:
             return False
         results = []
+        temp = None if scratch is None else scratch.arrays()
         for s, (kernel, out_kernel, ins, attrs, target) in enumerate(steps):
             args = [arrays[j] for j in ins]
             if type(target) is int:
@@ -271,7 +279,7 @@ def _bind_prologue(body, lay: Layout, in_shapes: Sequence[tuple], strategy: str)
                 # used when the plan gave it a buffer apart from every input (it was only
                 # kept free in case it was written over an input in place)
                 k = spares.get(s)
-                buf = target
+                buf = temp[target[1]]
                 if k is not None:
                     o = outs[k]
                     if not any(np.may_share_memory(o, a) for a in arrays):

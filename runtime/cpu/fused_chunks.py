@@ -16,6 +16,7 @@ from ...graphlib.ops import elementwise, nn
 from .fused_layout import Layout, _copy_back, _outputs
 from .options import options
 from .tables import KERNELS, OUT_KERNELS
+from .workspace import INNER, Scratch
 
 # Elements per chunk (float32: 256 KiB per buffer; the few live ones stay in a 2 MiB L2):
 # 64K-128K measured fastest here, 8K-16K lose to per-call overhead, 1M+ spill the cache.
@@ -183,13 +184,11 @@ class DirectPlan:
         self.source = "\n".join(src) + "\n"
         exec(compile(self.source, "<fused direct>", "exec"), glob)
         self.fn = glob["region"]
-        self._local = threading.local()
+        self._temps = Scratch(self.scratch, INNER)   # the thread's shared scratch
 
     def __call__(self, ins: Sequence[np.ndarray], out=None,
                  remember: bool = False) -> List[np.ndarray]:
-        scratch = getattr(self._local, "scratch", None)
-        if scratch is None:
-            scratch = self._local.scratch = [np.empty(s, d) for s, d in self.scratch]
+        scratch = self._temps.arrays()
         if out is None:
             out = [np.empty(self.full, d) for d in self.out_dtypes]
         self.fn(ins, out, scratch)
@@ -288,12 +287,10 @@ class ChunkPlan:
         self.source = "\n".join(src) + "\n"
         exec(compile(self.source, "<fused chunks>", "exec"), glob)
         self.fn = glob["region"]
-        self._local = threading.local()
+        self._temps = Scratch(self.scratch, INNER)   # the thread's shared scratch
 
     def _part(self, ins, views, start: int, stop: int, err=None) -> None:
-        scratch = getattr(self._local, "scratch", None)
-        if scratch is None:
-            scratch = self._local.scratch = [np.empty(s, d) for s, d in self.scratch]
+        scratch = self._temps.arrays()
         if err is None:
             self.fn(ins, views, scratch, start, stop)
         else:                 # a pool thread: the caller's floating-point error settings

@@ -21,6 +21,7 @@ from .numba_support import numba_available
 from .options import options
 from .select import where_bits
 from .tables import KERNELS
+from .workspace import Scratch
 
 _WHERE = elementwise.where_op
 _MATMUL, _MUL = linalg.matmul_op, elementwise.mul_op
@@ -92,7 +93,7 @@ def _bind_swapped(body, lay: Layout, step, sources, region_out, strategy: str, g
     by a transposed ``W`` slower than the swapped form at small batches (784 -> 256,
     float32, 128 rows: 602 -> 563 us with a bias + ReLU epilogue), and the epilogue pass
     does the transposition for free. Chosen per shape at the first call, and only where
-    both products give the same bits (``autotune.same_bits``), the whole body gave the
+    both products give the same bits (``autotune.swap_is_exact``), the whole body gave the
     same bits both ways on those operands, and the swapped run was faster; otherwise, and
     for operands of other layouts, ``general`` runs. None for other bodies."""
     _, _, ins, attrs, _ = step
@@ -104,17 +105,20 @@ def _bind_swapped(body, lay: Layout, step, sources, region_out, strategy: str, g
         return None
     ia, ib = ins
     plans = PLANS(body)
-    scratch: Dict[tuple, np.ndarray] = {}
+    scratch: Dict[tuple, list] = {}
     choices: Dict[tuple, bool] = {}
 
     def swapped(arrays, outs) -> bool:
         a, b = arrays[ia], arrays[ib]
         key = (a.shape, b.shape, a.dtype)
         held = scratch.get(key)
-        if held is None:
-            zt = np.empty((b.shape[1], a.shape[0]), a.dtype)
-            held = scratch[key] = (zt, zt.T)   # one view object: the plan's memo sees it
-        zt, product_view = held
+        if held is None:        # the product: a temporary in the thread's shared scratch
+            held = scratch[key] = [Scratch([((b.shape[1], a.shape[0]), a.dtype)]), None,
+                                   None]
+        views = held[0].arrays()
+        if views[0] is not held[1]:     # one view object per buffer: the plan's memo sees it
+            held[1], held[2] = views[0], views[0].T
+        zt, product_view = held[1], held[2]
         np.matmul(b.T, a.T, out=zt)
         rins = [arrays[j] if kind == 0 else product_view for kind, j in sources]
         plan = _plan(body, lay, rins, NUMBA_MIN_PLANNED, transposed=True, plans=plans)
@@ -126,7 +130,7 @@ def _bind_swapped(body, lay: Layout, step, sources, region_out, strategy: str, g
     def choose(arrays, outs) -> bool:
         a, b = arrays[ia], arrays[ib]
         if any(np.may_share_memory(o, x) for o in outs for x in arrays) \
-                or not autotune.same_bits(a, b):
+                or not autotune.swap_is_exact(a, b):
             return False              # (an output over an input: the body runs once only)
         if not general(arrays, outs):
             return False
@@ -222,7 +226,7 @@ def _bind_masked(body, lay: Layout, step, p_shape: tuple, k: int,
             or np.signbit(zero) or zero != 0 or cval.shape != ()
             or np.dtype(z.dtype).kind != "f" or tuple(p_shape) != shape):
         return None
-    mask = np.empty(shape, bool)
+    temps = Scratch([(shape, bool)])      # the mask: a temporary of each call
     ufunc = getattr(np, cmp_node.op.ufunc)
     zj = index[z]
     loops = None
@@ -244,6 +248,7 @@ def _bind_masked(body, lay: Layout, step, p_shape: tuple, k: int,
             return False
         fast = loops is not None and out.flags.c_contiguous and zarr.flags.c_contiguous
         apart = not np.may_share_memory(out, zarr)
+        mask = temps.arrays()[0]
         if not (fast and apart):
             ufunc(zarr, cval, out=mask)         # z first: the output may be z's buffer
         if out_kernel is None or not out_kernel(np, *args, out=out, **attrs):

@@ -15,6 +15,7 @@ import numpy as np
 
 from ...graphlib.ops import activations, conv, creation, elementwise, linalg, nn, pointwise
 from ...graphlib.ops import reduction, shape, special
+from ...graphlib import xp as _xp
 from ...graphlib.registry import REGISTRY, OpDef
 from . import blas_reduce as _blas_reduce
 from .kernels import _conv_numba, _pool_numba, bn_backward, bn_forward, sce_backward_into
@@ -86,6 +87,91 @@ def _sigmoid_out(xp, x, out):
     xp.add(out, 1, out=out)
     xp.divide(numerator, out, out=out)
     return True
+
+
+def _tanh_backward_out(xp, g, y, out):
+    # the kernel's ``g * (1 - y * y)``, each step a ufunc into ``out`` (the same roundings in
+    # the same order) instead of two full-size temporaries; ``g`` is read last, so where
+    # ``out`` shares its bytes (the planner wrote the gradient over the cotangent), in
+    # chunks through a small temporary
+    if not (g.dtype == y.dtype == out.dtype) or out.dtype not in _F32_64:
+        return False
+    if not xp.may_share_memory(out, g):
+        xp.multiply(y, y, out=out)
+        xp.subtract(1, out, out=out)
+        xp.multiply(g, out, out=out)
+        return True
+    if not _same_flat(xp, out, g, y):
+        return False
+    o, gf, yf = out.reshape(-1), g.reshape(-1), y.reshape(-1)
+    tmp = xp.empty(min(o.size, _CHUNK), o.dtype)
+    for i in range(0, o.size, _CHUNK):
+        j = min(i + _CHUNK, o.size)
+        t = tmp[:j - i]
+        xp.multiply(yf[i:j], yf[i:j], out=t)
+        xp.subtract(1, t, out=t)
+        xp.multiply(gf[i:j], t, out=o[i:j])
+    return True
+
+
+def _same_flat(xp, out, *arrays) -> bool:
+    """Whether ``out`` and ``arrays`` are C-contiguous arrays of one shape, each either
+    ``out``'s own bytes or apart from them (so a chunk of each lines up with ``out``'s)."""
+    if not out.flags.c_contiguous:
+        return False
+    start = out.__array_interface__["data"][0]
+    for a in arrays:
+        if a.shape != out.shape or not a.flags.c_contiguous:
+            return False
+        if a.__array_interface__["data"][0] != start and xp.may_share_memory(a, out):
+            return False
+    return True
+
+
+_CHUNK = 16384
+
+
+def _cat_out(xp, *xs, out, dim):
+    # the kernel's concatenate, written into ``out`` (no operand of another dtype, none
+    # sharing ``out``'s bytes)
+    if any(x.dtype != out.dtype or xp.may_share_memory(x, out) for x in xs):
+        return False
+    xp.concatenate(xs, axis=dim, out=out)
+    return True
+
+
+def _bernoulli_out(xp, p, seed, *, out, stream):
+    # the kernel's ``(rng.random(p.shape) < p).astype(p.dtype)`` in chunks: the generator
+    # gives its doubles in order whatever the sizes asked, so the same draws meet the same
+    # probabilities, without the float64 and bool arrays of the whole shape
+    if xp is not np or p.dtype != out.dtype or out.dtype not in _F32_64 \
+            or not _same_flat(xp, out, p):
+        return False
+    gen = _xp.rng(xp, seed, stream)
+    o, pf = out.reshape(-1), p.reshape(-1)
+    n = min(o.size, _CHUNK)
+    draws, mask = np.empty(n), np.empty(n, bool)
+    for i in range(0, o.size, _CHUNK):
+        j = min(i + _CHUNK, o.size)
+        u, m = draws[:j - i], mask[:j - i]
+        gen.random(out=u)
+        np.less(u, pf[i:j], out=m)
+        np.copyto(o[i:j], m, casting="unsafe")
+    return True
+
+
+def _sigmoid_backward_out(xp, g, y, out):
+    # the kernel's ``g * y * (1 - y)``: ``1 - y`` into ``out``, then ``(g * y) * out`` (one
+    # temporary instead of three); ``g`` and ``y`` are read after ``out`` is written
+    if not (g.dtype == y.dtype == out.dtype) or out.dtype not in _F32_64 \
+            or xp.may_share_memory(out, g) or xp.may_share_memory(out, y):
+        return False
+    xp.subtract(1, y, out=out)
+    xp.multiply(xp.multiply(g, y), out, out=out)
+    return True
+
+
+_F32_64 = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 def _matmul_out(xp, a, b, out):
@@ -298,8 +384,8 @@ def _max_pool2d_backward_out(xp, g, x, *, out, kernel_size, stride, padding, dil
 NO_OUT_FORM: Dict[OpDef, str] = {}
 for _op in (elementwise.rsqrt_op, elementwise.leaky_relu_op, elementwise.gelu_op,
             elementwise.softplus_op, elementwise.sign_op, elementwise.frac_op,
-            elementwise.clamp_op, elementwise.tanh_backward_op, elementwise.sigmoid_backward_op,
-            elementwise.logsigmoid_op, pointwise.round_op, pointwise.nan_to_num_op,
+            elementwise.clamp_op, elementwise.logsigmoid_op, pointwise.round_op,
+            pointwise.nan_to_num_op,
             pointwise.lerp_op, pointwise.xlogy_op, activations.elu_op, activations.hardtanh_op,
             activations.hardsigmoid_op, activations.hardswish_op, activations.silu_op,
             activations.mish_op):
@@ -325,6 +411,10 @@ def table() -> dict:
     forms[elementwise.square_op] = _square_out
     forms[elementwise.relu_op] = _relu_out
     forms[elementwise.sigmoid_op] = _sigmoid_out
+    forms[elementwise.tanh_backward_op] = _tanh_backward_out
+    forms[shape.cat_op] = _cat_out
+    forms[creation.bernoulli_op] = _bernoulli_out
+    forms[elementwise.sigmoid_backward_op] = _sigmoid_backward_out
     forms[elementwise.pow_scalar_op] = _pow_scalar_out
     forms[elementwise.where_op] = _where_out
     forms[elementwise.cast_op] = _cast_out
